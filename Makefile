@@ -1,0 +1,45 @@
+# topo-scheduler: every target does its own set-up, so `make demo` and `make test` work on a fresh
+# machine. Python packages go into .venv (from PyPI); the control plane is built from Go modules.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: deps lint types imports unit test demo bench-core clean \
+        k8s-build cluster-up cluster-down e2e
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+deps: $(STAMP)
+
+lint: deps
+	$(BIN)/ruff check scheduler tests
+	$(BIN)/ruff format --check scheduler tests
+
+types: deps
+	$(BIN)/mypy
+
+imports: deps
+	$(BIN)/lint-imports
+
+unit: deps
+	$(BIN)/pytest -q tests/unit
+
+# ---- the local control plane (issue 4): tools/k8s + scheduler/testing --------------------------
+#CONTROL-PLANE-TARGETS#
+
+test: lint types imports unit e2e
+
+demo: deps
+	$(BIN)/topo-scheduler simulate configs/examples/dgx1-v100.yaml configs/examples/workload-mixed.yaml
+
+bench-core: deps
+	$(BIN)/python -m scheduler.bench.core
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
