@@ -1,0 +1,415 @@
+"""ClusterState: which node has which GPUs, and which pod holds which of them.
+
+It is the core's snapshot, fed by the shell (watch events in the live scheduler, manifests in the
+simulator) and read by the placement functions. It does no I/O and never reads a clock.
+
+Speed comes from an equivalence-class index. Two GPU nodes with the same interned topology, vendor,
+device count and free-GPU mask are interchangeable for a whole-GPU pod except for their names, so
+ranking a pod against 5,000 nodes means ranking at most a few hundred classes, each with a memoised
+best set, and then taking the first name in the winning class (a lazily cleaned heap).
+
+Tentative changes (a gang being planned) go through ``checkpoint`` / ``rollback``: every mutation of
+a holding is appended to an undo log, so a failed gang plan leaves no trace.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+import msgspec
+
+from .decisions import Placement, Share
+from .inventory import Inventory, InventoryError, read_inventory
+from .names import ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
+from .objects import NodeInput, PodInput
+from .requests import RequestError, parse_gang, parse_request
+from .settings import CoreSettings
+from .topology import Topology
+
+
+class CardUse(msgspec.Struct):
+    """Shared use of one card: the sum of its shared pods' slices."""
+
+    core: int = 0
+    memory_mib: int = 0
+    sgpu: int = 0
+    pods: int = 0
+    qos: str | None = None  # the sGPU QoS policy the card serves while it has sGPU pods
+    qos_pods: int = 0
+
+
+class Holding(msgspec.Struct, frozen=True):
+    """What one pod holds on one node."""
+
+    pod: str
+    node: str
+    whole: int  # mask of whole GPUs
+    shares: tuple[Share, ...] = ()
+    gang: str | None = None
+    replicas: int = 0
+
+
+class NodeState:
+    __slots__ = ("cards", "error", "inventory", "name", "node", "pods", "whole")
+
+    def __init__(self, node: NodeInput, inventory: Inventory | None, error: str | None) -> None:
+        self.name = node.name
+        self.node = node
+        self.inventory = inventory
+        self.error = error
+        self.whole = 0  # GPUs held whole
+        self.cards: dict[int, CardUse] = {}  # shared use by card index
+        self.pods: set[str] = set()
+
+    @property
+    def shared_mask(self) -> int:
+        mask = 0
+        for index, use in self.cards.items():
+            if use.pods:
+                mask |= 1 << index
+        return mask
+
+    @property
+    def free_mask(self) -> int:
+        """Healthy GPUs held by nobody, whole or shared: what a whole-GPU pod can take."""
+        if self.inventory is None:
+            return 0
+        return self.inventory.healthy_mask & ~self.whole & ~self.shared_mask
+
+    @property
+    def total(self) -> int:
+        return 0 if self.inventory is None else len(self.inventory.devices)
+
+    def accepts(self, pod: PodInput) -> str | None:
+        """None when the pod may go here regardless of GPUs, else the reason key."""
+        if self.node.unschedulable:
+            return "cordoned"
+        for k, v in pod.node_selector.items():
+            if self.node.labels.get(k) != v:
+                return "selector"
+        for taint in self.node.taints:
+            if taint.effect in ("NoSchedule", "NoExecute") and not any(
+                t.tolerates(taint) for t in pod.tolerations
+            ):
+                return "taint"
+        return None
+
+
+ClassKey = tuple[Topology, str, int, int]  # topology, vendor, device count, free mask
+
+
+class NodeClass:
+    """Nodes that are interchangeable for a whole-GPU pod, with the smallest name at hand."""
+
+    __slots__ = ("_heap", "key", "names")
+
+    def __init__(self, key: ClassKey) -> None:
+        self.key = key
+        self.names: set[str] = set()
+        self._heap: list[str] = []
+
+    def add(self, name: str) -> None:
+        self.names.add(name)
+        heapq.heappush(self._heap, name)
+        if len(self._heap) > 2 * len(self.names) + 64:
+            self._heap = sorted(self.names)
+
+    def first(self) -> str:
+        heap = self._heap
+        while heap[0] not in self.names:
+            heapq.heappop(heap)
+        return heap[0]
+
+    def in_order(self) -> list[str]:
+        return sorted(self.names)
+
+
+class ClusterState:
+    def __init__(self, settings: CoreSettings | None = None) -> None:
+        self.settings = settings or CoreSettings()
+        self.nodes: dict[str, NodeState] = {}
+        self.holdings: dict[str, Holding] = {}
+        # Holdings whose node is not known yet (a pod event that beat its node's event).
+        self._orphans: dict[str, Holding] = {}
+        self.classes: dict[ClassKey, NodeClass] = {}
+        self._class_of: dict[str, ClassKey] = {}
+        self._undo: list[tuple[str, Holding]] = []
+        # Bound gang members: gang key -> pod keys (for "k of N present" and conflicts).
+        self.gang_bound: dict[str, set[str]] = {}
+
+    # ---- nodes -----------------------------------------------------------------------------
+
+    def set_node(self, node: NodeInput) -> str | None:
+        """Add or refresh a node. Returns a warning when its inventory is malformed."""
+        warning: str | None = None
+        try:
+            inventory = read_inventory(node)
+            error = None
+        except InventoryError as exc:
+            inventory, error = None, str(exc)
+            warning = f"{exc}; node excluded from GPU scheduling"
+        old = self.nodes.get(node.name)
+        state = NodeState(node, inventory, error)
+        self._unindex(node.name)
+        self.nodes[node.name] = state
+        pods = set(old.pods) if old else set()
+        pods |= {k for k, h in self._orphans.items() if h.node == node.name}
+        for key in sorted(pods):
+            holding = self.holdings.get(key) or self._orphans.pop(key)
+            self.holdings[key] = holding
+            self._charge(state, holding, +1)
+        self._index(state)
+        return warning
+
+    def remove_node(self, name: str) -> None:
+        state = self.nodes.pop(name, None)
+        if state is None:
+            return
+        self._unindex(name)
+        for key in state.pods:
+            holding = self.holdings.pop(key, None)
+            if holding is not None:
+                self._orphans[key] = holding
+
+    # ---- pods ------------------------------------------------------------------------------
+
+    def add_bound_pod(self, pod: PodInput) -> str | None:
+        """Record what a bound pod holds, from its annotations. Returns a warning, if any."""
+        if not pod.node_name or pod.finished:
+            self.remove_pod(pod.key)
+            return None
+        try:
+            holding = self._holding_from_annotations(pod)
+        except ValueError as exc:
+            return f"pod {pod.key}: {exc}; its GPUs are not tracked"
+        if holding is None:
+            self.remove_pod(pod.key)
+            return None
+        self.remove_pod(pod.key)
+        return self.hold(holding)
+
+    def remove_pod(self, key: str) -> None:
+        if key in self._orphans:
+            del self._orphans[key]
+        holding = self.holdings.get(key)
+        if holding is not None:
+            self.release(holding)
+
+    def hold(self, holding: Holding) -> str | None:
+        """Charge a holding to its node (assume). Returns a warning on a double claim."""
+        self._undo.append(("hold", holding))
+        if holding.gang:
+            self.gang_bound.setdefault(holding.gang, set()).add(holding.pod)
+        state = self.nodes.get(holding.node)
+        if state is None:
+            self._orphans[holding.pod] = holding
+            return None
+        warning = None
+        clash = holding.whole & (state.whole | state.shared_mask)
+        if clash:
+            others = sorted(
+                k
+                for k in state.pods
+                if (self.holdings[k].whole | _share_mask(self.holdings[k])) & clash
+            )
+            gpus = ",".join(str(i) for i in bits(clash))
+            warning = (
+                f"node {state.name}: GPU {gpus} claimed by {holding.pod} and by {', '.join(others)}"
+            )
+        self.holdings[holding.pod] = holding
+        self._unindex(state.name)
+        self._charge(state, holding, +1)
+        self._index(state)
+        return warning
+
+    def release(self, holding: Holding) -> None:
+        """Undo a holding (forget, or the pod finished or was deleted)."""
+        if self.holdings.get(holding.pod) != holding:
+            return
+        self._undo.append(("release", holding))
+        del self.holdings[holding.pod]
+        if holding.gang and holding.gang in self.gang_bound:
+            self.gang_bound[holding.gang].discard(holding.pod)
+            if not self.gang_bound[holding.gang]:
+                del self.gang_bound[holding.gang]
+        state = self.nodes.get(holding.node)
+        if state is None:
+            return
+        self._unindex(state.name)
+        self._charge(state, holding, -1)
+        self._index(state)
+
+    def apply(self, placement: Placement, replicas: int = 0) -> None:
+        """Assume a placement the core decided (before the shell has bound it)."""
+        whole = 0
+        for i in placement.devices:
+            whole |= 1 << i
+        self.hold(
+            Holding(
+                placement.pod, placement.node, whole, placement.shares, placement.gang, replicas
+            )
+        )
+
+    def checkpoint(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self._undo) > checkpoint:
+            op, holding = self._undo.pop()
+            undo_len = len(self._undo)
+            if op == "hold":
+                self.release(holding)
+            else:
+                self.hold(holding)
+            del self._undo[undo_len:]
+
+    # ---- queries ---------------------------------------------------------------------------
+
+    def gpu_nodes(self) -> Iterator[NodeState]:
+        return (s for s in self.nodes.values() if s.inventory is not None)
+
+    def iter_classes(self, vendor: str) -> Iterator[NodeClass]:
+        return (c for c in self.classes.values() if c.key[1] == vendor)
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _index(self, state: NodeState) -> None:
+        inv = state.inventory
+        if inv is None:
+            return
+        key: ClassKey = (inv.topology, inv.vendor, len(inv.devices), state.free_mask)
+        cls = self.classes.get(key)
+        if cls is None:
+            cls = self.classes[key] = NodeClass(key)
+        cls.add(state.name)
+        self._class_of[state.name] = key
+
+    def _unindex(self, name: str) -> None:
+        key = self._class_of.pop(name, None)
+        if key is None:
+            return
+        cls = self.classes[key]
+        cls.names.discard(name)
+        if not cls.names:
+            del self.classes[key]
+
+    def _charge(self, state: NodeState, holding: Holding, sign: int) -> None:
+        if sign > 0:
+            state.whole |= holding.whole
+            state.pods.add(holding.pod)
+        else:
+            state.whole &= ~holding.whole
+            state.pods.discard(holding.pod)
+        for share in holding.shares:
+            use = state.cards.setdefault(share.index, CardUse())
+            use.core += sign * share.core
+            use.memory_mib += sign * share.memory_mib
+            use.sgpu += sign * share.sgpu
+            use.pods += sign
+            if share.qos:
+                use.qos_pods += sign
+                use.qos = share.qos if use.qos_pods else None
+            if not use.pods:
+                del state.cards[share.index]
+
+    def _holding_from_annotations(self, pod: PodInput) -> Holding | None:
+        gang_key, replicas = None, 0
+        try:
+            gang = parse_gang(pod)
+        except RequestError:
+            gang = None
+        if gang is not None:
+            gang_key, replicas = gang.key, gang.replicas
+        raw_assignment = pod.annotations.get(ASSIGNMENT_ANNOTATION)
+        raw_devices = pod.annotations.get(DEVICES_ANNOTATION)
+        shares: tuple[Share, ...] = ()
+        if raw_assignment:
+            try:
+                assignment = msgspec.json.decode(raw_assignment, type=AssignmentRecord)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise ValueError(f"annotation {ASSIGNMENT_ANNOTATION}: {exc}") from None
+            shares = tuple(assignment.shares)
+        whole = 0
+        if raw_devices is not None and raw_devices.strip():
+            for part in raw_devices.split(","):
+                try:
+                    index = int(part)
+                except ValueError:
+                    raise ValueError(
+                        f"annotation {DEVICES_ANNOTATION}: {part.strip()!r} is not a GPU index"
+                    ) from None
+                if index < 0:
+                    raise ValueError(f"annotation {DEVICES_ANNOTATION}: negative index {index}")
+                whole |= 1 << index
+        elif not shares:
+            return self._unannotated(pod, gang_key, replicas)
+        return Holding(pod.key, pod.node_name, whole, shares, gang_key, replicas)
+
+    def _unannotated(self, pod: PodInput, gang: str | None, replicas: int) -> Holding | None:
+        """A bound pod with GPUs but none of our annotations (bound by another scheduler).
+
+        Its GPU count is real even if we do not know which GPUs the node gave it, so charge the
+        GPUs rule 1 would have picked: the count stays right, which is what keeps us from
+        over-committing the node.
+        """
+        try:
+            req = parse_request(pod, self.settings)
+        except RequestError:
+            return None
+        state = self.nodes.get(pod.node_name)
+        if req.gpus == 0 or state is None or state.inventory is None:
+            return None
+        choice = state.inventory.topology.best_set(state.free_mask, req.gpus)
+        if choice is None:
+            return None
+        return Holding(pod.key, pod.node_name, choice.mask, (), gang, replicas)
+
+
+class AssignmentDevice(msgspec.Struct, frozen=True):
+    index: int
+    uuid: str
+
+
+class AssignmentRecord(msgspec.Struct, frozen=True, rename="camel", omit_defaults=False):
+    """The ``topo-scheduler.io/assignment`` annotation: a public format."""
+
+    node: str
+    devices: list[AssignmentDevice] = msgspec.field(default_factory=list)
+    shares: list[Share] = msgspec.field(default_factory=list)
+    gang: str | None = None
+
+
+def assignment_annotations(placement: Placement) -> dict[str, str]:
+    """The annotations the shell writes on the Binding for this placement."""
+    record = AssignmentRecord(
+        node=placement.node,
+        devices=[
+            AssignmentDevice(i, u) for i, u in zip(placement.devices, placement.uuids, strict=True)
+        ],
+        shares=list(placement.shares),
+        gang=placement.gang,
+    )
+    return {
+        DEVICES_ANNOTATION: ",".join(str(i) for i in placement.devices),
+        ASSIGNMENT_ANNOTATION: msgspec.json.encode(record).decode(),
+    }
+
+
+def bits(mask: int) -> list[int]:
+    """The indices set in ``mask``, ascending."""
+    out = []
+    i = 0
+    while mask:
+        if mask & 1:
+            out.append(i)
+        mask >>= 1
+        i += 1
+    return out
+
+
+def _share_mask(holding: Holding) -> int:
+    mask = 0
+    for s in holding.shares:
+        mask |= 1 << s.index
+    return mask

@@ -1,0 +1,145 @@
+"""Entry points of the core: group pending pods into units, decide a unit, replay a sequence.
+
+A unit is one pod, or every pending member of one gang. ``decide`` never mutates the state it is
+given (gang planning rolls back its own tentative placements); the caller applies a Placed decision
+with ``apply_decision`` once it has taken it (the simulator at once, the live scheduler after its
+store reservation succeeds). ``schedule_in_order`` is the simulator's loop, kept here so that the
+live scheduler and the simulator share every rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from msgspec import Struct
+
+from .cluster import ClusterState
+from .decisions import Decision, Placed, Unschedulable
+from .gang import Member, plan_gang
+from .objects import PodInput
+from .placement import (
+    place_shared,
+    place_whole,
+    place_without_gpus,
+    unschedulable_reason,
+)
+from .requests import RequestError, parse_gang, parse_request
+
+
+class Unit(Struct, frozen=True):
+    gang: str | None
+    pods: tuple[PodInput, ...]
+
+
+def gang_of(pod: PodInput) -> str | None:
+    """The pod's gang key, or None (also for malformed gang labels: decide() reports those)."""
+    try:
+        gang = parse_gang(pod)
+    except RequestError:
+        return None
+    return gang.key if gang else None
+
+
+def group_units(pods: Sequence[PodInput]) -> list[Unit]:
+    """Pending pods as units, in the order of each unit's first pod."""
+    units: list[Unit] = []
+    gangs: dict[str, list[PodInput]] = {}
+    order: list[str | PodInput] = []
+    for pod in pods:
+        key = gang_of(pod)
+        if key is None:
+            order.append(pod)
+        elif key in gangs:
+            gangs[key].append(pod)
+        else:
+            gangs[key] = [pod]
+            order.append(key)
+    for item in order:
+        if isinstance(item, str):
+            units.append(Unit(item, tuple(gangs[item])))
+        else:
+            units.append(Unit(None, (item,)))
+    return units
+
+
+def decide(state: ClusterState, unit: Unit) -> Decision:
+    if unit.gang is None:
+        (pod,) = unit.pods
+        return _decide_pod(state, pod)
+    members = []
+    for pod in unit.pods:
+        try:
+            members.append(Member(pod, parse_request(pod, state.settings)))
+        except RequestError as exc:
+            keys = tuple(sorted(p.key for p in unit.pods))
+            return Unschedulable(keys, f"gang {unit.gang}: {exc}")
+    return plan_gang(state, unit.gang, members)
+
+
+def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
+    try:
+        req = parse_request(pod, state.settings)
+    except RequestError as exc:
+        return Unschedulable((pod.key,), str(exc))
+    if req.shared is not None:
+        placement = place_shared(state, pod, req)
+    elif req.gpus:
+        placement = place_whole(state, pod, req)
+    else:
+        placement = place_without_gpus(state, pod)
+        if placement is None:
+            return Unschedulable((pod.key,), _no_node_reason(state))
+    if placement is None:
+        return Unschedulable((pod.key,), unschedulable_reason(state, [pod], req))
+    return Placed((placement,))
+
+
+def _no_node_reason(state: ClusterState) -> str:
+    total = len(state.nodes)
+    if total == 0:
+        return "0/0 nodes are available: the cluster has no nodes."
+    return f"0/{total} nodes are available: none accepts the pod (cordoned, taints or selector)."
+
+
+def apply_decision(state: ClusterState, decision: Decision, units: Unit) -> None:
+    """Assume a Placed decision in the state (no-op for the others)."""
+    if not isinstance(decision, Placed):
+        return
+    replicas = {p.key: _replicas(p) for p in units.pods}
+    for placement in decision.placements:
+        state.apply(placement, replicas.get(placement.pod, 0))
+
+
+def _replicas(pod: PodInput) -> int:
+    try:
+        gang = parse_gang(pod)
+    except RequestError:
+        return 0
+    return gang.replicas if gang else 0
+
+
+def schedule_in_order(state: ClusterState, pods: Sequence[PodInput]) -> list[Decision]:
+    """Decide pending pods in order, applying each placement before the next decision.
+
+    A gang is decided once, at the position of its last member in ``pods`` (all members present
+    then, if they ever will be); a non-gang pod at its own position.
+    """
+    units = group_units(pods)
+    last_pos: dict[str, int] = {}
+    for pos, pod in enumerate(pods):
+        key = gang_of(pod)
+        if key is not None:
+            last_pos[key] = pos
+    position = {id(pod): pos for pos, pod in enumerate(pods)}
+
+    def when(unit: Unit) -> int:
+        if unit.gang is not None:
+            return last_pos[unit.gang]
+        return position[id(unit.pods[0])]
+
+    decisions = []
+    for unit in sorted(units, key=when):
+        decision = decide(state, unit)
+        apply_decision(state, decision, unit)
+        decisions.append(decision)
+    return decisions

@@ -1,0 +1,49 @@
+"""Decisions: the core's only output, a tagged union (placed / waiting / unschedulable).
+
+A decision covers a scheduling unit: one pod, or every pending member of a gang. ``Placed`` holds
+one Placement per pod; the shell reserves and binds exactly these. ``Waiting`` means "nothing is
+wrong with the pod, something else must happen first" (gang members missing or in conflict);
+``Unschedulable`` means no node fits now, with a reason in kube-scheduler's style.
+"""
+
+from __future__ import annotations
+
+from msgspec import Struct
+
+
+class Share(Struct, frozen=True, rename="camel", omit_defaults=True):
+    """The slice of one card a shared-GPU pod holds."""
+
+    index: int
+    uuid: str
+    core: int
+    memory_mib: int
+    sgpu: int = 0
+    qos: str | None = None
+
+
+class Placement(Struct, frozen=True):
+    pod: str  # "namespace/name"
+    uid: str
+    node: str
+    devices: tuple[int, ...]  # whole GPUs by index on the node, ascending; empty for shared
+    uuids: tuple[str, ...]
+    shares: tuple[Share, ...] = ()
+    gang: str | None = None  # "namespace/job"
+
+
+class Placed(Struct, frozen=True, tag="placed"):
+    placements: tuple[Placement, ...]
+
+
+class Waiting(Struct, frozen=True, tag="waiting"):
+    pods: tuple[str, ...]
+    reason: str
+
+
+class Unschedulable(Struct, frozen=True, tag="unschedulable"):
+    pods: tuple[str, ...]
+    reason: str
+
+
+Decision = Placed | Waiting | Unschedulable

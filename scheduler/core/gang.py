@@ -1,0 +1,179 @@
+"""Gang planning (rule 3): every pending replica placed in one pass, all or nothing.
+
+A gang is (namespace, job) from the ``gpu-topology`` label; ``gpu-topology-replica`` says how many
+members it has. Planning starts only when all N members exist (pending or already bound). Then:
+
+1. One node for all pending members if any fits: the node is ranked by rule 2 as if one pod asked
+   for all their GPUs, and the joint best set (rule 1) is split among the replicas, largest first,
+   each taking the best subset of what is left of the joint set. Two 1-GPU replicas therefore share
+   an NVLink pair instead of each taking a worst-connected GPU.
+2. Otherwise the fewest nodes, greedily: the replicas (largest first) are packed onto the node that
+   absorbs the most of their GPUs, ranked by rule 2 among equals; each node's share is again a joint
+   set. For gangs of equal replicas (the usual case, and ACK's only case) this is the minimum number
+   of nodes.
+
+The plan runs as a transaction on ClusterState (checkpoint, tentative apply, rollback): the
+tentative placements let the next replica see what the previous ones took, and the rollback leaves
+the state exactly as it was, whether the plan succeeded or not. The caller applies a successful
+plan itself, the same way it applies a single pod's placement.
+"""
+
+from __future__ import annotations
+
+from msgspec import Struct
+
+from .cluster import ClusterState, NodeState
+from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
+from .objects import PodInput
+from .placement import best_whole_node, unschedulable_reason, whole_placement
+from .requests import PodRequest
+
+
+class Member(Struct, frozen=True):
+    pod: PodInput
+    request: PodRequest
+
+
+def check_gang(
+    state: ClusterState, gang: str, members: list[Member]
+) -> Waiting | Unschedulable | None:
+    """Why the gang cannot be planned yet (waiting) or at all (unschedulable); None when it can."""
+    keys = tuple(sorted(m.pod.key for m in members))
+    counts = {m.request.gang.replicas for m in members if m.request.gang}
+    bound = state.gang_bound.get(gang, set()) - set(keys)
+    counts |= {
+        state.holdings[k].replicas
+        for k in bound
+        if k in state.holdings and state.holdings[k].replicas
+    }
+    if len(counts) > 1:
+        listed = ", ".join(str(c) for c in sorted(counts))
+        return Waiting(keys, f"gang {gang}: members disagree on gpu-topology-replica ({listed})")
+    replicas = counts.pop()
+    present = len(members) + len(bound)
+    if present > replicas:
+        return Waiting(
+            keys,
+            f"gang {gang}: {present} members present but gpu-topology-replica says {replicas}",
+        )
+    if present < replicas:
+        return Waiting(keys, f"gang {gang}: {present} of {replicas} replicas present")
+    vendors = {m.request.vendor for m in members if m.request.vendor}
+    if any(m.request.shared is not None for m in members):
+        return Unschedulable(
+            keys, f"gang {gang}: gang members must ask for whole GPUs, not shared GPUs"
+        )
+    if len(vendors) > 1:
+        return Unschedulable(
+            keys,
+            f"gang {gang}: members ask for GPUs of several vendors ({', '.join(sorted(vendors))})",
+        )
+    return None
+
+
+def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision:
+    problem = check_gang(state, gang, members)
+    if problem is not None:
+        return problem
+    keys = tuple(sorted(m.pod.key for m in members))
+    ordered = sorted(members, key=lambda m: (-m.request.gpus, m.pod.key))
+    gpu_members = [m for m in ordered if m.request.gpus > 0]
+    if not gpu_members:
+        return Unschedulable(keys, f"gang {gang}: no member asks for GPUs")
+    vendor = gpu_members[0].request.vendor
+    assert vendor is not None
+    spread = gpu_members[0].request.node_policy == "spread"
+    pods = [m.pod for m in ordered]
+    total = sum(m.request.gpus for m in gpu_members)
+
+    checkpoint = state.checkpoint()
+    try:
+        placements = _plan_one_node(state, gang, ordered, vendor, spread, pods, total)
+        if placements is None:
+            state.rollback(checkpoint)
+            placements = _plan_fewest_nodes(state, gang, ordered, vendor, spread)
+    finally:
+        state.rollback(checkpoint)
+    if placements is None:
+        largest = gpu_members[0].request.gpus
+        reason = unschedulable_reason(state, pods, gpu_members[0].request, largest)
+        return Unschedulable(
+            keys,
+            f"gang {gang}: {len(members)} pending replicas need {total} GPUs and cannot all be "
+            f"placed; {reason}",
+        )
+    placements.sort(key=lambda p: p.pod)
+    return Placed(tuple(placements))
+
+
+def _plan_one_node(
+    state: ClusterState,
+    gang: str,
+    ordered: list[Member],
+    vendor: str,
+    spread: bool,
+    pods: list[PodInput],
+    total: int,
+) -> list[Placement] | None:
+    found = best_whole_node(state, pods, total, vendor, spread)
+    if found is None:
+        return None
+    return _split(state, gang, found.node, found.choice.mask, ordered)
+
+
+def _split(
+    state: ClusterState, gang: str, node: NodeState, joint: int, group: list[Member]
+) -> list[Placement]:
+    """Give each member (largest first) the best subset of the joint set that is left."""
+    assert node.inventory is not None
+    topology = node.inventory.topology
+    out = []
+    left = joint
+    for member in group:
+        k = member.request.gpus
+        if k == 0:
+            indices: tuple[int, ...] = ()
+        else:
+            choice = topology.best_set(left, k)
+            assert choice is not None
+            indices = choice.indices
+            left &= ~choice.mask
+        placement = whole_placement(member.pod, node, indices, gang)
+        state.apply(placement, member.request.gang.replicas if member.request.gang else 0)
+        out.append(placement)
+    return out
+
+
+def _plan_fewest_nodes(
+    state: ClusterState, gang: str, ordered: list[Member], vendor: str, spread: bool
+) -> list[Placement] | None:
+    remaining = list(ordered)
+    out: list[Placement] = []
+    while remaining:
+        # A node with c free GPUs absorbs the replicas that fit in c, largest first; only the
+        # distinct groups this yields need ranking, each once (rule 2 over all nodes).
+        groups: dict[tuple[str, ...], list[Member]] = {}
+        for c in sorted({cls.key[3].bit_count() for cls in state.iter_classes(vendor)}):
+            group, cap = [], c
+            for m in remaining:
+                if m.request.gpus <= cap:
+                    group.append(m)
+                    cap -= m.request.gpus
+            if any(m.request.gpus for m in group):
+                groups[tuple(m.pod.key for m in group)] = group
+        best: tuple[tuple[int, tuple[int, ...], str], list[Member], NodeState, int] | None = None
+        for group in groups.values():
+            placed = sum(m.request.gpus for m in group)
+            found = best_whole_node(state, [m.pod for m in group], placed, vendor, spread)
+            if found is None:
+                continue
+            key = (-placed, found.key, found.node.name)
+            if best is None or key < best[0]:
+                best = (key, group, found.node, found.choice.mask)
+        if best is None:
+            return None
+        _, group, node, joint = best
+        out.extend(_split(state, gang, node, joint, group))
+        taken = {m.pod.key for m in group}
+        remaining = [m for m in remaining if m.pod.key not in taken]
+    return out

@@ -1,0 +1,36 @@
+"""Annotation, label and resource names: public contracts shared with users and other tools."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Node inventory written by our node agent (or by hand).
+GPUS_ANNOTATION: Final = "topo-scheduler.io/gpus"
+# HAMi's device plugin inventory, read when ours is absent.
+HAMI_REGISTER_ANNOTATION: Final = "hami.io/node-nvidia-register"
+HAMI_SCORE_ANNOTATION: Final = "hami.io/node-nvidia-score"
+
+# Written by this scheduler at bind time.
+DEVICES_ANNOTATION: Final = "topo-scheduler.io/devices"
+ASSIGNMENT_ANNOTATION: Final = "topo-scheduler.io/assignment"
+
+# Pod policies (HAMi's names, so pods written for HAMi work unchanged).
+GPU_POLICY_ANNOTATION: Final = "hami.io/gpu-scheduler-policy"
+NODE_POLICY_ANNOTATION: Final = "hami.io/node-scheduler-policy"
+
+# Gang labels (Alibaba ACK's names).
+GANG_LABEL: Final = "gpu-topology"
+GANG_REPLICA_LABEL: Final = "gpu-topology-replica"
+
+# Shared GPUs (Koordinator and MetaX sGPU).
+SHARED_RESOURCE: Final = "koordinator.sh/gpu.shared"
+CORE_RESOURCE: Final = "koordinator.sh/gpu-core"
+MEMORY_RESOURCE: Final = "koordinator.sh/gpu-memory"
+MEMORY_RATIO_RESOURCE: Final = "koordinator.sh/gpu-memory-ratio"
+SGPU_RESOURCE: Final = "metax-tech.com/sgpu"
+SGPU_QOS_ANNOTATION: Final = "metax-tech.com/sgpu-qos-policy"
+SGPU_QOS_POLICIES: Final = ("fixed-share", "best-effort", "burst-share")
+# An sGPU pod without a QoS annotation gets the least demanding policy.
+DEFAULT_SGPU_QOS: Final = "best-effort"
+
+CORES_PER_CARD: Final = 100

@@ -1,0 +1,278 @@
+"""Where one pod (or one node's part of a gang) goes: rules 2, 4 and 5.
+
+Rule 2, whole GPUs. Nodes are compared by a key, smallest first:
+  binpack: (-set score, free GPUs, total GPUs, damage, name)
+  spread:  (-set score, -free GPUs, total GPUs, damage, name)
+The set score is rule 1's internal score of the best k-set on that node, so a multi-GPU pod goes to
+the best-connected set first (that is why it asked us); for k = 1 it is always 0 and the key reduces
+to "smallest fitting node, then least damage". Ranking runs over ClusterState's node classes, not
+nodes; only the winning class is searched for a name, and only a pod with a node selector or a
+node with a taint costs a scan of that class.
+
+Rule 4, shared GPUs. A card fits when its free core percent, memory and sGPU slots cover the request
+and its QoS matches (an idle card takes any). GPU policy binpack takes the busiest fitting cards,
+spread the idlest; between nodes, binpack prefers the node whose chosen cards are busiest (keeping
+idle cards whole for whole-GPU pods), spread the idlest.
+
+Rule 5. When nothing fits, every node is counted under the first filter it failed and the counts
+read like kube-scheduler's: "0/12 nodes are available: 8 have fewer than 4 free GPUs, 4 are not GPU
+nodes."
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from .cluster import CardUse, ClusterState, NodeClass, NodeState
+from .decisions import Placement, Share
+from .names import CORES_PER_CARD
+from .objects import PodInput
+from .requests import PodRequest, SharedRequest
+from .topology import SetChoice
+
+
+class WholeChoice:
+    __slots__ = ("choice", "key", "node")
+
+    def __init__(self, node: NodeState, choice: SetChoice, key: tuple[int, ...]) -> None:
+        self.node = node
+        self.choice = choice
+        self.key = key
+
+
+def _class_key(
+    cls: NodeClass, k: int, spread: bool
+) -> tuple[tuple[int, int, int, int], SetChoice] | None:
+    topology, _vendor, total, free = cls.key
+    free_count = free.bit_count()
+    if free_count < k:
+        return None
+    choice = topology.best_set(free, k)
+    if choice is None:
+        return None
+    score = choice.score if k >= 2 else 0
+    return (-score, -free_count if spread else free_count, total, choice.damage), choice
+
+
+def _needs_scan(pod: PodInput) -> bool:
+    return bool(pod.node_selector)
+
+
+def best_whole_node(
+    state: ClusterState,
+    pods: Iterable[PodInput],
+    k: int,
+    vendor: str,
+    spread: bool,
+    exclude: frozenset[str] = frozenset(),
+) -> WholeChoice | None:
+    """Rule 2: the best node for k whole GPUs of ``vendor``, acceptable to every pod in ``pods``."""
+    members = list(pods)
+    ranked: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
+    for cls in state.iter_classes(vendor):
+        found = _class_key(cls, k, spread)
+        if found is not None:
+            ranked.append((found[0], cls, found[1]))
+    ranked.sort(key=lambda item: item[0])
+    scan = any(_needs_scan(p) for p in members) or bool(exclude)
+    pos = 0
+    while pos < len(ranked):
+        key = ranked[pos][0]
+        group_end = pos
+        while group_end < len(ranked) and ranked[group_end][0] == key:
+            group_end += 1
+        best: tuple[str, NodeClass, SetChoice] | None = None
+        for _, cls, choice in ranked[pos:group_end]:
+            name = _first_accepting(state, cls, members, scan, exclude)
+            if name is not None and (best is None or name < best[0]):
+                best = (name, cls, choice)
+        if best is not None:
+            return WholeChoice(state.nodes[best[0]], best[2], key)
+        pos = group_end
+    return None
+
+
+def _first_accepting(
+    state: ClusterState,
+    cls: NodeClass,
+    pods: list[PodInput],
+    scan: bool,
+    exclude: frozenset[str],
+) -> str | None:
+    if not scan:
+        name = cls.first()
+        if all(state.nodes[name].accepts(p) is None for p in pods):
+            return name
+    for name in cls.in_order():
+        if name in exclude:
+            continue
+        node = state.nodes[name]
+        if all(node.accepts(p) is None for p in pods):
+            return name
+    return None
+
+
+def whole_placement(
+    pod: PodInput, node: NodeState, indices: Iterable[int], gang: str | None
+) -> Placement:
+    assert node.inventory is not None
+    devices = tuple(sorted(indices))
+    uuids = tuple(node.inventory.device(i).uuid for i in devices)
+    return Placement(pod.key, pod.uid, node.name, devices, uuids, (), gang)
+
+
+def place_whole(state: ClusterState, pod: PodInput, req: PodRequest) -> Placement | None:
+    assert req.vendor is not None
+    found = best_whole_node(state, [pod], req.gpus, req.vendor, req.node_policy == "spread")
+    if found is None:
+        return None
+    return whole_placement(pod, found.node, found.choice.indices, None)
+
+
+def place_without_gpus(state: ClusterState, pod: PodInput) -> Placement | None:
+    """A pod of ours that asks for no GPU: non-GPU nodes first, so GPU nodes stay for GPU pods."""
+    best: tuple[tuple[bool, str], NodeState] | None = None
+    for node in state.nodes.values():
+        if node.accepts(pod) is not None:
+            continue
+        key = (node.inventory is not None, node.name)
+        if best is None or key < best[0]:
+            best = (key, node)
+    if best is None:
+        return None
+    return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
+
+
+# ---- shared GPUs (rule 4) --------------------------------------------------------------------
+
+
+def _card_fit(node: NodeState, index: int, req: SharedRequest) -> tuple[int, int] | None:
+    """(free cores after, memory MiB to charge) when the card fits, else None."""
+    inv = node.inventory
+    assert inv is not None
+    device = inv.device(index)
+    use = node.cards.get(index) or CardUse()
+    memory = req.memory_mib
+    if req.memory_ratio:
+        if device.memory_mib <= 0:
+            return None
+        memory = device.memory_mib * req.memory_ratio // 100
+    if use.core + req.core > CORES_PER_CARD:
+        return None
+    if memory and (device.memory_mib <= 0 or use.memory_mib + memory > device.memory_mib):
+        return None
+    if req.sgpu:
+        if inv.sgpu_per_card <= 0 or use.sgpu + req.sgpu > inv.sgpu_per_card:
+            return None
+        if use.qos is not None and use.qos != req.qos:
+            return None
+    return CORES_PER_CARD - use.core - req.core, memory
+
+
+def place_shared(state: ClusterState, pod: PodInput, req: PodRequest) -> Placement | None:
+    shared = req.shared
+    assert shared is not None
+    spread_cards = req.gpu_policy == "spread"
+    spread_nodes = req.node_policy == "spread"
+    best: tuple[tuple[int, int, str], NodeState, list[tuple[int, int]]] | None = None
+    for node in state.gpu_nodes():
+        inv = node.inventory
+        assert inv is not None
+        if shared.vendor is not None and inv.vendor != shared.vendor:
+            continue
+        if node.accepts(pod) is not None:
+            continue
+        fits: list[tuple[int, int, int]] = []  # (free core after, index, memory)
+        for device in inv.devices:
+            if not device.healthy or node.whole >> device.index & 1:
+                continue
+            fit = _card_fit(node, device.index, shared)
+            if fit is not None:
+                fits.append((fit[0], device.index, fit[1]))
+        if len(fits) < shared.cards:
+            continue
+        fits.sort(key=lambda f: (-f[0] if spread_cards else f[0], f[1]))
+        chosen = fits[: shared.cards]
+        free_after = sum(f[0] for f in chosen)
+        key = (-free_after if spread_nodes else free_after, node.free_mask.bit_count(), node.name)
+        if best is None or key < best[0]:
+            best = (key, node, [(f[1], f[2]) for f in chosen])
+    if best is None:
+        return None
+    node = best[1]
+    assert node.inventory is not None
+    shares = tuple(
+        Share(
+            index=i,
+            uuid=node.inventory.device(i).uuid,
+            core=shared.core,
+            memory_mib=memory,
+            sgpu=shared.sgpu,
+            qos=shared.qos,
+        )
+        for i, memory in sorted(best[2])
+    )
+    return Placement(pod.key, pod.uid, node.name, (), (), shares, None)
+
+
+# ---- reasons (rule 5) ------------------------------------------------------------------------
+
+_PHRASES: dict[str, tuple[str, str]] = {
+    "not-gpu": ("is not a GPU node", "are not GPU nodes"),
+    "invalid": ("has an invalid GPU inventory", "have an invalid GPU inventory"),
+    "cordoned": ("is cordoned", "are cordoned"),
+    "selector": ("didn't match the pod's node selector", "didn't match the pod's node selector"),
+    "taint": (
+        "has a taint the pod doesn't tolerate",
+        "have a taint the pod doesn't tolerate",
+    ),
+}
+
+
+def unschedulable_reason(
+    state: ClusterState, pods: list[PodInput], req: PodRequest, gpus: int | None = None
+) -> str:
+    """kube-scheduler style: "0/12 nodes are available: 8 have fewer than 4 free GPUs, ..."."""
+    counts: Counter[tuple[str, str]] = Counter()
+    k = req.gpus if gpus is None else gpus
+    for node in state.nodes.values():
+        counts[_node_reason(node, pods, req, k)] += 1
+    total = len(state.nodes)
+    if total == 0:
+        return "0/0 nodes are available: the cluster has no nodes."
+    parts = sorted(counts.items(), key=lambda item: (-item[1], item[0][1]))
+    text = ", ".join(f"{n} {phrase[0] if n == 1 else phrase[1]}" for phrase, n in parts)
+    return f"0/{total} nodes are available: {text}."
+
+
+def _node_reason(node: NodeState, pods: list[PodInput], req: PodRequest, k: int) -> tuple[str, str]:
+    if node.inventory is None:
+        return _PHRASES["invalid" if node.error else "not-gpu"]
+    for pod in pods:
+        why = node.accepts(pod)
+        if why is not None:
+            return _PHRASES[why]
+    inv = node.inventory
+    if req.shared is not None:
+        s = req.shared
+        if s.vendor is not None and inv.vendor != s.vendor:
+            return (f"has no {s.vendor} GPUs", f"have no {s.vendor} GPUs")
+        if s.sgpu and inv.sgpu_per_card <= 0:
+            return ("has no sGPU slots", "have no sGPU slots")
+        need = [f"{s.core}% free cores"] if s.core else []
+        if s.memory_mib:
+            need.append(f"{s.memory_mib} MiB free memory")
+        if s.memory_ratio:
+            need.append(f"{s.memory_ratio}% free memory")
+        if s.sgpu:
+            need.append(f"{s.sgpu} free sGPU slot{'s' if s.sgpu > 1 else ''} (QoS {s.qos})")
+        what = " and ".join(need)
+        cards = "a GPU" if s.cards == 1 else f"{s.cards} GPUs"
+        return (f"has no {cards} with {what}", f"have no {cards} with {what}")
+    if inv.vendor != req.vendor:
+        return (f"has no {req.vendor} GPUs", f"have no {req.vendor} GPUs")
+    noun = "GPU" if k == 1 else "GPUs"
+    if len(inv.devices) < k:
+        return (f"has fewer than {k} {noun} in total", f"have fewer than {k} {noun} in total")
+    return (f"has fewer than {k} free {noun}", f"have fewer than {k} free {noun}")

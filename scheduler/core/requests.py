@@ -1,0 +1,276 @@
+"""What a pod asks for, parsed once from its containers, labels and annotations.
+
+A pod asks for either whole GPUs of one vendor (the configured resource names, summed over its
+containers and sidecar init containers), or a slice of shared GPUs (Koordinator's resources and
+MetaX sGPU), or nothing we schedule. A malformed request raises RequestError naming the pod and the
+field; the cycle turns that into an Unschedulable decision, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Final
+
+from msgspec import Struct
+
+from . import names
+from .objects import ContainerInput, PodInput
+from .settings import GPU_POLICIES, NODE_POLICIES, CoreSettings, GpuPolicy, NodePolicy
+
+
+class RequestError(ValueError):
+    pass
+
+
+class SharedRequest(Struct, frozen=True):
+    cards: int  # how many cards the pod spreads over (koordinator.sh/gpu.shared)
+    core: int  # percent of one card, per card
+    memory_mib: int  # per card; 0 with memory_ratio set
+    memory_ratio: int  # percent of the card's memory, per card
+    sgpu: int  # sGPU instances per card
+    qos: str | None  # sGPU QoS policy; None for non-sGPU sharing
+    vendor: str | None  # "metax" for sGPU; None: any vendor
+
+
+class Gang(Struct, frozen=True):
+    key: str  # "namespace/job"
+    replicas: int
+
+
+class PodRequest(Struct, frozen=True):
+    gpus: int = 0
+    vendor: str | None = None
+    shared: SharedRequest | None = None
+    gang: Gang | None = None
+    gpu_policy: GpuPolicy = "topology-aware"
+    node_policy: NodePolicy = "binpack"
+
+    @property
+    def wants_gpus(self) -> bool:
+        return self.gpus > 0 or self.shared is not None
+
+
+_SUFFIX: Final[dict[str, int]] = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+def parse_quantity(text: str) -> Decimal:
+    """A Kubernetes quantity ("2", "1Gi", "500M", "1.5") as an exact Decimal."""
+    found = _QUANTITY.match(str(text).strip())
+    if not found or found.group(2) not in _SUFFIX:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    try:
+        number = Decimal(found.group(1))
+    except InvalidOperation:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
+    return number * _SUFFIX[found.group(2)]
+
+
+def _count(pod: PodInput, where: str, resource: str, text: str) -> int:
+    try:
+        value = parse_quantity(text)
+    except ValueError as exc:
+        raise RequestError(f"pod {pod.key}: {where}[{resource}]: {exc}") from None
+    if value < 0 or value != value.to_integral_value():
+        raise RequestError(
+            f"pod {pod.key}: {where}[{resource}]: {text!r} must be a whole, non-negative number"
+        )
+    return int(value)
+
+
+def _resources(c: ContainerInput) -> dict[str, str]:
+    # Extended resources must have request == limit; a missing limit falls back to the request.
+    merged = dict(c.requests)
+    merged.update(c.limits)
+    return merged
+
+
+_SHARED_NAMES: Final = (
+    names.SHARED_RESOURCE,
+    names.CORE_RESOURCE,
+    names.MEMORY_RESOURCE,
+    names.MEMORY_RATIO_RESOURCE,
+    names.SGPU_RESOURCE,
+)
+
+
+def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
+    """Parse what ``pod`` asks for; raises RequestError with a reason naming pod and field."""
+    whole: dict[str, int] = {}
+    shared: dict[str, int] = {}
+    memory_mib = 0
+    active = list(pod.containers)
+    for init in pod.init_containers:
+        res = _resources(init)
+        gpu_names = [r for r in res if r in settings.gpu_resources or r in _SHARED_NAMES]
+        if init.restart_policy == "Always":
+            active.append(init)  # a sidecar runs beside the app and holds its GPUs
+        elif gpu_names:
+            raise RequestError(
+                f"pod {pod.key}: initContainers[{init.name}] requests {gpu_names[0]}: GPUs on "
+                "plain init containers are not supported (their devices cannot be tracked); "
+                "move them to a regular or sidecar container"
+            )
+    for c in active:
+        where = f"containers[{c.name}].resources.limits"
+        for resource, text in _resources(c).items():
+            if resource in settings.gpu_resources:
+                whole[resource] = whole.get(resource, 0) + _count(pod, where, resource, text)
+            elif resource == names.MEMORY_RESOURCE:
+                try:
+                    size = parse_quantity(text)
+                except ValueError as exc:
+                    raise RequestError(f"pod {pod.key}: {where}[{resource}]: {exc}") from None
+                if size <= 0:
+                    raise RequestError(f"pod {pod.key}: {where}[{resource}]: must be positive")
+                memory_mib += int((size / 2**20).to_integral_value(rounding="ROUND_CEILING"))
+                shared[resource] = 1
+            elif resource in _SHARED_NAMES:
+                shared[resource] = shared.get(resource, 0) + _count(pod, where, resource, text)
+    whole = {r: n for r, n in whole.items() if n > 0}
+    vendors = sorted({settings.gpu_resources[r] for r in whole})
+    if len(vendors) > 1:
+        raise RequestError(
+            f"pod {pod.key}: resources: asks for GPUs of several vendors "
+            f"({', '.join(sorted(whole))})"
+        )
+    gpu_policy, node_policy = _policies(pod, settings)
+    shared_req = None
+    if any(shared.values()):
+        if whole:
+            raise RequestError(
+                f"pod {pod.key}: resources: asks for whole GPUs ({', '.join(sorted(whole))}) and "
+                "shared GPUs at once; use one or the other"
+            )
+        shared_req = _shared(pod, shared, memory_mib)
+        if names.GPU_POLICY_ANNOTATION not in pod.annotations or gpu_policy == "topology-aware":
+            gpu_policy = settings.shared_gpu_policy
+    return PodRequest(
+        gpus=sum(whole.values()),
+        vendor=vendors[0] if vendors else None,
+        shared=shared_req,
+        gang=parse_gang(pod),
+        gpu_policy=gpu_policy,
+        node_policy=node_policy,
+    )
+
+
+def _shared(pod: PodInput, shared: dict[str, int], memory_mib: int) -> SharedRequest:
+    sgpu = shared.get(names.SGPU_RESOURCE, 0)
+    cards = shared.get(names.SHARED_RESOURCE, 0) or 1
+    core = shared.get(names.CORE_RESOURCE, 0)
+    ratio = shared.get(names.MEMORY_RATIO_RESOURCE, 0)
+    where = f"pod {pod.key}: resources"
+    if memory_mib and ratio:
+        raise RequestError(
+            f"{where}: set one of {names.MEMORY_RESOURCE} and {names.MEMORY_RATIO_RESOURCE}"
+        )
+    if sgpu and cards > 1:
+        raise RequestError(
+            f"{where}[{names.SGPU_RESOURCE}]: MetaX sGPU serves one card per pod, but "
+            f"{names.SHARED_RESOURCE} asks for {cards}"
+        )
+    if not (core or memory_mib or ratio or sgpu):
+        raise RequestError(
+            f"{where}[{names.SHARED_RESOURCE}]: a shared GPU needs {names.CORE_RESOURCE}, "
+            f"{names.MEMORY_RESOURCE}, {names.MEMORY_RATIO_RESOURCE} or {names.SGPU_RESOURCE}"
+        )
+    # Koordinator's amounts are totals over the pod's cards; each card carries an equal part.
+    for label, amount in (
+        (names.CORE_RESOURCE, core),
+        (names.MEMORY_RATIO_RESOURCE, ratio),
+        (names.MEMORY_RESOURCE, memory_mib),
+    ):
+        if amount % cards:
+            raise RequestError(
+                f"{where}[{label}]: {amount} does not divide evenly over {cards} shared GPUs"
+            )
+    if core // cards > names.CORES_PER_CARD or ratio // cards > 100:
+        label = names.CORE_RESOURCE if core // cards > 100 else names.MEMORY_RATIO_RESOURCE
+        raise RequestError(f"{where}[{label}]: more than 100 percent of one card")
+    qos: str | None = None
+    if sgpu:
+        qos = pod.annotations.get(names.SGPU_QOS_ANNOTATION, names.DEFAULT_SGPU_QOS)
+        if qos not in names.SGPU_QOS_POLICIES:
+            raise RequestError(
+                f"pod {pod.key}: annotation {names.SGPU_QOS_ANNOTATION}: {qos!r} is not one of "
+                f"{', '.join(names.SGPU_QOS_POLICIES)}"
+            )
+    return SharedRequest(
+        cards=cards,
+        core=core // cards,
+        memory_mib=memory_mib // cards,
+        memory_ratio=ratio // cards,
+        sgpu=sgpu,
+        qos=qos,
+        vendor="metax" if sgpu else None,
+    )
+
+
+def _policies(pod: PodInput, settings: CoreSettings) -> tuple[GpuPolicy, NodePolicy]:
+    gpu_policy: GpuPolicy = settings.gpu_policy
+    node_policy: NodePolicy = settings.node_policy
+    raw = pod.annotations.get(names.GPU_POLICY_ANNOTATION)
+    if raw is not None:
+        for p in GPU_POLICIES:
+            if raw == p:
+                gpu_policy = p
+                break
+        else:
+            raise RequestError(
+                f"pod {pod.key}: annotation {names.GPU_POLICY_ANNOTATION}: {raw!r} is not one of "
+                f"{', '.join(GPU_POLICIES)}"
+            )
+    raw = pod.annotations.get(names.NODE_POLICY_ANNOTATION)
+    if raw is not None:
+        for q in NODE_POLICIES:
+            if raw == q:
+                node_policy = q
+                break
+        else:
+            raise RequestError(
+                f"pod {pod.key}: annotation {names.NODE_POLICY_ANNOTATION}: {raw!r} is not one "
+                f"of {', '.join(NODE_POLICIES)}"
+            )
+    return gpu_policy, node_policy
+
+
+def parse_gang(pod: PodInput) -> Gang | None:
+    job = pod.labels.get(names.GANG_LABEL)
+    raw = pod.labels.get(names.GANG_REPLICA_LABEL)
+    if job is None and raw is None:
+        return None
+    if not job:
+        raise RequestError(
+            f"pod {pod.key}: label {names.GANG_REPLICA_LABEL} is set but {names.GANG_LABEL} "
+            "(the job name) is missing or empty"
+        )
+    if raw is None:
+        raise RequestError(
+            f"pod {pod.key}: label {names.GANG_LABEL}={job} needs {names.GANG_REPLICA_LABEL} "
+            "(the number of replicas)"
+        )
+    try:
+        replicas = int(raw)
+    except ValueError:
+        replicas = 0
+    if replicas < 1:
+        raise RequestError(
+            f"pod {pod.key}: label {names.GANG_REPLICA_LABEL}: {raw!r} must be a positive integer"
+        )
+    return Gang(f"{pod.namespace}/{job}", replicas)
