@@ -11,8 +11,8 @@ Rule 1 picks k GPUs among the free healthy ones (the mask ``free``), comparing c
 For k = 1 the first key is always 0, so the second picks the worst-connected GPU.
 
 Damage can be computed without looking at the rest: with deg(i) the sum of i's scores to every
-other free GPU, damage(S) = sum(deg(S)) - 2 * internal(S). So for equal internal score, least damage is the
-smallest degree sum, which the search bounds cheaply.
+other free GPU, damage(S) = sum(deg(S)) - 2 * internal(S). So for equal internal score, least
+damage is the smallest degree sum, which the search bounds cheaply.
 
 The search is a depth-first branch and bound over subsets in lexicographic order, so the first set
 found with a given (internal, degree-sum) is also the one with the lowest indices; a branch is cut
