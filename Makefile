@@ -39,7 +39,7 @@ demo: deps
 	$(BIN)/topo-scheduler simulate configs/examples/dgx1-v100.yaml configs/examples/workload-mixed.yaml
 
 bench-core: deps
-	$(BIN)/python -m scheduler.bench.core
+	$(BIN)/python -m benchmarks.bench_core
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
