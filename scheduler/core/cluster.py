@@ -197,7 +197,14 @@ class ClusterState:
             self.release(holding)
 
     def hold(self, holding: Holding) -> str | None:
-        """Charge a holding to its node (assume). Returns a warning on a double claim."""
+        """Charge a holding to its node (assume). Returns a warning on a double claim.
+
+        A pod holds one thing at a time: its previous holding, if any, is released first.
+        """
+        previous = self.holdings.get(holding.pod)
+        if previous is not None:
+            self.release(previous)
+        self._orphans.pop(holding.pod, None)
         self._undo.append(("hold", holding))
         if holding.gang:
             self.gang_bound.setdefault(holding.gang, set()).add(holding.pod)

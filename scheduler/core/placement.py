@@ -55,17 +55,12 @@ def _class_key(
     return (-score, -free_count if spread else free_count, total, choice.damage), choice
 
 
-def _needs_scan(pod: PodInput) -> bool:
-    return bool(pod.node_selector)
-
-
 def best_whole_node(
     state: ClusterState,
     pods: Iterable[PodInput],
     k: int,
     vendor: str,
     spread: bool,
-    exclude: frozenset[str] = frozenset(),
 ) -> WholeChoice | None:
     """Rule 2: the best node for k whole GPUs of ``vendor``, acceptable to every pod in ``pods``."""
     members = list(pods)
@@ -75,7 +70,8 @@ def best_whole_node(
         if found is not None:
             ranked.append((found[0], cls, found[1]))
     ranked.sort(key=lambda item: item[0])
-    scan = any(_needs_scan(p) for p in members) or bool(exclude)
+    # A node selector can reject the class's first name; scan the class in name order then.
+    scan = any(p.node_selector for p in members)
     pos = 0
     while pos < len(ranked):
         key = ranked[pos][0]
@@ -84,7 +80,7 @@ def best_whole_node(
             group_end += 1
         best: tuple[str, NodeClass, SetChoice] | None = None
         for _, cls, choice in ranked[pos:group_end]:
-            name = _first_accepting(state, cls, members, scan, exclude)
+            name = _first_accepting(state, cls, members, scan)
             if name is not None and (best is None or name < best[0]):
                 best = (name, cls, choice)
         if best is not None:
@@ -98,15 +94,12 @@ def _first_accepting(
     cls: NodeClass,
     pods: list[PodInput],
     scan: bool,
-    exclude: frozenset[str],
 ) -> str | None:
     if not scan:
         name = cls.first()
         if all(state.nodes[name].accepts(p) is None for p in pods):
             return name
     for name in cls.in_order():
-        if name in exclude:
-            continue
         node = state.nodes[name]
         if all(node.accepts(p) is None for p in pods):
             return name

@@ -267,3 +267,26 @@ def test_node_refresh_keeps_holdings_and_deleted_node_drops_them() -> None:
     assert state.nodes["n"].free_mask == 0b01111100
     state.remove_node("n")
     assert "n" not in state.nodes and not state.classes
+
+
+def test_assume_then_bound_event_replaces_the_assumed_holding() -> None:
+    """The live flow: the core's placement is assumed, then the bound pod's event arrives."""
+    from scheduler.core.cluster import assignment_annotations
+    from scheduler.core.cycle import Unit, apply_decision, decide
+
+    state = cluster(MakeNode().Name("n").Links(DGX1_V100))
+    pod = MakePod().Name("p").Req(2)
+    unit = Unit(None, (pod.Obj(),))
+    decision = decide(state, unit)
+    assert isinstance(decision, Placed)
+    apply_decision(state, decision, unit)
+    apply_decision(state, decision, unit)  # applying twice must not charge twice
+    held = state.nodes["n"].free_mask
+    assert held.bit_count() == 6
+    bound = pod.Bound("n")
+    for key, value in assignment_annotations(decision.placements[0]).items():
+        bound.Annotation(key, value)
+    assert state.add_bound_pod(bound.Obj()) is None
+    assert state.nodes["n"].free_mask == held
+    state.remove_pod("default/p")
+    assert state.nodes["n"].free_mask == 0xFF
