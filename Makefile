@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit test demo bench-core clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -30,10 +30,21 @@ imports: deps
 unit: deps
 	$(BIN)/pytest -q tests/unit
 
+# Integration tests run a real redis-server (Debian's package), started per test session.
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  echo "redis-server is missing: installing Debian's package (apt-get install redis-server)"; \
+	  { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; } || { \
+	    echo "ERROR: could not install redis-server; install it with: apt-get install redis-server"; \
+	    exit 1; }; }
+
+integration: deps redis-server
+	$(BIN)/pytest -q tests/integration
+
 # ---- the local control plane (issue 4): tools/k8s + scheduler/testing --------------------------
 #CONTROL-PLANE-TARGETS#
 
-test: lint types imports unit e2e
+test: lint types imports unit integration e2e
 
 demo: deps
 	$(BIN)/topo-scheduler simulate configs/examples/dgx1-v100.yaml configs/examples/workload-mixed.yaml
