@@ -1,0 +1,148 @@
+"""The scheduling queue, after kube-scheduler's: active, backoff and unschedulable pods.
+
+- active: pods ready for a scheduling attempt, FIFO by the time they became ready;
+- backoff: pods whose last attempt failed for a reason that may pass by itself (a store conflict,
+  an apiserver error); they wait 1 s, doubling per attempt up to 10 s;
+- unschedulable: pods the core found no place for; they wait for a cluster event that could help
+  (a node added or changed, GPUs freed, a gang member arrived) and at the latest 5 minutes.
+
+The queue holds pod keys only; the pods themselves live in the service's pending map, so an update
+never leaves a stale copy here. It is synchronous and reads time only through the injected clock,
+so tests step it by hand.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Final
+
+INITIAL_BACKOFF_S: Final = 1.0
+MAX_BACKOFF_S: Final = 10.0
+UNSCHEDULABLE_MAX_WAIT_S: Final = 300.0
+
+
+class SchedulingQueue:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._seq = 0
+        self._active: list[tuple[float, int, str]] = []  # (ready at, seq, key) heap
+        self._in_active: dict[str, int] = {}  # key -> seq of its live heap entry
+        self._backoff: dict[str, float] = {}  # key -> time it may be retried
+        self._unschedulable: dict[str, float] = {}  # key -> time it became unschedulable
+        self._attempts: dict[str, int] = {}
+        self._last_attempt: dict[str, float] = {}
+
+    # ---- arrivals --------------------------------------------------------------------------
+
+    def add(self, key: str) -> None:
+        """A pending pod appeared or changed: make it ready now, unless it is backing off."""
+        if key in self._in_active or key in self._backoff:
+            return
+        self._unschedulable.pop(key, None)
+        self._push(key, self._clock())
+
+    def delete(self, key: str) -> None:
+        self._in_active.pop(key, None)  # its heap entry goes stale and is skipped
+        self._backoff.pop(key, None)
+        self._unschedulable.pop(key, None)
+        self._attempts.pop(key, None)
+        self._last_attempt.pop(key, None)
+
+    def done(self, key: str) -> None:
+        """The pod was scheduled: forget its attempts."""
+        self.delete(key)
+
+    # ---- after an attempt ------------------------------------------------------------------
+
+    def backoff(self, key: str) -> float:
+        """The attempt failed transiently: retry after the pod's backoff. Returns the delay."""
+        delay = self._record_attempt(key)
+        self._in_active.pop(key, None)
+        self._unschedulable.pop(key, None)
+        self._backoff[key] = self._clock() + delay
+        return delay
+
+    def unschedulable(self, key: str) -> None:
+        """No place now: wait for a cluster event, or UNSCHEDULABLE_MAX_WAIT_S at most."""
+        self._record_attempt(key)
+        self._in_active.pop(key, None)
+        self._backoff.pop(key, None)
+        self._unschedulable[key] = self._clock()
+
+    def on_cluster_event(self) -> int:
+        """Something changed that could help: every unschedulable pod moves to the active queue,
+        or to backoff while its backoff since its last attempt has not run out (kube-scheduler's
+        MoveAllToActiveOrBackoffQueue). Returns how many moved."""
+        now = self._clock()
+        moved = list(self._unschedulable)
+        self._unschedulable.clear()
+        for key in moved:
+            ready = self._last_attempt.get(key, now) + self._delay(key)
+            if ready <= now:
+                self._push(key, now)
+            else:
+                self._backoff[key] = ready
+        return len(moved)
+
+    def _delay(self, key: str) -> float:
+        attempts = max(1, self._attempts.get(key, 1))
+        return float(min(MAX_BACKOFF_S, INITIAL_BACKOFF_S * 2 ** (attempts - 1)))
+
+    def _record_attempt(self, key: str) -> float:
+        self._attempts[key] = self._attempts.get(key, 0) + 1
+        self._last_attempt[key] = self._clock()
+        return self._delay(key)
+
+    # ---- taking work -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Move pods whose backoff ran out, or that waited too long as unschedulable, to active."""
+        now = self._clock()
+        for key, ready in list(self._backoff.items()):
+            if ready <= now:
+                del self._backoff[key]
+                self._push(key, ready)
+        for key, since in list(self._unschedulable.items()):
+            if now - since >= UNSCHEDULABLE_MAX_WAIT_S:
+                del self._unschedulable[key]
+                self._push(key, now)
+
+    def pop(self) -> str | None:
+        self.flush()
+        while self._active:
+            _, seq, key = heapq.heappop(self._active)
+            if self._in_active.get(key) == seq:
+                del self._in_active[key]
+                return key
+        return None
+
+    def take(self, key: str) -> bool:
+        """Remove ``key`` from wherever it waits (a gang member decided with another). True if
+        it was queued."""
+        queued = key in self._in_active or key in self._backoff or key in self._unschedulable
+        self._in_active.pop(key, None)
+        self._backoff.pop(key, None)
+        self._unschedulable.pop(key, None)
+        return queued
+
+    def next_wakeup(self) -> float | None:
+        """The clock time at which flush() will next have something to move, if any."""
+        times = list(self._backoff.values())
+        times += [since + UNSCHEDULABLE_MAX_WAIT_S for since in self._unschedulable.values()]
+        return min(times) if times else None
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "active": len(self._in_active),
+            "backoff": len(self._backoff),
+            "unschedulable": len(self._unschedulable),
+        }
+
+    def attempts(self, key: str) -> int:
+        return self._attempts.get(key, 0)
+
+    def _push(self, key: str, ready: float) -> None:
+        self._seq += 1
+        self._in_active[key] = self._seq
+        heapq.heappush(self._active, (ready, self._seq, key))

@@ -1,0 +1,95 @@
+"""The scheduling queue, stepped by hand with a fake clock."""
+
+from __future__ import annotations
+
+from scheduler.service.queue import (
+    INITIAL_BACKOFF_S,
+    MAX_BACKOFF_S,
+    UNSCHEDULABLE_MAX_WAIT_S,
+    SchedulingQueue,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fifo_and_no_duplicates() -> None:
+    q = SchedulingQueue(Clock())
+    for key in ("a", "b", "a", "c"):
+        q.add(key)
+    assert [q.pop(), q.pop(), q.pop(), q.pop()] == ["a", "b", "c", None]
+
+
+def test_backoff_doubles_up_to_the_maximum() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add("p")
+    delays = []
+    for _ in range(6):
+        assert q.pop() == "p"
+        delays.append(q.backoff("p"))
+        assert q.pop() is None  # still backing off
+        clock.now += delays[-1]
+    assert delays == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert INITIAL_BACKOFF_S == 1.0 and MAX_BACKOFF_S == 10.0
+    assert q.pop() == "p"
+
+
+def test_unschedulable_waits_for_an_event_or_five_minutes() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add("p")
+    assert q.pop() == "p"
+    q.unschedulable("p")
+    clock.now += 60
+    assert q.pop() is None
+    assert q.counts() == {"active": 0, "backoff": 0, "unschedulable": 1}
+    assert q.next_wakeup() == 100.0 + UNSCHEDULABLE_MAX_WAIT_S
+    clock.now = 100.0 + UNSCHEDULABLE_MAX_WAIT_S
+    assert q.pop() == "p"
+
+
+def test_cluster_event_moves_unschedulable_pods_respecting_backoff() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add("often")
+    for _ in range(3):
+        assert q.pop() == "often"
+        q.unschedulable("often")
+        clock.now += UNSCHEDULABLE_MAX_WAIT_S
+    assert q.pop() == "often"
+    q.unschedulable("often")  # the fourth failed attempt: its backoff is now 8 s
+    q.add("once")
+    assert q.pop() == "once"
+    q.unschedulable("once")  # one failed attempt: backoff 1 s
+    clock.now += 1.5
+    assert q.on_cluster_event() == 2
+    assert q.counts() == {"active": 1, "backoff": 1, "unschedulable": 0}
+    assert q.pop() == "once"
+    assert q.pop() is None
+    clock.now += 6  # 7.5 s after its last attempt
+    assert q.pop() is None
+    clock.now += 0.5
+    assert q.pop() == "often"
+
+
+def test_delete_and_take_remove_a_pod_wherever_it_waits() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add("a")
+    q.add("b")
+    q.delete("a")
+    assert q.take("b") is True
+    assert q.take("b") is False
+    assert q.pop() is None
+    q.add("c")
+    assert q.pop() == "c"
+    q.backoff("c")
+    q.done("c")
+    assert q.counts() == {"active": 0, "backoff": 0, "unschedulable": 0}
+    assert q.attempts("c") == 0
