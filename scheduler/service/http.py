@@ -1,0 +1,82 @@
+"""The HTTP side of the scheduler: probes, metrics and a debug endpoint (aiohttp).
+
+- ``/healthz``: the process is alive (200 while the event loop answers).
+- ``/readyz``: 200 once the watches are synced and the replica is leader or standby; 503 while
+  starting or shutting down (so a Service stops sending to a replica on SIGTERM first).
+- ``/metrics``: Prometheus text format from this process's own registry.
+- ``/debug/pods/{namespace}/{name}``: the last decision about one pod, as JSON.
+
+Port 0 means "pick a free port"; the chosen port is logged and returned, so several replicas can
+run on one machine in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .metrics import Metrics
+
+log = structlog.get_logger("http")
+
+
+class ProbeServer:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics: Metrics,
+        readiness: Callable[[], tuple[bool, str]],
+        explain: Callable[[str], Any | None],
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._metrics = metrics
+        self._readiness = readiness
+        self._explain = explain
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> int:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics_handler)
+        app.router.add_get("/debug/pods/{namespace}/{name}", self._debug_pod)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        log.info("http server listening", host=self.host, port=self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        ready, detail = self._readiness()
+        return web.Response(status=200 if ready else 503, text=detail + "\n")
+
+    async def _metrics_handler(self, _: web.Request) -> web.Response:
+        body = generate_latest(self._metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _debug_pod(self, request: web.Request) -> web.Response:
+        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        found = self._explain(key)
+        if found is None:
+            return web.json_response({"pod": key, "error": "no decision recorded"}, status=404)
+        return web.Response(body=msgspec.json.encode(found), content_type="application/json")

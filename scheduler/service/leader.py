@@ -1,0 +1,101 @@
+"""Leader election over the store's lease, with a fencing epoch.
+
+One replica leads at a time. Standbys keep their watches warm and try to acquire the lease every
+``retry_s``; the leader renews it every ``renew_s``. Two guards stop a leader that lost its lease:
+- the store refuses every write that does not carry the current (holder, epoch) (see base.py), so a
+  deposed leader cannot commit even if it has not noticed yet;
+- locally, ``leading`` turns false as soon as the last successful renewal is older than the lease
+  time, before the store is even asked, so the loop stops taking pods at once.
+
+The epoch is handed to ``on_elected`` so the service can reconcile the store against the apiserver
+before its first decision. Time comes from the injected clock; sleeping from the injected sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from scheduler.state.base import Store, StoreError
+
+log = structlog.get_logger("leader")
+
+
+@dataclass(frozen=True)
+class LeaseTiming:
+    lease_s: float = 15.0
+    renew_s: float = 5.0
+    retry_s: float = 2.0
+
+
+class Leadership:
+    def __init__(
+        self,
+        store: Store,
+        holder: str,
+        timing: LeaseTiming,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.store = store
+        self.holder = holder
+        self.timing = timing
+        self._clock = clock
+        self._sleep = sleep
+        self.epoch: int | None = None
+        self._renewed_at = 0.0
+        self._stopping = False
+
+    @property
+    def leading(self) -> bool:
+        return self.epoch is not None and self._clock() - self._renewed_at < self.timing.lease_s
+
+    async def run(
+        self,
+        on_elected: Callable[[int], Awaitable[None]],
+        on_lost: Callable[[], Awaitable[None]],
+    ) -> None:
+        ttl_ms = int(self.timing.lease_s * 1000)
+        while not self._stopping:
+            if self.epoch is None:
+                try:
+                    epoch = await self.store.acquire(self.holder, ttl_ms)
+                except StoreError as exc:
+                    log.warning("lease acquire failed", error=str(exc))
+                    epoch = None
+                if epoch is not None:
+                    self.epoch, self._renewed_at = epoch, self._clock()
+                    log.info("became leader", holder=self.holder, epoch=epoch)
+                    await on_elected(epoch)
+                    continue
+                await self._sleep(self.timing.retry_s)
+                continue
+            await self._sleep(self.timing.renew_s)
+            if self._stopping or self.epoch is None:
+                break
+            try:
+                ok = await self.store.renew(self.holder, self.epoch, ttl_ms)
+            except StoreError as exc:
+                log.warning("lease renew failed", error=str(exc), epoch=self.epoch)
+                ok = self.leading  # keep trying while the lease may still be ours
+                if ok:
+                    continue
+            if ok:
+                self._renewed_at = self._clock()
+            else:
+                log.warning("lost leadership", holder=self.holder, epoch=self.epoch)
+                self.epoch = None
+                await on_lost()
+
+    async def release(self) -> None:
+        """Shutdown: give the lease up so a standby takes over at once, not after the TTL."""
+        self._stopping = True
+        epoch, self.epoch = self.epoch, None
+        if epoch is not None:
+            try:
+                await self.store.release_lease(self.holder, epoch)
+            except StoreError as exc:
+                log.warning("lease release failed", error=str(exc))
