@@ -48,6 +48,7 @@ class Holding(msgspec.Struct, frozen=True):
     shares: tuple[Share, ...] = ()
     gang: str | None = None
     replicas: int = 0
+    uid: str = ""
 
 
 class NodeState:
@@ -254,7 +255,13 @@ class ClusterState:
             whole |= 1 << i
         self.hold(
             Holding(
-                placement.pod, placement.node, whole, placement.shares, placement.gang, replicas
+                placement.pod,
+                placement.node,
+                whole,
+                placement.shares,
+                placement.gang,
+                replicas,
+                placement.uid,
             )
         )
 
@@ -351,7 +358,7 @@ class ClusterState:
                 whole |= 1 << index
         elif not shares:
             return self._unannotated(pod, gang_key, replicas)
-        return Holding(pod.key, pod.node_name, whole, shares, gang_key, replicas)
+        return Holding(pod.key, pod.node_name, whole, shares, gang_key, replicas, pod.uid)
 
     def _unannotated(self, pod: PodInput, gang: str | None, replicas: int) -> Holding | None:
         """A bound pod with GPUs but none of our annotations (bound by another scheduler).
@@ -370,7 +377,7 @@ class ClusterState:
         choice = state.inventory.topology.best_set(state.free_mask, req.gpus)
         if choice is None:
             return None
-        return Holding(pod.key, pod.node_name, choice.mask, (), gang, replicas)
+        return Holding(pod.key, pod.node_name, choice.mask, (), gang, replicas, pod.uid)
 
 
 class AssignmentDevice(msgspec.Struct, frozen=True):
