@@ -12,8 +12,9 @@ tests against both):
   every shared card must have room for the claim, else nothing is written and Conflict says why.
 - ``mark_bound`` records that the apiserver accepted the binds; ``release`` frees pods' claims.
 - ``reconcile`` makes the store equal to the apiserver's truth: bound pods missing from the store
-  are added, bound records with no pod behind them and reservations of earlier epochs are freed;
-  reservations of the current epoch (binds in flight) are kept.
+  are added; records with no pod behind them are freed; reservations of pods that still exist
+  unbound (``pending`` UIDs: a previous leader may have been binding them when it died) and of
+  the current epoch (our own binds in flight) are kept.
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ class Store(Protocol):
 
     async def release(self, holder: str, epoch: int, uids: list[str]) -> None: ...
 
-    async def reconcile(self, holder: str, epoch: int, truth: list[Claim]) -> ReconcileReport: ...
+    async def reconcile(
+        self, holder: str, epoch: int, truth: list[Claim], pending: list[str]
+    ) -> ReconcileReport: ...
 
     async def records(self) -> dict[str, Record]:
         """Every pod record by UID (for reconciliation checks, debugging and tests)."""

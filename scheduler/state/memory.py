@@ -124,16 +124,19 @@ class MemoryStore:
         for uid in uids:
             self._drop(uid)
 
-    async def reconcile(self, holder: str, epoch: int, truth: list[Claim]) -> ReconcileReport:
+    async def reconcile(
+        self, holder: str, epoch: int, truth: list[Claim], pending: list[str]
+    ) -> ReconcileReport:
         self._fence(holder, epoch)
         known = {c.uid for c in truth}
+        waiting = set(pending)
         freed = 0
         kept = 0
         for uid, rec in list(self._records.items()):
             if uid in known:
                 continue
-            if rec.state == "reserved" and rec.epoch == epoch:
-                kept += 1  # a bind of ours still in flight
+            if rec.state == "reserved" and (rec.epoch == epoch or uid in waiting):
+                kept += 1  # a bind in flight, ours or a previous leader's
                 continue
             self._drop(uid)
             freed += 1

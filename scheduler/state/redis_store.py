@@ -167,18 +167,21 @@ _RECONCILE = (
     _PRELUDE
     + r"""
 if not held() then return fenced() end
-local truth, known = {}, {}
-for i = 4, #ARGV do
+-- ARGV[4] = number of truth claims; then the claims; then the UIDs of pods still pending.
+local truth, known, waiting = {}, {}, {}
+local n = tonumber(ARGV[4])
+for i = 5, 4 + n do
   local c = cjson.decode(ARGV[i])
   truth[#truth + 1] = {ARGV[i], c}
   known[c.uid] = true
 end
+for i = 5 + n, #ARGV do waiting[ARGV[i]] = true end
 local freed, kept, added = 0, 0, 0
 for _, uid in ipairs(redis.call('HKEYS', P .. ':pods')) do
   if not known[uid] then
     local st = redis.call('HGET', P .. ':pstate', uid) or ''
     local state, ep = string.match(st, '^(%a+)|(%d+)$')
-    if state == 'reserved' and ep == EPOCH then
+    if state == 'reserved' and (ep == EPOCH or waiting[uid]) then
       kept = kept + 1
     else
       drop(uid)
@@ -295,9 +298,12 @@ class RedisStore:
     async def release(self, holder: str, epoch: int, uids: list[str]) -> None:
         await self._call(self._release, [self.prefix, holder, epoch, *uids])
 
-    async def reconcile(self, holder: str, epoch: int, truth: list[Claim]) -> ReconcileReport:
+    async def reconcile(
+        self, holder: str, epoch: int, truth: list[Claim], pending: list[str]
+    ) -> ReconcileReport:
         encoded = [_encoder.encode(c) for c in truth]
-        out = await self._call(self._reconcile, [self.prefix, holder, epoch, *encoded])
+        args = [self.prefix, holder, epoch, len(encoded), *encoded, *pending]
+        out = await self._call(self._reconcile, args)
         conflicts = tuple(_text(v) for v in out[3:])
         return ReconcileReport(int(out[0]), int(out[1]), int(out[2]), conflicts)
 

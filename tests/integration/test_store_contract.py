@@ -92,7 +92,7 @@ async def test_a_deposed_leader_cannot_write(h: Harness) -> None:
         h.store.reserve("a", e1, [claim("p3", devices=(2,))]),
         h.store.mark_bound("a", e1, ["p1"]),
         h.store.release("a", e1, ["p1"]),
-        h.store.reconcile("a", e1, []),
+        h.store.reconcile("a", e1, [], []),
     ):
         with pytest.raises(Fenced):
             await write
@@ -176,7 +176,13 @@ async def test_reconcile_adds_bound_pods_and_frees_what_no_pod_backs(h: Harness)
     e1 = await h.store.acquire("a", TTL)
     assert e1 is not None
     await h.store.reserve(
-        "a", e1, [claim("gone", devices=(0,)), claim("old-reservation", devices=(1,))]
+        "a",
+        e1,
+        [
+            claim("gone", devices=(0,)),
+            claim("old-reservation", devices=(1,)),
+            claim("still-pending", devices=(4,)),
+        ],
     )
     await h.store.mark_bound("a", e1, ["gone"])
     await h.expire()
@@ -184,26 +190,30 @@ async def test_reconcile_adds_bound_pods_and_frees_what_no_pod_backs(h: Harness)
     assert e2 is not None
     await h.store.reserve("b", e2, [claim("in-flight", devices=(2,))])
     truth = [claim("running", devices=(3,)), claim("running-2", "m", (0,))]
-    report = await h.store.reconcile("b", e2, truth)
-    assert (report.added, report.freed, report.kept) == (2, 2, 1)
+    report = await h.store.reconcile("b", e2, truth, ["still-pending"])
+    assert (report.added, report.freed, report.kept) == (2, 2, 2)
     assert report.conflicts == ()
     records = await h.store.records()
     assert {u: r.state for u, r in records.items()} == {
         "in-flight": "reserved",
+        "still-pending": "reserved",  # a previous leader may have been binding it
         "running": "bound",
         "running-2": "bound",
     }
-    # GPUs 0 and 1 are free again; GPU 3 is held.
+    # GPUs 0 and 1 are free again; GPUs 3 and 4 are held.
     await h.store.reserve("b", e2, [claim("x", devices=(0, 1))])
-    with pytest.raises(Conflict):
-        await h.store.reserve("b", e2, [claim("y", devices=(3,))])
-    again = await h.store.reconcile("b", e2, truth)
+    for gpu in (3, 4):
+        with pytest.raises(Conflict):
+            await h.store.reserve("b", e2, [claim("y", devices=(gpu,))])
+    again = await h.store.reconcile("b", e2, truth, ["still-pending"])
     assert again.added == 0  # idempotent
 
 
 async def test_reconcile_reports_gpus_claimed_twice_by_the_truth(h: Harness) -> None:
     e = await h.store.acquire("a", TTL)
     assert e is not None
-    report = await h.store.reconcile("a", e, [claim("p1", devices=(0,)), claim("p2", devices=(0,))])
+    report = await h.store.reconcile(
+        "a", e, [claim("p1", devices=(0,)), claim("p2", devices=(0,))], []
+    )
     assert report.added == 2
     assert report.conflicts == ("pod default/p2: GPU 0 on node n is held by pod UID p1",)
