@@ -61,13 +61,14 @@ class Leadership:
         ttl_ms = int(self.timing.lease_s * 1000)
         while not self._stopping:
             if self.epoch is None:
+                sent = self._clock()
                 try:
                     epoch = await self.store.acquire(self.holder, ttl_ms)
                 except StoreError as exc:
                     log.warning("lease acquire failed", error=str(exc))
                     epoch = None
                 if epoch is not None:
-                    self.epoch, self._renewed_at = epoch, self._clock()
+                    self.epoch, self._renewed_at = epoch, sent
                     log.info("became leader", holder=self.holder, epoch=epoch)
                     await on_elected(epoch)
                     continue
@@ -76,6 +77,9 @@ class Leadership:
             await self._sleep(self.timing.renew_s)
             if self._stopping or self.epoch is None:
                 break
+            # Measured before the request: Redis starts the new TTL later than this, so the
+            # local lease always ends first and a deposed leader stops before a new one starts.
+            sent = self._clock()
             try:
                 ok = await self.store.renew(self.holder, self.epoch, ttl_ms)
             except StoreError as exc:
@@ -84,7 +88,7 @@ class Leadership:
                 if ok:
                     continue
             if ok:
-                self._renewed_at = self._clock()
+                self._renewed_at = sent
             else:
                 log.warning("lost leadership", holder=self.holder, epoch=self.epoch)
                 self.epoch = None

@@ -1,0 +1,199 @@
+"""The few apiserver calls the scheduler makes, on raw responses.
+
+kubernetes-asyncio handles configuration and authentication (kubeconfig or in-cluster); every
+call here passes ``_preload_content=False`` and reads the raw body, because
+- the Binding subresource answers 201 with a Status, which the generated client fails to decode
+  as a V1Binding although the bind succeeded (kubernetes-client/python #825);
+- pods are decoded with msgspec into small Structs, never into model objects;
+- on that path the client checks no status, so every call checks it here.
+
+Every write is one request: a bind carries the device annotations on the Binding itself, and the
+apiserver copies them onto the pod in the same write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import msgspec
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.api_client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .watch import Gone, HttpError
+
+REQUEST_TIMEOUT_S: Final = 30
+COMPONENT: Final = "topo-scheduler"
+
+
+class BindResult(msgspec.Struct, frozen=True):
+    status: int  # 201, or the apiserver's error status
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (200, 201)
+
+
+async def _body(response: Any) -> tuple[int, bytes]:
+    try:
+        return int(response.status), await response.read()
+    finally:
+        response.release()
+
+
+def _raise_for(status: int, body: bytes) -> None:
+    if status == 410:
+        raise Gone(body.decode(errors="replace"))
+    if status >= 300:
+        raise HttpError(status, body.decode(errors="replace"))
+
+
+class KubeApi:
+    def __init__(self, api_client: ApiClient) -> None:
+        self.api_client = api_client
+        self.core = k8s.CoreV1Api(api_client)
+
+    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        try:
+            response = await method(
+                *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kwargs
+            )
+        except ApiException as exc:  # raised by some client versions before the body is read
+            return int(exc.status or 0), (exc.body or b"") if isinstance(exc.body, bytes) else str(
+                exc.body or ""
+            ).encode()
+        return await _body(response)
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    async def list_pods(self, field_selector: str = "") -> bytes:
+        status, body = await self._call(
+            self.core.list_pod_for_all_namespaces, field_selector=field_selector
+        )
+        _raise_for(status, body)
+        return body
+
+    async def list_nodes(self) -> bytes:
+        status, body = await self._call(self.core.list_node)
+        _raise_for(status, body)
+        return body
+
+    async def read_pod(self, namespace: str, name: str) -> bytes | None:
+        status, body = await self._call(self.core.read_namespaced_pod, name, namespace)
+        if status == 404:
+            return None
+        _raise_for(status, body)
+        return body
+
+    async def watch_pods(
+        self, resource_version: str, timeout_s: int, field_selector: str = ""
+    ) -> AsyncIterator[bytes]:
+        response = await self.core.list_pod_for_all_namespaces(
+            watch=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_s,
+            allow_watch_bookmarks=True,
+            field_selector=field_selector,
+            _preload_content=False,
+            _request_timeout=timeout_s + 30,
+        )
+        return _lines(response)
+
+    async def watch_nodes(self, resource_version: str, timeout_s: int) -> AsyncIterator[bytes]:
+        response = await self.core.list_node(
+            watch=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_s,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+            _request_timeout=timeout_s + 30,
+        )
+        return _lines(response)
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> BindResult:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "uid": uid, "annotations": annotations},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        status, raw = await self._call(
+            self.core.create_namespaced_pod_binding, name, namespace, body
+        )
+        return BindResult(status, "" if status < 300 else raw.decode(errors="replace")[:500])
+
+    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
+        """Condition PodScheduled=False, reason Unschedulable, as kube-scheduler sets it."""
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                ]
+            }
+        }
+        status, raw = await self._call(
+            self.core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            patch,
+            _content_type="application/strategic-merge-patch+json",
+        )
+        if status != 404:
+            _raise_for(status, raw)
+
+    async def event(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        kind: str,
+        timestamp: str,
+    ) -> None:
+        """A core/v1 Event about a pod (what `kubectl describe pod` shows)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "firstTimestamp": timestamp,
+            "lastTimestamp": timestamp,
+            "count": 1,
+        }
+        status, raw = await self._call(self.core.create_namespaced_event, namespace, body)
+        if status != 404:
+            _raise_for(status, raw)
+
+
+async def _lines(response: Any) -> AsyncIterator[bytes]:
+    try:
+        if response.status >= 300:
+            body = await response.read()
+            _raise_for(int(response.status), body)
+        async for line in response.content:
+            yield line
+    finally:
+        response.release()

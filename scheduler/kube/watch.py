@@ -1,0 +1,142 @@
+"""List-then-watch over raw JSON: a small reflector.
+
+kubernetes-asyncio's Watch builds model objects for every event (milliseconds per pod) and hides
+410 handling; here the raw HTTP stream is read line by line and decoded with msgspec into the
+small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
+
+1. LIST, remember ``metadata.resourceVersion``, hand the items to ``replace`` (synced);
+2. WATCH from that version with ``allowWatchBookmarks`` and a server-side timeout; apply each event
+   with ``apply`` and advance the version (bookmarks advance it too);
+3. a watch that ends normally (its timeout) resumes from the last version; a 410 Gone (as an HTTP
+   status or as an ERROR event) goes back to 1; any other error backs off (named constants below,
+   doubling, capped) and goes back to 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final, Generic, TypeVar
+
+import msgspec
+import structlog
+
+log = structlog.get_logger("watch")
+
+T = TypeVar("T")
+
+WATCH_TIMEOUT_S: Final = 300
+ERROR_BACKOFF_INITIAL_S: Final = 0.5
+ERROR_BACKOFF_MAX_S: Final = 10.0
+
+
+class ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+
+
+class ObjectMeta(msgspec.Struct):
+    resourceVersion: str = ""
+
+
+class _WithMeta(msgspec.Struct):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+
+class Status(msgspec.Struct):
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class RawEvent(msgspec.Struct):
+    type: str
+    object: msgspec.Raw
+
+
+class RawList(msgspec.Struct):
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
+    items: list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
+class Gone(Exception):
+    """410: the resourceVersion is too old; re-list."""
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:300]}")
+        self.status = status
+
+
+ListCall = Callable[[], Awaitable[bytes]]
+WatchCall = Callable[[str, int], Awaitable[AsyncIterator[bytes]]]
+
+
+class Reflector(Generic[T]):
+    def __init__(
+        self,
+        name: str,
+        item_type: type[T],
+        list_call: ListCall,
+        watch_call: WatchCall,
+        replace: Callable[[list[T]], None],
+        apply: Callable[[str, T], None],
+        version_of: Callable[[T], str],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.name = name
+        self._decoder = msgspec.json.Decoder(item_type)
+        self._list_call = list_call
+        self._watch_call = watch_call
+        self._replace = replace
+        self._apply = apply
+        self._version_of = version_of
+        self._sleep = sleep
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self.relists = 0
+
+    async def run(self) -> None:
+        backoff = ERROR_BACKOFF_INITIAL_S
+        while True:
+            try:
+                await self._list()
+                backoff = ERROR_BACKOFF_INITIAL_S
+                while True:
+                    await self._watch_once()
+            except Gone:
+                log.info("watch expired, re-listing", watch=self.name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # every failure re-lists after a backoff
+                log.warning("watch failed", watch=self.name, error=str(exc), retry_s=backoff)
+                await self._sleep(backoff)
+                backoff = min(ERROR_BACKOFF_MAX_S, backoff * 2)
+
+    async def _list(self) -> None:
+        body = await self._list_call()
+        raw = msgspec.json.decode(body, type=RawList)
+        items = [self._decoder.decode(item) for item in raw.items]
+        self.resource_version = raw.metadata.resourceVersion
+        self.relists += 1
+        self._replace(items)
+        self.synced.set()
+
+    async def _watch_once(self) -> None:
+        lines = await self._watch_call(self.resource_version, WATCH_TIMEOUT_S)
+        async for line in lines:
+            if not line.strip():
+                continue
+            event = msgspec.json.decode(line, type=RawEvent)
+            if event.type == "ERROR":
+                status = msgspec.json.decode(event.object, type=Status)
+                if status.code == 410:
+                    raise Gone(status.message)
+                raise HttpError(status.code, status.message)
+            if event.type == "BOOKMARK":
+                meta = msgspec.json.decode(event.object, type=_WithMeta)
+                self.resource_version = meta.metadata.resourceVersion or self.resource_version
+                continue
+            obj = self._decoder.decode(event.object)
+            self.resource_version = self._version_of(obj) or self.resource_version
+            self._apply(event.type, obj)
