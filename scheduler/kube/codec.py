@@ -1,0 +1,154 @@
+"""msgspec codecs from raw Kubernetes JSON (or YAML-loaded dicts) to the core's inputs.
+
+The Structs mirror v1 Node and v1 Pod but declare only the fields the scheduler reads; msgspec
+skips the rest cheaply (a real pod has hundreds of fields). They are not strict about unknown
+fields on purpose, unlike the config file. Quantities arrive as strings from the apiserver but as
+numbers from hand-written YAML (``nvidia.com/gpu: 1``), so both are accepted and kept as strings
+for the core's quantity parser, which reports malformed values per pod.
+
+No kubernetes-asyncio import here: the hot path never builds client model objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from scheduler.core.objects import ContainerInput, NodeInput, PodInput, Taint, Toleration
+
+Quantity = str | int | float
+
+
+class ObjectMeta(msgspec.Struct, rename="camel"):
+    name: str = ""
+    namespace: str = "default"
+    uid: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    deletion_timestamp: str | None = None
+
+
+class TaintWire(msgspec.Struct):
+    key: str
+    effect: str
+    value: str = ""
+
+
+class NodeSpecWire(msgspec.Struct):
+    unschedulable: bool = False
+    taints: list[TaintWire] | None = None
+
+
+class Node(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: NodeSpecWire = msgspec.field(default_factory=NodeSpecWire)
+
+
+class Resources(msgspec.Struct):
+    limits: dict[str, Quantity] | None = None
+    requests: dict[str, Quantity] | None = None
+
+
+class ContainerWire(msgspec.Struct, rename="camel"):
+    name: str = ""
+    resources: Resources = msgspec.field(default_factory=Resources)
+    restart_policy: str = ""
+
+
+class TolerationWire(msgspec.Struct):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class PodSpecWire(msgspec.Struct, rename="camel"):
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    node_selector: dict[str, str] | None = None
+    tolerations: list[TolerationWire] | None = None
+    containers: list[ContainerWire] = msgspec.field(default_factory=list)
+    init_containers: list[ContainerWire] | None = None
+
+
+class PodStatusWire(msgspec.Struct):
+    phase: str = "Pending"
+
+
+class Pod(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: PodSpecWire = msgspec.field(default_factory=PodSpecWire)
+    status: PodStatusWire = msgspec.field(default_factory=PodStatusWire)
+
+
+def _quantities(values: dict[str, Quantity] | None) -> dict[str, str]:
+    if not values:
+        return {}
+    return {k: v if isinstance(v, str) else _number(v) for k, v in values.items()}
+
+
+def _number(v: int | float) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def _container(c: ContainerWire) -> ContainerInput:
+    return ContainerInput(
+        c.name,
+        limits=_quantities(c.resources.limits),
+        requests=_quantities(c.resources.requests),
+        restart_policy=c.restart_policy,
+    )
+
+
+def node_from_obj(node: Node) -> NodeInput:
+    return NodeInput(
+        node.metadata.name,
+        labels=dict(node.metadata.labels or {}),
+        annotations=dict(node.metadata.annotations or {}),
+        unschedulable=node.spec.unschedulable,
+        taints=tuple(Taint(t.key, t.effect, t.value) for t in node.spec.taints or ()),
+    )
+
+
+def pod_from_obj(pod: Pod) -> PodInput:
+    spec = pod.spec
+    return PodInput(
+        pod.metadata.namespace or "default",
+        pod.metadata.name,
+        uid=pod.metadata.uid,
+        scheduler_name=spec.scheduler_name,
+        node_name=spec.node_name,
+        phase=pod.status.phase,
+        labels=dict(pod.metadata.labels or {}),
+        annotations=dict(pod.metadata.annotations or {}),
+        containers=tuple(_container(c) for c in spec.containers),
+        init_containers=tuple(_container(c) for c in spec.init_containers or ()),
+        node_selector=dict(spec.node_selector or {}),
+        tolerations=tuple(
+            Toleration(t.key, t.operator, t.value, t.effect) for t in spec.tolerations or ()
+        ),
+        deleting=pod.metadata.deletion_timestamp is not None,
+    )
+
+
+_pod_decoder = msgspec.json.Decoder(Pod)
+_node_decoder = msgspec.json.Decoder(Node)
+
+
+def decode_pod(raw: bytes) -> PodInput:
+    return pod_from_obj(_pod_decoder.decode(raw))
+
+
+def decode_node(raw: bytes) -> NodeInput:
+    return node_from_obj(_node_decoder.decode(raw))
+
+
+def convert_pod(obj: dict[str, Any]) -> PodInput:
+    """From a YAML-loaded dict; raises msgspec.ValidationError naming the field path."""
+    return pod_from_obj(msgspec.convert(obj, Pod, strict=False))
+
+
+def convert_node(obj: dict[str, Any]) -> NodeInput:
+    return node_from_obj(msgspec.convert(obj, Node, strict=False))

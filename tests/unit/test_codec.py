@@ -1,0 +1,100 @@
+"""Raw Kubernetes JSON to the core's inputs: only the fields we read, everything else skipped."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from scheduler.kube.codec import convert_node, convert_pod, decode_node, decode_pod
+
+RAW_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "worker-0",
+        "namespace": "train",
+        "uid": "0b7c-uid",
+        "resourceVersion": "4711",
+        "labels": {"gpu-topology": "job", "gpu-topology-replica": "2"},
+        "annotations": {"hami.io/node-scheduler-policy": "spread"},
+        "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+        "ownerReferences": [{"kind": "Job", "name": "x", "uid": "y"}],
+    },
+    "spec": {
+        "schedulerName": "topo-scheduler",
+        "nodeSelector": {"pool": "a100"},
+        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "initContainers": [
+            {
+                "name": "log-shipper",
+                "restartPolicy": "Always",
+                "resources": {"limits": {"cpu": "1"}},
+            }
+        ],
+        "containers": [
+            {
+                "name": "main",
+                "image": "pytorch",
+                "env": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+                "resources": {"limits": {"aliyun.com/gpu": "1", "memory": "8Gi"}},
+            }
+        ],
+    },
+    "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]},
+}
+
+
+def test_decode_raw_pod_keeps_what_the_scheduler_reads() -> None:
+    pod = decode_pod(json.dumps(RAW_POD).encode())
+    assert pod.key == "train/worker-0" and pod.uid == "0b7c-uid"
+    assert pod.scheduler_name == "topo-scheduler" and pod.node_name == ""
+    assert pod.labels["gpu-topology-replica"] == "2"
+    assert pod.containers[0].limits == {"aliyun.com/gpu": "1", "memory": "8Gi"}
+    assert pod.init_containers[0].restart_policy == "Always"
+    assert pod.node_selector == {"pool": "a100"}
+    assert pod.tolerations[0].key == "gpu" and pod.tolerations[0].operator == "Exists"
+    assert not pod.deleting
+
+
+def test_yaml_numbers_are_quantities_too() -> None:
+    obj = json.loads(json.dumps(RAW_POD))
+    obj["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": 2, "cpu": 0.5}
+    pod = convert_pod(obj)
+    assert pod.containers[0].limits == {"nvidia.com/gpu": "2", "cpu": "0.5"}
+
+
+def test_defaults_for_a_minimal_pod_and_node() -> None:
+    pod = convert_pod({"metadata": {"name": "p"}})
+    assert (pod.namespace, pod.scheduler_name, pod.phase) == (
+        "default",
+        "default-scheduler",
+        "Pending",
+    )
+    node = decode_node(b'{"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "8"}}}')
+    assert node.name == "n" and not node.unschedulable and node.taints == ()
+
+
+def test_node_taints_and_cordon() -> None:
+    node = convert_node(
+        {
+            "metadata": {"name": "n", "labels": {"a": "b"}},
+            "spec": {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+        }
+    )
+    assert node.unschedulable and node.taints[0].key == "k" and node.labels == {"a": "b"}
+
+
+def test_a_wrong_field_type_names_its_path() -> None:
+    obj = json.loads(json.dumps(RAW_POD))
+    obj["spec"]["containers"] = {"name": "not-a-list"}
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.spec\.containers"):
+        convert_pod(obj)
+
+
+def test_deletion_timestamp_marks_a_pod_as_deleting() -> None:
+    obj = json.loads(json.dumps(RAW_POD))
+    obj["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+    assert convert_pod(obj).deleting
