@@ -1,0 +1,71 @@
+"""The config file: defaults, strictness, and every problem reported with its path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler.config import Config, ConfigError, load_config, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_config_equals_the_defaults() -> None:
+    assert load_config(REPO / "configs" / "scheduler.yaml") == Config()
+    assert load_config(None) == Config()
+
+
+def test_to_core_maps_resources_to_vendors() -> None:
+    core = parse_config({"resources": {"nvidia": ["example.com/gpu"]}}).to_core()
+    assert core.gpu_resources == {"example.com/gpu": "nvidia"}
+    assert core.gpu_policy == "topology-aware" and core.node_policy == "binpack"
+
+
+def test_unknown_field_is_rejected_with_its_path() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"defaults": {"gpuPolicy": "binpack", "nodePolicey": "spread"}})
+    assert "defaults: Object contains unknown field `nodePolicey`" in str(exc.value)
+
+
+def test_every_problem_is_collected_in_one_error() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(
+            {
+                "defaults": {"gpuPolicy": "best"},
+                "gang": {"waitTimeoutSeconds": "soon"},
+                "run": {"lease": {"durationSeconds": 5, "renewSeconds": 10}},
+                "schedulerNmae": "x",
+            },
+            "config x.yaml",
+        )
+    text = str(exc.value)
+    assert text.startswith("config x.yaml: 4 problems:")
+    assert "defaults.gpuPolicy: Invalid enum value 'best'" in text
+    assert "gang.waitTimeoutSeconds: Expected `int`, got `str`" in text
+    assert "run.lease.renewSeconds: must be above 0 and below durationSeconds" in text
+    assert "schedulerNmae: unknown field" in text
+
+
+def test_a_resource_under_two_vendors_is_rejected() -> None:
+    with pytest.raises(
+        ConfigError, match=r"resources\.metax: nvidia\.com/gpu is already listed under nvidia"
+    ):
+        parse_config({"resources": {"nvidia": ["nvidia.com/gpu"], "metax": ["nvidia.com/gpu"]}})
+    with pytest.raises(ConfigError, match=r"resources\.amd: unknown vendor"):
+        parse_config({"resources": {"amd": ["amd.com/gpu"]}})
+
+
+def test_yaml_errors_name_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("schedulerName: x\ndefaults: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:\d+: not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_with_run_overrides_one_setting() -> None:
+    config = Config().with_run(redis_url="redis://127.0.0.1:6379/0")
+    assert config.run.redis_url == "redis://127.0.0.1:6379/0"
+    assert config.run.bind_concurrency == 16
