@@ -1,0 +1,104 @@
+"""Read v1 Node and v1 Pod objects from YAML or JSON files.
+
+A file may hold several YAML documents, or a ``kind: List`` with ``items``. Every document is
+composed separately so its start line is known: an error names the file and line, and for an
+object that does not decode, the field path inside it. Objects of other kinds are counted and
+skipped. JSON is YAML, so one reader serves both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from scheduler.core.objects import NodeInput, PodInput
+from scheduler.kube.codec import convert_node, convert_pod
+
+try:
+    _Loader: Any = yaml.CSafeLoader
+except AttributeError:  # PyYAML without libyaml
+    _Loader = yaml.SafeLoader
+
+
+class LoadError(Exception):
+    """Unreadable input: the CLI exits 2 with this message."""
+
+
+class Loaded(msgspec.Struct):
+    nodes: list[NodeInput] = msgspec.field(default_factory=list)
+    pods: list[PodInput] = msgspec.field(default_factory=list)
+    skipped: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+def load_files(paths: list[str]) -> Loaded:
+    out = Loaded()
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise LoadError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise LoadError(f"{path}: not a text file") from None
+        _load_text(path, text, out)
+    return out
+
+
+def _load_text(path: str, text: str, out: Loaded) -> None:
+    loader = _Loader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            line = node.start_mark.line + 1
+            doc = loader.construct_document(node)
+            _add(path, line, doc, out)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = exc.problem or str(exc)
+        raise LoadError(f"{path}{where}: YAML error: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise LoadError(f"{path}: YAML error: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _add(path: str, line: int, doc: Any, out: Loaded) -> None:
+    if doc is None:
+        return
+    if not isinstance(doc, dict):
+        raise LoadError(f"{path}:{line}: expected a Kubernetes object, got {type(doc).__name__}")
+    kind = doc.get("kind")
+    if kind == "List" or (isinstance(kind, str) and kind.endswith("List") and "items" in doc):
+        items = doc.get("items") or []
+        if not isinstance(items, list):
+            raise LoadError(f"{path}:{line}: items: expected a list")
+        for pos, item in enumerate(items):
+            _add_object(path, line, f"items[{pos}].", item, out)
+        return
+    _add_object(path, line, "", doc, out)
+
+
+def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> None:
+    if not isinstance(obj, dict):
+        raise LoadError(f"{path}:{line}: {prefix or 'document'}: expected an object")
+    kind = obj.get("kind")
+    try:
+        if kind == "Node":
+            out.nodes.append(convert_node(obj))
+        elif kind == "Pod":
+            out.pods.append(convert_pod(obj))
+        else:
+            name = str(kind) if kind else "(no kind)"
+            out.skipped[name] = out.skipped.get(name, 0) + 1
+            return
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        message, sep, field = text.rpartition(" - at `")
+        field = field.rstrip("`").removeprefix("$.") if sep else ""
+        where = f"{prefix}{field}: " if field else prefix
+        raise LoadError(f"{path}:{line}: {kind} {where}{message if sep else text}") from None
+    if not (out.nodes[-1].name if kind == "Node" else out.pods[-1].name):
+        raise LoadError(f"{path}:{line}: {kind} {prefix}metadata.name: missing")

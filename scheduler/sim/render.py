@@ -1,0 +1,109 @@
+"""Output of `topo-scheduler simulate`: the JSON contract, and a table for people."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from scheduler.core.cluster import bits
+
+from .simulate import SimResult
+
+
+def summary(result: SimResult) -> dict[str, Any]:
+    gpu_nodes = [n for n in result.state.nodes.values() if n.inventory is not None]
+    gpus = sum(n.total for n in gpu_nodes)
+    held = sum(n.whole.bit_count() for n in gpu_nodes)
+    shared_cards = sum(n.shared_mask.bit_count() for n in gpu_nodes)
+    gangs = {p.gang for p in result.placements if p.gang}
+    return {
+        "nodes": len(result.state.nodes),
+        "gpuNodes": len(gpu_nodes),
+        "gpus": gpus,
+        "gpusAllocated": held,
+        "gpusShared": shared_cards,
+        "gpusFree": sum(n.free_mask.bit_count() for n in gpu_nodes),
+        "podsPlaced": len(result.placements),
+        "podsPending": len(result.pending),
+        "gangsPlaced": len(gangs),
+        "podsIgnored": result.ignored_pods,
+    }
+
+
+def to_json(result: SimResult) -> bytes:
+    placements = []
+    for p in result.placements:
+        item: dict[str, Any] = {
+            "pod": p.pod,
+            "node": p.node,
+            "devices": list(p.devices),
+            "gang": p.gang,
+        }
+        if p.shares:
+            item["shares"] = [msgspec.to_builtins(s) for s in p.shares]
+        placements.append(item)
+    document = {
+        "placements": placements,
+        "pending": [{"pod": w.pod, "reason": w.reason, "state": w.state} for w in result.pending],
+        "warnings": result.warnings,
+        "summary": summary(result),
+    }
+    return msgspec.json.format(msgspec.json.encode(document), indent=2)
+
+
+def to_table(result: SimResult) -> str:
+    lines: list[str] = []
+    state = result.state
+    for name in sorted(state.nodes):
+        node = state.nodes[name]
+        inv = node.inventory
+        if inv is None:
+            continue
+        model = f" {inv.model}" if inv.model else ""
+        lines.append(
+            f"NODE {name}  ({inv.vendor}{model}, {node.total} GPUs, "
+            f"{node.free_mask.bit_count()} free)"
+        )
+        owner: dict[int, list[str]] = {}
+        for key in sorted(node.pods):
+            holding = state.holdings.get(key)
+            if holding is None:
+                continue
+            mark = "+" if key in result.new_pods else " "
+            gang = f"  gang {holding.gang}" if holding.gang else ""
+            for index in bits(holding.whole):
+                owner.setdefault(index, []).append(f"{mark} {key}{gang}")
+            for share in holding.shares:
+                qos = f" {share.qos}" if share.qos else ""
+                sgpu = f" sgpu {share.sgpu}" if share.sgpu else ""
+                owner.setdefault(share.index, []).append(
+                    f"{mark} {key}  share {share.core}% {share.memory_mib}MiB{sgpu}{qos}"
+                )
+        lines.append(f"  {'GPU':<4} {'UUID':<24} POD")
+        for device in inv.devices:
+            holders = owner.get(device.index) or (["  -"] if device.healthy else ["  (unhealthy)"])
+            uuid = device.uuid if len(device.uuid) <= 24 else device.uuid[:21] + "..."
+            for pos, holder in enumerate(holders):
+                shown_index = str(device.index) if pos == 0 else ""
+                shown = uuid if pos == 0 else ""
+                lines.append(f"  {shown_index:<4} {shown:<24} {holder}")
+        lines.append("")
+    lines.append("(+ placed by this simulation)")
+    if result.pending:
+        lines.append("")
+        lines.append("PENDING")
+        for w in result.pending:
+            lines.append(f"  {w.pod}  [{w.state}]  {w.reason}")
+    if result.warnings:
+        lines.append("")
+        lines.append("WARNINGS")
+        lines.extend(f"  {w}" for w in result.warnings)
+    s = summary(result)
+    lines.append("")
+    lines.append(
+        f"{s['podsPlaced']} placed, {s['podsPending']} pending; {s['gpusAllocated']} of "
+        f"{s['gpus']} GPUs allocated whole, {s['gpusShared']} shared, {s['gpusFree']} free, "
+        f"on {s['gpuNodes']} GPU nodes"
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,75 @@
+"""One simulation: the same ClusterState and cycle the live scheduler uses, fed from manifests.
+
+Order of events: every node, then every running pod (``spec.nodeName`` set; its
+``topo-scheduler.io/devices`` annotation says which GPUs it holds), then the pending pods of this
+scheduler in file order, each decision applied before the next (a gang once all its members are
+in, at its last member's position). Pods of other schedulers are ignored.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from scheduler.config import Config
+from scheduler.core.cluster import ClusterState
+from scheduler.core.cycle import schedule_in_order
+from scheduler.core.decisions import Placed, Placement, Waiting
+
+from .loader import Loaded
+
+
+class Pending(msgspec.Struct, frozen=True):
+    pod: str
+    reason: str
+    state: str  # "waiting" | "unschedulable"
+
+
+class SimResult(msgspec.Struct):
+    state: ClusterState
+    placements: list[Placement]
+    pending: list[Pending]
+    warnings: list[str]
+    ignored_pods: int
+    new_pods: set[str]
+
+
+def simulate(loaded: Loaded, config: Config) -> SimResult:
+    state = ClusterState(config.to_core())
+    warnings: list[str] = []
+    for node in loaded.nodes:
+        if node.name in state.nodes:
+            warnings.append(f"node {node.name}: defined twice; the last definition wins")
+        warning = state.set_node(node)
+        if warning:
+            warnings.append(warning)
+    pending = []
+    ignored = 0
+    for pod in loaded.pods:
+        if pod.node_name:
+            if pod.node_name not in state.nodes:
+                warnings.append(
+                    f"pod {pod.key}: runs on node {pod.node_name}, which is not in the input"
+                )
+            warning = state.add_bound_pod(pod)
+            if warning:
+                warnings.append(warning)
+        elif pod.scheduler_name == config.scheduler_name and not pod.finished:
+            pending.append(pod)
+        else:
+            ignored += 1
+    placements: list[Placement] = []
+    waiting: list[Pending] = []
+    for decision in schedule_in_order(state, pending):
+        if isinstance(decision, Placed):
+            placements.extend(decision.placements)
+        else:
+            kind = "waiting" if isinstance(decision, Waiting) else "unschedulable"
+            waiting.extend(Pending(p, decision.reason, kind) for p in decision.pods)
+    return SimResult(
+        state=state,
+        placements=placements,
+        pending=waiting,
+        warnings=warnings,
+        ignored_pods=ignored,
+        new_pods={p.pod for p in placements},
+    )
