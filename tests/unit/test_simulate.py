@@ -1,0 +1,222 @@
+"""`topo-scheduler simulate` end to end through the CLI, on files in a temporary folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scheduler.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "configs" / "examples"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+NODE = """
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  annotations:
+    topo-scheduler.io/gpus: '{"vendor": "nvidia",
+      "devices": [{"index": 0}, {"index": 1}, {"index": 2}, {"index": 3}],
+      "scores": [[0,100,100,200],[100,0,200,100],[100,200,0,200],[200,100,200,0]]}'
+"""
+
+
+def pod(name: str, gpus: int, extra: str = "", scheduler: str = "topo-scheduler") -> str:
+    return f"""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+{extra}
+spec:
+  schedulerName: {scheduler}
+  containers:
+  - name: main
+    resources:
+      limits:
+        nvidia.com/gpu: {gpus}
+"""
+
+
+def write(tmp_path: Path, name: str, *docs: str) -> str:
+    path = tmp_path / name
+    path.write_text("\n---\n".join(docs))
+    return str(path)
+
+
+def test_json_output_follows_the_contract(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gang = "  labels:\n    gpu-topology: job\n    gpu-topology-replica: '2'"
+    f = write(
+        tmp_path, "c.yaml", NODE, pod("a", 1), pod("g0", 1, gang), pod("g1", 1, gang), pod("big", 8)
+    )
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"placements", "pending", "warnings", "summary"}
+    assert doc["placements"][0] == {"pod": "default/a", "node": "n1", "devices": [0], "gang": None}
+    gangs = {p["pod"]: p for p in doc["placements"][1:]}
+    assert {p["gang"] for p in gangs.values()} == {"default/job"}
+    # GPU 0 is taken: (1,2) and (2,3) are 200-pairs with equal damage; the lower indices win.
+    assert sorted(d for p in gangs.values() for d in p["devices"]) == [1, 2]
+    assert doc["pending"] == [
+        {
+            "pod": "default/big",
+            "reason": "0/1 nodes are available: 1 has fewer than 8 GPUs in total.",
+            "state": "unschedulable",
+        }
+    ]
+    assert doc["summary"]["podsPlaced"] == 3 and doc["summary"]["gpusAllocated"] == 3
+
+
+def test_table_shows_each_gpu_holder_and_pending_reasons(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = write(tmp_path, "c.yaml", NODE, pod("a", 2), pod("b", 4))
+    code, out, _ = run(capsys, "simulate", f)
+    assert code == 0
+    assert "NODE n1" in out
+    assert "+ default/a" in out
+    assert "PENDING" in out and "default/b" in out and "fewer than 4 free GPUs" in out
+
+
+def test_kind_list_and_json_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    items = [yaml.safe_load(NODE), yaml.safe_load(pod("a", 1))]
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    code, out, _ = run(capsys, "simulate", "-o", "json", str(path))
+    assert code == 0
+    assert json.loads(out)["placements"][0]["node"] == "n1"
+
+
+def test_running_pods_hold_their_annotated_gpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    running = pod("r", 3, "  annotations:\n    topo-scheduler.io/devices: '0,1,3'").replace(
+        "spec:\n", "spec:\n  nodeName: n1\n"
+    )
+    f = write(tmp_path, "c.yaml", NODE, running, pod("a", 1))
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0
+    assert json.loads(out)["placements"] == [
+        {"pod": "default/a", "node": "n1", "devices": [2], "gang": None}
+    ]
+
+
+def test_pods_of_other_schedulers_are_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = write(tmp_path, "c.yaml", NODE, pod("theirs", 1, scheduler="default-scheduler"))
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    doc = json.loads(out)
+    assert code == 0 and doc["placements"] == [] and doc["summary"]["podsIgnored"] == 1
+
+
+def test_yaml_error_exits_2_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = write(tmp_path, "broken.yaml", NODE, "kind: Pod\nmetadata: {name: x\n")
+    code, out, err = run(capsys, "simulate", f)
+    assert code == 2 and out == ""
+    assert "broken.yaml:" in err and "YAML error" in err
+    line = int(err.split("broken.yaml:")[1].split(":")[0])
+    assert line > 9  # in the second document, not the first
+
+
+def test_bad_pod_field_exits_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = pod("a", 1).replace("  containers:\n", "  containers: 7\n  x:\n")
+    f = write(tmp_path, "bad.yaml", NODE, bad)
+    code, _, err = run(capsys, "simulate", f)
+    assert code == 2
+    assert "bad.yaml:" in err and "spec.containers" in err
+
+
+def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "simulate", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "nope.yaml: cannot read" in err
+
+
+def test_malformed_inventory_is_a_warning_not_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = NODE.replace('"vendor": "nvidia"', '"vendor": "amd"')
+    f = write(tmp_path, "c.yaml", broken, pod("a", 1))
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["warnings"] == [
+        "node n1: annotation topo-scheduler.io/gpus: vendor: 'amd' is not one of nvidia, metax; "
+        "node excluded from GPU scheduling"
+    ]
+    assert doc["pending"][0]["reason"] == "0/1 nodes are available: 1 has an invalid GPU inventory."
+
+
+@pytest.mark.parametrize(
+    "cluster,workload,placed",
+    [
+        ("dgx1-v100.yaml", "workload-single.yaml", 3),
+        ("dgx1-v100.yaml", "workload-multi.yaml", 3),
+        ("dgx1-v100.yaml", "workload-gang.yaml", 6),
+        ("pcie-8gpu.yaml", "workload-multi.yaml", 3),
+        ("metax-c500.yaml", "workload-shared.yaml", 3),
+        ("seed003.yaml", "workload-single.yaml", 3),
+        ("dgx1-v100.yaml", "workload-mixed.yaml", 6),
+    ],
+)
+def test_every_example_simulates(
+    cluster: str, workload: str, placed: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(
+        capsys, "simulate", "-o", "json", str(EXAMPLES / cluster), str(EXAMPLES / workload)
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["summary"]["podsPlaced"] == placed, doc["pending"]
+    assert doc["warnings"] == []
+
+
+def test_seed004_gang_example_lands_on_an_nvlink_pair(capsys: pytest.CaptureFixture[str]) -> None:
+    _code, out, _ = run(
+        capsys,
+        "simulate",
+        "-o",
+        "json",
+        str(EXAMPLES / "dgx1-v100.yaml"),
+        str(EXAMPLES / "workload-gang.yaml"),
+    )
+    doc = json.loads(out)
+    pair = [p for p in doc["placements"] if p["gang"] == "default/pytorch-dist-nccl"]
+    assert len({p["node"] for p in pair}) == 1
+    gpus = sorted(p["devices"][0] for p in pair)
+    nv2 = [[0, 3], [0, 4], [1, 2], [1, 5], [2, 3], [4, 7], [5, 6], [6, 7]]
+    assert gpus in nv2
+
+
+def test_seed003_example_prefers_the_smaller_node(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    f = write(tmp_path, "w.yaml", pod("two", 2))
+    _code, out, _ = run(capsys, "simulate", "-o", "json", str(EXAMPLES / "seed003.yaml"), f)
+    assert json.loads(out)["placements"][0]["node"] == "node1"
+
+
+def test_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("defaults:\n  nodePolicy: fastest\n")
+    code, _, err = run(capsys, "simulate", "--config", str(cfg), str(EXAMPLES / "seed003.yaml"))
+    assert code == 2 and "defaults.nodePolicy" in err
