@@ -42,7 +42,19 @@ integration: deps redis-server
 	$(BIN)/pytest -q tests/integration
 
 # ---- the local control plane (issue 4): tools/k8s + scheduler/testing --------------------------
-#CONTROL-PLANE-TARGETS#
+# Binaries are built from tools/k8s into ~/.cache/topo-scheduler/k8s/<versions>/ (only what is
+# missing; a cold build takes 15-30 minutes). Under CI=true a missing Go fails the run.
+k8s-build:
+	@bash tools/k8s/build.sh
+
+cluster-up: deps
+	@$(BIN)/python -m scheduler.testing.controlplane detach --state .cluster
+
+cluster-down: deps
+	@$(BIN)/python -m scheduler.testing.controlplane down --state .cluster
+
+e2e: deps redis-server k8s-build
+	$(BIN)/pytest -q tests/e2e
 
 test: lint types imports unit integration e2e
 

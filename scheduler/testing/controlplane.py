@@ -1,0 +1,527 @@
+"""A real local Kubernetes control plane: etcd, kube-apiserver and KWOK as local processes.
+
+There is no Docker engine on our machines, so kind and k3d are out. tools/k8s/build.sh builds the
+real binaries from Go modules into a cache; this module runs them on free loopback ports with
+temporary data folders, for the tests, `make demo` and the benchmarks:
+
+- etcd, on a free client port, fsync off (test data);
+- kube-apiserver with RBAC and token authentication: an admin identity (system:masters) and a
+  scheduler identity that can do only what a ClusterRole grants it; ServiceAccount admission off
+  (no controller-manager runs, so there are no default service accounts);
+- KWOK, which keeps nodes annotated ``kwok.x-k8s.io/node: fake`` Ready and runs the pods bound to
+  them (and finishes their deletion).
+
+Every process is started in its own process group with a parent-death signal, and ``stop`` kills
+the groups: nothing outlives the test session, also when a test fails, is interrupted, or the
+test runner itself is killed. Kubeconfigs are written per identity.
+
+``python -m scheduler.testing.controlplane up|down --state DIR`` runs it in the background for
+`make cluster-up` / `make cluster-down`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO / "tools" / "k8s" / "build.sh"
+ADMIN_TOKEN = "topo-admin-token"
+SCHEDULER_TOKEN = "topo-scheduler-token"
+# The scheduler identity is the one deploy/'s ServiceAccount will have in a real cluster.
+SCHEDULER_USER = "system:serviceaccount:topo-scheduler:topo-scheduler"
+SCHEDULER_GROUPS = "system:serviceaccounts,system:serviceaccounts:topo-scheduler"
+START_TIMEOUT_S = 90.0
+
+
+class ControlPlaneError(RuntimeError):
+    pass
+
+
+def build_binaries() -> Path:
+    """Run tools/k8s/build.sh (builds only what is missing) and return the cache folder."""
+    proc = subprocess.run(
+        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=None, text=True
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    for line in lines[:-1]:
+        print(line, file=sys.stderr)
+    if proc.returncode != 0 or not lines:
+        raise ControlPlaneError(f"tools/k8s/build.sh failed (exit {proc.returncode})")
+    return Path(lines[-1])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGKILL this child when the process that started it dies (Linux)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Process:
+    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log = log
+        self._log_file = log.open("wb")
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+    def tail(self, chars: int = 3000) -> str:
+        with contextlib.suppress(OSError):
+            return self.log.read_text(errors="replace")[-chars:]
+        return ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        else:  # the leader is gone; make sure nothing of its group is left
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self._log_file.close()
+
+
+class ControlPlane:
+    def __init__(self, bin_dir: Path, workdir: Path | None = None) -> None:
+        self.bin_dir = bin_dir
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="topo-k8s-")
+            workdir = Path(self._tmp.name)
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.processes: list[Process] = []
+        self.etcd_url = ""
+        self.server = ""
+        self.admin_kubeconfig = self.dir / "admin.kubeconfig"
+        self.scheduler_kubeconfig = self.dir / "scheduler.kubeconfig"
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> ControlPlane:
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._write_kubeconfigs()
+            self._start_kwok()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        process = Process(name, args, self.dir / f"{name}.log", full_env)
+        self.processes.append(process)
+        return process
+
+    def _wait(self, process: Process, check: Any, what: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not process.alive():
+                raise ControlPlaneError(f"{process.name} exited while {what}:\n{process.tail()}")
+            with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
+                if check():
+                    return
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{process.name}: timed out {what}:\n{process.tail()}")
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        etcd = self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                "--name=default",
+                f"--data-dir={self.dir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as resp:
+                return bool(json.load(resp).get("health") == "true")
+
+        self._wait(etcd, healthy, "waiting for etcd /health")
+
+    def _start_apiserver(self) -> None:
+        certs = self.dir / "certs"
+        certs.mkdir(exist_ok=True)
+        sa_key = self.dir / "sa.key"
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(sa_key), "2048"],
+            check=True,
+            capture_output=True,
+        )
+        tokens = self.dir / "tokens.csv"
+        tokens.write_text(
+            f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
+            f'{SCHEDULER_TOKEN},{SCHEDULER_USER},scheduler-uid,"{SCHEDULER_GROUPS}"\n'
+        )
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        apiserver = self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                f"--cert-dir={certs}",
+                f"--secure-port={port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--disable-admission-plugins=ServiceAccount",
+                "--authorization-mode=RBAC",
+                f"--token-auth-file={tokens}",
+                "--service-account-issuer=https://127.0.0.1/",
+                f"--service-account-key-file={sa_key}",
+                f"--service-account-signing-key-file={sa_key}",
+                # Tests of the 410 path compact etcd themselves; keep the apiserver from doing it.
+                "--etcd-compaction-interval=0",
+                "--profiling=false",
+                "--v=0",
+            ],
+        )
+        self._wait(
+            apiserver,
+            lambda: self.request("GET", "/readyz", raw=True) == b"ok",
+            "waiting for kube-apiserver /readyz",
+        )
+
+    def _write_kubeconfigs(self) -> None:
+        for path, user, token in (
+            (self.admin_kubeconfig, "admin", ADMIN_TOKEN),
+            (self.scheduler_kubeconfig, "topo-scheduler", SCHEDULER_TOKEN),
+        ):
+            config = {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "local",
+                        "cluster": {"server": self.server, "insecure-skip-tls-verify": True},
+                    }
+                ],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+                "current-context": user,
+            }
+            path.write_text(json.dumps(config, indent=2))
+
+    def _start_kwok(self) -> None:
+        home = self.dir / "kwok-home"
+        home.mkdir(exist_ok=True)  # kwok reads ~/.kwok/kwok.yaml: give it an empty home
+        kwok = self._spawn(
+            "kwok",
+            [
+                str(self.bin_dir / "kwok"),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--cidr=10.0.0.1/16",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{free_port()}",
+            ],
+            env={"HOME": str(home)},
+        )
+        # KWOK has no readiness endpoint we rely on: a fake node becoming Ready proves it works,
+        # and tests wait for exactly that. Here, only make sure it did not die at start.
+        time.sleep(0.5)
+        if not kwok.alive():
+            raise ControlPlaneError(f"kwok exited at start:\n{kwok.tail()}")
+
+    # ---- a tiny REST client (admin identity) -----------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str = ADMIN_TOKEN,
+        raw: bool = False,
+        content_type: str = "application/json",
+    ) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {token}")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        with urllib.request.urlopen(req, context=context, timeout=30) as resp:
+            payload = resp.read()
+        return payload if raw else json.loads(payload or b"{}")
+
+    def apply(self, obj: dict[str, Any]) -> Any:
+        """Create an object (Node, Pod, Namespace, ClusterRole, ...) as the admin."""
+        return self.request("POST", _collection_path(obj), obj)
+
+    def create_gpu_node(
+        self,
+        name: str,
+        inventory: dict[str, Any] | str | None,
+        gpus: int = 8,
+        resource: str = "nvidia.com/gpu",
+        labels: dict[str, str] | None = None,
+        extra_capacity: dict[str, str] | None = None,
+    ) -> Any:
+        annotations = {"kwok.x-k8s.io/node": "fake"}
+        if inventory is not None:
+            annotations["topo-scheduler.io/gpus"] = (
+                inventory if isinstance(inventory, str) else json.dumps(inventory)
+            )
+        capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", resource: str(gpus)}
+        capacity.update(extra_capacity or {})
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": annotations,
+                "labels": {"kubernetes.io/hostname": name, "type": "kwok", **(labels or {})},
+            },
+            "spec": {},
+            "status": {"capacity": capacity, "allocatable": capacity},
+        }
+        return self.apply(node)
+
+    def create_pod(
+        self,
+        name: str,
+        gpus: int = 1,
+        resource: str = "nvidia.com/gpu",
+        namespace: str = "default",
+        scheduler: str = "topo-scheduler",
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        limits: dict[str, str] | None = None,
+    ) -> Any:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": labels or {},
+                "annotations": annotations or {},
+            },
+            "spec": {
+                "schedulerName": scheduler,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "resources": {"limits": limits or {resource: str(gpus)}},
+                    }
+                ],
+            },
+        }
+        return self.apply(pod)
+
+
+def _collection_path(obj: dict[str, Any]) -> str:
+    kind = obj["kind"]
+    namespace = obj.get("metadata", {}).get("namespace", "default")
+    plural = {
+        "Node": ("/api/v1", "nodes", False),
+        "Pod": ("/api/v1", "pods", True),
+        "Namespace": ("/api/v1", "namespaces", False),
+        "Secret": ("/api/v1", "secrets", True),
+        "ConfigMap": ("/api/v1", "configmaps", True),
+        "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+        "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+        "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+        "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+        "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    }
+    if kind not in plural:
+        raise ValueError(f"apply: unsupported kind {kind}")
+    prefix, resource, namespaced = plural[kind]
+    if namespaced:
+        return f"{prefix}/namespaces/{namespace}/{resource}"
+    return f"{prefix}/{resource}"
+
+
+@contextlib.contextmanager
+def running(workdir: Path | None = None) -> Iterator[ControlPlane]:
+    """Build what is missing, start a control plane, and stop it whatever happens."""
+    plane = ControlPlane(build_binaries(), workdir)
+    with plane:
+        yield plane
+
+
+# ---- `make cluster-up` / `make cluster-down` ------------------------------------------------
+
+
+def _up(state: Path) -> int:
+    """Start in this (backgrounded) process and keep running until SIGTERM."""
+    state.mkdir(parents=True, exist_ok=True)
+    ready = state / "ready.json"
+    ready.unlink(missing_ok=True)
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    plane = ControlPlane(build_binaries(), state / "data")
+    try:
+        plane.start()
+        ready.write_text(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "server": plane.server,
+                    "adminKubeconfig": str(plane.admin_kubeconfig),
+                    "schedulerKubeconfig": str(plane.scheduler_kubeconfig),
+                }
+            )
+        )
+        while not stop and all(p.alive() for p in plane.processes):
+            time.sleep(0.5)
+    finally:
+        plane.stop()
+        ready.unlink(missing_ok=True)
+    return 0
+
+
+def _detach(state: Path) -> int:
+    """`make cluster-up`: start ``up`` as a background daemon, wait until ready, print the
+    admin KUBECONFIG export as the last line."""
+    state.mkdir(parents=True, exist_ok=True)
+    pid_file = state / "pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), 0)
+            ready = json.loads((state / "ready.json").read_text())
+            print(f"export KUBECONFIG={ready['adminKubeconfig']}")
+            return 0
+    build_binaries()  # in the foreground, so its progress shows
+    log = (state / "up.log").open("wb")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.testing.controlplane", "up", "--state", str(state)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=REPO,
+    )
+    pid_file.write_text(str(daemon.pid))
+    deadline = time.monotonic() + START_TIMEOUT_S * 2
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            pid_file.unlink(missing_ok=True)
+            print((state / "up.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+            print("the local control plane failed to start", file=sys.stderr)
+            return 1
+        with contextlib.suppress(OSError, ValueError):
+            ready = json.loads((state / "ready.json").read_text())
+            print(
+                f"control plane up: {ready['server']} (scheduler identity: "
+                f"{ready['schedulerKubeconfig']}); stop it with `make cluster-down`"
+            )
+            print(f"export KUBECONFIG={ready['adminKubeconfig']}")
+            return 0
+        time.sleep(0.3)
+    daemon.terminate()
+    print("the local control plane did not become ready in time", file=sys.stderr)
+    return 1
+
+
+def _down(state: Path) -> int:
+    pid_file = state / "pid"
+    if not pid_file.exists():
+        print("no local control plane is running")
+        return 0
+    pid = int(pid_file.read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(150):
+            os.kill(pid, 0)
+            time.sleep(0.2)
+        os.kill(pid, signal.SIGKILL)  # its children die with it (parent-death signal)
+    pid_file.unlink(missing_ok=True)
+    print("local control plane stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the local Kubernetes control plane")
+    parser.add_argument("action", choices=["build", "up", "detach", "down"])
+    parser.add_argument("--state", default=str(REPO / ".cluster"))
+    args = parser.parse_args(argv)
+    state = Path(args.state)
+    if args.action == "build":
+        print(build_binaries())
+        return 0
+    if args.action == "up":
+        return _up(state)
+    if args.action == "detach":
+        return _detach(state)
+    return _down(state)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
