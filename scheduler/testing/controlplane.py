@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["build", "up", "detach", "down"])
     parser.add_argument("--state", default=str(REPO / ".cluster"))
     args = parser.parse_args(argv)
-    state = Path(args.state)
+    state = Path(args.state).resolve()
     if args.action == "build":
         print(build_binaries())
         return 0
