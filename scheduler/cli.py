@@ -27,6 +27,21 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from scheduler.config import ConfigError, load_config
+    from scheduler.service.app import configure_logging, run, settings_from
+
+    try:
+        config = settings_from(load_config(args.config), args.redis_url, args.http_address)
+    except ConfigError as exc:
+        print(f"topo-scheduler run: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level)
+    return asyncio.run(run(config, args.kubeconfig))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="topo-scheduler",
@@ -43,6 +58,28 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("-o", "--output", choices=["table", "json"], default="table")
     sim.add_argument("files", nargs="+", metavar="FILE")
     sim.set_defaults(func=_simulate)
+
+    run = sub.add_parser(
+        "run",
+        help="run the scheduler against a cluster",
+        description="Watch the cluster and bind the pending pods of this scheduler with "
+        "device-assignment annotations. Without a Redis URL the state is kept in memory and "
+        "only one replica may run.",
+    )
+    run.add_argument("--config", help="scheduler config file (default: built-in defaults)")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster configuration)")
+    run.add_argument(
+        "--redis-url",
+        help="Redis for shared state and leader election, e.g. redis://host:6379/0 "
+        "(default: run.redisUrl, or $TOPO_SCHEDULER_REDIS_URL)",
+    )
+    run.add_argument(
+        "--http-address",
+        help="host:port for /healthz, /readyz, /metrics (port 0 picks a free port; "
+        "default: run.httpAddress, or $TOPO_SCHEDULER_HTTP_ADDRESS)",
+    )
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    run.set_defaults(func=_run)
     return parser
 
 

@@ -38,6 +38,7 @@ from scheduler.core.decisions import Decision, Placed, Placement, Waiting
 from scheduler.core.objects import NodeInput, PodInput
 from scheduler.core.requests import RequestError, parse_gang
 from scheduler.core.settings import CoreSettings
+from scheduler.kube.api import BindResult
 from scheduler.state.base import Claim, Conflict, Fenced, ShareClaim, Store, StoreError
 
 from .leader import Leadership
@@ -50,20 +51,12 @@ BIND_ATTEMPTS = 3
 BIND_RETRY_S = 0.5
 
 
-class BindOutcome(Protocol):
-    status: int
-    message: str
-
-    @property
-    def ok(self) -> bool: ...
-
-
 class Cluster(Protocol):
     """What the loop needs from the apiserver (scheduler.kube.api.KubeApi + the codec)."""
 
     async def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
-    ) -> BindOutcome: ...
+    ) -> BindResult: ...
 
     async def get_pod(self, namespace: str, name: str) -> PodInput | None: ...
 

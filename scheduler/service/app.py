@@ -1,0 +1,248 @@
+"""`topo-scheduler run`: wires the watches, the store, leadership, the loop and the HTTP side.
+
+Three reflectors feed the scheduler's snapshot:
+- pending pods of this scheduler (``spec.schedulerName=<name>,spec.nodeName=``);
+- pods bound to a node and not finished (``spec.nodeName!=,status.phase!=Succeeded,...``): which
+  GPUs are in use; a pod leaving this set (finished or deleted) frees its GPUs. The two watches
+  together tell a bind from a delete;
+- nodes.
+
+Shutdown on SIGTERM or SIGINT, in this order: readiness turns off, the loop stops taking pods,
+binds in flight finish, the lease is released (a standby takes over at once), watches and
+clients close, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import uuid
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from scheduler.config import Config
+from scheduler.core.objects import PodInput
+from scheduler.kube.api import BindResult, KubeApi
+from scheduler.kube.codec import Node, Pod, decode_pod, node_from_obj, pod_from_obj
+from scheduler.kube.watch import Reflector
+from scheduler.state.base import Store
+from scheduler.state.memory import MemoryStore
+from scheduler.state.redis_store import RedisStore
+
+from .http import ProbeServer
+from .leader import Leadership, LeaseTiming
+from .metrics import Metrics
+from .scheduler import Scheduler
+
+log = structlog.get_logger("app")
+
+
+def configure_logging(level: str = "info") -> None:
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            getattr(logging, level.upper(), logging.INFO)
+        ),
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        cache_logger_on_first_use=True,
+    )
+
+
+class KubeCluster:
+    """The loop's view of the apiserver (scheduler.service.scheduler.Cluster)."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> BindResult:
+        return await self.api.bind(namespace, name, uid, node, annotations)
+
+    async def get_pod(self, namespace: str, name: str) -> PodInput | None:
+        raw = await self.api.read_pod(namespace, name)
+        return None if raw is None else decode_pod(raw)
+
+    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
+        await self.api.set_unschedulable(namespace, name, message)
+
+    async def event(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        kind: str,
+        timestamp: str,
+    ) -> None:
+        await self.api.event(namespace, name, uid, reason, message, kind, timestamp)
+
+
+def settings_from(config: Config, redis_url: str | None, http_address: str | None) -> Config:
+    """Flags override the environment, which overrides the file."""
+    changes: dict[str, Any] = {}
+    env_redis = os.environ.get("TOPO_SCHEDULER_REDIS_URL")
+    env_http = os.environ.get("TOPO_SCHEDULER_HTTP_ADDRESS")
+    if env_redis is not None:
+        changes["redis_url"] = env_redis
+    if env_http is not None:
+        changes["http_address"] = env_http
+    if redis_url is not None:
+        changes["redis_url"] = redis_url
+    if http_address is not None:
+        changes["http_address"] = http_address
+    return config.with_run(**changes) if changes else config
+
+
+async def _api_client(kubeconfig: str | None) -> ApiClient:
+    configuration = Configuration()
+    if kubeconfig:
+        await k8s_config.load_kube_config(
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    else:
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+    return ApiClient(configuration)
+
+
+async def run(config: Config, kubeconfig: str | None) -> int:
+    run_cfg = config.run
+    holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    store: Store
+    if run_cfg.redis_url:
+        store = RedisStore.from_url(run_cfg.redis_url, prefix=run_cfg.redis_prefix)
+        log.info("store", kind="redis", prefix=run_cfg.redis_prefix, holder=holder)
+    else:
+        store = MemoryStore(time.monotonic)
+        log.warning(
+            "store",
+            kind="memory",
+            detail="no Redis URL: embedded in-memory store; run a single replica only",
+        )
+    api_client = await _api_client(kubeconfig)
+    api = KubeApi(api_client)
+    metrics = Metrics()
+    lease = run_cfg.lease
+    leadership = Leadership(
+        store,
+        holder,
+        LeaseTiming(lease.duration_seconds, lease.renew_seconds, lease.retry_seconds),
+        time.monotonic,
+    )
+    scheduler = Scheduler(
+        config.to_core(),
+        config.scheduler_name,
+        KubeCluster(api),
+        store,
+        leadership,
+        metrics,
+        time.monotonic,
+        bind_concurrency=run_cfg.bind_concurrency,
+    )
+
+    def pods_version(p: Pod) -> str:
+        return p.metadata.resource_version
+
+    pending_selector = f"spec.schedulerName={config.scheduler_name},spec.nodeName="
+    bound_selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+    reflectors: list[Reflector[Any]] = [
+        Reflector(
+            "nodes",
+            Node,
+            api.list_nodes,
+            api.watch_nodes,
+            lambda nodes: scheduler.replace_nodes([node_from_obj(n) for n in nodes]),
+            lambda kind, n: scheduler.node_event(kind, node_from_obj(n)),
+            lambda n: n.metadata.resource_version,
+        ),
+        Reflector(
+            "bound-pods",
+            Pod,
+            lambda: api.list_pods(bound_selector),
+            lambda rv, t: api.watch_pods(rv, t, bound_selector),
+            lambda pods: scheduler.replace_bound([pod_from_obj(p) for p in pods]),
+            lambda kind, p: scheduler.bound_event(kind, pod_from_obj(p)),
+            pods_version,
+        ),
+        Reflector(
+            "pending-pods",
+            Pod,
+            lambda: api.list_pods(pending_selector),
+            lambda rv, t: api.watch_pods(rv, t, pending_selector),
+            lambda pods: scheduler.replace_pending([pod_from_obj(p) for p in pods]),
+            lambda kind, p: scheduler.pending_event(kind, pod_from_obj(p)),
+            pods_version,
+        ),
+    ]
+    stopping = asyncio.Event()
+
+    def readiness() -> tuple[bool, str]:
+        if stopping.is_set():
+            return False, "shutting down"
+        unsynced = [r.name for r in reflectors if not r.synced.is_set()]
+        if unsynced:
+            return False, f"watches not synced: {', '.join(unsynced)}"
+        role = "leader" if leadership.leading else "standby"
+        return True, f"ready ({role}, epoch {leadership.epoch})"
+
+    host, _, port = run_cfg.http_address.rpartition(":")
+    http = ProbeServer(host or "0.0.0.0", int(port), metrics, readiness, scheduler.explain)
+    await http.start()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+
+    tasks = [asyncio.create_task(r.run(), name=f"watch-{r.name}") for r in reflectors]
+
+    # Only a replica with synced watches competes for the lease: a new leader must see the cluster.
+    async def all_synced() -> None:
+        for r in reflectors:
+            await r.synced.wait()
+
+    synced = asyncio.create_task(all_synced())
+    stop_wait = asyncio.create_task(stopping.wait())
+    await asyncio.wait({synced, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+    synced.cancel()
+    stop_wait.cancel()
+    if not stopping.is_set():
+        log.info("watches synced", holder=holder)
+        tasks.append(
+            asyncio.create_task(
+                leadership.run(scheduler.on_elected, scheduler.on_lost), name="leadership"
+            )
+        )
+        tasks.append(asyncio.create_task(scheduler.run(), name="scheduling-loop"))
+
+    await stopping.wait()
+    log.info("shutting down: readiness off, finishing binds in flight")
+    await scheduler.drain()
+    await leadership.release()
+    metrics.leader.set(0)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await http.stop()
+    with contextlib.suppress(Exception):
+        await store.close()
+    await api_client.close()
+    log.info("stopped", holder=holder)
+    return 0
