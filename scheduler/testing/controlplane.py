@@ -229,7 +229,10 @@ class ControlPlane:
                 "--advertise-address=127.0.0.1",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
-                "--disable-admission-plugins=ServiceAccount",
+                # No controller-manager runs: no default service accounts to admit against, and
+                # no node lifecycle controller to lift the not-ready taint that
+                # TaintNodesByCondition puts on every new node.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--authorization-mode=RBAC",
                 f"--token-auth-file={tokens}",
                 "--service-account-issuer=https://127.0.0.1/",
