@@ -8,7 +8,7 @@ wrong with the pod, something else must happen first" (gang members missing or i
 
 from __future__ import annotations
 
-from msgspec import Struct
+from msgspec import Struct, field
 
 
 class Share(Struct, frozen=True, rename="camel", omit_defaults=True):
@@ -17,7 +17,7 @@ class Share(Struct, frozen=True, rename="camel", omit_defaults=True):
     index: int
     uuid: str
     core: int
-    memory_mib: int
+    memory_mib: int = field(name="memoryMiB")
     sgpu: int = 0
     qos: str | None = None
 

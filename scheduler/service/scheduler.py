@@ -49,6 +49,8 @@ log = structlog.get_logger("scheduler")
 
 BIND_ATTEMPTS = 3
 BIND_RETRY_S = 0.5
+# After a reservation conflict the store is reconciled with the apiserver, at most this often.
+RECONCILE_MIN_S = 2.0
 
 
 class Cluster(Protocol):
@@ -115,6 +117,9 @@ class Scheduler:
         self.accepting = True
         self.ready_to_schedule = False  # set after the leader's reconcile
         self.bound_synced = False
+        # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
+        self._needs_reconcile = False
+        self._last_reconcile = 0.0
 
     # ---- watch events (synchronous, cheap) ---------------------------------------------------
 
@@ -155,9 +160,13 @@ class Scheduler:
 
     def replace_bound(self, pods: list[PodInput]) -> None:
         keep = {p.key for p in pods}
-        for key in list(self.state.holdings):
-            if key not in keep and key not in self.in_flight and key not in self.pending:
-                self.state.remove_pod(key)
+        gone = [
+            key
+            for key in self.state.holdings
+            if key not in keep and key not in self.in_flight and key not in self.pending
+        ]
+        for key in gone:
+            self._forget_bound(key)
         for pod in pods:
             self.bound_event("ADDED", pod)
         self.bound_synced = True
@@ -166,14 +175,31 @@ class Scheduler:
         key = pod.key
         if kind == "DELETED" or pod.finished or not pod.node_name:
             if key in self.state.holdings and key not in self.in_flight:
-                self.state.remove_pod(key)
-                self.queue.on_cluster_event()
-                self._kick()
+                self._forget_bound(key)
             return
         warning = self.state.add_bound_pod(pod)
         if warning:
             log.warning("bound pod", pod=key, warning=warning)
         self.first_seen.pop(key, None)
+
+    def _forget_bound(self, key: str) -> None:
+        """A bound pod finished or was deleted: its GPUs are free, in the snapshot and the store."""
+        holding = self.state.holdings[key]
+        self.state.remove_pod(key)
+        if holding.uid:
+            self._spawn(self._release_in_store([holding.uid]))
+        self.queue.on_cluster_event()
+        self._kick()
+
+    async def _release_in_store(self, uids: list[str]) -> None:
+        epoch = self.leadership.epoch
+        if epoch is None or not self.leadership.leading:
+            return  # the next leader's reconcile frees them
+        try:
+            await self.store.release(self.leadership.holder, epoch, uids)
+        except StoreError as exc:
+            self._needs_reconcile = True
+            log.warning("store release failed", uids=uids, error=str(exc))
 
     def replace_nodes(self, nodes: list[NodeInput]) -> None:
         names = {n.name for n in nodes}
@@ -205,6 +231,16 @@ class Scheduler:
         self.metrics.leader.set(1)
         while not self.bound_synced:
             await asyncio.sleep(0.05)
+        await self._reconcile(epoch)
+        self.ready_to_schedule = True
+        for key in self.pending:
+            self.queue.add(key)
+        self._kick()
+
+    async def _reconcile(self, epoch: int) -> None:
+        """Make the store equal to the apiserver's truth (bound pods in the snapshot)."""
+        self._needs_reconcile = False
+        self._last_reconcile = self.clock()
         truth = [c for c in (self._claim_of(h) for h in self.state.holdings.values()) if c]
         truth = [c for c in truth if c.pod not in self.in_flight and c.pod not in self.pending]
         pending_uids = [p.uid for p in self.pending.values() if p.uid]
@@ -215,7 +251,7 @@ class Scheduler:
         loaded = 0
         for record in (await self.store.records()).values():
             pod = by_uid.get(record.claim.uid)
-            if record.state == "reserved" and pod is not None:
+            if record.state == "reserved" and pod is not None and pod.key not in self.in_flight:
                 self.state.hold(_holding_of(record.claim))
                 loaded += 1
         log.info(
@@ -227,10 +263,6 @@ class Scheduler:
             loaded_reservations=loaded,
             conflicts=list(report.conflicts),
         )
-        self.ready_to_schedule = True
-        for key in self.pending:
-            self.queue.add(key)
-        self._kick()
 
     async def on_lost(self) -> None:
         self.metrics.leader.set(0)
@@ -269,6 +301,13 @@ class Scheduler:
             if not (self.accepting and self.ready_to_schedule and self.leadership.leading):
                 await self._sleep_until_woken(1.0)
                 continue
+            if self._needs_reconcile and self.clock() - self._last_reconcile >= RECONCILE_MIN_S:
+                epoch = self.leadership.epoch
+                if epoch is not None:
+                    try:
+                        await self._reconcile(epoch)
+                    except StoreError as exc:
+                        log.warning("reconcile failed", error=str(exc))
             key = self.queue.pop()
             self._update_gauges()
             if key is None:
@@ -372,6 +411,7 @@ class Scheduler:
             # The snapshot was behind the store (another replica's leftovers or a race with a
             # watch event): retry after a backoff, by then the watches have caught up.
             log.warning("reservation conflict", pods=[p.key for p in unit.pods], error=str(exc))
+            self._needs_reconcile = True
             for pod in unit.pods:
                 self.queue.backoff(pod.key)
             return "error"

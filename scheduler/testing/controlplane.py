@@ -72,7 +72,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """preexec_fn: SIGKILL this child when the process that started it dies (Linux)."""
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -90,7 +90,7 @@ class Process:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
     def tail(self, chars: int = 3000) -> str:
@@ -358,8 +358,9 @@ class ControlPlane:
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
         limits: dict[str, str] | None = None,
+        node_selector: dict[str, str] | None = None,
     ) -> Any:
-        pod = {
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
@@ -379,7 +380,12 @@ class ControlPlane:
                 ],
             },
         }
+        if node_selector:
+            pod["spec"]["nodeSelector"] = node_selector
         return self.apply(pod)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
 
 
 def _collection_path(obj: dict[str, Any]) -> str:

@@ -1,0 +1,199 @@
+"""Helpers for end-to-end tests of the live scheduler: real processes, real apiserver, real Redis.
+
+Each test gets a Scenario: its own scheduler name, its own node label and pod label, and its own
+Redis key prefix, so tests sharing the session's control plane never see each other's pods or
+nodes (pods carry a nodeSelector for the scenario's nodes). The scheduler runs as a real
+subprocess (`python -m scheduler run`) under the restricted scheduler identity, so it can be
+SIGTERMed, or killed with SIGKILL, like in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from scheduler.testing.controlplane import ControlPlane, die_with_parent
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class SchedulerProcess:
+    def __init__(self, scenario: Scenario, index: int, redis_url: str | None) -> None:
+        self.scenario = scenario
+        self.log = scenario.dir / f"scheduler-{index}.log"
+        args = [
+            sys.executable, "-m", "scheduler", "run",
+            "--config", str(scenario.config),
+            "--kubeconfig", str(scenario.plane.scheduler_kubeconfig),
+            "--http-address", "127.0.0.1:0",
+        ]  # fmt: skip
+        if redis_url:
+            args += ["--redis-url", redis_url]
+        env = dict(os.environ)
+        env.pop("TOPO_SCHEDULER_REDIS_URL", None)
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def is_leader(self) -> bool:
+        events = [e.get("event") for e in self.lines()]
+        became = max((i for i, e in enumerate(events) if e == "became leader"), default=-1)
+        lost = max((i for i, e in enumerate(events) if e == "lost leadership"), default=-1)
+        return became > lost
+
+    def kill9(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def terminate(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+class Scenario:
+    def __init__(self, plane: ControlPlane, workdir: Path) -> None:
+        self.plane = plane
+        self.id = uuid.uuid4().hex[:8]
+        self.name = f"topo-{self.id}"
+        self.dir = workdir
+        self.config = workdir / "scheduler.yaml"
+        self.config.write_text(
+            f"schedulerName: {self.name}\n"
+            "run:\n"
+            f"  redisPrefix: t-{self.id}\n"
+            "  bindConcurrency: 8\n"
+            "  lease: {durationSeconds: 3, renewSeconds: 1, retrySeconds: 0.5}\n"
+        )
+        self.schedulers: list[SchedulerProcess] = []
+
+    # ---- objects -----------------------------------------------------------------------------
+
+    def node(
+        self,
+        name: str,
+        inventory: dict[str, Any],
+        gpus: int,
+        resource: str = "nvidia.com/gpu",
+        extra: dict[str, str] | None = None,
+    ) -> str:
+        full = f"{self.id}-{name}"
+        self.plane.create_gpu_node(
+            full, inventory, gpus=gpus, resource=resource, labels={"test": self.id},
+            extra_capacity=extra,
+        )  # fmt: skip
+        return full
+
+    def pod(
+        self,
+        name: str,
+        gpus: int = 1,
+        resource: str = "nvidia.com/gpu",
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        limits: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        created: dict[str, Any] = self.plane.create_pod(
+            f"{self.id}-{name}",
+            gpus=gpus,
+            resource=resource,
+            scheduler=self.name,
+            labels={"test": self.id, **(labels or {})},
+            annotations=annotations,
+            limits=limits,
+            node_selector={"test": self.id},
+        )
+        return created
+
+    def gang_labels(self, job: str, replicas: int) -> dict[str, str]:
+        return {"gpu-topology": f"{self.id}-{job}", "gpu-topology-replica": str(replicas)}
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        listed = self.plane.request("GET", f"/api/v1/pods?labelSelector=test%3D{self.id}")
+        return {p["metadata"]["name"].removeprefix(f"{self.id}-"): p for p in listed["items"]}
+
+    def delete_pod(self, name: str) -> None:
+        self.plane.delete(f"/api/v1/namespaces/default/pods/{self.id}-{name}")
+
+    # ---- schedulers --------------------------------------------------------------------------
+
+    def start_scheduler(self, redis_url: str | None = None) -> SchedulerProcess:
+        process = SchedulerProcess(self, len(self.schedulers), redis_url)
+        self.schedulers.append(process)
+        return process
+
+    def stop_all(self) -> None:
+        for s in self.schedulers:
+            s.kill9()
+
+    # ---- waiting and checking ----------------------------------------------------------------
+
+    async def wait_bound(self, names: list[str], tries: int = 300) -> dict[str, dict[str, Any]]:
+        for _ in range(tries):
+            pods = self.pods()
+            if all(pods.get(n, {}).get("spec", {}).get("nodeName") for n in names):
+                return pods
+            await asyncio.sleep(0.2)
+        logs = "\n".join(s.tail() for s in self.schedulers)
+        unbound = [n for n in names if not self.pods().get(n, {}).get("spec", {}).get("nodeName")]
+        raise AssertionError(f"pods never bound: {unbound}\n{logs}")
+
+    async def wait_condition(self, name: str, tries: int = 300) -> str:
+        """The PodScheduled=False message the scheduler wrote on the pod."""
+        for _ in range(tries):
+            pod = self.pods().get(name, {})
+            for c in pod.get("status", {}).get("conditions", []) or []:
+                if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message"):
+                    return str(c["message"])
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"pod {name} never got an Unschedulable condition")
+
+
+def devices_of(pod: dict[str, Any]) -> list[int]:
+    raw = pod["metadata"].get("annotations", {}).get("topo-scheduler.io/devices", "")
+    return [int(x) for x in raw.split(",") if x.strip()]
+
+
+def assert_no_gpu_twice(pods: dict[str, dict[str, Any]]) -> dict[str, dict[int, str]]:
+    """Every whole GPU is held by at most one live pod; returns node -> gpu -> pod."""
+    owners: dict[str, dict[int, str]] = defaultdict(dict)
+    for name, pod in pods.items():
+        node = pod["spec"].get("nodeName")
+        if not node or pod["metadata"].get("deletionTimestamp"):
+            continue
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        assignment = json.loads(pod["metadata"]["annotations"]["topo-scheduler.io/assignment"])
+        assert assignment["node"] == node, (name, assignment)
+        assert [d["index"] for d in assignment["devices"]] == devices_of(pod), name
+        for gpu in devices_of(pod):
+            assert gpu not in owners[node], f"GPU {gpu} on {node}: {owners[node][gpu]} and {name}"
+            owners[node][gpu] = name
+    return owners
