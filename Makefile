@@ -58,8 +58,10 @@ e2e: deps redis-server k8s-build
 
 test: lint types imports unit integration e2e
 
-demo: deps
-	$(BIN)/topo-scheduler simulate configs/examples/dgx1-v100.yaml configs/examples/workload-mixed.yaml
+# The main job: simulate the example workload, then run it live on the local control plane
+# (etcd + kube-apiserver + KWOK) with Redis and the scheduler, print where every pod went, clean up.
+demo: deps redis-server k8s-build
+	$(BIN)/python -m scheduler.testing.demo
 
 bench-core: deps
 	$(BIN)/python -m benchmarks.bench_core

@@ -64,6 +64,9 @@ class PodInput(Struct, frozen=True):
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     deleting: bool = False
+    # metadata.creationTimestamp (RFC 3339, sorts as text): the queue's FIFO order, as in
+    # kube-scheduler's default queue sort.
+    created: str = ""
 
     @property
     def key(self) -> str:

@@ -28,6 +28,7 @@ class ObjectMeta(msgspec.Struct, rename="camel"):
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     deletion_timestamp: str | None = None
+    creation_timestamp: str = ""
 
 
 class TaintWire(msgspec.Struct):
@@ -130,6 +131,7 @@ def pod_from_obj(pod: Pod) -> PodInput:
             Toleration(t.key, t.operator, t.value, t.effect) for t in spec.tolerations or ()
         ),
         deleting=pod.metadata.deletion_timestamp is not None,
+        created=pod.metadata.creation_timestamp,
     )
 
 

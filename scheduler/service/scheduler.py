@@ -136,7 +136,8 @@ class Scheduler:
         for key in list(self.pending):
             if key not in fresh:
                 self._drop_pending(key)
-        for pod in fresh.values():
+        # A LIST returns pods in name order; the queue wants them in creation order.
+        for pod in sorted(fresh.values(), key=lambda p: (p.created, p.key)):
             self.pending_event("ADDED", pod)
 
     def pending_event(self, kind: str, pod: PodInput) -> None:
