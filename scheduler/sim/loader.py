@@ -18,9 +18,26 @@ from scheduler.core.objects import NodeInput, PodInput
 from scheduler.kube.codec import convert_node, convert_pod
 
 try:
-    _Loader: Any = yaml.CSafeLoader
+    _Base: Any = yaml.CSafeLoader
 except AttributeError:  # PyYAML without libyaml
-    _Loader = yaml.SafeLoader
+    _Base = yaml.SafeLoader
+
+
+class _Loader(_Base):  # type: ignore[misc]
+    """SafeLoader that keeps YAML 1.1 timestamps as text.
+
+    Hand-written manifests often leave ``creationTimestamp: 2026-01-01T00:00:00Z`` unquoted;
+    SafeLoader would make it a datetime, which the codec (typed like the JSON the apiserver sends)
+    rejects. The apiserver's own YAML reader keeps it a string, and so do we.
+    """
+
+
+def _timestamp_as_text(loader: Any, node: yaml.ScalarNode) -> str:
+    return str(loader.construct_scalar(node))
+
+
+# add_constructor copies the class's table first, so yaml's own loaders are left untouched.
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
 
 
 class LoadError(Exception):

@@ -89,7 +89,8 @@ def to_table(result: SimResult) -> str:
                 shown = uuid if pos == 0 else ""
                 lines.append(f"  {shown_index:<4} {shown:<24} {holder}")
         lines.append("")
-    lines.append("(+ placed by this simulation)")
+    # The legend explains the "+" marks, so it only makes sense under at least one GPU table.
+    lines.append("(+ placed by this simulation)" if lines else "No GPU nodes in the input.")
     if result.pending:
         lines.append("")
         lines.append("PENDING")

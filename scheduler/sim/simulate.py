@@ -3,7 +3,8 @@
 Order of events: every node, then every running pod (``spec.nodeName`` set; its
 ``topo-scheduler.io/devices`` annotation says which GPUs it holds), then the pending pods of this
 scheduler in file order, each decision applied before the next (a gang once all its members are
-in, at its last member's position). Pods of other schedulers are ignored.
+in, at its last member's position). Pods of other schedulers, finished pods and pods being
+deleted are ignored; a pod defined twice counts once, as its last definition.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from scheduler.config import Config
 from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import schedule_in_order
 from scheduler.core.decisions import Placed, Placement, Waiting
+from scheduler.core.objects import PodInput
 
 from .loader import Loaded
 
@@ -44,7 +46,7 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
             warnings.append(warning)
     pending = []
     ignored = 0
-    for pod in loaded.pods:
+    for pod in _last_definitions(loaded.pods, warnings):
         if pod.node_name:
             if pod.node_name not in state.nodes:
                 warnings.append(
@@ -53,7 +55,8 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
             warning = state.add_bound_pod(pod)
             if warning:
                 warnings.append(warning)
-        elif pod.scheduler_name == config.scheduler_name and not pod.finished:
+        elif pod.scheduler_name == config.scheduler_name and not (pod.finished or pod.deleting):
+            # The live scheduler skips pods being deleted too; they never get a node.
             pending.append(pod)
         else:
             ignored += 1
@@ -73,3 +76,18 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         ignored_pods=ignored,
         new_pods={p.pod for p in placements},
     )
+
+
+def _last_definitions(pods: list[PodInput], warnings: list[str]) -> list[PodInput]:
+    """Each pod once, as its last definition (where that stands), like ``kubectl apply``.
+
+    Two definitions of one namespace/name would otherwise both be scheduled, and the core (where a
+    pod holds one thing at a time) would keep only the second placement while the output listed
+    both.
+    """
+    last: dict[str, int] = {}
+    for pos, pod in enumerate(pods):
+        if pod.key in last:
+            warnings.append(f"pod {pod.key}: defined twice; the last definition wins")
+        last[pod.key] = pos
+    return [pod for pos, pod in enumerate(pods) if last[pod.key] == pos]

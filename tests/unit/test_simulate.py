@@ -220,3 +220,83 @@ def test_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     cfg.write_text("defaults:\n  nodePolicy: fastest\n")
     code, _, err = run(capsys, "simulate", "--config", str(cfg), str(EXAMPLES / "seed003.yaml"))
     assert code == 2 and "defaults.nodePolicy" in err
+
+
+def test_unquoted_timestamps_stay_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stamped = "  creationTimestamp: 2026-01-01T00:00:00Z"
+    f = write(tmp_path, "c.yaml", NODE + stamped + "\n", pod("a", 1, stamped))
+    code, out, err = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0, err
+    assert json.loads(out)["placements"][0]["pod"] == "default/a"
+
+
+def test_a_pod_defined_twice_counts_once_as_its_last_definition(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = write(tmp_path, "c.yaml", NODE, pod("a", 1), pod("a", 2))
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    doc = json.loads(out)
+    assert code == 0
+    assert [(p["pod"], len(p["devices"])) for p in doc["placements"]] == [("default/a", 2)]
+    assert doc["warnings"] == ["pod default/a: defined twice; the last definition wins"]
+    assert doc["summary"]["gpusAllocated"] == 2
+
+
+def test_pending_pods_being_deleted_are_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deleting = pod("gone", 1, "  deletionTimestamp: '2026-01-01T00:00:00Z'")
+    f = write(tmp_path, "c.yaml", NODE, deleting)
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    doc = json.loads(out)
+    assert code == 0 and doc["placements"] == [] and doc["pending"] == []
+    assert doc["summary"]["podsIgnored"] == 1
+
+
+def test_table_without_gpu_nodes_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = write(tmp_path, "c.yaml", pod("a", 1))
+    code, out, _ = run(capsys, "simulate", f)
+    assert code == 0
+    assert "No GPU nodes in the input." in out and "placed by this simulation" not in out
+    assert "default/a  [unschedulable]  0/0 nodes are available" in out
+
+
+CLUSTERS = sorted(p.name for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("workload-"))
+WORKLOADS = sorted(p.name for p in EXAMPLES.glob("workload-*.yaml"))
+
+
+def _our_pending_pods(path: Path) -> int:
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return sum(
+        1
+        for d in docs
+        if d.get("kind") == "Pod"
+        and d["spec"].get("schedulerName") == "topo-scheduler"
+        and not d["spec"].get("nodeName")
+    )
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_every_workload_runs_against_every_cluster(
+    cluster: str, workload: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(
+        capsys, "simulate", "-o", "json", str(EXAMPLES / cluster), str(EXAMPLES / workload)
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    # Every pod of ours ends up exactly once: placed or pending with a reason.
+    pods = [p["pod"] for p in doc["placements"]] + [p["pod"] for p in doc["pending"]]
+    assert len(pods) == len(set(pods)) == _our_pending_pods(EXAMPLES / workload)
+    assert all(p["reason"] for p in doc["pending"])
+    assert doc["summary"]["gpusAllocated"] <= doc["summary"]["gpus"]
+
+
+def test_examples_cover_the_clusters_and_workloads_the_docs_name() -> None:
+    assert {"dgx1-v100.yaml", "pcie-8gpu.yaml", "metax-c500.yaml", "seed003.yaml"} <= set(CLUSTERS)
+    assert len(WORKLOADS) == 5
