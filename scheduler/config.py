@@ -1,8 +1,10 @@
 """The configuration file (configs/scheduler.yaml), typed with msgspec.
 
 Every section is a Struct with ``forbid_unknown_fields``, so a typo is an error, not a silently
-ignored setting. Errors are collected: each section is validated on its own and every problem is
-reported with its field path in one ConfigError, the way a person fixing the file wants them.
+ignored setting. Errors are collected: each section, and each field inside it, is validated on its
+own and every problem is reported with its field path in one ConfigError, the way a person fixing
+the file wants them. Only then are the cross-field rules checked (a resource under two vendors, a
+lease renewed after it expires), on the sections that were well-typed.
 
 Settings of the running scheduler can also come from the environment (``TOPO_SCHEDULER_*``), and
 command-line flags override both; see ``Config.with_overrides``.
@@ -87,13 +89,77 @@ _SECTIONS: dict[str, Any] = {
 }
 
 
+_NULLABLE_SECTIONS = frozenset({"resources", "defaults", "gang", "run"})
+
+
 def _path_of(exc: msgspec.ValidationError, section: str) -> str:
+    """msgspec's "<message> - at `$.a.b`" as "<section>.a.b: <message>"."""
     text = str(exc)
     message, sep, path = text.rpartition(" - at `")
     if not sep:
-        return f"{section}: {text}"
-    sub = path.rstrip("`").removeprefix("$")
-    return f"{section}{sub}: {message}"
+        message, path = text, ""
+    where = section + path.rstrip("`").removeprefix("$")
+    # msgspec names the object holding an unknown field; a person wants the field's own path,
+    # as for unknown top-level fields.
+    if message.startswith("Object contains unknown field `"):
+        return f"{where}.{message.split('`')[1]}: unknown field"
+    return f"{where}: {message}"
+
+
+def _check(value: Any, typ: Any, path: str, problems: list[str]) -> bool:
+    """Validate ``value`` as ``typ`` field by field, so one section can report several problems.
+
+    msgspec stops at the first error of a conversion; walking a Struct's fields ourselves (and
+    converting each value on its own) lets a section with a typo and a bad value report both.
+    Returns True when nothing was wrong.
+    """
+    if isinstance(value, dict) and isinstance(typ, type) and issubclass(typ, msgspec.Struct):
+        fields = {f.encode_name: f.type for f in msgspec.structs.fields(typ)}
+        ok = True
+        for key, item in value.items():
+            if key not in fields:
+                problems.append(f"{path}.{key}: unknown field (known: {', '.join(fields)})")
+                ok = False
+            elif not _check(item, fields[key], f"{path}.{key}", problems):
+                ok = False
+        return ok
+    try:
+        msgspec.convert(value, typ)
+    except msgspec.ValidationError as exc:
+        problems.append(_path_of(exc, path))
+        return False
+    return True
+
+
+def _check_resources(value: Any, problems: list[str]) -> dict[str, list[str]] | None:
+    """Each vendor's list on its own, so a problem is named ``resources.<vendor>``.
+
+    (msgspec would say ``resources[...]``: it does not put dict keys into its paths.)
+    """
+    try:
+        vendors = msgspec.convert(value, dict[str, Any])
+    except msgspec.ValidationError as exc:
+        problems.append(_path_of(exc, "resources"))
+        return None
+    out: dict[str, list[str]] = {}
+    seen: dict[str, str] = {}
+    for vendor, raw in vendors.items():
+        if vendor not in VENDORS:
+            problems.append(f"resources.{vendor}: unknown vendor (known: {', '.join(VENDORS)})")
+        try:
+            names = msgspec.convert(raw, list[str])
+        except msgspec.ValidationError as exc:
+            problems.append(_path_of(exc, f"resources.{vendor}"))
+            continue
+        for name in names:
+            if name in seen:
+                again = (
+                    "listed twice" if seen[name] == vendor else f"also listed under {seen[name]}"
+                )
+                problems.append(f"resources.{vendor}: {name} is {again}")
+            seen[name] = vendor
+        out[vendor] = names
+    return out
 
 
 def parse_config(data: Any, source: str = "config") -> Config:
@@ -102,28 +168,19 @@ def parse_config(data: Any, source: str = "config") -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(data).__name__}")
+    # A section whose every field is commented out loads as null: it means "all defaults".
+    data = {k: v for k, v in data.items() if not (v is None and k in _NULLABLE_SECTIONS)}
     problems: list[str] = []
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in _SECTIONS:
             problems.append(f"{key}: unknown field (known: {', '.join(_SECTIONS)})")
             continue
-        try:
+        if key == "resources":
+            _check_resources(value, problems)
+            continue
+        if _check(value, _SECTIONS[key], key, problems):
             values[key] = msgspec.convert(value, _SECTIONS[key])
-        except msgspec.ValidationError as exc:
-            problems.append(_path_of(exc, key))
-    resources = values.get("resources")
-    if isinstance(resources, dict):
-        seen: dict[str, str] = {}
-        for vendor, names in resources.items():
-            if vendor not in VENDORS:
-                problems.append(f"resources.{vendor}: unknown vendor (known: {', '.join(VENDORS)})")
-            for name in names:
-                if name in seen:
-                    problems.append(
-                        f"resources.{vendor}: {name} is already listed under {seen[name]}"
-                    )
-                seen[name] = vendor
     run = values.get("run")
     if isinstance(run, Run):
         if run.bind_concurrency < 1:

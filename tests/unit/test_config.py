@@ -25,7 +25,12 @@ def test_to_core_maps_resources_to_vendors() -> None:
 def test_unknown_field_is_rejected_with_its_path() -> None:
     with pytest.raises(ConfigError) as exc:
         parse_config({"defaults": {"gpuPolicy": "binpack", "nodePolicey": "spread"}})
-    assert "defaults: Object contains unknown field `nodePolicey`" in str(exc.value)
+    assert (
+        "defaults.nodePolicey: unknown field (known: gpuPolicy, nodePolicy, sharedGpuPolicy)"
+        in str(exc.value)
+    )
+    with pytest.raises(ConfigError, match=r"run\.lease\.renewSecs: unknown field"):
+        parse_config({"run": {"lease": {"renewSecs": 3}}})
 
 
 def test_every_problem_is_collected_in_one_error() -> None:
@@ -49,7 +54,7 @@ def test_every_problem_is_collected_in_one_error() -> None:
 
 def test_a_resource_under_two_vendors_is_rejected() -> None:
     with pytest.raises(
-        ConfigError, match=r"resources\.metax: nvidia\.com/gpu is already listed under nvidia"
+        ConfigError, match=r"resources\.metax: nvidia\.com/gpu is also listed under nvidia"
     ):
         parse_config({"resources": {"nvidia": ["nvidia.com/gpu"], "metax": ["nvidia.com/gpu"]}})
     with pytest.raises(ConfigError, match=r"resources\.amd: unknown vendor"):
@@ -69,3 +74,29 @@ def test_with_run_overrides_one_setting() -> None:
     config = Config().with_run(redis_url="redis://127.0.0.1:6379/0")
     assert config.run.redis_url == "redis://127.0.0.1:6379/0"
     assert config.run.bind_concurrency == 16
+
+
+def test_one_section_reports_each_of_its_problems() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"defaults": {"gpuPolicy": "best", "nodePolicy": 3, "colour": "red"}})
+    lines = str(exc.value).splitlines()
+    assert lines[0] == "config: 3 problems:"
+    assert lines[1].startswith("  - defaults.gpuPolicy: ")
+    assert lines[2] == "  - defaults.nodePolicy: Expected `str`, got `int`"
+    assert lines[3].startswith("  - defaults.colour: unknown field")
+
+
+def test_resource_problems_name_the_vendor() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"resources": {"nvidia": "nvidia.com/gpu", "metax": [7]}})
+    text = str(exc.value)
+    assert "resources.nvidia: Expected `array`, got `str`" in text
+    assert "resources.metax[0]: Expected `str`, got `int`" in text
+
+
+def test_a_section_with_every_field_commented_out_means_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("schedulerName: mine\ndefaults:\n  # gpuPolicy: spread\ngang:\n")
+    config = load_config(path)
+    assert config.scheduler_name == "mine"
+    assert config.defaults == Config().defaults and config.gang == Config().gang
