@@ -173,7 +173,7 @@ def test_malformed_inventory_is_a_warning_not_an_error(
         ("dgx1-v100.yaml", "workload-multi.yaml", 3),
         ("dgx1-v100.yaml", "workload-gang.yaml", 6),
         ("pcie-8gpu.yaml", "workload-multi.yaml", 3),
-        ("metax-c500.yaml", "workload-shared.yaml", 3),
+        ("metax-c500.yaml", "workload-shared.yaml", 6),
         ("seed003.yaml", "workload-single.yaml", 3),
         ("dgx1-v100.yaml", "workload-mixed.yaml", 6),
     ],
