@@ -8,6 +8,7 @@ skipped. JSON is YAML, so one reader serves both.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +115,49 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
     except msgspec.ValidationError as exc:
         text = str(exc)
         message, sep, field = text.rpartition(" - at `")
-        field = field.rstrip("`").removeprefix("$.") if sep else ""
+        field = field.rstrip("`")
+        if field.startswith("key` in `"):  # msgspec's wording for a bad map key
+            field, message = field.removeprefix("key` in `"), f"a key: {message}"
+        field = _name_keys(obj, field.removeprefix("$"), message) if sep else ""
+        field = field.removeprefix(".")
         where = f"{prefix}{field}: " if field else prefix
         raise LoadError(f"{path}:{line}: {kind} {where}{message if sep else text}") from None
     if not (out.nodes[-1].name if kind == "Node" else out.pods[-1].name):
         raise LoadError(f"{path}:{line}: {kind} {prefix}metadata.name: missing")
+
+
+_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_JSON_TYPE = {bool: "bool", int: "int", float: "float", str: "str", list: "array", dict: "object"}
+
+
+def _name_keys(obj: Any, path: str, message: str) -> str:
+    """msgspec's path with its ``[...]`` (a map key it does not name) replaced by the key.
+
+    Walks the object along the path; at a ``[...]`` it takes the first key whose value has the
+    type msgspec complained about ("got `int`"): msgspec checks a map in order and stops at its
+    first bad value, so ``metadata.labels[...]`` becomes ``metadata.labels[gpu-topology-replica]``.
+    When no key can be found the path stays as it was.
+    """
+    got = message.rpartition("got `")[2].rstrip("`")
+    out: list[str] = []
+    node: Any = obj
+    segments = list(_SEGMENT.finditer(path))
+    for pos, seg in enumerate(segments):
+        name, index = seg.group(1), seg.group(2)
+        if name is not None:
+            out.append(f".{name}")
+            node = node.get(name) if isinstance(node, dict) else None
+        elif index != "...":
+            out.append(f"[{index}]")
+            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
+        else:
+            last = pos == len(segments) - 1
+            keys = [
+                k
+                for k, v in (node.items() if isinstance(node, dict) else ())
+                if last and _JSON_TYPE.get(type(v), "null" if v is None else "") == got
+            ]
+            if not keys:
+                return path
+            out.append(f"[{keys[0]}]")
+    return "".join(out)

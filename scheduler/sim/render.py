@@ -28,6 +28,7 @@ def summary(result: SimResult) -> dict[str, Any]:
         "podsPending": len(result.pending),
         "gangsPlaced": len(gangs),
         "podsIgnored": result.ignored_pods,
+        "objectsIgnored": sum(result.ignored_objects.values()),
     }
 
 
@@ -107,4 +108,10 @@ def to_table(result: SimResult) -> str:
         f"{s['gpus']} GPUs allocated whole, {s['gpusShared']} shared, {s['gpusFree']} free, "
         f"on {s['gpuNodes']} GPU nodes"
     )
+    # Say what was left out, so a pod missing from the tables is not a mystery.
+    ignored = [f"{n} {kind}" for kind, n in sorted(result.ignored_objects.items())]
+    if result.ignored_pods:
+        ignored.insert(0, f"{result.ignored_pods} pods not ours to schedule")
+    if ignored:
+        lines.append(f"Ignored: {', '.join(ignored)}.")
     return "\n".join(lines) + "\n"

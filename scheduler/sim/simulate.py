@@ -32,6 +32,8 @@ class SimResult(msgspec.Struct):
     pending: list[Pending]
     warnings: list[str]
     ignored_pods: int
+    # Objects of other kinds (ConfigMaps, Deployments...) in the input, by kind: skipped.
+    ignored_objects: dict[str, int]
     new_pods: set[str]
 
 
@@ -74,6 +76,7 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         pending=waiting,
         warnings=warnings,
         ignored_pods=ignored,
+        ignored_objects=dict(loaded.skipped),
         new_pods={p.pod for p in placements},
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -300,3 +301,42 @@ def test_every_workload_runs_against_every_cluster(
 def test_examples_cover_the_clusters_and_workloads_the_docs_name() -> None:
     assert {"dgx1-v100.yaml", "pcie-8gpu.yaml", "metax-c500.yaml", "seed003.yaml"} <= set(CLUSTERS)
     assert len(WORKLOADS) == 5
+
+
+def test_other_kinds_are_skipped_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: b\n"
+    f = write(tmp_path, "c.yaml", cm, NODE, pod("a", 1), cm.replace("name: c", "name: d"))
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0
+    assert json.loads(out)["summary"]["objectsIgnored"] == 2
+    theirs = pod("theirs", 1, scheduler="default-scheduler")
+    code, out, _ = run(capsys, "simulate", write(tmp_path, "d.yaml", cm, NODE, theirs))
+    assert code == 0 and "Ignored: 1 pods not ours to schedule, 1 ConfigMap." in out
+
+
+def test_a_bad_map_value_is_named_by_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unquoted = "  labels:\n    gpu-topology: job\n    gpu-topology-replica: 2"
+    f = write(tmp_path, "c.yaml", NODE, pod("a", 1, unquoted))
+    code, _, err = run(capsys, "simulate", f)
+    assert code == 2
+    # Line 13: the second document's first line (NODE is 9 lines, then a blank line, "---", and
+    # the blank line pod() starts with).
+    assert "c.yaml:13: Pod metadata.labels[gpu-topology-replica]: Expected `str`, got `int`" in err
+    listed = {"kind": "List", "items": [yaml_of(pod("b", 1)), yaml_of(pod("c", 1))]}
+    listed["items"][1]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = [1]
+    path = tmp_path / "l.json"
+    path.write_text(json.dumps(listed))
+    code, _, err = run(capsys, "simulate", str(path))
+    assert code == 2
+    assert "l.json:1: Pod items[1].spec.containers[0].resources.limits[nvidia.com/gpu]:" in err
+
+
+def yaml_of(text: str) -> dict[str, Any]:
+    import yaml
+
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return doc
