@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.cluster import bits
+from scheduler.core.cluster import NodeState, bits
 
 from .simulate import SimResult
 
@@ -14,7 +14,8 @@ from .simulate import SimResult
 def summary(result: SimResult) -> dict[str, Any]:
     gpu_nodes = [n for n in result.state.nodes.values() if n.inventory is not None]
     gpus = sum(n.total for n in gpu_nodes)
-    held = sum(n.whole.bit_count() for n in gpu_nodes)
+    # Only GPUs the inventory has: a running pod's annotation may name others (it is warned about).
+    held = sum((n.whole & _device_mask(n)).bit_count() for n in gpu_nodes)
     shared_cards = sum(n.shared_mask.bit_count() for n in gpu_nodes)
     gangs = {p.gang for p in result.placements if p.gang}
     return {
@@ -30,6 +31,13 @@ def summary(result: SimResult) -> dict[str, Any]:
         "podsIgnored": result.ignored_pods,
         "objectsIgnored": sum(result.ignored_objects.values()),
     }
+
+
+def _device_mask(node: NodeState) -> int:
+    mask = 0
+    for device in node.inventory.devices if node.inventory else ():
+        mask |= 1 << device.index
+    return mask
 
 
 def to_json(result: SimResult) -> bytes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from scheduler.config import Config
-from scheduler.core.cluster import ClusterState
+from scheduler.core.cluster import ClusterState, bits
 from scheduler.core.cycle import schedule_in_order
 from scheduler.core.decisions import Placed, Placement, Waiting
 from scheduler.core.objects import PodInput
@@ -57,6 +57,12 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
             warning = state.add_bound_pod(pod)
             if warning:
                 warnings.append(warning)
+            unknown = _unknown_devices(state, pod.key)
+            if unknown:
+                warnings.append(
+                    f"pod {pod.key}: holds GPU {unknown} on node {pod.node_name}, "
+                    "which has no such GPU"
+                )
         elif pod.scheduler_name == config.scheduler_name and not (pod.finished or pod.deleting):
             # The live scheduler skips pods being deleted too; they never get a node.
             pending.append(pod)
@@ -94,3 +100,18 @@ def _last_definitions(pods: list[PodInput], warnings: list[str]) -> list[PodInpu
             warnings.append(f"pod {pod.key}: defined twice; the last definition wins")
         last[pod.key] = pos
     return [pod for pos, pod in enumerate(pods) if last[pod.key] == pos]
+
+
+def _unknown_devices(state: ClusterState, key: str) -> str:
+    """GPU indices a running pod's annotation names but its node's inventory lacks ("" if none).
+
+    The core charges them anyway; a person reading the simulation should hear about it.
+    """
+    holding = state.holdings.get(key)
+    node = state.nodes.get(holding.node) if holding else None
+    if holding is None or node is None or node.inventory is None:
+        return ""
+    known = 0
+    for device in node.inventory.devices:
+        known |= 1 << device.index
+    return ",".join(str(i) for i in bits(holding.whole & ~known))

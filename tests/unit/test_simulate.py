@@ -340,3 +340,17 @@ def yaml_of(text: str) -> dict[str, Any]:
 
     doc: dict[str, Any] = yaml.safe_load(text)
     return doc
+
+
+def test_a_running_pod_naming_a_gpu_the_node_lacks_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    running = pod("r", 2, "  annotations:\n    topo-scheduler.io/devices: '1,9'").replace(
+        "spec:\n", "spec:\n  nodeName: n1\n"
+    )
+    f = write(tmp_path, "c.yaml", NODE, running)
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["warnings"] == ["pod default/r: holds GPU 9 on node n1, which has no such GPU"]
+    assert doc["summary"]["gpusAllocated"] == 1
