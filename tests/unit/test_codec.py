@@ -98,3 +98,43 @@ def test_deletion_timestamp_marks_a_pod_as_deleting() -> None:
     obj = json.loads(json.dumps(RAW_POD))
     obj["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
     assert convert_pod(obj).deleting
+
+
+def test_decode_raw_node_skips_status_and_reads_taints() -> None:
+    raw = {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "gpu-7",
+            "labels": {"ack.node.gpu.schedule": "topology"},
+            "annotations": {"topo-scheduler.io/gpus": "{}"},
+            "managedFields": [{"manager": "kubelet", "operation": "Update"}],
+        },
+        "spec": {
+            "podCIDR": "10.0.7.0/24",
+            "taints": [
+                {"key": "gpu", "value": "a100", "effect": "NoSchedule", "timeAdded": None},
+            ],
+        },
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "images": [{"names": ["pause"], "sizeBytes": 1}],
+        },
+    }
+    node = decode_node(json.dumps(raw).encode())
+    assert node.name == "gpu-7" and node.labels == {"ack.node.gpu.schedule": "topology"}
+    assert [(t.key, t.value, t.effect) for t in node.taints] == [("gpu", "a100", "NoSchedule")]
+    assert node.annotations["topo-scheduler.io/gpus"] == "{}"
+
+
+def test_whole_floats_become_integer_quantities() -> None:
+    pod = convert_pod(
+        {
+            "metadata": {"name": "p", "namespace": ""},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"a/gpu": 2.0}}}]},
+        }
+    )
+    # A whole float is printed the way the apiserver canonicalises the quantity: "2", not "2.0".
+    assert pod.containers[0].requests == {"a/gpu": "2"}
+    assert pod.namespace == "default"
