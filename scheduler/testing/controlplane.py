@@ -11,9 +11,24 @@ temporary data folders, for the tests, `make demo` and the benchmarks:
 - KWOK, which keeps nodes annotated ``kwok.x-k8s.io/node: fake`` Ready and runs the pods bound to
   them (and finishes their deletion).
 
-Every process is started in its own process group with a parent-death signal, and ``stop`` kills
-the groups: nothing outlives the test session, also when a test fails, is interrupted, or the
-test runner itself is killed. Kubeconfigs are written per identity.
+Nothing may outlive the test session, so cleanup has several layers:
+
+- every process is started in its own session (``start_new_session``: its own process group, out
+  of reach of the terminal's Ctrl-C, which would otherwise kill it before we could stop it in
+  order), and ``stop`` sends SIGTERM to the whole group, waits, then SIGKILLs it and waits again;
+- ``stop`` runs from ``finally`` / ``with`` blocks (a failing test), from ``atexit`` (an
+  interrupted run), and from a SIGTERM/SIGHUP handler installed when a plane starts in the main
+  thread and nobody else handles those signals (the run is terminated);
+- when the plane is started from the main thread, each child also gets a parent-death signal
+  (``PR_SET_PDEATHSIG``), so even ``kill -9`` of the test runner takes the children with it. (Linux
+  ties that signal to the *thread* that forked, so it is not used from other threads.)
+
+Kubeconfigs are written per identity: ``admin`` (group ``system:masters``) and the scheduler's
+service-account user, which can do nothing until a ClusterRole is bound to it.
+
+Start-up is checked, not guessed: etcd's ``/health``, the apiserver's ``/readyz`` and KWOK's
+``/healthz`` must answer before ``start`` returns; a process that exits or times out raises
+``ControlPlaneError`` with the tail of its log (all logs are kept in the work folder).
 
 ``python -m scheduler.testing.controlplane up|down --state DIR`` runs it in the background for
 `make cluster-up` / `make cluster-down`.
@@ -22,6 +37,7 @@ test runner itself is killed. Kubeconfigs are written per identity.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import ctypes
 import json
@@ -32,11 +48,13 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,10 +91,44 @@ def free_port() -> int:
 
 
 def die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the process that started it dies (Linux)."""
+    """preexec_fn: SIGKILL this child when the thread that started it dies (Linux)."""
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+# Every started, not yet stopped plane: atexit and the signal handler stop them.
+_LIVE: list[ControlPlane] = []
+_LIVE_LOCK = threading.RLock()  # re-entrant: the signal handler runs on the main thread
+
+
+def stop_all() -> None:
+    """Stop every control plane this process started and has not stopped yet."""
+    with _LIVE_LOCK:
+        planes = list(_LIVE)
+    for plane in planes:
+        with contextlib.suppress(Exception):
+            plane.stop()
+
+
+atexit.register(stop_all)
+
+
+def _on_terminate(signum: int, frame: FrameType | None) -> None:
+    """Stop our processes, then die of the same signal as if no handler had been installed."""
+    stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _install_signal_handlers() -> None:
+    """SIGTERM/SIGHUP would end this process without running atexit: catch them, unless the
+    program handles them itself (then it is its job to stop the plane, e.g. ``up`` below)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _on_terminate)
 
 
 class Process:
@@ -84,13 +136,15 @@ class Process:
         self.name = name
         self.log = log
         self._log_file = log.open("wb")
+        in_main_thread = threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(
             args,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=die_with_parent if in_main_thread else None,
         )
 
     def tail(self, chars: int = 3000) -> str:
@@ -111,9 +165,9 @@ class Process:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-        else:  # the leader is gone; make sure nothing of its group is left
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        # The leader is gone; make sure nothing else of its group is left either.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self._log_file.close()
 
 
@@ -135,6 +189,9 @@ class ControlPlane:
     # ---- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> ControlPlane:
+        _install_signal_handlers()
+        with _LIVE_LOCK:
+            _LIVE.append(self)
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -146,9 +203,15 @@ class ControlPlane:
         return self
 
     def stop(self) -> None:
-        for process in reversed(self.processes):
-            process.stop()
-        self.processes.clear()
+        """Stop every process (whole process groups, in reverse start order) and wait for them.
+        Safe to call more than once."""
+        for process in reversed(list(self.processes)):
+            process.stop()  # idempotent: a signal handler may stop a plane that is stopping
+            with contextlib.suppress(ValueError):
+                self.processes.remove(process)
+        with _LIVE_LOCK:
+            if self in _LIVE:
+                _LIVE.remove(self)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -273,6 +336,7 @@ class ControlPlane:
     def _start_kwok(self) -> None:
         home = self.dir / "kwok-home"
         home.mkdir(exist_ok=True)  # kwok reads ~/.kwok/kwok.yaml: give it an empty home
+        address = f"127.0.0.1:{free_port()}"
         kwok = self._spawn(
             "kwok",
             [
@@ -282,15 +346,17 @@ class ControlPlane:
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 "--cidr=10.0.0.1/16",
                 "--node-lease-duration-seconds=40",
-                f"--server-address=127.0.0.1:{free_port()}",
+                f"--server-address={address}",
             ],
             env={"HOME": str(home)},
         )
-        # KWOK has no readiness endpoint we rely on: a fake node becoming Ready proves it works,
-        # and tests wait for exactly that. Here, only make sure it did not die at start.
-        time.sleep(0.5)
-        if not kwok.alive():
-            raise ControlPlaneError(f"kwok exited at start:\n{kwok.tail()}")
+
+        # KWOK serves /healthz only after its controllers have started.
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"http://{address}/healthz", timeout=2) as resp:
+                return bool(resp.status == 200)
+
+        self._wait(kwok, healthy, "waiting for kwok /healthz")
 
     # ---- a tiny REST client (admin identity) -----------------------------------------------
 
