@@ -17,6 +17,10 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/topo-scheduler/k8s/$key"
 
 need_go() {
   local msg="Go >= 1.24 is needed to build the local Kubernetes control plane (tools/k8s)."
+  # The official tarball installs into /usr/local/go without touching PATH: look there too.
+  if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+    export PATH="/usr/local/go/bin:$PATH"
+  fi
   if ! command -v go >/dev/null 2>&1; then
     echo "ERROR: $msg 'go' is not on PATH." >&2
     echo "Install it (https://go.dev/dl/ or your distribution's golang package), then re-run." >&2
@@ -49,12 +53,16 @@ export CGO_ENABLED=0
 # every module's hash, and the proxy serves the zips those hashes are checked against.
 export GOSUMDB=off
 export GOFLAGS=-mod=readonly
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${KUBERNETES_VERSION}"
-ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
-ldflags+=" -X k8s.io/component-base/version.gitMinor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)"
+# -s -w drop the symbol tables (smaller binaries); -X stamps the versions each binary reports.
+k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${KUBERNETES_VERSION}"
+k8s_ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
+k8s_ldflags+=" -X k8s.io/component-base/version.gitMinor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2)"
+k8s_ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}"
+kwok_ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
 
-build() {  # build <name> <module dir> <package>
-  local name="$1" dir="$2" pkg="$3" start=$SECONDS
+build() {  # build <name> <module dir> <package> <ldflags>
+  local name="$1" dir="$2" pkg="$3" ldflags="$4" start=$SECONDS
   echo "$(date +%T) building $name ($pkg)"
   (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$cache/$name.tmp" "$pkg")
   mv "$cache/$name.tmp" "$cache/$name"
@@ -64,10 +72,12 @@ build() {  # build <name> <module dir> <package>
 # One at a time: linking kube-apiserver alone takes 2-4 GB of memory.
 for bin in "${missing[@]}"; do
   case "$bin" in
-    kube-apiserver) build kube-apiserver apiserver k8s.io/kubernetes/cmd/kube-apiserver ;;
-    kube-scheduler) build kube-scheduler apiserver k8s.io/kubernetes/cmd/kube-scheduler ;;
-    etcd) build etcd apiserver go.etcd.io/etcd/server/v3 ;;
-    kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok ;;
+    kube-apiserver)
+      build kube-apiserver apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags" ;;
+    kube-scheduler)
+      build kube-scheduler apiserver k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags" ;;
+    etcd) build etcd apiserver go.etcd.io/etcd/server/v3 "$etcd_ldflags" ;;
+    kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok "$kwok_ldflags" ;;
   esac
 done
 echo "control plane binaries cached in $cache ($(du -sh "$cache" | cut -f1))"
