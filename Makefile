@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-live clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 deps: $(STAMP)
 
 lint: deps
-	$(BIN)/ruff check scheduler tests
-	$(BIN)/ruff format --check scheduler tests
+	$(BIN)/ruff check scheduler tests benchmarks
+	$(BIN)/ruff format --check scheduler tests benchmarks
 
 types: deps
 	$(BIN)/mypy
@@ -62,6 +62,9 @@ test: lint types imports unit integration e2e
 # (etcd + kube-apiserver + KWOK) with Redis and the scheduler, print where every pod went, clean up.
 demo: deps redis-server k8s-build
 	$(BIN)/python -m scheduler.testing.demo
+
+bench-live: deps redis-server k8s-build
+	$(BIN)/python -m benchmarks.bench_live
 
 bench-core: deps
 	$(BIN)/python -m benchmarks.bench_core
