@@ -253,6 +253,8 @@ def _node_reason(node: NodeState, pods: list[PodInput], req: PodRequest, k: int)
             return (f"has no {s.vendor} GPUs", f"have no {s.vendor} GPUs")
         if s.sgpu and inv.sgpu_per_card <= 0:
             return ("has no sGPU slots", "have no sGPU slots")
+        if (s.memory_mib or s.memory_ratio) and all(d.memory_mib <= 0 for d in inv.devices):
+            return ("reports no GPU memory", "report no GPU memory")
         need = [f"{s.core}% free cores"] if s.core else []
         if s.memory_mib:
             need.append(f"{s.memory_mib} MiB free memory")
@@ -261,8 +263,10 @@ def _node_reason(node: NodeState, pods: list[PodInput], req: PodRequest, k: int)
         if s.sgpu:
             need.append(f"{s.sgpu} free sGPU slot{'s' if s.sgpu > 1 else ''} (QoS {s.qos})")
         what = " and ".join(need)
-        cards = "a GPU" if s.cards == 1 else f"{s.cards} GPUs"
-        return (f"has no {cards} with {what}", f"have no {cards} with {what}")
+        if s.cards == 1:
+            return (f"has no GPU with {what}", f"have no GPU with {what}")
+        few = f"fewer than {s.cards} GPUs with {what}"
+        return (f"has {few}", f"have {few}")
     if inv.vendor != req.vendor:
         return (f"has no {req.vendor} GPUs", f"have no {req.vendor} GPUs")
     noun = "GPU" if k == 1 else "GPUs"

@@ -109,3 +109,31 @@ def test_two_shared_cards_split_the_totals() -> None:
     _node, got = shares(d)
     assert [(c, m) for _, c, m, _, _ in got] == [(50, 1024), (50, 1024)]
     assert len({i for i, *_ in got}) == 2
+
+
+def test_reasons_name_what_no_card_has() -> None:
+    state = cluster(
+        MakeNode().Name("a").Links(PCIE8).MemoryMiB(16384),
+        MakeNode().Name("b").Links(PCIE8).MemoryMiB(16384),
+    )
+    one, two = schedule(
+        state,
+        MakePod().Name("one").Shared(core=10, memory="20Gi"),
+        MakePod().Name("two").Shared(core=10, memory="40Gi", cards=2),
+    )
+    assert isinstance(one, Unschedulable)
+    assert one.reason == (
+        "0/2 nodes are available: 2 have no GPU with 10% free cores and 20480 MiB free memory."
+    )
+    assert isinstance(two, Unschedulable)
+    assert two.reason == (
+        "0/2 nodes are available: "
+        "2 have fewer than 2 GPUs with 5% free cores and 20480 MiB free memory."
+    )
+
+
+def test_a_memory_request_on_a_node_without_memory_figures_says_so() -> None:
+    state = cluster(MakeNode().Name("n").Links(PCIE8).MemoryMiB(0))
+    (d,) = schedule(state, MakePod().Name("p").Shared(core=10, ratio=50))
+    assert isinstance(d, Unschedulable)
+    assert d.reason == "0/1 nodes are available: 1 reports no GPU memory."
