@@ -158,6 +158,8 @@ class Scheduler:
         if self.pending.pop(key, None) is not None:
             self.queue.delete(key)
         self._reported.pop(key, None)
+        if key not in self.in_flight:  # a bind in flight records its latency when it returns
+            self.first_seen.pop(key, None)
 
     def replace_bound(self, pods: list[PodInput]) -> None:
         keep = {p.key for p in pods}
@@ -181,7 +183,8 @@ class Scheduler:
         warning = self.state.add_bound_pod(pod)
         if warning:
             log.warning("bound pod", pod=key, warning=warning)
-        self.first_seen.pop(key, None)
+        if key not in self.in_flight:  # our own binds record their latency when they return
+            self.first_seen.pop(key, None)
 
     def _forget_bound(self, key: str) -> None:
         """A bound pod finished or was deleted: its GPUs are free, in the snapshot and the store."""
@@ -454,8 +457,12 @@ class Scheduler:
         results = await asyncio.gather(
             *(self._bind_one(pods[p.pod], p) for p in placements), return_exceptions=True
         )
+        now = self.clock()  # the binds are done: end-to-end latency ends here
         bound = [p for p, ok in zip(placements, results, strict=True) if ok is True]
         failed = [p for p, ok in zip(placements, results, strict=True) if ok is not True]
+        if unit.gang and bound and not failed:
+            first = min((self.first_seen.get(k, now) for k in pods), default=now)
+            self.metrics.gang_wait.observe(max(0.0, now - first))
         holder = self.leadership.holder
         try:
             if bound:
@@ -465,7 +472,6 @@ class Scheduler:
         except StoreError as exc:
             # The next leader's (or our next) reconcile repairs the store from the apiserver.
             log.warning("store update after bind failed", error=str(exc))
-        now = self.clock()
         for p in bound:
             self.in_flight.pop(p.pod, None)
             seen = self.first_seen.pop(p.pod, None)
@@ -474,9 +480,6 @@ class Scheduler:
             self.explanations[p.pod] = Explanation(
                 p.pod, "scheduled", node=p.node, devices=p.devices, gang=p.gang
             )
-        if unit.gang and bound and not failed:
-            first = min((self.first_seen.get(k, now) for k in pods), default=now)
-            self.metrics.gang_wait.observe(max(0.0, now - first))
         for p in failed:
             self.in_flight.pop(p.pod, None)
             holding = self.state.holdings.get(p.pod)

@@ -58,6 +58,15 @@ class SchedulerProcess:
                 continue
         return out
 
+    async def http_port(self, tries: int = 300) -> int:
+        """The port the process logged for its probe/metrics server (it was started on port 0)."""
+        for _ in range(tries):
+            for line in self.lines():
+                if line.get("event") == "http server listening":
+                    return int(line["port"])
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"scheduler never logged its HTTP port\n{self.tail()}")
+
     def is_leader(self) -> bool:
         events = [e.get("event") for e in self.lines()]
         became = max((i for i, e in enumerate(events) if e == "became leader"), default=-1)
@@ -85,14 +94,18 @@ class Scenario:
         self.name = f"topo-{self.id}"
         self.dir = workdir
         self.config = workdir / "scheduler.yaml"
+        self.use_lease(3, 1)
+        self.schedulers: list[SchedulerProcess] = []
+
+    def use_lease(self, duration: float, renew: float) -> None:
+        """Write the scheduler config with this leader lease (schedulers started later use it)."""
         self.config.write_text(
             f"schedulerName: {self.name}\n"
             "run:\n"
             f"  redisPrefix: t-{self.id}\n"
             "  bindConcurrency: 8\n"
-            "  lease: {durationSeconds: 3, renewSeconds: 1, retrySeconds: 0.5}\n"
+            f"  lease: {{durationSeconds: {duration}, renewSeconds: {renew}, retrySeconds: 0.5}}\n"
         )
-        self.schedulers: list[SchedulerProcess] = []
 
     # ---- objects -----------------------------------------------------------------------------
 
