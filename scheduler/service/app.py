@@ -156,6 +156,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         metrics,
         time.monotonic,
         bind_concurrency=run_cfg.bind_concurrency,
+        gang_wait_timeout=config.gang.wait_timeout_seconds,
     )
 
     def pods_version(p: Pod) -> str:

@@ -29,7 +29,7 @@ class SchedulingQueue:
         self._active: list[tuple[float, int, str]] = []  # (ready at, seq, key) heap
         self._in_active: dict[str, int] = {}  # key -> seq of its live heap entry
         self._backoff: dict[str, float] = {}  # key -> time it may be retried
-        self._unschedulable: dict[str, float] = {}  # key -> time it became unschedulable
+        self._unschedulable: dict[str, float] = {}  # key -> time it is retried at the latest
         self._attempts: dict[str, int] = {}
         self._last_attempt: dict[str, float] = {}
 
@@ -63,12 +63,14 @@ class SchedulingQueue:
         self._backoff[key] = self._clock() + delay
         return delay
 
-    def unschedulable(self, key: str) -> None:
-        """No place now: wait for a cluster event, or UNSCHEDULABLE_MAX_WAIT_S at most."""
+    def unschedulable(self, key: str, retry_by: float | None = None) -> None:
+        """No place now: wait for a cluster event, or UNSCHEDULABLE_MAX_WAIT_S at most (less when
+        ``retry_by``, a clock time, comes sooner: a gang's wait timeout changes its reason)."""
         self._record_attempt(key)
         self._in_active.pop(key, None)
         self._backoff.pop(key, None)
-        self._unschedulable[key] = self._clock()
+        latest = self._clock() + UNSCHEDULABLE_MAX_WAIT_S
+        self._unschedulable[key] = latest if retry_by is None else min(latest, retry_by)
 
     def on_cluster_event(self) -> int:
         """Something changed that could help: every unschedulable pod moves to the active queue,
@@ -103,8 +105,8 @@ class SchedulingQueue:
             if ready <= now:
                 del self._backoff[key]
                 self._push(key, ready)
-        for key, since in list(self._unschedulable.items()):
-            if now - since >= UNSCHEDULABLE_MAX_WAIT_S:
+        for key, latest in list(self._unschedulable.items()):
+            if latest <= now:
                 del self._unschedulable[key]
                 self._push(key, now)
 
@@ -129,7 +131,7 @@ class SchedulingQueue:
     def next_wakeup(self) -> float | None:
         """The clock time at which flush() will next have something to move, if any."""
         times = list(self._backoff.values())
-        times += [since + UNSCHEDULABLE_MAX_WAIT_S for since in self._unschedulable.values()]
+        times += self._unschedulable.values()
         return min(times) if times else None
 
     def counts(self) -> dict[str, int]:

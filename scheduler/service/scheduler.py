@@ -97,8 +97,10 @@ class Scheduler:
         metrics: Metrics,
         clock: Callable[[], float],
         bind_concurrency: int = 16,
+        gang_wait_timeout: float = 600.0,
     ) -> None:
         self.name = scheduler_name
+        self.gang_wait_timeout = gang_wait_timeout  # 0: wait forever, say nothing
         self.cluster = cluster
         self.store = store
         self.leadership = leadership
@@ -382,18 +384,31 @@ class Scheduler:
         if isinstance(decision, Placed):
             return await self._reserve_and_bind(unit, decision)
         result = "waiting" if isinstance(decision, Waiting) else "unschedulable"
+        reason, retry_by = decision.reason, None
+        if isinstance(decision, Waiting) and self.gang_wait_timeout > 0:
+            # The gang holds nothing while it waits, so a timeout only changes what its pods
+            # say; they are retried when it runs out so that the message appears on time.
+            now = self.clock()
+            since = min(self.first_seen.get(p.key, now) for p in unit.pods)
+            retry_by = since + self.gang_wait_timeout
+            if now >= retry_by:
+                reason += (
+                    f"; waited {now - since:.0f} s, longer than gang.waitTimeoutSeconds "
+                    f"({self.gang_wait_timeout:g} s)"
+                )
+                retry_by = None
         for pod in unit.pods:
-            self.queue.unschedulable(pod.key)
+            self.queue.unschedulable(pod.key, retry_by)
             self.explanations[pod.key] = Explanation(
                 pod.key,
                 result,
-                decision.reason,
+                reason,
                 gang=unit.gang,
                 attempts=self.queue.attempts(pod.key),
             )
-            if self._reported.get(pod.key) != decision.reason:
-                self._reported[pod.key] = decision.reason
-                self._spawn(self._report_unschedulable(pod, decision.reason))
+            if self._reported.get(pod.key) != reason:
+                self._reported[pod.key] = reason
+                self._spawn(self._report_unschedulable(pod, reason))
         return result
 
     async def _reserve_and_bind(self, unit: Unit, decision: Placed) -> str:

@@ -94,13 +94,16 @@ class Scenario:
         self.name = f"topo-{self.id}"
         self.dir = workdir
         self.config = workdir / "scheduler.yaml"
-        self.use_lease(3, 1)
+        self.configure()
         self.schedulers: list[SchedulerProcess] = []
 
-    def use_lease(self, duration: float, renew: float) -> None:
-        """Write the scheduler config with this leader lease (schedulers started later use it)."""
+    def configure(self, lease: tuple[float, float] = (3, 1), gang_wait: int = 600) -> None:
+        """Write the scheduler config: leader lease (duration, renew) and gang wait timeout.
+        Schedulers started afterwards use it."""
+        duration, renew = lease
         self.config.write_text(
             f"schedulerName: {self.name}\n"
+            f"gang: {{waitTimeoutSeconds: {gang_wait}}}\n"
             "run:\n"
             f"  redisPrefix: t-{self.id}\n"
             "  bindConcurrency: 8\n"
@@ -178,15 +181,19 @@ class Scenario:
         unbound = [n for n in names if not self.pods().get(n, {}).get("spec", {}).get("nodeName")]
         raise AssertionError(f"pods never bound: {unbound}\n{logs}")
 
-    async def wait_condition(self, name: str, tries: int = 300) -> str:
-        """The PodScheduled=False message the scheduler wrote on the pod."""
+    async def wait_condition(self, name: str, containing: str = "", tries: int = 300) -> str:
+        """The PodScheduled=False message the scheduler wrote on the pod (one that contains
+        ``containing``)."""
+        seen = ""
         for _ in range(tries):
             pod = self.pods().get(name, {})
             for c in pod.get("status", {}).get("conditions", []) or []:
                 if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message"):
-                    return str(c["message"])
+                    seen = str(c["message"])
+                    if containing in seen:
+                        return seen
             await asyncio.sleep(0.2)
-        raise AssertionError(f"pod {name} never got an Unschedulable condition")
+        raise AssertionError(f"pod {name} never got an Unschedulable condition; last: {seen!r}")
 
 
 def devices_of(pod: dict[str, Any]) -> list[int]:

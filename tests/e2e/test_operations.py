@@ -119,7 +119,7 @@ async def test_sigterm_releases_the_lease_and_exits_zero(
 ) -> None:
     # A lease far longer than the test waits: the standby can only take over in time if the
     # leader hands the lease back on SIGTERM instead of letting it expire.
-    scenario.use_lease(600, 5)
+    scenario.configure(lease=(600, 5))
     scenario.node("four", FOUR_PCIE, 4)
     first = scenario.start_scheduler(redis_server.url)
     scenario.pod("before", 1)
@@ -138,3 +138,24 @@ async def test_sigterm_releases_the_lease_and_exits_zero(
     pods = await scenario.wait_bound(["after"])
     assert second.is_leader()
     assert set(devices_of(pods["after"])).isdisjoint(devices_of(pods["before"]))
+
+
+async def test_a_gang_missing_members_says_what_it_waits_for_then_that_it_timed_out(
+    scenario: Scenario,
+) -> None:
+    scenario.configure(gang_wait=2)
+    scenario.node("four", FOUR_PCIE, 4)
+    scenario.start_scheduler()
+    labels = scenario.gang_labels("job-a", 2)
+    scenario.pod("m0", 1, labels=labels)
+    gang = f"gang default/{scenario.id}-job-a"
+    waiting = await scenario.wait_condition("m0", containing=gang)
+    assert waiting.startswith(f"{gang}: 1 of 2 replicas present")
+    # No other event happens: the scheduler retries by itself when the timeout runs out.
+    timed_out = await scenario.wait_condition("m0", containing="gang.waitTimeoutSeconds")
+    assert timed_out.startswith(f"{gang}: 1 of 2 replicas present; waited ")
+    assert timed_out.endswith("longer than gang.waitTimeoutSeconds (2 s)")
+    # The gang still completes when its member arrives.
+    scenario.pod("m1", 1, labels=labels)
+    pods = await scenario.wait_bound(["m0", "m1"])
+    assert set(devices_of(pods["m0"])).isdisjoint(devices_of(pods["m1"]))

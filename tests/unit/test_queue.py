@@ -54,6 +54,22 @@ def test_unschedulable_waits_for_an_event_or_five_minutes() -> None:
     assert q.pop() == "p"
 
 
+def test_unschedulable_with_a_sooner_deadline_is_retried_then() -> None:
+    clock = Clock()
+    q = SchedulingQueue(clock)
+    q.add("member")
+    q.add("late")
+    assert [q.pop(), q.pop()] == ["member", "late"]
+    q.unschedulable("member", retry_by=130.0)  # a gang's wait timeout runs out at 130
+    q.unschedulable("late", retry_by=100.0 + 2 * UNSCHEDULABLE_MAX_WAIT_S)  # capped
+    assert q.next_wakeup() == 130.0
+    clock.now = 129.0
+    assert q.pop() is None
+    clock.now = 130.0
+    assert q.pop() == "member"
+    assert q.next_wakeup() == 100.0 + UNSCHEDULABLE_MAX_WAIT_S
+
+
 def test_cluster_event_moves_unschedulable_pods_respecting_backoff() -> None:
     clock = Clock()
     q = SchedulingQueue(clock)
