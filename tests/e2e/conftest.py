@@ -17,7 +17,6 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.testing.controlplane import ControlPlane, ControlPlaneError, build_binaries
-from scheduler.testing.redisserver import RedisServer, RedisServerError
 
 from .live import Scenario
 
@@ -83,19 +82,6 @@ async def scheduler_api(control_plane: ControlPlane) -> AsyncIterator[ApiClient]
 def name() -> str:
     """A unique name per test: no test depends on another's leftovers."""
     return f"t-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    try:
-        server.start()
-    except RedisServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,49 @@
+"""Fixtures every test layer shares.
+
+- ``redis_server``: a real redis-server per test session (scheduler/testing/redisserver.py). No
+  mock of what we can run: the store's Lua scripts are only proven by a real Redis. A missing
+  redis-server fails the run with the command that installs it; it never skips.
+- ``no_leaked_tasks`` (automatic): a test that leaves asyncio tasks running fails, naming them.
+  A leaked task is a watch, a bind or a timer that outlives its owner: in the service that is a
+  shutdown bug, so tests must not hide it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from scheduler.testing.redisserver import RedisServer, RedisServerError
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    try:
+        server.start()
+    except RedisServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+async def no_leaked_tasks() -> AsyncIterator[None]:
+    before = asyncio.all_tasks()
+    yield
+    # Give tasks that were cancelled or are finishing one turn of the loop to end.
+    for _ in range(3):
+        await asyncio.sleep(0)
+    leaked = [
+        t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()
+    ]
+    for task in leaked:
+        task.cancel()
+    if leaked:
+        await asyncio.gather(*leaked, return_exceptions=True)
+        names = ", ".join(sorted(f"{t.get_name()} ({t.get_coro()!r})" for t in leaked))
+        pytest.fail(f"the test left asyncio tasks running: {names}", pytrace=False)
