@@ -99,6 +99,16 @@ async def test_probes_metrics_debug_and_events(
     status, _ = await get(port, "/debug/pods/default/no-such-pod")
     assert status == 404
 
+    # One JSON summary line per scheduling attempt.
+    attempts = [e for e in scheduler.lines() if e.get("event") == "scheduling attempt"]
+    by_pod = {e["pod"]: e for e in attempts}
+    assert by_pod[f"default/{scenario.id}-fits"]["result"] == "scheduled"
+    assert by_pod[f"default/{scenario.id}-fits"]["placements"] == {
+        f"default/{scenario.id}-fits": [node, devices_of(pods["fits"])]
+    }
+    assert by_pod[f"default/{scenario.id}-too-big"]["reason"] == reason
+    assert all("duration_ms" in e and "attempts" in e for e in attempts)
+
     # Metrics under kube-scheduler's names.
     status, text = await get(port, "/metrics")
     assert status == 200
