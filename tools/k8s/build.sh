@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the local control plane (kube-apiserver, kube-scheduler, etcd, kwok) from the Go modules
+# Build the local control plane (kube-apiserver, kube-scheduler, etcd, kwok) and kubectl (for
+# `kubectl kustomize deploy/` / `kubectl apply -k deploy/` in tests and README) from the Go modules
 # in this folder, into a cache outside the clone keyed by the versions in versions.env:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/topo-scheduler/k8s/<versions>/
 # Only missing binaries are built, so a second run (or CI on the same machine) reuses them.
@@ -36,7 +37,7 @@ need_go() {
 
 mkdir -p "$cache"
 missing=()
-for bin in kube-apiserver etcd kube-scheduler kwok; do
+for bin in kube-apiserver etcd kube-scheduler kwok kubectl; do
   [ -x "$cache/$bin" ] || missing+=("$bin")
 done
 if [ ${#missing[@]} -eq 0 ]; then
@@ -64,8 +65,8 @@ kwok_ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
 build() {  # build <name> <module dir> <package> <ldflags>
   local name="$1" dir="$2" pkg="$3" ldflags="$4" start=$SECONDS
   echo "$(date +%T) building $name ($pkg)"
-  (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$cache/$name.tmp" "$pkg")
-  mv "$cache/$name.tmp" "$cache/$name"
+  (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$cache/$name.tmp.$$" "$pkg")
+  mv "$cache/$name.tmp.$$" "$cache/$name"  # atomic: a concurrent run never sees half a binary
   echo "$(date +%T) built $name in $((SECONDS - start)) s"
 }
 
@@ -76,6 +77,7 @@ for bin in "${missing[@]}"; do
       build kube-apiserver apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags" ;;
     kube-scheduler)
       build kube-scheduler apiserver k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags" ;;
+    kubectl) build kubectl apiserver k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags" ;;
     etcd) build etcd apiserver go.etcd.io/etcd/server/v3 "$etcd_ldflags" ;;
     kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok "$kwok_ldflags" ;;
   esac
