@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import msgspec
 
-from .decisions import Placement, Share
+from .decisions import ContainerDevices, Placement, Share
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from .objects import NodeInput, PodInput
@@ -392,6 +392,9 @@ class AssignmentRecord(msgspec.Struct, frozen=True, rename="camel", omit_default
     devices: list[AssignmentDevice] = msgspec.field(default_factory=list)
     shares: list[Share] = msgspec.field(default_factory=list)
     gang: str | None = None
+    # Per container that asks for whole GPUs: its name, GPU indices and UUIDs (what the node's
+    # device plugin gives that container). Absent in annotations written before it existed.
+    containers: list[ContainerDevices] = msgspec.field(default_factory=list)
 
 
 def assignment_annotations(placement: Placement) -> dict[str, str]:
@@ -403,6 +406,7 @@ def assignment_annotations(placement: Placement) -> dict[str, str]:
         ],
         shares=list(placement.shares),
         gang=placement.gang,
+        containers=list(placement.containers),
     )
     return {
         DEVICES_ANNOTATION: ",".join(str(i) for i in placement.devices),

@@ -22,6 +22,14 @@ class Share(Struct, frozen=True, rename="camel", omit_defaults=True):
     qos: str | None = None
 
 
+class ContainerDevices(Struct, frozen=True):
+    """The whole GPUs one container of a placed pod gets (what the device plugin hands out)."""
+
+    name: str
+    devices: tuple[int, ...]
+    uuids: tuple[str, ...]
+
+
 class Placement(Struct, frozen=True):
     pod: str  # "namespace/name"
     uid: str
@@ -30,6 +38,7 @@ class Placement(Struct, frozen=True):
     uuids: tuple[str, ...]
     shares: tuple[Share, ...] = ()
     gang: str | None = None  # "namespace/job"
+    containers: tuple[ContainerDevices, ...] = ()  # the devices split per container
 
 
 class Placed(Struct, frozen=True, tag="placed"):

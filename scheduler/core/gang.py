@@ -138,7 +138,7 @@ def _split(
             assert choice is not None
             indices = choice.indices
             left &= ~choice.mask
-        placement = whole_placement(member.pod, node, indices, gang)
+        placement = whole_placement(member.pod, member.request, node, indices, gang)
         state.apply(placement, member.request.gang.replicas if member.request.gang else 0)
         out.append(placement)
     return out

@@ -25,7 +25,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from .cluster import CardUse, ClusterState, NodeClass, NodeState
-from .decisions import Placement, Share
+from .decisions import ContainerDevices, Placement, Share
+from .inventory import Inventory
 from .names import CORES_PER_CARD
 from .objects import PodInput
 from .requests import PodRequest, SharedRequest
@@ -107,12 +108,35 @@ def _first_accepting(
 
 
 def whole_placement(
-    pod: PodInput, node: NodeState, indices: Iterable[int], gang: str | None
+    pod: PodInput, req: PodRequest, node: NodeState, indices: Iterable[int], gang: str | None
 ) -> Placement:
-    assert node.inventory is not None
+    inv = node.inventory
+    assert inv is not None
     devices = tuple(sorted(indices))
-    uuids = tuple(node.inventory.device(i).uuid for i in devices)
-    return Placement(pod.key, pod.uid, node.name, devices, uuids, (), gang)
+    uuids = tuple(inv.device(i).uuid for i in devices)
+    return Placement(
+        pod.key, pod.uid, node.name, devices, uuids, (), gang, split_by_container(req, inv, devices)
+    )
+
+
+def split_by_container(
+    req: PodRequest, inv: Inventory, devices: tuple[int, ...]
+) -> tuple[ContainerDevices, ...]:
+    """Share the pod's GPUs out to its containers in spec order, each taking the best-connected
+    subset of what is left (rule 1 inside the pod), so a two-GPU container of a four-GPU pod gets
+    an NVLink pair, not whichever two come first."""
+    left = 0
+    for i in devices:
+        left |= 1 << i
+    out = []
+    for name, k in req.containers:
+        choice = inv.topology.best_set(left, k)
+        if choice is None:  # cannot happen when the counts add up; then say nothing per container
+            return ()
+        left &= ~choice.mask
+        mine = tuple(sorted(choice.indices))
+        out.append(ContainerDevices(name, mine, tuple(inv.device(i).uuid for i in mine)))
+    return tuple(out)
 
 
 def place_whole(state: ClusterState, pod: PodInput, req: PodRequest) -> Placement | None:
@@ -120,7 +144,7 @@ def place_whole(state: ClusterState, pod: PodInput, req: PodRequest) -> Placemen
     found = best_whole_node(state, [pod], req.gpus, req.vendor, req.node_policy == "spread")
     if found is None:
         return None
-    return whole_placement(pod, found.node, found.choice.indices, None)
+    return whole_placement(pod, req, found.node, found.choice.indices, None)
 
 
 def place_without_gpus(state: ClusterState, pod: PodInput) -> Placement | None:

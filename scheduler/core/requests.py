@@ -40,6 +40,9 @@ class Gang(Struct, frozen=True):
 
 class PodRequest(Struct, frozen=True):
     gpus: int = 0
+    # Whole GPUs per container that asks for any, in spec order (sidecars after the app
+    # containers): the device plugin gives each container its own part of the pod's GPUs.
+    containers: tuple[tuple[str, int], ...] = ()
     vendor: str | None = None
     shared: SharedRequest | None = None
     gang: Gang | None = None
@@ -126,11 +129,15 @@ def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
                 "plain init containers are not supported (their devices cannot be tracked); "
                 "move them to a regular or sidecar container"
             )
+    per_container: list[tuple[str, int]] = []
     for c in active:
         where = f"containers[{c.name}].resources.limits"
+        mine = 0
         for resource, text in _resources(c).items():
             if resource in settings.gpu_resources:
-                whole[resource] = whole.get(resource, 0) + _count(pod, where, resource, text)
+                n = _count(pod, where, resource, text)
+                whole[resource] = whole.get(resource, 0) + n
+                mine += n
             elif resource == names.MEMORY_RESOURCE:
                 try:
                     size = parse_quantity(text)
@@ -142,6 +149,8 @@ def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
                 shared[resource] = 1
             elif resource in _SHARED_NAMES:
                 shared[resource] = shared.get(resource, 0) + _count(pod, where, resource, text)
+        if mine:
+            per_container.append((c.name, mine))
     whole = {r: n for r, n in whole.items() if n > 0}
     vendors = sorted({settings.gpu_resources[r] for r in whole})
     if len(vendors) > 1:
@@ -162,6 +171,7 @@ def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
             gpu_policy = settings.shared_gpu_policy
     return PodRequest(
         gpus=sum(whole.values()),
+        containers=tuple(per_container),
         vendor=vendors[0] if vendors else None,
         shared=shared_req,
         gang=parse_gang(pod),
