@@ -250,20 +250,7 @@ class ClusterState:
 
     def apply(self, placement: Placement, replicas: int = 0) -> None:
         """Assume a placement the core decided (before the shell has bound it)."""
-        whole = 0
-        for i in placement.devices:
-            whole |= 1 << i
-        self.hold(
-            Holding(
-                placement.pod,
-                placement.node,
-                whole,
-                placement.shares,
-                placement.gang,
-                replicas,
-                placement.uid,
-            )
-        )
+        self.hold(holding_of(placement, replicas))
 
     def checkpoint(self) -> int:
         return len(self._undo)
@@ -378,6 +365,22 @@ class ClusterState:
         if choice is None:
             return None
         return Holding(pod.key, pod.node_name, choice.mask, (), gang, replicas, pod.uid)
+
+
+def holding_of(placement: Placement, replicas: int = 0) -> Holding:
+    """What a placement holds once assumed: its whole GPUs as a mask, and its shares."""
+    whole = 0
+    for i in placement.devices:
+        whole |= 1 << i
+    return Holding(
+        placement.pod,
+        placement.node,
+        whole,
+        placement.shares,
+        placement.gang,
+        replicas,
+        placement.uid,
+    )
 
 
 class AssignmentDevice(msgspec.Struct, frozen=True):

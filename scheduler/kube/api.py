@@ -21,6 +21,9 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from scheduler.core.objects import PodInput
+
+from .codec import decode_pod
 from .watch import Gone, HttpError
 
 REQUEST_TIMEOUT_S: Final = 30
@@ -86,6 +89,11 @@ class KubeApi:
             return None
         _raise_for(status, body)
         return body
+
+    async def get_pod(self, namespace: str, name: str) -> PodInput | None:
+        """The pod as the core sees it, or None when it is gone."""
+        raw = await self.read_pod(namespace, name)
+        return None if raw is None else decode_pod(raw)
 
     async def watch_pods(
         self, resource_version: str, timeout_s: int, field_selector: str = ""

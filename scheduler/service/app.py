@@ -30,9 +30,8 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.config import Config
-from scheduler.core.objects import PodInput
-from scheduler.kube.api import BindResult, KubeApi
-from scheduler.kube.codec import Node, Pod, decode_pod, node_from_obj, pod_from_obj
+from scheduler.kube.api import KubeApi
+from scheduler.kube.codec import Node, Pod, node_from_obj, pod_from_obj
 from scheduler.kube.watch import Reflector
 from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
@@ -61,37 +60,6 @@ def configure_logging(level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stdout),
         cache_logger_on_first_use=True,
     )
-
-
-class KubeCluster:
-    """The loop's view of the apiserver (scheduler.service.scheduler.Cluster)."""
-
-    def __init__(self, api: KubeApi) -> None:
-        self.api = api
-
-    async def bind(
-        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
-    ) -> BindResult:
-        return await self.api.bind(namespace, name, uid, node, annotations)
-
-    async def get_pod(self, namespace: str, name: str) -> PodInput | None:
-        raw = await self.api.read_pod(namespace, name)
-        return None if raw is None else decode_pod(raw)
-
-    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
-        await self.api.set_unschedulable(namespace, name, message)
-
-    async def event(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        reason: str,
-        message: str,
-        kind: str,
-        timestamp: str,
-    ) -> None:
-        await self.api.event(namespace, name, uid, reason, message, kind, timestamp)
 
 
 def settings_from(config: Config, redis_url: str | None, http_address: str | None) -> Config:
@@ -150,7 +118,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     scheduler = Scheduler(
         config.to_core(),
         config.scheduler_name,
-        KubeCluster(api),
+        api,
         store,
         leadership,
         metrics,

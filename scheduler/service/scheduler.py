@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import msgspec
 import structlog
 
-from scheduler.core.cluster import ClusterState, Holding, assignment_annotations
+from scheduler.core.cluster import ClusterState, Holding, assignment_annotations, holding_of
 from scheduler.core.cycle import Unit, decide, gang_of
 from scheduler.core.decisions import Decision, Placed, Placement, Waiting
 from scheduler.core.objects import NodeInput, PodInput
@@ -419,7 +419,7 @@ class Scheduler:
             return "error"
         claims = []
         for placement in decision.placements:
-            holding = _holding_from_placement(placement, _replicas_of(unit, placement.pod))
+            holding = holding_of(placement, _replicas_of(unit, placement.pod))
             claim = self._claim_of(holding)
             assert claim is not None
             claims.append(claim)
@@ -592,21 +592,6 @@ def _replicas_of(unit: Unit, pod_key: str) -> int:
                 return 0
             return gang.replicas if gang else 0
     return 0
-
-
-def _holding_from_placement(placement: Placement, replicas: int) -> Holding:
-    whole = 0
-    for i in placement.devices:
-        whole |= 1 << i
-    return Holding(
-        placement.pod,
-        placement.node,
-        whole,
-        placement.shares,
-        placement.gang,
-        replicas,
-        placement.uid,
-    )
 
 
 def _holding_of(claim: Claim) -> Holding:
