@@ -21,7 +21,7 @@ import msgspec
 
 from .decisions import ContainerDevices, Placement, Share
 from .inventory import Inventory, InventoryError, read_inventory
-from .names import ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
+from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from .objects import NodeInput, PodInput
 from .requests import RequestError, parse_gang, parse_request
 from .settings import CoreSettings
@@ -187,8 +187,16 @@ class ClusterState:
         if holding is None:
             self.remove_pod(pod.key)
             return None
+        warning = None
+        try:
+            allocated = self._allocated_mask(pod)
+        except ValueError as exc:  # a bad report loses nothing: the assignment still stands
+            allocated = None
+            warning = f"pod {pod.key}: {exc}; the assignment's GPUs are tracked instead"
+        if allocated is not None and holding.whole:
+            holding = msgspec.structs.replace(holding, whole=allocated)
         self.remove_pod(pod.key)
-        return self.hold(holding)
+        return self.hold(holding) or warning
 
     def remove_pod(self, key: str) -> None:
         if key in self._orphans:
@@ -347,6 +355,30 @@ class ClusterState:
             return self._unannotated(pod, gang_key, replicas)
         return Holding(pod.key, pod.node_name, whole, shares, gang_key, replicas, pod.uid)
 
+    def _allocated_mask(self, pod: PodInput) -> int | None:
+        """The GPUs the node's device plugin reports the pod's containers really got, as a mask
+        (None when it has not reported, or the node's inventory is not known yet: then the
+        assignment stands until the next event for this pod)."""
+        raw = pod.annotations.get(ALLOCATED_ANNOTATION)
+        state = self.nodes.get(pod.node_name)
+        if not raw or state is None or state.inventory is None:
+            return None
+        try:
+            record = msgspec.json.decode(raw, type=AllocatedRecord)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ValueError(f"annotation {ALLOCATED_ANNOTATION}: {exc}") from None
+        by_uuid = {d.uuid: d.index for d in state.inventory.devices}
+        mask = 0
+        for pos, container in enumerate(record.containers):
+            for uuid in container.uuids:
+                if uuid not in by_uuid:
+                    raise ValueError(
+                        f"annotation {ALLOCATED_ANNOTATION}: containers[{pos}].uuids: "
+                        f"{uuid!r} is not a GPU of node {pod.node_name}"
+                    )
+                mask |= 1 << by_uuid[uuid]
+        return mask
+
     def _unannotated(self, pod: PodInput, gang: str | None, replicas: int) -> Holding | None:
         """A bound pod with GPUs but none of our annotations (bound by another scheduler).
 
@@ -365,6 +397,18 @@ class ClusterState:
         if choice is None:
             return None
         return Holding(pod.key, pod.node_name, choice.mask, (), gang, replicas, pod.uid)
+
+
+class AllocatedContainer(msgspec.Struct, frozen=True):
+    name: str
+    uuids: list[str]
+
+
+class AllocatedRecord(msgspec.Struct, frozen=True):
+    """The ``topo-scheduler.io/allocated`` annotation: a public format, written by the device
+    plugin, e.g. ``{"containers": [{"name": "main", "uuids": ["GPU-..."]}]}``."""
+
+    containers: list[AllocatedContainer]
 
 
 def holding_of(placement: Placement, replicas: int = 0) -> Holding:

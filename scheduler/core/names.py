@@ -13,6 +13,9 @@ HAMI_SCORE_ANNOTATION: Final = "hami.io/node-nvidia-score"
 # Written by this scheduler at bind time.
 DEVICES_ANNOTATION: Final = "topo-scheduler.io/devices"
 ASSIGNMENT_ANNOTATION: Final = "topo-scheduler.io/assignment"
+# Written by our device plugin after the kubelet allocated: the GPUs each container really got.
+# Where it disagrees with the assignment (device plugin mode `adopt`), it is the truth.
+ALLOCATED_ANNOTATION: Final = "topo-scheduler.io/allocated"
 
 # Pod policies (HAMi's names, so pods written for HAMi work unchanged).
 GPU_POLICY_ANNOTATION: Final = "hami.io/gpu-scheduler-policy"

@@ -32,7 +32,13 @@ from typing import Any, Protocol
 import msgspec
 import structlog
 
-from scheduler.core.cluster import ClusterState, Holding, assignment_annotations, holding_of
+from scheduler.core.cluster import (
+    ClusterState,
+    Holding,
+    assignment_annotations,
+    bits,
+    holding_of,
+)
 from scheduler.core.cycle import Unit, decide, gang_of
 from scheduler.core.decisions import Decision, Placed, Placement, Waiting
 from scheduler.core.objects import NodeInput, PodInput
@@ -182,9 +188,17 @@ class Scheduler:
             if key in self.state.holdings and key not in self.in_flight:
                 self._forget_bound(key)
             return
+        before = self.state.holdings.get(key)
         warning = self.state.add_bound_pod(pod)
         if warning:
             log.warning("bound pod", pod=key, warning=warning)
+        after = self.state.holdings.get(key)
+        if before is not None and after is not None and before.whole != after.whole:
+            # The device plugin reported other GPUs than we reserved (its mode `adopt`): they
+            # are the truth, so the store must follow at the next (rate-limited) reconcile.
+            log.info("bound pod moved GPUs", pod=key, node=after.node, devices=bits(after.whole))
+            self._needs_reconcile = True
+            self._kick()
         if key not in self.in_flight:  # our own binds record their latency when they return
             self.first_seen.pop(key, None)
 
@@ -290,7 +304,7 @@ class Scheduler:
             shares.append(
                 ShareClaim(s.index, s.core, s.memory_mib, s.sgpu, s.qos or "", cap_mem, cap_sgpu)
             )
-        devices = tuple(i for i in range(holding.whole.bit_length()) if holding.whole >> i & 1)
+        devices = tuple(bits(holding.whole))
         return Claim(
             uid=holding.uid,
             pod=holding.pod,

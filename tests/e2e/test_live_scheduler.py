@@ -138,6 +138,49 @@ async def test_deleting_a_running_pod_frees_its_gpus(scenario: Scenario) -> None
     assert devices_of(pods["second"]) == list(range(8))
 
 
+async def test_the_device_plugins_allocated_report_is_the_truth_for_scheduler_and_redis(
+    scenario: Scenario, redis_server: RedisServer
+) -> None:
+    two = {
+        "vendor": "nvidia",
+        "devices": [{"index": 0}, {"index": 1}],
+        "links": [["X", "PHB"], ["PHB", "X"]],
+    }
+    node = scenario.node("two", two, 2)
+    scheduler = scenario.start_scheduler(redis_server.url)
+    scenario.pod("a", 1)
+    pods = await scenario.wait_bound(["a"])
+    (chosen,) = devices_of(pods["a"])
+    other = 1 - chosen
+    # The kubelet gave the pod the other GPU and the device plugin (mode adopt) reported it.
+    report = {"containers": [{"name": "main", "uuids": [f"{node}-gpu-{other}"]}]}
+    scenario.plane.request(
+        "PATCH",
+        f"/api/v1/namespaces/default/pods/{scenario.id}-a",
+        {"metadata": {"annotations": {"topo-scheduler.io/allocated": json.dumps(report)}}},
+        content_type="application/merge-patch+json",
+    )
+    # Separate watches may deliver b's arrival before a's update: let the update land first.
+    for _ in range(300):
+        if any(e.get("event") == "bound pod moved GPUs" for e in scheduler.lines()):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"the scheduler never took the report\n{scheduler.tail()}")
+    scenario.pod("b", 1)
+    pods = await scenario.wait_bound(["b"])
+    assert devices_of(pods["b"]) == [chosen]  # the GPU the scheduler had reserved for a
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        owners = await client.hgetall(f"t-{scenario.id}:gpu:{node}")
+    finally:
+        await client.aclose()
+    assert owners == {
+        str(other).encode(): pods["a"]["metadata"]["uid"].encode(),
+        str(chosen).encode(): pods["b"]["metadata"]["uid"].encode(),
+    }
+
+
 async def test_redis_flushed_and_restart_on_empty_redis_never_give_a_gpu_twice(
     scenario: Scenario, redis_server: RedisServer
 ) -> None:

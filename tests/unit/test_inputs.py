@@ -290,3 +290,36 @@ def test_assume_then_bound_event_replaces_the_assumed_holding() -> None:
     assert state.nodes["n"].free_mask == held
     state.remove_pod("default/p")
     assert state.nodes["n"].free_mask == 0xFF
+
+
+def allocated(*uuids: str) -> str:
+    return json.dumps({"containers": [{"name": "main", "uuids": list(uuids)}]})
+
+
+def test_what_the_device_plugin_reports_allocated_is_the_truth() -> None:
+    state = cluster(MakeNode().Name("n").Links(PCIE8))
+    pod = MakePod().Name("p").Req(2).Bound("n", "0,1")
+    assert state.add_bound_pod(pod.Obj()) is None
+    assert state.nodes["n"].free_mask == 0b11111100
+    # The kubelet gave GPUs 4 and 5 (device plugin mode adopt): the snapshot follows.
+    pod.Annotation("topo-scheduler.io/allocated", allocated("GPU-n-4", "GPU-n-5"))
+    assert state.add_bound_pod(pod.Obj()) is None
+    assert state.nodes["n"].free_mask == 0b11001111
+    assert state.holdings["default/p"].whole == 0b110000
+
+
+def test_an_allocated_annotation_naming_a_foreign_gpu_is_a_warning_and_loses_nothing() -> None:
+    state = cluster(MakeNode().Name("n").Links(PCIE8))
+    pod = (
+        MakePod()
+        .Name("p")
+        .Req(1)
+        .Bound("n", "0")
+        .Annotation("topo-scheduler.io/allocated", allocated("GPU-elsewhere-0"))
+    )
+    warning = state.add_bound_pod(pod.Obj())
+    assert warning == (
+        "pod default/p: annotation topo-scheduler.io/allocated: containers[0].uuids: "
+        "'GPU-elsewhere-0' is not a GPU of node n; the assignment's GPUs are tracked instead"
+    )
+    assert state.holdings["default/p"].whole == 0b1
