@@ -55,21 +55,6 @@ def start_scheduler(plane: ControlPlane, redis_url: str, log: Path) -> subproces
     )
 
 
-def grant_role(plane: ControlPlane) -> None:
-    import yaml
-
-    for doc in yaml.safe_load_all((REPO / "deploy" / "scheduler-clusterrole.yaml").read_text()):
-        if doc["kind"] == "ClusterRoleBinding":
-            doc["subjects"] = [
-                {
-                    "kind": "User",
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "name": "system:serviceaccount:topo-scheduler:topo-scheduler",
-                }
-            ]
-        plane.apply(doc)
-
-
 def watch_binds(plane: ControlPlane, bound: dict[str, float], stop: threading.Event) -> None:
     """Record the local time each pod is first seen with a node (a raw watch, in a thread)."""
     import ssl
@@ -107,7 +92,7 @@ def main() -> None:
     try:
         plane.start()
         redis.start()
-        grant_role(plane)
+        plane.grant_scheduler_role()
         plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
         inventory = {
             "vendor": "nvidia",

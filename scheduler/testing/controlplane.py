@@ -23,8 +23,11 @@ Nothing may outlive the test session, so cleanup has several layers:
   (``PR_SET_PDEATHSIG``), so even ``kill -9`` of the test runner takes the children with it. (Linux
   ties that signal to the *thread* that forked, so it is not used from other threads.)
 
-Kubeconfigs are written per identity: ``admin`` (group ``system:masters``) and the scheduler's
-service-account user, which can do nothing until a ClusterRole is bound to it.
+Kubeconfigs are written per identity: ``admin`` (group ``system:masters``), and the users of
+deploy/'s two ServiceAccounts, the scheduler's and the node agent's, which can do nothing until
+their ClusterRoles are bound: ``grant_scheduler_role()`` and ``grant_agent_role()`` apply
+deploy/'s own ClusterRole and ClusterRoleBinding files unmodified (a ServiceAccount subject
+matches exactly the user ``system:serviceaccount:<namespace>:<name>``).
 
 Start-up is checked, not guessed: etcd's ``/health``, the apiserver's ``/readyz`` and KWOK's
 ``/healthz`` must answer before ``start`` returns; a process that exits or times out raises
@@ -57,13 +60,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "tools" / "k8s" / "build.sh"
+DEPLOY_BASE = REPO / "deploy" / "base"
 ADMIN_TOKEN = "topo-admin-token"
 SCHEDULER_TOKEN = "topo-scheduler-token"
-# The scheduler identity is the one deploy/'s ServiceAccount will have in a real cluster.
+AGENT_TOKEN = "topo-scheduler-agent-token"
+# The identities deploy/'s ServiceAccounts have in a real cluster (their tokens' usernames).
 SCHEDULER_USER = "system:serviceaccount:topo-scheduler:topo-scheduler"
-SCHEDULER_GROUPS = "system:serviceaccounts,system:serviceaccounts:topo-scheduler"
+AGENT_USER = "system:serviceaccount:topo-scheduler:topo-scheduler-agent"
+SERVICE_ACCOUNT_GROUPS = "system:serviceaccounts,system:serviceaccounts:topo-scheduler"
 START_TIMEOUT_S = 90.0
 
 
@@ -185,6 +193,7 @@ class ControlPlane:
         self.server = ""
         self.admin_kubeconfig = self.dir / "admin.kubeconfig"
         self.scheduler_kubeconfig = self.dir / "scheduler.kubeconfig"
+        self.agent_kubeconfig = self.dir / "agent.kubeconfig"
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -277,7 +286,8 @@ class ControlPlane:
         tokens = self.dir / "tokens.csv"
         tokens.write_text(
             f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
-            f'{SCHEDULER_TOKEN},{SCHEDULER_USER},scheduler-uid,"{SCHEDULER_GROUPS}"\n'
+            f'{SCHEDULER_TOKEN},{SCHEDULER_USER},scheduler-uid,"{SERVICE_ACCOUNT_GROUPS}"\n'
+            f'{AGENT_TOKEN},{AGENT_USER},agent-uid,"{SERVICE_ACCOUNT_GROUPS}"\n'
         )
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
@@ -317,6 +327,7 @@ class ControlPlane:
         for path, user, token in (
             (self.admin_kubeconfig, "admin", ADMIN_TOKEN),
             (self.scheduler_kubeconfig, "topo-scheduler", SCHEDULER_TOKEN),
+            (self.agent_kubeconfig, "topo-scheduler-agent", AGENT_TOKEN),
         ):
             config = {
                 "apiVersion": "v1",
@@ -384,6 +395,32 @@ class ControlPlane:
     def apply(self, obj: dict[str, Any]) -> Any:
         """Create an object (Node, Pod, Namespace, ClusterRole, ...) as the admin."""
         return self.request("POST", _collection_path(obj), obj)
+
+    def apply_or_replace(self, obj: dict[str, Any]) -> Any:
+        """Create an object, or replace it (unconditionally) when it exists."""
+        try:
+            return self.apply(obj)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise
+        path = f"{_collection_path(obj)}/{obj['metadata']['name']}"
+        return self.request("PUT", path, obj)
+
+    def apply_file(self, path: Path) -> None:
+        """Create or replace every object of a YAML file, unmodified, as the admin."""
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                self.apply_or_replace(doc)
+
+    def grant_scheduler_role(self) -> None:
+        """Bind deploy/'s scheduler ClusterRole to the scheduler identity, through deploy/'s own
+        ClusterRoleBinding (subject: ServiceAccount topo-scheduler/topo-scheduler)."""
+        self.apply_file(DEPLOY_BASE / "scheduler-clusterrole.yaml")
+
+    def grant_agent_role(self) -> None:
+        """Bind deploy/'s node-agent ClusterRole to the agent identity, through deploy/'s own
+        ClusterRoleBinding (subject: ServiceAccount topo-scheduler/topo-scheduler-agent)."""
+        self.apply_file(DEPLOY_BASE / "agent-clusterrole.yaml")
 
     def create_gpu_node(
         self,
@@ -511,6 +548,8 @@ def _up(state: Path) -> int:
                     "server": plane.server,
                     "adminKubeconfig": str(plane.admin_kubeconfig),
                     "schedulerKubeconfig": str(plane.scheduler_kubeconfig),
+                    "agentKubeconfig": str(plane.agent_kubeconfig),
+                    "kubectl": str(plane.bin_dir / "kubectl"),
                 }
             )
         )
@@ -555,7 +594,8 @@ def _detach(state: Path) -> int:
             ready = json.loads((state / "ready.json").read_text())
             print(
                 f"control plane up: {ready['server']} (scheduler identity: "
-                f"{ready['schedulerKubeconfig']}); stop it with `make cluster-down`"
+                f"{ready['schedulerKubeconfig']}, agent identity: {ready['agentKubeconfig']}, "
+                f"kubectl: {ready['kubectl']}); stop it with `make cluster-down`"
             )
             print(f"export KUBECONFIG={ready['adminKubeconfig']}")
             return 0

@@ -49,16 +49,7 @@ def main() -> int:
     try:
         plane.start()
         redis.start()
-        for doc in yaml.safe_load_all((REPO / "deploy" / "scheduler-clusterrole.yaml").read_text()):
-            if doc["kind"] == "ClusterRoleBinding":
-                doc["subjects"] = [
-                    {
-                        "kind": "User",
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "name": "system:serviceaccount:topo-scheduler:topo-scheduler",
-                    }
-                ]
-            plane.apply(doc)
+        plane.grant_scheduler_role()
         for node in _docs(CLUSTER):
             node["metadata"].setdefault("annotations", {})["kwok.x-k8s.io/node"] = "fake"
             plane.apply(node)

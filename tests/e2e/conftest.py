@@ -12,15 +12,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.testing.controlplane import ControlPlane, ControlPlaneError, build_binaries
 
 from .live import Scenario
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -35,17 +32,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     except ControlPlaneError as exc:
         plane.stop()
         pytest.fail(f"cannot start the local control plane: {exc}", pytrace=False)
-    # The scheduler identity gets exactly deploy/'s ClusterRole.
-    for doc in yaml.safe_load_all((REPO / "deploy" / "scheduler-clusterrole.yaml").read_text()):
-        if doc["kind"] == "ClusterRoleBinding":
-            doc["subjects"] = [
-                {
-                    "kind": "User",
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "name": "system:serviceaccount:topo-scheduler:topo-scheduler",
-                }
-            ]
-        plane.apply(doc)
+    # The scheduler and agent identities get exactly deploy/'s ClusterRoles, through deploy/'s
+    # own ClusterRoleBindings (applied unmodified).
+    plane.grant_scheduler_role()
+    plane.grant_agent_role()
     try:
         yield plane
     finally:

@@ -1,7 +1,7 @@
 """The live scheduler end to end: real apiserver, real Redis, real processes, restricted identity.
 
 Every scheduler here runs as `python -m scheduler run` with the scheduler identity bound only to
-deploy/scheduler-clusterrole.yaml, so these tests also prove that role is enough.
+deploy/base/scheduler-clusterrole.yaml, so these tests also prove that role is enough.
 """
 
 from __future__ import annotations
