@@ -1,0 +1,1 @@
+"""The node agent: GPU discovery, inventory annotation and the kubelet device plugin."""
