@@ -47,6 +47,17 @@ def dgx1_inventory() -> Inventory:
     return Inventory(vendor="nvidia", devices=devices, topology=Topology.intern(scores))
 
 
+def write_cdi_spec(folder: Path, uuids: Sequence[str]) -> None:
+    """A CDI spec like NVIDIA's toolkit writes: each GPU by index and by UUID, plus "all"."""
+    folder.mkdir(parents=True, exist_ok=True)
+    edits = {"deviceNodes": [{"path": "/dev/nvidia0"}]}
+    devices = [{"name": str(i), "containerEdits": edits} for i in range(len(uuids))]
+    devices += [{"name": u, "containerEdits": edits} for u in uuids]
+    devices.append({"name": "all", "containerEdits": edits})
+    spec = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices}
+    (folder / "nvidia.json").write_text(json.dumps(spec))
+
+
 @dataclass
 class Annotations:
     """The apiserver's view of each pod's annotations; ``get_pod`` is the plugin's reader."""
@@ -107,6 +118,7 @@ async def gpu_node(
     identify_timeout: float = 2.0,
 ) -> AsyncIterator[Node]:
     root = Path(tempfile.mkdtemp(prefix="tk-", dir="/tmp"))
+    write_cdi_spec(root / "cdi", UUIDS)
     kubelet = Kubelet(root, RESOURCE)
     annotations = Annotations()
     inventory = dgx1_inventory()
@@ -118,6 +130,7 @@ async def gpu_node(
         injection=injection,
         watch_interval=0.05,
         identify_timeout=identify_timeout,
+        cdi_spec_dirs=(root / "cdi",),
     )
     plugin = DevicePluginServer(config, inventory, annotations.get_pod)
     try:

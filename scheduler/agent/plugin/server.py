@@ -16,7 +16,8 @@ exactly ``allocation_size`` available IDs. The answer comes from the pod's assig
 finds the pod, decide.py decides), else from our own topology choice; it is never an error.
 Allocate checks the kubelet's devices against the assignment (mode strict refuses a mismatch with
 FAILED_PRECONDITION, mode adopt accepts and records it) and injects the GPUs as CDI devices
-(``nvidia.com/gpu=<UUID>``) or as ``NVIDIA_VISIBLE_DEVICES``.
+(``nvidia.com/gpu=<UUID>``, checked against the node's CDI specs before serving: cdi.py) or as
+``NVIDIA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import structlog
 
 from scheduler.core.inventory import Inventory
 
-from . import decide, rpc
+from . import cdi, decide, rpc
 from .identify import GetPod, Identifier, ListPods, pod_devices
 from .protos import deviceplugin_pb2 as dp
 from .protos import podresources_pb2 as pr
@@ -68,6 +69,7 @@ class PluginConfig:
     mode: decide.Mode = decide.Mode.STRICT
     injection: Injection = Injection.CDI
     cdi_kind: str = "nvidia.com/gpu"
+    cdi_spec_dirs: tuple[Path, ...] = cdi.DEFAULT_SPEC_DIRS
     watch_interval: float = 1.0
     # Budget of one identification (PodResources List + apiserver reads); the kubelet waits.
     identify_timeout: float = 2.0
@@ -130,7 +132,14 @@ class DevicePluginServer:
     # ---- life cycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Serve, try to register, and keep watching the kubelet (registration is retried)."""
+        """Serve, try to register, and keep watching the kubelet (registration is retried).
+
+        With CDI injection, raises cdi.CdiSpecError before serving when a GPU has no CDI spec
+        entry: better no GPUs on the node than containers that fail at creation.
+        """
+        if self.config.injection is Injection.CDI:
+            uuids = [d.uuid for d in self._state.devices]
+            cdi.check_specs(self.config.cdi_spec_dirs, self.config.cdi_kind, uuids)
         await self._serve()
         await self._check_kubelet()
         self._watch_task = asyncio.create_task(self._watch(), name="device-plugin-watch")
