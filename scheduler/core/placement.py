@@ -122,9 +122,9 @@ def whole_placement(
 def split_by_container(
     req: PodRequest, inv: Inventory, devices: tuple[int, ...]
 ) -> tuple[ContainerDevices, ...]:
-    """Share the pod's GPUs out to its containers in spec order, each taking the best-connected
-    subset of what is left (rule 1 inside the pod), so a two-GPU container of a four-GPU pod gets
-    an NVLink pair, not whichever two come first."""
+    """Share the pod's GPUs out to its containers in the kubelet's order (sidecars first), each
+    taking the best-connected subset of what is left (rule 1 inside the pod), so a two-GPU
+    container of a four-GPU pod gets an NVLink pair, not whichever two come first."""
     left = 0
     for i in devices:
         left |= 1 << i

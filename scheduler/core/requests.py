@@ -40,8 +40,8 @@ class Gang(Struct, frozen=True):
 
 class PodRequest(Struct, frozen=True):
     gpus: int = 0
-    # Whole GPUs per container that asks for any, in spec order (sidecars after the app
-    # containers): the device plugin gives each container its own part of the pod's GPUs.
+    # Whole GPUs per container that asks for any, in the kubelet's allocation order (sidecar
+    # init containers, then app containers): the device plugin gives each its own part.
     containers: tuple[tuple[str, int], ...] = ()
     vendor: str | None = None
     shared: SharedRequest | None = None
@@ -117,7 +117,9 @@ def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
     whole: dict[str, int] = {}
     shared: dict[str, int] = {}
     memory_mib = 0
-    active = list(pod.containers)
+    # Sidecars first: the kubelet starts, and so allocates devices for, init containers before
+    # the app containers, and the device plugin expects the containers in that order.
+    active = []
     for init in pod.init_containers:
         res = _resources(init)
         gpu_names = [r for r in res if r in settings.gpu_resources or r in _SHARED_NAMES]
@@ -129,6 +131,7 @@ def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
                 "plain init containers are not supported (their devices cannot be tracked); "
                 "move them to a regular or sidecar container"
             )
+    active += pod.containers
     per_container: list[tuple[str, int]] = []
     for c in active:
         where = f"containers[{c.name}].resources.limits"

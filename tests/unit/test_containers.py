@@ -36,7 +36,7 @@ def test_two_containers_of_two_gpus_each_get_an_nvlink_pair() -> None:
     assert trainer.uuids == tuple(f"GPU-dgx-{i}" for i in trainer.devices)
 
 
-def test_a_sidecar_comes_after_the_app_containers_and_the_annotation_names_both() -> None:
+def test_a_sidecar_comes_first_as_the_kubelet_allocates_and_the_annotation_names_both() -> None:
     state = cluster(MakeNode().Name("dgx").Links(DGX1_V100))
     pod = (
         MakePod()
@@ -47,7 +47,7 @@ def test_a_sidecar_comes_after_the_app_containers_and_the_annotation_names_both(
     p = only(schedule(state, pod)[0])
     record = json.loads(assignment_annotations(p)["topo-scheduler.io/assignment"])
     containers = record["containers"]
-    assert [c["name"] for c in containers] == ["main", "profiler"]
+    assert [c["name"] for c in containers] == ["profiler", "main"]
     assert sorted(c["devices"][0] for c in containers) == list(p.devices)
     assert all(c["uuids"] == [f"GPU-dgx-{c['devices'][0]}"] for c in containers)
 
