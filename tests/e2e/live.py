@@ -26,7 +26,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class SchedulerProcess:
-    def __init__(self, scenario: Scenario, index: int, redis_url: str | None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        index: int,
+        redis_url: str | None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.scenario = scenario
         self.log = scenario.dir / f"scheduler-{index}.log"
         args = [
@@ -39,6 +45,7 @@ class SchedulerProcess:
             args += ["--redis-url", redis_url]
         env = dict(os.environ)
         env.pop("TOPO_SCHEDULER_REDIS_URL", None)
+        env.update(extra_env or {})
         self.proc = subprocess.Popen(
             args,
             stdout=self.log.open("wb"),
@@ -160,8 +167,12 @@ class Scenario:
 
     # ---- schedulers --------------------------------------------------------------------------
 
-    def start_scheduler(self, redis_url: str | None = None) -> SchedulerProcess:
-        process = SchedulerProcess(self, len(self.schedulers), redis_url)
+    def start_scheduler(
+        self, redis_url: str | None = None, env: dict[str, str] | None = None
+    ) -> SchedulerProcess:
+        """A scheduler process; ``env`` adds environment variables (e.g. TOPO_SCHEDULER_REDIS_URL,
+        as deploy/'s Deployment sets it)."""
+        process = SchedulerProcess(self, len(self.schedulers), redis_url, env)
         self.schedulers.append(process)
         return process
 

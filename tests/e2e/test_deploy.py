@@ -1,0 +1,475 @@
+"""deploy/ against the real apiserver: what `kubectl kustomize` renders, that every object is
+accepted, that the pod templates pass the "restricted" Pod Security Standard, and that the
+identities of deploy/'s ServiceAccounts, bound only through deploy/'s own ClusterRoles and
+ClusterRoleBindings, can do their job and nothing more.
+
+There is no controller-manager on the local control plane: the Deployment, DaemonSet and
+StatefulSet are stored but create no pods. The scheduler runs as a local process under the
+scheduler ServiceAccount's identity instead, configured the way the Deployment configures it
+(the Redis URL in TOPO_SCHEDULER_REDIS_URL, a Redis started with the Redis component's own
+arguments and password). The objects this module applies are deploy/'s, identical in every
+run; the fixture's role bindings are the same files, so applying them changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+import tomllib
+import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from scheduler.config import load_config
+from scheduler.testing.controlplane import (
+    AGENT_TOKEN,
+    AGENT_USER,
+    SCHEDULER_TOKEN,
+    SCHEDULER_USER,
+    ControlPlane,
+    die_with_parent,
+    free_port,
+)
+
+from .live import Scenario, devices_of
+
+REPO = Path(__file__).resolve().parents[2]
+TARGETS = ("deploy/", "deploy/with-redis/")
+NAMESPACE = "topo-scheduler"
+SECRET = "topo-scheduler-redis"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+
+
+def kubectl(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(plane.bin_dir / "kubectl"), "--kubeconfig", str(plane.admin_kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}:\n{done.stdout}{done.stderr}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def rendered(control_plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
+    return {
+        target: [d for d in yaml.safe_load_all(kubectl(control_plane, "kustomize", target).stdout)]
+        for target in TARGETS
+    }
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    (doc,) = [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+    return doc
+
+
+def status_of(plane: ControlPlane, method: str, path: str, token: str, body: Any = None) -> int:
+    """The HTTP status of a request made with an identity's token."""
+    content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    try:
+        plane.request(method, path, body, token=token, content_type=content_type)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    return 200
+
+
+def applied_objects(output: str) -> dict[tuple[str, str], str]:
+    """`kubectl apply` output lines (``deployment.apps/name created``) as (kind, name) -> what
+    happened."""
+    out = {}
+    for line in output.splitlines():
+        resource, _, action = line.partition(" ")
+        kind_group, _, name = resource.partition("/")
+        out[(kind_group.split(".")[0], name)] = action
+    return out
+
+
+def assert_hardened(pod: dict[str, Any]) -> None:
+    security = pod["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"]:
+        ctx = container["securityContext"]
+        assert ctx["allowPrivilegeEscalation"] is False
+        assert ctx["readOnlyRootFilesystem"] is True
+        assert ctx["capabilities"] == {"drop": ["ALL"]}
+        user = ctx.get("runAsUser", security.get("runAsUser"))
+        assert isinstance(user, int) and user > 0
+        resources = container["resources"]
+        assert resources["requests"]["cpu"] and resources["requests"]["memory"]
+        assert resources["limits"]["memory"]
+
+
+def secret_ref(container: dict[str, Any], variable: str) -> tuple[str, str]:
+    (env,) = [e for e in container["env"] if e["name"] == variable]
+    ref = env["valueFrom"]["secretKeyRef"]
+    return ref["name"], ref["key"]
+
+
+# ---- what kustomize renders ---------------------------------------------------------------
+
+
+def test_kustomize_renders_every_component(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    base = {(d["kind"], d["metadata"]["name"].split("-config-")[0]) for d in rendered["deploy/"]}
+    assert base == {
+        ("Namespace", NAMESPACE),
+        ("ServiceAccount", "topo-scheduler"),
+        ("ServiceAccount", "topo-scheduler-agent"),
+        ("ClusterRole", "topo-scheduler"),
+        ("ClusterRole", "topo-scheduler-agent"),
+        ("ClusterRoleBinding", "topo-scheduler"),
+        ("ClusterRoleBinding", "topo-scheduler-agent"),
+        ("ConfigMap", "topo-scheduler"),
+        ("Deployment", "topo-scheduler"),
+        ("PodDisruptionBudget", "topo-scheduler"),
+        ("Service", "topo-scheduler-metrics"),
+        ("DaemonSet", "topo-scheduler-agent"),
+    }
+    with_redis = {(d["kind"], d["metadata"]["name"]) for d in rendered["deploy/with-redis/"]}
+    plain = {(d["kind"], d["metadata"]["name"]) for d in rendered["deploy/"]}
+    assert with_redis - plain == {("StatefulSet", "redis"), ("Service", "redis")}
+    for doc in rendered["deploy/with-redis/"]:
+        if doc["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]
+
+
+def test_scheduler_deployment(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["deploy/"]
+    deployment = one(docs, "Deployment")
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["replicas"] == 2
+    assert pod["serviceAccountName"] == "topo-scheduler"
+    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= labels.items()
+    (container,) = pod["containers"]
+    assert container["image"] == f"topo-scheduler:{VERSION}"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert secret_ref(container, "TOPO_SCHEDULER_REDIS_URL") == (SECRET, "url")
+    assert_hardened(pod)
+    # The generated ConfigMap (name with its content hash) is the one mounted, and holds
+    # configs/scheduler.yaml.
+    configmap = one(docs, "ConfigMap")
+    (volume,) = [v for v in pod["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    text = (REPO / "configs" / "scheduler.yaml").read_text()
+    assert configmap["data"] == {"scheduler.yaml": text}
+    assert load_config(REPO / "configs" / "scheduler.yaml").run.http_address.endswith(":8080")
+    # The PDB and the metrics Service select these pods; the Service targets the HTTP port.
+    pdb = one(docs, "PodDisruptionBudget")["spec"]
+    assert pdb["minAvailable"] == 1 and pdb["selector"]["matchLabels"].items() <= labels.items()
+    service = one(docs, "Service", "topo-scheduler-metrics")["spec"]
+    assert service["selector"].items() <= labels.items()
+    (port,) = service["ports"]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+
+
+def test_agent_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    daemonset = one(rendered["deploy/"], "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "topo-scheduler-agent"
+    (container,) = pod["containers"]
+    assert container["image"] == f"topo-scheduler:{VERSION}"
+    assert container["args"][:3] == ["agent", "--node", "$(NODE_NAME)"]
+    (node_name,) = [e for e in container["env"] if e["name"] == "NODE_NAME"]
+    assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
+    assert "nvidia.com/gpu.present" in keys and "topo-scheduler.io/agent" in keys
+    assert_hardened(pod)
+
+
+def test_redis_component(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["deploy/with-redis/"]
+    statefulset = one(docs, "StatefulSet", "redis")["spec"]
+    pod = statefulset["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--requirepass") + 1] == "$(REDISCLI_AUTH)"
+    assert secret_ref(container, "REDISCLI_AUTH") == (SECRET, "password")
+    (claim,) = statefulset["volumeClaimTemplates"]
+    (mount,) = container["volumeMounts"]
+    assert (
+        mount["name"] == claim["metadata"]["name"]
+        and args[args.index("--dir") + 1] == (mount["mountPath"])
+    )
+    assert statefulset["serviceName"] == "redis"
+    assert one(docs, "Service", "redis")["spec"]["clusterIP"] == "None"
+    assert_hardened(pod)
+
+
+# ---- the real apiserver -------------------------------------------------------------------
+
+
+def test_every_manifest_is_accepted_by_the_apiserver(
+    control_plane: ControlPlane, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    for target in TARGETS:
+        applied = applied_objects(kubectl(control_plane, "apply", "-k", target).stdout)
+        assert set(applied) == {
+            (d["kind"].lower(), d["metadata"]["name"]) for d in rendered[target]
+        }
+    # The Secret the README has users create (for the Redis component: password and URL).
+    password = secrets.token_hex(16)
+    control_plane.apply_or_replace(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": SECRET, "namespace": NAMESPACE},
+            "stringData": {
+                "password": password,
+                "url": f"redis://:{password}@redis.{NAMESPACE}.svc:6379/0",
+            },
+        }
+    )
+    for target in TARGETS:
+        stored = stored_versions(control_plane, target)
+        assert set(stored) == {(d["kind"], d["metadata"]["name"]) for d in rendered[target]}
+        # Applying again stores nothing new: the objects are what kustomize renders. (kubectl
+        # says "configured" for the PDB every time, as its selector is patched with "replace";
+        # the apiserver sees no change.)
+        kubectl(control_plane, "apply", "-k", target)
+        assert stored_versions(control_plane, target) == stored
+
+
+def stored_versions(plane: ControlPlane, target: str) -> dict[tuple[str, str], str]:
+    listed = json.loads(kubectl(plane, "get", "-k", target, "-o", "json").stdout)
+    return {
+        (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+        for o in listed["items"]
+    }
+
+
+def test_pod_templates_pass_the_restricted_pod_security_standard(
+    control_plane: ControlPlane, rendered: dict[str, list[dict[str, Any]]], name: str
+) -> None:
+    # A namespace of this test's own that enforces "restricted"; pods are created with
+    # dryRun=All, so PodSecurity admission and validation run but nothing is stored.
+    control_plane.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
+            },
+        }
+    )
+    docs = rendered["deploy/with-redis/"]
+    for kind in ("Deployment", "DaemonSet", "StatefulSet"):
+        workload = one(docs, kind)
+        spec = dict(workload["spec"]["template"]["spec"])
+        for claim in workload["spec"].get("volumeClaimTemplates", []):
+            # What the StatefulSet controller adds for each claim template.
+            volume_name = claim["metadata"]["name"]
+            spec["volumes"] = [
+                *spec.get("volumes", []),
+                {
+                    "name": volume_name,
+                    "persistentVolumeClaim": {"claimName": f"{volume_name}-redis-0"},
+                },
+            ]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": kind.lower(), "namespace": name},
+            "spec": spec,
+        }
+        try:
+            control_plane.request("POST", f"/api/v1/namespaces/{name}/pods?dryRun=All", pod)
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"{kind}'s pod template refused: {exc.read().decode()}") from exc
+
+
+def test_service_account_identities_are_deploys(control_plane: ControlPlane) -> None:
+    for token, user in ((SCHEDULER_TOKEN, SCHEDULER_USER), (AGENT_TOKEN, AGENT_USER)):
+        review = control_plane.request(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+            token=token,
+        )
+        assert review["status"]["userInfo"]["username"] == user
+        namespace, account = user.removeprefix("system:serviceaccount:").split(":")
+        binding = control_plane.request(
+            "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{account}"
+        )
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+        ]
+
+
+# ---- the scheduler under deploy/'s role, configured like the Deployment ----------------------
+
+
+@pytest.fixture
+def component_redis(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> Iterator[tuple[str, int]]:
+    """A redis-server started with the Redis component's own arguments and a password (as the
+    Secret gives it), on a free loopback port. Yields (password, port)."""
+    statefulset = one(rendered["deploy/with-redis/"], "StatefulSet", "redis")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    password = secrets.token_hex(16)
+    args = [a.replace("$(REDISCLI_AUTH)", password) for a in container["args"]]
+    args[args.index("--dir") + 1] = str(tmp_path)
+    port = free_port()
+    log = (tmp_path / "redis.log").open("wb")
+    proc = subprocess.Popen(
+        [*container["command"], *args, "--port", str(port), "--bind", "127.0.0.1"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
+    try:
+        cli, *command = container["readinessProbe"]["exec"]["command"]
+        probe = [cli, "-p", str(port), *command]
+        for _ in range(100):
+            answer = subprocess.run(
+                probe, capture_output=True, text=True, env={"REDISCLI_AUTH": password}
+            )
+            if answer.stdout.strip() == "PONG":
+                break
+            assert proc.poll() is None, (tmp_path / "redis.log").read_text()
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"redis never answered its readiness probe: {answer}")
+        no_auth = subprocess.run(probe, capture_output=True, text=True, env={})
+        assert "NOAUTH" in no_auth.stdout + no_auth.stderr  # the password is required
+        yield password, port
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        log.close()
+
+
+async def test_scheduler_with_deploys_role_schedules_the_seed004_gang(
+    control_plane: ControlPlane, scenario: Scenario, component_redis: tuple[str, int]
+) -> None:
+    kubectl(control_plane, "apply", "-k", "deploy/")  # the role and binding, as rendered
+    examples = REPO / "configs" / "examples"
+    inventories = {
+        n["metadata"]["name"]: json.loads(n["metadata"]["annotations"]["topo-scheduler.io/gpus"])
+        for n in yaml.safe_load_all((examples / "dgx1-v100.yaml").read_text())
+        if n
+    }
+    for node, inventory in inventories.items():
+        scenario.node(node, inventory, 8, "aliyun.com/gpu")
+    password, port = component_redis
+    url = f"redis://:{password}@127.0.0.1:{port}/0"  # the README's URL form
+    scheduler = scenario.start_scheduler(env={"TOPO_SCHEDULER_REDIS_URL": url})
+    # Seed 004's PyTorch gang from the example file, renamed into this scenario.
+    gang = [
+        p
+        for p in yaml.safe_load_all((examples / "workload-gang.yaml").read_text())
+        if p and p["metadata"]["labels"]["gpu-topology"] == "pytorch-dist-nccl"
+    ]
+    assert len(gang) == 2
+    names = []
+    for pod in gang:
+        short = pod["metadata"]["name"]
+        names.append(short)
+        pod["metadata"]["name"] = f"{scenario.id}-{short}"
+        labels = pod["metadata"]["labels"]
+        labels.update(
+            scenario.gang_labels("pytorch-dist-nccl", int(labels["gpu-topology-replica"]))
+        )
+        labels["test"] = scenario.id
+        pod["spec"]["schedulerName"] = scenario.name
+        pod["spec"]["nodeSelector"] = {"test": scenario.id}
+        control_plane.apply(pod)
+    pods = await scenario.wait_bound(names)
+    first, second = (pods[n] for n in names)
+    node = first["spec"]["nodeName"]
+    assert second["spec"]["nodeName"] == node
+    a, b = devices_of(first) + devices_of(second)
+    links = inventories[node.removeprefix(f"{scenario.id}-")]["links"]
+    assert links[a][b] == "NV2"  # the best-connected pair of the DGX-1
+    # It kept its state in the password-protected Redis it was given through the environment.
+    assert any(
+        line.get("event") == "store" and line.get("kind") == "redis" for line in scheduler.lines()
+    )
+    client = redis.Redis.from_url(url)
+    try:
+        assert client.keys(f"t-{scenario.id}:*")
+    finally:
+        client.close()
+    assert scheduler.terminate() == 0
+
+
+def test_scheduler_identity_is_refused_outside_its_role(control_plane: ControlPlane) -> None:
+    allowed = [("GET", "/api/v1/pods?limit=1"), ("GET", "/api/v1/nodes?limit=1")]
+    refused = [
+        ("DELETE", "/api/v1/namespaces/default/pods/any"),
+        ("POST", "/api/v1/namespaces/default/pods"),
+        ("GET", "/api/v1/namespaces/default/secrets"),
+        ("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/{SECRET}"),
+        ("GET", "/api/v1/namespaces/default/configmaps"),
+        ("PATCH", "/api/v1/nodes/any"),
+        ("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases"),
+    ]
+    for method, path in allowed:
+        assert status_of(control_plane, method, path, SCHEDULER_TOKEN) == 200, path
+    for method, path in refused:
+        status = status_of(control_plane, method, path, SCHEDULER_TOKEN, body={})
+        assert status == 403, (method, path, status)
+
+
+def test_agent_identity_can_annotate_a_node_and_nothing_more(
+    control_plane: ControlPlane, name: str
+) -> None:
+    control_plane.create_gpu_node(name, None, gpus=8)
+    try:
+        node = f"/api/v1/nodes/{name}"
+        assert status_of(control_plane, "GET", node, AGENT_TOKEN) == 200
+        inventory = json.dumps({"vendor": "nvidia", "devices": [{"index": 0}]})
+        patch = {"metadata": {"annotations": {"topo-scheduler.io/gpus": inventory}}}
+        assert status_of(control_plane, "PATCH", node, AGENT_TOKEN, patch) == 200
+        stored = control_plane.request("GET", node)
+        assert stored["metadata"]["annotations"]["topo-scheduler.io/gpus"] == inventory
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.probe", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": name, "apiVersion": "v1"},
+            "reason": "GPUProbeFailed",
+            "message": "nvidia-smi: exit status 9",
+            "type": "Warning",
+            "source": {"component": "topo-scheduler-agent", "host": name},
+        }
+        path = "/api/v1/namespaces/default/events"
+        assert status_of(control_plane, "POST", path, AGENT_TOKEN, event) == 200
+        refused = [
+            ("GET", "/api/v1/nodes"),  # get its node, not list all nodes
+            ("GET", "/api/v1/pods"),
+            ("GET", "/api/v1/namespaces/default/secrets"),
+            ("DELETE", node),
+            ("PUT", node),
+            ("PATCH", "/api/v1/namespaces/default/pods/any"),
+            ("POST", "/api/v1/namespaces/default/pods/any/binding"),
+            ("PATCH", f"{path}/{name}.probe"),
+        ]
+        for method, target in refused:
+            status = status_of(control_plane, method, target, AGENT_TOKEN, body={})
+            assert status == 403, (method, target, status)
+    finally:
+        control_plane.delete(f"/api/v1/nodes/{name}")
