@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from scheduler.agent.plugin.decide import Mode
+from scheduler.agent.plugin.identify import GetPod
 from scheduler.agent.plugin.server import DevicePluginServer, Injection, PluginConfig
 from scheduler.core.inventory import Device, Inventory
 from scheduler.core.names import ASSIGNMENT_ANNOTATION
@@ -116,12 +117,16 @@ async def gpu_node(
     mode: Mode = Mode.STRICT,
     injection: Injection = Injection.CDI,
     identify_timeout: float = 2.0,
+    inventory: Inventory | None = None,
+    get_pod: GetPod | None = None,
 ) -> AsyncIterator[Node]:
+    """A node whose plugin serves ``inventory`` (default: a DGX-1 with ``UUIDS``) and reads pods
+    with ``get_pod`` (default: the in-memory ``Annotations``)."""
     root = Path(tempfile.mkdtemp(prefix="tk-", dir="/tmp"))
     write_cdi_spec(root / "cdi", UUIDS)
     kubelet = Kubelet(root, RESOURCE)
     annotations = Annotations()
-    inventory = dgx1_inventory()
+    inventory = inventory or dgx1_inventory()
     config = PluginConfig(
         resource_name=RESOURCE,
         plugin_dir=kubelet.plugin_dir,
@@ -132,7 +137,7 @@ async def gpu_node(
         identify_timeout=identify_timeout,
         cdi_spec_dirs=(root / "cdi",),
     )
-    plugin = DevicePluginServer(config, inventory, annotations.get_pod)
+    plugin = DevicePluginServer(config, inventory, get_pod or annotations.get_pod)
     try:
         await kubelet.start()
         await plugin.start()

@@ -462,7 +462,11 @@ class ControlPlane:
         annotations: dict[str, str] | None = None,
         limits: dict[str, str] | None = None,
         node_selector: dict[str, str] | None = None,
+        containers: dict[str, dict[str, str]] | None = None,
     ) -> Any:
+        """A pod with one container ``main`` asking for ``limits`` (default: ``gpus`` of
+        ``resource``), or with ``containers``, name -> limits, in that order."""
+        spec = containers or {"main": limits or {resource: str(gpus)}}
         pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -475,11 +479,8 @@ class ControlPlane:
             "spec": {
                 "schedulerName": scheduler,
                 "containers": [
-                    {
-                        "name": "main",
-                        "image": "busybox",
-                        "resources": {"limits": limits or {resource: str(gpus)}},
-                    }
+                    {"name": c, "image": "busybox", "resources": {"limits": lim}}
+                    for c, lim in spec.items()
                 ],
             },
         }

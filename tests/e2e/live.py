@@ -142,6 +142,7 @@ class Scenario:
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
         limits: dict[str, str] | None = None,
+        containers: dict[str, dict[str, str]] | None = None,
     ) -> dict[str, Any]:
         created: dict[str, Any] = self.plane.create_pod(
             f"{self.id}-{name}",
@@ -152,6 +153,7 @@ class Scenario:
             annotations=annotations,
             limits=limits,
             node_selector={"test": self.id},
+            containers=containers,
         )
         return created
 
