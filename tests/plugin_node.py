@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from scheduler.agent.plugin.decide import Mode
 from scheduler.agent.plugin.identify import GetPod
-from scheduler.agent.plugin.server import DevicePluginServer, Injection, PluginConfig
+from scheduler.agent.plugin.server import DevicePluginServer, Injection, PluginConfig, Publish
 from scheduler.core.inventory import Device, Inventory
 from scheduler.core.names import ASSIGNMENT_ANNOTATION
 from scheduler.core.topology import Topology, link_score
@@ -119,6 +119,7 @@ async def gpu_node(
     identify_timeout: float = 2.0,
     inventory: Inventory | None = None,
     get_pod: GetPod | None = None,
+    publish: Publish | None = None,
 ) -> AsyncIterator[Node]:
     """A node whose plugin serves ``inventory`` (default: a DGX-1 with ``UUIDS``) and reads pods
     with ``get_pod`` (default: the in-memory ``Annotations``)."""
@@ -137,7 +138,7 @@ async def gpu_node(
         identify_timeout=identify_timeout,
         cdi_spec_dirs=(root / "cdi",),
     )
-    plugin = DevicePluginServer(config, inventory, get_pod or annotations.get_pod)
+    plugin = DevicePluginServer(config, inventory, get_pod or annotations.get_pod, publish=publish)
     try:
         await kubelet.start()
         await plugin.start()

@@ -136,6 +136,18 @@ class KubeApi:
         )
         return BindResult(status, "" if status < 300 else raw.decode(errors="replace")[:500])
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        """Merge ``annotations`` into the pod's (a gone pod is not an error: nothing to say)."""
+        status, raw = await self._call(
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            {"metadata": {"annotations": annotations}},
+            _content_type="application/merge-patch+json",
+        )
+        if status != 404:
+            _raise_for(status, raw)
+
     async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
         """Condition PodScheduled=False, reason Unschedulable, as kube-scheduler sets it."""
         patch = {

@@ -8,12 +8,15 @@ to choose: it is deliberately not the bind order.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
+from scheduler.agent.plugin.decide import Mode
+from scheduler.core.names import ALLOCATED_ANNOTATION
 from scheduler.kube.api import KubeApi
 from scheduler.testing.kubelet import Container, Pod
 from tests.plugin_node import RESOURCE, UUIDS, bounded, gpu_node
@@ -38,15 +41,48 @@ def kubelet_pod(pod: dict[str, Any]) -> Pod:
     return Pod(pod["metadata"]["namespace"], pod["metadata"]["name"], containers)
 
 
-async def test_pods_admitted_out_of_bind_order_get_exactly_their_assigned_gpus(
-    scenario: Scenario, admin_api: ApiClient
-) -> None:
+def allocated(pod: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Container name -> the UUIDs the device plugin reported it really got."""
+    record = json.loads(pod["metadata"]["annotations"]["topo-scheduler.io/allocated"])
+    return {c["name"]: tuple(c["uuids"]) for c in record["containers"]}
+
+
+class Apiserver:
+    """The plugin's two apiserver calls, as the agent makes them (KubeApi)."""
+
+    def __init__(self, client: ApiClient) -> None:
+        self.api = KubeApi(client)
+
+    async def get_pod(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        pod = await self.api.get_pod(namespace, name)
+        return None if pod is None else pod.annotations
+
+    async def publish(self, namespace: str, name: str, value: str) -> None:
+        await self.api.annotate_pod(namespace, name, {ALLOCATED_ANNOTATION: value})
+
+
+def dgx_node(scenario: Scenario) -> str:
     inventory = {
         "vendor": "nvidia",
         "devices": [{"index": i, "uuid": u} for i, u in enumerate(UUIDS)],
         "links": DGX1_V100,
     }
-    scenario.node("dgx", inventory, 8, RESOURCE)
+    return scenario.node("dgx", inventory, 8, RESOURCE)
+
+
+async def wait_allocated(scenario: Scenario, names: list[str]) -> dict[str, dict[str, Any]]:
+    for _ in range(300):
+        pods = scenario.pods()
+        if all(ALLOCATED_ANNOTATION in pods[n]["metadata"]["annotations"] for n in names):
+            return pods
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not every pod of {names} got its allocated report")
+
+
+async def test_pods_admitted_out_of_bind_order_get_exactly_their_assigned_gpus(
+    scenario: Scenario, admin_api: ApiClient
+) -> None:
+    dgx_node(scenario)
     scenario.start_scheduler()
     gang = scenario.gang_labels("ddp", 2)
     scenario.pod("single", 1, RESOURCE)
@@ -57,14 +93,9 @@ async def test_pods_admitted_out_of_bind_order_get_exactly_their_assigned_gpus(
     names = ["single", "pair", "two-containers", "replica-0", "replica-1"]
     pods = await scenario.wait_bound(names)
 
-    api = KubeApi(admin_api)
-
-    async def get_pod(namespace: str, name: str) -> Mapping[str, str] | None:
-        pod = await api.get_pod(namespace, name)
-        return None if pod is None else pod.annotations
-
+    apiserver = Apiserver(admin_api)
     got: dict[str, dict[str, tuple[str, ...]]] = {}
-    async with gpu_node(get_pod=get_pod) as node:
+    async with gpu_node(get_pod=apiserver.get_pod, publish=apiserver.publish) as node:
         for name in reversed(names):  # the kubelet admits in its own order, not bind order
             got[name] = await bounded(node.kubelet.admit(kubelet_pod(pods[name])))
 
@@ -77,3 +108,40 @@ async def test_pods_admitted_out_of_bind_order_get_exactly_their_assigned_gpus(
     (pair,) = got["pair"].values()
     assert tuple(sorted(UUIDS.index(u) for u in pair)) in NV2
     assert set(got["two-containers"]) == {"a", "b"}
+    # What each container really got is published back to its pod.
+    pods = await wait_allocated(scenario, names)
+    for name in names:
+        assert allocated(pods[name]) == got[name], name
+
+
+async def test_adopt_publishes_the_devices_the_kubelet_gave_and_the_scheduler_follows(
+    scenario: Scenario, admin_api: ApiClient
+) -> None:
+    dgx_node(scenario)
+    scheduler = scenario.start_scheduler()
+    scenario.pod("a", 1, RESOURCE)
+    pods = await scenario.wait_bound(["a"])
+    (x,) = assigned(pods["a"])["main"]
+    apiserver = Apiserver(admin_api)
+    async with gpu_node(
+        mode=Mode.ADOPT, get_pod=apiserver.get_pod, publish=apiserver.publish
+    ) as node:
+        # A pod the apiserver does not know (static, or foreign) is admitted first; the plugin
+        # cannot identify it and makes the same rule-1 choice the scheduler made for a.
+        foreign = await bounded(node.kubelet.admit(Pod("default", "foreign", (Container("c", 1),))))
+        assert foreign == {"c": (x,)}
+        got = await bounded(node.kubelet.admit(kubelet_pod(pods["a"])))
+    (y,) = got["main"]
+    assert y != x  # adopt accepted what the kubelet could give
+    pods = await wait_allocated(scenario, ["a"])
+    assert allocated(pods["a"]) == {"main": (y,)}
+    # The scheduler takes the report as the truth: y is a's now, so b never gets it.
+    for _ in range(300):
+        if any(e.get("event") == "bound pod moved GPUs" for e in scheduler.lines()):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"the scheduler never took the report\n{scheduler.tail()}")
+    scenario.pod("b", 1, RESOURCE)
+    pods = await scenario.wait_bound(["b"])
+    assert assigned(pods["b"])["main"] != (y,)

@@ -26,15 +26,17 @@ import asyncio
 import contextlib
 import enum
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import grpc
 import grpc.aio
+import msgspec
 import structlog
 
+from scheduler.core.cluster import AllocatedContainer, AllocatedRecord
 from scheduler.core.inventory import Inventory
 
 from . import cdi, decide, rpc
@@ -76,6 +78,14 @@ class PluginConfig:
     register_timeout: float = 10.0
 
 
+Publish = Callable[[str, str, str], Awaitable[None]]
+"""``publish(namespace, name, value)``: write the pod's ``topo-scheduler.io/allocated``."""
+
+# Pods whose allocations are remembered for publishing (the oldest are forgotten first): far
+# more than a node admits between two pods leaving, so a pod's containers always add up.
+_PUBLISHED_PODS: Final = 256
+
+
 @dataclass(frozen=True)
 class AllocationRecord:
     """One Allocate'd container: whom we took it for, what it got, whether that matched."""
@@ -108,6 +118,7 @@ class DevicePluginServer:
         *,
         devices: Sequence[tuple[str, bool]] | None = None,
         list_pods: ListPods | None = None,
+        publish: Publish | None = None,
     ) -> None:
         self.config = config
         self.inventory = inventory
@@ -123,6 +134,13 @@ class DevicePluginServer:
         self._registered_with: tuple[int, int] | None = None
         self.registrations = 0
         self.allocations: list[AllocationRecord] = []
+        # What the kubelet really gave each pod's containers, published back to the pod (the
+        # scheduler takes it as the truth, which matters when mode adopt accepted a mismatch).
+        self._publish = publish
+        self._allocated: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
+        self._publishing: set[asyncio.Task[None]] = set()
+        self._sending: set[tuple[str, str]] = set()  # pods with a publish in flight
+        self._dirty: set[tuple[str, str]] = set()  # ... that changed since it started
         self.registered = asyncio.Event()
 
     @property
@@ -145,6 +163,11 @@ class DevicePluginServer:
         self._watch_task = asyncio.create_task(self._watch(), name="device-plugin-watch")
 
     async def stop(self) -> None:
+        if self._publishing:  # let reports in flight land: the scheduler relies on them
+            await asyncio.wait(self._publishing, timeout=self.config.identify_timeout)
+            for task in self._publishing:
+                task.cancel()
+            await asyncio.gather(*self._publishing, return_exceptions=True)
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -304,8 +327,49 @@ class DevicePluginServer:
             if verdict.matches is not True:
                 log.warning("allocation unchecked or adopted", reason=verdict.message or why)
             self.allocations.append(AllocationRecord(target, devices, verdict.matches))
+            if target is not None and target.container is not None:
+                self._record(target.namespace, target.name, target.container, devices)
             answers.append(self._inject(devices))
         return dp.AllocateResponse(container_responses=answers)
+
+    def _record(self, namespace: str, name: str, container: str, devices: tuple[str, ...]) -> None:
+        """Remember a container's devices and publish the pod's whole report in the background
+        (Allocate must not wait on the apiserver: the kubelet's sync loop does)."""
+        key = (namespace, name)
+        pod = self._allocated.pop(key, {})
+        pod[container] = devices
+        self._allocated[key] = pod  # re-inserted: the most recent pods are kept
+        while len(self._allocated) > _PUBLISHED_PODS:
+            del self._allocated[next(iter(self._allocated))]
+        if self._publish is None:
+            return
+        if key in self._sending:  # one writer per pod, so reports land in order
+            self._dirty.add(key)
+            return
+        self._sending.add(key)
+        task = asyncio.create_task(self._send(key), name="publish-allocated")
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    async def _send(self, key: tuple[str, str]) -> None:
+        assert self._publish is not None
+        try:
+            while True:
+                self._dirty.discard(key)
+                pod = self._allocated.get(key, {})
+                record = AllocatedRecord([AllocatedContainer(c, list(u)) for c, u in pod.items()])
+                try:
+                    await self._publish(key[0], key[1], msgspec.json.encode(record).decode())
+                except Exception as exc:  # the assignment still stands for the scheduler
+                    log.warning(
+                        "publishing allocated devices failed",
+                        pod=f"{key[0]}/{key[1]}",
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                if key not in self._dirty:
+                    return
+        finally:
+            self._sending.discard(key)
 
     def _inject(self, devices: Sequence[str]) -> dp.ContainerAllocateResponse:
         if self.config.injection is Injection.ENV:
