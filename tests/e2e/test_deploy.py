@@ -1,5 +1,5 @@
 """deploy/ against the real apiserver: what `kubectl kustomize` renders, that every object is
-accepted, that the pod templates pass the "restricted" Pod Security Standard, and that the
+accepted, that the pod templates pass their Pod Security Standard ("restricted"), and that the
 identities of deploy/'s ServiceAccounts, bound only through deploy/'s own ClusterRoles and
 ClusterRoleBindings, can do their job and nothing more.
 
@@ -255,26 +255,30 @@ def stored_versions(plane: ControlPlane, target: str) -> dict[tuple[str, str], s
     }
 
 
-def test_pod_templates_pass_the_restricted_pod_security_standard(
+# The Pod Security Standard each workload's pods must pass. The device plugin's host paths
+# (kubelet sockets) will move the agent's DaemonSet out of "restricted" when they join it.
+POD_SECURITY = {"Deployment": "restricted", "DaemonSet": "restricted", "StatefulSet": "restricted"}
+
+
+def test_pod_templates_pass_their_pod_security_standard(
     control_plane: ControlPlane, rendered: dict[str, list[dict[str, Any]]], name: str
 ) -> None:
-    # A namespace of this test's own that enforces "restricted"; pods are created with
-    # dryRun=All, so PodSecurity admission and validation run but nothing is stored.
-    control_plane.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "pod-security.kubernetes.io/enforce": "restricted",
-                    "pod-security.kubernetes.io/enforce-version": "latest",
-                },
-            },
+    # Namespaces of this test's own that enforce each level; pods are created with dryRun=All,
+    # so validation and PodSecurity admission run but nothing is stored.
+    for level in set(POD_SECURITY.values()):
+        labels = {
+            "pod-security.kubernetes.io/enforce": level,
+            "pod-security.kubernetes.io/enforce-version": "latest",
         }
-    )
+        control_plane.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": f"{name}-{level}", "labels": labels},
+            }
+        )
     docs = rendered["deploy/with-redis/"]
-    for kind in ("Deployment", "DaemonSet", "StatefulSet"):
+    for kind, level in POD_SECURITY.items():
         workload = one(docs, kind)
         spec = dict(workload["spec"]["template"]["spec"])
         for claim in workload["spec"].get("volumeClaimTemplates", []):
@@ -287,16 +291,18 @@ def test_pod_templates_pass_the_restricted_pod_security_standard(
                     "persistentVolumeClaim": {"claimName": f"{volume_name}-redis-0"},
                 },
             ]
+        namespace = f"{name}-{level}"
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": kind.lower(), "namespace": name},
+            "metadata": {"name": kind.lower(), "namespace": namespace},
             "spec": spec,
         }
         try:
-            control_plane.request("POST", f"/api/v1/namespaces/{name}/pods?dryRun=All", pod)
+            control_plane.request("POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pod)
         except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{kind}'s pod template refused: {exc.read().decode()}") from exc
+            detail = exc.read().decode()
+            raise AssertionError(f"{kind}'s pod template refused ({level}): {detail}") from exc
 
 
 def test_service_account_identities_are_deploys(control_plane: ControlPlane) -> None:
