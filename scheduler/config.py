@@ -18,6 +18,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from scheduler.agent.config import AgentConfig, check_agent
 from scheduler.core.settings import VENDORS, CoreSettings
 
 
@@ -66,6 +67,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     defaults: Defaults = msgspec.field(default_factory=Defaults)
     gang: Gang = msgspec.field(default_factory=Gang)
     run: Run = msgspec.field(default_factory=Run)
+    # The node agent (`topo-scheduler agent`); its Structs live in scheduler/agent/config.py.
+    agent: AgentConfig = msgspec.field(default_factory=AgentConfig)
 
     def to_core(self) -> CoreSettings:
         return CoreSettings(
@@ -86,10 +89,11 @@ _SECTIONS: dict[str, Any] = {
     "defaults": Defaults,
     "gang": Gang,
     "run": Run,
+    "agent": AgentConfig,
 }
 
 
-_NULLABLE_SECTIONS = frozenset({"resources", "defaults", "gang", "run"})
+_NULLABLE_SECTIONS = frozenset({"resources", "defaults", "gang", "run", "agent"})
 
 
 def _path_of(exc: msgspec.ValidationError, section: str) -> str:
@@ -193,6 +197,9 @@ def parse_config(data: Any, source: str = "config") -> Config:
     gang = values.get("gang")
     if isinstance(gang, Gang) and gang.wait_timeout_seconds < 0:
         problems.append("gang.waitTimeoutSeconds: must not be negative")
+    agent = values.get("agent")
+    if isinstance(agent, AgentConfig):
+        check_agent(agent, problems)
     if "schedulerName" in values and not values["schedulerName"]:
         problems.append("schedulerName: must not be empty")
     if problems:

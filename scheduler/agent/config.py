@@ -1,0 +1,89 @@
+"""The node agent's section of the config file (``agent:``), typed like the rest of it.
+
+The agent reads the same file as the scheduler (deploy/ mounts one ConfigMap into both), so its
+settings are one more section of scheduler/config.py's Config, validated by the same code: every
+field is checked with its path, unknown fields are errors, all problems are reported together.
+This module holds the section's Structs and its cross-field rules (``check_agent``), which
+scheduler/config.py calls; it imports nothing from there, so there is no import cycle.
+
+Files named here (``topologyFile``, ``nvidia.topoFile``) are read by the agent at every probe,
+not when the config is loaded: the scheduler's pods load this file too and do not have them, and
+a file that is wrong for one node model should fail only the nodes of that model, as a node Event.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import Struct, field
+
+from scheduler.core.inventory import InventoryError
+
+from .annotation import GpuAnnotation, check_annotation, encode, strip_inventory_prefix
+
+NVIDIA_SMI = ("nvidia-smi",)
+
+
+class NvidiaSettings(Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    # How to run nvidia-smi, as an argument list (e.g. [chroot, /host, nvidia-smi]).
+    command: tuple[str, ...] = NVIDIA_SMI
+    # Take the device list (UUIDs, memory, model) from NVML when pynvml imports and the driver
+    # library loads; links always come from `nvidia-smi topo -m`.
+    nvml: bool = True
+    # Probe from files: saved outputs of `nvidia-smi topo -m` and of the --query-gpu command,
+    # re-read at every poll, instead of running nvidia-smi. Without queryFile the devices come
+    # from the matrix alone (indices and NUMA nodes; no UUIDs or memory).
+    topo_file: str = ""
+    query_file: str = ""
+
+
+class StaticModel(Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    # The node model, written as the annotation's model unless the topology names one.
+    name: str
+    # Labels a node must carry (all of them) to be this model; empty matches every node.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    # The annotation's content (vendor, devices, links or scores, sgpuPerCard) ...
+    topology: GpuAnnotation | None = None
+    # ... or a YAML/JSON file holding it.
+    topology_file: str = ""
+
+
+class AgentConfig(Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    poll_seconds: float = 60.0
+    command_timeout_seconds: float = 30.0
+    # A failing probe is reported as a node Event when its message changes, and again after
+    # this long while it keeps failing (Events expire after an hour by default).
+    event_repeat_seconds: float = 3600.0
+    nvidia: NvidiaSettings = field(default_factory=NvidiaSettings)
+    # Static topologies per node model (MetaX and other vendors without a probe); the first
+    # entry whose nodeSelector matches the node wins over probing NVIDIA GPUs.
+    models: tuple[StaticModel, ...] = ()
+
+
+def check_agent(agent: AgentConfig, problems: list[str]) -> None:
+    """The rules a field's type cannot say; each problem is appended with its path."""
+    for name in ("poll_seconds", "command_timeout_seconds", "event_repeat_seconds"):
+        if getattr(agent, name) <= 0:
+            camel = msgspec.structs.fields(AgentConfig)
+            path = next(f.encode_name for f in camel if f.name == name)
+            problems.append(f"agent.{path}: must be above 0")
+    if not agent.nvidia.command or not agent.nvidia.command[0]:
+        problems.append("agent.nvidia.command: must name a program")
+    if agent.nvidia.query_file and not agent.nvidia.topo_file:
+        problems.append("agent.nvidia.queryFile: needs agent.nvidia.topoFile (the links)")
+    seen: dict[str, int] = {}
+    for i, model in enumerate(agent.models):
+        where = f"agent.models[{i}]"
+        if not model.name:
+            problems.append(f"{where}.name: must not be empty")
+        elif model.name in seen:
+            problems.append(f"{where}.name: {model.name!r} again (first at [{seen[model.name]}])")
+        else:
+            seen[model.name] = i
+        if (model.topology is None) == (not model.topology_file):
+            problems.append(f"{where}: give topology or topologyFile (one of them)")
+        if model.topology is not None:
+            try:
+                check_annotation(encode(model.topology), model.name or "model")
+            except InventoryError as exc:
+                detail = strip_inventory_prefix(str(exc), model.name or "model")
+                problems.append(f"{where}.topology: {detail}")
