@@ -42,6 +42,12 @@ def _run(args: argparse.Namespace) -> int:
     return asyncio.run(run(config, args.kubeconfig))
 
 
+def _agent(args: argparse.Namespace) -> int:
+    from scheduler.agent.main import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="topo-scheduler",
@@ -80,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     run.set_defaults(func=_run)
+
+    from scheduler.agent.main import add_arguments
+
+    agent = sub.add_parser(
+        "agent",
+        help="publish a node's GPUs and topology in its topo-scheduler.io/gpus annotation",
+        description="Discover this node's GPUs and their topology (nvidia-smi topo -m, NVML, or "
+        "a static topology per node model from the config's agent section) and patch the node's "
+        "topo-scheduler.io/gpus annotation when it changes. With --print, show the annotation "
+        "and touch no cluster.",
+    )
+    add_arguments(agent)
+    agent.set_defaults(func=_agent)
     return parser
 
 

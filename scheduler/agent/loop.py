@@ -1,0 +1,169 @@
+"""The agent's poll loop: probe, compare, patch only on change, report failures on the node.
+
+One poll:
+  1. read the node (its labels pick a static model; its annotation is what is published now);
+  2. probe, encode canonically, and read the result back through the scheduler's own inventory
+     parser: whatever the scheduler would reject is a failed probe, never published;
+  3. when the encoded annotation equals the node's, do nothing (no write, no new
+     resourceVersion, no watch event for every scheduler replica); otherwise patch it.
+
+A failed probe leaves the node's annotation as it is: the last good topology stays in force, and
+placements keep working, while a Warning Event (reason ``TopologyProbeFailed``) on the node says
+what failed. The Event is sent when the failure's message is new and again every
+``eventRepeatSeconds`` while it persists, not at every poll, so a broken node does not flood the
+events of the cluster. An apiserver error is only logged: the next poll retries.
+
+``poll`` is one step and returns what happened, so tests (and ``--once``) can step the agent;
+``run`` repeats it until told to stop and counts completed polls for observers (``wait_polls``),
+which lets tests wait for "two more polls happened" instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final, Protocol
+
+import structlog
+
+from scheduler.core.inventory import InventoryError
+from scheduler.core.names import GPUS_ANNOTATION
+
+from .annotation import check_annotation, encode, strip_inventory_prefix
+from .kube import NodeView
+from .nvidia import ProbeError
+from .probe import Probed
+
+log = structlog.get_logger("agent")
+
+PROBE_FAILED_REASON: Final = "TopologyProbeFailed"
+
+
+class NodeApi(Protocol):
+    async def get_node(self, name: str) -> NodeView | None: ...
+
+    async def set_gpus_annotation(self, name: str, value: str) -> None: ...
+
+    async def node_event(
+        self, node: NodeView, kind: str, reason: str, message: str, timestamp: str
+    ) -> None: ...
+
+
+class Probe(Protocol):
+    async def probe(self, labels: dict[str, str]) -> Probed: ...
+
+
+class Outcome(enum.StrEnum):
+    PATCHED = "patched"
+    UNCHANGED = "unchanged"
+    PROBE_FAILED = "probe-failed"
+    NODE_MISSING = "node-missing"
+    API_ERROR = "api-error"
+
+
+class Agent:
+    def __init__(
+        self,
+        node: str,
+        prober: Probe,
+        api: NodeApi,
+        poll_seconds: float = 60.0,
+        event_repeat_seconds: float = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.prober = prober
+        self.api = api
+        self.poll_seconds = poll_seconds
+        self.event_repeat_seconds = event_repeat_seconds
+        self.clock = clock
+        self.polls = 0
+        self.last_outcome: Outcome | None = None
+        self._reported: tuple[str, float] | None = None  # last failure Event: message, time
+        self._polled = asyncio.Condition()
+
+    async def poll(self) -> Outcome:
+        try:
+            node = await self.api.get_node(self.node)
+        except Exception as exc:  # the apiserver, the network: retried at the next poll
+            log.warning("cannot read node", node=self.node, error=str(exc))
+            return Outcome.API_ERROR
+        if node is None:
+            log.warning("node not found", node=self.node)
+            return Outcome.NODE_MISSING
+        try:
+            probed = await self.prober.probe(node.labels)
+            value = encode(probed.annotation)
+            try:
+                inventory = check_annotation(value, self.node)
+            except InventoryError as exc:
+                detail = strip_inventory_prefix(str(exc), self.node)
+                raise ProbeError(
+                    f"{probed.source}: the scheduler would reject it: {detail}"
+                ) from None
+        except ProbeError as exc:
+            await self._report_failure(node, str(exc))
+            return Outcome.PROBE_FAILED
+        self._reported = None
+        if node.annotations.get(GPUS_ANNOTATION) == value:
+            log.debug("topology unchanged", node=self.node, source=probed.source)
+            return Outcome.UNCHANGED
+        try:
+            await self.api.set_gpus_annotation(self.node, value)
+        except Exception as exc:
+            log.warning("cannot patch node", node=self.node, error=str(exc))
+            return Outcome.API_ERROR
+        log.info(
+            "topology published",
+            node=self.node,
+            source=probed.source,
+            gpus=len(inventory.devices),
+            vendor=inventory.vendor,
+            model=inventory.model,
+            first=GPUS_ANNOTATION not in node.annotations,
+        )
+        return Outcome.PATCHED
+
+    async def _report_failure(self, node: NodeView, message: str) -> None:
+        now = self.clock()
+        log.error("topology probe failed", node=self.node, error=message)
+        if self._reported is not None:
+            last_message, last_time = self._reported
+            if last_message == message and now - last_time < self.event_repeat_seconds:
+                return
+        kept = (
+            "keeping the last published topology"
+            if GPUS_ANNOTATION in node.annotations
+            else ("no topology published yet")
+        )
+        text = f"GPU topology probe failed ({kept}): {message}"
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            await self.api.node_event(node, "Warning", PROBE_FAILED_REASON, text, stamp)
+        except Exception as exc:  # reported again at the next poll
+            log.warning("cannot send event", node=self.node, error=str(exc))
+            return
+        self._reported = (message, now)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until ``stop`` is set; a poll in progress is finished, not cut off."""
+        log.info("agent started", node=self.node, poll_seconds=self.poll_seconds)
+        while not stop.is_set():
+            outcome = await self.poll()
+            async with self._polled:
+                self.polls += 1
+                self.last_outcome = outcome
+                self._polled.notify_all()
+            with contextlib.suppress(TimeoutError):  # the interval ended without a stop
+                await asyncio.wait_for(stop.wait(), self.poll_seconds)
+        log.info("agent stopped", node=self.node)
+
+    async def wait_polls(self, count: int) -> Outcome | None:
+        """Wait until ``count`` polls have completed; the last one's outcome."""
+        async with self._polled:
+            await self._polled.wait_for(lambda: self.polls >= count)
+            return self.last_outcome

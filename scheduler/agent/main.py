@@ -1,0 +1,137 @@
+"""`topo-scheduler agent`: the node agent's command line.
+
+Two modes:
+- ``--print``: probe once (saved outputs with ``--topo-file``/``--query-file``, else this
+  machine's nvidia-smi/NVML) and print the annotation value it would write, touching no cluster.
+  People use it to check a machine; tests use it on captured outputs.
+- otherwise: publish the node's topology, every ``agent.pollSeconds`` (a DaemonSet, one pod per
+  GPU node), or once with ``--once``. The node is ``--node``, else ``$NODE_NAME`` (the downward
+  API's ``spec.nodeName`` in deploy/'s DaemonSet). Without ``--kubeconfig`` the in-cluster
+  configuration is used. SIGTERM or SIGINT stops it after the poll in progress.
+
+Exit status: 0 done; 1 ``--once`` whose poll did not publish (probe failed, node missing,
+apiserver error); 2 a bad config, bad flags, or (``--print``) a failed probe, with the reason on
+stderr naming file and line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+import msgspec
+
+from scheduler.config import ConfigError, load_config
+from scheduler.core.inventory import InventoryError
+
+from .annotation import check_annotation, encode, strip_inventory_prefix
+from .config import AgentConfig
+from .nvidia import ProbeError
+from .probe import Prober
+
+PROG = "topo-scheduler agent"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--node",
+        default=None,
+        help="the node to publish (default: $NODE_NAME; with --print only names the default "
+        "GPU UUIDs)",
+    )
+    parser.add_argument(
+        "--config", help="config file; its agent section (default: built-in defaults)"
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster configuration)")
+    parser.add_argument(
+        "--topo-file",
+        help="read this saved `nvidia-smi topo -m` output instead of running nvidia-smi",
+    )
+    parser.add_argument(
+        "--query-file",
+        help="with --topo-file: a saved `nvidia-smi --query-gpu=index,uuid,memory.total,"
+        "pci.bus_id --format=csv,noheader,nounits` output (without it: indices only)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--print",
+        action="store_true",
+        help="print the annotation value it would write and exit; touches no cluster",
+    )
+    mode.add_argument("--once", action="store_true", help="publish once and exit")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.query_file and not args.topo_file:
+        return _fail("--query-file needs --topo-file")
+    try:
+        config = load_config(args.config).agent
+    except ConfigError as exc:
+        return _fail(str(exc))
+    if args.topo_file:
+        # Flags name both saved outputs: a query file from the config must not pair with them.
+        nvidia = msgspec.structs.replace(
+            config.nvidia, topo_file=args.topo_file, query_file=args.query_file or ""
+        )
+        config = msgspec.structs.replace(config, nvidia=nvidia)
+    node = args.node or os.environ.get("NODE_NAME", "")
+    if args.print:
+        return _print(config, node or "node")
+    if not node:
+        return _fail("--node is required (or set NODE_NAME)")
+    from scheduler.service.app import configure_logging
+
+    configure_logging(args.log_level)
+    return asyncio.run(_serve(config, node, args.kubeconfig, args.once))
+
+
+def _print(config: AgentConfig, node: str) -> int:
+    # Static models are matched by node labels, which need the cluster: --print probes NVIDIA.
+    try:
+        probed = asyncio.run(Prober(config).nvidia())
+    except ProbeError as exc:
+        return _fail(str(exc))
+    value = encode(probed.annotation)
+    try:
+        check_annotation(value, node)
+    except InventoryError as exc:  # the scheduler would reject it
+        return _fail(f"{probed.source}: {strip_inventory_prefix(str(exc), node)}")
+    sys.stdout.write(value + "\n")
+    return 0
+
+
+async def _serve(config: AgentConfig, node: str, kubeconfig: str | None, once: bool) -> int:
+    from scheduler.service.app import _api_client
+
+    from .kube import AgentApi
+    from .loop import Agent, Outcome
+
+    api_client = await _api_client(kubeconfig)
+    try:
+        agent = Agent(
+            node,
+            Prober(config),
+            AgentApi(api_client),
+            poll_seconds=config.poll_seconds,
+            event_repeat_seconds=config.event_repeat_seconds,
+        )
+        if once:
+            outcome = await agent.poll()
+            return 0 if outcome in (Outcome.PATCHED, Outcome.UNCHANGED) else 1
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await agent.run(stop)
+        return 0
+    finally:
+        await api_client.close()
