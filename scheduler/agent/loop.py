@@ -14,8 +14,9 @@ what failed. The Event is sent when the failure's message is new and again every
 events of the cluster. An apiserver error is only logged: the next poll retries.
 
 ``poll`` is one step and returns what happened, so tests (and ``--once``) can step the agent;
-``run`` repeats it until told to stop and counts completed polls for observers (``wait_polls``),
-which lets tests wait for "two more polls happened" instead of sleeping.
+``run`` repeats it until told to stop and counts completed polls and their outcomes for observers
+(``wait_polls``, ``outcomes``), which lets tests wait for "two more polls happened" instead of
+sleeping.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import asyncio
 import contextlib
 import enum
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final, Protocol
@@ -83,6 +85,7 @@ class Agent:
         self.clock = clock
         self.polls = 0
         self.last_outcome: Outcome | None = None
+        self.outcomes: Counter[Outcome] = Counter()
         self._reported: tuple[str, float] | None = None  # last failure Event: message, time
         self._polled = asyncio.Condition()
 
@@ -157,6 +160,7 @@ class Agent:
             async with self._polled:
                 self.polls += 1
                 self.last_outcome = outcome
+                self.outcomes[outcome] += 1
                 self._polled.notify_all()
             with contextlib.suppress(TimeoutError):  # the interval ended without a stop
                 await asyncio.wait_for(stop.wait(), self.poll_seconds)
