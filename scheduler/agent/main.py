@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import sys
 
 import msgspec
+import structlog
 
 from scheduler.config import ConfigError, load_config
 from scheduler.core.inventory import InventoryError
@@ -95,6 +97,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(config: AgentConfig, node: str) -> int:
+    # Stdout carries the annotation alone (people pipe it into kubectl annotate); the probe's
+    # log lines, such as NVML falling back to nvidia-smi, go to stderr.
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+    )
     # Static models are matched by node labels, which need the cluster: --print probes NVIDIA.
     try:
         probed = asyncio.run(Prober(config).nvidia())

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
+import yaml
 
 from scheduler.agent.annotation import check_annotation
-from scheduler.cli import main
+from scheduler.agent.config import AgentConfig
+from scheduler.cli import build_parser, main
+from scheduler.config import load_config, parse_config
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
 REPO = Path(__file__).resolve().parents[2]
@@ -153,3 +159,34 @@ def test_the_installed_command_prints(tmp_path: Path) -> None:
         "SYS",
         "SYS",
     ]
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Iterator[None]:
+    # --print configures structlog for its process; keep other tests' defaults.
+    yield
+    structlog.reset_defaults()
+
+
+def test_deploys_daemonset_arguments_parse_and_name_the_mounted_config() -> None:
+    docs = yaml.safe_load_all((REPO / "deploy" / "base" / "agent-daemonset.yaml").read_text())
+    daemonset = next(d for d in docs if d and d["kind"] == "DaemonSet")
+    container = daemonset["spec"]["template"]["spec"]["containers"][0]
+    args = build_parser().parse_args(container["args"])
+    assert args.command == "agent" and not args.print and not args.once
+    assert args.node == "$(NODE_NAME)"  # the kubelet expands it from the env var
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    mount = container["volumeMounts"][0]["mountPath"]
+    assert args.config == f"{mount}/scheduler.yaml"
+    # The file the ConfigMap is made from is a valid config for the agent too.
+    assert load_config(REPO / "deploy" / "base" / "scheduler.yaml").agent == AgentConfig()
+
+
+def test_docs_examples_are_valid_configs() -> None:
+    text = (REPO / "docs" / "agent.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert blocks
+    for block in blocks:
+        config = parse_config(yaml.safe_load(block), "docs/agent.md")
+        assert config.agent != AgentConfig() or "agent:" not in block
