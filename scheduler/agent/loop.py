@@ -111,6 +111,10 @@ class Agent:
         except ProbeError as exc:
             await self._report_failure(node, str(exc))
             return Outcome.PROBE_FAILED
+        except Exception as exc:  # a bug or a surprise in a probe: reported, the loop goes on
+            log.exception("topology probe crashed", node=self.node)
+            await self._report_failure(node, f"internal error: {type(exc).__name__}: {exc}")
+            return Outcome.PROBE_FAILED
         self._reported = None
         if node.annotations.get(GPUS_ANNOTATION) == value:
             log.debug("topology unchanged", node=self.node, source=probed.source)
@@ -138,11 +142,10 @@ class Agent:
             last_message, last_time = self._reported
             if last_message == message and now - last_time < self.event_repeat_seconds:
                 return
-        kept = (
-            "keeping the last published topology"
-            if GPUS_ANNOTATION in node.annotations
-            else ("no topology published yet")
-        )
+        if GPUS_ANNOTATION in node.annotations:
+            kept = "keeping the last published topology"
+        else:
+            kept = "no topology published yet"
         text = f"GPU topology probe failed ({kept}): {message}"
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:

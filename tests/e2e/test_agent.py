@@ -26,7 +26,7 @@ import yaml
 
 from scheduler.agent.kube import FIELD_MANAGER, AgentApi
 from scheduler.agent.loop import PROBE_FAILED_REASON, Agent, Outcome
-from scheduler.agent.probe import Prober
+from scheduler.agent.probe import Probed, Prober
 from scheduler.config import parse_config
 from scheduler.core.inventory import Inventory, read_inventory
 from scheduler.core.names import GPUS_ANNOTATION
@@ -285,3 +285,29 @@ async def test_cli_publishes_a_static_model_chosen_by_node_label(
     )
     (warning,) = await warnings_about(control_plane, name)
     assert warning["message"].endswith(f"{model}: topology.devices[0].memoryMib: unknown field")
+
+
+class CrashingProbe:
+    async def probe(self, labels: dict[str, str]) -> Probed:
+        raise RuntimeError("boom")
+
+
+async def test_a_crashing_probe_is_a_reported_failure_not_a_dead_agent(
+    control_plane: ControlPlane, agent_api: AgentApi, name: str
+) -> None:
+    control_plane.create_gpu_node(name, None, gpus=8)
+    agent = Agent(name, CrashingProbe(), agent_api, poll_seconds=POLL_S)
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop), name="agent")
+    try:
+        await polls(agent, 3)
+        assert agent.outcomes[Outcome.PROBE_FAILED] == 3
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    (warning,) = await warnings_about(control_plane, name)
+    assert warning["message"] == (
+        "GPU topology probe failed (no topology published yet): internal error: RuntimeError: boom"
+    )
+    node = await node_of(control_plane, name)
+    assert GPUS_ANNOTATION not in node["metadata"]["annotations"]
