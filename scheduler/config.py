@@ -176,12 +176,13 @@ def parse_config(data: Any, source: str = "config") -> Config:
     data = {k: v for k, v in data.items() if not (v is None and k in _NULLABLE_SECTIONS)}
     problems: list[str] = []
     values: dict[str, Any] = {}
+    resources: dict[str, list[str]] | None = _default_resources()
     for key, value in data.items():
         if key not in _SECTIONS:
             problems.append(f"{key}: unknown field (known: {', '.join(_SECTIONS)})")
             continue
         if key == "resources":
-            _check_resources(value, problems)
+            resources = _check_resources(value, problems)
             continue
         if _check(value, _SECTIONS[key], key, problems):
             values[key] = msgspec.convert(value, _SECTIONS[key])
@@ -199,7 +200,9 @@ def parse_config(data: Any, source: str = "config") -> Config:
         problems.append("gang.waitTimeoutSeconds: must not be negative")
     agent = values.get("agent")
     if isinstance(agent, AgentConfig):
-        check_agent(agent, problems)
+        # A broken resources section is reported on its own; do not judge the agent by it.
+        nvidia = None if resources is None else resources.get("nvidia", [])
+        check_agent(agent, problems, nvidia)
     if "schedulerName" in values and not values["schedulerName"]:
         problems.append("schedulerName: must not be empty")
     if problems:

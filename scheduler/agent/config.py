@@ -13,6 +13,8 @@ a file that is wrong for one node model should fail only the nodes of that model
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 from msgspec import Struct, field
 
@@ -47,6 +49,37 @@ class StaticModel(Struct, forbid_unknown_fields=True, rename="camel", frozen=Tru
     topology_file: str = ""
 
 
+class DevicePluginSettings(Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    """``agent.devicePlugin``: the kubelet device plugin that ``agent --device-plugin`` serves.
+
+    It serves only on nodes whose labels match ``nodeSelector`` (checked at every poll), so one
+    DaemonSet can run everywhere while each node opts in once NVIDIA's plugin is off it: two
+    plugins advertising the same GPUs under two resource names would hand each GPU out twice.
+    """
+
+    # Labels a node must carry (all of them) for the plugin to serve there; {} serves everywhere.
+    node_selector: dict[str, str] = field(
+        default_factory=lambda: {"topo-scheduler.io/device-plugin": "true"}
+    )
+    # The extended resource it registers; it must be one of the scheduler's nvidia resources.
+    resource_name: str = "topo-scheduler.io/gpu"
+    # strict: Allocate refuses devices other than the pod's assignment (the pod fails visibly);
+    # adopt: accept them and publish what the container really got.
+    mode: Literal["strict", "adopt"] = "strict"
+    # cdi: CDI device names <cdiKind>=<UUID> (checked against the node's CDI specs before it
+    # registers); env: NVIDIA_VISIBLE_DEVICES=<UUIDs> for NVIDIA's legacy container runtime.
+    injection: Literal["cdi", "env"] = "cdi"
+    cdi_kind: str = "nvidia.com/gpu"
+    cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+    # The kubelet's folders (host paths mounted into the agent's pod).
+    plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    socket_name: str = "topo-scheduler.sock"
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # Budget for identifying the pod being admitted (PodResources List + one apiserver read);
+    # past it the plugin answers with its own topology choice: the kubelet is waiting.
+    identify_timeout_seconds: float = 2.0
+
+
 class AgentConfig(Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
     poll_seconds: float = 60.0
     command_timeout_seconds: float = 30.0
@@ -57,10 +90,17 @@ class AgentConfig(Struct, forbid_unknown_fields=True, rename="camel", frozen=Tru
     # Static topologies per node model (MetaX and other vendors without a probe); the first
     # entry whose nodeSelector matches the node wins over probing NVIDIA GPUs.
     models: tuple[StaticModel, ...] = ()
+    device_plugin: DevicePluginSettings = field(default_factory=DevicePluginSettings)
 
 
-def check_agent(agent: AgentConfig, problems: list[str]) -> None:
-    """The rules a field's type cannot say; each problem is appended with its path."""
+def check_agent(
+    agent: AgentConfig, problems: list[str], nvidia_resources: list[str] | None = None
+) -> None:
+    """The rules a field's type cannot say; each problem is appended with its path.
+
+    ``nvidia_resources``: the scheduler's whole-GPU resource names for NVIDIA (the config's
+    ``resources.nvidia``), which the device plugin's resource must be one of.
+    """
     for name in ("poll_seconds", "command_timeout_seconds", "event_repeat_seconds"):
         if getattr(agent, name) <= 0:
             camel = msgspec.structs.fields(AgentConfig)
@@ -87,3 +127,26 @@ def check_agent(agent: AgentConfig, problems: list[str]) -> None:
             except InventoryError as exc:
                 detail = strip_inventory_prefix(str(exc), model.name or "model")
                 problems.append(f"{where}.topology: {detail}")
+    plugin = agent.device_plugin
+    where = "agent.devicePlugin"
+    if "/" not in plugin.resource_name:
+        problems.append(
+            f"{where}.resourceName: {plugin.resource_name!r} is not an extended resource name "
+            "(domain/name)"
+        )
+    elif (
+        nvidia_resources is not None
+        and plugin.resource_name not in nvidia_resources
+        # Untouched defaults are not a complaint: most configs never use the device plugin.
+        and plugin != DevicePluginSettings()
+    ):
+        problems.append(
+            f"{where}.resourceName: {plugin.resource_name!r} is not in resources.nvidia, so the "
+            "scheduler would not count it"
+        )
+    if "=" in plugin.cdi_kind or "/" not in plugin.cdi_kind:
+        problems.append(f"{where}.cdiKind: {plugin.cdi_kind!r} is not a CDI kind (vendor/class)")
+    if not plugin.socket_name or "/" in plugin.socket_name:
+        problems.append(f"{where}.socketName: must be a file name inside pluginDir")
+    if plugin.identify_timeout_seconds <= 0:
+        problems.append(f"{where}.identifyTimeoutSeconds: must be above 0")

@@ -1,4 +1,4 @@
-"""The three apiserver calls the node agent makes, and nothing else (its RBAC is exactly these):
+"""The apiserver calls the node agent makes, and nothing else (its RBAC is exactly these):
 
 - ``GET /api/v1/nodes/{node}`` (nodes get): the node's labels (which static model it is) and
   its current annotation, compared with what the probe found;
@@ -9,17 +9,24 @@
   probe fails. Node events live in the ``default`` namespace, as the kubelet's do, and
   ``kubectl describe node`` shows them.
 
+With ``--device-plugin``, two more, for the pod being admitted on this node:
+
+- ``GET /api/v1/namespaces/{ns}/pods/{pod}`` (pods get): its ``topo-scheduler.io/assignment``;
+- ``PATCH`` of the same pod (pods patch), a JSON merge patch of ``topo-scheduler.io/allocated``
+  alone: the GPUs its containers really got, which the scheduler takes as the truth.
+
 Requests go through KubeApi's raw path (no model objects, status checked here), as the
 scheduler's do.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import msgspec
 
-from scheduler.core.names import GPUS_ANNOTATION
+from scheduler.core.names import ALLOCATED_ANNOTATION, GPUS_ANNOTATION
 from scheduler.kube.api import COMPONENT, KubeApi, _raise_for
 from scheduler.kube.codec import Node
 
@@ -53,6 +60,15 @@ class AgentApi(KubeApi):
             _content_type="application/merge-patch+json",
         )
         _raise_for(status, body)
+
+    async def pod_annotations(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """The device plugin's reader: the pod's annotations, or None when it is gone."""
+        pod = await self.get_pod(namespace, name)
+        return None if pod is None else pod.annotations
+
+    async def publish_allocated(self, namespace: str, name: str, value: str) -> None:
+        """The device plugin's report of what the pod's containers got."""
+        await self.annotate_pod(namespace, name, {ALLOCATED_ANNOTATION: value})
 
     async def node_event(
         self, node: NodeView, kind: str, reason: str, message: str, timestamp: str

@@ -13,6 +13,10 @@ what failed. The Event is sent when the failure's message is new and again every
 ``eventRepeatSeconds`` while it persists, not at every poll, so a broken node does not flood the
 events of the cluster. An apiserver error is only logged: the next poll retries.
 
+With ``--device-plugin`` the loop also hands every good probe to the device plugin's host
+(plugin/host.py), which serves what the probe found on nodes that opted in; a plugin that cannot
+serve is reported the same way, as a Warning with reason ``DevicePluginFailed``.
+
 ``poll`` is one step and returns what happened, so tests (and ``--once``) can step the agent;
 ``run`` repeats it until told to stop and counts completed polls and their outcomes for observers
 (``wait_polls``, ``outcomes``), which lets tests wait for "two more polls happened" instead of
@@ -32,7 +36,7 @@ from typing import Final, Protocol
 
 import structlog
 
-from scheduler.core.inventory import InventoryError
+from scheduler.core.inventory import Inventory, InventoryError
 from scheduler.core.names import GPUS_ANNOTATION
 
 from .annotation import check_annotation, encode, strip_inventory_prefix
@@ -43,6 +47,7 @@ from .probe import Probed
 log = structlog.get_logger("agent")
 
 PROBE_FAILED_REASON: Final = "TopologyProbeFailed"
+PLUGIN_FAILED_REASON: Final = "DevicePluginFailed"
 
 
 class NodeApi(Protocol):
@@ -57,6 +62,10 @@ class NodeApi(Protocol):
 
 class Probe(Protocol):
     async def probe(self, labels: dict[str, str]) -> Probed: ...
+
+
+class Plugin(Protocol):
+    async def update(self, labels: dict[str, str], inventory: Inventory) -> str | None: ...
 
 
 class Outcome(enum.StrEnum):
@@ -76,6 +85,7 @@ class Agent:
         poll_seconds: float = 60.0,
         event_repeat_seconds: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        plugin: Plugin | None = None,
     ) -> None:
         self.node = node
         self.prober = prober
@@ -83,10 +93,13 @@ class Agent:
         self.poll_seconds = poll_seconds
         self.event_repeat_seconds = event_repeat_seconds
         self.clock = clock
+        self.plugin = plugin
         self.polls = 0
         self.last_outcome: Outcome | None = None
         self.outcomes: Counter[Outcome] = Counter()
-        self._reported: tuple[str, float] | None = None  # last failure Event: message, time
+        # The last Warning sent per reason: its message and when, so a lasting failure is not
+        # reported at every poll.
+        self._reported: dict[str, tuple[str, float]] = {}
         self._polled = asyncio.Condition()
 
     async def poll(self) -> Outcome:
@@ -109,13 +122,21 @@ class Agent:
                     f"{probed.source}: the scheduler would reject it: {detail}"
                 ) from None
         except ProbeError as exc:
-            await self._report_failure(node, str(exc))
+            await self._report_probe_failure(node, str(exc))
             return Outcome.PROBE_FAILED
         except Exception as exc:  # a bug or a surprise in a probe: reported, the loop goes on
             log.exception("topology probe crashed", node=self.node)
-            await self._report_failure(node, f"internal error: {type(exc).__name__}: {exc}")
+            await self._report_probe_failure(node, f"internal error: {type(exc).__name__}: {exc}")
             return Outcome.PROBE_FAILED
-        self._reported = None
+        self._reported.pop(PROBE_FAILED_REASON, None)
+        if self.plugin is not None:
+            # The plugin serves what this node has, whatever the annotation's fate below.
+            problem = await self.plugin.update(node.labels, inventory)
+            if problem is None:
+                self._reported.pop(PLUGIN_FAILED_REASON, None)
+            else:
+                log.error("device plugin failed", node=self.node, error=problem)
+                await self._warn(node, PLUGIN_FAILED_REASON, problem)
         if node.annotations.get(GPUS_ANNOTATION) == value:
             log.debug("topology unchanged", node=self.node, source=probed.source)
             return Outcome.UNCHANGED
@@ -135,25 +156,29 @@ class Agent:
         )
         return Outcome.PATCHED
 
-    async def _report_failure(self, node: NodeView, message: str) -> None:
-        now = self.clock()
+    async def _report_probe_failure(self, node: NodeView, message: str) -> None:
         log.error("topology probe failed", node=self.node, error=message)
-        if self._reported is not None:
-            last_message, last_time = self._reported
-            if last_message == message and now - last_time < self.event_repeat_seconds:
-                return
         if GPUS_ANNOTATION in node.annotations:
             kept = "keeping the last published topology"
         else:
             kept = "no topology published yet"
-        text = f"GPU topology probe failed ({kept}): {message}"
+        await self._warn(
+            node, PROBE_FAILED_REASON, f"GPU topology probe failed ({kept}): {message}"
+        )
+
+    async def _warn(self, node: NodeView, reason: str, message: str) -> None:
+        """A Warning Event on the node, unless this reason said the same message lately."""
+        now = self.clock()
+        last = self._reported.get(reason)
+        if last is not None and last[0] == message and now - last[1] < self.event_repeat_seconds:
+            return
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
-            await self.api.node_event(node, "Warning", PROBE_FAILED_REASON, text, stamp)
+            await self.api.node_event(node, "Warning", reason, message, stamp)
         except Exception as exc:  # reported again at the next poll
             log.warning("cannot send event", node=self.node, error=str(exc))
             return
-        self._reported = (message, now)
+        self._reported[reason] = (message, now)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until ``stop`` is set; a poll in progress is finished, not cut off."""

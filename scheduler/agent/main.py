@@ -1,6 +1,6 @@
 """`topo-scheduler agent`: the node agent's command line.
 
-Two modes:
+Modes:
 - ``--print``: probe once (saved outputs with ``--topo-file``/``--query-file``, else this
   machine's nvidia-smi/NVML) and print the annotation value it would write, touching no cluster.
   People use it to check a machine; tests use it on captured outputs.
@@ -8,6 +8,8 @@ Two modes:
   GPU node), or once with ``--once``. The node is ``--node``, else ``$NODE_NAME`` (the downward
   API's ``spec.nodeName`` in deploy/'s DaemonSet). Without ``--kubeconfig`` the in-cluster
   configuration is used. SIGTERM or SIGINT stops it after the poll in progress.
+- ``--device-plugin`` (with the above): also serve the kubelet device plugin for the probed GPUs
+  on nodes that match ``agent.devicePlugin.nodeSelector`` (plugin/host.py), until stopped.
 
 Exit status: 0 done; 1 ``--once`` whose poll did not publish (probe failed, node missing,
 apiserver error); 2 a bad config, bad flags, or (``--print``) a failed probe, with the reason on
@@ -64,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the annotation value it would write and exit; touches no cluster",
     )
     mode.add_argument("--once", action="store_true", help="publish once and exit")
+    parser.add_argument(
+        "--device-plugin",
+        action="store_true",
+        help="also serve the kubelet device plugin (agent.devicePlugin in the config) on nodes "
+        "whose labels match agent.devicePlugin.nodeSelector",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
 
@@ -75,6 +83,8 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.query_file and not args.topo_file:
         return _fail("--query-file needs --topo-file")
+    if args.device_plugin and (args.print or args.once):
+        return _fail("--device-plugin serves until stopped: not with --print or --once")
     try:
         config = load_config(args.config).agent
     except ConfigError as exc:
@@ -93,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from scheduler.service.app import configure_logging
 
     configure_logging(args.log_level)
-    return asyncio.run(_serve(config, node, args.kubeconfig, args.once))
+    return asyncio.run(_serve(config, node, args.kubeconfig, args.once, args.device_plugin))
 
 
 def _print(config: AgentConfig, node: str) -> int:
@@ -118,20 +128,29 @@ def _print(config: AgentConfig, node: str) -> int:
     return 0
 
 
-async def _serve(config: AgentConfig, node: str, kubeconfig: str | None, once: bool) -> int:
+async def _serve(
+    config: AgentConfig, node: str, kubeconfig: str | None, once: bool, device_plugin: bool
+) -> int:
     from scheduler.service.app import _api_client
 
     from .kube import AgentApi
     from .loop import Agent, Outcome
 
     api_client = await _api_client(kubeconfig)
+    host = None
     try:
+        api = AgentApi(api_client)
+        if device_plugin:  # gRPC is imported only by the agents that serve it
+            from .plugin.host import PluginHost
+
+            host = PluginHost(config.device_plugin, api.pod_annotations, api.publish_allocated)
         agent = Agent(
             node,
             Prober(config),
-            AgentApi(api_client),
+            api,
             poll_seconds=config.poll_seconds,
             event_repeat_seconds=config.event_repeat_seconds,
+            plugin=host,
         )
         if once:
             outcome = await agent.poll()
@@ -143,4 +162,6 @@ async def _serve(config: AgentConfig, node: str, kubeconfig: str | None, once: b
         await agent.run(stop)
         return 0
     finally:
+        if host is not None:  # lets the allocation reports in flight land first
+            await host.stop()
         await api_client.close()

@@ -100,3 +100,47 @@ def test_a_section_with_every_field_commented_out_means_defaults(tmp_path: Path)
     config = load_config(path)
     assert config.scheduler_name == "mine"
     assert config.defaults == Config().defaults and config.gang == Config().gang
+
+
+def test_device_plugin_settings_are_checked_with_their_paths() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(
+            {
+                "agent": {
+                    "devicePlugin": {
+                        "resourceName": "example.com/gpu",
+                        "cdiKind": "nvidia.com/gpu=all",
+                        "socketName": "a/b.sock",
+                        "identifyTimeoutSeconds": 0,
+                    }
+                }
+            }
+        )
+    message = str(exc.value)
+    assert "4 problems" in message
+    assert (
+        "agent.devicePlugin.resourceName: 'example.com/gpu' is not in resources.nvidia, "
+        "so the scheduler would not count it" in message
+    )
+    assert "agent.devicePlugin.cdiKind: 'nvidia.com/gpu=all' is not a CDI kind" in message
+    assert "agent.devicePlugin.socketName: must be a file name inside pluginDir" in message
+    assert "agent.devicePlugin.identifyTimeoutSeconds: must be above 0" in message
+
+
+def test_device_plugin_mode_and_injection_are_closed_sets() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"agent": {"devicePlugin": {"mode": "lenient"}}})
+    assert "agent.devicePlugin.mode: Invalid enum value 'lenient'" in str(exc.value)
+
+
+def test_device_plugin_resource_follows_the_resources_section() -> None:
+    config = parse_config(
+        {
+            "resources": {"nvidia": ["aliyun.com/gpu"]},
+            "agent": {"devicePlugin": {"resourceName": "aliyun.com/gpu"}},
+        }
+    )
+    assert config.agent.device_plugin.resource_name == "aliyun.com/gpu"
+    assert config.agent.device_plugin.node_selector == {"topo-scheduler.io/device-plugin": "true"}
+    # A config that never touches the device plugin is not judged by its default resource.
+    assert parse_config({"resources": {"nvidia": ["aliyun.com/gpu"]}, "agent": {}}).agent
