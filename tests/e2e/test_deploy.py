@@ -45,6 +45,13 @@ TARGETS = ("deploy/", "deploy/with-redis/")
 NAMESPACE = "topo-scheduler"
 SECRET = "topo-scheduler-redis"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 def kubectl(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
@@ -135,12 +142,16 @@ def test_kustomize_renders_every_component(rendered: dict[str, list[dict[str, An
         ("PodDisruptionBudget", "topo-scheduler"),
         ("Service", "topo-scheduler-metrics"),
         ("DaemonSet", "topo-scheduler-agent"),
+        ("ValidatingAdmissionPolicy", "topo-scheduler-annotations"),
+        ("ValidatingAdmissionPolicyBinding", "topo-scheduler-annotations"),
     }
     with_redis = {(d["kind"], d["metadata"]["name"]) for d in rendered["deploy/with-redis/"]}
     plain = {(d["kind"], d["metadata"]["name"]) for d in rendered["deploy/"]}
     assert with_redis - plain == {("StatefulSet", "redis"), ("Service", "redis")}
     for doc in rendered["deploy/with-redis/"]:
-        if doc["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in doc["metadata"], doc["metadata"]
+        else:
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]
 
 
@@ -190,7 +201,21 @@ def test_agent_daemonset(rendered: dict[str, list[dict[str, Any]]]) -> None:
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
     assert "nvidia.com/gpu.present" in keys and "topo-scheduler.io/agent" in keys
-    assert_hardened(pod)
+    # The device plugin needs the kubelet's folders (root's) and host paths: user 0, but
+    # without any capability, privilege escalation or writable root filesystem.
+    assert "--device-plugin" in container["args"]
+    assert pod["securityContext"]["runAsUser"] == 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    ctx = container["securityContext"]
+    assert ctx["allowPrivilegeEscalation"] is False and ctx["readOnlyRootFilesystem"] is True
+    assert ctx["capabilities"] == {"drop": ["ALL"]} and not ctx.get("privileged")
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host_paths == {
+        "/var/lib/kubelet/device-plugins",
+        "/var/lib/kubelet/pod-resources",
+        "/etc/cdi",
+        "/var/run/cdi",
+    }
 
 
 def test_redis_component(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -255,9 +280,9 @@ def stored_versions(plane: ControlPlane, target: str) -> dict[tuple[str, str], s
     }
 
 
-# The Pod Security Standard each workload's pods must pass. The device plugin's host paths
-# (kubelet sockets) will move the agent's DaemonSet out of "restricted" when they join it.
-POD_SECURITY = {"Deployment": "restricted", "DaemonSet": "restricted", "StatefulSet": "restricted"}
+# The Pod Security Standard each workload's pods must pass. The agent's device plugin needs
+# host paths (the kubelet's sockets, CDI specs): "privileged", which deploy/'s namespace says.
+POD_SECURITY = {"Deployment": "restricted", "DaemonSet": "privileged", "StatefulSet": "restricted"}
 
 
 def test_pod_templates_pass_their_pod_security_standard(
@@ -431,6 +456,10 @@ def test_scheduler_identity_is_refused_outside_its_role(control_plane: ControlPl
         ("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/{SECRET}"),
         ("GET", "/api/v1/namespaces/default/configmaps"),
         ("PATCH", "/api/v1/nodes/any"),
+        ("GET", "/api/v1/nodes/any"),  # nodes are listed and watched, never read one by one
+        ("PUT", "/api/v1/namespaces/default/pods/any/status"),  # status is patched only
+        ("PATCH", "/api/v1/namespaces/default/pods/any"),  # annotations come with the bind
+        ("PATCH", "/api/v1/namespaces/default/events/any"),
         ("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases"),
     ]
     for method, path in allowed:
@@ -440,7 +469,7 @@ def test_scheduler_identity_is_refused_outside_its_role(control_plane: ControlPl
         assert status == 403, (method, path, status)
 
 
-def test_agent_identity_can_annotate_a_node_and_nothing_more(
+def test_agent_identity_can_annotate_a_node_and_a_pod_and_nothing_more(
     control_plane: ControlPlane, name: str
 ) -> None:
     control_plane.create_gpu_node(name, None, gpus=8)
@@ -464,14 +493,22 @@ def test_agent_identity_can_annotate_a_node_and_nothing_more(
         }
         path = "/api/v1/namespaces/default/events"
         assert status_of(control_plane, "POST", path, AGENT_TOKEN, event) == 200
+        # The device plugin reads one pod and patches its allocated annotation: allowed (the
+        # pod does not exist, so 404 rather than 403).
+        pod = "/api/v1/namespaces/default/pods/any"
+        assert status_of(control_plane, "GET", pod, AGENT_TOKEN) == 404
+        assert status_of(control_plane, "PATCH", pod, AGENT_TOKEN, body={}) == 404
         refused = [
             ("GET", "/api/v1/nodes"),  # get its node, not list all nodes
-            ("GET", "/api/v1/pods"),
+            ("GET", "/api/v1/pods"),  # get a pod, not list them
+            ("GET", "/api/v1/namespaces/default/pods"),
             ("GET", "/api/v1/namespaces/default/secrets"),
             ("DELETE", node),
             ("PUT", node),
-            ("PATCH", "/api/v1/namespaces/default/pods/any"),
-            ("POST", "/api/v1/namespaces/default/pods/any/binding"),
+            ("DELETE", pod),
+            ("PUT", pod),
+            ("PATCH", f"{pod}/status"),
+            ("POST", f"{pod}/binding"),
             ("PATCH", f"{path}/{name}.probe"),
         ]
         for method, target in refused:

@@ -180,7 +180,26 @@ def test_deploys_daemonset_arguments_parse_and_name_the_mounted_config() -> None
     mount = container["volumeMounts"][0]["mountPath"]
     assert args.config == f"{mount}/scheduler.yaml"
     # The file the ConfigMap is made from is a valid config for the agent too.
-    assert load_config(REPO / "deploy" / "base" / "scheduler.yaml").agent == AgentConfig()
+    agent = load_config(REPO / "deploy" / "base" / "scheduler.yaml").agent
+    assert agent == AgentConfig()
+    # The device plugin runs, and finds the kubelet's sockets and the CDI specs where the
+    # config says they are: each is a host path mounted at the same place.
+    assert args.device_plugin
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    host_mounts = {
+        m["mountPath"]: (volumes[m["name"]]["hostPath"]["path"], m.get("readOnly", False))
+        for m in container["volumeMounts"]
+        if "hostPath" in volumes[m["name"]]
+    }
+    plugin = agent.device_plugin
+    assert host_mounts == {
+        plugin.plugin_dir: (plugin.plugin_dir, False),  # it creates its socket there
+        str(Path(plugin.pod_resources_socket).parent): (
+            str(Path(plugin.pod_resources_socket).parent),
+            True,
+        ),
+        **{d: (d, True) for d in plugin.cdi_spec_dirs},
+    }
 
 
 def test_docs_examples_are_valid_configs() -> None:
