@@ -45,6 +45,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -539,6 +540,8 @@ def _up(state: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # Every cluster-up starts from empty folders: no nodes or pods of an earlier run in etcd.
+    shutil.rmtree(state / "data", ignore_errors=True)
     plane = ControlPlane(build_binaries(), state / "data")
     try:
         plane.start()
@@ -567,26 +570,28 @@ def _detach(state: Path) -> int:
     admin KUBECONFIG export as the last line."""
     state.mkdir(parents=True, exist_ok=True)
     pid_file = state / "pid"
+    running_pid = None
     if pid_file.exists():
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid_file.read_text()), 0)
-            ready = json.loads((state / "ready.json").read_text())
-            print(f"export KUBECONFIG={ready['adminKubeconfig']}")
-            return 0
-    build_binaries()  # in the foreground, so its progress shows
-    log = (state / "up.log").open("wb")
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "scheduler.testing.controlplane", "up", "--state", str(state)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd=REPO,
-    )
-    pid_file.write_text(str(daemon.pid))
+            running_pid = int(pid_file.read_text())
+    daemon = None
+    if running_pid is None:  # else one is running or starting: wait for it to be ready
+        build_binaries()  # in the foreground, so its progress shows
+        log = (state / "up.log").open("wb")
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.testing.controlplane", "up", "--state", str(state)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
+        )
+        pid_file.write_text(str(daemon.pid))
     deadline = time.monotonic() + START_TIMEOUT_S * 2
     while time.monotonic() < deadline:
-        if daemon.poll() is not None:
+        gone = daemon.poll() is not None if daemon else not _alive(running_pid)
+        if gone:
             pid_file.unlink(missing_ok=True)
             print((state / "up.log").read_text(errors="replace")[-3000:], file=sys.stderr)
             print("the local control plane failed to start", file=sys.stderr)
@@ -601,9 +606,20 @@ def _detach(state: Path) -> int:
             print(f"export KUBECONFIG={ready['adminKubeconfig']}")
             return 0
         time.sleep(0.3)
-    daemon.terminate()
+    if daemon is not None:
+        daemon.terminate()
     print("the local control plane did not become ready in time", file=sys.stderr)
     return 1
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _down(state: Path) -> int:
