@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from scheduler.agent.plugin.decide import Mode
 from scheduler.core.names import ALLOCATED_ANNOTATION
 from scheduler.kube.api import KubeApi
-from scheduler.testing.kubelet import Container, Pod
-from tests.plugin_node import RESOURCE, UUIDS, bounded, gpu_node
+from scheduler.testing.controlplane import die_with_parent
+from scheduler.testing.kubelet import Container, Kubelet, Pod
+from tests.plugin_node import RESOURCE, UUIDS, bounded, gpu_node, write_cdi_spec
 from tests.topologies import DGX1_V100
 
-from .live import Scenario
+from .live import REPO, Scenario
 
 NV2 = {(0, 3), (0, 4), (1, 2), (1, 5), (2, 3), (4, 7), (5, 6), (6, 7)}
 
@@ -145,3 +152,100 @@ async def test_adopt_publishes_the_devices_the_kubelet_gave_and_the_scheduler_fo
     scenario.pod("b", 1, RESOURCE)
     pods = await scenario.wait_bound(["b"])
     assert assigned(pods["b"])["main"] != (y,)
+
+
+DATA = REPO / "tests" / "data" / "nvidia-smi"
+
+
+def captured_uuids() -> list[str]:
+    lines = (DATA / "dgx1-v100.query.csv").read_text().splitlines()
+    return [line.split(",")[1].strip() for line in lines if line.strip()]
+
+
+async def test_the_agent_process_serves_the_plugin_under_deploys_agent_identity(
+    scenario: Scenario,
+) -> None:
+    """`topo-scheduler agent --device-plugin` as deploy/'s DaemonSet runs it (its own identity
+    and role), on an opted-in node: it publishes the node's topology from captured nvidia-smi
+    outputs, registers with the kubelet, and gives bound pods exactly their assigned GPUs."""
+    uuids = captured_uuids()
+    root = Path(tempfile.mkdtemp(prefix="ag-", dir="/tmp"))  # short: unix socket paths
+    kubelet = Kubelet(root, RESOURCE)
+    write_cdi_spec(root / "cdi", uuids)
+    node = f"{scenario.id}-dgx"
+    scenario.plane.create_gpu_node(
+        node,
+        None,  # no inventory yet: the agent publishes it
+        gpus=8,
+        resource=RESOURCE,
+        labels={"test": scenario.id, "topo-scheduler.io/device-plugin": "true"},
+    )
+    config = scenario.dir / "agent.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "agent": {
+                    "pollSeconds": 0.5,
+                    "nvidia": {
+                        "topoFile": str(DATA / "dgx1-v100.topo.txt"),
+                        "queryFile": str(DATA / "dgx1-v100.query.csv"),
+                    },
+                    "devicePlugin": {
+                        "pluginDir": str(kubelet.plugin_dir),
+                        "podResourcesSocket": str(kubelet.pod_resources_socket),
+                        "cdiSpecDirs": [str(root / "cdi")],
+                    },
+                }
+            }
+        )
+    )
+    log = scenario.dir / "agent.log"
+    await kubelet.start()
+    agent = subprocess.Popen(
+        [
+            sys.executable, "-m", "scheduler", "agent", "--device-plugin",
+            "--node", node, "--config", str(config),
+            "--kubeconfig", str(scenario.plane.agent_kubeconfig),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )  # fmt: skip
+    try:
+        await bounded(kubelet.wait_for(lambda: kubelet.devices.updates > 0))
+        assert kubelet.registrations[0].resource_name == RESOURCE
+        assert kubelet.devices.health == dict.fromkeys(uuids, "Healthy")
+
+        scenario.start_scheduler()
+        gang = scenario.gang_labels("ddp", 2)
+        scenario.pod("pair", 2, RESOURCE)
+        scenario.pod("replica-0", 1, RESOURCE, labels=gang)
+        scenario.pod("replica-1", 1, RESOURCE, labels=gang)
+        scenario.pod("single", 1, RESOURCE)
+        names = ["pair", "replica-0", "replica-1", "single"]
+        pods = await scenario.wait_bound(names)  # on the inventory the agent published
+        got = {}
+        for name in reversed(names):  # not the bind order
+            got[name] = await bounded(kubelet.admit(kubelet_pod(pods[name])))
+        for name in names:
+            assert got[name] == assigned(pods[name]), name
+        joint = sorted(uuids.index(got[r]["main"][0]) for r in ("replica-0", "replica-1"))
+        assert tuple(joint) in NV2
+        # The reports are written by the agent's identity: its role allows exactly that.
+        pods = await wait_allocated(scenario, names)
+        for name in names:
+            assert allocated(pods[name]) == got[name], name
+    finally:
+        if agent.poll() is None:
+            agent.terminate()  # SIGTERM: reports in flight land, the socket goes
+        code = agent.wait(timeout=30)
+        socket_left = (kubelet.plugin_dir / "topo-scheduler.sock").exists()
+        await kubelet.stop()
+        text = log.read_text(errors="replace")
+        shutil.rmtree(root, ignore_errors=True)
+    assert code == 0, text[-3000:]
+    events = [json.loads(line).get("event") for line in text.splitlines() if line.startswith("{")]
+    assert "topology published" in events and "device plugin serving" in events
+    assert not socket_left
