@@ -12,10 +12,20 @@ import yaml
 
 from scheduler.cli import build_parser
 from scheduler.config import load_config
+from scheduler.core.names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "deploy" / "base"
 ROLES = [BASE / "scheduler-clusterrole.yaml", BASE / "agent-clusterrole.yaml"]
+POLICY = BASE / "annotation-policy.yaml"
+NAMESPACE = "topo-scheduler"
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -83,3 +93,61 @@ def test_scheduler_container_arguments_parse_and_name_the_mounted_config() -> No
     (generator,) = kustomization["configMapGenerator"]
     assert volume["configMap"]["name"] == generator["name"]
     assert generator["files"] == ["scheduler.yaml"]
+
+
+def test_namespaced_manifests_name_their_namespace() -> None:
+    # base/kustomization.yaml sets no `namespace:` (kustomize <= v5.6 would put one on the
+    # cluster-scoped admission policy), so every namespaced object must carry its own.
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    assert "namespace" not in kustomization
+    assert "annotation-policy.yaml" in kustomization["resources"]
+    for resource in kustomization["resources"]:
+        for doc in _docs(BASE / resource):
+            if doc["kind"] in CLUSTER_SCOPED:
+                assert "namespace" not in doc["metadata"], (resource, doc["metadata"])
+            else:
+                assert doc["metadata"].get("namespace") == NAMESPACE, (resource, doc["metadata"])
+    for generator in kustomization["configMapGenerator"]:
+        assert generator["namespace"] == NAMESPACE, generator
+
+
+def test_annotation_policy_exempts_exactly_deploys_service_accounts() -> None:
+    accounts = {
+        f"system:serviceaccount:{d['metadata']['namespace']}:{d['metadata']['name']}"
+        for d in _docs(BASE / "serviceaccounts.yaml")
+    }
+    policy = _one(POLICY, "ValidatingAdmissionPolicy")
+    spec = policy["spec"]
+    conditions = [c["expression"] for c in spec["matchConditions"]]
+    exempt = {u for e in conditions for u in re.findall(r"'(system:serviceaccount:[^']*)'", e)}
+    assert exempt == accounts
+    assert [e for e in conditions if "'system:masters'" in e]
+    assert spec["failurePolicy"] == "Fail"
+    # Pods only (the scheduler's pods/binding is a subresource), created or updated.
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["apiGroups"] == [""] and rule["resources"] == ["pods"]
+    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+    # The prefix it guards covers every pod annotation the scheduler and the agent write.
+    (touched,) = [v["expression"] for v in spec["variables"] if v["name"] == "touched"]
+    (prefix,) = set(re.findall(r"startsWith\('([^']*)'\)", touched))
+    for annotation in (DEVICES_ANNOTATION, ASSIGNMENT_ANNOTATION, ALLOCATED_ANNOTATION):
+        assert annotation.startswith(prefix), annotation
+    binding = _one(POLICY, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_every_part_of_the_annotation_policy_has_a_comment() -> None:
+    # Like the RBAC rules: each list item, and each field of the two specs, says why.
+    fields = (
+        "failurePolicy|matchConstraints|matchConditions|variables|validations|validationActions"
+    )
+    lines = POLICY.read_text().splitlines()
+    parts = [
+        i
+        for i, line in enumerate(lines)
+        if re.match(r"\s*- (apiGroups|name|expression):", line) or re.match(f"  ({fields}):", line)
+    ]
+    assert len(parts) == 14, parts
+    for i in parts:
+        assert lines[i - 1].strip().startswith("#"), f"{POLICY.name}:{i + 1}: no comment"
