@@ -9,7 +9,9 @@ small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
    with ``apply`` and advance the version (bookmarks advance it too);
 3. a watch that ends normally (its timeout) resumes from the last version; a 410 Gone (as an HTTP
    status or as an ERROR event) goes back to 1; any other error backs off (named constants below,
-   doubling, capped) and goes back to 1.
+   doubling, capped) and goes back to 1. The backoff starts over only once a watch has ended
+   normally, not after a LIST: an apiserver that lists fine but
+   fails every watch would otherwise be re-listed at the initial backoff forever.
 """
 
 from __future__ import annotations
@@ -101,9 +103,9 @@ class Reflector(Generic[T]):
         while True:
             try:
                 await self._list()
-                backoff = ERROR_BACKOFF_INITIAL_S
                 while True:
-                    await self._watch_once()
+                    if await self._watch_once():
+                        backoff = ERROR_BACKOFF_INITIAL_S
             except Gone:
                 log.info("watch expired, re-listing", watch=self.name)
             except asyncio.CancelledError:
@@ -122,7 +124,8 @@ class Reflector(Generic[T]):
         self._replace(items)
         self.synced.set()
 
-    async def _watch_once(self) -> None:
+    async def _watch_once(self) -> bool:
+        """One watch until it ends normally (then True: the watch works); errors raise."""
         lines = await self._watch_call(self.resource_version, WATCH_TIMEOUT_S)
         async for line in lines:
             if not line.strip():
@@ -140,3 +143,4 @@ class Reflector(Generic[T]):
             obj = self._decoder.decode(event.object)
             self.resource_version = self._version_of(obj) or self.resource_version
             self._apply(event.type, obj)
+        return True

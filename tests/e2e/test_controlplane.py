@@ -210,3 +210,36 @@ async def test_raw_pod_json_decodes_with_the_codec(
     assert pod.containers[0].limits == {"nvidia.com/gpu": "2"}
     assert pod.labels["gpu-topology-replica"] == "2"
     assert pod_from_obj(msgspec.json.decode(raw, type=Pod)) == pod
+
+
+async def test_a_watch_that_keeps_failing_backs_off_doubling_to_the_cap(
+    control_plane: ControlPlane, admin_api: ApiClient
+) -> None:
+    """LIST works, every WATCH is refused by the apiserver (an unknown field selector: 400):
+    the reflector re-lists after 0.5, 1, 2, 4, 8, 10, 10 s (named constants), never at 0.5 s
+    forever. Its sleep is injected, so nothing waits for real."""
+    api = KubeApi(admin_api)
+    slept: list[float] = []
+
+    async def refused_watch(version: str, timeout: int) -> Any:
+        return await api.watch_pods(version, timeout, field_selector="no.such.field=x")
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 7:
+            raise asyncio.CancelledError
+
+    reflector = Reflector(
+        "pods",
+        Pod,
+        api.list_pods,
+        refused_watch,
+        lambda pods: None,
+        lambda kind, pod: None,
+        lambda p: p.metadata.resource_version,
+        sleep=sleep,
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(reflector.run(), 60)
+    assert slept == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert reflector.relists == 7  # each failure went back to LIST
