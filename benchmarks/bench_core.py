@@ -1,9 +1,10 @@
 """bench-core: decision time per pod on 5,000 nodes of 8 GPUs with mixed occupancy.
 
 A benchmark, not a test: it prints figures and never fails on them. The cluster is half DGX-1 V100
-(NVLink cube-mesh) and half 8-GPU PCIe servers; each node starts with a random number of GPUs held
-by running pods (seeded, so runs are comparable). Then pods asking for 1, 2, 4 or 8 GPUs (and a
-share of 2- and 4-replica gangs) are decided and applied one by one, the way the live scheduler's
+(NVLink cube-mesh) and half 8-GPU PCIe servers, each offering 8 nvidia.com/gpu in its
+status.allocatable (checked, as on a live cluster); each node starts with a random number of GPUs
+held by running pods (seeded, so runs are comparable). Then pods asking for 1, 2, 4 or 8 GPUs (and
+a share of 2- and 4-replica gangs) are decided and applied one by one, the way the live scheduler's
 serial cycle runs them. The goal is p99 <= 1 ms per pod.
 
 Usage: python -m benchmarks.bench_core [--nodes 5000] [--pods 3000] [--seed 7]
@@ -26,7 +27,12 @@ from tests.topologies import DGX1_V100, PCIE8
 
 def make_node(name: str, links: list[list[str]]) -> NodeInput:
     inv = {"vendor": "nvidia", "devices": [{"index": i} for i in range(8)], "links": links}
-    return NodeInput(name, annotations={"topo-scheduler.io/gpus": json.dumps(inv)})
+    # As on a live cluster, the device plugin's allocatable is checked too.
+    return NodeInput(
+        name,
+        annotations={"topo-scheduler.io/gpus": json.dumps(inv)},
+        allocatable={"cpu": "64", "nvidia.com/gpu": "8"},
+    )
 
 
 def make_pod(name: str, gpus: int, labels: dict[str, str] | None = None) -> PodInput:

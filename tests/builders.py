@@ -29,6 +29,7 @@ class MakeNode:
         self._cordoned = False
         self._raw: str | None = None
         self._gpu = True
+        self._allocatable: dict[str, str] | None = None  # None: no status at all
 
     def Name(self, name: str) -> MakeNode:
         self._name = name
@@ -86,6 +87,11 @@ class MakeNode:
         self._gpu = False
         return self
 
+    def Allocatable(self, quantities: dict[str, int | str] | None = None) -> MakeNode:
+        """Give the node a status.allocatable (``{}``: a status that offers no GPUs)."""
+        self._allocatable = {k: str(v) for k, v in (quantities or {}).items()}
+        return self
+
     def inventory(self) -> dict[str, Any]:
         n = self._n
         if n is None:
@@ -123,6 +129,7 @@ class MakeNode:
             annotations=annotations,
             unschedulable=self._cordoned,
             taints=tuple(self._taints),
+            allocatable=None if self._allocatable is None else dict(self._allocatable),
         )
 
 

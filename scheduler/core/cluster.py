@@ -4,9 +4,15 @@ It is the core's snapshot, fed by the shell (watch events in the live scheduler,
 simulator) and read by the placement functions. It does no I/O and never reads a clock.
 
 Speed comes from an equivalence-class index. Two GPU nodes with the same interned topology, vendor,
-device count and free-GPU mask are interchangeable for a whole-GPU pod except for their names, so
-ranking a pod against 5,000 nodes means ranking at most a few hundred classes, each with a memoised
-best set, and then taking the first name in the winning class (a lazily cleaned heap).
+device count, free-GPU mask and allocatable headroom are interchangeable for a whole-GPU pod except
+for their names, so ranking a pod against 5,000 nodes means ranking at most a few hundred classes,
+each with a memoised best set, and then taking the first name in the winning class (a lazily
+cleaned heap).
+
+Allocatable headroom: per configured whole-GPU resource name, the node's status.allocatable minus
+what the pods held there ask for of it (their limits), capped at the free GPU count (more can never
+be used, and the cap keeps nodes whose allocatable is simply their GPU count in one class). None
+for a node whose object has no status (hand-written manifests): no check.
 
 Tentative changes (a gang being planned) go through ``checkpoint`` / ``rollback``: every mutation of
 a holding is appended to an undo log, so a failed gang plan leaves no trace.
@@ -15,7 +21,7 @@ a holding is appended to an undo log, so a failed gang plan leaves no trace.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -23,7 +29,7 @@ from .decisions import ContainerDevices, Placement, Share
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from .objects import NodeInput, PodInput
-from .requests import RequestError, parse_gang, parse_request
+from .requests import RequestError, parse_gang, parse_quantity, parse_request
 from .settings import CoreSettings
 from .topology import Topology
 
@@ -49,12 +55,32 @@ class Holding(msgspec.Struct, frozen=True):
     gang: str | None = None
     replicas: int = 0
     uid: str = ""
+    # Whole GPUs per resource name the pod asks for (its limits): charged to the node's
+    # allocatable. Empty for holdings whose pod is not known (reservations reloaded from the
+    # store), which therefore count against the GPUs but not the allocatable.
+    resources: tuple[tuple[str, int], ...] = ()
 
 
 class NodeState:
-    __slots__ = ("cards", "error", "inventory", "name", "node", "pods", "whole")
+    __slots__ = (
+        "allocatable",
+        "cards",
+        "error",
+        "inventory",
+        "name",
+        "node",
+        "pods",
+        "used",
+        "whole",
+    )
 
-    def __init__(self, node: NodeInput, inventory: Inventory | None, error: str | None) -> None:
+    def __init__(
+        self,
+        node: NodeInput,
+        inventory: Inventory | None,
+        error: str | None,
+        allocatable: tuple[int, ...] | None = None,
+    ) -> None:
         self.name = node.name
         self.node = node
         self.inventory = inventory
@@ -62,6 +88,10 @@ class NodeState:
         self.whole = 0  # GPUs held whole
         self.cards: dict[int, CardUse] = {}  # shared use by card index
         self.pods: set[str] = set()
+        # Per whole-GPU resource name (ClusterState.resources order): status.allocatable, None
+        # when the node object has no status; and what the held pods ask for of each.
+        self.allocatable = allocatable
+        self.used = [0] * (len(allocatable) if allocatable is not None else 0)
 
     @property
     def shared_mask(self) -> int:
@@ -82,6 +112,15 @@ class NodeState:
     def total(self) -> int:
         return 0 if self.inventory is None else len(self.inventory.devices)
 
+    def headroom(self) -> tuple[int, ...] | None:
+        """Allocatable minus what is held, per resource, capped at the free GPU count."""
+        if self.allocatable is None:
+            return None
+        free = self.free_mask.bit_count()
+        return tuple(
+            min(free, max(0, a - u)) for a, u in zip(self.allocatable, self.used, strict=True)
+        )
+
     def accepts(self, pod: PodInput) -> str | None:
         """None when the pod may go here regardless of GPUs, else the reason key."""
         if self.node.unschedulable:
@@ -97,7 +136,10 @@ class NodeState:
         return None
 
 
-ClassKey = tuple[Topology, str, int, int]  # topology, vendor, device count, free mask
+# topology, vendor, device count, free mask, allocatable headroom (NodeState.headroom)
+ClassKey = tuple[Topology, str, int, int, tuple[int, ...] | None]
+# Whole GPUs asked per resource, as (index in ClusterState.resources, count), by index.
+Demand = tuple[tuple[int, int], ...]
 
 
 class NodeClass:
@@ -129,6 +171,10 @@ class NodeClass:
 class ClusterState:
     def __init__(self, settings: CoreSettings | None = None) -> None:
         self.settings = settings or CoreSettings()
+        # The whole-GPU resource names in a fixed order: NodeState.allocatable/used and the
+        # class key's headroom are tuples in this order.
+        self.resources: tuple[str, ...] = tuple(sorted(self.settings.gpu_resources))
+        self.resource_index = {r: i for i, r in enumerate(self.resources)}
         self.nodes: dict[str, NodeState] = {}
         self.holdings: dict[str, Holding] = {}
         # Holdings whose node is not known yet (a pod event that beat its node's event).
@@ -142,16 +188,18 @@ class ClusterState:
     # ---- nodes -----------------------------------------------------------------------------
 
     def set_node(self, node: NodeInput) -> str | None:
-        """Add or refresh a node. Returns a warning when its inventory is malformed."""
-        warning: str | None = None
+        """Add or refresh a node. Returns a warning when its inventory or its allocatable
+        amount of a whole-GPU resource is malformed (several are joined by "; ")."""
+        warnings: list[str] = []
         try:
             inventory = read_inventory(node)
             error = None
         except InventoryError as exc:
             inventory, error = None, str(exc)
-            warning = f"{exc}; node excluded from GPU scheduling"
+            warnings.append(f"{exc}; node excluded from GPU scheduling")
+        allocatable = self._read_allocatable(node, warnings)
         old = self.nodes.get(node.name)
-        state = NodeState(node, inventory, error)
+        state = NodeState(node, inventory, error, allocatable)
         self._unindex(node.name)
         self.nodes[node.name] = state
         pods = set(old.pods) if old else set()
@@ -161,7 +209,44 @@ class ClusterState:
             self.holdings[key] = holding
             self._charge(state, holding, +1)
         self._index(state)
-        return warning
+        return "; ".join(warnings) or None
+
+    def _read_allocatable(self, node: NodeInput, warnings: list[str]) -> tuple[int, ...] | None:
+        """The node's allocatable count of each whole-GPU resource; a malformed one is 0 (the
+        node does not offer that resource) with a warning naming node and field."""
+        if node.allocatable is None:
+            return None
+        counts = []
+        for resource in self.resources:
+            text = node.allocatable.get(resource)
+            count = 0
+            if text is not None:
+                try:
+                    value = parse_quantity(text)
+                except ValueError as exc:
+                    problem = str(exc)
+                else:
+                    if value >= 0 and value == value.to_integral_value():
+                        count = int(value)
+                        problem = ""
+                    else:
+                        problem = f"{text!r} must be a whole, non-negative number"
+                if problem:
+                    warnings.append(
+                        f"node {node.name}: status.allocatable[{resource}]: {problem}; "
+                        f"the node is treated as not offering {resource}"
+                    )
+            counts.append(count)
+        return tuple(counts)
+
+    def demand(self, resources: Iterable[tuple[str, int]]) -> Demand:
+        """Whole GPUs per resource name (several requests are summed) as a Demand."""
+        total: dict[int, int] = {}
+        for resource, n in resources:
+            index = self.resource_index.get(resource)
+            if index is not None and n:
+                total[index] = total.get(index, 0) + n
+        return tuple(sorted(total.items()))
 
     def remove_node(self, name: str) -> None:
         state = self.nodes.pop(name, None)
@@ -287,7 +372,13 @@ class ClusterState:
         inv = state.inventory
         if inv is None:
             return
-        key: ClassKey = (inv.topology, inv.vendor, len(inv.devices), state.free_mask)
+        key: ClassKey = (
+            inv.topology,
+            inv.vendor,
+            len(inv.devices),
+            state.free_mask,
+            state.headroom(),
+        )
         cls = self.classes.get(key)
         if cls is None:
             cls = self.classes[key] = NodeClass(key)
@@ -310,6 +401,11 @@ class ClusterState:
         else:
             state.whole &= ~holding.whole
             state.pods.discard(holding.pod)
+        if state.allocatable is not None:
+            for resource, n in holding.resources:
+                index = self.resource_index.get(resource)
+                if index is not None:
+                    state.used[index] += sign * n
         for share in holding.shares:
             use = state.cards.setdefault(share.index, CardUse())
             use.core += sign * share.core
@@ -353,7 +449,13 @@ class ClusterState:
                 whole |= 1 << index
         elif not shares:
             return self._unannotated(pod, gang_key, replicas)
-        return Holding(pod.key, pod.node_name, whole, shares, gang_key, replicas, pod.uid)
+        try:
+            resources = parse_request(pod, self.settings).resources
+        except RequestError:
+            resources = ()  # the kubelet admits no such pod; its GPUs still count
+        return Holding(
+            pod.key, pod.node_name, whole, shares, gang_key, replicas, pod.uid, resources
+        )
 
     def _allocated_mask(self, pod: PodInput) -> int | None:
         """The GPUs the node's device plugin reports the pod's containers really got, as a mask
@@ -396,7 +498,9 @@ class ClusterState:
         choice = state.inventory.topology.best_set(state.free_mask, req.gpus)
         if choice is None:
             return None
-        return Holding(pod.key, pod.node_name, choice.mask, (), gang, replicas, pod.uid)
+        return Holding(
+            pod.key, pod.node_name, choice.mask, (), gang, replicas, pod.uid, req.resources
+        )
 
 
 class AllocatedContainer(msgspec.Struct, frozen=True):
@@ -424,6 +528,7 @@ def holding_of(placement: Placement, replicas: int = 0) -> Holding:
         placement.gang,
         replicas,
         placement.uid,
+        placement.resources,
     )
 
 

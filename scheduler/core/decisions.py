@@ -39,6 +39,9 @@ class Placement(Struct, frozen=True):
     shares: tuple[Share, ...] = ()
     gang: str | None = None  # "namespace/job"
     containers: tuple[ContainerDevices, ...] = ()  # the devices split per container
+    # Whole GPUs per resource name the pod asks for (sorted): charged against the node's
+    # allocatable once the placement is assumed.
+    resources: tuple[tuple[str, int], ...] = ()
 
 
 class Placed(Struct, frozen=True, tag="placed"):

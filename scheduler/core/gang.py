@@ -12,6 +12,9 @@ members it has. Planning starts only when all N members exist (pending or alread
    set. For gangs of equal replicas (the usual case, and ACK's only case) this is the minimum number
    of nodes.
 
+In both, a node must also have the allocatable headroom for everything its part of the gang asks
+for, per resource name: two 1-GPU replicas on one node need 2 allocatable GPUs left there.
+
 The plan runs as a transaction on ClusterState (checkpoint, tentative apply, rollback): the
 tentative placements let the next replica see what the previous ones took, and the rollback leaves
 the state exactly as it was, whether the plan succeeded or not. The caller applies a successful
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from msgspec import Struct
 
-from .cluster import ClusterState, NodeState
+from .cluster import ClusterState, Demand, NodeState
 from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .objects import PodInput
 from .placement import best_whole_node, unschedulable_reason, whole_placement
@@ -115,7 +118,8 @@ def _plan_one_node(
     pods: list[PodInput],
     total: int,
 ) -> list[Placement] | None:
-    found = best_whole_node(state, pods, total, vendor, spread)
+    demand = state.demand(r for m in ordered for r in m.request.resources)
+    found = best_whole_node(state, pods, total, vendor, spread, demand)
     if found is None:
         return None
     return _split(state, gang, found.node, found.choice.mask, ordered)
@@ -149,22 +153,35 @@ def _plan_fewest_nodes(
 ) -> list[Placement] | None:
     remaining = list(ordered)
     out: list[Placement] = []
+    demands = {m.pod.key: state.demand(m.request.resources) for m in ordered}
+    # The resources the gang asks for: only their headroom matters for grouping.
+    asked = sorted({index for d in demands.values() for index, _ in d})
     while remaining:
-        # A node with c free GPUs absorbs the replicas that fit in c, largest first; only the
-        # distinct groups this yields need ranking, each once (rule 2 over all nodes).
-        groups: dict[tuple[str, ...], list[Member]] = {}
-        for c in sorted({cls.key[3].bit_count() for cls in state.iter_classes(vendor)}):
+        # A node with c free GPUs (and that allocatable headroom) absorbs the replicas that fit,
+        # largest first; only the distinct groups this yields need ranking, each once (rule 2
+        # over all nodes).
+        groups: dict[tuple[str, ...], tuple[list[Member], Demand]] = {}
+        for c, room in sorted(_capacities(state, vendor, asked), key=_capacity_order):
             group, cap = [], c
+            left = None if room is None else dict(zip(asked, room, strict=True))
             for m in remaining:
-                if m.request.gpus <= cap:
-                    group.append(m)
-                    cap -= m.request.gpus
+                need = demands[m.pod.key]
+                if m.request.gpus > cap:
+                    continue
+                if left is not None and any(left[i] < n for i, n in need):
+                    continue
+                group.append(m)
+                cap -= m.request.gpus
+                if left is not None:
+                    for i, n in need:
+                        left[i] -= n
             if any(m.request.gpus for m in group):
-                groups[tuple(m.pod.key for m in group)] = group
+                need_all = state.demand(r for m in group for r in m.request.resources)
+                groups[tuple(m.pod.key for m in group)] = (group, need_all)
         best: tuple[tuple[int, tuple[int, ...], str], list[Member], NodeState, int] | None = None
-        for group in groups.values():
+        for group, need_all in groups.values():
             placed = sum(m.request.gpus for m in group)
-            found = best_whole_node(state, [m.pod for m in group], placed, vendor, spread)
+            found = best_whole_node(state, [m.pod for m in group], placed, vendor, spread, need_all)
             if found is None:
                 continue
             key = (-placed, found.key, found.node.name)
@@ -177,3 +194,21 @@ def _plan_fewest_nodes(
         taken = {m.pod.key for m in group}
         remaining = [m for m in remaining if m.pod.key not in taken]
     return out
+
+
+Capacity = tuple[int, tuple[int, ...] | None]
+
+
+def _capacities(state: ClusterState, vendor: str, asked: list[int]) -> set[Capacity]:
+    """Distinct (free GPUs, headroom of the gang's resources) over the vendor's node classes."""
+    out: set[Capacity] = set()
+    for cls in state.iter_classes(vendor):
+        headroom = cls.key[4]
+        room = None if headroom is None else tuple(headroom[i] for i in asked)
+        out.add((cls.key[3].bit_count(), room))
+    return out
+
+
+def _capacity_order(capacity: Capacity) -> tuple[int, bool, tuple[int, ...]]:
+    free, room = capacity
+    return (free, room is not None, room or ())

@@ -40,6 +40,12 @@ class NodeInput(Struct, frozen=True):
     annotations: dict[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
+    # status.allocatable as quantity strings, parsed by the core (which reads only the
+    # configured whole-GPU resource names; the shell may drop the others). None when the object
+    # carries no status at all (a hand-written manifest): then allocatable is not checked. A
+    # status without allocatable (nor capacity, which the apiserver copies into it) offers
+    # nothing, as for kube-scheduler.
+    allocatable: dict[str, str] | None = None
 
 
 class ContainerInput(Struct, frozen=True):

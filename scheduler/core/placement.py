@@ -7,7 +7,9 @@ The set score is rule 1's internal score of the best k-set on that node, so a mu
 the best-connected set first (that is why it asked us); for k = 1 it is always 0 and the key reduces
 to "smallest fitting node, then least damage". Ranking runs over ClusterState's node classes, not
 nodes; only the winning class is searched for a name, and only a pod with a node selector or a
-node with a taint costs a scan of that class.
+node with a taint costs a scan of that class. A class fits only when its allocatable headroom
+covers what the pod asks for of each resource name (a node whose object has no status is not
+checked), so the kubelet never refuses a pod for want of allocatable GPUs.
 
 Rule 4, shared GPUs. A card fits when its free core percent, memory and sGPU slots cover the request
 and its QoS matches (an idle card takes any). GPU policy binpack takes the busiest fitting cards,
@@ -16,7 +18,9 @@ idle cards whole for whole-GPU pods), spread the idlest.
 
 Rule 5. When nothing fits, every node is counted under the first filter it failed and the counts
 read like kube-scheduler's: "0/12 nodes are available: 8 have fewer than 4 free GPUs, 4 are not GPU
-nodes."
+nodes." Allocatable comes in twice: a node whose allocatable itself is too small says so before it
+is counted by its free GPUs; one with enough free GPUs but too little allocatable left says so
+after.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from .cluster import CardUse, ClusterState, NodeClass, NodeState
+from .cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
 from .decisions import ContainerDevices, Placement, Share
 from .inventory import Inventory
 from .names import CORES_PER_CARD
@@ -45,7 +49,7 @@ class WholeChoice:
 def _class_key(
     cls: NodeClass, k: int, spread: bool
 ) -> tuple[tuple[int, int, int, int], SetChoice] | None:
-    topology, _vendor, total, free = cls.key
+    topology, _vendor, total, free, _headroom = cls.key
     free_count = free.bit_count()
     if free_count < k:
         return None
@@ -62,11 +66,22 @@ def best_whole_node(
     k: int,
     vendor: str,
     spread: bool,
+    demand: Demand = (),
 ) -> WholeChoice | None:
-    """Rule 2: the best node for k whole GPUs of ``vendor``, acceptable to every pod in ``pods``."""
+    """Rule 2: the best node for k whole GPUs of ``vendor``, acceptable to every pod in ``pods``,
+    whose allocatable headroom covers ``demand`` (the pods' GPUs per resource name)."""
     members = list(pods)
     ranked: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
+    # The usual demand is one resource name: checked inline, it costs next to nothing per class.
+    index, n = demand[0] if len(demand) == 1 else (-1, 0)
     for cls in state.iter_classes(vendor):
+        headroom = cls.key[4]
+        if headroom is not None and demand:
+            if index >= 0:
+                if headroom[index] < n:
+                    continue
+            elif any(headroom[i] < m for i, m in demand):
+                continue
         found = _class_key(cls, k, spread)
         if found is not None:
             ranked.append((found[0], cls, found[1]))
@@ -115,7 +130,15 @@ def whole_placement(
     devices = tuple(sorted(indices))
     uuids = tuple(inv.device(i).uuid for i in devices)
     return Placement(
-        pod.key, pod.uid, node.name, devices, uuids, (), gang, split_by_container(req, inv, devices)
+        pod.key,
+        pod.uid,
+        node.name,
+        devices,
+        uuids,
+        (),
+        gang,
+        split_by_container(req, inv, devices),
+        req.resources,
     )
 
 
@@ -141,7 +164,14 @@ def split_by_container(
 
 def place_whole(state: ClusterState, pod: PodInput, req: PodRequest) -> Placement | None:
     assert req.vendor is not None
-    found = best_whole_node(state, [pod], req.gpus, req.vendor, req.node_policy == "spread")
+    found = best_whole_node(
+        state,
+        [pod],
+        req.gpus,
+        req.vendor,
+        req.node_policy == "spread",
+        state.demand(req.resources),
+    )
     if found is None:
         return None
     return whole_placement(pod, req, found.node, found.choice.indices, None)
@@ -253,8 +283,9 @@ def unschedulable_reason(
     """kube-scheduler style: "0/12 nodes are available: 8 have fewer than 4 free GPUs, ..."."""
     counts: Counter[tuple[str, str]] = Counter()
     k = req.gpus if gpus is None else gpus
+    demand = [(state.resource_index[r], r, n) for r, n in req.resources]
     for node in state.nodes.values():
-        counts[_node_reason(node, pods, req, k)] += 1
+        counts[_node_reason(node, pods, req, k, demand)] += 1
     total = len(state.nodes)
     if total == 0:
         return "0/0 nodes are available: the cluster has no nodes."
@@ -263,7 +294,13 @@ def unschedulable_reason(
     return f"0/{total} nodes are available: {text}."
 
 
-def _node_reason(node: NodeState, pods: list[PodInput], req: PodRequest, k: int) -> tuple[str, str]:
+def _node_reason(
+    node: NodeState,
+    pods: list[PodInput],
+    req: PodRequest,
+    k: int,
+    demand: list[tuple[int, str, int]],
+) -> tuple[str, str]:
     if node.inventory is None:
         return _PHRASES["invalid" if node.error else "not-gpu"]
     for pod in pods:
@@ -296,4 +333,19 @@ def _node_reason(node: NodeState, pods: list[PodInput], req: PodRequest, k: int)
     noun = "GPU" if k == 1 else "GPUs"
     if len(inv.devices) < k:
         return (f"has fewer than {k} {noun} in total", f"have fewer than {k} {noun} in total")
+    allocatable = node.allocatable
+    if allocatable is not None:
+        # Never enough, however many pods leave (e.g. the device plugin registers another
+        # resource name, or is down): that is the reason, not the free GPUs.
+        for index, resource, n in demand:
+            if allocatable[index] < n:
+                return _too_little(resource)
+    if allocatable is not None and node.free_mask.bit_count() >= k:
+        for index, resource, n in demand:
+            if allocatable[index] - node.used[index] < n:
+                return _too_little(resource)
     return (f"has fewer than {k} free {noun}", f"have fewer than {k} free {noun}")
+
+
+def _too_little(resource: str) -> tuple[str, str]:
+    return (f"has too little allocatable {resource}", f"have too little allocatable {resource}")

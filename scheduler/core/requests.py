@@ -43,6 +43,8 @@ class PodRequest(Struct, frozen=True):
     # Whole GPUs per container that asks for any, in the kubelet's allocation order (sidecar
     # init containers, then app containers): the device plugin gives each its own part.
     containers: tuple[tuple[str, int], ...] = ()
+    # Whole GPUs per resource name (sorted by name): what the node's allocatable must cover.
+    resources: tuple[tuple[str, int], ...] = ()
     vendor: str | None = None
     shared: SharedRequest | None = None
     gang: Gang | None = None
@@ -175,6 +177,7 @@ def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
     return PodRequest(
         gpus=sum(whole.values()),
         containers=tuple(per_container),
+        resources=tuple(sorted(whole.items())),
         vendor=vendors[0] if vendors else None,
         shared=shared_req,
         gang=parse_gang(pod),

@@ -4,13 +4,16 @@ The Structs mirror v1 Node and v1 Pod but declare only the fields the scheduler 
 skips the rest cheaply (a real pod has hundreds of fields). They are not strict about unknown
 fields on purpose, unlike the config file. Quantities arrive as strings from the apiserver but as
 numbers from hand-written YAML (``nvidia.com/gpu: 1``), so both are accepted and kept as strings
-for the core's quantity parser, which reports malformed values per pod.
+for the core's quantity parser, which reports malformed values per pod (and, for a node's
+status.allocatable, per node, with a warning). Of a node's status only allocatable (or capacity,
+which the apiserver copies into a missing allocatable) is read; heartbeats and conditions are not.
 
 No kubernetes-asyncio import here: the hot path never builds client model objects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -42,9 +45,16 @@ class NodeSpecWire(msgspec.Struct):
     taints: list[TaintWire] | None = None
 
 
+class NodeStatusWire(msgspec.Struct):
+    # Only these two of a node's status; conditions, images and heartbeats are skipped.
+    allocatable: dict[str, Quantity] | None = None
+    capacity: dict[str, Quantity] | None = None
+
+
 class Node(msgspec.Struct):
     metadata: ObjectMeta
     spec: NodeSpecWire = msgspec.field(default_factory=NodeSpecWire)
+    status: NodeStatusWire | None = None
 
 
 class Resources(msgspec.Struct):
@@ -103,14 +113,30 @@ def _container(c: ContainerWire) -> ContainerInput:
     )
 
 
-def node_from_obj(node: Node) -> NodeInput:
+def node_from_obj(node: Node, resources: Collection[str] | None = None) -> NodeInput:
+    """``resources``: keep only these names of status.allocatable (the whole-GPU resources, the
+    only ones the core reads), so that a NodeInput changes when they change and not otherwise."""
     return NodeInput(
         node.metadata.name,
         labels=dict(node.metadata.labels or {}),
         annotations=dict(node.metadata.annotations or {}),
         unschedulable=node.spec.unschedulable,
         taints=tuple(Taint(t.key, t.effect, t.value) for t in node.spec.taints or ()),
+        allocatable=_allocatable(node.status, resources),
     )
+
+
+def _allocatable(
+    status: NodeStatusWire | None, resources: Collection[str] | None
+) -> dict[str, str] | None:
+    if status is None:
+        return None
+    # The apiserver defaults a missing allocatable to the capacity; hand-written YAML gets the same.
+    values = status.allocatable if status.allocatable is not None else status.capacity
+    quantities = _quantities(values)
+    if resources is None:
+        return quantities
+    return {k: v for k, v in quantities.items() if k in resources}
 
 
 def pod_from_obj(pod: Pod) -> PodInput:
@@ -143,8 +169,8 @@ def decode_pod(raw: bytes) -> PodInput:
     return pod_from_obj(_pod_decoder.decode(raw))
 
 
-def decode_node(raw: bytes) -> NodeInput:
-    return node_from_obj(_node_decoder.decode(raw))
+def decode_node(raw: bytes, resources: Collection[str] | None = None) -> NodeInput:
+    return node_from_obj(_node_decoder.decode(raw), resources)
 
 
 def convert_pod(obj: dict[str, Any]) -> PodInput:
@@ -152,5 +178,5 @@ def convert_pod(obj: dict[str, Any]) -> PodInput:
     return pod_from_obj(msgspec.convert(obj, Pod, strict=False))
 
 
-def convert_node(obj: dict[str, Any]) -> NodeInput:
-    return node_from_obj(msgspec.convert(obj, Node, strict=False))
+def convert_node(obj: dict[str, Any], resources: Collection[str] | None = None) -> NodeInput:
+    return node_from_obj(msgspec.convert(obj, Node, strict=False), resources)

@@ -130,6 +130,9 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     def pods_version(p: Pod) -> str:
         return p.metadata.resource_version
 
+    # A node's allocatable is kept for these names only: node events that change nothing else
+    # of it (heartbeats, cpu/memory) then leave the node's input equal, and are skipped.
+    gpu_names = frozenset(scheduler.state.settings.gpu_resources)
     pending_selector = f"spec.schedulerName={config.scheduler_name},spec.nodeName="
     bound_selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
     reflectors: list[Reflector[Any]] = [
@@ -138,8 +141,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             Node,
             api.list_nodes,
             api.watch_nodes,
-            lambda nodes: scheduler.replace_nodes([node_from_obj(n) for n in nodes]),
-            lambda kind, n: scheduler.node_event(kind, node_from_obj(n)),
+            lambda nodes: scheduler.replace_nodes([node_from_obj(n, gpu_names) for n in nodes]),
+            lambda kind, n: scheduler.node_event(kind, node_from_obj(n, gpu_names)),
             lambda n: n.metadata.resource_version,
         ),
         Reflector(

@@ -235,7 +235,10 @@ class Scheduler:
             return
         current = self.state.nodes.get(node.name)
         if current is not None and current.node == node:
-            return  # status-only churn (heartbeats): nothing we read changed
+            # Heartbeat-only status churn: nothing we read changed. What we read includes the
+            # allocatable amount of each whole-GPU resource (the codec keeps only those), so a
+            # device plugin that registers, changes its count or goes down refreshes the node.
+            return
         warning = self.state.set_node(node)
         if warning:
             log.warning("node inventory", node=node.name, warning=warning)

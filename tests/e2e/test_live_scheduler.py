@@ -246,3 +246,36 @@ async def test_leader_killed_mid_stream_standby_takes_over_without_double_alloca
     assert standby.terminate() == 0
     events = [e.get("event") for e in standby.lines()]
     assert "reconciled store" in events and "stopped" in events
+
+
+async def test_a_resource_the_nodes_allocatable_lacks_waits_until_offered(
+    scenario: Scenario,
+) -> None:
+    """The node's device plugin registers topo-scheduler.io/gpu only: a pod asking nvidia.com/gpu
+    would be refused by the kubelet, so it stays Pending with the reason until the node's
+    allocatable offers it; a pod asking aliyun.com/gpu waits until a node offering it appears."""
+    node = scenario.node("plugin", dgx("p"), 8, "topo-scheduler.io/gpu")
+    scenario.start_scheduler()
+    scenario.pod("nv", 2)
+    scenario.pod("ali", 1, "aliyun.com/gpu")
+    message = await scenario.wait_condition("nv", "1 has too little allocatable nvidia.com/gpu")
+    # Every other node of the shared control plane fails the scenario's node selector.
+    assert message.startswith("0/") and message.endswith(
+        "1 has too little allocatable nvidia.com/gpu."
+    ), message
+    await scenario.wait_condition("ali", "1 has too little allocatable aliyun.com/gpu.")
+    pods = scenario.pods()
+    assert not pods["nv"]["spec"].get("nodeName") and not pods["ali"]["spec"].get("nodeName")
+    # The device plugin now registers nvidia.com/gpu too (as the admin: the kubelet's write).
+    scenario.plane.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}},
+        content_type="application/merge-patch+json",
+    )
+    pods = await scenario.wait_bound(["nv"])
+    assert pods["nv"]["spec"]["nodeName"] == node and len(devices_of(pods["nv"])) == 2
+    assert not pods["ali"]["spec"].get("nodeName")
+    other = scenario.node("aliyun", dgx("q"), 8, "aliyun.com/gpu")
+    pods = await scenario.wait_bound(["ali"])
+    assert pods["ali"]["spec"]["nodeName"] == other

@@ -100,7 +100,7 @@ def test_deletion_timestamp_marks_a_pod_as_deleting() -> None:
     assert convert_pod(obj).deleting
 
 
-def test_decode_raw_node_skips_status_and_reads_taints() -> None:
+def test_decode_raw_node_reads_taints_and_skips_what_it_does_not_read() -> None:
     raw = {
         "kind": "Node",
         "apiVersion": "v1",
@@ -138,3 +138,75 @@ def test_whole_floats_become_integer_quantities() -> None:
     # A whole float is printed the way the apiserver canonicalises the quantity: "2", not "2.0".
     assert pod.containers[0].requests == {"a/gpu": "2"}
     assert pod.namespace == "default"
+
+
+RAW_NODE_WITH_STATUS = {
+    "kind": "Node",
+    "apiVersion": "v1",
+    "metadata": {"name": "gpu-8", "resourceVersion": "99"},
+    "spec": {},
+    "status": {
+        "capacity": {"cpu": "64", "nvidia.com/gpu": "8", "topo-scheduler.io/gpu": "8"},
+        "allocatable": {
+            "cpu": "63500m",
+            "memory": "503Gi",
+            "nvidia.com/gpu": "8",
+            "topo-scheduler.io/gpu": "0",
+        },
+        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01"}],
+        "nodeInfo": {"kubeletVersion": "v1.33.5"},
+    },
+}
+
+
+def test_decode_raw_node_reads_status_allocatable() -> None:
+    node = decode_node(json.dumps(RAW_NODE_WITH_STATUS).encode())
+    assert node.allocatable == {
+        "cpu": "63500m",
+        "memory": "503Gi",
+        "nvidia.com/gpu": "8",
+        "topo-scheduler.io/gpu": "0",
+    }
+
+
+def test_allocatable_keeps_only_the_names_asked_for() -> None:
+    names = {"nvidia.com/gpu", "aliyun.com/gpu", "topo-scheduler.io/gpu"}
+    node = decode_node(json.dumps(RAW_NODE_WITH_STATUS).encode(), names)
+    assert node.allocatable == {"nvidia.com/gpu": "8", "topo-scheduler.io/gpu": "0"}
+    # A heartbeat changes the conditions only: the node reads the same.
+    beat = json.loads(json.dumps(RAW_NODE_WITH_STATUS))
+    beat["metadata"]["resourceVersion"] = "100"
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-02"
+    beat["status"]["allocatable"]["memory"] = "502Gi"
+    assert decode_node(json.dumps(beat).encode(), names) == node
+    # The device plugin going down does not.
+    beat["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    assert decode_node(json.dumps(beat).encode(), names) != node
+
+
+def test_node_without_status_has_no_allocatable_and_capacity_stands_in_for_it() -> None:
+    assert decode_node(b'{"metadata": {"name": "n"}}').allocatable is None
+    assert decode_node(b'{"metadata": {"name": "n"}, "status": null}').allocatable is None
+    # The apiserver defaults allocatable to capacity; YAML numbers are quantities too.
+    node = convert_node(
+        {"metadata": {"name": "n"}, "status": {"capacity": {"nvidia.com/gpu": 4}}},
+        {"nvidia.com/gpu"},
+    )
+    assert node.allocatable == {"nvidia.com/gpu": "4"}
+    # A status without either offers nothing (an empty dict, not None: it is checked).
+    bare = decode_node(b'{"metadata": {"name": "n"}, "status": {"nodeInfo": {}}}')
+    assert bare.allocatable == {}
+
+
+def test_a_malformed_allocatable_string_is_kept_for_the_core_to_warn_about() -> None:
+    raw = json.loads(json.dumps(RAW_NODE_WITH_STATUS))
+    raw["status"]["allocatable"]["nvidia.com/gpu"] = "eight"
+    assert decode_node(json.dumps(raw).encode()).allocatable is not None
+    assert decode_node(json.dumps(raw).encode(), {"nvidia.com/gpu"}).allocatable == {
+        "nvidia.com/gpu": "eight"
+    }
+
+
+def test_an_allocatable_value_of_the_wrong_type_names_its_path() -> None:
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.status\.allocatable"):
+        convert_node({"metadata": {"name": "n"}, "status": {"allocatable": {"a/gpu": [1]}}})

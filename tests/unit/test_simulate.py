@@ -354,3 +354,34 @@ def test_a_running_pod_naming_a_gpu_the_node_lacks_is_warned_about(
     assert code == 0
     assert doc["warnings"] == ["pod default/r: holds GPU 9 on node n1, which has no such GPU"]
     assert doc["summary"]["gpusAllocated"] == 1
+
+
+def test_node_status_allocatable_is_checked_and_a_malformed_one_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # n1 (no status, as hand-written manifests usually are) is not checked; n2's device plugin
+    # registers another resource name; n3's allocatable is malformed.
+    n2 = NODE.replace("name: n1", "name: n2") + (
+        "status:\n  allocatable:\n    topo-scheduler.io/gpu: '4'\n    cpu: '8'\n"
+    )
+    n3 = NODE.replace("name: n1", "name: n3") + "status:\n  allocatable:\n    nvidia.com/gpu: 4x\n"
+    f = write(tmp_path, "c.yaml", NODE, n2, n3, pod("a", 4), pod("b", 1))
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0
+    doc = json.loads(out)
+    assert [(p["pod"], p["node"]) for p in doc["placements"]] == [("default/a", "n1")]
+    assert doc["pending"] == [
+        {
+            "pod": "default/b",
+            "reason": "0/3 nodes are available: 2 have too little allocatable nvidia.com/gpu, "
+            "1 has fewer than 1 free GPU.",
+            "state": "unschedulable",
+        }
+    ]
+    assert doc["warnings"] == [
+        "node n3: status.allocatable[nvidia.com/gpu]: '4x' is not a Kubernetes quantity; "
+        "the node is treated as not offering nvidia.com/gpu"
+    ]
+    code, out, _ = run(capsys, "simulate", f)
+    assert "2 have too little allocatable nvidia.com/gpu" in out
+    assert "status.allocatable[nvidia.com/gpu]" in out
