@@ -39,7 +39,7 @@ from scheduler.state.redis_store import RedisStore
 
 from .http import ProbeServer
 from .leader import Leadership, LeaseTiming
-from .metrics import Metrics
+from .metrics import Metrics, TimedStore
 from .scheduler import Scheduler
 
 log = structlog.get_logger("app")
@@ -108,6 +108,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     api_client = await _api_client(kubeconfig)
     api = KubeApi(api_client)
     metrics = Metrics()
+    store = TimedStore(store, metrics.store_latency)  # every store call is timed
     lease = run_cfg.lease
     leadership = Leadership(
         store,

@@ -17,8 +17,10 @@ bound members as present and plans only the missing ones. A gang never holds res
 members that are not being bound right now, so two gangs cannot deadlock each other.
 
 Leadership: only the leader schedules. On election it reconciles the store against the
-apiserver's bound pods, loads the reservations a previous leader left for pods that are still
-pending (it may have died mid-bind), and only then takes the first pod.
+apiserver's bound pods (in the same store call it writes every node's inventory), loads the
+reservations a previous leader left for pods that are still pending (it may have died mid-bind),
+and only then takes the first pod. Node events reach the store's inventories through a batched
+background flush (inventories.py), never through the per-pod path.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
 from scheduler.state.base import Claim, Conflict, Fenced, ShareClaim, Store, StoreError
 
+from .inventories import NodeInventories
 from .leader import Leadership
 from .metrics import Metrics
 from .queue import SchedulingQueue
@@ -128,6 +131,14 @@ class Scheduler:
         # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
         self._needs_reconcile = False
         self._last_reconcile = 0.0
+        self.inventories = NodeInventories(
+            store,
+            leadership,
+            lambda: {name: node.inventory for name, node in self.state.nodes.items()},
+            lambda: self.accepting and self.leadership.leading,
+            self._spawn,
+            self._store_behind,
+        )
 
     # ---- watch events (synchronous, cheap) ---------------------------------------------------
 
@@ -226,12 +237,14 @@ class Scheduler:
         for name in list(self.state.nodes):
             if name not in names:
                 self.state.remove_node(name)
+                self.inventories.changed(name)
         for node in nodes:
             self.node_event("ADDED", node)
 
     def node_event(self, kind: str, node: NodeInput) -> None:
         if kind == "DELETED":
             self.state.remove_node(node.name)
+            self.inventories.changed(node.name)
             return
         current = self.state.nodes.get(node.name)
         if current is not None and current.node == node:
@@ -242,11 +255,15 @@ class Scheduler:
         warning = self.state.set_node(node)
         if warning:
             log.warning("node inventory", node=node.name, warning=warning)
+        self.inventories.changed(node.name)
         self.queue.on_cluster_event()
         self._kick()
 
     def _kick(self) -> None:
         self._wake.set()
+
+    def _store_behind(self) -> None:
+        self._needs_reconcile = True
 
     # ---- leadership --------------------------------------------------------------------------
 
@@ -267,7 +284,12 @@ class Scheduler:
         truth = [c for c in (self._claim_of(h) for h in self.state.holdings.values()) if c]
         truth = [c for c in truth if c.pod not in self.in_flight and c.pod not in self.pending]
         pending_uids = [p.uid for p in self.pending.values() if p.uid]
-        report = await self.store.reconcile(self.leadership.holder, epoch, truth, pending_uids)
+        async with self.inventories.lock:
+            nodes = self.inventories.all()
+            report = await self.store.reconcile(
+                self.leadership.holder, epoch, truth, pending_uids, nodes
+            )
+            self.inventories.reconciled(nodes)
         # Reservations a previous leader made for pods still pending: keep their GPUs out of
         # reach until those pods are decided again (their own new reservation replaces them).
         by_uid = {p.uid: p for p in self.pending.values()}
@@ -315,6 +337,7 @@ class Scheduler:
             devices=devices,
             shares=tuple(shares),
             gang=holding.gang or "",
+            replicas=holding.replicas if holding.gang else 0,
         )
 
     # ---- scheduling cycle --------------------------------------------------------------------
@@ -440,7 +463,6 @@ class Scheduler:
             claim = self._claim_of(holding)
             assert claim is not None
             claims.append(claim)
-        started = self.clock()
         try:
             await self.store.reserve(self.leadership.holder, epoch, claims)
         except Conflict as exc:
@@ -462,8 +484,6 @@ class Scheduler:
             for pod in unit.pods:
                 self.queue.backoff(pod.key)
             return "error"
-        finally:
-            self.metrics.store_latency.labels(operation="reserve").observe(self.clock() - started)
         pods = {p.key: p for p in unit.pods}
         for placement in decision.placements:  # assume
             self.state.apply(placement, _replicas_of(unit, placement.pod))
@@ -620,4 +640,6 @@ def _holding_of(claim: Claim) -> Holding:
     shares = tuple(
         Share(s.index, "", s.core, s.memory_mib, s.sgpu, s.qos or None) for s in claim.shares
     )
-    return Holding(claim.pod, claim.node, whole, shares, claim.gang or None, 0, claim.uid)
+    return Holding(
+        claim.pod, claim.node, whole, shares, claim.gang or None, claim.replicas, claim.uid
+    )

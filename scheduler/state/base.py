@@ -11,10 +11,24 @@ tests against both):
 - ``reserve`` is all or nothing: every whole GPU must be unowned (or owned by the same pod) and
   every shared card must have room for the claim, else nothing is written and Conflict says why.
 - ``mark_bound`` records that the apiserver accepted the binds; ``release`` frees pods' claims.
+- Per-GPU owner (``owners``): every whole GPU held is owned by one pod, with the pod's gang and
+  the epoch of the leader that wrote the ownership (by ``reserve`` or ``reconcile``).
+- Gang records (``gangs``): a gang (``namespace/job``) has a record exactly while some pod record
+  carries it, written in the same atomic call as the change to its members, stamped with that
+  call's epoch. Its members are those pods' UIDs and its state follows from them: ``reserved``
+  while any member is only reserved, else ``bound`` when the members are at least the gang's
+  replica count (the largest ``Claim.replicas`` among them; 0 = unknown, no check), else
+  ``partial`` (all bound, but a member was released, finished or never re-planned). So a gang
+  turns ``bound`` in the ``mark_bound`` that binds its last member, and its record goes with the
+  ``release`` that frees its last member.
+- Node inventories (``nodes``): node name -> inventory JSON (the ``topo-scheduler.io/gpus``
+  shape, with ``scores``), written by the leader, fenced like every write: ``update_nodes`` on
+  node events, and ``reconcile`` given ``nodes`` replaces them all (nodes not given are dropped).
 - ``reconcile`` makes the store equal to the apiserver's truth: bound pods missing from the store
   are added; records with no pod behind them are freed; reservations of pods that still exist
   unbound (``pending`` UIDs: a previous leader may have been binding them when it died) and of
-  the current epoch (our own binds in flight) are kept.
+  the current epoch (our own binds in flight) are kept. Every gang record is then rebuilt from
+  the pod records (bound members' gangs come from the truth's claims).
 """
 
 from __future__ import annotations
@@ -60,12 +74,28 @@ class Claim(Struct, frozen=True):
     devices: tuple[int, ...] = ()
     shares: tuple[ShareClaim, ...] = ()
     gang: str = ""
+    replicas: int = 0  # the gang's replica count; 0 without a gang or when unknown
 
 
 class Record(Struct, frozen=True):
     claim: Claim
     state: str  # "reserved" | "bound"
     epoch: int
+
+
+class Owner(Struct, frozen=True):
+    """Who holds one whole GPU."""
+
+    uid: str
+    gang: str
+    epoch: int
+
+
+class GangRecord(Struct, frozen=True):
+    state: str  # "reserved" | "bound" | "partial"
+    epoch: int
+    members: tuple[str, ...]  # pod UIDs, sorted
+    replicas: int = 0
 
 
 class ReconcileReport(Struct, frozen=True):
@@ -93,11 +123,36 @@ class Store(Protocol):
     async def release(self, holder: str, epoch: int, uids: list[str]) -> None: ...
 
     async def reconcile(
-        self, holder: str, epoch: int, truth: list[Claim], pending: list[str]
-    ) -> ReconcileReport: ...
+        self,
+        holder: str,
+        epoch: int,
+        truth: list[Claim],
+        pending: list[str],
+        nodes: dict[str, str] | None = None,
+    ) -> ReconcileReport:
+        """``nodes`` (name -> inventory JSON), when given, become the stored inventories."""
+        ...
+
+    async def update_nodes(
+        self, holder: str, epoch: int, put: dict[str, str], drop: list[str]
+    ) -> None:
+        """Write changed node inventories and drop deleted nodes, in one fenced call."""
+        ...
 
     async def records(self) -> dict[str, Record]:
         """Every pod record by UID (for reconciliation checks, debugging and tests)."""
+        ...
+
+    async def gangs(self) -> dict[str, GangRecord]:
+        """Every gang record by gang key (``namespace/job``)."""
+        ...
+
+    async def owners(self, node: str) -> dict[int, Owner]:
+        """The owners of a node's whole GPUs by GPU index."""
+        ...
+
+    async def nodes(self) -> dict[str, str]:
+        """The stored node inventories: node name -> inventory JSON."""
         ...
 
     async def close(self) -> None: ...

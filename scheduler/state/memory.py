@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .base import Claim, Conflict, Fenced, ReconcileReport, Record
+from .base import Claim, Conflict, Fenced, GangRecord, Owner, ReconcileReport, Record
 
 
 class MemoryStore:
@@ -20,8 +20,11 @@ class MemoryStore:
         self._expires = 0.0
         self._epoch = 0
         self._records: dict[str, Record] = {}
-        # (node, index) -> uid for whole GPUs; (node, index) -> {uid: share} for shared cards.
-        self._owners: dict[tuple[str, int], str] = {}
+        # (node, index) -> owner of a whole GPU (shared cards are read from the records).
+        self._owners: dict[tuple[str, int], Owner] = {}
+        self._members: dict[str, set[str]] = {}  # gang -> member UIDs
+        self._gangs: dict[str, GangRecord] = {}
+        self._nodes: dict[str, str] = {}
 
     # ---- lease -----------------------------------------------------------------------------
 
@@ -61,9 +64,11 @@ class MemoryStore:
         problem = self._check(claims)
         if problem:
             raise Conflict(problem)
+        touched: set[str] = set()
         for claim in claims:
-            self._drop(claim.uid)
-            self._write(claim, "reserved", epoch)
+            self._drop(claim.uid, touched)
+            self._write(claim, "reserved", epoch, touched)
+        self._settle(touched, epoch)
 
     def _check(self, claims: list[Claim]) -> str | None:
         taken: dict[tuple[str, int], str] = {}
@@ -76,7 +81,7 @@ class MemoryStore:
         for claim in claims:
             for index in claim.devices:
                 key = (claim.node, index)
-                owner = self._owners.get(key) or taken.get(key)
+                owner = self._owner_uid(key) or taken.get(key)
                 if owner is not None and owner != claim.uid:
                     return f"GPU {index} on node {claim.node} is held by pod UID {owner}"
                 if any(u != claim.uid for u, *_ in shared.get(key, [])):
@@ -84,7 +89,7 @@ class MemoryStore:
                 taken[key] = claim.uid
             for s in claim.shares:
                 key = (claim.node, s.index)
-                owner = self._owners.get(key) or taken.get(key)
+                owner = self._owner_uid(key) or taken.get(key)
                 if owner is not None and owner != claim.uid:
                     return f"GPU {s.index} on node {claim.node} is held whole by pod UID {owner}"
                 users = [u for u in shared.get(key, []) if u[0] != claim.uid]
@@ -99,35 +104,83 @@ class MemoryStore:
                 shared.setdefault(key, []).append((claim.uid, s.core, s.memory_mib, s.sgpu, s.qos))
         return None
 
-    def _write(self, claim: Claim, state: str, epoch: int) -> None:
+    def _owner_uid(self, key: tuple[str, int]) -> str | None:
+        owner = self._owners.get(key)
+        return None if owner is None else owner.uid
+
+    def _write(self, claim: Claim, state: str, epoch: int, touched: set[str]) -> None:
         self._records[claim.uid] = Record(claim, state, epoch)
         for index in claim.devices:
-            self._owners[(claim.node, index)] = claim.uid
+            self._owners[(claim.node, index)] = Owner(claim.uid, claim.gang, epoch)
+        if claim.gang:
+            self._members.setdefault(claim.gang, set()).add(claim.uid)
+            touched.add(claim.gang)
 
-    def _drop(self, uid: str) -> None:
+    def _drop(self, uid: str, touched: set[str]) -> None:
         rec = self._records.pop(uid, None)
         if rec is None:
             return
         for index in rec.claim.devices:
-            if self._owners.get((rec.claim.node, index)) == uid:
+            if self._owner_uid((rec.claim.node, index)) == uid:
                 del self._owners[(rec.claim.node, index)]
+        if rec.claim.gang:
+            self._members.get(rec.claim.gang, set()).discard(uid)
+            touched.add(rec.claim.gang)
+
+    def _settle(self, gangs: set[str], epoch: int) -> None:
+        """Rewrite the records of these gangs from their members (see base.py)."""
+        for gang in gangs:
+            members = self._members.get(gang)
+            if not members:
+                self._members.pop(gang, None)
+                self._gangs.pop(gang, None)
+                continue
+            records = [self._records[uid] for uid in members]
+            replicas = max(r.claim.replicas for r in records)
+            if any(r.state != "bound" for r in records):
+                state = "reserved"
+            elif len(records) < replicas:
+                state = "partial"
+            else:
+                state = "bound"
+            self._gangs[gang] = GangRecord(state, epoch, tuple(sorted(members)), replicas)
 
     async def mark_bound(self, holder: str, epoch: int, uids: list[str]) -> None:
         self._fence(holder, epoch)
+        touched: set[str] = set()
         for uid in uids:
             rec = self._records.get(uid)
             if rec is not None:
                 self._records[uid] = Record(rec.claim, "bound", epoch)
+                if rec.claim.gang:
+                    touched.add(rec.claim.gang)
+        self._settle(touched, epoch)
 
     async def release(self, holder: str, epoch: int, uids: list[str]) -> None:
         self._fence(holder, epoch)
+        touched: set[str] = set()
         for uid in uids:
-            self._drop(uid)
+            self._drop(uid, touched)
+        self._settle(touched, epoch)
+
+    async def update_nodes(
+        self, holder: str, epoch: int, put: dict[str, str], drop: list[str]
+    ) -> None:
+        self._fence(holder, epoch)
+        self._nodes.update(put)
+        for name in drop:
+            self._nodes.pop(name, None)
 
     async def reconcile(
-        self, holder: str, epoch: int, truth: list[Claim], pending: list[str]
+        self,
+        holder: str,
+        epoch: int,
+        truth: list[Claim],
+        pending: list[str],
+        nodes: dict[str, str] | None = None,
     ) -> ReconcileReport:
         self._fence(holder, epoch)
+        touched: set[str] = set()
         known = {c.uid for c in truth}
         waiting = set(pending)
         freed = 0
@@ -138,7 +191,7 @@ class MemoryStore:
             if rec.state == "reserved" and (rec.epoch == epoch or uid in waiting):
                 kept += 1  # a bind in flight, ours or a previous leader's
                 continue
-            self._drop(uid)
+            self._drop(uid, touched)
             freed += 1
         added = 0
         conflicts: list[str] = []
@@ -146,16 +199,35 @@ class MemoryStore:
             current = self._records.get(claim.uid)
             if current is not None and current.claim == claim and current.state == "bound":
                 continue
-            self._drop(claim.uid)
+            self._drop(claim.uid, touched)
             problem = self._check([claim])
             if problem:
                 conflicts.append(f"pod {claim.pod}: {problem}")
-            self._write(claim, "bound", epoch)
+            self._write(claim, "bound", epoch, touched)
             added += 1
+        # Every gang record is rebuilt from the pod records.
+        self._members = {}
+        for uid, rec in self._records.items():
+            if rec.claim.gang:
+                self._members.setdefault(rec.claim.gang, set()).add(uid)
+        stale = set(self._gangs)
+        self._gangs = {}
+        self._settle(stale | set(self._members), epoch)
+        if nodes is not None:
+            self._nodes = dict(nodes)
         return ReconcileReport(added, freed, kept, tuple(conflicts))
 
     async def records(self) -> dict[str, Record]:
         return dict(self._records)
+
+    async def gangs(self) -> dict[str, GangRecord]:
+        return dict(self._gangs)
+
+    async def owners(self, node: str) -> dict[int, Owner]:
+        return {index: o for (n, index), o in self._owners.items() if n == node}
+
+    async def nodes(self) -> dict[str, str]:
+        return dict(self._nodes)
 
     async def close(self) -> None:
         return None

@@ -8,8 +8,20 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
 | ``P:epoch`` | integer | the last epoch handed out; INCR on every new leader |
 | ``P:pods`` | hash | pod UID -> the claim as JSON, exactly as Python encoded it |
 | ``P:pstate`` | hash | pod UID -> ``reserved|<epoch>`` or ``bound|<epoch>`` |
-| ``P:gpu:<node>`` | hash | GPU index -> UID of the pod holding it whole |
+| ``P:gpu:<node>`` | hash | GPU index -> ``<uid>|<gang>|<epoch>`` of the pod holding it whole |
 | ``P:card:<node>:<index>`` | hash | pod UID -> ``core|memoryMiB|sgpu|qos`` of its share |
+| ``P:gang:<namespace/job>`` | hash | ``state``, ``epoch``, ``replicas``, ``members`` of a gang |
+| ``P:gangs`` | set | every gang key that has a ``P:gang:`` record |
+| ``P:nodes`` | hash | node name -> inventory JSON of each GPU node |
+
+- ``P:gpu:<node>``: ``<gang>`` is the owner's gang key (``namespace/job``), empty without one;
+  ``<epoch>`` is the epoch of the leader that wrote the ownership (``reserve`` or ``reconcile``).
+  Readers take the UID as what precedes the first ``|`` (neither UIDs nor gang keys contain it).
+- ``P:gang:<namespace/job>``: ``state`` is ``reserved``, ``bound`` or ``partial`` (base.py),
+  ``epoch`` the epoch of the call that last wrote the record, ``replicas`` the gang's replica
+  count (0 = unknown), ``members`` the member pod UIDs, sorted and comma-separated.
+- ``P:nodes``: the inventory the scheduler read, in the ``topo-scheduler.io/gpus`` shape with
+  ``scores`` (scheduler/service/inventories.py).
 
 Every change touching several keys is one Lua script, and each script begins with the same fence:
 the lease key must hold exactly the caller's ``holder|epoch``. A deposed leader (another holder got
@@ -17,7 +29,14 @@ the lease) and a leader whose lease lapsed (it could not renew) are both refused
 the write, whatever their own clocks say. Holder names are unique per process, so even a flushed
 Redis that restarts epochs at 1 cannot confuse two leaders.
 
-Scheduling a pod costs two round trips: ``reserve`` before the bind, ``mark_bound`` after.
+A gang record is derived from its members' pod records and rewritten (``settle``) in the same
+script as any change to them: ``reserve`` (a member joins: ``reserved``), ``mark_bound`` (the
+last member bound: ``bound``), ``release`` (the last member freed: the record is deleted).
+``reconcile`` deletes every gang record and rebuilds them from ``P:pods``.
+
+Scheduling a pod costs two round trips: ``reserve`` before the bind, ``mark_bound`` after (a
+gang's reservation and its marking are one call each, for all members). Node inventories are
+written on node events only (``update_nodes``, batched by the caller) and by ``reconcile``.
 Scripts run through redis-py's ``register_script`` (EVALSHA, reloaded after a Redis restart).
 Keys are computed inside the scripts, so this needs one Redis (or a replicated primary), not a
 Redis Cluster.
@@ -33,10 +52,20 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .base import Claim, Conflict, Fenced, ReconcileReport, Record, Unavailable
+from .base import (
+    Claim,
+    Conflict,
+    Fenced,
+    GangRecord,
+    Owner,
+    ReconcileReport,
+    Record,
+    Unavailable,
+)
 
 _PRELUDE = r"""
 local P, HOLDER, EPOCH = ARGV[1], ARGV[2], ARGV[3]
+local PODS, PSTATE, GANGS = P .. ':pods', P .. ':pstate', P .. ':gangs'
 local function held()
   return redis.call('GET', P .. ':lease') == HOLDER .. '|' .. EPOCH
 end
@@ -45,35 +74,103 @@ local function fenced()
     ', caller ' .. HOLDER .. '|' .. EPOCH)
 end
 local function card_key(node, index) return P .. ':card:' .. node .. ':' .. index end
+local function gpu_key(node) return P .. ':gpu:' .. node end
+local function gang_key(gang) return P .. ':gang:' .. gang end
+-- A P:gpu:<node> value is `<uid>|<gang>|<epoch>`: the owner's UID is what precedes the first '|'.
+local function owner_of(node, index)
+  local v = redis.call('HGET', gpu_key(node), index)
+  if not v then return nil end
+  return (string.match(v, '^([^|]*)'))
+end
+local function split(s)
+  local out = {}
+  if s then for u in string.gmatch(s, '[^,]+') do out[#out + 1] = u end end
+  return out
+end
+-- Gangs whose members changed in this call; settle_touched() rewrites their records at the end.
+local touched = {}
+local function join_gang(gang, uid)
+  touched[gang] = true
+  local members = split(redis.call('HGET', gang_key(gang), 'members'))
+  for _, u in ipairs(members) do if u == uid then return end end
+  members[#members + 1] = uid
+  table.sort(members)
+  redis.call('HSET', gang_key(gang), 'members', table.concat(members, ','))
+end
+local function leave_gang(gang, uid)
+  touched[gang] = true
+  local kept = {}
+  for _, u in ipairs(split(redis.call('HGET', gang_key(gang), 'members'))) do
+    if u ~= uid then kept[#kept + 1] = u end
+  end
+  redis.call('HSET', gang_key(gang), 'members', table.concat(kept, ','))
+end
+-- A gang's record follows from its members' records: reserved while any member is only
+-- reserved; else bound when there are at least `replicas` members; else partial. No members:
+-- no record.
+local function settle(gang)
+  local key = gang_key(gang)
+  local members, replicas, reserved = {}, 0, false
+  for _, uid in ipairs(split(redis.call('HGET', key, 'members'))) do
+    local raw = redis.call('HGET', PODS, uid)
+    if raw then
+      members[#members + 1] = uid
+      replicas = math.max(replicas, tonumber(cjson.decode(raw).replicas or 0) or 0)
+      if string.sub(redis.call('HGET', PSTATE, uid) or '', 1, 6) ~= 'bound|' then
+        reserved = true
+      end
+    end
+  end
+  if #members == 0 then
+    redis.call('DEL', key)
+    redis.call('SREM', GANGS, gang)
+    return
+  end
+  local state = 'bound'
+  if reserved then state = 'reserved' elseif #members < replicas then state = 'partial' end
+  redis.call('HSET', key, 'state', state, 'epoch', EPOCH, 'replicas', replicas,
+    'members', table.concat(members, ','))
+  redis.call('SADD', GANGS, gang)
+end
+local function settle_touched()
+  local gangs = {}
+  for gang in pairs(touched) do gangs[#gangs + 1] = gang end
+  table.sort(gangs)
+  for _, gang in ipairs(gangs) do settle(gang) end
+  touched = {}
+end
 local function drop(uid)
-  local raw = redis.call('HGET', P .. ':pods', uid)
+  local raw = redis.call('HGET', PODS, uid)
   if not raw then return false end
   local c = cjson.decode(raw)
   for _, index in ipairs(c.devices) do
-    if redis.call('HGET', P .. ':gpu:' .. c.node, index) == uid then
-      redis.call('HDEL', P .. ':gpu:' .. c.node, index)
-    end
+    if owner_of(c.node, index) == uid then redis.call('HDEL', gpu_key(c.node), index) end
   end
   for _, s in ipairs(c.shares) do redis.call('HDEL', card_key(c.node, s[1]), uid) end
-  redis.call('HDEL', P .. ':pods', uid)
-  redis.call('HDEL', P .. ':pstate', uid)
+  redis.call('HDEL', PODS, uid)
+  redis.call('HDEL', PSTATE, uid)
+  if c.gang and c.gang ~= '' then leave_gang(c.gang, uid) end
   return true
 end
 local function write(raw, c, state)
-  redis.call('HSET', P .. ':pods', c.uid, raw)
-  redis.call('HSET', P .. ':pstate', c.uid, state .. '|' .. EPOCH)
-  for _, index in ipairs(c.devices) do redis.call('HSET', P .. ':gpu:' .. c.node, index, c.uid) end
+  local gang = c.gang or ''
+  redis.call('HSET', PODS, c.uid, raw)
+  redis.call('HSET', PSTATE, c.uid, state .. '|' .. EPOCH)
+  for _, index in ipairs(c.devices) do
+    redis.call('HSET', gpu_key(c.node), index, c.uid .. '|' .. gang .. '|' .. EPOCH)
+  end
   for _, s in ipairs(c.shares) do
     redis.call('HSET', card_key(c.node, s[1]), c.uid,
       s[2] .. '|' .. s[3] .. '|' .. s[4] .. '|' .. s[5])
   end
+  if gang ~= '' then join_gang(gang, c.uid) end
 end
 -- Why the claim cannot be written next to what the store (and earlier claims of this call,
 -- in `pending`) already hold; nil when it can.
 local function problem(c, pending)
   for _, index in ipairs(c.devices) do
     local key = c.node .. '#' .. index
-    local owner = redis.call('HGET', P .. ':gpu:' .. c.node, index) or pending[key]
+    local owner = owner_of(c.node, index) or pending[key]
     if owner and owner ~= c.uid then
       return 'GPU ' .. index .. ' on node ' .. c.node .. ' is held by pod UID ' .. owner
     end
@@ -90,7 +187,7 @@ local function problem(c, pending)
   for _, s in ipairs(c.shares) do
     local index, core, mem, sgpu, qos, capmem, capsgpu = s[1], s[2], s[3], s[4], s[5], s[6], s[7]
     local key = c.node .. '#' .. index
-    local owner = redis.call('HGET', P .. ':gpu:' .. c.node, index) or pending[key]
+    local owner = owner_of(c.node, index) or pending[key]
     if owner and owner ~= c.uid then
       return 'GPU ' .. index .. ' on node ' .. c.node .. ' is held whole by pod UID ' .. owner
     end
@@ -134,6 +231,7 @@ for _, item in ipairs(claims) do
   drop(item[2].uid)
   write(item[1], item[2], 'reserved')
 end
+settle_touched()
 return #claims
 """
 )
@@ -144,11 +242,15 @@ _MARK_BOUND = (
 if not held() then return fenced() end
 local n = 0
 for i = 4, #ARGV do
-  if redis.call('HEXISTS', P .. ':pods', ARGV[i]) == 1 then
-    redis.call('HSET', P .. ':pstate', ARGV[i], 'bound|' .. EPOCH)
+  local raw = redis.call('HGET', PODS, ARGV[i])
+  if raw then
+    redis.call('HSET', PSTATE, ARGV[i], 'bound|' .. EPOCH)
+    local gang = cjson.decode(raw).gang
+    if gang and gang ~= '' then touched[gang] = true end
     n = n + 1
   end
 end
+settle_touched()
 return n
 """
 )
@@ -159,6 +261,7 @@ _RELEASE = (
 if not held() then return fenced() end
 local n = 0
 for i = 4, #ARGV do if drop(ARGV[i]) then n = n + 1 end end
+settle_touched()
 return n
 """
 )
@@ -167,7 +270,8 @@ _RECONCILE = (
     _PRELUDE
     + r"""
 if not held() then return fenced() end
--- ARGV[4] = number of truth claims; then the claims; then the UIDs of pods still pending.
+-- ARGV[4] = number of truth claims, then the claims; then the number of pending UIDs, then
+-- the UIDs; then the number of nodes (-1: leave the inventories alone), then name, inventory.
 local truth, known, waiting = {}, {}, {}
 local n = tonumber(ARGV[4])
 for i = 5, 4 + n do
@@ -175,11 +279,12 @@ for i = 5, 4 + n do
   truth[#truth + 1] = {ARGV[i], c}
   known[c.uid] = true
 end
-for i = 5 + n, #ARGV do waiting[ARGV[i]] = true end
+local m = tonumber(ARGV[5 + n])
+for i = 6 + n, 5 + n + m do waiting[ARGV[i]] = true end
 local freed, kept, added = 0, 0, 0
-for _, uid in ipairs(redis.call('HKEYS', P .. ':pods')) do
+for _, uid in ipairs(redis.call('HKEYS', PODS)) do
   if not known[uid] then
-    local st = redis.call('HGET', P .. ':pstate', uid) or ''
+    local st = redis.call('HGET', PSTATE, uid) or ''
     local state, ep = string.match(st, '^(%a+)|(%d+)$')
     if state == 'reserved' and (ep == EPOCH or waiting[uid]) then
       kept = kept + 1
@@ -192,8 +297,8 @@ end
 local conflicts = {}
 for _, item in ipairs(truth) do
   local raw, c = item[1], item[2]
-  local st = redis.call('HGET', P .. ':pstate', c.uid) or ''
-  if not (redis.call('HGET', P .. ':pods', c.uid) == raw and string.sub(st, 1, 6) == 'bound|') then
+  local st = redis.call('HGET', PSTATE, c.uid) or ''
+  if not (redis.call('HGET', PODS, c.uid) == raw and string.sub(st, 1, 6) == 'bound|') then
     drop(c.uid)
     local why = problem(c, {})
     if why then conflicts[#conflicts + 1] = 'pod ' .. c.pod .. ': ' .. why end
@@ -201,9 +306,44 @@ for _, item in ipairs(truth) do
     added = added + 1
   end
 end
+-- Rebuild every gang record from the pod records.
+for _, gang in ipairs(redis.call('SMEMBERS', GANGS)) do redis.call('DEL', gang_key(gang)) end
+redis.call('DEL', GANGS)
+touched = {}
+local pods = redis.call('HGETALL', PODS)
+for j = 1, #pods, 2 do
+  local gang = cjson.decode(pods[j + 1]).gang
+  if gang and gang ~= '' then join_gang(gang, pods[j]) end
+end
+settle_touched()
+local k = tonumber(ARGV[6 + n + m])
+if k >= 0 then
+  local base, want = 7 + n + m, {}
+  for i = base, base + 2 * k - 1, 2 do want[ARGV[i]] = true end
+  for _, name in ipairs(redis.call('HKEYS', P .. ':nodes')) do
+    if not want[name] then redis.call('HDEL', P .. ':nodes', name) end
+  end
+  for i = base, base + 2 * k - 1, 2 do
+    if redis.call('HGET', P .. ':nodes', ARGV[i]) ~= ARGV[i + 1] then
+      redis.call('HSET', P .. ':nodes', ARGV[i], ARGV[i + 1])
+    end
+  end
+end
 local out = {added, freed, kept}
 for _, v in ipairs(conflicts) do out[#out + 1] = v end
 return out
+"""
+)
+
+_UPDATE_NODES = (
+    _PRELUDE
+    + r"""
+if not held() then return fenced() end
+-- ARGV[4] = number of inventories to write, then name, inventory pairs; then names to drop.
+local k = tonumber(ARGV[4])
+for i = 5, 4 + 2 * k, 2 do redis.call('HSET', P .. ':nodes', ARGV[i], ARGV[i + 1]) end
+for i = 5 + 2 * k, #ARGV do redis.call('HDEL', P .. ':nodes', ARGV[i]) end
+return 1
 """
 )
 
@@ -255,6 +395,7 @@ class RedisStore:
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release_lease = client.register_script(_RELEASE_LEASE)
+        self._update_nodes = client.register_script(_UPDATE_NODES)
 
     @classmethod
     def from_url(
@@ -299,26 +440,87 @@ class RedisStore:
         await self._call(self._release, [self.prefix, holder, epoch, *uids])
 
     async def reconcile(
-        self, holder: str, epoch: int, truth: list[Claim], pending: list[str]
+        self,
+        holder: str,
+        epoch: int,
+        truth: list[Claim],
+        pending: list[str],
+        nodes: dict[str, str] | None = None,
     ) -> ReconcileReport:
         encoded = [_encoder.encode(c) for c in truth]
-        args = [self.prefix, holder, epoch, len(encoded), *encoded, *pending]
+        args: list[Any] = [self.prefix, holder, epoch, len(encoded), *encoded, len(pending)]
+        args += pending
+        if nodes is None:
+            args.append(-1)
+        else:
+            args.append(len(nodes))
+            for name, inventory in sorted(nodes.items()):
+                args += [name, inventory]
         out = await self._call(self._reconcile, args)
         conflicts = tuple(_text(v) for v in out[3:])
         return ReconcileReport(int(out[0]), int(out[1]), int(out[2]), conflicts)
 
-    async def records(self) -> dict[str, Record]:
+    async def update_nodes(
+        self, holder: str, epoch: int, put: dict[str, str], drop: list[str]
+    ) -> None:
+        args: list[Any] = [self.prefix, holder, epoch, len(put)]
+        for name, inventory in sorted(put.items()):
+            args += [name, inventory]
+        await self._call(self._update_nodes, [*args, *drop])
+
+    async def _read(self, command: Any) -> Any:
         try:
-            pods = await self._r.hgetall(f"{self.prefix}:pods")
-            states = await self._r.hgetall(f"{self.prefix}:pstate")
+            return await command
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise Unavailable(f"redis: {exc}") from exc
+
+    async def records(self) -> dict[str, Record]:
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.hgetall(f"{self.prefix}:pods")
+            pipe.hgetall(f"{self.prefix}:pstate")
+            pods, states = await self._read(pipe.execute())
         out: dict[str, Record] = {}
         for uid_b, raw in pods.items():
             uid = _text(uid_b)
             state, _, epoch = _text(states.get(uid_b, b"reserved|0")).partition("|")
             out[uid] = Record(_claim_decoder.decode(raw), state, int(epoch or 0))
         return out
+
+    async def gangs(self) -> dict[str, GangRecord]:
+        names = await self._read(self._r.smembers(f"{self.prefix}:gangs"))
+        if not names:
+            return {}
+        async with self._r.pipeline(transaction=True) as pipe:
+            ordered = sorted(_text(n) for n in names)
+            for name in ordered:
+                pipe.hgetall(f"{self.prefix}:gang:{name}")
+            rows = await self._read(pipe.execute())
+        out: dict[str, GangRecord] = {}
+        for name, row in zip(ordered, rows, strict=True):
+            if not row:
+                continue  # deleted between the two reads
+            fields = {_text(k): _text(v) for k, v in row.items()}
+            members = tuple(u for u in fields.get("members", "").split(",") if u)
+            out[name] = GangRecord(
+                fields.get("state", ""),
+                int(fields.get("epoch") or 0),
+                members,
+                int(fields.get("replicas") or 0),
+            )
+        return out
+
+    async def owners(self, node: str) -> dict[int, Owner]:
+        raw = await self._read(self._r.hgetall(f"{self.prefix}:gpu:{node}"))
+        out: dict[int, Owner] = {}
+        for index, value in raw.items():
+            uid, _, rest = _text(value).partition("|")
+            gang, _, epoch = rest.rpartition("|")
+            out[int(index)] = Owner(uid, gang, int(epoch or 0))
+        return out
+
+    async def nodes(self) -> dict[str, str]:
+        raw = await self._read(self._r.hgetall(f"{self.prefix}:nodes"))
+        return {_text(k): _text(v) for k, v in raw.items()}
 
     async def close(self) -> None:
         await self._r.aclose()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -17,6 +18,11 @@ from tests.topologies import DGX1_V100, METAX8, SEED003
 from .live import Scenario, assert_no_gpu_twice, devices_of
 
 NV2 = {(0, 3), (0, 4), (1, 2), (1, 5), (2, 3), (4, 7), (5, 6), (6, 7)}
+
+
+def text(raw: dict[Any, Any]) -> dict[str, str]:
+    """A Redis hash read as bytes, as text."""
+    return {k.decode(): v.decode() for k, v in raw.items()}
 
 
 def dgx(uuid_prefix: str) -> dict[str, object]:
@@ -45,8 +51,33 @@ async def test_seed004_gang_lands_on_one_node_on_an_nvlink_pair(
     pair = tuple(sorted(devices_of(master) + devices_of(worker)))
     assert pair in NV2
     assignment = json.loads(master["metadata"]["annotations"]["topo-scheduler.io/assignment"])
-    assert assignment["gang"] == f"default/{scenario.id}-pytorch-dist-nccl"
+    gang = f"default/{scenario.id}-pytorch-dist-nccl"
+    assert assignment["gang"] == gang
     assert assignment["devices"][0]["uuid"].startswith("GPU-")
+    # Redis holds the gang's record, bound, and the inventories of the scenario's nodes.
+    prefix = f"t-{scenario.id}"
+    uids = sorted(p["metadata"]["uid"] for p in (master, worker))
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        record: dict[str, str] = {}
+        for _ in range(100):  # the gang is marked bound once both binds have returned
+            record = text(await client.hgetall(f"{prefix}:gang:{gang}"))
+            if record.get("state") == "bound":
+                break
+            await asyncio.sleep(0.1)
+        assert record.get("state") == "bound", record
+        assert record["members"] == ",".join(uids) and record["replicas"] == "2"
+        assert await client.sismember(f"{prefix}:gangs", gang)
+        owners = text(await client.hgetall(f"{prefix}:gpu:{master['spec']['nodeName']}"))
+        assert {v.rpartition("|")[0] for v in owners.values()} == {f"{u}|{gang}" for u in uids}
+        nodes = text(await client.hgetall(f"{prefix}:nodes"))
+    finally:
+        await client.aclose()
+    assert set(nodes) == {f"{scenario.id}-dgx-a", f"{scenario.id}-dgx-b"}
+    stored = json.loads(nodes[f"{scenario.id}-dgx-a"])
+    assert stored["vendor"] == "nvidia" and stored["model"] == "Tesla-V100-SXM2-32GB"
+    assert [d["uuid"] for d in stored["devices"]] == [f"GPU-a-{i}" for i in range(8)]
+    assert stored["scores"][0][3] == 200  # NV2 between GPUs 0 and 3 (DGX-1 V100)
 
 
 async def test_seed003_smaller_node_and_worst_connected_gpu(scenario: Scenario) -> None:
@@ -175,9 +206,10 @@ async def test_the_device_plugins_allocated_report_is_the_truth_for_scheduler_an
         owners = await client.hgetall(f"t-{scenario.id}:gpu:{node}")
     finally:
         await client.aclose()
-    assert owners == {
-        str(other).encode(): pods["a"]["metadata"]["uid"].encode(),
-        str(chosen).encode(): pods["b"]["metadata"]["uid"].encode(),
+    # Each GPU's owner is `<uid>|<gang>|<epoch>` (no gang here).
+    assert {k: v.split("|")[:2] for k, v in text(owners).items()} == {
+        str(other): [pods["a"]["metadata"]["uid"], ""],
+        str(chosen): [pods["b"]["metadata"]["uid"], ""],
     }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.state.base import Claim, Conflict, Fenced, ShareClaim
+from scheduler.state.base import Claim, Conflict, Fenced, GangRecord, Owner, ShareClaim
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
 
@@ -28,11 +28,13 @@ class FakeClock:
 
 
 class Harness:
-    """A store plus a way to make its lease lapse without waiting for wall time."""
+    """A store plus a way to make its lease lapse without waiting for wall time, and a way to
+    lose everything (Redis: FLUSHALL; memory: a brand-new store)."""
 
-    def __init__(self, store: Any, expire: Any) -> None:
+    def __init__(self, store: Any, expire: Any, flush: Any) -> None:
         self.store = store
         self.expire = expire
+        self.flush = flush
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -43,7 +45,11 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
         async def expire_memory() -> None:
             clock.now += TTL / 1000 + 1
 
-        yield Harness(MemoryStore(clock), expire_memory)
+        async def flush_memory() -> None:
+            harness.store = MemoryStore(clock)
+
+        harness = Harness(MemoryStore(clock), expire_memory, flush_memory)
+        yield harness
         return
     server = request.getfixturevalue("redis_server")
     client = aioredis.Redis.from_url(server.url)
@@ -53,14 +59,21 @@ async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     async def expire_redis() -> None:
         await client.delete("t:lease")  # what PX expiry does, without waiting for it
 
+    async def flush_redis() -> None:
+        await client.flushall()
+
     try:
-        yield Harness(store, expire_redis)
+        yield Harness(store, expire_redis, flush_redis)
     finally:
         await store.close()
 
 
 def claim(uid: str, node: str = "n", devices: tuple[int, ...] = (), **kw: Any) -> Claim:
     return Claim(uid=uid, pod=f"default/{uid}", node=node, devices=devices, **kw)
+
+
+def member(uid: str, job: str = "job", replicas: int = 2, **kw: Any) -> Claim:
+    return claim(uid, gang=f"default/{job}", replicas=replicas, **kw)
 
 
 def share(index: int, core: int, qos: str = "", sgpu: int = 0, mem: int = 0) -> ShareClaim:
@@ -217,3 +230,201 @@ async def test_reconcile_reports_gpus_claimed_twice_by_the_truth(h: Harness) -> 
     )
     assert report.added == 2
     assert report.conflicts == ("pod default/p2: GPU 0 on node n is held by pod UID p1",)
+
+
+# ---- per-GPU owners ------------------------------------------------------------------------
+
+
+async def test_each_whole_gpu_names_its_pod_gang_and_epoch(h: Harness) -> None:
+    e1 = await h.store.acquire("a", TTL)
+    assert e1 is not None
+    await h.store.reserve("a", e1, [member("g1", devices=(0, 1)), claim("p1", devices=(2,))])
+    await h.store.reserve("a", e1, [claim("s", shares=(share(3, 10),))])  # shares own no GPU
+    assert await h.store.owners("n") == {
+        0: Owner("g1", "default/job", e1),
+        1: Owner("g1", "default/job", e1),
+        2: Owner("p1", "", e1),
+    }
+    assert await h.store.owners("elsewhere") == {}
+    await h.expire()
+    e2 = await h.store.acquire("b", TTL)
+    assert e2 is not None
+    # The new leader re-charges GPU 2 to the truth's pod: the ownership carries its epoch.
+    report = await h.store.reconcile("b", e2, [claim("p2", devices=(2,))], ["g1"])
+    assert report.freed == 2 and report.kept == 1  # p1 and s freed; g1 still pending
+    owners = await h.store.owners("n")
+    assert owners[2] == Owner("p2", "", e2) and owners[0] == Owner("g1", "default/job", e1)
+    await h.store.release("b", e2, ["g1"])
+    assert await h.store.owners("n") == {2: Owner("p2", "", e2)}
+    # The owner's gang and epoch do not confuse the conflict check.
+    with pytest.raises(Conflict, match=r"GPU 2 on node n is held by pod UID p2$"):
+        await h.store.reserve("b", e2, [member("x", devices=(2,))])
+
+
+# ---- gang records --------------------------------------------------------------------------
+
+
+async def test_a_gang_is_reserved_all_or_nothing_with_its_record(h: Harness) -> None:
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    await h.store.reserve("a", e, [claim("p1", devices=(1,))])
+    with pytest.raises(Conflict):
+        await h.store.reserve("a", e, [member("g1", devices=(0,)), member("g2", devices=(1,))])
+    assert await h.store.gangs() == {}  # no record for a reservation that did not happen
+    assert set(await h.store.records()) == {"p1"}
+    await h.store.reserve("a", e, [member("g2", devices=(2,)), member("g1", devices=(0,))])
+    assert await h.store.gangs() == {
+        "default/job": GangRecord("reserved", e, ("g1", "g2"), replicas=2)
+    }
+    records = await h.store.records()
+    assert records["g1"].claim.gang == "default/job" and records["g1"].claim.replicas == 2
+
+
+async def test_a_gang_turns_bound_when_its_last_member_is_bound(h: Harness) -> None:
+    e1 = await h.store.acquire("a", TTL)
+    assert e1 is not None
+    await h.store.reserve("a", e1, [member("g1", devices=(0,)), member("g2", devices=(1,))])
+    await h.store.mark_bound("a", e1, ["g1"])
+    assert (await h.store.gangs())["default/job"].state == "reserved"
+    await h.expire()
+    e2 = await h.store.acquire("b", TTL)
+    assert e2 is not None
+    await h.store.mark_bound("b", e2, ["g2", "p-without-gang"])
+    assert await h.store.gangs() == {"default/job": GangRecord("bound", e2, ("g1", "g2"), 2)}
+
+
+async def test_a_gang_record_goes_with_the_release_of_its_last_member(h: Harness) -> None:
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    await h.store.reserve("a", e, [member("g1", devices=(0,)), member("g2", devices=(1,))])
+    await h.store.reserve("a", e, [member("h1", "other", 1, devices=(2,))])
+    await h.store.mark_bound("a", e, ["g1"])
+    # g2's bind failed: it is released; the gang is incomplete, not bound.
+    await h.store.release("a", e, ["g2"])
+    gangs = await h.store.gangs()
+    assert gangs["default/job"] == GangRecord("partial", e, ("g1",), 2)
+    assert gangs["default/other"] == GangRecord("reserved", e, ("h1",), 1)
+    # The missing member is re-planned, reserved and bound: the gang is complete.
+    await h.store.reserve("a", e, [member("g3", devices=(1,))])
+    assert (await h.store.gangs())["default/job"] == GangRecord("reserved", e, ("g1", "g3"), 2)
+    await h.store.mark_bound("a", e, ["g3"])
+    assert (await h.store.gangs())["default/job"].state == "bound"
+    await h.store.release("a", e, ["g1"])
+    assert (await h.store.gangs())["default/job"].members == ("g3",)
+    await h.store.release("a", e, ["g3", "h1"])
+    assert await h.store.gangs() == {}
+    assert await h.store.records() == {}
+
+
+async def test_reconcile_rebuilds_gang_records_after_a_flushall(h: Harness) -> None:
+    e1 = await h.store.acquire("a", TTL)
+    assert e1 is not None
+    await h.store.reserve("a", e1, [member("g1", devices=(0,)), member("g2", devices=(1,))])
+    await h.store.mark_bound("a", e1, ["g1", "g2"])
+    await h.store.reserve("a", e1, [member("old", "stale", 1, devices=(5,))])
+    await h.flush()
+    assert await h.store.gangs() == {} and await h.store.records() == {}
+    e2 = await h.store.acquire("b", TTL)
+    assert e2 is not None
+    # The apiserver's bound pods, with their gangs from their labels; job3 lost a member.
+    truth = [
+        member("g1", devices=(0,)),
+        member("g2", devices=(1,)),
+        member("k1", "job3", 3, devices=(2,)),
+        member("k2", "job3", 3, devices=(3,)),
+    ]
+    report = await h.store.reconcile("b", e2, truth, [])
+    assert report.added == 4
+    assert await h.store.gangs() == {
+        "default/job": GangRecord("bound", e2, ("g1", "g2"), 2),
+        "default/job3": GangRecord("partial", e2, ("k1", "k2"), 3),
+    }
+    owners = await h.store.owners("n")
+    assert owners[0] == Owner("g1", "default/job", e2)
+    # A member reserved by this leader is kept, and its gang says so.
+    await h.store.reserve("b", e2, [member("k3", "job3", 3, devices=(4,))])
+    await h.store.reconcile("b", e2, truth, [])
+    assert (await h.store.gangs())["default/job3"] == GangRecord(
+        "reserved", e2, ("k1", "k2", "k3"), 3
+    )
+
+
+async def test_reconcile_drops_the_records_of_gangs_no_pod_backs(h: Harness) -> None:
+    e1 = await h.store.acquire("a", TTL)
+    assert e1 is not None
+    await h.store.reserve("a", e1, [member("g1", devices=(0,)), member("g2", devices=(1,))])
+    await h.store.reserve("a", e1, [member("w1", "waiting", 1, devices=(2,))])
+    await h.expire()
+    e2 = await h.store.acquire("b", TTL)
+    assert e2 is not None
+    await h.store.reconcile("b", e2, [], ["w1"])  # the gang's pods are gone; w1 still pending
+    assert await h.store.gangs() == {"default/waiting": GangRecord("reserved", e2, ("w1",), 1)}
+
+
+# ---- node inventories ----------------------------------------------------------------------
+
+
+async def test_node_inventories_are_written_fenced_and_dropped(h: Harness) -> None:
+    e1 = await h.store.acquire("a", TTL)
+    assert e1 is not None
+    await h.store.update_nodes("a", e1, {"n1": '{"vendor":"nvidia"}', "n2": "{}"}, [])
+    await h.store.update_nodes("a", e1, {"n2": '{"vendor":"metax"}'}, ["n1", "never-seen"])
+    assert await h.store.nodes() == {"n2": '{"vendor":"metax"}'}
+    await h.expire()
+    e2 = await h.store.acquire("b", TTL)
+    assert e2 is not None
+    with pytest.raises(Fenced):
+        await h.store.update_nodes("a", e1, {"n3": "{}"}, ["n2"])
+    with pytest.raises(Fenced):
+        await h.store.reconcile("a", e1, [], [], {"n3": "{}"})
+    assert await h.store.nodes() == {"n2": '{"vendor":"metax"}'}
+    await h.store.reconcile("b", e2, [], [])  # without nodes: inventories left alone
+    assert await h.store.nodes() == {"n2": '{"vendor":"metax"}'}
+    # On taking leadership: every current node's inventory, and nodes that are gone dropped.
+    await h.store.reconcile("b", e2, [], [], {"n3": "{}", "n4": '{"vendor":"nvidia"}'})
+    assert await h.store.nodes() == {"n3": "{}", "n4": '{"vendor":"nvidia"}'}
+    await h.flush()
+    e3 = await h.store.acquire("c", TTL)
+    assert e3 is not None
+    await h.store.reconcile("c", e3, [], [], {"n3": "{}"})
+    assert await h.store.nodes() == {"n3": "{}"}
+
+
+# ---- the Redis key layout (redis_store.py's docstring) -------------------------------------
+
+
+async def test_redis_key_layout(redis_server: Any) -> None:
+    client = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
+    await client.flushall()
+    store = RedisStore(aioredis.Redis.from_url(redis_server.url), prefix="L")
+    try:
+        e = await store.acquire("a", TTL)
+        assert e is not None
+        await store.reserve("a", e, [member("g1", devices=(0,)), member("g2", devices=(1,))])
+        await store.reserve("a", e, [claim("p1", "m", (3,))])
+        await store.mark_bound("a", e, ["g1", "g2"])
+        await store.update_nodes("a", e, {"n": '{"vendor":"nvidia"}'}, [])
+        assert await client.hgetall("L:gpu:n") == {
+            "0": f"g1|default/job|{e}",
+            "1": f"g2|default/job|{e}",
+        }
+        assert await client.hgetall("L:gpu:m") == {"3": f"p1||{e}"}
+        assert await client.hgetall("L:gang:default/job") == {
+            "state": "bound",
+            "epoch": str(e),
+            "replicas": "2",
+            "members": "g1,g2",
+        }
+        assert await client.smembers("L:gangs") == {"default/job"}
+        assert await client.hgetall("L:nodes") == {"n": '{"vendor":"nvidia"}'}
+        assert await client.hgetall("L:pstate") == {
+            "g1": f"bound|{e}",
+            "g2": f"bound|{e}",
+            "p1": f"reserved|{e}",
+        }
+        await store.release("a", e, ["g1", "g2", "p1"])
+        left = set(await client.keys("L:*"))
+        assert left == {"L:lease", "L:epoch", "L:nodes"}
+    finally:
+        await store.close()
+        await client.aclose()

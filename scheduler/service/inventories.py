@@ -1,0 +1,143 @@
+"""Node inventories in the store, kept off the per-pod path.
+
+The leader mirrors the inventory of every GPU node of its snapshot into the store (Redis
+``P:nodes``): the reconcile on taking leadership writes them all and drops nodes that no longer
+exist; afterwards node events mark names dirty and one background flush writes the changes of a
+burst of events in one fenced ``update_nodes`` call. Scheduling a pod never waits on it.
+
+What is stored is the inventory the scheduler read, as JSON in the ``topo-scheduler.io/gpus``
+shape with ``scores`` (whatever annotation it came from, and ``source`` naming that annotation).
+A node without a usable inventory (not a GPU node, or a malformed annotation) has none.
+
+Only the leader writes (the store fences it anyway); a standby drops its changes, since the
+reconcile of whoever leads next writes every inventory. The flush is a task of the scheduler's
+own set, so shutdown awaits it like a bind in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import msgspec
+import structlog
+
+from scheduler.core.inventory import Inventory
+from scheduler.state.base import Store, StoreError
+
+from .leader import Leadership
+
+log = structlog.get_logger("inventories")
+
+# A burst of node events (a re-list, a rolling agent update) becomes one store call.
+FLUSH_DELAY_S = 0.05
+
+
+class _DeviceJson(msgspec.Struct):
+    index: int
+    uuid: str
+    memory_mib: int = msgspec.field(default=0, name="memoryMiB")
+    numa: int | None = None
+    healthy: bool = True
+
+
+class _InventoryJson(msgspec.Struct):
+    vendor: str
+    model: str | None
+    devices: list[_DeviceJson]
+    scores: list[list[int]]
+    sgpu_per_card: int = msgspec.field(name="sgpuPerCard")
+    source: str
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def inventory_json(inventory: Inventory) -> str:
+    wire = _InventoryJson(
+        vendor=inventory.vendor,
+        model=inventory.model,
+        devices=[
+            _DeviceJson(d.index, d.uuid, d.memory_mib, d.numa, d.healthy) for d in inventory.devices
+        ],
+        scores=[list(row) for row in inventory.topology.scores],
+        sgpu_per_card=inventory.sgpu_per_card,
+        source=inventory.source,
+    )
+    return _encoder.encode(wire).decode()
+
+
+class NodeInventories:
+    def __init__(
+        self,
+        store: Store,
+        leadership: Leadership,
+        read: Callable[[], dict[str, Inventory | None]],
+        may_write: Callable[[], bool],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        on_failure: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._leadership = leadership
+        self._read = read  # node name -> inventory (None: no usable inventory), of the snapshot
+        self._may_write = may_write
+        self._spawn = spawn
+        self._on_failure = on_failure
+        self._dirty: set[str] = set()
+        self._written: dict[str, str] = {}  # what the store holds, as far as we know
+        self._flushing = False
+        # Held while the reconcile or a flush writes, so a flush never lands under an older
+        # reconcile and the other way round.
+        self.lock = asyncio.Lock()
+
+    def all(self) -> dict[str, str]:
+        """Every inventory of the snapshot, for the reconcile; pending changes are included."""
+        self._dirty.clear()
+        return {name: inventory_json(inv) for name, inv in sorted(self._read().items()) if inv}
+
+    def reconciled(self, nodes: dict[str, str]) -> None:
+        self._written = dict(nodes)
+
+    def changed(self, name: str) -> None:
+        """A node was added, changed or deleted in the snapshot."""
+        self._dirty.add(name)
+        if not self._flushing and self._may_write():
+            self._flushing = True
+            self._spawn(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            await asyncio.sleep(FLUSH_DELAY_S)
+            while self._dirty and self._may_write():
+                async with self.lock:
+                    epoch = self._leadership.epoch
+                    if epoch is None:
+                        return
+                    names, self._dirty = self._dirty, set()
+                    inventories = self._read()
+                    put: dict[str, str] = {}
+                    drop: list[str] = []
+                    for name in sorted(names):
+                        inv = inventories.get(name)
+                        if inv is None:
+                            if name in self._written:
+                                drop.append(name)
+                        else:
+                            encoded = inventory_json(inv)
+                            if self._written.get(name) != encoded:
+                                put[name] = encoded
+                    if not put and not drop:
+                        continue
+                    try:
+                        await self._store.update_nodes(self._leadership.holder, epoch, put, drop)
+                    except StoreError as exc:
+                        # The next reconcile writes every inventory again.
+                        log.warning("store node update failed", nodes=sorted(names), error=str(exc))
+                        self._on_failure()
+                        return
+                    self._written.update(put)
+                    for name in drop:
+                        self._written.pop(name, None)
+        finally:
+            self._flushing = False
