@@ -413,6 +413,20 @@ class ControlPlane:
             if doc:
                 self.apply_or_replace(doc)
 
+    def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the kubectl built with the plane (same version, kustomize v5.6) as the admin, from
+        the repository's top folder; a non-zero exit fails with its output."""
+        done = subprocess.run(
+            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.admin_kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}:\n{done.stdout}{done.stderr}")
+        return done
+
     def grant_scheduler_role(self) -> None:
         """Bind deploy/'s scheduler ClusterRole to the scheduler identity, through deploy/'s own
         ClusterRoleBinding (subject: ServiceAccount topo-scheduler/topo-scheduler)."""

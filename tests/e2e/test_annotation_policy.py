@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import time
 import urllib.error
 import uuid
@@ -122,18 +121,6 @@ def assert_denied(answer: tuple[int, dict[str, Any]], keys: set[str], user: str)
     assert set(named.split(", ")) == keys, said
 
 
-def kubectl(plane: ControlPlane, *args: str) -> str:
-    done = subprocess.run(
-        [str(plane.bin_dir / "kubectl"), "--kubeconfig", str(plane.admin_kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"kubectl {' '.join(args)}:\n{done.stdout}{done.stderr}"
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def tenant(control_plane: ControlPlane) -> Iterator[Tenant]:
     namespace = f"tenant-{uuid.uuid4().hex[:8]}"
@@ -208,7 +195,7 @@ def policy(control_plane: ControlPlane, tenant: Tenant) -> str:
     once the apiserver's informers have seen it and its binding, so wait (bounded) until the
     tenant's dry-run create of a pod naming its GPUs is refused by it. Returns that refusal's
     message."""
-    applied = kubectl(control_plane, "apply", "-k", "deploy/")
+    applied = control_plane.kubectl("apply", "-k", "deploy/").stdout
     assert f"validatingadmissionpolicy.admissionregistration.k8s.io/{POLICY}" in applied
     assert f"validatingadmissionpolicybinding.admissionregistration.k8s.io/{POLICY}" in applied
     stored = control_plane.request(

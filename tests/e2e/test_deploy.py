@@ -54,22 +54,10 @@ CLUSTER_SCOPED = {
 }
 
 
-def kubectl(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(plane.bin_dir / "kubectl"), "--kubeconfig", str(plane.admin_kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"kubectl {' '.join(args)}:\n{done.stdout}{done.stderr}"
-    return done
-
-
 @pytest.fixture(scope="module")
 def rendered(control_plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
     return {
-        target: [d for d in yaml.safe_load_all(kubectl(control_plane, "kustomize", target).stdout)]
+        target: [d for d in yaml.safe_load_all(control_plane.kubectl("kustomize", target).stdout)]
         for target in TARGETS
     }
 
@@ -245,7 +233,7 @@ def test_every_manifest_is_accepted_by_the_apiserver(
     control_plane: ControlPlane, rendered: dict[str, list[dict[str, Any]]]
 ) -> None:
     for target in TARGETS:
-        applied = applied_objects(kubectl(control_plane, "apply", "-k", target).stdout)
+        applied = applied_objects(control_plane.kubectl("apply", "-k", target).stdout)
         assert set(applied) == {
             (d["kind"].lower(), d["metadata"]["name"]) for d in rendered[target]
         }
@@ -268,12 +256,12 @@ def test_every_manifest_is_accepted_by_the_apiserver(
         # Applying again stores nothing new: the objects are what kustomize renders. (kubectl
         # says "configured" for the PDB every time, as its selector is patched with "replace";
         # the apiserver sees no change.)
-        kubectl(control_plane, "apply", "-k", target)
+        control_plane.kubectl("apply", "-k", target)
         assert stored_versions(control_plane, target) == stored
 
 
 def stored_versions(plane: ControlPlane, target: str) -> dict[tuple[str, str], str]:
-    listed = json.loads(kubectl(plane, "get", "-k", target, "-o", "json").stdout)
+    listed = json.loads(plane.kubectl("get", "-k", target, "-o", "json").stdout)
     return {
         (o["kind"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
         for o in listed["items"]
@@ -396,7 +384,7 @@ def component_redis(
 async def test_scheduler_with_deploys_role_schedules_the_seed004_gang(
     control_plane: ControlPlane, scenario: Scenario, component_redis: tuple[str, int]
 ) -> None:
-    kubectl(control_plane, "apply", "-k", "deploy/")  # the role and binding, as rendered
+    control_plane.kubectl("apply", "-k", "deploy/")  # the role and binding, as rendered
     examples = REPO / "configs" / "examples"
     inventories = {
         n["metadata"]["name"]: json.loads(n["metadata"]["annotations"]["topo-scheduler.io/gpus"])
