@@ -10,7 +10,8 @@ each with a memoised best set, and then taking the first name in the winning cla
 cleaned heap).
 
 Allocatable headroom: per configured whole-GPU resource name, the node's status.allocatable minus
-what the pods held there ask for of it (their limits), capped at the free GPU count (more can never
+what the pods held there ask for of it (the kubelet's effective request of every running pod, ours
+or not, and the placements and reservations of ours), capped at the free GPU count (more can never
 be used, and the cap keeps nodes whose allocatable is simply their GPU count in one class). None
 for a node whose object has no status (hand-written manifests): no check.
 
@@ -29,7 +30,7 @@ from .decisions import ContainerDevices, Placement, Share
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from .objects import NodeInput, PodInput
-from .requests import RequestError, parse_gang, parse_quantity, parse_request
+from .requests import RequestError, kubelet_request, parse_gang, parse_quantity
 from .settings import CoreSettings
 from .topology import Topology
 
@@ -55,10 +56,14 @@ class Holding(msgspec.Struct, frozen=True):
     gang: str | None = None
     replicas: int = 0
     uid: str = ""
-    # Whole GPUs per resource name the pod asks for (its limits): charged to the node's
-    # allocatable. Empty for holdings whose pod is not known (reservations reloaded from the
-    # store), which therefore count against the GPUs but not the allocatable.
+    # Whole GPUs per resource name that the kubelet admits the pod against (its effective
+    # request, requests.kubelet_request): charged to the node's allocatable, whether or not a
+    # mask of GPUs could be chosen for it.
     resources: tuple[tuple[str, int], ...] = ()
+    # The mask is our guess (a pod bound by another scheduler, without our annotations): its
+    # count is what matters, so it is chosen again (rule 1 over the free GPUs) whenever it no
+    # longer fits the node, e.g. when the node or its inventory arrives after the pod.
+    guessed: bool = False
 
 
 class NodeState:
@@ -204,9 +209,18 @@ class ClusterState:
         self.nodes[node.name] = state
         pods = set(old.pods) if old else set()
         pods |= {k for k, h in self._orphans.items() if h.node == node.name}
+        guessed = []
         for key in sorted(pods):
             holding = self.holdings.get(key) or self._orphans.pop(key)
+            if holding.guessed:
+                guessed.append(holding)
+                continue
             self.holdings[key] = holding
+            self._charge(state, holding, +1)
+        # Guessed masks last, so that they are chosen among the GPUs nobody else holds.
+        for holding in guessed:
+            holding = self._guess(state, holding)
+            self.holdings[holding.pod] = holding
             self._charge(state, holding, +1)
         self._index(state)
         return "; ".join(warnings) or None
@@ -280,6 +294,8 @@ class ClusterState:
             warning = f"pod {pod.key}: {exc}; the assignment's GPUs are tracked instead"
         if allocated is not None and holding.whole:
             holding = msgspec.structs.replace(holding, whole=allocated)
+        elif allocated and holding.guessed:  # the device plugin says which: no guess needed
+            holding = msgspec.structs.replace(holding, whole=allocated, guessed=False)
         self.remove_pod(pod.key)
         return self.hold(holding) or warning
 
@@ -299,10 +315,12 @@ class ClusterState:
         if previous is not None:
             self.release(previous)
         self._orphans.pop(holding.pod, None)
+        state = self.nodes.get(holding.node)
+        if holding.guessed and state is not None:
+            holding = self._guess(state, holding)
         self._undo.append(("hold", holding))
         if holding.gang:
             self.gang_bound.setdefault(holding.gang, set()).add(holding.pod)
-        state = self.nodes.get(holding.node)
         if state is None:
             self._orphans[holding.pod] = holding
             return None
@@ -449,10 +467,7 @@ class ClusterState:
                 whole |= 1 << index
         elif not shares:
             return self._unannotated(pod, gang_key, replicas)
-        try:
-            resources = parse_request(pod, self.settings).resources
-        except RequestError:
-            resources = ()  # the kubelet admits no such pod; its GPUs still count
+        resources = kubelet_request(pod, self.settings)
         return Holding(
             pod.key, pod.node_name, whole, shares, gang_key, replicas, pod.uid, resources
         )
@@ -484,23 +499,49 @@ class ClusterState:
     def _unannotated(self, pod: PodInput, gang: str | None, replicas: int) -> Holding | None:
         """A bound pod with GPUs but none of our annotations (bound by another scheduler).
 
-        Its GPU count is real even if we do not know which GPUs the node gave it, so charge the
-        GPUs rule 1 would have picked: the count stays right, which is what keeps us from
-        over-committing the node.
+        What the kubelet admitted it against is real whatever it looks like to us (a request
+        parse_request refuses, a node or inventory not known yet), so it is charged in full to
+        the node's allocatable. Which GPUs the node gave it is not known: its mask is guessed
+        (rule 1 over the free GPUs, in ``hold`` and again whenever the node changes), so the
+        count stays right, which is what keeps us from over-committing the node. A pod already
+        held keeps its guess while that still fits.
         """
-        try:
-            req = parse_request(pod, self.settings)
-        except RequestError:
+        resources = kubelet_request(pod, self.settings)
+        if not resources:
             return None
-        state = self.nodes.get(pod.node_name)
-        if req.gpus == 0 or state is None or state.inventory is None:
-            return None
-        choice = state.inventory.topology.best_set(state.free_mask, req.gpus)
-        if choice is None:
-            return None
+        previous = self.holdings.get(pod.key)
+        whole = 0
+        if previous is not None and previous.guessed and previous.node == pod.node_name:
+            whole = previous.whole
         return Holding(
-            pod.key, pod.node_name, choice.mask, (), gang, replicas, pod.uid, req.resources
+            pod.key, pod.node_name, whole, (), gang, replicas, pod.uid, resources, guessed=True
         )
+
+    def _guess(self, state: NodeState, holding: Holding) -> Holding:
+        """A guessed holding's mask on ``state`` (charged with everything else on it): its own
+        while that still fits, else rule 1's best set of its GPUs of the node's vendor among
+        the free ones (as many as are free, if fewer: each is in use by someone)."""
+        inv = state.inventory
+        whole = 0
+        if inv is not None:
+            vendor = inv.vendor
+            gpu_resources = self.settings.gpu_resources
+            need = sum(n for r, n in holding.resources if gpu_resources.get(r) == vendor)
+            devices = 0
+            for d in inv.devices:
+                devices |= 1 << d.index
+            taken = state.whole | state.shared_mask
+            mine = holding.whole
+            if mine.bit_count() == need and not mine & ~devices and not mine & taken:
+                whole = mine
+            else:
+                free = state.free_mask
+                k = min(need, free.bit_count())
+                choice = inv.topology.best_set(free, k) if k else None
+                whole = choice.mask if choice is not None else 0
+        if whole == holding.whole:
+            return holding
+        return msgspec.structs.replace(holding, whole=whole)
 
 
 class AllocatedContainer(msgspec.Struct, frozen=True):

@@ -99,7 +99,8 @@ def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision
         state.rollback(checkpoint)
     if placements is None:
         largest = gpu_members[0].request.gpus
-        reason = unschedulable_reason(state, pods, gpu_members[0].request, largest)
+        joint = [r for m in gpu_members for r in m.request.resources]
+        reason = unschedulable_reason(state, pods, gpu_members[0].request, largest, joint)
         return Unschedulable(
             keys,
             f"gang {gang}: {len(members)} pending replicas need {total} GPUs and cannot all be "

@@ -20,7 +20,9 @@ Rule 5. When nothing fits, every node is counted under the first filter it faile
 read like kube-scheduler's: "0/12 nodes are available: 8 have fewer than 4 free GPUs, 4 are not GPU
 nodes." Allocatable comes in twice: a node whose allocatable itself is too small says so before it
 is counted by its free GPUs; one with enough free GPUs but too little allocatable left says so
-after.
+after. For a gang, "left" is checked against what all its pending replicas ask for together: a
+node whose free GPUs would take more of the gang than its allocatable left covers is short of
+allocatable.
 """
 
 from __future__ import annotations
@@ -278,14 +280,26 @@ _PHRASES: dict[str, tuple[str, str]] = {
 
 
 def unschedulable_reason(
-    state: ClusterState, pods: list[PodInput], req: PodRequest, gpus: int | None = None
+    state: ClusterState,
+    pods: list[PodInput],
+    req: PodRequest,
+    gpus: int | None = None,
+    joint: Iterable[tuple[str, int]] | None = None,
 ) -> str:
-    """kube-scheduler style: "0/12 nodes are available: 8 have fewer than 4 free GPUs, ..."."""
+    """kube-scheduler style: "0/12 nodes are available: 8 have fewer than 4 free GPUs, ...".
+
+    For a gang, ``req`` and ``gpus`` are its largest member's and ``joint`` is what all its
+    pending members ask for per resource name: a node that has free GPUs for more of the gang
+    than its allocatable left covers is short of allocatable, not of GPUs.
+    """
     counts: Counter[tuple[str, str]] = Counter()
     k = req.gpus if gpus is None else gpus
     demand = [(state.resource_index[r], r, n) for r, n in req.resources]
+    together = demand
+    if joint is not None:
+        together = [(index, state.resources[index], n) for index, n in state.demand(joint)]
     for node in state.nodes.values():
-        counts[_node_reason(node, pods, req, k, demand)] += 1
+        counts[_node_reason(node, pods, req, k, demand, together)] += 1
     total = len(state.nodes)
     if total == 0:
         return "0/0 nodes are available: the cluster has no nodes."
@@ -300,6 +314,7 @@ def _node_reason(
     req: PodRequest,
     k: int,
     demand: list[tuple[int, str, int]],
+    together: list[tuple[int, str, int]],
 ) -> tuple[str, str]:
     if node.inventory is None:
         return _PHRASES["invalid" if node.error else "not-gpu"]
@@ -340,9 +355,13 @@ def _node_reason(
         for index, resource, n in demand:
             if allocatable[index] < n:
                 return _too_little(resource)
-    if allocatable is not None and node.free_mask.bit_count() >= k:
-        for index, resource, n in demand:
-            if allocatable[index] - node.used[index] < n:
+    free = node.free_mask.bit_count()
+    if allocatable is not None and free >= k:
+        # What is left of the allocatable limits the node more than its free GPUs do, and does
+        # not cover everything asked (for one pod: its request, which its free GPUs cover).
+        for index, resource, n in together:
+            left = allocatable[index] - node.used[index]
+            if left < n and left < free:
                 return _too_little(resource)
     return (f"has fewer than {k} free {noun}", f"have fewer than {k} free {noun}")
 

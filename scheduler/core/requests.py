@@ -186,6 +186,56 @@ def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
     )
 
 
+def kubelet_request(pod: PodInput, settings: CoreSettings) -> tuple[tuple[str, int], ...]:
+    """Whole GPUs per resource name (sorted by name) that the kubelet admits ``pod`` against:
+    its effective request, computed as the kubelet computes it, whatever parse_request thinks of
+    the pod (plain init containers with GPUs, several vendors, whole and shared at once).
+
+    Per resource: the larger of (a) the app containers plus the sidecars, and (b) the largest
+    plain init container plus the sidecars started before it (a sidecar's own line is itself plus
+    the sidecars before it). A quantity the apiserver would not have let through (not a whole,
+    non-negative number) counts as 0.
+    """
+    gpu_resources = settings.gpu_resources
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for init in pod.init_containers:
+        mine = _whole_counts(init, gpu_resources)
+        if init.restart_policy == "Always":
+            for resource, n in mine.items():
+                sidecars[resource] = sidecars.get(resource, 0) + n
+            line = sidecars
+        else:
+            line = dict(sidecars)
+            for resource, n in mine.items():
+                line[resource] = line.get(resource, 0) + n
+        for resource, n in line.items():
+            if n > peak.get(resource, 0):
+                peak[resource] = n
+    total = dict(sidecars)
+    for c in pod.containers:
+        for resource, n in _whole_counts(c, gpu_resources).items():
+            total[resource] = total.get(resource, 0) + n
+    for resource, n in peak.items():
+        if n > total.get(resource, 0):
+            total[resource] = n
+    return tuple(sorted((r, n) for r, n in total.items() if n > 0))
+
+
+def _whole_counts(c: ContainerInput, gpu_resources: dict[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for resource, text in _resources(c).items():
+        if resource not in gpu_resources:
+            continue
+        try:
+            value = parse_quantity(text)
+        except ValueError:
+            continue
+        if value > 0 and value == value.to_integral_value():
+            out[resource] = int(value)
+    return out
+
+
 def _shared(pod: PodInput, shared: dict[str, int], memory_mib: int) -> SharedRequest:
     sgpu = shared.get(names.SGPU_RESOURCE, 0)
     cards = shared.get(names.SHARED_RESOURCE, 0) or 1

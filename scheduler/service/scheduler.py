@@ -338,6 +338,7 @@ class Scheduler:
             shares=tuple(shares),
             gang=holding.gang or "",
             replicas=holding.replicas if holding.gang else 0,
+            resources=holding.resources,
         )
 
     # ---- scheduling cycle --------------------------------------------------------------------
@@ -641,5 +642,12 @@ def _holding_of(claim: Claim) -> Holding:
         Share(s.index, "", s.core, s.memory_mib, s.sgpu, s.qos or None) for s in claim.shares
     )
     return Holding(
-        claim.pod, claim.node, whole, shares, claim.gang or None, claim.replicas, claim.uid
+        claim.pod,
+        claim.node,
+        whole,
+        shares,
+        claim.gang or None,
+        claim.replicas,
+        claim.uid,
+        claim.resources,
     )

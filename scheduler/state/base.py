@@ -75,6 +75,10 @@ class Claim(Struct, frozen=True):
     shares: tuple[ShareClaim, ...] = ()
     gang: str = ""
     replicas: int = 0  # the gang's replica count; 0 without a gang or when unknown
+    # Whole GPUs per resource name (sorted) that the pod's node's allocatable is charged with:
+    # a reservation reloaded by the next leader counts against the allocatable too. Absent in
+    # claims written before it existed (decoded as ()).
+    resources: tuple[tuple[str, int], ...] = ()
 
 
 class Record(Struct, frozen=True):

@@ -390,6 +390,39 @@ async def test_node_inventories_are_written_fenced_and_dropped(h: Harness) -> No
     assert await h.store.nodes() == {"n3": "{}"}
 
 
+async def test_a_claims_resources_come_back_as_written(h: Harness) -> None:
+    # The next leader charges a reloaded reservation to the node's allocatable from these.
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    gpus = (("aliyun.com/gpu", 1), ("nvidia.com/gpu", 2))
+    await h.store.reserve("a", e, [claim("p1", devices=(0, 1, 2), resources=gpus)])
+    await h.store.reserve("a", e, [claim("p2", devices=(3,))])
+    records = await h.store.records()
+    assert records["p1"].claim.resources == gpus
+    assert records["p2"].claim.resources == ()
+    # Reconcile keeps the truth's resources too.
+    truth = [claim("p3", devices=(4,), resources=(("nvidia.com/gpu", 1),))]
+    await h.store.reconcile("a", e, truth, ["p1"])
+    records = await h.store.records()
+    assert records["p1"].claim.resources == gpus
+    assert records["p3"].claim.resources == (("nvidia.com/gpu", 1),)
+
+
+async def test_a_claim_stored_before_resources_existed_is_read_back(redis_server: Any) -> None:
+    client = aioredis.Redis.from_url(redis_server.url)
+    await client.flushall()
+    store = RedisStore(client, prefix="O")
+    try:
+        old = '{"uid":"u1","pod":"default/p","node":"n","devices":[0],"shares":[],"gang":""}'
+        await client.hset("O:pods", "u1", old)
+        await client.hset("O:pstate", "u1", "reserved|1")
+        records = await store.records()
+        assert records["u1"].claim == Claim("u1", "default/p", "n", (0,))
+        assert records["u1"].claim.resources == ()
+    finally:
+        await store.close()
+
+
 # ---- the Redis key layout (redis_store.py's docstring) -------------------------------------
 
 

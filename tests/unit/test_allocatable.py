@@ -217,6 +217,8 @@ def test_a_gang_spreads_when_no_node_has_the_allocatable_for_all_of_it() -> None
 
 
 def test_a_gang_that_no_allocatable_can_hold_stays_whole_and_says_why() -> None:
+    # a has 8 free GPUs but allocatable for one 4-GPU replica of three: the allocatable is what
+    # falls short there, not the free GPUs.
     state = cluster(
         MakeNode().Name("a").Links(DGX1_V100).Allocatable({"nvidia.com/gpu": 4}),
         MakeNode().Name("b").Links(DGX1_V100).Allocatable({"aliyun.com/gpu": 8}),
@@ -226,8 +228,7 @@ def test_a_gang_that_no_allocatable_can_hold_stays_whole_and_says_why() -> None:
     d = decide(state, Unit("default/job", pods))
     assert reason(d) == (
         "gang default/job: 3 pending replicas need 12 GPUs and cannot all be placed; "
-        "0/2 nodes are available: 1 has fewer than 4 free GPUs, "
-        "1 has too little allocatable nvidia.com/gpu."
+        "0/2 nodes are available: 2 have too little allocatable nvidia.com/gpu."
     )
     # The tentative placements were rolled back, allocatable use included.
     assert {n: list(s.used) for n, s in state.nodes.items()} == before
@@ -249,3 +250,194 @@ def test_gang_replicas_asking_different_resource_names_are_counted_per_name() ->
     (d,) = schedule(state, nvidia, aliyun)
     got = placed_on(d)
     assert got["r0"][0] == got["r1"][0] == "dgx-b"
+
+
+def test_a_gang_short_of_allocatable_on_every_node_says_so_not_free_gpus() -> None:
+    # Both nodes have 8 free GPUs but allocatable 1: the one-node plan and the fewest-nodes plan
+    # both fail for want of allocatable, which is what the reason must say.
+    state = cluster(
+        MakeNode().Name("a").Links(DGX1_V100).Allocatable({"nvidia.com/gpu": 1}),
+        MakeNode().Name("b").Links(DGX1_V100).Allocatable({"nvidia.com/gpu": 1}),
+    )
+    pods = tuple(replica(f"r{i}", 1, n=4).Obj() for i in range(4))
+    d = decide(state, Unit("default/job", pods))
+    assert reason(d) == (
+        "gang default/job: 4 pending replicas need 4 GPUs and cannot all be placed; "
+        "0/2 nodes are available: 2 have too little allocatable nvidia.com/gpu."
+    )
+
+
+def test_a_gang_short_of_free_gpus_still_says_free_gpus() -> None:
+    # 1 GPU free and 1 allocatable left on each node: the free GPUs limit as much as the
+    # allocatable does, so the reason stays the free-GPU count.
+    running = tuple(MakePod().Name(f"r-{n}").Req(7).Bound(n, "0,1,2,3,4,5,6") for n in ("a", "b"))
+    state = cluster(
+        MakeNode().Name("a").Links(DGX1_V100).Allocatable({"nvidia.com/gpu": 8}),
+        MakeNode().Name("b").Links(DGX1_V100).Allocatable({"nvidia.com/gpu": 8}),
+        running=running,
+    )
+    pods = tuple(replica(f"g{i}", 1, n=4).Obj() for i in range(4))
+    d = decide(state, Unit("default/job", pods))
+    assert reason(d).endswith("0/2 nodes are available: 2 have fewer than 1 free GPU.")
+
+
+# ---- pods of other schedulers and reloaded reservations ---------------------------------------
+
+
+def used(state: ClusterState, node: str, resource: str = "nvidia.com/gpu") -> int:
+    return int(state.nodes[node].used[state.resource_index[resource]])
+
+
+def test_a_pod_bound_before_the_inventory_arrives_is_charged_to_allocatable() -> None:
+    # The node registers with allocatable 8 before our agent annotates it; the default
+    # scheduler binds a 4-GPU pod there; then the inventory arrives.
+    state = cluster(MakeNode().Name("n").NoGPUs().Allocatable({"nvidia.com/gpu": 8}))
+    assert state.add_bound_pod(MakePod().Name("theirs").Req(4).Bound("n").Obj()) is None
+    assert used(state, "n") == 4
+    assert (
+        state.set_node(MakeNode().Name("n").Links(PCIE8).Allocatable({"nvidia.com/gpu": 8}).Obj())
+        is None
+    )
+    assert used(state, "n") == 4
+    assert state.nodes["n"].free_mask.bit_count() == 4  # its GPUs are guessed now
+    (d,) = schedule(state, MakePod().Name("eight").Req(8))
+    assert isinstance(d, Unschedulable)
+    (e,) = schedule(state, MakePod().Name("four").Req(4))
+    assert placed_on(e)["four"][0] == "n"
+    assert used(state, "n") == 8
+    state.remove_pod("default/theirs")
+    assert used(state, "n") == 4
+    assert state.nodes["n"].free_mask.bit_count() == 4
+
+
+def test_a_pod_bound_before_its_node_is_known_is_charged_when_the_node_arrives() -> None:
+    state = ClusterState()
+    assert state.add_bound_pod(MakePod().Name("theirs").Req(4).Bound("n").Obj()) is None
+    assert (
+        state.set_node(MakeNode().Name("n").Links(PCIE8).Allocatable({"nvidia.com/gpu": 8}).Obj())
+        is None
+    )
+    assert used(state, "n") == 4
+    assert state.nodes["n"].free_mask.bit_count() == 4
+    (d,) = schedule(state, MakePod().Name("five").Req(5))
+    assert isinstance(d, Unschedulable)
+
+
+def test_gpus_on_a_plain_init_container_of_another_schedulers_pod_count() -> None:
+    # The kubelet admits it against max(largest init container, sum of the others): 4 here,
+    # though parse_request refuses such a pod of ours.
+    theirs = MakePod().Name("theirs").InitContainer("setup", {"nvidia.com/gpu": "4"}).Req(1)
+    node = MakeNode().Name("n").Links(PCIE8).Allocatable({"nvidia.com/gpu": 8})
+    state = cluster(node, running=(theirs.Bound("n"),))
+    assert used(state, "n") == 4
+    assert state.nodes["n"].free_mask.bit_count() == 4
+    (d,) = schedule(state, MakePod().Name("five").Req(5))
+    assert isinstance(d, Unschedulable)
+    (e,) = schedule(state, MakePod().Name("four").Req(4))
+    assert placed_on(e)["four"][0] == "n"
+
+
+def test_another_schedulers_pod_asking_several_vendors_is_charged_per_resource() -> None:
+    node = MakeNode().Name("n").Links(PCIE8)
+    node.Allocatable({"nvidia.com/gpu": 4, "metax-tech.com/gpu": 2})
+    theirs = (
+        MakePod()
+        .Name("theirs")
+        .Container("main", {"nvidia.com/gpu": "3", "metax-tech.com/gpu": "1"})
+    )
+    state = cluster(node, running=(theirs.Bound("n"),))
+    assert used(state, "n") == 3
+    assert used(state, "n", "metax-tech.com/gpu") == 1
+    assert state.nodes["n"].free_mask.bit_count() == 5  # the node's NVIDIA GPUs only
+    (d,) = schedule(state, MakePod().Name("two").Req(2))
+    assert reason(d) == "0/1 nodes are available: 1 has too little allocatable nvidia.com/gpu."
+
+
+def test_a_repeated_event_of_a_pod_that_fills_its_node_keeps_it_charged() -> None:
+    node = MakeNode().Name("n").Links(PCIE8).Allocatable({"nvidia.com/gpu": 8})
+    theirs = MakePod().Name("theirs").Req(8).Bound("n")
+    state = cluster(node, running=(theirs,))
+    assert state.nodes["n"].free_mask == 0
+    # A status update of the same pod: no set of 8 is free while it holds them itself.
+    assert state.add_bound_pod(theirs.Obj()) is None
+    assert state.nodes["n"].free_mask == 0
+    assert used(state, "n") == 8
+    (d,) = schedule(state, MakePod().Name("one").Req(1))
+    assert isinstance(d, Unschedulable)
+
+
+def test_a_guessed_mask_is_kept_across_events_and_node_refreshes() -> None:
+    node = MakeNode().Name("n").Links(DGX1_V100).Allocatable({"nvidia.com/gpu": 8})
+    theirs = MakePod().Name("theirs").Req(2).Bound("n")
+    state = cluster(node, running=(theirs,))
+    mask = state.holdings["default/theirs"].whole
+    assert mask.bit_count() == 2
+    assert state.add_bound_pod(theirs.Obj()) is None
+    assert state.holdings["default/theirs"].whole == mask
+    assert state.set_node(node.Obj()) is None
+    assert state.holdings["default/theirs"].whole == mask
+    # A pod of ours on those GPUs (its annotation is the truth): the guess moves aside.
+    state.remove_node("n")
+    state.add_bound_pod(
+        MakePod()
+        .Name("ours")
+        .Req(2)
+        .Bound("n", ",".join(str(i) for i in range(8) if mask >> i & 1))
+        .Obj()
+    )
+    assert state.set_node(node.Obj()) is None
+    moved = state.holdings["default/theirs"].whole
+    assert moved.bit_count() == 2 and not moved & mask
+    assert used(state, "n") == 4
+
+
+def test_another_schedulers_pod_without_gpus_is_not_held() -> None:
+    state = cluster(MakeNode().Name("n").Links(PCIE8).Allocatable({"nvidia.com/gpu": 8}))
+    assert (
+        state.add_bound_pod(MakePod().Name("cpu").Container("c", {"cpu": "2"}).Bound("n").Obj())
+        is None
+    )
+    assert "default/cpu" not in state.holdings
+
+
+@pytest.mark.parametrize(
+    "init,containers,want",
+    [
+        # (name, gpus, sidecar) init containers in order; app container GPUs
+        ([], [2, 1], 3),
+        ([("setup", 4, False)], [1], 4),
+        ([("setup", 1, False)], [2, 1], 3),
+        ([("side", 1, True), ("setup", 3, False)], [1], 4),  # sidecar runs beside setup
+        ([("setup", 3, False), ("side", 1, True)], [1], 3),  # sidecar starts after setup
+        ([("side", 2, True)], [1], 3),
+    ],
+)
+def test_kubelet_request_is_the_kubelets_effective_request(
+    init: list[tuple[str, int, bool]], containers: list[int], want: int
+) -> None:
+    from scheduler.core.requests import kubelet_request
+    from scheduler.core.settings import CoreSettings
+
+    pod = MakePod().Name("p")
+    for name, n, sidecar in init:
+        pod.InitContainer(name, {"nvidia.com/gpu": str(n)}, sidecar=sidecar)
+    for n in containers:
+        pod.Req(n)
+    assert kubelet_request(pod.Obj(), CoreSettings()) == (("nvidia.com/gpu", want),)
+
+
+def test_kubelet_request_is_per_resource_and_skips_what_the_apiserver_refuses() -> None:
+    from scheduler.core.requests import kubelet_request
+    from scheduler.core.settings import CoreSettings
+
+    pod = (
+        MakePod()
+        .Name("p")
+        .InitContainer("setup", {"aliyun.com/gpu": "2", "nvidia.com/gpu": "1"})
+        .Container("a", {"nvidia.com/gpu": "2", "cpu": "1"})
+        .Container("b", {"nvidia.com/gpu": "1.5", "aliyun.com/gpu": "1"})
+    )
+    assert kubelet_request(pod.Obj(), CoreSettings()) == (
+        ("aliyun.com/gpu", 2),
+        ("nvidia.com/gpu", 2),
+    )
