@@ -5,6 +5,11 @@ The leader mirrors the inventory of every GPU node of its snapshot into the stor
 exist; afterwards node events mark names dirty and one background flush writes the changes of a
 burst of events in one fenced ``update_nodes`` call. Scheduling a pod never waits on it.
 
+The later, rate-limited reconciles (after a reservation conflict, say) leave the inventories
+alone, unless a write of ours failed since the last complete one: a failed flush or reconcile
+keeps its names pending, asks for a reconcile (``on_failure``), and that reconcile writes every
+inventory again. Whatever failed (the store, or an unexpected error), nothing is dropped silently.
+
 What is stored is the inventory the scheduler read, as JSON in the ``topo-scheduler.io/gpus``
 shape with ``scores`` (whatever annotation it came from, and ``source`` naming that annotation).
 A node without a usable inventory (not a GPU node, or a malformed annotation) has none.
@@ -17,14 +22,15 @@ own set, so shutdown awaits it like a bind in flight.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import msgspec
 import structlog
 
 from scheduler.core.inventory import Inventory
-from scheduler.state.base import Store, StoreError
+from scheduler.state.base import Store
 
 from .leader import Leadership
 
@@ -86,18 +92,39 @@ class NodeInventories:
         self._on_failure = on_failure
         self._dirty: set[str] = set()
         self._written: dict[str, str] = {}  # what the store holds, as far as we know
+        # The store may lack some of our inventories (nothing written yet, or a write failed):
+        # the next reconcile must write them all.
+        self._behind = True
         self._flushing = False
         # Held while the reconcile or a flush writes, so a flush never lands under an older
         # reconcile and the other way round.
         self.lock = asyncio.Lock()
 
     def all(self) -> dict[str, str]:
-        """Every inventory of the snapshot, for the reconcile; pending changes are included."""
-        self._dirty.clear()
+        """Every inventory of the snapshot (pending changes included)."""
         return {name: inventory_json(inv) for name, inv in sorted(self._read().items()) if inv}
 
-    def reconciled(self, nodes: dict[str, str]) -> None:
-        self._written = dict(nodes)
+    @contextlib.asynccontextmanager
+    async def reconciling(self, elected: bool) -> AsyncIterator[dict[str, str] | None]:
+        """Around the store's reconcile call: gives its ``nodes`` argument, every inventory
+        right after an election (the store holds what the previous leader wrote) or when a
+        write of ours failed since the last complete one, else None (leave them alone: the
+        flush keeps them current). The pending changes it covers are cleared only if the call
+        succeeds; if it fails they stay pending and the next reconcile writes them all."""
+        async with self.lock:
+            if not (elected or self._behind):
+                yield None
+                return
+            nodes = self.all()
+            covered, self._dirty = self._dirty, set()
+            try:
+                yield nodes
+            except BaseException:
+                self._dirty |= covered
+                self._behind = True
+                raise
+            self._written = dict(nodes)
+            self._behind = False
 
     def changed(self, name: str) -> None:
         """A node was added, changed or deleted in the snapshot."""
@@ -115,25 +142,19 @@ class NodeInventories:
                     if epoch is None:
                         return
                     names, self._dirty = self._dirty, set()
-                    inventories = self._read()
-                    put: dict[str, str] = {}
-                    drop: list[str] = []
-                    for name in sorted(names):
-                        inv = inventories.get(name)
-                        if inv is None:
-                            if name in self._written:
-                                drop.append(name)
-                        else:
-                            encoded = inventory_json(inv)
-                            if self._written.get(name) != encoded:
-                                put[name] = encoded
-                    if not put and not drop:
-                        continue
                     try:
+                        put, drop = self._changes(names)
+                        if not put and not drop:
+                            continue
                         await self._store.update_nodes(self._leadership.holder, epoch, put, drop)
-                    except StoreError as exc:
-                        # The next reconcile writes every inventory again.
-                        log.warning("store node update failed", nodes=sorted(names), error=str(exc))
+                    except Exception as exc:
+                        # Any failure (the store's StoreError or anything else): the names stay
+                        # pending, and the reconcile asked for writes every inventory again.
+                        log.warning(
+                            "store node update failed", nodes=sorted(names), error=repr(exc)
+                        )
+                        self._dirty |= names
+                        self._behind = True
                         self._on_failure()
                         return
                     self._written.update(put)
@@ -141,3 +162,19 @@ class NodeInventories:
                         self._written.pop(name, None)
         finally:
             self._flushing = False
+
+    def _changes(self, names: set[str]) -> tuple[dict[str, str], list[str]]:
+        """What to write (changed inventories) and to drop (nodes gone or without one)."""
+        inventories = self._read()
+        put: dict[str, str] = {}
+        drop: list[str] = []
+        for name in sorted(names):
+            inv = inventories.get(name)
+            if inv is None:
+                if name in self._written:
+                    drop.append(name)
+            else:
+                encoded = inventory_json(inv)
+                if self._written.get(name) != encoded:
+                    put[name] = encoded
+        return put, drop

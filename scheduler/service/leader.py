@@ -8,7 +8,11 @@ One replica leads at a time. Standbys keep their watches warm and try to acquire
   time, before the store is even asked, so the loop stops taking pods at once.
 
 The epoch is handed to ``on_elected`` so the service can reconcile the store against the apiserver
-before its first decision. Time comes from the injected clock; sleeping from the injected sleep.
+before its first decision. If that fails (Redis busy or unreachable, say), the replica gives the
+lease up at once (``on_lost`` is called) and goes back to trying to acquire it: whoever wins next,
+this replica or another, prepares afresh. A replica never keeps a lease it cannot lead with, and
+never stops competing for it. Time comes from the injected clock; sleeping from the injected
+sleep.
 """
 
 from __future__ import annotations
@@ -70,7 +74,17 @@ class Leadership:
                 if epoch is not None:
                     self.epoch, self._renewed_at = epoch, sent
                     log.info("became leader", holder=self.holder, epoch=epoch)
-                    await on_elected(epoch)
+                    try:
+                        await on_elected(epoch)
+                    except Exception as exc:
+                        log.warning(
+                            "could not take up leadership: giving the lease up",
+                            error=str(exc),
+                            epoch=epoch,
+                            exc_info=not isinstance(exc, StoreError),
+                        )
+                        await self._give_up(on_lost)
+                        await self._sleep(self.timing.retry_s)
                     continue
                 await self._sleep(self.timing.retry_s)
                 continue
@@ -93,6 +107,15 @@ class Leadership:
                 log.warning("lost leadership", holder=self.holder, epoch=self.epoch)
                 self.epoch = None
                 await on_lost()
+
+    async def _give_up(self, on_lost: Callable[[], Awaitable[None]]) -> None:
+        epoch, self.epoch = self.epoch, None
+        if epoch is not None:
+            try:
+                await self.store.release_lease(self.holder, epoch)
+            except StoreError as exc:  # then it lapses after its TTL
+                log.warning("lease release failed", error=str(exc))
+        await on_lost()
 
     async def release(self) -> None:
         """Shutdown: give the lease up so a standby takes over at once, not after the TTL."""

@@ -271,25 +271,34 @@ class Scheduler:
         self.metrics.leader.set(1)
         while not self.bound_synced:
             await asyncio.sleep(0.05)
-        await self._reconcile(epoch)
+        await self._reconcile(epoch, elected=True)  # a failure gives the lease up (leader.py)
         self.ready_to_schedule = True
         for key in self.pending:
             self.queue.add(key)
         self._kick()
 
-    async def _reconcile(self, epoch: int) -> None:
-        """Make the store equal to the apiserver's truth (bound pods in the snapshot)."""
+    async def _reconcile(self, epoch: int, elected: bool = False) -> None:
+        """Make the store equal to the apiserver's truth (bound pods in the snapshot).
+
+        Right after an election it also writes every node inventory; later (rate-limited)
+        reconciles do only if an inventory write failed since (inventories.py). If it fails,
+        a reconcile is still needed: the loop tries again."""
         self._needs_reconcile = False
         self._last_reconcile = self.clock()
+        try:
+            await self._write_truth(epoch, elected)
+        except BaseException:
+            self._needs_reconcile = True
+            raise
+
+    async def _write_truth(self, epoch: int, elected: bool) -> None:
         truth = [c for c in (self._claim_of(h) for h in self.state.holdings.values()) if c]
         truth = [c for c in truth if c.pod not in self.in_flight and c.pod not in self.pending]
         pending_uids = [p.uid for p in self.pending.values() if p.uid]
-        async with self.inventories.lock:
-            nodes = self.inventories.all()
+        async with self.inventories.reconciling(elected) as nodes:
             report = await self.store.reconcile(
                 self.leadership.holder, epoch, truth, pending_uids, nodes
             )
-            self.inventories.reconciled(nodes)
         # Reservations a previous leader made for pods still pending: keep their GPUs out of
         # reach until those pods are decided again (their own new reservation replaces them).
         by_uid = {p.uid: p for p in self.pending.values()}
@@ -348,13 +357,7 @@ class Scheduler:
             if not (self.accepting and self.ready_to_schedule and self.leadership.leading):
                 await self._sleep_until_woken(1.0)
                 continue
-            if self._needs_reconcile and self.clock() - self._last_reconcile >= RECONCILE_MIN_S:
-                epoch = self.leadership.epoch
-                if epoch is not None:
-                    try:
-                        await self._reconcile(epoch)
-                    except StoreError as exc:
-                        log.warning("reconcile failed", error=str(exc))
+            await self.reconcile_if_needed()
             key = self.queue.pop()
             self._update_gauges()
             if key is None:
@@ -368,6 +371,22 @@ class Scheduler:
                 log.exception("scheduling attempt crashed", pod=key)
                 self.queue.backoff(key)
             await asyncio.sleep(0)  # let watch events in between attempts
+
+    async def reconcile_if_needed(self) -> None:
+        """The loop's reconcile after the store disagreed with the snapshot (a reservation
+        conflict, GPUs moved by the device plugin, a failed store write), at most every
+        RECONCILE_MIN_S. A failed one stays needed, so the loop tries again."""
+        if not self._needs_reconcile or self.clock() - self._last_reconcile < RECONCILE_MIN_S:
+            return
+        epoch = self.leadership.epoch
+        if epoch is None:
+            return
+        try:
+            await self._reconcile(epoch)
+        except StoreError as exc:
+            log.warning("reconcile failed", error=str(exc))
+        except Exception:
+            log.exception("reconcile crashed")
 
     async def _sleep_until_woken(self, timeout: float) -> None:
         self._wake.clear()

@@ -17,6 +17,14 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
 - ``P:gpu:<node>``: ``<gang>`` is the owner's gang key (``namespace/job``), empty without one;
   ``<epoch>`` is the epoch of the leader that wrote the ownership (``reserve`` or ``reconcile``).
   Readers take the UID as what precedes the first ``|`` (neither UIDs nor gang keys contain it).
+  Versions before this layout stored the bare UID. This version reads those (gang ``""``,
+  epoch 0), but those versions compare the whole value with a UID: they never free a GPU written
+  in this format and refuse every reservation of it, even by its own pod. So a rollback to such a
+  version (and an older replica that took the lease back mid-way through a rolling update) needs
+  the owner hashes deleted once no newer replica runs: ``redis-cli --scan --pattern 'P:gpu:*' |
+  xargs redis-cli del``, or simply FLUSHDB the scheduler's Redis database (the apiserver is the
+  truth: the next leader's reconcile writes the store again from it). Those versions ignore gang
+  records and ``P:nodes``.
 - ``P:gang:<namespace/job>``: ``state`` is ``reserved``, ``bound`` or ``partial`` (base.py),
   ``epoch`` the epoch of the call that last wrote the record, ``replicas`` the gang's replica
   count (0 = unknown), ``members`` the member pod UIDs, sorted and comma-separated.
@@ -48,9 +56,7 @@ from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError, ResponseError
 
 from .base import (
     Claim,
@@ -103,7 +109,12 @@ local function leave_gang(gang, uid)
   for _, u in ipairs(split(redis.call('HGET', gang_key(gang), 'members'))) do
     if u ~= uid then kept[#kept + 1] = u end
   end
-  redis.call('HSET', gang_key(gang), 'members', table.concat(kept, ','))
+  if #kept > 0 then
+    redis.call('HSET', gang_key(gang), 'members', table.concat(kept, ','))
+  else
+    -- Never create a record just to empty it (a pod written before gang records existed).
+    redis.call('HDEL', gang_key(gang), 'members')
+  end
 end
 -- A gang's record follows from its members' records: reserved while any member is only
 -- reserved; else bound when there are at least `replicas` members; else partial. No members:
@@ -306,8 +317,11 @@ for _, item in ipairs(truth) do
     added = added + 1
   end
 end
--- Rebuild every gang record from the pod records.
-for _, gang in ipairs(redis.call('SMEMBERS', GANGS)) do redis.call('DEL', gang_key(gang)) end
+-- Rebuild every gang record from the pod records: first delete every record listed in GANGS
+-- and every record this call has touched (listed or not: a store written before gang records
+-- existed lists none), so that none survives without members.
+for _, gang in ipairs(redis.call('SMEMBERS', GANGS)) do touched[gang] = true end
+for gang in pairs(touched) do redis.call('DEL', gang_key(gang)) end
 redis.call('DEL', GANGS)
 touched = {}
 local pods = redis.call('HGETALL', PODS)
@@ -415,8 +429,11 @@ class RedisStore:
                 raise Fenced(text.removeprefix("FENCED ")) from None
             if text.startswith("CONFLICT"):
                 raise Conflict(text.removeprefix("CONFLICT ")) from None
-            raise
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            # BUSY, OOM, READONLY, a script's runtime error...: the call failed on Redis's side.
+            # Callers see one family, StoreError, as for a lost connection; the leader's next
+            # reconcile repairs whatever the call did or did not write.
+            raise Unavailable(f"redis: {text}") from exc
+        except (RedisError, OSError) as exc:
             raise Unavailable(f"redis: {exc}") from exc
 
     async def acquire(self, holder: str, ttl_ms: int) -> int | None:
@@ -471,7 +488,7 @@ class RedisStore:
     async def _read(self, command: Any) -> Any:
         try:
             return await command
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except (RedisError, OSError) as exc:  # connection, timeout, BUSY, LOADING, WRONGTYPE...
             raise Unavailable(f"redis: {exc}") from exc
 
     async def records(self) -> dict[str, Record]:

@@ -12,9 +12,19 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.state.base import Claim, Conflict, Fenced, GangRecord, Owner, ShareClaim
+from scheduler.state.base import (
+    Claim,
+    Conflict,
+    Fenced,
+    GangRecord,
+    Owner,
+    ShareClaim,
+    StoreError,
+    Unavailable,
+)
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
+from tests.redis_faults import busy, out_of_memory
 
 TTL = 10_000
 
@@ -458,6 +468,113 @@ async def test_redis_key_layout(redis_server: Any) -> None:
         await store.release("a", e, ["g1", "g2", "p1"])
         left = set(await client.keys("L:*"))
         assert left == {"L:lease", "L:epoch", "L:nodes"}
+    finally:
+        await store.close()
+        await client.aclose()
+
+
+async def test_redis_errors_reach_callers_as_store_errors(redis_server: Any) -> None:
+    """Redis's own errors (BUSY, OOM, WRONGTYPE...) are StoreErrors like a lost connection: the
+    service's `except StoreError` sees every store failure, none ends a task unhandled."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    await client.flushall()
+    store = RedisStore(aioredis.Redis.from_url(redis_server.url), prefix="E")
+    try:
+        e = await store.acquire("a", TTL)
+        assert e is not None
+        async with out_of_memory(redis_server.url):
+            with pytest.raises(Unavailable, match="maxmemory"):
+                await store.update_nodes("a", e, {"n": "{}"}, [])
+            with pytest.raises(Unavailable, match="maxmemory"):
+                await store.reserve("a", e, [claim("p1", devices=(0,))])
+        async with busy(redis_server.url):
+            calls = [
+                store.acquire("b", TTL),
+                store.renew("a", e, TTL),
+                store.reserve("a", e, [claim("p1", devices=(0,))]),
+                store.mark_bound("a", e, ["p1"]),
+                store.release("a", e, ["p1"]),
+                store.reconcile("a", e, [], [], {}),
+                store.update_nodes("a", e, {}, ["n"]),
+                store.records(),
+                store.gangs(),
+                store.owners("n"),
+                store.nodes(),
+                store.release_lease("a", e),
+            ]
+            for call in calls:
+                with pytest.raises(Unavailable, match="BUSY"):
+                    await call
+        await client.set("E:nodes", "not a hash")
+        for call in [store.nodes(), store.update_nodes("a", e, {"n": "{}"}, [])]:
+            with pytest.raises(StoreError, match="WRONGTYPE"):
+                await call
+        await client.delete("E:nodes")
+        await store.update_nodes("a", e, {"n": "{}"}, [])  # and all is well again
+        assert await store.nodes() == {"n": "{}"}
+    finally:
+        await store.close()
+        await client.aclose()
+
+
+async def test_reconciling_a_store_written_before_gang_records_leaves_no_empty_gang(
+    redis_server: Any,
+) -> None:
+    """A store written before gang records existed (bare-UID owners, no P:gang:*, no P:gangs):
+    the reconcile frees a gang member whose pod is gone, keeps a pending one, adds a bound one;
+    every gang record left has members, and the GPU owners of the old format still read."""
+    client = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
+    await client.flushall()
+    store = RedisStore(aioredis.Redis.from_url(redis_server.url), prefix="G")
+    try:
+        e = await store.acquire("a", TTL)
+        assert e is not None
+
+        def old_claim(uid: str, gang: str, device: int) -> str:  # no `replicas` back then
+            return (
+                f'{{"uid":"{uid}","pod":"default/{uid}","node":"n","devices":[{device}],'
+                f'"shares":[],"gang":"{gang}"}}'
+            )
+
+        await client.hset(
+            "G:pods",
+            mapping={
+                "gone1": old_claim("gone1", "default/gone", 0),
+                "gone2": old_claim("gone2", "default/gone", 1),
+                "wait1": old_claim("wait1", "default/waiting", 2),
+                "solo": old_claim("solo", "", 3),
+            },
+        )
+        await client.hset(
+            "G:pstate",
+            mapping={
+                "gone1": "bound|1",
+                "gone2": "bound|1",
+                "wait1": "reserved|1",
+                "solo": "bound|1",
+            },
+        )
+        await client.hset(
+            "G:gpu:n", mapping={"0": "gone1", "1": "gone2", "2": "wait1", "3": "solo"}
+        )
+        truth = [member("b1", "bound", 1, devices=(4,)), claim("solo", devices=(3,))]
+        report = await store.reconcile("a", e, truth, ["wait1"])
+        assert (report.added, report.freed, report.kept) == (2, 2, 1)
+        gang_keys = {k async for k in client.scan_iter("G:gang:*")}
+        assert gang_keys == {"G:gang:default/bound", "G:gang:default/waiting"}
+        for key in gang_keys:
+            assert await client.hget(key, "members")
+        assert await client.smembers("G:gangs") == {"default/bound", "default/waiting"}
+        assert await store.gangs() == {
+            "default/bound": GangRecord("bound", e, ("b1",), 1),
+            "default/waiting": GangRecord("reserved", e, ("wait1",), 0),
+        }
+        owners = await store.owners("n")
+        assert owners == {
+            2: Owner("wait1", "", 0),  # kept as written before: a bare UID still reads
+            3: Owner("solo", "", e),
+            4: Owner("b1", "default/bound", e),
+        }
     finally:
         await store.close()
         await client.aclose()

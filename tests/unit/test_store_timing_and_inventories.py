@@ -115,14 +115,20 @@ class Harness:
         self.tasks: set[asyncio.Task[None]] = set()
         self.failures = 0
         self.writing = True
+        self.broken = False  # reading the snapshot raises (an error that is not a StoreError)
         self.inventories = NodeInventories(
             self.store,
             self.leadership,
-            lambda: self.snapshot,
+            self.read,
             lambda: self.writing and self.leadership.leading,
             self.spawn,
             self.failed,
         )
+
+    def read(self) -> dict[str, Inventory | None]:
+        if self.broken:
+            raise RuntimeError("not a StoreError")
+        return self.snapshot
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self.tasks.add(asyncio.get_running_loop().create_task(coro))
@@ -139,11 +145,12 @@ class Harness:
         epoch = await self.store.acquire("a", TTL)
         assert epoch is not None
         self.leadership.epoch = epoch
-        async with self.inventories.lock:  # what Scheduler._reconcile does
-            nodes = self.inventories.all()
-            await self.store.reconcile("a", epoch, [], [], nodes)
-            self.inventories.reconciled(nodes)
+        await self.reconcile(epoch, elected=True)
         return epoch
+
+    async def reconcile(self, epoch: int, elected: bool) -> None:
+        async with self.inventories.reconciling(elected) as nodes:  # as Scheduler._reconcile
+            await self.store.reconcile("a", epoch, [], [], nodes)
 
 
 async def test_node_events_reach_the_store_in_batches_and_deleted_nodes_leave_it() -> None:
@@ -192,3 +199,33 @@ async def test_only_the_leader_writes_inventories_and_a_fenced_write_asks_for_a_
     await h.settle()
     assert h.failures == 1
     assert set(await h.store.nodes()) == {"a"}
+
+
+async def test_a_failed_reconcile_leaves_the_changes_it_covered_pending() -> None:
+    h = Harness()
+    h.snapshot = {"a": inventory("a", 8)}
+    epoch = await h.elect()
+    h.snapshot["b"] = inventory("b", 4)
+    h.inventories.changed("b")  # its flush waits for the reconcile below
+    with pytest.raises(Fenced):
+        await h.reconcile(epoch + 1, elected=True)  # not the lease's epoch: refused
+    await h.settle()  # the flush writes b after all
+    assert set(await h.store.nodes()) == {"a", "b"}
+
+
+async def test_any_flush_failure_asks_for_a_reconcile_that_writes_every_inventory() -> None:
+    h = Harness()
+    h.snapshot = {"a": inventory("a", 8)}
+    epoch = await h.elect()
+    async with h.inventories.reconciling(elected=False) as nodes:
+        assert nodes is None  # nothing failed: a later reconcile leaves the inventories alone
+    h.broken = True
+    h.snapshot["b"] = inventory("b", 4)
+    h.inventories.changed("b")
+    await h.settle()  # the flush task does not end with the error
+    assert h.failures == 1
+    h.broken = False
+    await h.reconcile(epoch, elected=False)
+    assert set(await h.store.nodes()) == {"a", "b"}
+    async with h.inventories.reconciling(elected=False) as nodes:
+        assert nodes is None  # written: the next one leaves them alone again
