@@ -99,11 +99,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _load_prctl() -> Any:
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    return None
+
+
+# Resolved once, in the parent: the child of a fork must not dlopen. A preexec_fn runs between
+# fork and exec, where only the forking thread exists; a lock another thread held at the fork
+# (the dynamic loader's, taken by a gRPC or asyncio thread) is never released there, and the
+# child would hang before it ever runs its program.
+_PRCTL = _load_prctl()
+
+
 def die_with_parent() -> None:
     """preexec_fn: SIGKILL this child when the thread that started it dies (Linux)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 # Every started, not yet stopped plane: atexit and the signal handler stop them.

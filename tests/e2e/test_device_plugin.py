@@ -200,7 +200,10 @@ async def test_the_agent_process_serves_the_plugin_under_deploys_agent_identity(
         )
     )
     log = scenario.dir / "agent.log"
-    await kubelet.start()
+    # Both processes are started before this process serves gRPC (the test kubelet): forking
+    # while gRPC threads are busy is unsafe. The agent's plugin retries its registration until
+    # the kubelet serves.
+    scenario.start_scheduler()
     agent = subprocess.Popen(
         [
             sys.executable, "-m", "scheduler", "agent", "--device-plugin",
@@ -214,11 +217,11 @@ async def test_the_agent_process_serves_the_plugin_under_deploys_agent_identity(
         preexec_fn=die_with_parent,
     )  # fmt: skip
     try:
+        await kubelet.start()
         await bounded(kubelet.wait_for(lambda: kubelet.devices.updates > 0))
         assert kubelet.registrations[0].resource_name == RESOURCE
         assert kubelet.devices.health == dict.fromkeys(uuids, "Healthy")
 
-        scenario.start_scheduler()
         gang = scenario.gang_labels("ddp", 2)
         scenario.pod("pair", 2, RESOURCE)
         scenario.pod("replica-0", 1, RESOURCE, labels=gang)
