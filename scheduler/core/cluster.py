@@ -30,7 +30,7 @@ from .decisions import ContainerDevices, Placement, Share
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from .objects import NodeInput, PodInput
-from .requests import RequestError, kubelet_request, parse_gang, parse_quantity
+from .requests import RequestError, kubelet_request, parse_count, parse_gang
 from .settings import CoreSettings
 from .topology import Topology
 
@@ -236,18 +236,10 @@ class ClusterState:
             count = 0
             if text is not None:
                 try:
-                    value = parse_quantity(text)
+                    count = parse_count(text)
                 except ValueError as exc:
-                    problem = str(exc)
-                else:
-                    if value >= 0 and value == value.to_integral_value():
-                        count = int(value)
-                        problem = ""
-                    else:
-                        problem = f"{text!r} must be a whole, non-negative number"
-                if problem:
                     warnings.append(
-                        f"node {node.name}: status.allocatable[{resource}]: {problem}; "
+                        f"node {node.name}: status.allocatable[{resource}]: {exc}; "
                         f"the node is treated as not offering {resource}"
                     )
             counts.append(count)

@@ -8,6 +8,7 @@ field; the cycle turns that into an Unschedulable decision, never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Final
@@ -86,16 +87,19 @@ def parse_quantity(text: str) -> Decimal:
     return number * _SUFFIX[found.group(2)]
 
 
+def parse_count(text: str) -> int:
+    """A quantity that counts things (GPUs, sGPU slots): a whole, non-negative number."""
+    value = parse_quantity(text)
+    if value < 0 or value != value.to_integral_value():
+        raise ValueError(f"{text!r} must be a whole, non-negative number")
+    return int(value)
+
+
 def _count(pod: PodInput, where: str, resource: str, text: str) -> int:
     try:
-        value = parse_quantity(text)
+        return parse_count(text)
     except ValueError as exc:
         raise RequestError(f"pod {pod.key}: {where}[{resource}]: {exc}") from None
-    if value < 0 or value != value.to_integral_value():
-        raise RequestError(
-            f"pod {pod.key}: {where}[{resource}]: {text!r} must be a whole, non-negative number"
-        )
-    return int(value)
 
 
 def _resources(c: ContainerInput) -> dict[str, str]:
@@ -227,12 +231,10 @@ def _whole_counts(c: ContainerInput, gpu_resources: dict[str, str]) -> dict[str,
     for resource, text in _resources(c).items():
         if resource not in gpu_resources:
             continue
-        try:
-            value = parse_quantity(text)
-        except ValueError:
-            continue
-        if value > 0 and value == value.to_integral_value():
-            out[resource] = int(value)
+        with contextlib.suppress(ValueError):  # the apiserver would not have let it through
+            n = parse_count(text)
+            if n:
+                out[resource] = n
     return out
 
 
