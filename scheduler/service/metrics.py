@@ -7,8 +7,9 @@ TimedStore times every store call in ``scheduler_store_request_duration_seconds{
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -76,50 +77,38 @@ class TimedStore:
         self._histogram = histogram
         self._clock = clock
 
-    def _observe(self, operation: str, started: float) -> None:
-        self._histogram.labels(operation=operation).observe(self._clock() - started)
+    @contextlib.contextmanager
+    def _timed(self, operation: str) -> Iterator[None]:
+        """Observe how long the block took, failures included."""
+        started = self._clock()
+        try:
+            yield
+        finally:
+            self._histogram.labels(operation=operation).observe(self._clock() - started)
 
     async def acquire(self, holder: str, ttl_ms: int) -> int | None:
-        started = self._clock()
-        try:
+        with self._timed("acquire"):
             return await self.inner.acquire(holder, ttl_ms)
-        finally:
-            self._observe("acquire", started)
 
     async def renew(self, holder: str, epoch: int, ttl_ms: int) -> bool:
-        started = self._clock()
-        try:
+        with self._timed("renew"):
             return await self.inner.renew(holder, epoch, ttl_ms)
-        finally:
-            self._observe("renew", started)
 
     async def release_lease(self, holder: str, epoch: int) -> None:
-        started = self._clock()
-        try:
+        with self._timed("release_lease"):
             await self.inner.release_lease(holder, epoch)
-        finally:
-            self._observe("release_lease", started)
 
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
-        started = self._clock()
-        try:
+        with self._timed("reserve"):
             await self.inner.reserve(holder, epoch, claims)
-        finally:
-            self._observe("reserve", started)
 
     async def mark_bound(self, holder: str, epoch: int, uids: list[str]) -> None:
-        started = self._clock()
-        try:
+        with self._timed("mark_bound"):
             await self.inner.mark_bound(holder, epoch, uids)
-        finally:
-            self._observe("mark_bound", started)
 
     async def release(self, holder: str, epoch: int, uids: list[str]) -> None:
-        started = self._clock()
-        try:
+        with self._timed("release"):
             await self.inner.release(holder, epoch, uids)
-        finally:
-            self._observe("release", started)
 
     async def reconcile(
         self,
@@ -129,48 +118,30 @@ class TimedStore:
         pending: list[str],
         nodes: dict[str, str] | None = None,
     ) -> ReconcileReport:
-        started = self._clock()
-        try:
+        with self._timed("reconcile"):
             return await self.inner.reconcile(holder, epoch, truth, pending, nodes)
-        finally:
-            self._observe("reconcile", started)
 
     async def update_nodes(
         self, holder: str, epoch: int, put: dict[str, str], drop: list[str]
     ) -> None:
-        started = self._clock()
-        try:
+        with self._timed("update_nodes"):
             await self.inner.update_nodes(holder, epoch, put, drop)
-        finally:
-            self._observe("update_nodes", started)
 
     async def records(self) -> dict[str, Record]:
-        started = self._clock()
-        try:
+        with self._timed("records"):
             return await self.inner.records()
-        finally:
-            self._observe("records", started)
 
     async def gangs(self) -> dict[str, GangRecord]:
-        started = self._clock()
-        try:
+        with self._timed("gangs"):
             return await self.inner.gangs()
-        finally:
-            self._observe("gangs", started)
 
     async def owners(self, node: str) -> dict[int, Owner]:
-        started = self._clock()
-        try:
+        with self._timed("owners"):
             return await self.inner.owners(node)
-        finally:
-            self._observe("owners", started)
 
     async def nodes(self) -> dict[str, str]:
-        started = self._clock()
-        try:
+        with self._timed("nodes"):
             return await self.inner.nodes()
-        finally:
-            self._observe("nodes", started)
 
     async def close(self) -> None:
         await self.inner.close()
