@@ -37,21 +37,14 @@ from scheduler.testing.controlplane import (
     die_with_parent,
     free_port,
 )
+from tests.manifests import CLUSTER_SCOPED, NAMESPACE
 
 from .live import Scenario, devices_of
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ("deploy/", "deploy/with-redis/")
-NAMESPACE = "topo-scheduler"
 SECRET = "topo-scheduler-redis"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-CLUSTER_SCOPED = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-}
 
 
 @pytest.fixture(scope="module")

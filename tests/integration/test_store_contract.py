@@ -24,17 +24,10 @@ from scheduler.state.base import (
 )
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
+from tests.clock import ManualClock
 from tests.redis_faults import busy, out_of_memory
 
 TTL = 10_000
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Harness:
@@ -50,7 +43,7 @@ class Harness:
 @pytest.fixture(params=["memory", "redis"])
 async def h(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     if request.param == "memory":
-        clock = FakeClock()
+        clock = ManualClock(1000.0)
 
         async def expire_memory() -> None:
             clock.now += TTL / 1000 + 1

@@ -13,19 +13,12 @@ import yaml
 from scheduler.cli import build_parser
 from scheduler.config import load_config
 from scheduler.core.names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
+from tests.manifests import CLUSTER_SCOPED, NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "deploy" / "base"
 ROLES = [BASE / "scheduler-clusterrole.yaml", BASE / "agent-clusterrole.yaml"]
 POLICY = BASE / "annotation-policy.yaml"
-NAMESPACE = "topo-scheduler"
-CLUSTER_SCOPED = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-}
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:

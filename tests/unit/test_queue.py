@@ -8,25 +8,18 @@ from scheduler.service.queue import (
     UNSCHEDULABLE_MAX_WAIT_S,
     SchedulingQueue,
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import ManualClock
 
 
 def test_fifo_and_no_duplicates() -> None:
-    q = SchedulingQueue(Clock())
+    q = SchedulingQueue(ManualClock(100.0))
     for key in ("a", "b", "a", "c"):
         q.add(key)
     assert [q.pop(), q.pop(), q.pop(), q.pop()] == ["a", "b", "c", None]
 
 
 def test_backoff_doubles_up_to_the_maximum() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.add("p")
     delays = []
@@ -41,7 +34,7 @@ def test_backoff_doubles_up_to_the_maximum() -> None:
 
 
 def test_unschedulable_waits_for_an_event_or_five_minutes() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.add("p")
     assert q.pop() == "p"
@@ -55,7 +48,7 @@ def test_unschedulable_waits_for_an_event_or_five_minutes() -> None:
 
 
 def test_unschedulable_with_a_sooner_deadline_is_retried_then() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.add("member")
     q.add("late")
@@ -71,7 +64,7 @@ def test_unschedulable_with_a_sooner_deadline_is_retried_then() -> None:
 
 
 def test_cluster_event_moves_unschedulable_pods_respecting_backoff() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.add("often")
     for _ in range(3):
@@ -95,7 +88,7 @@ def test_cluster_event_moves_unschedulable_pods_respecting_backoff() -> None:
 
 
 def test_delete_and_take_remove_a_pod_wherever_it_waits() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.add("a")
     q.add("b")
