@@ -109,13 +109,15 @@ class Leadership:
                 await on_lost()
 
     async def _give_up(self, on_lost: Callable[[], Awaitable[None]]) -> None:
+        # The scheduler stops leading before the lease is handed back, never after: no moment
+        # in which another replica leads while this one still believes it does.
         epoch, self.epoch = self.epoch, None
+        await on_lost()
         if epoch is not None:
             try:
                 await self.store.release_lease(self.holder, epoch)
             except StoreError as exc:  # then it lapses after its TTL
                 log.warning("lease release failed", error=str(exc))
-        await on_lost()
 
     async def release(self) -> None:
         """Shutdown: give the lease up so a standby takes over at once, not after the TTL."""

@@ -26,17 +26,10 @@ from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import RECONCILE_MIN_S, Scheduler
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakeNode, MakePod
+from tests.clock import ManualClock
 from tests.redis_faults import busy
 
 TTL_S = 15.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class NoApiserver:
@@ -88,7 +81,7 @@ class Replica:
 
 @pytest.fixture
 async def replica(redis_server: Any) -> AsyncIterator[Replica]:
-    r = Replica(redis_server.url, FakeClock(), LeaseTiming(lease_s=TTL_S))
+    r = Replica(redis_server.url, ManualClock(0.0), LeaseTiming(lease_s=TTL_S))
     await r.redis.flushall()
     try:
         yield r
@@ -119,15 +112,20 @@ async def elect(r: Replica) -> int:
     return epoch
 
 
+async def elected_with(r: Replica, *nodes: NodeInput) -> int:
+    """The replica has synced ``nodes`` and no bound pod, and has just won the lease."""
+    r.scheduler.replace_nodes(list(nodes))
+    r.scheduler.replace_bound([])
+    return await elect(r)
+
+
 async def test_a_failed_reconcile_keeps_inventory_writes_pending_and_is_tried_again(
     replica: Replica,
 ) -> None:
     r, clock = replica, replica.scheduler.clock
-    assert isinstance(clock, FakeClock)
+    assert isinstance(clock, ManualClock)
     a, b = node("a"), node("b", 4)
-    r.scheduler.replace_nodes([a])
-    r.scheduler.replace_bound([])
-    await elect(r)
+    await elected_with(r, a)
     assert await r.stored_nodes() == stored(a)
     async with busy(r.url):
         r.scheduler.node_event("ADDED", b)  # the flush fails: BUSY
@@ -144,11 +142,9 @@ async def test_later_reconciles_send_the_inventories_only_after_a_failed_write(
     replica: Replica,
 ) -> None:
     r, clock = replica, replica.scheduler.clock
-    assert isinstance(clock, FakeClock)
+    assert isinstance(clock, ManualClock)
     a, b = node("a"), node("b", 4)
-    r.scheduler.replace_nodes([a])
-    r.scheduler.replace_bound([])
-    await elect(r)
+    await elected_with(r, a)
     # A node the inventories of this replica do not have: only a reconcile given every
     # inventory drops it, so it shows whether a reconcile sent them.
     await r.redis.hset("F:nodes", "stray", "{}")
