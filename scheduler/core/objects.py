@@ -1,9 +1,13 @@
 """Kubernetes-shaped inputs of the core, holding only the fields the scheduler reads.
 
-The shell (scheduler/kube's msgspec codecs, or the simulator's YAML reader) turns raw Node and Pod
-objects into these Structs; the core never sees a Kubernetes client type. Quantities stay strings,
-as the apiserver sends them, and are parsed in ``requests`` so that a malformed value becomes a
-reason on that one pod instead of an exception in the shell.
+The shell (scheduler/kube's msgspec codecs, or the simulator's YAML reader) turns raw Node, Pod,
+Namespace, PersistentVolumeClaim and PersistentVolume objects into these Structs; the core never
+sees a Kubernetes client type. Quantities stay strings, as the apiserver sends them, and are parsed
+in the core so that a malformed value becomes a reason on that one pod instead of an exception in
+the shell.
+
+Selectors keep the API's shape (terms ORed, requirements ANDed) so that every filter in
+``scheduler.core.filters`` reads like the kube-scheduler plugin it mirrors.
 """
 
 from __future__ import annotations
@@ -34,17 +38,120 @@ class Toleration(Struct, frozen=True):
         return self.operator == "Exists" or self.value == taint.value
 
 
+class Requirement(Struct, frozen=True):
+    """One requirement of a selector: ``key operator values``.
+
+    Label selectors use In, NotIn, Exists, DoesNotExist; node selector terms also Gt and Lt.
+    """
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+class LabelSelector(Struct, frozen=True):
+    """metav1.LabelSelector: matchLabels and matchExpressions, ANDed. An empty selector matches
+    everything; a missing one (``None`` where it is optional) matches nothing."""
+
+    match_labels: dict[str, str] = field(default_factory=dict)
+    match_expressions: tuple[Requirement, ...] = ()
+
+
+class NodeSelectorTerm(Struct, frozen=True):
+    """One term of a required node affinity: its expressions and fields are ANDed. A term with
+    neither matches no node (the API's rule)."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()
+
+
+class PreferredNodeTerm(Struct, frozen=True):
+    weight: int
+    term: NodeSelectorTerm
+
+
+class PodAffinityTerm(Struct, frozen=True):
+    """A (anti-)affinity term against pods: which pods (selector, namespaces) in which domain
+    (nodes sharing ``topology_key``'s value). ``namespaces`` empty and ``namespace_selector``
+    None mean the pod's own namespace; an empty namespace selector means every namespace.
+    ``match_label_keys`` / ``mismatch_label_keys`` are already folded into ``label_selector``
+    by the shell at decode time, as the apiserver does at pod creation."""
+
+    topology_key: str
+    label_selector: LabelSelector | None = None
+    namespaces: tuple[str, ...] = ()
+    namespace_selector: LabelSelector | None = None
+
+
+class WeightedPodAffinityTerm(Struct, frozen=True):
+    weight: int
+    term: PodAffinityTerm
+
+
+class Affinity(Struct, frozen=True):
+    # None: no required node affinity. A tuple: the terms, ORed (empty matches no node).
+    node_required: tuple[NodeSelectorTerm, ...] | None = None
+    node_preferred: tuple[PreferredNodeTerm, ...] = ()
+    pod_required: tuple[PodAffinityTerm, ...] = ()
+    pod_preferred: tuple[WeightedPodAffinityTerm, ...] = ()
+    anti_required: tuple[PodAffinityTerm, ...] = ()
+    anti_preferred: tuple[WeightedPodAffinityTerm, ...] = ()
+
+
+class SpreadConstraint(Struct, frozen=True):
+    """A topologySpreadConstraint; ``match_label_keys`` is folded into the selector (as the
+    apiserver does since v1.33's MatchLabelKeysInPodTopologySpreadSelectorMerge)."""
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str  # DoNotSchedule | ScheduleAnyway
+    label_selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str = "Honor"  # Honor | Ignore
+    node_taints_policy: str = "Ignore"  # Honor | Ignore
+
+
+class HostPort(Struct, frozen=True):
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = "0.0.0.0"
+
+
+class NamespaceInput(Struct, frozen=True):
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class ClaimInput(Struct, frozen=True):
+    """A PersistentVolumeClaim: bound once ``volume_name`` is set and the phase is Bound."""
+
+    namespace: str
+    name: str
+    volume_name: str = ""
+    phase: str = "Pending"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class VolumeInput(Struct, frozen=True):
+    """A PersistentVolume: its required node affinity (None: usable from any node)."""
+
+    name: str
+    node_required: tuple[NodeSelectorTerm, ...] | None = None
+
+
 class NodeInput(Struct, frozen=True):
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
-    # status.allocatable as quantity strings, parsed by the core (which reads only the
-    # configured whole-GPU resource names; the shell may drop the others). None when the object
-    # carries no status at all (a hand-written manifest): then allocatable is not checked. A
-    # status without allocatable (nor capacity, which the apiserver copies into it) offers
-    # nothing, as for kube-scheduler.
+    # status.allocatable as quantity strings, parsed by the core: every resource (cpu, memory,
+    # pods, ephemeral-storage, hugepages-*, extended ones). None when the object carries no status
+    # at all (a hand-written manifest): then no resource is checked. A status without allocatable
+    # (nor capacity, which the apiserver copies into it) offers nothing, as for kube-scheduler.
     allocatable: dict[str, str] | None = None
 
 
@@ -54,6 +161,8 @@ class ContainerInput(Struct, frozen=True):
     requests: dict[str, str] = field(default_factory=dict)
     # Only meaningful on init containers: "Always" marks a sidecar, which runs beside the app.
     restart_policy: str = ""
+    # Ports with a hostPort (the others take nothing on the node).
+    host_ports: tuple[HostPort, ...] = ()
 
 
 class PodInput(Struct, frozen=True):
@@ -73,6 +182,15 @@ class PodInput(Struct, frozen=True):
     # metadata.creationTimestamp (RFC 3339, sorts as text): the queue's FIFO order, as in
     # kube-scheduler's default queue sort.
     created: str = ""
+    overhead: dict[str, str] = field(default_factory=dict)
+    affinity: Affinity | None = None
+    spread: tuple[SpreadConstraint, ...] = ()
+    # Names of the PersistentVolumeClaims its volumes use (generic ephemeral volumes included,
+    # as "<pod>-<volume>"), in the pod's namespace.
+    claims: tuple[str, ...] = ()
+    scheduling_gates: tuple[str, ...] = ()
+    priority: int = 0
+    preemption_policy: str = "PreemptLowerPriority"
 
     @property
     def key(self) -> str:

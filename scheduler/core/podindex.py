@@ -1,0 +1,133 @@
+"""Every pod bound (or assumed) to a node, reduced to what the Kubernetes filters read.
+
+The live scheduler watches all bound pods, ours or not, and most of them ask for no GPU. For each
+it keeps one small ``PodRecord``: namespace, labels, node, its effective resource request (the
+sums NodeResourcesFit needs), host ports (NodePorts) and its required anti-affinity terms (the
+symmetric half of InterPodAffinity). No model objects, no containers.
+
+``PodIndex`` answers "which pods match this selector in these namespaces" without a scan: an
+inverted index (label key, value) -> pod keys, intersected over the selector's equality
+requirements (matchLabels and single-value In), then checked in full. A selector with no equality
+requirement scans the namespaces named (or every pod). Pods with required anti-affinity are kept
+apart: every candidate node is checked against all of them (kube-scheduler's symmetry).
+
+Records leave the index when their pod leaves; every structure here shrinks with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from msgspec import Struct, field
+
+from .labels import selector_matches
+from .objects import HostPort, LabelSelector, PodAffinityTerm, PodInput
+
+# Resource amounts in kube-scheduler's units: cpu in millicores, every other resource in whole
+# units (bytes for memory and storage), rounded up. "pods" is not a request: the pod count is.
+Amounts = tuple[tuple[str, int], ...]
+
+
+class PodRecord(Struct, frozen=True):
+    key: str
+    namespace: str
+    node: str
+    labels: dict[str, str] = field(default_factory=dict)
+    requests: Amounts = ()
+    host_ports: tuple[HostPort, ...] = ()
+    anti_required: tuple[PodAffinityTerm, ...] = ()
+    # Deleting: still on its node (its resources and ports stay taken) but not counted by
+    # topology spread, as in kube-scheduler.
+    terminating: bool = False
+
+
+class PodIndex:
+    __slots__ = ("_by_label", "_by_namespace", "records", "with_anti")
+
+    def __init__(self) -> None:
+        self.records: dict[str, PodRecord] = {}
+        self._by_label: dict[tuple[str, str], set[str]] = {}
+        self._by_namespace: dict[str, set[str]] = {}
+        self.with_anti: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, record: PodRecord) -> None:
+        self.remove(record.key)
+        key = record.key
+        self.records[key] = record
+        self._by_namespace.setdefault(record.namespace, set()).add(key)
+        for pair in record.labels.items():
+            self._by_label.setdefault(pair, set()).add(key)
+        if record.anti_required:
+            self.with_anti.add(key)
+
+    def remove(self, key: str) -> PodRecord | None:
+        record = self.records.pop(key, None)
+        if record is None:
+            return None
+        _discard(self._by_namespace, record.namespace, key)
+        for pair in record.labels.items():
+            _discard(self._by_label, pair, key)
+        self.with_anti.discard(key)
+        return record
+
+    def matching(
+        self, namespaces: Iterable[str] | None, selector: LabelSelector | None
+    ) -> Iterator[PodRecord]:
+        """Pods in ``namespaces`` (None: all) whose labels the selector matches."""
+        if selector is None:
+            return
+        candidates: set[str] | None = None
+        equal = list(selector.match_labels.items())
+        equal += [
+            (r.key, r.values[0])
+            for r in selector.match_expressions
+            if r.operator == "In" and len(r.values) == 1
+        ]
+        for pair in equal:
+            keys = self._by_label.get(pair)
+            if not keys:
+                return
+            if candidates is None or len(keys) < len(candidates):
+                candidates = keys
+        allowed = None if namespaces is None else set(namespaces)
+        if candidates is None:
+            if allowed is None:
+                pool: Iterable[str] = list(self.records)
+            else:
+                pool = [k for ns in allowed for k in self._by_namespace.get(ns, ())]
+        else:
+            pool = list(candidates)
+        records = self.records
+        for key in pool:
+            record = records[key]
+            if allowed is not None and record.namespace not in allowed:
+                continue
+            if selector_matches(selector, record.labels):
+                yield record
+
+    def anti_affinity_pods(self) -> Iterator[PodRecord]:
+        records = self.records
+        return (records[k] for k in list(self.with_anti))
+
+
+def _discard(index: dict[object, set[str]], at: object, key: str) -> None:
+    keys = index.get(at)
+    if keys is None:
+        return
+    keys.discard(key)
+    if not keys:
+        del index[at]
+
+
+def host_ports(pod: PodInput) -> tuple[HostPort, ...]:
+    """The pod's host ports: app containers and sidecars (init containers that keep running)."""
+    out: list[HostPort] = []
+    for c in pod.init_containers:
+        if c.restart_policy == "Always":
+            out.extend(c.host_ports)
+    for c in pod.containers:
+        out.extend(c.host_ports)
+    return tuple(out)
