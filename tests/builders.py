@@ -10,7 +10,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scheduler.core.objects import ContainerInput, NodeInput, PodInput, Taint, Toleration
+from scheduler.core.objects import (
+    Affinity,
+    ContainerInput,
+    HostPort,
+    LabelSelector,
+    NodeInput,
+    NodeSelectorTerm,
+    PodAffinityTerm,
+    PodInput,
+    PreferredNodeTerm,
+    Requirement,
+    SpreadConstraint,
+    Taint,
+    Toleration,
+    WeightedPodAffinityTerm,
+)
 
 
 class MakeNode:
@@ -88,8 +103,10 @@ class MakeNode:
         return self
 
     def Allocatable(self, quantities: dict[str, int | str] | None = None) -> MakeNode:
-        """Give the node a status.allocatable (``{}``: a status that offers no GPUs)."""
-        self._allocatable = {k: str(v) for k, v in (quantities or {}).items()}
+        """Give the node a status.allocatable (``{}``: a status that offers no GPUs). Like every
+        real node it allows 110 pods unless ``pods`` is given."""
+        self._allocatable = {"pods": "110"}
+        self._allocatable.update({k: str(v) for k, v in (quantities or {}).items()})
         return self
 
     def inventory(self) -> dict[str, Any]:
@@ -146,6 +163,19 @@ class MakePod:
         self._selector: dict[str, str] = {}
         self._tolerations: list[Toleration] = []
         self._scheduler = "topo-scheduler"
+        self._node_required: list[NodeSelectorTerm] | None = None
+        self._node_preferred: list[PreferredNodeTerm] = []
+        self._pod_required: list[PodAffinityTerm] = []
+        self._pod_preferred: list[WeightedPodAffinityTerm] = []
+        self._anti_required: list[PodAffinityTerm] = []
+        self._anti_preferred: list[WeightedPodAffinityTerm] = []
+        self._spread: list[SpreadConstraint] = []
+        self._claims: list[str] = []
+        self._gates: list[str] = []
+        self._priority = 0
+        self._overhead: dict[str, str] = {}
+        self._deleting = False
+        self._created = ""
 
     def Name(self, name: str) -> MakePod:
         self._name = name
@@ -227,7 +257,124 @@ class MakePod:
         self._tolerations.append(Toleration(key=key, operator=operator, value=value))
         return self
 
+    def Requests(self, **amounts: str) -> MakePod:
+        """A container requesting these (``cpu="2", memory="4Gi"``; ``_`` for ``-`` in names)."""
+        requests = {k.replace("_", "-"): v for k, v in amounts.items()}
+        self._containers.append(ContainerInput(f"c{len(self._containers)}", requests=requests))
+        return self
+
+    def ContainerWith(
+        self,
+        name: str,
+        requests: dict[str, str] | None = None,
+        limits: dict[str, str] | None = None,
+        ports: tuple[HostPort, ...] = (),
+    ) -> MakePod:
+        self._containers.append(
+            ContainerInput(name, dict(limits or {}), dict(requests or {}), host_ports=ports)
+        )
+        return self
+
+    def Init(self, name: str, requests: dict[str, str], sidecar: bool = False) -> MakePod:
+        policy = "Always" if sidecar else ""
+        self._init.append(ContainerInput(name, requests=dict(requests), restart_policy=policy))
+        return self
+
+    def HostPort(self, port: int, protocol: str = "TCP", ip: str = "0.0.0.0") -> MakePod:
+        return self.ContainerWith(
+            f"p{len(self._containers)}", ports=(HostPort(port, protocol, ip),)
+        )
+
+    def Overhead(self, **amounts: str) -> MakePod:
+        self._overhead.update(amounts)
+        return self
+
+    def NodeAffinityIn(self, key: str, *values: str, op: str = "In") -> MakePod:
+        """A required node-affinity term of one requirement (each call adds a term: ORed)."""
+        term = NodeSelectorTerm(match_expressions=(Requirement(key, op, values),))
+        self._node_required = [*(self._node_required or []), term]
+        return self
+
+    def NodeAffinityTerm(self, term: NodeSelectorTerm) -> MakePod:
+        self._node_required = [*(self._node_required or []), term]
+        return self
+
+    def PreferNode(self, weight: int, key: str, *values: str) -> MakePod:
+        term = NodeSelectorTerm(match_expressions=(Requirement(key, "In", values),))
+        self._node_preferred.append(PreferredNodeTerm(weight, term))
+        return self
+
+    def PodAffinity(self, topology_key: str, **labels: str) -> MakePod:
+        self._pod_required.append(_pod_term(topology_key, labels))
+        return self
+
+    def PodAntiAffinity(self, topology_key: str, **labels: str) -> MakePod:
+        self._anti_required.append(_pod_term(topology_key, labels))
+        return self
+
+    def PreferAntiAffinity(self, weight: int, topology_key: str, **labels: str) -> MakePod:
+        self._anti_preferred.append(
+            WeightedPodAffinityTerm(weight, _pod_term(topology_key, labels))
+        )
+        return self
+
+    def Spread(
+        self,
+        max_skew: int,
+        topology_key: str,
+        when: str = "DoNotSchedule",
+        min_domains: int | None = None,
+        **labels: str,
+    ) -> MakePod:
+        self._spread.append(
+            SpreadConstraint(
+                max_skew=max_skew,
+                topology_key=topology_key,
+                when_unsatisfiable=when,
+                label_selector=LabelSelector(match_labels=dict(labels)),
+                min_domains=min_domains,
+            )
+        )
+        return self
+
+    def Claim(self, name: str) -> MakePod:
+        self._claims.append(name)
+        return self
+
+    def Gate(self, name: str) -> MakePod:
+        self._gates.append(name)
+        return self
+
+    def Priority(self, priority: int) -> MakePod:
+        self._priority = priority
+        return self
+
+    def Deleting(self) -> MakePod:
+        self._deleting = True
+        return self
+
+    def Created(self, timestamp: str) -> MakePod:
+        self._created = timestamp
+        return self
+
     def Obj(self) -> PodInput:
+        affinity = None
+        if (
+            self._node_required is not None
+            or self._node_preferred
+            or self._pod_required
+            or self._pod_preferred
+            or self._anti_required
+            or self._anti_preferred
+        ):
+            affinity = Affinity(
+                node_required=None if self._node_required is None else tuple(self._node_required),
+                node_preferred=tuple(self._node_preferred),
+                pod_required=tuple(self._pod_required),
+                pod_preferred=tuple(self._pod_preferred),
+                anti_required=tuple(self._anti_required),
+                anti_preferred=tuple(self._anti_preferred),
+            )
         return PodInput(
             self._ns,
             self._name,
@@ -241,7 +388,21 @@ class MakePod:
             init_containers=tuple(self._init),
             node_selector=dict(self._selector),
             tolerations=tuple(self._tolerations),
+            deleting=self._deleting,
+            created=self._created,
+            overhead=dict(self._overhead),
+            affinity=affinity,
+            spread=tuple(self._spread),
+            claims=tuple(self._claims),
+            scheduling_gates=tuple(self._gates),
+            priority=self._priority,
         )
+
+
+def _pod_term(topology_key: str, labels: dict[str, str]) -> PodAffinityTerm:
+    return PodAffinityTerm(
+        topology_key=topology_key, label_selector=LabelSelector(match_labels=dict(labels))
+    )
 
 
 def cluster(*nodes: NodeInput | MakeNode, running: tuple[PodInput | MakePod, ...] = ()) -> Any:

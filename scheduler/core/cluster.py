@@ -15,22 +15,32 @@ or not, and the placements and reservations of ours), capped at the free GPU cou
 be used, and the cap keeps nodes whose allocatable is simply their GPU count in one class). None
 for a node whose object has no status (hand-written manifests): no check.
 
-Tentative changes (a gang being planned) go through ``checkpoint`` / ``rollback``: every mutation of
-a holding is appended to an undo log, so a failed gang plan leaves no trace.
+Every pod bound to a node, ours or not, GPU or not, is also a ``PodRecord`` in ``index``: the
+Kubernetes filters (``filters``) read its labels, and each node keeps the sums NodeResourcesFit and
+NodePorts need (requests of every checked resource, pod count, host ports), charged and uncharged
+with the record.
+
+Tentative changes (a gang being planned, a group checked on one node) run inside ``tentative()``, a
+scoped transaction like KAI's statement: its undo log exists only while the scope is open, and the
+scope always rolls back on exit, so a plan leaves no trace and nothing grows between decisions.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import msgspec
 
 from .decisions import ContainerDevices, Placement, Share
+from .filters.node import PortUse, charge_ports
+from .filters.resources import node_allocatable, pod_requests
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
-from .objects import NodeInput, PodInput
-from .requests import RequestError, kubelet_request, parse_count, parse_gang
+from .objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
+from .podindex import PodIndex, PodRecord, host_ports
+from .requests import RequestError, gpu_resource_names, kubelet_request, parse_count, parse_gang
 from .settings import CoreSettings
 from .topology import Topology
 
@@ -74,7 +84,11 @@ class NodeState:
         "inventory",
         "name",
         "node",
+        "pod_count",
         "pods",
+        "ports",
+        "requested",
+        "resources",
         "used",
         "whole",
     )
@@ -97,6 +111,13 @@ class NodeState:
         # when the node object has no status; and what the held pods ask for of each.
         self.allocatable = allocatable
         self.used = [0] * (len(allocatable) if allocatable is not None else 0)
+        # Every other checked resource (cpu, memory, pods, extended...) of status.allocatable in
+        # kube-scheduler's units; None without a status. ``requested``, ``pod_count`` and
+        # ``ports`` sum the records of the pods on the node (filters.resources, filters.node).
+        self.resources: dict[str, int] | None = None
+        self.requested: dict[str, int] = {}
+        self.pod_count = 0
+        self.ports: PortUse = {}
 
     @property
     def shared_mask(self) -> int:
@@ -125,20 +146,6 @@ class NodeState:
         return tuple(
             min(free, max(0, a - u)) for a, u in zip(self.allocatable, self.used, strict=True)
         )
-
-    def accepts(self, pod: PodInput) -> str | None:
-        """None when the pod may go here regardless of GPUs, else the reason key."""
-        if self.node.unschedulable:
-            return "cordoned"
-        for k, v in pod.node_selector.items():
-            if self.node.labels.get(k) != v:
-                return "selector"
-        for taint in self.node.taints:
-            if taint.effect in ("NoSchedule", "NoExecute") and not any(
-                t.tolerates(taint) for t in pod.tolerations
-            ):
-                return "taint"
-        return None
 
 
 # topology, vendor, device count, free mask, allocatable headroom (NodeState.headroom)
@@ -180,13 +187,24 @@ class ClusterState:
         # class key's headroom are tuples in this order.
         self.resources: tuple[str, ...] = tuple(sorted(self.settings.gpu_resources))
         self.resource_index = {r: i for i, r in enumerate(self.resources)}
+        # Whole and shared GPU resource names: charged by the GPU rules, not NodeResourcesFit.
+        self.gpu_names = gpu_resource_names(self.settings)
         self.nodes: dict[str, NodeState] = {}
         self.holdings: dict[str, Holding] = {}
         # Holdings whose node is not known yet (a pod event that beat its node's event).
         self._orphans: dict[str, Holding] = {}
         self.classes: dict[ClassKey, NodeClass] = {}
         self._class_of: dict[str, ClassKey] = {}
-        self._undo: list[tuple[str, Holding]] = []
+        # The open tentative scope's undo log; None outside one (see ``tentative``).
+        self._undo: list[tuple[str, Holding | PodRecord | str]] | None = None
+        self._replaying = False
+        # Every pod bound or assumed on a node, for the Kubernetes filters; and which are where
+        # (also for nodes not known yet: their records are charged when the node arrives).
+        self.index = PodIndex()
+        self._on_node: dict[str, set[str]] = {}
+        self.namespaces: dict[str, NamespaceInput] = {}
+        self.claims: dict[str, ClaimInput] = {}
+        self.volumes: dict[str, VolumeInput] = {}
         # Bound gang members: gang key -> pod keys (for "k of N present" and conflicts).
         self.gang_bound: dict[str, set[str]] = {}
 
@@ -205,6 +223,10 @@ class ClusterState:
         allocatable = self._read_allocatable(node, warnings)
         old = self.nodes.get(node.name)
         state = NodeState(node, inventory, error, allocatable)
+        if node.allocatable is not None:
+            state.resources = node_allocatable(node.allocatable, self.gpu_names)
+        for key in self._on_node.get(node.name, ()):
+            self._charge_record(state, self.index.records[key], +1)
         self._unindex(node.name)
         self.nodes[node.name] = state
         pods = set(old.pods) if old else set()
@@ -271,12 +293,13 @@ class ClusterState:
         if not pod.node_name or pod.finished:
             self.remove_pod(pod.key)
             return None
+        self.put_record(record_of(pod, pod.node_name, self.gpu_names))
         try:
             holding = self._holding_from_annotations(pod)
         except ValueError as exc:
             return f"pod {pod.key}: {exc}; its GPUs are not tracked"
         if holding is None:
-            self.remove_pod(pod.key)
+            self._drop_holding(pod.key)
             return None
         warning = None
         try:
@@ -288,15 +311,87 @@ class ClusterState:
             holding = msgspec.structs.replace(holding, whole=allocated)
         elif allocated and holding.guessed:  # the device plugin says which: no guess needed
             holding = msgspec.structs.replace(holding, whole=allocated, guessed=False)
-        self.remove_pod(pod.key)
+        self._drop_holding(pod.key)
         return self.hold(holding) or warning
 
     def remove_pod(self, key: str) -> None:
+        """The pod left its node (deleted, finished): its holding and its record go."""
+        self._drop_holding(key)
+        self.drop_record(key)
+
+    def _drop_holding(self, key: str) -> None:
         if key in self._orphans:
             del self._orphans[key]
         holding = self.holdings.get(key)
         if holding is not None:
             self.release(holding)
+
+    def forget(self, key: str) -> None:
+        """Undo an assumed placement (the bind failed): its holding and its record go."""
+        self.remove_pod(key)
+
+    # ---- records (every pod on a node, for the Kubernetes filters) -----------------------
+
+    def put_record(self, record: PodRecord) -> None:
+        previous = self.index.records.get(record.key)
+        if previous == record:
+            return
+        self._log(("record", previous or record.key))
+        if previous is not None:
+            self._unrecord(previous)
+        self.index.add(record)
+        self._on_node.setdefault(record.node, set()).add(record.key)
+        node = self.nodes.get(record.node)
+        if node is not None:
+            self._charge_record(node, record, +1)
+
+    def drop_record(self, key: str) -> None:
+        previous = self.index.records.get(key)
+        if previous is None:
+            return
+        self._log(("record", previous))
+        self._unrecord(previous)
+
+    def _unrecord(self, record: PodRecord) -> None:
+        self.index.remove(record.key)
+        keys = self._on_node.get(record.node)
+        if keys is not None:
+            keys.discard(record.key)
+            if not keys:
+                del self._on_node[record.node]
+        node = self.nodes.get(record.node)
+        if node is not None:
+            self._charge_record(node, record, -1)
+
+    def _charge_record(self, node: NodeState, record: PodRecord, sign: int) -> None:
+        node.pod_count += sign
+        requested = node.requested
+        for resource, n in record.requests:
+            left = requested.get(resource, 0) + sign * n
+            if left:
+                requested[resource] = left
+            else:
+                del requested[resource]
+        if record.host_ports:
+            charge_ports(node.ports, record.host_ports, sign)
+
+    def set_namespace(self, namespace: NamespaceInput) -> None:
+        self.namespaces[namespace.name] = namespace
+
+    def remove_namespace(self, name: str) -> None:
+        self.namespaces.pop(name, None)
+
+    def set_claim(self, claim: ClaimInput) -> None:
+        self.claims[claim.key] = claim
+
+    def remove_claim(self, key: str) -> None:
+        self.claims.pop(key, None)
+
+    def set_volume(self, volume: VolumeInput) -> None:
+        self.volumes[volume.name] = volume
+
+    def remove_volume(self, name: str) -> None:
+        self.volumes.pop(name, None)
 
     def hold(self, holding: Holding) -> str | None:
         """Charge a holding to its node (assume). Returns a warning on a double claim.
@@ -310,7 +405,7 @@ class ClusterState:
         state = self.nodes.get(holding.node)
         if holding.guessed and state is not None:
             holding = self._guess(state, holding)
-        self._undo.append(("hold", holding))
+        self._log(("hold", holding))
         if holding.gang:
             self.gang_bound.setdefault(holding.gang, set()).add(holding.pod)
         if state is None:
@@ -338,7 +433,7 @@ class ClusterState:
         """Undo a holding (forget, or the pod finished or was deleted)."""
         if self.holdings.get(holding.pod) != holding:
             return
-        self._undo.append(("release", holding))
+        self._log(("release", holding))
         del self.holdings[holding.pod]
         if holding.gang and holding.gang in self.gang_bound:
             self.gang_bound[holding.gang].discard(holding.pod)
@@ -351,22 +446,54 @@ class ClusterState:
         self._charge(state, holding, -1)
         self._index(state)
 
-    def apply(self, placement: Placement, replicas: int = 0) -> None:
-        """Assume a placement the core decided (before the shell has bound it)."""
+    def apply(self, placement: Placement, pod: PodInput, replicas: int = 0) -> None:
+        """Assume a placement the core decided (before the shell has bound it): its GPUs, and
+        the pod's record on the node for the Kubernetes filters."""
         self.hold(holding_of(placement, replicas))
+        self.put_record(record_of(pod, placement.node, self.gpu_names))
 
-    def checkpoint(self) -> int:
-        return len(self._undo)
+    @contextmanager
+    def tentative(self) -> Iterator[None]:
+        """A scope whose changes are always undone on exit (KAI's statement): gang planning
+        places members here to see what the previous ones took, then returns a decision and
+        leaves the state exactly as it was. Scopes nest; the undo log lives only while the
+        outermost one is open."""
+        outer = self._undo is None
+        if outer:
+            self._undo = []
+        assert self._undo is not None
+        mark = len(self._undo)
+        try:
+            yield
+        finally:
+            self._rollback(mark)
+            if outer:
+                self._undo = None
 
-    def rollback(self, checkpoint: int) -> None:
-        while len(self._undo) > checkpoint:
-            op, holding = self._undo.pop()
-            undo_len = len(self._undo)
-            if op == "hold":
-                self.release(holding)
-            else:
-                self.hold(holding)
-            del self._undo[undo_len:]
+    def _log(self, entry: tuple[str, Holding | PodRecord | str]) -> None:
+        if self._undo is not None and not self._replaying:
+            self._undo.append(entry)
+
+    def _rollback(self, mark: int) -> None:
+        undo = self._undo
+        assert undo is not None
+        self._replaying = True
+        try:
+            while len(undo) > mark:
+                op, item = undo.pop()
+                if op == "hold":
+                    assert isinstance(item, Holding)
+                    self.release(item)
+                elif op == "release":
+                    assert isinstance(item, Holding)
+                    self.hold(item)
+                elif isinstance(item, PodRecord):  # a record replaced or dropped: put it back
+                    self.put_record(item)
+                else:  # a record added where there was none
+                    assert isinstance(item, str)
+                    self.drop_record(item)
+        finally:
+            self._replaying = False
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -546,6 +673,22 @@ class AllocatedRecord(msgspec.Struct, frozen=True):
     plugin, e.g. ``{"containers": [{"name": "main", "uuids": ["GPU-..."]}]}``."""
 
     containers: list[AllocatedContainer]
+
+
+def record_of(pod: PodInput, node: str, gpu_names: frozenset[str]) -> PodRecord:
+    """What the Kubernetes filters keep of a pod on ``node``: labels, requests (GPU resources
+    left out: the GPU rules charge those), host ports, required anti-affinity."""
+    anti = pod.affinity.anti_required if pod.affinity is not None else ()
+    return PodRecord(
+        key=pod.key,
+        namespace=pod.namespace,
+        node=node,
+        labels=pod.labels,
+        requests=pod_requests(pod, gpu_names),
+        host_ports=host_ports(pod),
+        anti_required=anti,
+        terminating=pod.deleting,
+    )
 
 
 def holding_of(placement: Placement, replicas: int = 0) -> Holding:

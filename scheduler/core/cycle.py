@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from msgspec import Struct
 
 from .cluster import ClusterState
-from .decisions import Decision, Placed, Unschedulable
+from .decisions import Decision, Placed, Unschedulable, Waiting
+from .filters.chain import PodFilters
 from .gang import Member, plan_gang
 from .objects import PodInput
 from .placement import (
+    no_node_reason,
     place_shared,
     place_whole,
     place_without_gpus,
@@ -79,35 +81,31 @@ def decide(state: ClusterState, unit: Unit) -> Decision:
 def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
     try:
         req = parse_request(pod, state.settings)
+        filters = PodFilters(state, pod)
     except RequestError as exc:
         return Unschedulable((pod.key,), str(exc))
     if req.shared is not None:
-        placement = place_shared(state, pod, req)
+        placement = place_shared(state, pod, req, filters)
     elif req.gpus:
-        placement = place_whole(state, pod, req)
+        placement = place_whole(state, pod, req, filters)
     else:
-        placement = place_without_gpus(state, pod)
+        placement = place_without_gpus(state, pod, filters)
         if placement is None:
-            return Unschedulable((pod.key,), _no_node_reason(state))
+            return Unschedulable((pod.key,), no_node_reason(state, filters))
     if placement is None:
-        return Unschedulable((pod.key,), unschedulable_reason(state, [pod], req))
+        return Unschedulable((pod.key,), unschedulable_reason(state, filters, req))
     return Placed((placement,))
 
 
-def _no_node_reason(state: ClusterState) -> str:
-    total = len(state.nodes)
-    if total == 0:
-        return "0/0 nodes are available: the cluster has no nodes."
-    return f"0/{total} nodes are available: none accepts the pod (cordoned, taints or selector)."
-
-
-def apply_decision(state: ClusterState, decision: Decision, units: Unit) -> None:
-    """Assume a Placed decision in the state (no-op for the others)."""
+def apply_decision(state: ClusterState, decision: Decision, unit: Unit) -> None:
+    """Assume a Placed decision in the state (no-op for the others): the one way a decision
+    becomes part of the snapshot, in ``run`` (after the store reservation) and ``simulate``."""
     if not isinstance(decision, Placed):
         return
-    replicas = {p.key: _replicas(p) for p in units.pods}
+    pods = {p.key: p for p in unit.pods}
     for placement in decision.placements:
-        state.apply(placement, replicas.get(placement.pod, 0))
+        pod = pods[placement.pod]
+        state.apply(placement, pod, _replicas(pod))
 
 
 def _replicas(pod: PodInput) -> int:
@@ -118,26 +116,48 @@ def _replicas(pod: PodInput) -> int:
     return gang.replicas if gang else 0
 
 
-def schedule_in_order(state: ClusterState, pods: Sequence[PodInput]) -> list[Decision]:
-    """Decide pending pods in order, applying each placement before the next decision.
+def gated(pod: PodInput) -> Waiting | None:
+    """A pod with scheduling gates is not attempted at all (kube-scheduler's SchedulingGates
+    PreEnqueue): no decision, no reservation, not unschedulable; it waits for its gates."""
+    if not pod.scheduling_gates:
+        return None
+    return Waiting((pod.key,), f"waiting for scheduling gates: {', '.join(pod.scheduling_gates)}")
 
-    A gang is decided once, at the position of its last member in ``pods`` (all members present
-    then, if they ever will be); a non-gang pod at its own position.
+
+def unit_priority(unit: Unit) -> int:
+    """kube-scheduler's PrioritySort: a pod's spec.priority; a gang goes by its highest member."""
+    return max(p.priority for p in unit.pods)
+
+
+def schedule_in_order(state: ClusterState, pods: Sequence[PodInput]) -> list[Decision]:
+    """Decide pending pods as a backlog, applying each placement before the next decision.
+
+    The order is the live queue's: higher ``spec.priority`` first, then the file order (which
+    stands for creation time). A gang is decided once, at the position of its last member in
+    ``pods`` (all members present then, if they ever will be); a non-gang pod at its own
+    position. Gated pods get a Waiting decision and are not attempted.
     """
-    units = group_units(pods)
+    decisions: list[Decision] = []
+    ready = []
+    for pod in pods:
+        waiting = gated(pod)
+        if waiting is None:
+            ready.append(pod)
+        else:
+            decisions.append(waiting)
+    units = group_units(ready)
     last_pos: dict[str, int] = {}
-    for pos, pod in enumerate(pods):
+    for pos, pod in enumerate(ready):
         key = gang_of(pod)
         if key is not None:
             last_pos[key] = pos
-    position = {id(pod): pos for pos, pod in enumerate(pods)}
+    position = {id(pod): pos for pos, pod in enumerate(ready)}
 
-    def when(unit: Unit) -> int:
+    def when(unit: Unit) -> tuple[int, int]:
         if unit.gang is not None:
-            return last_pos[unit.gang]
-        return position[id(unit.pods[0])]
+            return -unit_priority(unit), last_pos[unit.gang]
+        return -unit_priority(unit), position[id(unit.pods[0])]
 
-    decisions = []
     for unit in sorted(units, key=when):
         decision = decide(state, unit)
         apply_decision(state, decision, unit)

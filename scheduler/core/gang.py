@@ -13,12 +13,16 @@ members it has. Planning starts only when all N members exist (pending or alread
    of nodes.
 
 In both, a node must also have the allocatable headroom for everything its part of the gang asks
-for, per resource name: two 1-GPU replicas on one node need 2 allocatable GPUs left there.
+for, per resource name: two 1-GPU replicas on one node need 2 allocatable GPUs left there. And the
+Kubernetes filters hold for the members on each node together (``filters.chain.GroupFilters``):
+each member passes alone, their cpu/memory/... fit together, their host ports do not collide, and
+no member's required anti-affinity matches another member on the same node.
 
-The plan runs as a transaction on ClusterState (checkpoint, tentative apply, rollback): the
-tentative placements let the next replica see what the previous ones took, and the rollback leaves
-the state exactly as it was, whether the plan succeeded or not. The caller applies a successful
-plan itself, the same way it applies a single pod's placement.
+The plan runs inside ``ClusterState.tentative()``: the tentative placements let the next node's
+members see what the previous ones took (their GPUs, resources and labels: the members' filters
+are computed again after each node), and the scope rolls everything back on exit, whether the
+plan succeeded or not. The caller applies a successful plan itself, the same way it applies a
+single pod's placement.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from msgspec import Struct
 
 from .cluster import ClusterState, Demand, NodeState
 from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
+from .filters.chain import GroupFilters, PodFilters
 from .objects import PodInput
 from .placement import best_whole_node, unschedulable_reason, whole_placement
-from .requests import PodRequest
+from .requests import PodRequest, RequestError
 
 
 class Member(Struct, frozen=True):
@@ -86,21 +91,21 @@ def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision
     vendor = gpu_members[0].request.vendor
     assert vendor is not None
     spread = gpu_members[0].request.node_policy == "spread"
-    pods = [m.pod for m in ordered]
     total = sum(m.request.gpus for m in gpu_members)
 
-    checkpoint = state.checkpoint()
     try:
-        placements = _plan_one_node(state, gang, ordered, vendor, spread, pods, total)
-        if placements is None:
-            state.rollback(checkpoint)
+        everyone = GroupFilters(state, [PodFilters(state, m.pod) for m in ordered])
+    except RequestError as exc:
+        return Unschedulable(keys, f"gang {gang}: {exc}")
+    with state.tentative():
+        placements = _plan_one_node(state, gang, ordered, vendor, spread, everyone, total)
+    if placements is None:
+        with state.tentative():
             placements = _plan_fewest_nodes(state, gang, ordered, vendor, spread)
-    finally:
-        state.rollback(checkpoint)
     if placements is None:
         largest = gpu_members[0].request.gpus
         joint = [r for m in gpu_members for r in m.request.resources]
-        reason = unschedulable_reason(state, pods, gpu_members[0].request, largest, joint)
+        reason = unschedulable_reason(state, everyone, gpu_members[0].request, largest, joint)
         return Unschedulable(
             keys,
             f"gang {gang}: {len(members)} pending replicas need {total} GPUs and cannot all be "
@@ -116,11 +121,11 @@ def _plan_one_node(
     ordered: list[Member],
     vendor: str,
     spread: bool,
-    pods: list[PodInput],
+    filters: GroupFilters,
     total: int,
 ) -> list[Placement] | None:
     demand = state.demand(r for m in ordered for r in m.request.resources)
-    found = best_whole_node(state, pods, total, vendor, spread, demand)
+    found = best_whole_node(state, filters, total, vendor, spread, demand)
     if found is None:
         return None
     return _split(state, gang, found.node, found.choice.mask, ordered)
@@ -144,7 +149,8 @@ def _split(
             indices = choice.indices
             left &= ~choice.mask
         placement = whole_placement(member.pod, member.request, node, indices, gang)
-        state.apply(placement, member.request.gang.replicas if member.request.gang else 0)
+        replicas = member.request.gang.replicas if member.request.gang else 0
+        state.apply(placement, member.pod, replicas)
         out.append(placement)
     return out
 
@@ -158,6 +164,8 @@ def _plan_fewest_nodes(
     # The resources the gang asks for: only their headroom matters for grouping.
     asked = sorted({index for d in demands.values() for index, _ in d})
     while remaining:
+        # Again after every node: the members placed so far count for the others' filters.
+        filters = {m.pod.key: PodFilters(state, m.pod) for m in remaining}
         # A node with c free GPUs (and that allocatable headroom) absorbs the replicas that fit,
         # largest first; only the distinct groups this yields need ranking, each once (rule 2
         # over all nodes).
@@ -176,13 +184,18 @@ def _plan_fewest_nodes(
                 if left is not None:
                     for i, n in need:
                         left[i] -= n
-            if any(m.request.gpus for m in group):
-                need_all = state.demand(r for m in group for r in m.request.resources)
-                groups[tuple(m.pod.key for m in group)] = (group, need_all)
+            # Its prefixes too: the Kubernetes filters may refuse the whole group on every node
+            # (cpu for all of them, anti-affinity between them) but take fewer members.
+            for size in range(len(group), 0, -1):
+                part = group[:size]
+                if any(m.request.gpus for m in part):
+                    need_all = state.demand(r for m in part for r in m.request.resources)
+                    groups.setdefault(tuple(m.pod.key for m in part), (part, need_all))
         best: tuple[tuple[int, tuple[int, ...], str], list[Member], NodeState, int] | None = None
         for group, need_all in groups.values():
             placed = sum(m.request.gpus for m in group)
-            found = best_whole_node(state, [m.pod for m in group], placed, vendor, spread, need_all)
+            group_filters = GroupFilters(state, [filters[m.pod.key] for m in group])
+            found = best_whole_node(state, group_filters, placed, vendor, spread, need_all)
             if found is None:
                 continue
             key = (-placed, found.key, found.node.name)

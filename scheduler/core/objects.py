@@ -129,6 +129,7 @@ class ClaimInput(Struct, frozen=True):
     name: str
     volume_name: str = ""
     phase: str = "Pending"
+    deleting: bool = False
 
     @property
     def key(self) -> str:

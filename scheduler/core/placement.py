@@ -29,14 +29,30 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Protocol
 
 from .cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
 from .decisions import ContainerDevices, Placement, Share
+from .filters.chain import PodFilters
 from .inventory import Inventory
 from .names import CORES_PER_CARD
 from .objects import PodInput
-from .requests import PodRequest, SharedRequest
+from .requests import PodRequest, RequestError, SharedRequest, parse_request
 from .topology import SetChoice
+
+
+class Filter(Protocol):
+    """A pod's (or a group's) filter chain: filters.chain.PodFilters or GroupFilters."""
+
+    @property
+    def has_preferences(self) -> bool: ...
+
+    @property
+    def problem(self) -> str | None: ...
+
+    def check(self, node: NodeState) -> list[str]: ...
+
+    def score(self, node: NodeState) -> int: ...
 
 
 class WholeChoice:
@@ -64,15 +80,16 @@ def _class_key(
 
 def best_whole_node(
     state: ClusterState,
-    pods: Iterable[PodInput],
+    filters: Filter,
     k: int,
     vendor: str,
     spread: bool,
     demand: Demand = (),
 ) -> WholeChoice | None:
-    """Rule 2: the best node for k whole GPUs of ``vendor``, acceptable to every pod in ``pods``,
-    whose allocatable headroom covers ``demand`` (the pods' GPUs per resource name)."""
-    members = list(pods)
+    """Rule 2: the best node for k whole GPUs of ``vendor`` that the filter chain accepts, whose
+    allocatable headroom covers ``demand`` (the pods' GPUs per resource name)."""
+    if filters.problem is not None:
+        return None
     ranked: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
     # The usual demand is one resource name: checked inline, it costs next to nothing per class.
     index, n = demand[0] if len(demand) == 1 else (-1, 0)
@@ -88,8 +105,8 @@ def best_whole_node(
         if found is not None:
             ranked.append((found[0], cls, found[1]))
     ranked.sort(key=lambda item: item[0])
-    # A node selector can reject the class's first name; scan the class in name order then.
-    scan = any(p.node_selector for p in members)
+    if filters.has_preferences:
+        return _best_preferred(state, ranked, filters)
     pos = 0
     while pos < len(ranked):
         key = ranked[pos][0]
@@ -98,7 +115,7 @@ def best_whole_node(
             group_end += 1
         best: tuple[str, NodeClass, SetChoice] | None = None
         for _, cls, choice in ranked[pos:group_end]:
-            name = _first_accepting(state, cls, members, scan)
+            name = _first_accepting(state, cls, filters, best[0] if best else None)
             if name is not None and (best is None or name < best[0]):
                 best = (name, cls, choice)
         if best is not None:
@@ -107,19 +124,47 @@ def best_whole_node(
     return None
 
 
-def _first_accepting(
+def _best_preferred(
     state: ClusterState,
-    cls: NodeClass,
-    pods: list[PodInput],
-    scan: bool,
+    ranked: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]],
+    filters: Filter,
+) -> WholeChoice | None:
+    """Among the accepting nodes of the best set score: highest preference, then the rest of
+    the key, then the name."""
+    pos = 0
+    while pos < len(ranked):
+        score = ranked[pos][0][0]
+        best: tuple[tuple[int, tuple[int, ...], str], NodeState, SetChoice, tuple[int, ...]] | None
+        best = None
+        while pos < len(ranked) and ranked[pos][0][0] == score:
+            key, cls, choice = ranked[pos]
+            pos += 1
+            for name in cls.in_order():
+                node = state.nodes[name]
+                if filters.check(node):
+                    continue
+                order = (-filters.score(node), key[1:], name)
+                if best is None or order < best[0]:
+                    best = (order, node, choice, key)
+        if best is not None:
+            return WholeChoice(best[1], best[2], best[3])
+    return None
+
+
+def _first_accepting(
+    state: ClusterState, cls: NodeClass, filters: Filter, below: str | None
 ) -> str | None:
-    if not scan:
-        name = cls.first()
-        if all(state.nodes[name].accepts(p) is None for p in pods):
-            return name
+    """The smallest name in the class the chain accepts (only names below ``below`` matter:
+    a smaller one of an equal class is already chosen)."""
+    name = cls.first()
+    if below is not None and name >= below:
+        return None
+    if not filters.check(state.nodes[name]):
+        return name
     for name in cls.in_order():
-        node = state.nodes[name]
-        if all(node.accepts(p) is None for p in pods):
+        if below is not None and name >= below:
+            return None
+        if not filters.check(state.nodes[name]):
             return name
     return None
 
@@ -164,11 +209,13 @@ def split_by_container(
     return tuple(out)
 
 
-def place_whole(state: ClusterState, pod: PodInput, req: PodRequest) -> Placement | None:
+def place_whole(
+    state: ClusterState, pod: PodInput, req: PodRequest, filters: Filter
+) -> Placement | None:
     assert req.vendor is not None
     found = best_whole_node(
         state,
-        [pod],
+        filters,
         req.gpus,
         req.vendor,
         req.node_policy == "spread",
@@ -179,13 +226,16 @@ def place_whole(state: ClusterState, pod: PodInput, req: PodRequest) -> Placemen
     return whole_placement(pod, req, found.node, found.choice.indices, None)
 
 
-def place_without_gpus(state: ClusterState, pod: PodInput) -> Placement | None:
-    """A pod of ours that asks for no GPU: non-GPU nodes first, so GPU nodes stay for GPU pods."""
-    best: tuple[tuple[bool, str], NodeState] | None = None
+def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> Placement | None:
+    """A pod of ours that asks for no GPU: non-GPU nodes first, so GPU nodes stay for GPU pods;
+    then the preference score, then the name."""
+    if filters.problem is not None:
+        return None
+    best: tuple[tuple[bool, int, str], NodeState] | None = None
     for node in state.nodes.values():
-        if node.accepts(pod) is not None:
+        if filters.check(node):
             continue
-        key = (node.inventory is not None, node.name)
+        key = (node.inventory is not None, -filters.score(node), node.name)
         if best is None or key < best[0]:
             best = (key, node)
     if best is None:
@@ -219,18 +269,22 @@ def _card_fit(node: NodeState, index: int, req: SharedRequest) -> tuple[int, int
     return CORES_PER_CARD - use.core - req.core, memory
 
 
-def place_shared(state: ClusterState, pod: PodInput, req: PodRequest) -> Placement | None:
+def place_shared(
+    state: ClusterState, pod: PodInput, req: PodRequest, filters: Filter
+) -> Placement | None:
     shared = req.shared
     assert shared is not None
+    if filters.problem is not None:
+        return None
     spread_cards = req.gpu_policy == "spread"
     spread_nodes = req.node_policy == "spread"
-    best: tuple[tuple[int, int, str], NodeState, list[tuple[int, int]]] | None = None
+    best: tuple[tuple[int, int, int, str], NodeState, list[tuple[int, int]]] | None = None
     for node in state.gpu_nodes():
         inv = node.inventory
         assert inv is not None
         if shared.vendor is not None and inv.vendor != shared.vendor:
             continue
-        if node.accepts(pod) is not None:
+        if filters.check(node):
             continue
         fits: list[tuple[int, int, int]] = []  # (free core after, index, memory)
         for device in inv.devices:
@@ -244,7 +298,12 @@ def place_shared(state: ClusterState, pod: PodInput, req: PodRequest) -> Placeme
         fits.sort(key=lambda f: (-f[0] if spread_cards else f[0], f[1]))
         chosen = fits[: shared.cards]
         free_after = sum(f[0] for f in chosen)
-        key = (-free_after if spread_nodes else free_after, node.free_mask.bit_count(), node.name)
+        key = (
+            -filters.score(node),
+            -free_after if spread_nodes else free_after,
+            node.free_mask.bit_count(),
+            node.name,
+        )
         if best is None or key < best[0]:
             best = (key, node, [(f[1], f[2]) for f in chosen])
     if best is None:
@@ -270,59 +329,118 @@ def place_shared(state: ClusterState, pod: PodInput, req: PodRequest) -> Placeme
 _PHRASES: dict[str, tuple[str, str]] = {
     "not-gpu": ("is not a GPU node", "are not GPU nodes"),
     "invalid": ("has an invalid GPU inventory", "have an invalid GPU inventory"),
-    "cordoned": ("is cordoned", "are cordoned"),
-    "selector": ("didn't match the pod's node selector", "didn't match the pod's node selector"),
-    "taint": (
-        "has a taint the pod doesn't tolerate",
-        "have a taint the pod doesn't tolerate",
-    ),
 }
+
+
+def refusals(state: ClusterState, pod: PodInput) -> list[tuple[str, str]]:
+    """Why each node refuses ``pod`` on its own (node, reason), by node name: what simulate's
+    table shows under a pending pod. Empty when the pod cannot be parsed (its reason says why)."""
+    try:
+        req = parse_request(pod, state.settings)
+        filters = PodFilters(state, pod)
+    except RequestError:
+        return []
+    out: list[tuple[str, str]] = []
+    demand = [(state.resource_index[r], r, n) for r, n in req.resources]
+    for name in sorted(state.nodes):
+        node = state.nodes[name]
+        if filters.problem is not None:
+            out.append((name, filters.problem))
+            continue
+        if req.gpus or req.shared is not None:
+            reasons = _node_reasons(node, filters, req, req.gpus, demand, demand)
+        else:
+            reasons = list(filters.check(node))
+        if reasons:
+            out.append((name, "; ".join(r if isinstance(r, str) else r[0] for r in reasons)))
+        else:
+            out.append((name, "fits now"))
+    return out
+
+
+def no_node_reason(state: ClusterState, filters: Filter) -> str:
+    """Why a pod that asks for no GPU fits nowhere: kube-scheduler's reasons alone."""
+    total = len(state.nodes)
+    if total == 0:
+        return "0/0 nodes are available: the cluster has no nodes."
+    if filters.problem is not None:
+        return f"0/{total} nodes are available: {filters.problem}."
+    counts: Counter[Reason] = Counter()
+    for node in state.nodes.values():
+        counts.update(filters.check(node))
+    return _histogram(total, counts)
 
 
 def unschedulable_reason(
     state: ClusterState,
-    pods: list[PodInput],
+    filters: Filter,
     req: PodRequest,
     gpus: int | None = None,
     joint: Iterable[tuple[str, int]] | None = None,
 ) -> str:
-    """kube-scheduler style: "0/12 nodes are available: 8 have fewer than 4 free GPUs, ...".
+    """kube-scheduler style: "0/12 nodes are available: 3 Insufficient cpu, 5 have fewer than 4
+    free GPUs." Every node is counted under each reason of the first check it fails (the filter
+    chain can give several, e.g. Insufficient cpu and Insufficient memory), and the parts are
+    sorted as text, as kube-scheduler sorts them.
 
     For a gang, ``req`` and ``gpus`` are its largest member's and ``joint`` is what all its
     pending members ask for per resource name: a node that has free GPUs for more of the gang
     than its allocatable left covers is short of allocatable, not of GPUs.
     """
-    counts: Counter[tuple[str, str]] = Counter()
+    total = len(state.nodes)
+    if total == 0:
+        return "0/0 nodes are available: the cluster has no nodes."
+    if filters.problem is not None:
+        return f"0/{total} nodes are available: {filters.problem}."
+    counts: Counter[Reason] = Counter()
     k = req.gpus if gpus is None else gpus
     demand = [(state.resource_index[r], r, n) for r, n in req.resources]
     together = demand
     if joint is not None:
         together = [(index, state.resources[index], n) for index, n in state.demand(joint)]
     for node in state.nodes.values():
-        counts[_node_reason(node, pods, req, k, demand, together)] += 1
-    total = len(state.nodes)
-    if total == 0:
-        return "0/0 nodes are available: the cluster has no nodes."
-    parts = sorted(counts.items(), key=lambda item: (-item[1], item[0][1]))
-    text = ", ".join(f"{n} {phrase[0] if n == 1 else phrase[1]}" for phrase, n in parts)
-    return f"0/{total} nodes are available: {text}."
+        counts.update(_node_reasons(node, filters, req, k, demand, together))
+    return _histogram(total, counts)
 
 
-def _node_reason(
+# kube-scheduler's reasons read the same for any count ("3 node(s) were unschedulable"); ours
+# come as (singular, plural): "1 is not a GPU node", "2 are not GPU nodes".
+Reason = str | tuple[str, str]
+
+
+def _histogram(total: int, counts: Counter[Reason]) -> str:
+    parts = sorted(
+        f"{n} {reason if isinstance(reason, str) else reason[0 if n == 1 else 1]}"
+        for reason, n in counts.items()
+    )
+    return f"0/{total} nodes are available: {', '.join(parts)}."
+
+
+def _node_reasons(
     node: NodeState,
-    pods: list[PodInput],
+    filters: Filter,
+    req: PodRequest,
+    k: int,
+    demand: list[tuple[int, str, int]],
+    together: list[tuple[int, str, int]],
+) -> list[Reason]:
+    if node.inventory is None:
+        return [_PHRASES["invalid" if node.error else "not-gpu"]]
+    reasons: list[Reason] = list(filters.check(node))
+    if reasons:
+        return reasons
+    return [_gpu_reason(node, req, k, demand, together)]
+
+
+def _gpu_reason(
+    node: NodeState,
     req: PodRequest,
     k: int,
     demand: list[tuple[int, str, int]],
     together: list[tuple[int, str, int]],
 ) -> tuple[str, str]:
-    if node.inventory is None:
-        return _PHRASES["invalid" if node.error else "not-gpu"]
-    for pod in pods:
-        why = node.accepts(pod)
-        if why is not None:
-            return _PHRASES[why]
     inv = node.inventory
+    assert inv is not None
     if req.shared is not None:
         s = req.shared
         if s.vendor is not None and inv.vendor != s.vendor:

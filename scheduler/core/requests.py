@@ -57,20 +57,23 @@ class PodRequest(Struct, frozen=True):
         return self.gpus > 0 or self.shared is not None
 
 
-_SUFFIX: Final[dict[str, int]] = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
+_SUFFIX: Final[dict[str, Decimal]] = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
 }
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 
@@ -116,6 +119,12 @@ _SHARED_NAMES: Final = (
     names.MEMORY_RATIO_RESOURCE,
     names.SGPU_RESOURCE,
 )
+
+
+def gpu_resource_names(settings: CoreSettings) -> frozenset[str]:
+    """Every resource name the GPU rules account for (whole GPUs per node, shared GPUs per card):
+    the generic NodeResourcesFit filter leaves these to them."""
+    return frozenset(settings.gpu_resources) | frozenset(_SHARED_NAMES)
 
 
 def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:

@@ -83,6 +83,33 @@ class KubeApi:
         _raise_for(status, body)
         return body
 
+    async def list_kind(self, kind: str) -> bytes:
+        """LIST of one of ``WATCHED_KINDS`` (namespaces, claims, volumes)."""
+        status, body = await self._call(self._lister(kind))
+        _raise_for(status, body)
+        return body
+
+    async def watch_kind(
+        self, kind: str, resource_version: str, timeout_s: int
+    ) -> AsyncIterator[bytes]:
+        response = await self._lister(kind)(
+            watch=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_s,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+            _request_timeout=timeout_s + 30,
+        )
+        return _lines(response)
+
+    def _lister(self, kind: str) -> Any:
+        listers = {
+            "namespaces": self.core.list_namespace,
+            "persistentvolumeclaims": self.core.list_persistent_volume_claim_for_all_namespaces,
+            "persistentvolumes": self.core.list_persistent_volume,
+        }
+        return listers[kind]
+
     async def read_pod(self, namespace: str, name: str) -> bytes | None:
         status, body = await self._call(self.core.read_namespaced_pod, name, namespace)
         if status == 404:

@@ -8,6 +8,11 @@ for the core's quantity parser, which reports malformed values per pod (and, for
 status.allocatable, per node, with a warning). Of a node's status only allocatable (or capacity,
 which the apiserver copies into a missing allocatable) is read; heartbeats and conditions are not.
 
+``matchLabelKeys`` / ``mismatchLabelKeys`` of affinity terms and spread constraints are folded into
+their label selectors here (``key In [pod's value]`` / ``key NotIn [...]``), as the apiserver does
+when it creates the pod; a selector already folded by the apiserver only gets the same requirement
+twice, which changes nothing. Host ports get the API's defaults (TCP, hostIP 0.0.0.0).
+
 No kubernetes-asyncio import here: the hot path never builds client model objects.
 """
 
@@ -18,7 +23,25 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.objects import ContainerInput, NodeInput, PodInput, Taint, Toleration
+from scheduler.core.objects import (
+    Affinity,
+    ClaimInput,
+    ContainerInput,
+    HostPort,
+    LabelSelector,
+    NamespaceInput,
+    NodeInput,
+    NodeSelectorTerm,
+    PodAffinityTerm,
+    PodInput,
+    PreferredNodeTerm,
+    Requirement,
+    SpreadConstraint,
+    Taint,
+    Toleration,
+    VolumeInput,
+    WeightedPodAffinityTerm,
+)
 
 Quantity = str | int | float
 
@@ -62,10 +85,98 @@ class Resources(msgspec.Struct):
     requests: dict[str, Quantity] | None = None
 
 
+class PortWire(msgspec.Struct, rename="camel"):
+    container_port: int = 0
+    host_port: int = 0
+    protocol: str = "TCP"
+    host_ip: str = ""
+
+
 class ContainerWire(msgspec.Struct, rename="camel"):
     name: str = ""
     resources: Resources = msgspec.field(default_factory=Resources)
     restart_policy: str = ""
+    ports: list[PortWire] | None = None
+
+
+class RequirementWire(msgspec.Struct):
+    key: str
+    operator: str
+    values: list[str] | None = None
+
+
+class LabelSelectorWire(msgspec.Struct, rename="camel"):
+    match_labels: dict[str, str] | None = None
+    match_expressions: list[RequirementWire] | None = None
+
+
+class NodeSelectorTermWire(msgspec.Struct, rename="camel"):
+    match_expressions: list[RequirementWire] | None = None
+    match_fields: list[RequirementWire] | None = None
+
+
+class NodeSelectorWire(msgspec.Struct, rename="camel"):
+    node_selector_terms: list[NodeSelectorTermWire] = msgspec.field(default_factory=list)
+
+
+class PreferredTermWire(msgspec.Struct):
+    weight: int
+    preference: NodeSelectorTermWire
+
+
+class NodeAffinityWire(msgspec.Struct):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelectorWire | None = None
+    preferredDuringSchedulingIgnoredDuringExecution: list[PreferredTermWire] | None = None
+
+
+class PodAffinityTermWire(msgspec.Struct, rename="camel"):
+    topology_key: str = ""
+    label_selector: LabelSelectorWire | None = None
+    namespaces: list[str] | None = None
+    namespace_selector: LabelSelectorWire | None = None
+    match_label_keys: list[str] | None = None
+    mismatch_label_keys: list[str] | None = None
+
+
+class WeightedTermWire(msgspec.Struct, rename="camel"):
+    weight: int
+    pod_affinity_term: PodAffinityTermWire
+
+
+class PodAffinityWire(msgspec.Struct):
+    requiredDuringSchedulingIgnoredDuringExecution: list[PodAffinityTermWire] | None = None
+    preferredDuringSchedulingIgnoredDuringExecution: list[WeightedTermWire] | None = None
+
+
+class AffinityWire(msgspec.Struct, rename="camel"):
+    node_affinity: NodeAffinityWire | None = None
+    pod_affinity: PodAffinityWire | None = None
+    pod_anti_affinity: PodAffinityWire | None = None
+
+
+class SpreadWire(msgspec.Struct, rename="camel"):
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str
+    label_selector: LabelSelectorWire | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str | None = None
+    node_taints_policy: str | None = None
+    match_label_keys: list[str] | None = None
+
+
+class ClaimSourceWire(msgspec.Struct, rename="camel"):
+    claim_name: str = ""
+
+
+class VolumeWire(msgspec.Struct, rename="camel"):
+    name: str = ""
+    persistent_volume_claim: ClaimSourceWire | None = None
+    ephemeral: dict[str, Any] | None = None
+
+
+class GateWire(msgspec.Struct):
+    name: str
 
 
 class TolerationWire(msgspec.Struct):
@@ -82,6 +193,13 @@ class PodSpecWire(msgspec.Struct, rename="camel"):
     tolerations: list[TolerationWire] | None = None
     containers: list[ContainerWire] = msgspec.field(default_factory=list)
     init_containers: list[ContainerWire] | None = None
+    overhead: dict[str, Quantity] | None = None
+    affinity: AffinityWire | None = None
+    topology_spread_constraints: list[SpreadWire] | None = None
+    volumes: list[VolumeWire] | None = None
+    scheduling_gates: list[GateWire] | None = None
+    priority: int | None = None
+    preemption_policy: str | None = None
 
 
 class PodStatusWire(msgspec.Struct):
@@ -110,7 +228,109 @@ def _container(c: ContainerWire) -> ContainerInput:
         limits=_quantities(c.resources.limits),
         requests=_quantities(c.resources.requests),
         restart_policy=c.restart_policy,
+        host_ports=tuple(
+            HostPort(p.host_port, p.protocol or "TCP", p.host_ip or "0.0.0.0")
+            for p in c.ports or ()
+            if p.host_port > 0
+        ),
     )
+
+
+def _requirements(reqs: list[RequirementWire] | None) -> tuple[Requirement, ...]:
+    return tuple(Requirement(r.key, r.operator, tuple(r.values or ())) for r in reqs or ())
+
+
+def _selector(
+    wire: LabelSelectorWire | None,
+    labels: dict[str, str],
+    match_keys: list[str] | None = None,
+    mismatch_keys: list[str] | None = None,
+) -> LabelSelector | None:
+    if wire is None:
+        return None
+    extra = [Requirement(k, "In", (labels[k],)) for k in match_keys or () if k in labels]
+    extra += [Requirement(k, "NotIn", (labels[k],)) for k in mismatch_keys or () if k in labels]
+    return LabelSelector(
+        match_labels=dict(wire.match_labels or {}),
+        match_expressions=_requirements(wire.match_expressions) + tuple(extra),
+    )
+
+
+def _node_term(t: NodeSelectorTermWire) -> NodeSelectorTerm:
+    return NodeSelectorTerm(_requirements(t.match_expressions), _requirements(t.match_fields))
+
+
+def _pod_term(t: PodAffinityTermWire, labels: dict[str, str]) -> PodAffinityTerm:
+    return PodAffinityTerm(
+        topology_key=t.topology_key,
+        label_selector=_selector(
+            t.label_selector, labels, t.match_label_keys, t.mismatch_label_keys
+        ),
+        namespaces=tuple(t.namespaces or ()),
+        namespace_selector=_selector(t.namespace_selector, {}),
+    )
+
+
+def _pod_terms(
+    wire: PodAffinityWire | None, labels: dict[str, str]
+) -> tuple[tuple[PodAffinityTerm, ...], tuple[WeightedPodAffinityTerm, ...]]:
+    if wire is None:
+        return (), ()
+    required = tuple(
+        _pod_term(t, labels) for t in wire.requiredDuringSchedulingIgnoredDuringExecution or ()
+    )
+    preferred = tuple(
+        WeightedPodAffinityTerm(w.weight, _pod_term(w.pod_affinity_term, labels))
+        for w in wire.preferredDuringSchedulingIgnoredDuringExecution or ()
+    )
+    return required, preferred
+
+
+def _affinity(wire: AffinityWire | None, labels: dict[str, str]) -> Affinity | None:
+    if wire is None:
+        return None
+    node_required: tuple[NodeSelectorTerm, ...] | None = None
+    node_preferred: tuple[PreferredNodeTerm, ...] = ()
+    if wire.node_affinity is not None:
+        required = wire.node_affinity.requiredDuringSchedulingIgnoredDuringExecution
+        if required is not None:
+            node_required = tuple(_node_term(t) for t in required.node_selector_terms)
+        node_preferred = tuple(
+            PreferredNodeTerm(p.weight, _node_term(p.preference))
+            for p in wire.node_affinity.preferredDuringSchedulingIgnoredDuringExecution or ()
+        )
+    pod_required, pod_preferred = _pod_terms(wire.pod_affinity, labels)
+    anti_required, anti_preferred = _pod_terms(wire.pod_anti_affinity, labels)
+    return Affinity(
+        node_required=node_required,
+        node_preferred=node_preferred,
+        pod_required=pod_required,
+        pod_preferred=pod_preferred,
+        anti_required=anti_required,
+        anti_preferred=anti_preferred,
+    )
+
+
+def _spread(c: SpreadWire, labels: dict[str, str]) -> SpreadConstraint:
+    return SpreadConstraint(
+        max_skew=c.max_skew,
+        topology_key=c.topology_key,
+        when_unsatisfiable=c.when_unsatisfiable,
+        label_selector=_selector(c.label_selector, labels, c.match_label_keys),
+        min_domains=c.min_domains,
+        node_affinity_policy=c.node_affinity_policy or "Honor",
+        node_taints_policy=c.node_taints_policy or "Ignore",
+    )
+
+
+def _claims(pod_name: str, volumes: list[VolumeWire] | None) -> tuple[str, ...]:
+    out = []
+    for v in volumes or ():
+        if v.persistent_volume_claim is not None and v.persistent_volume_claim.claim_name:
+            out.append(v.persistent_volume_claim.claim_name)
+        elif v.ephemeral is not None:
+            out.append(f"{pod_name}-{v.name}")  # the claim a generic ephemeral volume gets
+    return tuple(out)
 
 
 def node_from_obj(node: Node, resources: Collection[str] | None = None) -> NodeInput:
@@ -141,6 +361,7 @@ def _allocatable(
 
 def pod_from_obj(pod: Pod) -> PodInput:
     spec = pod.spec
+    labels = dict(pod.metadata.labels or {})
     return PodInput(
         pod.metadata.namespace or "default",
         pod.metadata.name,
@@ -148,7 +369,7 @@ def pod_from_obj(pod: Pod) -> PodInput:
         scheduler_name=spec.scheduler_name,
         node_name=spec.node_name,
         phase=pod.status.phase,
-        labels=dict(pod.metadata.labels or {}),
+        labels=labels,
         annotations=dict(pod.metadata.annotations or {}),
         containers=tuple(_container(c) for c in spec.containers),
         init_containers=tuple(_container(c) for c in spec.init_containers or ()),
@@ -158,7 +379,70 @@ def pod_from_obj(pod: Pod) -> PodInput:
         ),
         deleting=pod.metadata.deletion_timestamp is not None,
         created=pod.metadata.creation_timestamp,
+        overhead=_quantities(spec.overhead),
+        affinity=_affinity(spec.affinity, labels),
+        spread=tuple(_spread(c, labels) for c in spec.topology_spread_constraints or ()),
+        claims=_claims(pod.metadata.name, spec.volumes),
+        scheduling_gates=tuple(g.name for g in spec.scheduling_gates or ()),
+        priority=spec.priority or 0,
+        preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
     )
+
+
+# ---- namespaces, claims and volumes (namespaceSelector and the volume filter) ---------------
+
+
+class Namespace(msgspec.Struct):
+    metadata: ObjectMeta
+
+
+class ClaimSpecWire(msgspec.Struct, rename="camel"):
+    volume_name: str = ""
+
+
+class ClaimStatusWire(msgspec.Struct):
+    phase: str = "Pending"
+
+
+class Claim(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: ClaimSpecWire = msgspec.field(default_factory=ClaimSpecWire)
+    status: ClaimStatusWire = msgspec.field(default_factory=ClaimStatusWire)
+
+
+class VolumeNodeAffinityWire(msgspec.Struct):
+    required: NodeSelectorWire | None = None
+
+
+class VolumeSpecWire(msgspec.Struct, rename="camel"):
+    node_affinity: VolumeNodeAffinityWire | None = None
+
+
+class Volume(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: VolumeSpecWire = msgspec.field(default_factory=VolumeSpecWire)
+
+
+def namespace_from_obj(ns: Namespace) -> NamespaceInput:
+    return NamespaceInput(ns.metadata.name, dict(ns.metadata.labels or {}))
+
+
+def claim_from_obj(claim: Claim) -> ClaimInput:
+    return ClaimInput(
+        claim.metadata.namespace or "default",
+        claim.metadata.name,
+        volume_name=claim.spec.volume_name,
+        phase=claim.status.phase,
+        deleting=claim.metadata.deletion_timestamp is not None,
+    )
+
+
+def volume_from_obj(volume: Volume) -> VolumeInput:
+    affinity = volume.spec.node_affinity
+    required = None
+    if affinity is not None and affinity.required is not None:
+        required = tuple(_node_term(t) for t in affinity.required.node_selector_terms)
+    return VolumeInput(volume.metadata.name, required)
 
 
 _pod_decoder = msgspec.json.Decoder(Pod)

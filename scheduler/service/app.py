@@ -31,7 +31,18 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.config import Config
 from scheduler.kube.api import KubeApi
-from scheduler.kube.codec import Node, Pod, node_from_obj, pod_from_obj
+from scheduler.kube.codec import (
+    Claim,
+    Namespace,
+    Node,
+    Pod,
+    Volume,
+    claim_from_obj,
+    namespace_from_obj,
+    node_from_obj,
+    pod_from_obj,
+    volume_from_obj,
+)
 from scheduler.kube.watch import Reflector
 from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
@@ -131,9 +142,6 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     def pods_version(p: Pod) -> str:
         return p.metadata.resource_version
 
-    # A node's allocatable is kept for these names only: node events that change nothing else
-    # of it (heartbeats, cpu/memory) then leave the node's input equal, and are skipped.
-    gpu_names = frozenset(scheduler.state.settings.gpu_resources)
     pending_selector = f"spec.schedulerName={config.scheduler_name},spec.nodeName="
     bound_selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
     reflectors: list[Reflector[Any]] = [
@@ -142,8 +150,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             Node,
             api.list_nodes,
             api.watch_nodes,
-            lambda nodes: scheduler.replace_nodes([node_from_obj(n, gpu_names) for n in nodes]),
-            lambda kind, n: scheduler.node_event(kind, node_from_obj(n, gpu_names)),
+            lambda nodes: scheduler.replace_nodes([node_from_obj(n) for n in nodes]),
+            lambda kind, n: scheduler.node_event(kind, node_from_obj(n)),
             lambda n: n.metadata.resource_version,
         ),
         Reflector(
@@ -166,6 +174,54 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         ),
     ]
     stopping = asyncio.Event()
+    tasks: list[asyncio.Task[Any]] = []
+
+    def version(obj: Any) -> str:
+        return str(obj.metadata.resource_version)
+
+    # Namespaces (for namespaceSelector) and claims and volumes (for the volume filter) are
+    # watched only once a pending pod needs them: most clusters' GPU pods use neither, and a
+    # scheduler that never needs them asks the apiserver for nothing more.
+    optional: dict[str, list[Reflector[Any]]] = {
+        "namespaces": [
+            Reflector(
+                "namespaces",
+                Namespace,
+                lambda: api.list_kind("namespaces"),
+                lambda rv, t: api.watch_kind("namespaces", rv, t),
+                lambda items: scheduler.replace_namespaces([namespace_from_obj(n) for n in items]),
+                lambda kind, n: scheduler.namespace_event(kind, namespace_from_obj(n)),
+                version,
+            )
+        ],
+        "volumes": [
+            Reflector(
+                "persistentvolumeclaims",
+                Claim,
+                lambda: api.list_kind("persistentvolumeclaims"),
+                lambda rv, t: api.watch_kind("persistentvolumeclaims", rv, t),
+                lambda items: scheduler.replace_claims([claim_from_obj(c) for c in items]),
+                lambda kind, c: scheduler.claim_event(kind, claim_from_obj(c)),
+                version,
+            ),
+            Reflector(
+                "persistentvolumes",
+                Volume,
+                lambda: api.list_kind("persistentvolumes"),
+                lambda rv, t: api.watch_kind("persistentvolumes", rv, t),
+                lambda items: scheduler.replace_volumes([volume_from_obj(v) for v in items]),
+                lambda kind, v: scheduler.volume_event(kind, volume_from_obj(v)),
+                version,
+            ),
+        ],
+    }
+
+    def watch_needed(kind: str) -> None:
+        for reflector in optional.pop(kind, []):
+            log.info("starting watch", watch=reflector.name)
+            tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
+
+    scheduler.watch_needed = watch_needed
 
     def readiness() -> tuple[bool, str]:
         if stopping.is_set():
@@ -184,7 +240,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
 
-    tasks = [asyncio.create_task(r.run(), name=f"watch-{r.name}") for r in reflectors]
+    tasks += [asyncio.create_task(r.run(), name=f"watch-{r.name}") for r in reflectors]
 
     # Only a replica with synced watches competes for the lease: a new leader must see the cluster.
     async def all_synced() -> None:

@@ -1,6 +1,7 @@
 """The scheduling queue, after kube-scheduler's: active, backoff and unschedulable pods.
 
-- active: pods ready for a scheduling attempt, FIFO by the time they became ready;
+- active: pods ready for a scheduling attempt, in kube-scheduler's PrioritySort order: higher
+  ``spec.priority`` first, then older ``creationTimestamp``, then the order they became ready;
 - backoff: pods whose last attempt failed for a reason that may pass by itself (a store conflict,
   an apiserver error); they wait 1 s, doubling per attempt up to 10 s;
 - unschedulable: pods the core found no place for; they wait for a cluster event that could help
@@ -26,7 +27,9 @@ class SchedulingQueue:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._seq = 0
-        self._active: list[tuple[float, int, str]] = []  # (ready at, seq, key) heap
+        # (-priority, created, seq, key) heap
+        self._active: list[tuple[int, str, int, str]] = []
+        self._rank: dict[str, tuple[int, str]] = {}  # key -> (-priority, created) while queued
         self._in_active: dict[str, int] = {}  # key -> seq of its live heap entry
         self._backoff: dict[str, float] = {}  # key -> time it may be retried
         self._unschedulable: dict[str, float] = {}  # key -> time it is retried at the latest
@@ -35,12 +38,13 @@ class SchedulingQueue:
 
     # ---- arrivals --------------------------------------------------------------------------
 
-    def add(self, key: str) -> None:
+    def add(self, key: str, priority: int = 0, created: str = "") -> None:
         """A pending pod appeared or changed: make it ready now, unless it is backing off."""
+        self._rank[key] = (-priority, created)
         if key in self._in_active or key in self._backoff:
             return
         self._unschedulable.pop(key, None)
-        self._push(key, self._clock())
+        self._push(key)
 
     def delete(self, key: str) -> None:
         self._in_active.pop(key, None)  # its heap entry goes stale and is skipped
@@ -48,6 +52,7 @@ class SchedulingQueue:
         self._unschedulable.pop(key, None)
         self._attempts.pop(key, None)
         self._last_attempt.pop(key, None)
+        self._rank.pop(key, None)
 
     def done(self, key: str) -> None:
         """The pod was scheduled: forget its attempts."""
@@ -82,7 +87,7 @@ class SchedulingQueue:
         for key in moved:
             ready = self._last_attempt.get(key, now) + self._delay(key)
             if ready <= now:
-                self._push(key, now)
+                self._push(key)
             else:
                 self._backoff[key] = ready
         return len(moved)
@@ -101,19 +106,19 @@ class SchedulingQueue:
     def flush(self) -> None:
         """Move pods whose backoff ran out, or that waited too long as unschedulable, to active."""
         now = self._clock()
-        for key, ready in list(self._backoff.items()):
+        for key, ready in sorted(self._backoff.items(), key=lambda item: item[1]):
             if ready <= now:
                 del self._backoff[key]
-                self._push(key, ready)
+                self._push(key)
         for key, latest in list(self._unschedulable.items()):
             if latest <= now:
                 del self._unschedulable[key]
-                self._push(key, now)
+                self._push(key)
 
     def pop(self) -> str | None:
         self.flush()
         while self._active:
-            _, seq, key = heapq.heappop(self._active)
+            _, _, seq, key = heapq.heappop(self._active)
             if self._in_active.get(key) == seq:
                 del self._in_active[key]
                 return key
@@ -144,7 +149,10 @@ class SchedulingQueue:
     def attempts(self, key: str) -> int:
         return self._attempts.get(key, 0)
 
-    def _push(self, key: str, ready: float) -> None:
+    def _push(self, key: str) -> None:
+        """Into the active heap; entries of equal rank (creationTimestamp has whole seconds) keep
+        the order in which they became ready, by sequence number."""
         self._seq += 1
         self._in_active[key] = self._seq
-        heapq.heappush(self._active, (ready, self._seq, key))
+        priority, created = self._rank.get(key, (0, ""))
+        heapq.heappush(self._active, (priority, created, self._seq, key))

@@ -43,7 +43,7 @@ from scheduler.core.cluster import (
 )
 from scheduler.core.cycle import Unit, decide, gang_of
 from scheduler.core.decisions import Decision, Placed, Placement, Waiting
-from scheduler.core.objects import NodeInput, PodInput
+from scheduler.core.objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
 from scheduler.core.requests import RequestError, parse_gang
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
@@ -126,6 +126,9 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.accepting = True
+        # Starts the namespace ("namespaces") or claim and volume ("volumes") watches the first
+        # time a pending pod needs them; set by the app (tests leave it a no-op).
+        self.watch_needed: Callable[[str], None] = lambda kind: None
         self.ready_to_schedule = False  # set after the leader's reconcile
         self.bound_synced = False
         # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
@@ -143,11 +146,14 @@ class Scheduler:
     # ---- watch events (synchronous, cheap) ---------------------------------------------------
 
     def _ours_pending(self, pod: PodInput) -> bool:
+        # A gated pod is not ours to attempt until its gates are gone (kube-scheduler's
+        # SchedulingGates): the update that removes the last gate makes it pending.
         return (
             pod.scheduler_name == self.name
             and not pod.node_name
             and not pod.deleting
             and not pod.finished
+            and not pod.scheduling_gates
         )
 
     def replace_pending(self, pods: list[PodInput]) -> None:
@@ -168,7 +174,11 @@ class Scheduler:
         self.pending[key] = pod
         self.first_seen.setdefault(key, self.clock())
         if old is None or old != pod:
-            self.queue.add(key)
+            self.queue.add(key, pod.priority, pod.created)
+            if pod.claims:
+                self.watch_needed("volumes")
+            if _uses_namespace_selector(pod):
+                self.watch_needed("namespaces")
             if gang_of(pod) is not None and old is None:
                 self.queue.on_cluster_event()  # a gang member arrived: waiting members retry
         self._kick()
@@ -232,6 +242,54 @@ class Scheduler:
             self._needs_reconcile = True
             log.warning("store release failed", uids=uids, error=str(exc))
 
+    # ---- namespaces, claims, volumes (watched only once a pending pod needs them) -------------
+
+    def replace_namespaces(self, namespaces: list[NamespaceInput]) -> None:
+        for name in set(self.state.namespaces) - {n.name for n in namespaces}:
+            self.state.remove_namespace(name)
+        for ns in namespaces:
+            self.state.set_namespace(ns)
+        self._cluster_changed()
+
+    def namespace_event(self, kind: str, ns: NamespaceInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_namespace(ns.name)
+        else:
+            self.state.set_namespace(ns)
+        self._cluster_changed()
+
+    def replace_claims(self, claims: list[ClaimInput]) -> None:
+        for key in set(self.state.claims) - {c.key for c in claims}:
+            self.state.remove_claim(key)
+        for claim in claims:
+            self.state.set_claim(claim)
+        self._cluster_changed()
+
+    def claim_event(self, kind: str, claim: ClaimInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_claim(claim.key)
+        else:
+            self.state.set_claim(claim)
+        self._cluster_changed()
+
+    def replace_volumes(self, volumes: list[VolumeInput]) -> None:
+        for name in set(self.state.volumes) - {v.name for v in volumes}:
+            self.state.remove_volume(name)
+        for volume in volumes:
+            self.state.set_volume(volume)
+        self._cluster_changed()
+
+    def volume_event(self, kind: str, volume: VolumeInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_volume(volume.name)
+        else:
+            self.state.set_volume(volume)
+        self._cluster_changed()
+
+    def _cluster_changed(self) -> None:
+        self.queue.on_cluster_event()
+        self._kick()
+
     def replace_nodes(self, nodes: list[NodeInput]) -> None:
         names = {n.name for n in nodes}
         for name in list(self.state.nodes):
@@ -273,8 +331,8 @@ class Scheduler:
             await asyncio.sleep(0.05)
         await self._reconcile(epoch, elected=True)  # a failure gives the lease up (leader.py)
         self.ready_to_schedule = True
-        for key in self.pending:
-            self.queue.add(key)
+        for pod in self.pending.values():
+            self.queue.add(pod.key, pod.priority, pod.created)
         self._kick()
 
     async def _reconcile(self, epoch: int, elected: bool = False) -> None:
@@ -475,7 +533,7 @@ class Scheduler:
         epoch = self.leadership.epoch
         if epoch is None or not self.leadership.leading:
             for pod in unit.pods:
-                self.queue.add(pod.key)
+                self.queue.add(pod.key, pod.priority, pod.created)
             return "error"
         claims = []
         for placement in decision.placements:
@@ -497,7 +555,7 @@ class Scheduler:
             log.warning("fenced: no longer leader", epoch=epoch)
             await self.on_lost()
             for pod in unit.pods:
-                self.queue.add(pod.key)
+                self.queue.add(pod.key, pod.priority, pod.created)
             return "error"
         except StoreError as exc:
             log.warning("store unavailable", error=str(exc))
@@ -506,7 +564,7 @@ class Scheduler:
             return "error"
         pods = {p.key: p for p in unit.pods}
         for placement in decision.placements:  # assume
-            self.state.apply(placement, _replicas_of(unit, placement.pod))
+            self.state.apply(placement, pods[placement.pod], _replicas_of(unit, placement.pod))
             self.in_flight[placement.pod] = placement
             self.queue.done(placement.pod)
         self._spawn(self._bind_all(unit, decision.placements, pods, epoch))
@@ -554,9 +612,8 @@ class Scheduler:
             )
         for p in failed:
             self.in_flight.pop(p.pod, None)
-            holding = self.state.holdings.get(p.pod)
-            if holding is not None:
-                self.state.release(holding)  # forget
+            if p.pod in self.state.holdings:
+                self.state.forget(p.pod)
             if p.pod in self.pending:
                 self.queue.backoff(p.pod)
         if failed:
@@ -638,6 +695,15 @@ class Scheduler:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _uses_namespace_selector(pod: PodInput) -> bool:
+    affinity = pod.affinity
+    if affinity is None:
+        return False
+    terms = [*affinity.pod_required, *affinity.anti_required]
+    terms += [w.term for w in (*affinity.pod_preferred, *affinity.anti_preferred)]
+    return any(t.namespace_selector is not None for t in terms)
 
 
 def _replicas_of(unit: Unit, pod_key: str) -> int:

@@ -15,8 +15,17 @@ from typing import Any
 import msgspec
 import yaml
 
-from scheduler.core.objects import NodeInput, PodInput
-from scheduler.kube.codec import convert_node, convert_pod
+from scheduler.core.objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
+from scheduler.kube.codec import (
+    Claim,
+    Namespace,
+    Volume,
+    claim_from_obj,
+    convert_node,
+    convert_pod,
+    namespace_from_obj,
+    volume_from_obj,
+)
 
 try:
     _Base: Any = yaml.CSafeLoader
@@ -48,6 +57,9 @@ class LoadError(Exception):
 class Loaded(msgspec.Struct):
     nodes: list[NodeInput] = msgspec.field(default_factory=list)
     pods: list[PodInput] = msgspec.field(default_factory=list)
+    namespaces: list[NamespaceInput] = msgspec.field(default_factory=list)
+    claims: list[ClaimInput] = msgspec.field(default_factory=list)
+    volumes: list[VolumeInput] = msgspec.field(default_factory=list)
     skipped: dict[str, int] = msgspec.field(default_factory=dict)
 
 
@@ -108,6 +120,12 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
             out.nodes.append(convert_node(obj))
         elif kind == "Pod":
             out.pods.append(convert_pod(obj))
+        elif kind == "Namespace":
+            out.namespaces.append(namespace_from_obj(msgspec.convert(obj, Namespace, strict=False)))
+        elif kind == "PersistentVolumeClaim":
+            out.claims.append(claim_from_obj(msgspec.convert(obj, Claim, strict=False)))
+        elif kind == "PersistentVolume":
+            out.volumes.append(volume_from_obj(msgspec.convert(obj, Volume, strict=False)))
         else:
             name = str(kind) if kind else "(no kind)"
             out.skipped[name] = out.skipped.get(name, 0) + 1
@@ -122,7 +140,14 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
         field = field.removeprefix(".")
         where = f"{prefix}{field}: " if field else prefix
         raise LoadError(f"{path}:{line}: {kind} {where}{message if sep else text}") from None
-    if not (out.nodes[-1].name if kind == "Node" else out.pods[-1].name):
+    by_kind: dict[str, list[Any]] = {
+        "Node": out.nodes,
+        "Pod": out.pods,
+        "Namespace": out.namespaces,
+        "PersistentVolumeClaim": out.claims,
+        "PersistentVolume": out.volumes,
+    }
+    if not by_kind[str(kind)][-1].name:
         raise LoadError(f"{path}:{line}: {kind} {prefix}metadata.name: missing")
 
 

@@ -105,6 +105,8 @@ def to_table(result: SimResult) -> str:
         lines.append("PENDING")
         for w in result.pending:
             lines.append(f"  {w.pod}  [{w.state}]  {w.reason}")
+            for name, why in w.refusals:
+                lines.append(f"      {name}: {why}")
     if result.warnings:
         lines.append("")
         lines.append("WARNINGS")

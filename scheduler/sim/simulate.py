@@ -1,10 +1,13 @@
 """One simulation: the same ClusterState and cycle the live scheduler uses, fed from manifests.
 
-Order of events: every node, then every running pod (``spec.nodeName`` set; its
-``topo-scheduler.io/devices`` annotation says which GPUs it holds), then the pending pods of this
-scheduler in file order, each decision applied before the next (a gang once all its members are
-in, at its last member's position). Pods of other schedulers, finished pods and pods being
-deleted are ignored; a pod defined twice counts once, as its last definition.
+Order of events: every node, namespace, claim and volume, then every running pod
+(``spec.nodeName`` set; its ``topo-scheduler.io/devices`` annotation says which GPUs it holds),
+then the pending pods of this scheduler as the live queue orders a backlog: higher
+``spec.priority`` first, then file order, each decision applied before the next (a gang once all
+its members are in, at its last member's position). Gated pods (``spec.schedulingGates``) wait
+without an attempt. Pods of other schedulers, finished pods and pods being deleted are ignored; a
+pod defined twice counts once, as its last definition. An unschedulable pod's table entry lists
+why each node refuses it, against the cluster as the run leaves it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from scheduler.core.cluster import ClusterState, bits
 from scheduler.core.cycle import schedule_in_order
 from scheduler.core.decisions import Placed, Placement, Waiting
 from scheduler.core.objects import PodInput
+from scheduler.core.placement import refusals
 
 from .loader import Loaded
 
@@ -24,6 +28,8 @@ class Pending(msgspec.Struct, frozen=True):
     pod: str
     reason: str
     state: str  # "waiting" | "unschedulable"
+    # Per node, why it refused the pod (at the end of the run), for unschedulable pods.
+    refusals: tuple[tuple[str, str], ...] = ()
 
 
 class SimResult(msgspec.Struct):
@@ -46,6 +52,12 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         warning = state.set_node(node)
         if warning:
             warnings.append(warning)
+    for namespace in loaded.namespaces:
+        state.set_namespace(namespace)
+    for claim in loaded.claims:
+        state.set_claim(claim)
+    for volume in loaded.volumes:
+        state.set_volume(volume)
     pending = []
     ignored = 0
     for pod in _last_definitions(loaded.pods, warnings):
@@ -70,12 +82,17 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
             ignored += 1
     placements: list[Placement] = []
     waiting: list[Pending] = []
+    by_key = {p.key: p for p in pending}
     for decision in schedule_in_order(state, pending):
         if isinstance(decision, Placed):
             placements.extend(decision.placements)
+        elif isinstance(decision, Waiting):
+            waiting.extend(Pending(p, decision.reason, "waiting") for p in decision.pods)
         else:
-            kind = "waiting" if isinstance(decision, Waiting) else "unschedulable"
-            waiting.extend(Pending(p, decision.reason, kind) for p in decision.pods)
+            waiting.extend(
+                Pending(p, decision.reason, "unschedulable", tuple(refusals(state, by_key[p])))
+                for p in decision.pods
+            )
     return SimResult(
         state=state,
         placements=placements,

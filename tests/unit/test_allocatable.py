@@ -99,8 +99,8 @@ def test_a_busy_node_is_counted_by_its_free_gpus_not_its_allocatable() -> None:
     )
     (d,) = schedule(state, MakePod().Name("p").Req(2))
     assert reason(d) == (
-        "0/3 nodes are available: 2 have too little allocatable nvidia.com/gpu, "
-        "1 has fewer than 2 free GPUs."
+        "0/3 nodes are available: 1 has fewer than 2 free GPUs, "
+        "2 have too little allocatable nvidia.com/gpu."
     )
 
 

@@ -130,7 +130,7 @@ def test_reason_counts_every_node_like_kube_scheduler() -> None:
     (d,) = schedule(state, MakePod().Name("p").Req(4))
     assert isinstance(d, Unschedulable)
     assert (
-        d.reason == "0/12 nodes are available: 8 have fewer than 4 free GPUs, 4 are not GPU nodes."
+        d.reason == "0/12 nodes are available: 4 are not GPU nodes, 8 have fewer than 4 free GPUs."
     )
 
 
@@ -143,8 +143,8 @@ def test_cordoned_tainted_and_selected_nodes() -> None:
     (d,) = schedule(state, MakePod().Name("p").Req(1).NodeSelector("pool", "b"))
     assert isinstance(d, Unschedulable)
     assert d.reason == (
-        "0/3 nodes are available: 1 is cordoned, 1 didn't match the pod's node selector, "
-        "1 has a taint the pod doesn't tolerate."
+        "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) had untolerated taint {dedicated: }, 1 node(s) were unschedulable."
     )
     (ok,) = schedule(
         state, MakePod().Name("q").Req(1).Tolerate("dedicated").NodeSelector("pool", "b")

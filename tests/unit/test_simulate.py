@@ -360,11 +360,14 @@ def test_node_status_allocatable_is_checked_and_a_malformed_one_warned_about(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # n1 (no status, as hand-written manifests usually are) is not checked; n2's device plugin
-    # registers another resource name; n3's allocatable is malformed.
+    # registers another resource name; n3's allocatable is malformed. Both allow pods, as every
+    # real node does (a status without "pods" allows none, as for kube-scheduler).
     n2 = NODE.replace("name: n1", "name: n2") + (
-        "status:\n  allocatable:\n    topo-scheduler.io/gpu: '4'\n    cpu: '8'\n"
+        "status:\n  allocatable:\n    topo-scheduler.io/gpu: '4'\n    cpu: '8'\n    pods: '110'\n"
     )
-    n3 = NODE.replace("name: n1", "name: n3") + "status:\n  allocatable:\n    nvidia.com/gpu: 4x\n"
+    n3 = NODE.replace("name: n1", "name: n3") + (
+        "status:\n  allocatable:\n    nvidia.com/gpu: 4x\n    pods: '110'\n"
+    )
     f = write(tmp_path, "c.yaml", NODE, n2, n3, pod("a", 4), pod("b", 1))
     code, out, _ = run(capsys, "simulate", "-o", "json", f)
     assert code == 0
@@ -373,8 +376,8 @@ def test_node_status_allocatable_is_checked_and_a_malformed_one_warned_about(
     assert doc["pending"] == [
         {
             "pod": "default/b",
-            "reason": "0/3 nodes are available: 2 have too little allocatable nvidia.com/gpu, "
-            "1 has fewer than 1 free GPU.",
+            "reason": "0/3 nodes are available: 1 has fewer than 1 free GPU, "
+            "2 have too little allocatable nvidia.com/gpu.",
             "state": "unschedulable",
         }
     ]

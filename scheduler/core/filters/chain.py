@@ -1,0 +1,216 @@
+"""The Kubernetes filter chain, in kube-scheduler's order, with PreFilter and Filter apart.
+
+``PodFilters(state, pod)`` is the PreFilter step: everything about the incoming pod that does not
+depend on the node is computed once per decision (its effective request, host ports, the volumes'
+node restrictions, the inter-pod affinity and topology-spread counts). ``check(node)`` is the Filter
+step, cheap per node, and returns kube-scheduler's reasons (empty: the node passes):
+
+    NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit,
+    VolumeBinding (node affinity of bound volumes), PodTopologySpread, InterPodAffinity
+
+Whole GPUs are not in the chain: the GPU rules (``placement``) rank node classes by GPU topology
+first and ask the chain only about the candidate nodes, so a node that fails here costs one
+check, not a ranking. ``score(node)`` sums the preferences (preferred node affinity weights,
+preferred inter-pod affinity, ScheduleAnyway spread); placement ranks by it right after the
+GPU-set score (README, "How GPUs and nodes are chosen").
+
+``GroupFilters`` checks several pods that would share one node (a gang's part on that node): each
+member passes on its own, their requests fit together, their host ports do not collide, and no
+member's required anti-affinity matches another member (a job asking for one replica per node
+gets one per node).
+
+``problem`` is a pod-level reason (an unbound or missing PersistentVolumeClaim): no node can help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from ..labels import selector_matches
+from ..objects import HostPort, NodeInput, PodAffinityTerm, PodInput
+from ..podindex import Amounts, host_ports
+from .interpod import InterPod, prefilter_interpod
+from .node import (
+    PORTS,
+    affinity_matches,
+    affinity_score,
+    node_affinity,
+    port_conflict,
+    unschedulable,
+    untolerated_taint,
+)
+from .resources import insufficient, pod_requests
+from .spread import Spread, prefilter_spread
+from .volumes import VolumeCheck, prefilter_volumes
+
+if TYPE_CHECKING:
+    from ..cluster import ClusterState, NodeState
+
+ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+
+
+class NodeInputs(Mapping[str, NodeInput]):
+    """The snapshot's nodes as name -> NodeInput, without copying them."""
+
+    __slots__ = ("_nodes",)
+
+    def __init__(self, nodes: Mapping[str, NodeState]) -> None:
+        self._nodes = nodes
+
+    def __getitem__(self, name: str) -> NodeInput:
+        return self._nodes[name].node
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
+
+class PodFilters:
+    __slots__ = (
+        "has_preferences",
+        "interpod",
+        "pod",
+        "ports",
+        "problem",
+        "requests",
+        "spread",
+        "volumes",
+    )
+
+    def __init__(self, state: ClusterState, pod: PodInput) -> None:
+        """Raises RequestError (naming pod and field) for a malformed resource quantity."""
+        self.pod = pod
+        self.requests: Amounts = pod_requests(pod, state.gpu_names, strict=True)
+        self.ports: tuple[HostPort, ...] = host_ports(pod)
+        volumes = prefilter_volumes(pod, state.claims, state.volumes)
+        self.problem: str | None = volumes if isinstance(volumes, str) else None
+        self.volumes: VolumeCheck | None = volumes if isinstance(volumes, VolumeCheck) else None
+        nodes = NodeInputs(state.nodes)
+        self.interpod: InterPod | None = prefilter_interpod(
+            pod, state.index, nodes, state.namespaces
+        )
+        self.spread: Spread | None = prefilter_spread(
+            pod, state.index, nodes, lambda node: affinity_matches(pod, node)
+        )
+        self.has_preferences = bool(
+            (pod.affinity is not None and pod.affinity.node_preferred)
+            or (self.interpod is not None and self.interpod.has_preferences)
+            or (self.spread is not None and self.spread.has_preferences)
+        )
+
+    def check(self, node: NodeState) -> list[str]:
+        """kube-scheduler's reasons this node cannot take the pod; empty when it can."""
+        pod, n = self.pod, node.node
+        why = (
+            unschedulable(n, pod.tolerations)
+            or untolerated_taint(n, pod.tolerations)
+            or node_affinity(pod, n)
+            or (port_conflict(self.ports, node.ports) if self.ports else None)
+        )
+        if why is not None:
+            return [why]
+        if node.resources is not None:
+            short = insufficient(self.requests, node.resources, node.requested, node.pod_count)
+            if short:
+                return short
+        why = (
+            (self.volumes.check(n) if self.volumes is not None else None)
+            or (self.spread.check(n) if self.spread is not None else None)
+            or (self.interpod.check(n) if self.interpod is not None else None)
+        )
+        return [why] if why is not None else []
+
+    def score(self, node: NodeState) -> int:
+        if not self.has_preferences:
+            return 0
+        n = node.node
+        total = affinity_score(self.pod, n)
+        if self.interpod is not None:
+            total += self.interpod.score(n)
+        if self.spread is not None:
+            total += self.spread.score(n)
+        return total
+
+
+class GroupFilters:
+    """Several pods on one node together (a gang's part there)."""
+
+    __slots__ = ("_state", "has_preferences", "members", "ports", "problem", "requests")
+
+    def __init__(self, state: ClusterState, members: list[PodFilters]) -> None:
+        self.members = members
+        self.problem = next((m.problem for m in members if m.problem), None)
+        self.has_preferences = any(m.has_preferences for m in members)
+        total: dict[str, int] = {}
+        for m in members:
+            for resource, n in m.requests:
+                total[resource] = total.get(resource, 0) + n
+        self.requests: Amounts = tuple(sorted(total.items()))
+        self.ports: tuple[HostPort, ...] = tuple(p for m in members for p in m.ports)
+        self._state = state
+
+    def check(self, node: NodeState) -> list[str]:
+        for m in self.members:
+            reasons = m.check(node)
+            if reasons:
+                return reasons
+        if len(self.members) == 1:
+            return []
+        if node.resources is not None:
+            extra = len(self.members) - 1
+            short = insufficient(
+                self.requests, node.resources, node.requested, node.pod_count + extra
+            )
+            if short:
+                return short
+        if _ports_collide(self.ports):
+            return [PORTS]
+        if self._members_repel(node.node):
+            return [ANTI_AFFINITY]
+        return []
+
+    def score(self, node: NodeState) -> int:
+        return sum(m.score(node) for m in self.members) if self.has_preferences else 0
+
+    def _members_repel(self, node: NodeInput) -> bool:
+        pods = [m.pod for m in self.members]
+        for a in pods:
+            terms = a.affinity.anti_required if a.affinity is not None else ()
+            for term in terms:
+                if term.topology_key not in node.labels:
+                    continue
+                for b in pods:
+                    if b is not a and self._term_matches(term, a.namespace, b):
+                        return True
+        return False
+
+    def _term_matches(self, term: PodAffinityTerm, own: str, pod: PodInput) -> bool:
+        if not _in_namespaces(term, own, pod.namespace, self._state):
+            return False
+        return selector_matches(term.label_selector, pod.labels)
+
+
+def _in_namespaces(term: PodAffinityTerm, own: str, namespace: str, state: ClusterState) -> bool:
+    if not term.namespaces and term.namespace_selector is None:
+        return namespace == own
+    if namespace in term.namespaces:
+        return True
+    if term.namespace_selector is None:
+        return False
+    ns = state.namespaces.get(namespace)
+    return selector_matches(term.namespace_selector, ns.labels if ns is not None else {})
+
+
+def _ports_collide(ports: tuple[HostPort, ...]) -> bool:
+    seen: dict[tuple[str, int], dict[str, int]] = {}
+    for p in ports:
+        if port_conflict((p,), seen):
+            return True
+        seen.setdefault((p.protocol, p.port), {})[p.host_ip] = 1
+    return False

@@ -1,0 +1,160 @@
+"""NodeResourcesFit: the kubelet admits a pod only if the node's allocatable covers it.
+
+A pod's effective request, per resource, is what the kubelet admits it against (component-helpers'
+PodRequests, which kube-scheduler uses):
+
+    max( sum(app containers) + sum(sidecars),
+         max over init containers i of (i's request + sidecars started before i) )
+    + spec.overhead
+
+where a sidecar is an init container with ``restartPolicy: Always`` (its own line is itself plus the
+sidecars before it) and a container's request falls back to its limit when only the limit is set
+(the apiserver defaults it so; hand-written manifests get the same here).
+
+Units are kube-scheduler's: cpu in millicores, everything else in whole units (bytes), rounded up.
+Checked resources are kube-scheduler's: cpu, memory, ephemeral-storage, and the scalar resources
+(extended resources such as ``example.com/fpga``, ``hugepages-*``, ``attachable-volumes-*`` and
+prefixed native ones). The node's pod count is checked too ("Too many pods"). GPU resources are
+left out here: the GPU rules (``placement``) charge whole GPUs per node with their own reason
+("have too little allocatable nvidia.com/gpu"), guessed devices and reservations included, and
+shared GPUs (``koordinator.sh/gpu-core``, ``metax-tech.com/sgpu``...) per card.
+
+A node object without ``status`` (a hand-written simulate manifest) is not checked, as before.
+A malformed quantity is the pod's problem (RequestError naming the field) for the incoming pod; for
+a pod already running, or a node, the apiserver would not have let it through: it counts as 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from decimal import ROUND_CEILING, Decimal
+
+from ..objects import ContainerInput, PodInput
+from ..podindex import Amounts
+from ..requests import RequestError, parse_quantity
+
+CPU = "cpu"
+MEMORY = "memory"
+EPHEMERAL = "ephemeral-storage"
+PODS = "pods"
+_STANDARD = (CPU, MEMORY, EPHEMERAL)
+
+
+def is_checked(resource: str) -> bool:
+    """kube-scheduler checks cpu, memory, ephemeral-storage and scalar resources."""
+    if resource in _STANDARD:
+        return True
+    if resource.startswith(("hugepages-", "attachable-volumes-")):
+        return True
+    if "/" not in resource:
+        return False  # an unprefixed name kube-scheduler does not track (e.g. "storage")
+    return not resource.startswith("requests.")
+
+
+def amount(resource: str, value: Decimal) -> int:
+    """A quantity in kube-scheduler's unit for ``resource``: millicores for cpu, else whole units,
+    rounded up (Quantity.MilliValue / Value)."""
+    if resource == CPU:
+        value = value * 1000
+    return int(value.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _container_requests(c: ContainerInput) -> dict[str, str]:
+    merged = dict(c.limits)
+    merged.update(c.requests)
+    return merged
+
+
+def _parse(
+    pod: PodInput, where: str, values: Mapping[str, str], strict: bool, skip: Iterable[str]
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    skipped = set(skip)
+    for resource, text in values.items():
+        if resource in skipped or not is_checked(resource):
+            continue
+        try:
+            value = parse_quantity(text)
+        except ValueError as exc:
+            if strict:
+                raise RequestError(f"pod {pod.key}: {where}[{resource}]: {exc}") from None
+            continue
+        if value < 0:
+            if strict:
+                raise RequestError(f"pod {pod.key}: {where}[{resource}]: must not be negative")
+            continue
+        n = amount(resource, value)
+        if n:
+            out[resource] = n
+    return out
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for resource, n in more.items():
+        into[resource] = into.get(resource, 0) + n
+
+
+def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for resource, n in other.items():
+        if n > into.get(resource, 0):
+            into[resource] = n
+
+
+def pod_requests(pod: PodInput, skip: Iterable[str] = (), strict: bool = False) -> Amounts:
+    """The pod's effective request of every checked resource but ``skip`` (sorted by name).
+
+    ``strict``: a malformed quantity raises RequestError naming pod and field (the incoming pod);
+    otherwise it counts as 0 (a pod already admitted by the apiserver).
+    """
+    skip = tuple(skip)
+    total: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for init in pod.init_containers:
+        where = f"initContainers[{init.name}].resources.requests"
+        mine = _parse(pod, where, _container_requests(init), strict, skip)
+        if init.restart_policy == "Always":
+            _add(total, mine)
+            _add(sidecars, mine)
+            line = dict(sidecars)
+        else:
+            line = dict(sidecars)
+            _add(line, mine)
+        _max(peak, line)
+    for c in pod.containers:
+        where = f"containers[{c.name}].resources.requests"
+        _add(total, _parse(pod, where, _container_requests(c), strict, skip))
+    _max(total, peak)
+    _add(total, _parse(pod, "overhead", pod.overhead, strict, skip))
+    return tuple(sorted((r, n) for r, n in total.items() if n > 0))
+
+
+def node_allocatable(values: Mapping[str, str], skip: Iterable[str] = ()) -> dict[str, int]:
+    """A node's allocatable of every checked resource and of pods (malformed values count 0)."""
+    out: dict[str, int] = {}
+    skipped = set(skip)
+    for resource, text in values.items():
+        if resource in skipped or (resource != PODS and not is_checked(resource)):
+            continue
+        with contextlib.suppress(ValueError):
+            value = parse_quantity(text)
+            if value > 0:
+                out[resource] = amount(resource, value)
+    return out
+
+
+def insufficient(
+    requests: Amounts,
+    allocatable: Mapping[str, int],
+    requested: Mapping[str, int],
+    pods_on_node: int,
+) -> list[str]:
+    """kube-scheduler's fitsRequest: every reason the node cannot take the pod (empty: it fits)."""
+    reasons = []
+    if pods_on_node + 1 > allocatable.get(PODS, 0):
+        reasons.append("Too many pods")
+    for resource, n in requests:
+        if n > allocatable.get(resource, 0) - requested.get(resource, 0):
+            reasons.append(f"Insufficient {resource}")
+    return reasons
