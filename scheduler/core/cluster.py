@@ -202,6 +202,9 @@ class ClusterState:
         # (also for nodes not known yet: their records are charged when the node arrives).
         self.index = PodIndex()
         self._on_node: dict[str, set[str]] = {}
+        # How many nodes carry each label key: a gang whose members repel each other on a key
+        # every node has cannot share any node, which is known without scanning them.
+        self.label_keys: dict[str, int] = {}
         self.namespaces: dict[str, NamespaceInput] = {}
         self.claims: dict[str, ClaimInput] = {}
         self.volumes: dict[str, VolumeInput] = {}
@@ -228,6 +231,9 @@ class ClusterState:
         for key in self._on_node.get(node.name, ()):
             self._charge_record(state, self.index.records[key], +1)
         self._unindex(node.name)
+        if old is not None:
+            self._count_labels(old.node, -1)
+        self._count_labels(node, +1)
         self.nodes[node.name] = state
         pods = set(old.pods) if old else set()
         pods |= {k for k, h in self._orphans.items() if h.node == node.name}
@@ -281,6 +287,7 @@ class ClusterState:
         if state is None:
             return
         self._unindex(name)
+        self._count_labels(state.node, -1)
         for key in state.pods:
             holding = self.holdings.pop(key, None)
             if holding is not None:
@@ -374,6 +381,18 @@ class ClusterState:
                 del requested[resource]
         if record.host_ports:
             charge_ports(node.ports, record.host_ports, sign)
+
+    def _count_labels(self, node: NodeInput, sign: int) -> None:
+        counts = self.label_keys
+        for key in node.labels:
+            n = counts.get(key, 0) + sign
+            if n:
+                counts[key] = n
+            else:
+                del counts[key]
+
+    def on_every_node(self, key: str) -> bool:
+        return self.label_keys.get(key, 0) == len(self.nodes)
 
     def set_namespace(self, namespace: NamespaceInput) -> None:
         self.namespaces[namespace.name] = namespace

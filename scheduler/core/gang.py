@@ -94,9 +94,10 @@ def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision
     total = sum(m.request.gpus for m in gpu_members)
 
     try:
-        everyone = GroupFilters(state, [PodFilters(state, m.pod) for m in ordered])
+        member_filters = [PodFilters(state, m.pod) for m in ordered]
     except RequestError as exc:
         return Unschedulable(keys, f"gang {gang}: {exc}")
+    everyone = GroupFilters(state, member_filters)
     with state.tentative():
         placements = _plan_one_node(state, gang, ordered, vendor, spread, everyone, total)
     if placements is None:
@@ -105,7 +106,8 @@ def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision
     if placements is None:
         largest = gpu_members[0].request.gpus
         joint = [r for m in gpu_members for r in m.request.resources]
-        reason = unschedulable_reason(state, everyone, gpu_members[0].request, largest, joint)
+        each = GroupFilters(state, member_filters, joint=False)
+        reason = unschedulable_reason(state, each, gpu_members[0].request, largest, joint)
         return Unschedulable(
             keys,
             f"gang {gang}: {len(members)} pending replicas need {total} GPUs and cannot all be "

@@ -50,6 +50,11 @@ class Filter(Protocol):
     @property
     def problem(self) -> str | None: ...
 
+    @property
+    def nowhere(self) -> bool:
+        """True when no node can pass (known without asking each): skip the ranking."""
+        ...
+
     def check(self, node: NodeState) -> list[str]: ...
 
     def score(self, node: NodeState) -> int: ...
@@ -88,7 +93,7 @@ def best_whole_node(
 ) -> WholeChoice | None:
     """Rule 2: the best node for k whole GPUs of ``vendor`` that the filter chain accepts, whose
     allocatable headroom covers ``demand`` (the pods' GPUs per resource name)."""
-    if filters.problem is not None:
+    if filters.problem is not None or filters.nowhere:
         return None
     ranked: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
     # The usual demand is one resource name: checked inline, it costs next to nothing per class.

@@ -83,6 +83,8 @@ class PodFilters:
         "volumes",
     )
 
+    nowhere = False  # a single pod's pod-level problems are ``problem``
+
     def __init__(self, state: ClusterState, pod: PodInput) -> None:
         """Raises RequestError (naming pod and field) for a malformed resource quantity."""
         self.pod = pod
@@ -139,12 +141,26 @@ class PodFilters:
 
 
 class GroupFilters:
-    """Several pods on one node together (a gang's part there)."""
+    """Several pods on one node together (a gang's part there).
 
-    __slots__ = ("_state", "has_preferences", "members", "ports", "problem", "requests")
+    ``joint=False`` checks each member alone (no sums, no repulsion): what a gang's reason
+    counts per node, so that it names what stops the members, not how they were grouped.
+    """
 
-    def __init__(self, state: ClusterState, members: list[PodFilters]) -> None:
+    __slots__ = (
+        "has_preferences",
+        "joint",
+        "members",
+        "nowhere",
+        "ports",
+        "problem",
+        "repel_keys",
+        "requests",
+    )
+
+    def __init__(self, state: ClusterState, members: list[PodFilters], joint: bool = True) -> None:
         self.members = members
+        self.joint = joint and len(members) > 1
         self.problem = next((m.problem for m in members if m.problem), None)
         self.has_preferences = any(m.has_preferences for m in members)
         total: dict[str, int] = {}
@@ -153,14 +169,19 @@ class GroupFilters:
                 total[resource] = total.get(resource, 0) + n
         self.requests: Amounts = tuple(sorted(total.items()))
         self.ports: tuple[HostPort, ...] = tuple(p for m in members for p in m.ports)
-        self._state = state
+        # The topology keys on which one member's required anti-affinity matches another: a
+        # node with any of them cannot take the group (the same node is the same domain).
+        self.repel_keys = _repel_keys(state, [m.pod for m in members]) if self.joint else set()
+        self.nowhere = self.problem is not None or any(
+            state.on_every_node(key) for key in self.repel_keys
+        )
 
     def check(self, node: NodeState) -> list[str]:
         for m in self.members:
             reasons = m.check(node)
             if reasons:
                 return reasons
-        if len(self.members) == 1:
+        if not self.joint:
             return []
         if node.resources is not None:
             extra = len(self.members) - 1
@@ -171,29 +192,32 @@ class GroupFilters:
                 return short
         if _ports_collide(self.ports):
             return [PORTS]
-        if self._members_repel(node.node):
+        labels = node.node.labels
+        if any(key in labels for key in self.repel_keys):
             return [ANTI_AFFINITY]
         return []
 
     def score(self, node: NodeState) -> int:
         return sum(m.score(node) for m in self.members) if self.has_preferences else 0
 
-    def _members_repel(self, node: NodeInput) -> bool:
-        pods = [m.pod for m in self.members]
-        for a in pods:
-            terms = a.affinity.anti_required if a.affinity is not None else ()
-            for term in terms:
-                if term.topology_key not in node.labels:
-                    continue
-                for b in pods:
-                    if b is not a and self._term_matches(term, a.namespace, b):
-                        return True
-        return False
 
-    def _term_matches(self, term: PodAffinityTerm, own: str, pod: PodInput) -> bool:
-        if not _in_namespaces(term, own, pod.namespace, self._state):
-            return False
-        return selector_matches(term.label_selector, pod.labels)
+def _repel_keys(state: ClusterState, pods: list[PodInput]) -> set[str]:
+    keys: set[str] = set()
+    for a in pods:
+        for term in a.affinity.anti_required if a.affinity is not None else ():
+            if term.topology_key in keys:
+                continue
+            for b in pods:
+                if b is not a and _term_matches(state, term, a.namespace, b):
+                    keys.add(term.topology_key)
+                    break
+    return keys
+
+
+def _term_matches(state: ClusterState, term: PodAffinityTerm, own: str, pod: PodInput) -> bool:
+    if not _in_namespaces(term, own, pod.namespace, state):
+        return False
+    return selector_matches(term.label_selector, pod.labels)
 
 
 def _in_namespaces(term: PodAffinityTerm, own: str, namespace: str, state: ClusterState) -> bool:
