@@ -1,0 +1,249 @@
+"""PodTopologySpread, as kube-scheduler v1.33's plugin filters and scores.
+
+A constraint's *domains* are the values of its ``topologyKey`` on the nodes it counts. A node
+counts for a constraint when it carries the topology keys of every constraint of the same kind
+(all DoNotSchedule ones for the filter, all ScheduleAnyway ones for the score) and passes the
+constraint's inclusion policies:
+
+- ``nodeAffinityPolicy: Honor`` (the default): the incoming pod's nodeSelector and required node
+  affinity match the node (the caller's ``eligible``; without either, every node passes and
+  ``eligible`` is not asked);
+- ``nodeTaintsPolicy: Honor`` (default Ignore): the pod tolerates each NoSchedule/NoExecute taint.
+
+A domain's count is the number of bound pods on its counted nodes that are in the incoming pod's
+namespace, are not terminating, and match the constraint's label selector. As in kube-scheduler a
+missing selector matches nothing and an *empty* selector counts no existing pod (its
+``countPodsMatchSelector`` returns 0 for it), though the incoming pod matches it itself.
+
+Filter (``Spread.check``), constraint by constraint in the pod's order:
+
+- the node lacks the topology key: "... (missing required label)";
+- ``count(node's domain) + self - min > maxSkew``: "node(s) didn't match pod topology spread
+  constraints", where ``self`` is 1 when the incoming pod matches the selector and ``min`` is the
+  smallest count over the constraint's domains, or 0 when there are fewer domains than
+  ``minDomains`` (default 1).
+
+Cost. Pods are counted through the index (the constraint's selector in the pod's namespace; only a
+selector without any equality requirement makes the index scan that namespace). A domain with no
+matching pod makes ``min`` 0, so the walk over the nodes stops once every constraint has met
+such a domain (with a hostname key, usually at the first node without a matching pod); only when
+every counted domain holds pods does it visit every node (about 1.5 ms for 5,000), to be sure no
+empty domain exists. The inclusion policies are asked only about nodes of domains without pods.
+``check`` precomputes ``maxSkew + min - self`` per constraint, so a node costs a dict lookup per
+constraint.
+
+Score (``Spread.score``, ScheduleAnyway constraints; higher is better):
+``-sum(count of the node's domain)`` over the constraints. A node lacking any of their topology
+keys scores ``-sum(largest count + 1)``, below every node that has them (kube-scheduler gives
+such nodes the lowest normalised score). kube-scheduler also weighs each constraint by
+log(domains + 2) and normalises to 0..100: for one constraint the order is the same; for several,
+kube-scheduler leans more on the constraint with more domains (hostname over zone), this sum
+weighs every pod alike.
+
+Not applied: kube-scheduler's cluster-level default constraints (system defaulting spreads pods
+of a Service/ReplicaSet/StatefulSet with no constraints of their own by hostname and zone); a pod
+without ``topologySpreadConstraints`` is not spread here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..labels import selector_matches
+from ..objects import NodeInput, PodInput, SpreadConstraint
+from ..podindex import PodIndex
+
+SPREAD = "node(s) didn't match pod topology spread constraints"
+MISSING_LABEL = SPREAD + " (missing required label)"
+
+DO_NOT_SCHEDULE = "DoNotSchedule"
+SCHEDULE_ANYWAY = "ScheduleAnyway"
+HONOR = "Honor"
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+class Spread:
+    """The PreFilter result for one incoming pod: counts per domain, then per-node lookups."""
+
+    __slots__ = ("_hard", "_soft", "_soft_keys", "_soft_missing")
+
+    def __init__(
+        self,
+        hard: list[tuple[str, int, dict[str, int]]],
+        soft: list[tuple[str, dict[str, int]]],
+    ) -> None:
+        # DoNotSchedule: (topology key, the largest count the node's domain may hold, counts).
+        self._hard = hard
+        # ScheduleAnyway: (topology key, counts).
+        self._soft = soft
+        self._soft_keys = tuple(key for key, _ in soft)
+        self._soft_missing = -sum(max(counts.values(), default=0) + 1 for _, counts in soft)
+
+    @property
+    def has_preferences(self) -> bool:
+        return bool(self._soft)
+
+    def check(self, node: NodeInput) -> str | None:
+        labels = node.labels
+        for key, limit, counts in self._hard:
+            value = labels.get(key)
+            if value is None:
+                return MISSING_LABEL
+            if counts.get(value, 0) > limit:
+                return SPREAD
+        return None
+
+    def score(self, node: NodeInput) -> int:
+        labels = node.labels
+        total = 0
+        for key, counts in self._soft:
+            value = labels.get(key)
+            if value is None:
+                return self._soft_missing
+            total -= counts.get(value, 0)
+        return total
+
+
+def prefilter_spread(
+    pod: PodInput,
+    index: PodIndex,
+    nodes: Mapping[str, NodeInput],
+    eligible: Callable[[NodeInput], bool],
+) -> Spread | None:
+    """`eligible(node)` says whether the incoming pod's nodeSelector/required node affinity match
+    the node (for nodeAffinityPolicy Honor); taints for nodeTaintsPolicy Honor are checked here
+    with the pod's tolerations (NoSchedule/NoExecute taints). None when the pod has no
+    constraints."""
+    if not pod.spread:
+        return None
+    policies = _Policies(pod, eligible)
+    hard_constraints = [c for c in pod.spread if c.when_unsatisfiable == DO_NOT_SCHEDULE]
+    soft_constraints = [c for c in pod.spread if c.when_unsatisfiable == SCHEDULE_ANYWAY]
+
+    hard_counts = _count(pod, hard_constraints, index, nodes, policies)
+    minimums = _minimums(hard_constraints, hard_counts, nodes, policies)
+    hard: list[tuple[str, int, dict[str, int]]] = []
+    for c, counts, minimum in zip(hard_constraints, hard_counts, minimums, strict=True):
+        self_match = 1 if selector_matches(c.label_selector, pod.labels) else 0
+        # count + self - min > maxSkew fails, so the domain may hold up to this many.
+        hard.append((c.topology_key, c.max_skew + minimum - self_match, counts))
+
+    soft_counts = _count(pod, soft_constraints, index, nodes, policies)
+    soft = [
+        (c.topology_key, counts) for c, counts in zip(soft_constraints, soft_counts, strict=True)
+    ]
+    return Spread(hard, soft)
+
+
+class _Policies:
+    """Node inclusion for the incoming pod, memoised per node name within one decision."""
+
+    __slots__ = ("_affinity", "_eligible", "_everywhere", "_taints", "_tolerations")
+
+    def __init__(self, pod: PodInput, eligible: Callable[[NodeInput], bool]) -> None:
+        self._eligible = eligible
+        # Without a nodeSelector or required node affinity every node matches: skip the calls.
+        self._everywhere = not pod.node_selector and (
+            pod.affinity is None or pod.affinity.node_required is None
+        )
+        self._tolerations = pod.tolerations
+        self._affinity: dict[str, bool] = {}
+        self._taints: dict[str, bool] = {}
+
+    def includes(self, c: SpreadConstraint, node: NodeInput) -> bool:
+        if c.node_affinity_policy == HONOR and not self._everywhere:
+            ok = self._affinity.get(node.name)
+            if ok is None:
+                ok = self._affinity[node.name] = self._eligible(node)
+            if not ok:
+                return False
+        if c.node_taints_policy == HONOR and node.taints:
+            ok = self._taints.get(node.name)
+            if ok is None:
+                ok = self._taints[node.name] = self._tolerated(node)
+            if not ok:
+                return False
+        return True
+
+    def _tolerated(self, node: NodeInput) -> bool:
+        for taint in node.taints:
+            if taint.effect not in _BLOCKING_EFFECTS:
+                continue
+            if not any(t.tolerates(taint) for t in self._tolerations):
+                return False
+        return True
+
+
+def _count(
+    pod: PodInput,
+    constraints: list[SpreadConstraint],
+    index: PodIndex,
+    nodes: Mapping[str, NodeInput],
+    policies: _Policies,
+) -> list[dict[str, int]]:
+    """Matching pods per domain, for each constraint (only pods on nodes that count for it)."""
+    keys = [c.topology_key for c in constraints]
+    namespaces = (pod.namespace,)
+    out: list[dict[str, int]] = []
+    for c in constraints:
+        counts: dict[str, int] = {}
+        out.append(counts)
+        selector = c.label_selector
+        if selector is None or (not selector.match_labels and not selector.match_expressions):
+            continue  # kube-scheduler counts no existing pod for a missing or empty selector
+        for record in index.matching(namespaces, selector):
+            if record.terminating or record.key == pod.key:
+                continue
+            node = nodes.get(record.node)
+            if node is None:
+                continue
+            labels = node.labels
+            if not all(k in labels for k in keys) or not policies.includes(c, node):
+                continue
+            value = labels[c.topology_key]
+            counts[value] = counts.get(value, 0) + 1
+    return out
+
+
+def _minimums(
+    constraints: list[SpreadConstraint],
+    counts: list[dict[str, int]],
+    nodes: Mapping[str, NodeInput],
+    policies: _Policies,
+) -> list[int]:
+    """Each constraint's global minimum: 0 when a counted domain has no matching pod or there are
+    fewer domains than minDomains, else the smallest count."""
+    keys = [c.topology_key for c in constraints]
+    # Constraints that have not yet met a counted domain without matching pods, as
+    # (index, topology key, counts).
+    open_ = [(i, keys[i], counts[i]) for i in range(len(constraints))]
+    if open_:
+        for node in nodes.values():
+            labels = node.labels
+            for key in keys:
+                if key not in labels:
+                    break
+            else:
+                # Membership first: a node in a domain that holds pods settles nothing, so
+                # the inclusion policies (eligible, taints) are asked only about the others.
+                closed = [
+                    entry
+                    for entry in open_
+                    if labels[entry[1]] not in entry[2]
+                    and policies.includes(constraints[entry[0]], node)
+                ]
+                if closed:
+                    done = {entry[0] for entry in closed}
+                    open_ = [entry for entry in open_ if entry[0] not in done]
+                    if not open_:
+                        break
+    minimums = [0] * len(constraints)
+    for i, _, _ in open_:
+        # Every counted domain holds a pod, so the counted domains are exactly counts[i]'s keys.
+        domains = counts[i]
+        min_domains = constraints[i].min_domains
+        if min_domains is None:
+            min_domains = 1
+        if domains and len(domains) >= min_domains:
+            minimums[i] = min(domains.values())
+    return minimums
