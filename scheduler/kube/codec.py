@@ -89,7 +89,7 @@ class PortWire(msgspec.Struct, rename="camel"):
     container_port: int = 0
     host_port: int = 0
     protocol: str = "TCP"
-    host_ip: str = ""
+    host_ip: str = msgspec.field(default="", name="hostIP")  # not camel case: "IP"
 
 
 class ContainerWire(msgspec.Struct, rename="camel"):
