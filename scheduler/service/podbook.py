@@ -304,7 +304,11 @@ class PodBook:
         if step is None:
             self.unexpected[(old, event)] += 1
             log.error(
-                "pod book: unexpected event", pod=key, uid=uid, stage=old.value, event=event.value
+                "pod book: unexpected event",
+                pod=key,
+                uid=uid,
+                stage=old.value,
+                pod_event=event.value,
             )
             return None
         new, effects = step
