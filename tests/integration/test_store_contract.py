@@ -571,3 +571,17 @@ async def test_reconciling_a_store_written_before_gang_records_leaves_no_empty_g
     finally:
         await store.close()
         await client.aclose()
+
+
+async def test_reconcile_frees_a_reservation_of_its_own_epoch_that_the_caller_does_not_keep(
+    h: Harness,
+) -> None:
+    # A release that failed after a failed bind left "left" reserved (issue 12, timeline 5):
+    # the leader's next reconcile keeps only the reservations it names (binds in flight).
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    await h.store.reserve("a", e, [claim("left", devices=(0,)), claim("binding", devices=(1,))])
+    report = await h.store.reconcile("a", e, [], ["binding"])
+    assert (report.freed, report.kept) == (1, 1)
+    assert set(await h.store.records()) == {"binding"}
+    await h.store.reserve("a", e, [claim("next", devices=(0,))])
