@@ -327,11 +327,23 @@ class ClusterState:
         self.drop_record(key)
 
     def _drop_holding(self, key: str) -> None:
-        if key in self._orphans:
-            del self._orphans[key]
+        orphan = self._orphans.pop(key, None)
+        if orphan is not None and orphan.gang:  # its node left first: no release to do it
+            self._leave_gang(orphan.gang, key)
         holding = self.holdings.get(key)
         if holding is not None:
             self.release(holding)
+
+    def held(self, key: str) -> Holding | None:
+        """What the pod holds: on its node, or waiting for its node to (re)appear."""
+        return self.holdings.get(key) or self._orphans.get(key)
+
+    def _leave_gang(self, gang: str, key: str) -> None:
+        members = self.gang_bound.get(gang)
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self.gang_bound[gang]
 
     def forget(self, key: str) -> None:
         """Undo an assumed placement (the bind failed): its holding and its record go."""
@@ -454,10 +466,8 @@ class ClusterState:
             return
         self._log(("release", holding))
         del self.holdings[holding.pod]
-        if holding.gang and holding.gang in self.gang_bound:
-            self.gang_bound[holding.gang].discard(holding.pod)
-            if not self.gang_bound[holding.gang]:
-                del self.gang_bound[holding.gang]
+        if holding.gang:
+            self._leave_gang(holding.gang, holding.pod)
         state = self.nodes.get(holding.node)
         if state is None:
             return

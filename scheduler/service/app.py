@@ -137,6 +137,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         time.monotonic,
         bind_concurrency=run_cfg.bind_concurrency,
         gang_wait_timeout=config.gang.wait_timeout_seconds,
+        # The embedded store serves one replica: no other leader can have come before.
+        wait_for_unknown_leader=bool(run_cfg.redis_url),
     )
 
     def pods_version(p: Pod) -> str:
@@ -216,10 +218,16 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         ],
     }
 
-    def watch_needed(kind: str) -> None:
-        for reflector in optional.pop(kind, []):
-            log.info("starting watch", watch=reflector.name)
-            tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
+    started: dict[str, list[Reflector[Any]]] = {}
+
+    def watch_needed(kind: str) -> bool:
+        """Start ``kind``'s watches if they are not running; True once they have listed."""
+        if kind in optional:
+            started[kind] = optional.pop(kind)
+            for reflector in started[kind]:
+                log.info("starting watch", watch=reflector.name)
+                tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
+        return all(r.synced.is_set() for r in started.get(kind, ()))
 
     scheduler.watch_needed = watch_needed
 

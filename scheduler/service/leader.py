@@ -57,6 +57,12 @@ class Leadership:
     def leading(self) -> bool:
         return self.epoch is not None and self._clock() - self._renewed_at < self.timing.lease_s
 
+    def remaining(self) -> float:
+        """How long the local lease has left (0 when not leading)."""
+        if self.epoch is None:
+            return 0.0
+        return max(0.0, self._renewed_at + self.timing.lease_s - self._clock())
+
     async def run(
         self,
         on_elected: Callable[[int], Awaitable[None]],

@@ -54,6 +54,12 @@ class Metrics:
         self.bind_errors = Counter(
             "scheduler_bind_errors", "Failed bind calls by reason.", ["reason"], registry=r
         )
+        self.unexpected = Counter(
+            "scheduler_pod_book_unexpected_events",
+            "Pod book events its transition table has no entry for (a bug), by stage and event.",
+            ["stage", "event"],
+            registry=r,
+        )
         self.store_latency = Histogram(
             "scheduler_store_request_duration_seconds",
             "Store (Redis) call latency by operation.",

@@ -53,6 +53,26 @@ class SchedulingQueue:
         self._attempts.pop(key, None)
         self._last_attempt.pop(key, None)
         self._rank.pop(key, None)
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drop the heap's stale entries once they outnumber the live ones: a queue that is
+        never popped (a standby's) stays as large as its pods, not as all pods ever seen."""
+        if len(self._active) > 2 * len(self._in_active) + 64:
+            self._active = [e for e in self._active if self._in_active.get(e[3]) == e[2]]
+            heapq.heapify(self._active)
+
+    def sizes(self) -> dict[str, int]:
+        """The size of every per-pod structure (for tests and the soak benchmark)."""
+        return {
+            "heap": len(self._active),
+            "active": len(self._in_active),
+            "backoff": len(self._backoff),
+            "unschedulable": len(self._unschedulable),
+            "attempts": len(self._attempts),
+            "last_attempt": len(self._last_attempt),
+            "rank": len(self._rank),
+        }
 
     def done(self, key: str) -> None:
         """The pod was scheduled: forget its attempts."""
@@ -66,6 +86,7 @@ class SchedulingQueue:
         self._in_active.pop(key, None)
         self._unschedulable.pop(key, None)
         self._backoff[key] = self._clock() + delay
+        self._compact()
         return delay
 
     def unschedulable(self, key: str, retry_by: float | None = None) -> None:
@@ -74,6 +95,7 @@ class SchedulingQueue:
         self._record_attempt(key)
         self._in_active.pop(key, None)
         self._backoff.pop(key, None)
+        self._compact()
         latest = self._clock() + UNSCHEDULABLE_MAX_WAIT_S
         self._unschedulable[key] = latest if retry_by is None else min(latest, retry_by)
 
@@ -131,6 +153,7 @@ class SchedulingQueue:
         self._in_active.pop(key, None)
         self._backoff.pop(key, None)
         self._unschedulable.pop(key, None)
+        self._compact()
         return queued
 
     def next_wakeup(self) -> float | None:

@@ -1,26 +1,23 @@
-"""The live scheduling loop: a serial scheduling cycle and concurrent binding, joined by
-assume/forget (kube-scheduler's schedule_one.go shape).
+"""The live scheduler: the loop, and the wiring of its parts around the pod book.
 
-Data flows one way: watch events -> ClusterState (the core's snapshot) -> core decision -> store
-reservation -> bind.
+Data flows one way: watch events -> snapshot (ClusterState) and pod book -> core decision ->
+store reservation -> bind -> confirmation by the bound watch (docs/architecture.md).
 
-Scheduling cycle (one task, one unit at a time): pop a pod from the queue; if it belongs to a gang,
-gather every pending member; ask the core; on Placed, reserve all claims in one store call
-(fenced by the leader epoch), assume them in the snapshot, and hand them to a binding task.
-Nothing in the cycle waits on the apiserver.
+- intake.py: watch events into the snapshot and pod book events;
+- podbook.py: one entry per pod with its stage, and the one transition table;
+- cycle.py: the scheduling cycle (serial): pop, decide, reserve, assume;
+- binder.py: the Bindings (concurrent), each pod's outcome reported back here;
+- storesync.py: claims from holdings, the writes after binds, reconcile.
 
-Binding cycle (many tasks, bounded): bind each pod with the Binding subresource carrying the
-device annotations; 409/404 re-read the pod before deciding anything. Then mark the bound ones in
-the store. Pods that could not be bound are forgotten (snapshot) and released (store); for a gang,
-the members already bound stay, and the rest are re-planned on the next cycle: the core counts
-bound members as present and plans only the missing ones. A gang never holds reservations for
-members that are not being bound right now, so two gangs cannot deadlock each other.
+Every event goes through ``dispatch``: the book moves the pod's entry by the table and this
+module runs the effects the table names (queue, snapshot, store, binder, re-reads, reports).
 
 Leadership: only the leader schedules. On election it reconciles the store against the
 apiserver's bound pods (in the same store call it writes every node's inventory), loads the
-reservations a previous leader left for pods that are still pending (it may have died mid-bind),
-and only then takes the first pod. Node events reach the store's inventories through a batched
-background flush (inventories.py), never through the per-pod path.
+reservations a previous leader left for pods that are still pending, and only then takes the
+first pod; when the store cannot say who led before (its epochs start afresh: a flushed or new
+Redis), it first waits one lease duration, so that any Binding a previous leader still had in
+flight has completed (the fencing rule in binder.py).
 """
 
 from __future__ import annotations
@@ -29,60 +26,52 @@ import asyncio
 import contextlib
 import datetime
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import structlog
 
-from scheduler.core.cluster import (
-    ClusterState,
-    Holding,
-    assignment_annotations,
-    bits,
-    holding_of,
-)
-from scheduler.core.cycle import Unit, decide, gang_of
-from scheduler.core.decisions import Decision, Placed, Placement, Waiting
+from scheduler.core.cluster import ClusterState, Holding
+from scheduler.core.cycle import gang_of
+from scheduler.core.decisions import Placement
 from scheduler.core.objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
-from scheduler.core.requests import RequestError, parse_gang
 from scheduler.core.settings import CoreSettings
-from scheduler.kube.api import BindResult
-from scheduler.state.base import Claim, Conflict, Fenced, ShareClaim, Store, StoreError
+from scheduler.state.base import Store
 
+from .binder import BIND_ATTEMPTS, BIND_RETRY_S, Binder, Cluster, Outcome, bind_timeout_for
+from .cycle import Cycle
+from .intake import Intake
 from .inventories import NodeInventories
 from .leader import Leadership
 from .metrics import Metrics
+from .podbook import (
+    SCHEDULABLE_STAGES,
+    Ctx,
+    Effect,
+    Entry,
+    Event,
+    PodBook,
+    Stage,
+    Transition,
+)
 from .queue import SchedulingQueue
+from .storesync import RECONCILE_MIN_S, StoreSync
+
+__all__ = [
+    "BIND_ATTEMPTS",
+    "BIND_RETRY_S",
+    "RECONCILE_MIN_S",
+    "Cluster",
+    "Explanation",
+    "Scheduler",
+]
 
 log = structlog.get_logger("scheduler")
 
-BIND_ATTEMPTS = 3
-BIND_RETRY_S = 0.5
-# After a reservation conflict the store is reconciled with the apiserver, at most this often.
-RECONCILE_MIN_S = 2.0
-
-
-class Cluster(Protocol):
-    """What the loop needs from the apiserver (scheduler.kube.api.KubeApi + the codec)."""
-
-    async def bind(
-        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
-    ) -> BindResult: ...
-
-    async def get_pod(self, namespace: str, name: str) -> PodInput | None: ...
-
-    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None: ...
-
-    async def event(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        reason: str,
-        message: str,
-        kind: str,
-        timestamp: str,
-    ) -> None: ...
+# A re-read of a pod (effect CHECK) that fails is tried again after this long.
+CHECK_RETRY_S = 1.0
+# Stages in which a re-read still matters.
+_CHECKED_STAGES = frozenset({Stage.PENDING, Stage.RELOADED, Stage.BINDING, Stage.ASSUMED})
 
 
 class Explanation(msgspec.Struct):
@@ -107,9 +96,10 @@ class Scheduler:
         clock: Callable[[], float],
         bind_concurrency: int = 16,
         gang_wait_timeout: float = 600.0,
+        bind_timeout: float | None = None,
+        wait_for_unknown_leader: bool = True,
     ) -> None:
         self.name = scheduler_name
-        self.gang_wait_timeout = gang_wait_timeout  # 0: wait forever, say nothing
         self.cluster = cluster
         self.store = store
         self.leadership = leadership
@@ -117,302 +107,312 @@ class Scheduler:
         self.clock = clock
         self.state = ClusterState(settings)
         self.queue = SchedulingQueue(clock)
-        self.pending: dict[str, PodInput] = {}
-        self.first_seen: dict[str, float] = {}
-        self.in_flight: dict[str, Placement] = {}
-        self.explanations: dict[str, Explanation] = {}
-        self._reported: dict[str, str] = {}  # last message written to the pod, to not repeat it
-        self._bind_slots = asyncio.Semaphore(bind_concurrency)
+        self.book = PodBook()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._checking: set[tuple[str, str]] = set()
         self.accepting = True
-        # Starts the namespace ("namespaces") or claim and volume ("volumes") watches the first
-        # time a pending pod needs them; set by the app (tests leave it a no-op).
-        self.watch_needed: Callable[[str], None] = lambda kind: None
         self.ready_to_schedule = False  # set after the leader's reconcile
-        self.bound_synced = False
-        # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
-        self._needs_reconcile = False
-        self._last_reconcile = 0.0
+        # A leader that cannot know who led before waits until then before its first decision.
+        self.wait_for_unknown_leader = wait_for_unknown_leader
+        self.first_decision_at = 0.0
+        self.sync = StoreSync(self.state, self.book, store, leadership, clock, self._reload)
         self.inventories = NodeInventories(
             store,
             leadership,
             lambda: {name: node.inventory for name, node in self.state.nodes.items()},
             lambda: self.accepting and self.leadership.leading,
             self._spawn,
-            self._store_behind,
+            self.sync.request,
         )
-
-    # ---- watch events (synchronous, cheap) ---------------------------------------------------
-
-    def _ours_pending(self, pod: PodInput) -> bool:
-        # A gated pod is not ours to attempt until its gates are gone (kube-scheduler's
-        # SchedulingGates): the update that removes the last gate makes it pending.
-        return (
-            pod.scheduler_name == self.name
-            and not pod.node_name
-            and not pod.deleting
-            and not pod.finished
-            and not pod.scheduling_gates
+        self.sync.inventories = self.inventories
+        # Starts the namespace ("namespaces") or claim and volume ("volumes") watches the first
+        # time a pending pod needs them and says whether they have listed; set by the app
+        # (tests without those watches leave it: everything is known).
+        self.watch_needed: Callable[[str], bool] = lambda kind: True
+        self.intake = Intake(
+            scheduler_name,
+            self.state,
+            self.book,
+            self.dispatch,
+            self.inventories.changed,
+            self._cluster_event,
+            lambda kind: self.watch_needed(kind),
         )
+        timing = leadership.timing
+        self.binder = Binder(
+            cluster,
+            leadership,
+            metrics,
+            self._spawn,
+            self._on_bind_results,
+            bind_concurrency,
+            bind_timeout
+            if bind_timeout is not None
+            else bind_timeout_for(timing.lease_s, timing.renew_s),
+        )
+        self.cycle = Cycle(
+            self.state,
+            self.book,
+            self.queue,
+            store,
+            leadership,
+            metrics,
+            clock,
+            self.dispatch,
+            self.sync,
+            self.binder,
+            self.on_lost,
+            gang_wait_timeout,
+        )
+        self.cycle.watches_ready = self.intake.watches_ready
+
+    # ---- watch events (synchronous, cheap): intake.py ----------------------------------------
 
     def replace_pending(self, pods: list[PodInput]) -> None:
-        fresh = {p.key: p for p in pods if self._ours_pending(p)}
-        for key in list(self.pending):
-            if key not in fresh:
-                self._drop_pending(key)
-        # A LIST returns pods in name order; the queue wants them in creation order.
-        for pod in sorted(fresh.values(), key=lambda p: (p.created, p.key)):
-            self.pending_event("ADDED", pod)
+        self.intake.replace_pending(pods)
 
     def pending_event(self, kind: str, pod: PodInput) -> None:
-        key = pod.key
-        if kind == "DELETED" or not self._ours_pending(pod):
-            self._drop_pending(key)
-            return
-        old = self.pending.get(key)
-        self.pending[key] = pod
-        self.first_seen.setdefault(key, self.clock())
-        if old is None or old != pod:
-            self.queue.add(key, pod.priority, pod.created)
-            if pod.claims:
-                self.watch_needed("volumes")
-            if _uses_namespace_selector(pod):
-                self.watch_needed("namespaces")
-            if gang_of(pod) is not None and old is None:
-                self.queue.on_cluster_event()  # a gang member arrived: waiting members retry
-        self._kick()
-
-    def _drop_pending(self, key: str) -> None:
-        if self.pending.pop(key, None) is not None:
-            self.queue.delete(key)
-        self._reported.pop(key, None)
-        if key not in self.in_flight:  # a bind in flight records its latency when it returns
-            self.first_seen.pop(key, None)
+        self.intake.pending_event(kind, pod)
 
     def replace_bound(self, pods: list[PodInput]) -> None:
-        keep = {p.key for p in pods}
-        gone = [
-            key
-            for key in self.state.holdings
-            if key not in keep and key not in self.in_flight and key not in self.pending
-        ]
-        for key in gone:
-            self._forget_bound(key)
-        for pod in pods:
-            self.bound_event("ADDED", pod)
-        self.bound_synced = True
+        self.intake.replace_bound(pods)
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
-        key = pod.key
-        if kind == "DELETED" or pod.finished or not pod.node_name:
-            if key in self.state.holdings and key not in self.in_flight:
-                self._forget_bound(key)
-            return
-        before = self.state.holdings.get(key)
-        warning = self.state.add_bound_pod(pod)
-        if warning:
-            log.warning("bound pod", pod=key, warning=warning)
-        after = self.state.holdings.get(key)
-        if before is not None and after is not None and before.whole != after.whole:
-            # The device plugin reported other GPUs than we reserved (its mode `adopt`): they
-            # are the truth, so the store must follow at the next (rate-limited) reconcile.
-            log.info("bound pod moved GPUs", pod=key, node=after.node, devices=bits(after.whole))
-            self._needs_reconcile = True
-            self._kick()
-        if key not in self.in_flight:  # our own binds record their latency when they return
-            self.first_seen.pop(key, None)
-
-    def _forget_bound(self, key: str) -> None:
-        """A bound pod finished or was deleted: its GPUs are free, in the snapshot and the store."""
-        holding = self.state.holdings[key]
-        self.state.remove_pod(key)
-        if holding.uid:
-            self._spawn(self._release_in_store([holding.uid]))
-        self.queue.on_cluster_event()
-        self._kick()
-
-    async def _release_in_store(self, uids: list[str]) -> None:
-        epoch = self.leadership.epoch
-        if epoch is None or not self.leadership.leading:
-            return  # the next leader's reconcile frees them
-        try:
-            await self.store.release(self.leadership.holder, epoch, uids)
-        except StoreError as exc:
-            self._needs_reconcile = True
-            log.warning("store release failed", uids=uids, error=str(exc))
-
-    # ---- namespaces, claims, volumes (watched only once a pending pod needs them) -------------
-
-    def replace_namespaces(self, namespaces: list[NamespaceInput]) -> None:
-        for name in set(self.state.namespaces) - {n.name for n in namespaces}:
-            self.state.remove_namespace(name)
-        for ns in namespaces:
-            self.state.set_namespace(ns)
-        self._cluster_changed()
-
-    def namespace_event(self, kind: str, ns: NamespaceInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_namespace(ns.name)
-        else:
-            self.state.set_namespace(ns)
-        self._cluster_changed()
-
-    def replace_claims(self, claims: list[ClaimInput]) -> None:
-        for key in set(self.state.claims) - {c.key for c in claims}:
-            self.state.remove_claim(key)
-        for claim in claims:
-            self.state.set_claim(claim)
-        self._cluster_changed()
-
-    def claim_event(self, kind: str, claim: ClaimInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_claim(claim.key)
-        else:
-            self.state.set_claim(claim)
-        self._cluster_changed()
-
-    def replace_volumes(self, volumes: list[VolumeInput]) -> None:
-        for name in set(self.state.volumes) - {v.name for v in volumes}:
-            self.state.remove_volume(name)
-        for volume in volumes:
-            self.state.set_volume(volume)
-        self._cluster_changed()
-
-    def volume_event(self, kind: str, volume: VolumeInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_volume(volume.name)
-        else:
-            self.state.set_volume(volume)
-        self._cluster_changed()
-
-    def _cluster_changed(self) -> None:
-        self.queue.on_cluster_event()
-        self._kick()
+        self.intake.bound_event(kind, pod)
 
     def replace_nodes(self, nodes: list[NodeInput]) -> None:
-        names = {n.name for n in nodes}
-        for name in list(self.state.nodes):
-            if name not in names:
-                self.state.remove_node(name)
-                self.inventories.changed(name)
-        for node in nodes:
-            self.node_event("ADDED", node)
+        self.intake.replace_nodes(nodes)
+
+    def replace_namespaces(self, namespaces: list[NamespaceInput]) -> None:
+        self.intake.replace_namespaces(namespaces)
+
+    def namespace_event(self, kind: str, ns: NamespaceInput) -> None:
+        self.intake.namespace_event(kind, ns)
+
+    def replace_claims(self, claims: list[ClaimInput]) -> None:
+        self.intake.replace_claims(claims)
+
+    def claim_event(self, kind: str, claim: ClaimInput) -> None:
+        self.intake.claim_event(kind, claim)
+
+    def replace_volumes(self, volumes: list[VolumeInput]) -> None:
+        self.intake.replace_volumes(volumes)
+
+    def volume_event(self, kind: str, volume: VolumeInput) -> None:
+        self.intake.volume_event(kind, volume)
 
     def node_event(self, kind: str, node: NodeInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_node(node.name)
-            self.inventories.changed(node.name)
+        self.intake.node_event(kind, node)
+
+    @property
+    def bound_synced(self) -> bool:
+        return self.intake.bound_synced
+
+    # ---- the pod book: every event, and the effects the table names --------------------------
+
+    def dispatch(self, key: str, uid: str, event: Event, ctx: Ctx | None = None) -> None:
+        ctx = ctx or Ctx()
+        if event is Event.PENDING_SEEN and ctx.pod is not None:
+            entry = self.book.get(key)
+            ctx.changed = entry is None or entry.pod != ctx.pod
+        t = self.book.handle(key, uid, event, self.clock())
+        if t is None:
+            self.metrics.unexpected.labels(
+                stage=self.book.stage(key, uid).value, event=event.value
+            ).inc()
             return
-        current = self.state.nodes.get(node.name)
-        if current is not None and current.node == node:
-            # Heartbeat-only status churn: nothing we read changed. What we read includes the
-            # allocatable amount of each whole-GPU resource (the codec keeps only those), so a
-            # device plugin that registers, changes its count or goes down refreshes the node.
+        entry = t.entry
+        if (
+            event is Event.PENDING_SEEN
+            and entry is not None
+            and t.new in (Stage.PENDING, Stage.RELOADED, Stage.RESERVING)
+        ):
+            entry.pod = ctx.pod
+        for effect in t.effects:
+            self._run(effect, t, ctx)
+        if t.new is Stage.GONE and t.old is not Stage.GONE:
+            self.queue.delete(key)  # nothing of the pod stays behind
+            self._checking.discard((key, t.uid))
+
+    def _run(self, effect: Effect, t: Transition, ctx: Ctx) -> None:
+        key, entry = t.key, t.entry
+        uid = t.uid or (entry.uid if entry is not None else "")
+        if effect is Effect.ENQUEUE:
+            if t.event is not Event.PENDING_SEEN or ctx.changed:
+                pod = ctx.pod or (entry.pod if entry is not None else None)
+                self.queue.add(key, *_rank(pod))
+                self._kick()
+        elif effect is Effect.WAKE_GANG:
+            if ctx.pod is not None and gang_of(ctx.pod) is not None:
+                self.queue.on_cluster_event()  # a gang member arrived: waiting members retry
+        elif effect is Effect.DEQUEUE:
+            self.queue.delete(key)
+        elif effect is Effect.BACKOFF:
+            self.queue.backoff(key)
+        elif effect is Effect.PARK:
+            self._park(entry, ctx)
+        elif effect is Effect.HOLD:
+            assert ctx.holding is not None
+            self.state.hold(ctx.holding)
+        elif effect is Effect.FORGET:
+            if key in self.state.holdings:
+                self.state.forget(key)  # its GPUs and its record (resources, labels) go
+            if entry is not None:
+                entry.placement = None
+            if t.event is not Event.TAKEN:
+                self._cluster_event()
+        elif effect is Effect.FREE:
+            self.intake.free(key)
+            self._release(uid, ctx)
+        elif effect is Effect.CHARGE:
+            if ctx.pod is not None:
+                self.intake.charge(ctx.pod)
+        elif effect is Effect.ASSUME:
+            assert ctx.placement is not None and entry is not None
+            pod = ctx.pod or entry.pod
+            assert pod is not None
+            self.state.apply(ctx.placement, pod, ctx.replicas)
+            entry.placement = ctx.placement
+            self.queue.done(key)
+        elif effect is Effect.BIND:
+            assert ctx.binds is not None and ctx.pod is not None and ctx.placement is not None
+            ctx.binds.append((ctx.pod, ctx.placement))
+        elif effect is Effect.MARK_BOUND:
+            if uid:
+                if ctx.mark_bound is not None:
+                    ctx.mark_bound.append(uid)
+                else:
+                    self._spawn(self.sync.write([uid], []))
+        elif effect is Effect.RELEASE_STORE:
+            self._release(uid, ctx)
+        elif effect is Effect.SCHEDULED:
+            self._scheduled(entry, ctx)
+        elif effect is Effect.RECONCILE:
+            self.sync.request()
+            self._kick()
+        elif effect is Effect.CHECK and uid and (key, uid) not in self._checking:
+            self._checking.add((key, uid))
+            self._spawn(self._check(key, uid))
+
+    def _release(self, uid: str, ctx: Ctx) -> None:
+        if not uid:
             return
-        warning = self.state.set_node(node)
-        if warning:
-            log.warning("node inventory", node=node.name, warning=warning)
-        self.inventories.changed(node.name)
+        if ctx.release is not None:
+            ctx.release.append(uid)
+        else:
+            self._spawn(self.sync.release([uid]))
+
+    def _park(self, entry: Entry | None, ctx: Ctx) -> None:
+        assert entry is not None and ctx.pod is not None
+        self.queue.unschedulable(entry.key, ctx.retry_by)
+        entry.explanation = Explanation(
+            entry.key,
+            ctx.result,
+            ctx.reason,
+            gang=ctx.gang,
+            attempts=self.queue.attempts(entry.key),
+        )
+        if entry.reported != ctx.reason:
+            entry.reported = ctx.reason
+            self._spawn(self._report_unschedulable(ctx.pod, ctx.reason))
+
+    def _scheduled(self, entry: Entry | None, ctx: Ctx) -> None:
+        p = ctx.placement
+        assert p is not None and ctx.pod is not None
+        self._spawn(self._report_scheduled(ctx.pod, p))
+        if entry is not None:
+            self.metrics.e2e.observe(max(0.0, self.clock() - entry.first_seen))
+            entry.explanation = Explanation(
+                p.pod, "scheduled", node=p.node, devices=p.devices, gang=p.gang
+            )
+
+    def _reload(self, key: str, uid: str, holding: Holding) -> None:
+        self.dispatch(key, uid, Event.RELOAD, Ctx(holding=holding))
+
+    def _cluster_event(self) -> None:
         self.queue.on_cluster_event()
         self._kick()
 
-    def _kick(self) -> None:
-        self._wake.set()
+    async def _check(self, key: str, uid: str) -> None:
+        """Re-read a pod until the apiserver answers, and tell the book what it says."""
+        namespace, _, name = key.partition("/")
+        try:
+            while self.accepting and self.book.stage(key, uid) in _CHECKED_STAGES:
+                try:
+                    current = await self.cluster.get_pod(namespace, name)
+                except Exception as exc:
+                    log.warning("could not read pod", pod=key, error=str(exc))
+                    await asyncio.sleep(CHECK_RETRY_S)
+                    continue
+                if current is None or current.uid != uid or current.finished:
+                    event = Event.CHECKED_GONE
+                elif current.node_name:
+                    event = Event.CHECKED_BOUND
+                elif current.deleting:
+                    event = Event.CHECKED_GONE
+                else:
+                    event = Event.CHECKED_PENDING
+                self._checking.discard((key, uid))
+                self.dispatch(key, uid, event, Ctx(pod=current))
+                return
+        finally:
+            self._checking.discard((key, uid))
 
-    def _store_behind(self) -> None:
-        self._needs_reconcile = True
+    async def _on_bind_results(self, outcomes: list[Outcome], epoch: int) -> None:
+        now = self.clock()  # the binds are done: end-to-end latency ends here
+        gang = outcomes[0].placement.gang if outcomes else None
+        if gang and all(o.event is Event.BIND_OK for o in outcomes):
+            seen = [e.first_seen for o in outcomes if (e := self.book.get(o.pod.key)) is not None]
+            self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
+        mark: list[str] = []
+        release: list[str] = []
+        for o in outcomes:
+            ctx = Ctx(
+                pod=o.current or o.pod, placement=o.placement, mark_bound=mark, release=release
+            )
+            if o.event is Event.BIND_OK:
+                ctx.pod = o.pod
+            self.dispatch(o.pod.key, o.pod.uid, o.event, ctx)
+        await self.sync.write(mark, release)
+        self._kick()
 
     # ---- leadership --------------------------------------------------------------------------
 
     async def on_elected(self, epoch: int) -> None:
         self.metrics.leader.set(1)
-        while not self.bound_synced:
+        while not self.intake.bound_synced:
             await asyncio.sleep(0.05)
-        await self._reconcile(epoch, elected=True)  # a failure gives the lease up (leader.py)
+        await self.sync.reconcile(epoch, elected=True)  # a failure gives the lease up
+        self.first_decision_at = 0.0
+        if epoch == 1 and self.wait_for_unknown_leader:
+            # The store's epochs started afresh: a flushed or new store, so whoever led before
+            # is unknown and may still have Bindings in flight. They end within one lease.
+            wait = self.leadership.timing.lease_s
+            self.first_decision_at = self.clock() + wait
+            log.info("previous leader unknown: waiting before the first decision", seconds=wait)
         self.ready_to_schedule = True
-        for pod in self.pending.values():
-            self.queue.add(pod.key, pod.priority, pod.created)
+        for entry in self.book.in_stages(SCHEDULABLE_STAGES):
+            self.queue.add(entry.key, *_rank(entry.pod))
         self._kick()
-
-    async def _reconcile(self, epoch: int, elected: bool = False) -> None:
-        """Make the store equal to the apiserver's truth (bound pods in the snapshot).
-
-        Right after an election it also writes every node inventory; later (rate-limited)
-        reconciles do only if an inventory write failed since (inventories.py). If it fails,
-        a reconcile is still needed: the loop tries again."""
-        self._needs_reconcile = False
-        self._last_reconcile = self.clock()
-        try:
-            await self._write_truth(epoch, elected)
-        except BaseException:
-            self._needs_reconcile = True
-            raise
-
-    async def _write_truth(self, epoch: int, elected: bool) -> None:
-        truth = [c for c in (self._claim_of(h) for h in self.state.holdings.values()) if c]
-        truth = [c for c in truth if c.pod not in self.in_flight and c.pod not in self.pending]
-        pending_uids = [p.uid for p in self.pending.values() if p.uid]
-        async with self.inventories.reconciling(elected) as nodes:
-            report = await self.store.reconcile(
-                self.leadership.holder, epoch, truth, pending_uids, nodes
-            )
-        # Reservations a previous leader made for pods still pending: keep their GPUs out of
-        # reach until those pods are decided again (their own new reservation replaces them).
-        by_uid = {p.uid: p for p in self.pending.values()}
-        loaded = 0
-        for record in (await self.store.records()).values():
-            pod = by_uid.get(record.claim.uid)
-            if record.state == "reserved" and pod is not None and pod.key not in self.in_flight:
-                self.state.hold(_holding_of(record.claim))
-                loaded += 1
-        log.info(
-            "reconciled store",
-            epoch=epoch,
-            added=report.added,
-            freed=report.freed,
-            kept=report.kept,
-            loaded_reservations=loaded,
-            conflicts=list(report.conflicts),
-        )
 
     async def on_lost(self) -> None:
         self.metrics.leader.set(0)
         self.ready_to_schedule = False
 
-    def _claim_of(self, holding: Holding) -> Claim | None:
-        if not holding.uid:
-            return None
-        node = self.state.nodes.get(holding.node)
-        shares = []
-        for s in holding.shares:
-            cap_mem, cap_sgpu = 0, 0
-            if node is not None and node.inventory is not None:
-                try:
-                    cap_mem = node.inventory.device(s.index).memory_mib
-                except KeyError:
-                    cap_mem = 0
-                cap_sgpu = node.inventory.sgpu_per_card
-            shares.append(
-                ShareClaim(s.index, s.core, s.memory_mib, s.sgpu, s.qos or "", cap_mem, cap_sgpu)
-            )
-        devices = tuple(bits(holding.whole))
-        return Claim(
-            uid=holding.uid,
-            pod=holding.pod,
-            node=holding.node,
-            devices=devices,
-            shares=tuple(shares),
-            gang=holding.gang or "",
-            replicas=holding.replicas if holding.gang else 0,
-            resources=holding.resources,
+    def may_decide(self) -> bool:
+        return (
+            self.accepting
+            and self.ready_to_schedule
+            and self.leadership.leading
+            and self.clock() >= self.first_decision_at
         )
 
-    # ---- scheduling cycle --------------------------------------------------------------------
+    # ---- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
         while True:
-            if not (self.accepting and self.ready_to_schedule and self.leadership.leading):
+            if not self.may_decide():
                 await self._sleep_until_woken(1.0)
                 continue
             await self.reconcile_if_needed()
@@ -427,240 +427,34 @@ class Scheduler:
                 await self.schedule_one(key)
             except Exception:
                 log.exception("scheduling attempt crashed", pod=key)
-                self.queue.backoff(key)
+                if self.book.stage(key) in SCHEDULABLE_STAGES:
+                    self.queue.backoff(key)
             await asyncio.sleep(0)  # let watch events in between attempts
 
+    async def schedule_one(self, key: str) -> None:
+        await self.cycle.schedule_one(key)
+
     async def reconcile_if_needed(self) -> None:
-        """The loop's reconcile after the store disagreed with the snapshot (a reservation
-        conflict, GPUs moved by the device plugin, a failed store write), at most every
-        RECONCILE_MIN_S. A failed one stays needed, so the loop tries again."""
-        if not self._needs_reconcile or self.clock() - self._last_reconcile < RECONCILE_MIN_S:
-            return
-        epoch = self.leadership.epoch
-        if epoch is None:
-            return
-        try:
-            await self._reconcile(epoch)
-        except StoreError as exc:
-            log.warning("reconcile failed", error=str(exc))
-        except Exception:
-            log.exception("reconcile crashed")
+        await self.sync.if_needed()
 
     async def _sleep_until_woken(self, timeout: float) -> None:
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
+    def _kick(self) -> None:
+        self._wake.set()
+
     def _update_gauges(self) -> None:
         for queue, n in self.queue.counts().items():
             self.metrics.pending.labels(queue=queue).set(n)
-
-    def _unit_for(self, pod: PodInput) -> Unit:
-        gang = gang_of(pod)
-        if gang is None:
-            return Unit(None, (pod,))
-        members = [
-            p for p in self.pending.values() if p.key not in self.in_flight and gang_of(p) == gang
-        ]
-        members.sort(key=lambda p: p.key)
-        for m in members:
-            if m.key != pod.key:
-                self.queue.take(m.key)
-        return Unit(gang, tuple(members))
-
-    async def schedule_one(self, key: str) -> None:
-        pod = self.pending.get(key)
-        if pod is None or key in self.in_flight:
-            return
-        start = self.clock()
-        unit = self._unit_for(pod)
-        # A pending pod may still hold a reservation left by a previous leader; decide afresh.
-        for member in unit.pods:
-            stale = self.state.holdings.get(member.key)
-            if stale is not None:
-                self.state.release(stale)
-        decision = decide(self.state, unit)
-        result = await self._act(unit, decision)
-        elapsed = self.clock() - start
-        self.metrics.attempts.labels(result=result).inc()
-        self.metrics.attempt_duration.labels(result=result).observe(elapsed)
-        summary: dict[str, Any] = {
-            "pod": key,
-            "gang": unit.gang,
-            "pods": len(unit.pods),
-            "result": result,
-            "duration_ms": round(elapsed * 1000, 3),
-            "attempts": self.queue.attempts(key),
-        }
-        if isinstance(decision, Placed):
-            summary["placements"] = {p.pod: [p.node, list(p.devices)] for p in decision.placements}
-        else:
-            summary["reason"] = decision.reason
-        log.info("scheduling attempt", **summary)
-
-    async def _act(self, unit: Unit, decision: Decision) -> str:
-        if isinstance(decision, Placed):
-            return await self._reserve_and_bind(unit, decision)
-        result = "waiting" if isinstance(decision, Waiting) else "unschedulable"
-        reason, retry_by = decision.reason, None
-        if isinstance(decision, Waiting) and self.gang_wait_timeout > 0:
-            # The gang holds nothing while it waits, so a timeout only changes what its pods
-            # say; they are retried when it runs out so that the message appears on time.
-            now = self.clock()
-            since = min(self.first_seen.get(p.key, now) for p in unit.pods)
-            retry_by = since + self.gang_wait_timeout
-            if now >= retry_by:
-                reason += (
-                    f"; waited {now - since:.0f} s, longer than gang.waitTimeoutSeconds "
-                    f"({self.gang_wait_timeout:g} s)"
-                )
-                retry_by = None
-        for pod in unit.pods:
-            self.queue.unschedulable(pod.key, retry_by)
-            self.explanations[pod.key] = Explanation(
-                pod.key,
-                result,
-                reason,
-                gang=unit.gang,
-                attempts=self.queue.attempts(pod.key),
-            )
-            if self._reported.get(pod.key) != reason:
-                self._reported[pod.key] = reason
-                self._spawn(self._report_unschedulable(pod, reason))
-        return result
-
-    async def _reserve_and_bind(self, unit: Unit, decision: Placed) -> str:
-        epoch = self.leadership.epoch
-        if epoch is None or not self.leadership.leading:
-            for pod in unit.pods:
-                self.queue.add(pod.key, pod.priority, pod.created)
-            return "error"
-        claims = []
-        for placement in decision.placements:
-            holding = holding_of(placement, _replicas_of(unit, placement.pod))
-            claim = self._claim_of(holding)
-            assert claim is not None
-            claims.append(claim)
-        try:
-            await self.store.reserve(self.leadership.holder, epoch, claims)
-        except Conflict as exc:
-            # The snapshot was behind the store (another replica's leftovers or a race with a
-            # watch event): retry after a backoff, by then the watches have caught up.
-            log.warning("reservation conflict", pods=[p.key for p in unit.pods], error=str(exc))
-            self._needs_reconcile = True
-            for pod in unit.pods:
-                self.queue.backoff(pod.key)
-            return "error"
-        except Fenced:
-            log.warning("fenced: no longer leader", epoch=epoch)
-            await self.on_lost()
-            for pod in unit.pods:
-                self.queue.add(pod.key, pod.priority, pod.created)
-            return "error"
-        except StoreError as exc:
-            log.warning("store unavailable", error=str(exc))
-            for pod in unit.pods:
-                self.queue.backoff(pod.key)
-            return "error"
-        pods = {p.key: p for p in unit.pods}
-        for placement in decision.placements:  # assume
-            self.state.apply(placement, pods[placement.pod], _replicas_of(unit, placement.pod))
-            self.in_flight[placement.pod] = placement
-            self.queue.done(placement.pod)
-        self._spawn(self._bind_all(unit, decision.placements, pods, epoch))
-        return "scheduled"
-
-    # ---- binding cycle -----------------------------------------------------------------------
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _bind_all(
-        self,
-        unit: Unit,
-        placements: tuple[Placement, ...],
-        pods: dict[str, PodInput],
-        epoch: int,
-    ) -> None:
-        results = await asyncio.gather(
-            *(self._bind_one(pods[p.pod], p) for p in placements), return_exceptions=True
-        )
-        now = self.clock()  # the binds are done: end-to-end latency ends here
-        bound = [p for p, ok in zip(placements, results, strict=True) if ok is True]
-        failed = [p for p, ok in zip(placements, results, strict=True) if ok is not True]
-        if unit.gang and bound and not failed:
-            first = min((self.first_seen.get(k, now) for k in pods), default=now)
-            self.metrics.gang_wait.observe(max(0.0, now - first))
-        holder = self.leadership.holder
-        try:
-            if bound:
-                await self.store.mark_bound(holder, epoch, [p.uid for p in bound])
-            if failed:
-                await self.store.release(holder, epoch, [p.uid for p in failed])
-        except StoreError as exc:
-            # The next leader's (or our next) reconcile repairs the store from the apiserver.
-            log.warning("store update after bind failed", error=str(exc))
-        for p in bound:
-            self.in_flight.pop(p.pod, None)
-            seen = self.first_seen.pop(p.pod, None)
-            if seen is not None:
-                self.metrics.e2e.observe(now - seen)
-            self.explanations[p.pod] = Explanation(
-                p.pod, "scheduled", node=p.node, devices=p.devices, gang=p.gang
-            )
-        for p in failed:
-            self.in_flight.pop(p.pod, None)
-            if p.pod in self.state.holdings:
-                self.state.forget(p.pod)
-            if p.pod in self.pending:
-                self.queue.backoff(p.pod)
-        if failed:
-            self.queue.on_cluster_event()
-        self._kick()
-
-    async def _bind_one(self, pod: PodInput, placement: Placement) -> bool:
-        annotations = assignment_annotations(placement)
-        async with self._bind_slots:
-            for attempt in range(1, BIND_ATTEMPTS + 1):
-                if not self.leadership.leading:
-                    return False  # a deposed leader must not bind
-                try:
-                    result = await self.cluster.bind(
-                        pod.namespace, pod.name, pod.uid, placement.node, annotations
-                    )
-                except Exception as exc:
-                    self.metrics.bind_errors.labels(reason="exception").inc()
-                    log.warning("bind failed", pod=pod.key, error=str(exc), attempt=attempt)
-                    await asyncio.sleep(BIND_RETRY_S * attempt)
-                    continue
-                if result.ok:
-                    self._spawn(self._report_scheduled(pod, placement))
-                    return True
-                self.metrics.bind_errors.labels(reason=str(result.status)).inc()
-                if result.status in (404, 409):
-                    return await self._settle_conflict(pod, placement)
-                log.warning(
-                    "bind refused", pod=pod.key, status=result.status, message=result.message
-                )
-                await asyncio.sleep(BIND_RETRY_S * attempt)
-        return False
-
-    async def _settle_conflict(self, pod: PodInput, placement: Placement) -> bool:
-        """409 or 404: never assume; read the pod and take what the apiserver says."""
-        current = await self.cluster.get_pod(pod.namespace, pod.name)
-        if current is None or current.uid != pod.uid:
-            return False  # deleted (or replaced by a new pod of the same name)
-        if current.node_name == placement.node and current.annotations.get(
-            "topo-scheduler.io/devices"
-        ) == ",".join(str(i) for i in placement.devices):
-            return True  # our own bind landed (a retry after a lost response)
-        if current.node_name:
-            # Bound elsewhere (another scheduler, or a previous leader): its annotations are the
-            # truth, and the bound watch will charge them.
-            return False
-        return False
+    # ---- reports -----------------------------------------------------------------------------
 
     async def _report_scheduled(self, pod: PodInput, placement: Placement) -> None:
         gpus = ",".join(str(i) for i in placement.devices) or "shared"
@@ -690,49 +484,16 @@ class Scheduler:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def explain(self, key: str) -> Explanation | None:
-        return self.explanations.get(key)
+        entry = self.book.get(key)
+        if entry is None or not isinstance(entry.explanation, Explanation):
+            return None
+        return entry.explanation
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _uses_namespace_selector(pod: PodInput) -> bool:
-    affinity = pod.affinity
-    if affinity is None:
-        return False
-    terms = [*affinity.pod_required, *affinity.anti_required]
-    terms += [w.term for w in (*affinity.pod_preferred, *affinity.anti_preferred)]
-    return any(t.namespace_selector is not None for t in terms)
-
-
-def _replicas_of(unit: Unit, pod_key: str) -> int:
-    for pod in unit.pods:
-        if pod.key == pod_key:
-            try:
-                gang = parse_gang(pod)
-            except RequestError:
-                return 0
-            return gang.replicas if gang else 0
-    return 0
-
-
-def _holding_of(claim: Claim) -> Holding:
-    from scheduler.core.decisions import Share
-
-    whole = 0
-    for i in claim.devices:
-        whole |= 1 << i
-    shares = tuple(
-        Share(s.index, "", s.core, s.memory_mib, s.sgpu, s.qos or None) for s in claim.shares
-    )
-    return Holding(
-        claim.pod,
-        claim.node,
-        whole,
-        shares,
-        claim.gang or None,
-        claim.replicas,
-        claim.uid,
-        claim.resources,
-    )
+def _rank(pod: PodInput | None) -> tuple[int, str]:
+    """The queue's order for a pod: kube-scheduler's PrioritySort (priority, creation time)."""
+    return (pod.priority, pod.created) if pod is not None else (0, "")

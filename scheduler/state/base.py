@@ -25,9 +25,10 @@ tests against both):
   shape, with ``scores``), written by the leader, fenced like every write: ``update_nodes`` on
   node events, and ``reconcile`` given ``nodes`` replaces them all (nodes not given are dropped).
 - ``reconcile`` makes the store equal to the apiserver's truth: bound pods missing from the store
-  are added; records with no pod behind them are freed; reservations of pods that still exist
-  unbound (``pending`` UIDs: a previous leader may have been binding them when it died) and of
-  the current epoch (our own binds in flight) are kept. Every gang record is then rebuilt from
+  are added; records with no pod behind them are freed; the reservations of the ``pending``
+  UIDs are kept (the caller names them: our own binds in flight, and right after an election
+  every pod still unbound, since a previous leader may have been binding them when it died).
+  Any other reservation is freed, whichever epoch wrote it. Every gang record is then rebuilt from
   the pod records (bound members' gangs come from the truth's claims).
 """
 

@@ -188,7 +188,7 @@ class MemoryStore:
         for uid, rec in list(self._records.items()):
             if uid in known:
                 continue
-            if rec.state == "reserved" and (rec.epoch == epoch or uid in waiting):
+            if rec.state == "reserved" and uid in waiting:
                 kept += 1  # a bind in flight, ours or a previous leader's
                 continue
             self._drop(uid, touched)

@@ -296,8 +296,8 @@ local freed, kept, added = 0, 0, 0
 for _, uid in ipairs(redis.call('HKEYS', PODS)) do
   if not known[uid] then
     local st = redis.call('HGET', PSTATE, uid) or ''
-    local state, ep = string.match(st, '^(%a+)|(%d+)$')
-    if state == 'reserved' and (ep == EPOCH or waiting[uid]) then
+    local state = string.match(st, '^(%a+)|%d+$')
+    if state == 'reserved' and waiting[uid] then
       kept = kept + 1
     else
       drop(uid)

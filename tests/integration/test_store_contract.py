@@ -206,7 +206,7 @@ async def test_reconcile_adds_bound_pods_and_frees_what_no_pod_backs(h: Harness)
     assert e2 is not None
     await h.store.reserve("b", e2, [claim("in-flight", devices=(2,))])
     truth = [claim("running", devices=(3,)), claim("running-2", "m", (0,))]
-    report = await h.store.reconcile("b", e2, truth, ["still-pending"])
+    report = await h.store.reconcile("b", e2, truth, ["still-pending", "in-flight"])
     assert (report.added, report.freed, report.kept) == (2, 2, 2)
     assert report.conflicts == ()
     records = await h.store.records()
@@ -221,7 +221,7 @@ async def test_reconcile_adds_bound_pods_and_frees_what_no_pod_backs(h: Harness)
     for gpu in (3, 4):
         with pytest.raises(Conflict):
             await h.store.reserve("b", e2, [claim("y", devices=(gpu,))])
-    again = await h.store.reconcile("b", e2, truth, ["still-pending"])
+    again = await h.store.reconcile("b", e2, truth, ["still-pending", "in-flight"])
     assert again.added == 0  # idempotent
 
 
@@ -344,9 +344,9 @@ async def test_reconcile_rebuilds_gang_records_after_a_flushall(h: Harness) -> N
     }
     owners = await h.store.owners("n")
     assert owners[0] == Owner("g1", "default/job", e2)
-    # A member reserved by this leader is kept, and its gang says so.
+    # A member being bound (the caller keeps its reservation) is kept, and its gang says so.
     await h.store.reserve("b", e2, [member("k3", "job3", 3, devices=(4,))])
-    await h.store.reconcile("b", e2, truth, [])
+    await h.store.reconcile("b", e2, truth, ["k3"])
     assert (await h.store.gangs())["default/job3"] == GangRecord(
         "reserved", e2, ("k1", "k2", "k3"), 3
     )
@@ -571,3 +571,17 @@ async def test_reconciling_a_store_written_before_gang_records_leaves_no_empty_g
     finally:
         await store.close()
         await client.aclose()
+
+
+async def test_reconcile_frees_a_reservation_of_its_own_epoch_that_the_caller_does_not_keep(
+    h: Harness,
+) -> None:
+    # A release that failed after a failed bind left "left" reserved (issue 12, timeline 5):
+    # the leader's next reconcile keeps only the reservations it names (binds in flight).
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    await h.store.reserve("a", e, [claim("left", devices=(0,)), claim("binding", devices=(1,))])
+    report = await h.store.reconcile("a", e, [], ["binding"])
+    assert (report.freed, report.kept) == (1, 1)
+    assert set(await h.store.records()) == {"binding"}
+    await h.store.reserve("a", e, [claim("next", devices=(0,))])

@@ -48,7 +48,7 @@ async def test_a_reloaded_reservation_is_charged_to_the_allocatable() -> None:
     old.state.set_node(node)
     decision = decide(old.state, Unit(None, (pod,)))
     assert isinstance(decision, Placed)
-    claim = old._claim_of(holding_of(decision.placements[0]))
+    claim = old.sync.claim_of(holding_of(decision.placements[0]))
     assert claim is not None and claim.resources == (("nvidia.com/gpu", 3),)
     first = await store.acquire("old", TTL)
     assert first is not None
@@ -58,10 +58,11 @@ async def test_a_reloaded_reservation_is_charged_to_the_allocatable() -> None:
     # The new leader sees p still pending and reloads its reservation.
     new = scheduler(store, "new")
     new.state.set_node(node)
-    new.pending[pod.key] = pod
+    new.pending_event("ADDED", pod)
+    new.replace_bound([])
     epoch = await store.acquire("new", TTL)
     assert epoch is not None
-    await new._reconcile(epoch)
+    await new.sync.reconcile(epoch, elected=True)
     assert new.state.holdings[pod.key].resources == (("nvidia.com/gpu", 3),)
     assert new.state.nodes["n"].used[new.state.resource_index["nvidia.com/gpu"]] == 3
     other = MakePod().Name("q").Req(2).Obj()

@@ -1,0 +1,182 @@
+"""The binding cycle: Bindings with the device annotations, several in flight, each pod's
+outcome reported back through a callback (the service turns it into a pod book event).
+
+Fencing rule (README, "State and HA"): a Binding is sent only while this replica's lease has
+more than the bind timeout left, and is abandoned when that timeout runs out. So every Binding
+of a leader completes before its local lease ends, and its local lease ends before the store's
+lease (renewals are timed from before the request). A replica that takes over after the lease
+lapsed cannot race a Binding of the previous leader; one that cannot know who led before (the
+store's epochs started afresh: a flushed or new Redis) waits one lease duration before its
+first decision (scheduler.py), by which time any previous leader's Binding has completed.
+
+The outcome of one pod:
+- ``BIND_OK``: the apiserver bound it (or a retry found our own earlier bind landed);
+- ``BIND_FAILED``: refused, or not sent because the lease is too short;
+- ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now);
+- ``BIND_ELSEWHERE``: another scheduler or a previous leader bound it; the pod read back is
+  returned, its annotations are the truth;
+- ``BIND_UNKNOWN``: no answer and the pod could not be read back: it may be bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from scheduler.core.cluster import assignment_annotations
+from scheduler.core.decisions import Placement
+from scheduler.core.objects import PodInput
+from scheduler.kube.api import BindResult
+
+from .leader import Leadership
+from .metrics import Metrics
+from .podbook import Event
+
+log = structlog.get_logger("scheduler")
+
+BIND_ATTEMPTS = 3
+BIND_RETRY_S = 0.5
+
+
+def bind_timeout_for(lease_s: float, renew_s: float) -> float:
+    """The bind timeout: half the time a lease has left just before its renewal."""
+    return max(0.05, (lease_s - renew_s) / 2)
+
+
+class Cluster(Protocol):
+    """What the loop needs from the apiserver (scheduler.kube.api.KubeApi + the codec)."""
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> BindResult: ...
+
+    async def get_pod(self, namespace: str, name: str) -> PodInput | None: ...
+
+    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None: ...
+
+    async def event(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        kind: str,
+        timestamp: str,
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    pod: PodInput
+    placement: Placement
+    event: Event
+    current: PodInput | None = None  # the pod read back (BIND_ELSEWHERE)
+
+
+class Binder:
+    def __init__(
+        self,
+        cluster: Cluster,
+        leadership: Leadership,
+        metrics: Metrics,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        on_results: Callable[[list[Outcome], int], Awaitable[None]],
+        concurrency: int = 16,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.cluster = cluster
+        self.leadership = leadership
+        self.metrics = metrics
+        self._spawn = spawn
+        self._on_results = on_results
+        self._slots = asyncio.Semaphore(concurrency)
+        self.timeout_s = timeout_s
+
+    def start(self, pods: list[tuple[PodInput, Placement]], epoch: int) -> None:
+        self._spawn(self._bind_all(pods, epoch))
+
+    async def _bind_all(self, pods: list[tuple[PodInput, Placement]], epoch: int) -> None:
+        outcomes = await asyncio.gather(*(self.bind_one(pod, p) for pod, p in pods))
+        await self._on_results(list(outcomes), epoch)
+
+    def may_send(self) -> bool:
+        """The fencing rule: the lease outlives a request started now."""
+        return self.leadership.leading and self.leadership.remaining() > self.timeout_s
+
+    async def bind_one(self, pod: PodInput, placement: Placement) -> Outcome:
+        try:
+            event, current = await self._bind(pod, placement)
+        except Exception:
+            log.exception("bind crashed", pod=pod.key)
+            event, current = Event.BIND_UNKNOWN, None
+        return Outcome(pod, placement, event, current)
+
+    async def _bind(self, pod: PodInput, placement: Placement) -> tuple[Event, PodInput | None]:
+        annotations = assignment_annotations(placement)
+        maybe_sent = False  # an earlier attempt may have landed without our seeing the answer
+        async with self._slots:
+            for attempt in range(1, BIND_ATTEMPTS + 1):
+                if not self.may_send():
+                    # A deposed leader must not bind, nor one whose request could outlive its
+                    # lease.
+                    if maybe_sent:
+                        return await self._read_back(pod, placement)
+                    return Event.BIND_FAILED, None
+                try:
+                    result = await asyncio.wait_for(
+                        self.cluster.bind(
+                            pod.namespace, pod.name, pod.uid, placement.node, annotations
+                        ),
+                        self.timeout_s,
+                    )
+                except Exception as exc:
+                    maybe_sent = True
+                    reason = "timeout" if isinstance(exc, TimeoutError) else "exception"
+                    self.metrics.bind_errors.labels(reason=reason).inc()
+                    log.warning("bind failed", pod=pod.key, error=repr(exc), attempt=attempt)
+                    await asyncio.sleep(BIND_RETRY_S * attempt)
+                    continue
+                if result.ok:
+                    return Event.BIND_OK, None
+                self.metrics.bind_errors.labels(reason=str(result.status)).inc()
+                if result.status in (404, 409):
+                    return await self._read_back(pod, placement)
+                log.warning(
+                    "bind refused", pod=pod.key, status=result.status, message=result.message
+                )
+                await asyncio.sleep(BIND_RETRY_S * attempt)
+        if maybe_sent:
+            return await self._read_back(pod, placement)
+        return Event.BIND_FAILED, None
+
+    async def _read_back(
+        self, pod: PodInput, placement: Placement
+    ) -> tuple[Event, PodInput | None]:
+        """409, 404 or a lost answer: never assume; read the pod and take what it says."""
+        try:
+            current = await self.cluster.get_pod(pod.namespace, pod.name)
+        except Exception as exc:
+            log.warning("could not read the pod back after its bind", pod=pod.key, error=str(exc))
+            return Event.BIND_UNKNOWN, None
+        return settle(pod, placement, current)
+
+
+def settle(
+    pod: PodInput, placement: Placement, current: PodInput | None
+) -> tuple[Event, PodInput | None]:
+    if current is None or current.uid != pod.uid:
+        return Event.BIND_GONE, None  # deleted (or replaced by a new pod of the same name)
+    if current.node_name == placement.node and current.annotations.get(
+        "topo-scheduler.io/devices"
+    ) == ",".join(str(i) for i in placement.devices):
+        return Event.BIND_OK, None  # our own bind landed (a retry after a lost response)
+    if current.node_name:
+        # Bound elsewhere (another scheduler, or a previous leader): its annotations are the
+        # truth.
+        return Event.BIND_ELSEWHERE, current
+    return Event.BIND_FAILED, None

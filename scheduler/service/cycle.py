@@ -1,0 +1,195 @@
+"""The scheduling cycle (one task, one unit at a time): pop a pod, gather its gang's pending
+members, decide with the core, reserve every claim in one fenced store call, and hand the
+reserved pods to the binder. Nothing here waits on the apiserver.
+
+Each step is a pod book event (TAKEN, PLACED or NOT_PLACED, then RESERVE_OK, RESERVE_FAILED or
+RESERVE_FENCED); the table says what follows: the snapshot assumes the placement and the binder
+starts only for pods the book still has as RESERVING when the store answers (a pod deleted or
+bound elsewhere meanwhile is not bound, and its reservation is released or reconciled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from scheduler.core.cluster import ClusterState, holding_of
+from scheduler.core.cycle import Unit, decide, gang_of
+from scheduler.core.decisions import Decision, Placed, Placement, Waiting
+from scheduler.core.objects import PodInput
+from scheduler.core.requests import RequestError, parse_gang
+from scheduler.state.base import Conflict, Fenced, Store, StoreError
+
+from .binder import Binder
+from .leader import Leadership
+from .metrics import Metrics
+from .podbook import SCHEDULABLE_STAGES, Ctx, Event, PodBook
+from .queue import SchedulingQueue
+from .storesync import StoreSync
+
+log = structlog.get_logger("scheduler")
+
+Dispatch = Callable[[str, str, Event, Ctx | None], None]
+
+
+class Cycle:
+    def __init__(
+        self,
+        state: ClusterState,
+        book: PodBook,
+        queue: SchedulingQueue,
+        store: Store,
+        leadership: Leadership,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        dispatch: Dispatch,
+        sync: StoreSync,
+        binder: Binder,
+        on_fenced: Callable[[], Awaitable[None]],
+        gang_wait_timeout: float = 600.0,
+    ) -> None:
+        self.state = state
+        self.book = book
+        self.queue = queue
+        self.store = store
+        self.leadership = leadership
+        self.metrics = metrics
+        self.clock = clock
+        self._dispatch = dispatch
+        self.sync = sync
+        self.binder = binder
+        self._on_fenced = on_fenced
+        self.gang_wait_timeout = gang_wait_timeout  # 0: wait forever, say nothing
+        # Whether the watches a pod's filters read (claims, volumes, namespaces) have listed;
+        # the service sets it to Intake.watches_ready.
+        self.watches_ready: Callable[[PodInput], bool] = lambda pod: True
+
+    def _unit_for(self, pod: PodInput) -> Unit:
+        gang = gang_of(pod)
+        if gang is None:
+            return Unit(None, (pod,))
+        members = [
+            e.pod
+            for e in self.book.in_stages(SCHEDULABLE_STAGES)
+            if e.pod is not None and gang_of(e.pod) == gang
+        ]
+        members.sort(key=lambda p: p.key)
+        for m in members:
+            if m.key != pod.key:
+                self.queue.take(m.key)
+        return Unit(gang, tuple(members))
+
+    async def schedule_one(self, key: str) -> None:
+        entry = self.book.get(key)
+        if entry is None or entry.stage not in SCHEDULABLE_STAGES or entry.pod is None:
+            return
+        start = self.clock()
+        unit = self._unit_for(entry.pod)
+        if not all(self.watches_ready(p) for p in unit.pods):
+            # Its claims or namespaces are not known yet (their watch just started): deciding
+            # now would say "not found". Retry after the backoff; the LIST wakes it sooner.
+            for p in unit.pods:
+                self.queue.backoff(p.key)
+            return
+        for member in unit.pods:
+            # A pod holding a previous leader's reservation is decided afresh: TAKEN lets the
+            # snapshot's copy of that reservation go.
+            self._dispatch(member.key, member.uid, Event.TAKEN, None)
+        decision = decide(self.state, unit)
+        result = await self._act(unit, decision)
+        elapsed = self.clock() - start
+        self.metrics.attempts.labels(result=result).inc()
+        self.metrics.attempt_duration.labels(result=result).observe(elapsed)
+        summary: dict[str, Any] = {
+            "pod": key,
+            "gang": unit.gang,
+            "pods": len(unit.pods),
+            "result": result,
+            "duration_ms": round(elapsed * 1000, 3),
+            "attempts": self.queue.attempts(key),
+        }
+        if isinstance(decision, Placed):
+            summary["placements"] = {p.pod: [p.node, list(p.devices)] for p in decision.placements}
+        else:
+            summary["reason"] = decision.reason
+        log.info("scheduling attempt", **summary)
+
+    async def _act(self, unit: Unit, decision: Decision) -> str:
+        if isinstance(decision, Placed):
+            return await self._reserve(unit, decision)
+        result = "waiting" if isinstance(decision, Waiting) else "unschedulable"
+        reason, retry_by = decision.reason, None
+        if isinstance(decision, Waiting) and self.gang_wait_timeout > 0:
+            # The gang holds nothing while it waits, so a timeout only changes what its pods
+            # say; they are retried when it runs out so that the message appears on time.
+            now = self.clock()
+            seen = [e.first_seen for p in unit.pods if (e := self.book.get(p.key)) is not None]
+            since = min(seen, default=now)
+            retry_by = since + self.gang_wait_timeout
+            if now >= retry_by:
+                reason += (
+                    f"; waited {now - since:.0f} s, longer than gang.waitTimeoutSeconds "
+                    f"({self.gang_wait_timeout:g} s)"
+                )
+                retry_by = None
+        for pod in unit.pods:
+            ctx = Ctx(pod=pod, result=result, reason=reason, retry_by=retry_by, gang=unit.gang)
+            self._dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
+        return result
+
+    async def _reserve(self, unit: Unit, decision: Placed) -> str:
+        epoch = self.leadership.epoch
+        if epoch is None or not self.leadership.leading:
+            for pod in unit.pods:
+                self.queue.add(pod.key, pod.priority, pod.created)
+            return "error"
+        pods = {p.key: p for p in unit.pods}
+        claims = []
+        for placement in decision.placements:
+            claim = self.sync.claim_of(holding_of(placement, _replicas_of(unit, placement.pod)))
+            assert claim is not None
+            claims.append(claim)
+            pod = pods[placement.pod]
+            self._dispatch(pod.key, pod.uid, Event.PLACED, Ctx(pod=pod, placement=placement))
+        event = Event.RESERVE_OK
+        try:
+            await self.store.reserve(self.leadership.holder, epoch, claims)
+        except Conflict as exc:
+            # The snapshot was behind the store (another replica's leftovers or a race with a
+            # watch event): retry after a backoff, by then the watches have caught up.
+            log.warning("reservation conflict", pods=[p.key for p in unit.pods], error=str(exc))
+            self.sync.request()
+            event = Event.RESERVE_FAILED
+        except Fenced:
+            log.warning("fenced: no longer leader", epoch=epoch)
+            await self._on_fenced()
+            event = Event.RESERVE_FENCED
+        except StoreError as exc:
+            log.warning("store unavailable", error=str(exc))
+            event = Event.RESERVE_FAILED
+        binds: list[tuple[PodInput, Placement]] = []
+        for placement in decision.placements:
+            pod = pods[placement.pod]
+            ctx = Ctx(
+                pod=pod,
+                placement=placement,
+                replicas=_replicas_of(unit, placement.pod),
+                binds=binds,
+            )
+            self._dispatch(pod.key, pod.uid, event, ctx)
+        if binds:
+            self.binder.start(binds, epoch)
+        return "scheduled" if event is Event.RESERVE_OK else "error"
+
+
+def _replicas_of(unit: Unit, pod_key: str) -> int:
+    for pod in unit.pods:
+        if pod.key == pod_key:
+            try:
+                gang = parse_gang(pod)
+            except RequestError:
+                return 0
+            return gang.replicas if gang else 0
+    return 0

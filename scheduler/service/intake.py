@@ -1,0 +1,240 @@
+"""Watch events into the snapshot and the pod book (synchronous and cheap: no I/O here).
+
+Three reflectors call in (app.py): pending pods of this scheduler, pods bound to nodes (which
+GPUs are in use), and nodes. Nodes go to the snapshot directly. A bound pod is charged to the
+snapshot first (the bound watch is the truth), then its event goes to the pod book; a pending
+pod's event goes to the book, whose table says what happens (queue, store, re-read). A re-list
+becomes the events its differences mean: a pod missing from a pending re-list has left the
+pending set (bound or deleted), one missing from a bound re-list is ``BOUND_MISSING`` (the book
+re-reads a pod we bound ourselves before freeing it, since the LIST may predate our Binding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from scheduler.core.cluster import ClusterState, bits
+from scheduler.core.objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
+
+from .podbook import BOUND_STAGES, Ctx, Event, PodBook, Stage
+
+log = structlog.get_logger("scheduler")
+
+# dispatch(key, uid, event, ctx): one pod book event, its effects run by the service.
+Dispatch = Callable[[str, str, Event, Ctx | None], None]
+
+
+class Intake:
+    def __init__(
+        self,
+        scheduler_name: str,
+        state: ClusterState,
+        book: PodBook,
+        dispatch: Dispatch,
+        node_changed: Callable[[str], None],
+        cluster_event: Callable[[], None],
+        watch_needed: Callable[[str], bool] = lambda kind: True,
+    ) -> None:
+        self.name = scheduler_name
+        # Starts the namespace ("namespaces") or claim and volume ("volumes") watches the first
+        # time a pending pod needs them; True once that watch has listed.
+        self.watch_needed = watch_needed
+        self.state = state
+        self.book = book
+        self._dispatch = dispatch
+        self._node_changed = node_changed  # the store's inventories follow (inventories.py)
+        self._cluster_event = cluster_event  # waiting pods retry
+        self.bound_synced = False
+
+    # ---- pending pods ------------------------------------------------------------------------
+
+    def ours_pending(self, pod: PodInput) -> bool:
+        # A gated pod is not ours to attempt until its gates are gone (kube-scheduler's
+        # SchedulingGates): the update that removes the last gate makes it pending.
+        return (
+            pod.scheduler_name == self.name
+            and not pod.node_name
+            and not pod.deleting
+            and not pod.finished
+            and not pod.scheduling_gates
+        )
+
+    def watches_ready(self, pod: PodInput) -> bool:
+        """Whether the watches this pod's filters read have listed (starting them if needed):
+        a pod with a claim is not decided before claims and volumes are known, nor one with a
+        namespaceSelector before namespaces are."""
+        ready = True
+        if pod.claims:
+            ready = self.watch_needed("volumes") and ready
+        if uses_namespace_selector(pod):
+            ready = self.watch_needed("namespaces") and ready
+        return ready
+
+    def replace_pending(self, pods: list[PodInput]) -> None:
+        fresh = {p.key: p for p in pods if self.ours_pending(p)}
+        for key, entry in list(self.book.entries.items()):
+            if entry.stage is Stage.BOUND:
+                continue  # a pending re-list says nothing about a bound pod
+            pod = fresh.get(key)
+            if pod is None or (entry.uid and pod.uid != entry.uid):
+                self._dispatch(key, entry.uid, Event.PENDING_LEFT, None)
+        # A LIST returns pods in name order; the queue wants them in creation order.
+        for pod in sorted(fresh.values(), key=lambda p: (p.created, p.key)):
+            self.pending_event("ADDED", pod)
+
+    def pending_event(self, kind: str, pod: PodInput) -> None:
+        if kind == "DELETED":
+            # The pod left the pending selector: bound (its node is set) or deleted.
+            ended = pod.deleting and not pod.node_name
+            self._dispatch(
+                pod.key, pod.uid, Event.PENDING_ENDED if ended else Event.PENDING_LEFT, None
+            )
+        elif self.ours_pending(pod):
+            self._replaced(pod)
+            self.watches_ready(pod)  # start what it needs now: it lists while the pod queues
+            self._dispatch(pod.key, pod.uid, Event.PENDING_SEEN, Ctx(pod=pod))
+        elif pod.deleting or pod.finished:
+            self._dispatch(pod.key, pod.uid, Event.PENDING_ENDED, None)
+        else:
+            self._dispatch(pod.key, pod.uid, Event.PENDING_LEFT, None)
+
+    def _replaced(self, pod: PodInput) -> None:
+        """Another UID under a tracked name: the tracked pod was deleted."""
+        entry = self.book.get(pod.key)
+        if entry is not None and entry.uid and pod.uid and entry.uid != pod.uid:
+            self._dispatch(pod.key, entry.uid, Event.REPLACED, None)
+
+    # ---- bound pods --------------------------------------------------------------------------
+
+    def replace_bound(self, pods: list[PodInput]) -> None:
+        listed = {p.key: p for p in pods if p.node_name and not p.finished}
+        for entry in self.book.in_stages(BOUND_STAGES):
+            pod = listed.get(entry.key)
+            if pod is None or (entry.uid and pod.uid != entry.uid):
+                self._dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
+        for pod in pods:
+            self.bound_event("ADDED", pod)
+        self.bound_synced = True
+
+    def bound_event(self, kind: str, pod: PodInput) -> None:
+        if kind == "DELETED" or pod.finished or not pod.node_name:
+            self._dispatch(pod.key, pod.uid, Event.BOUND_ENDED, None)
+            return
+        self._replaced(pod)
+        entry = self.book.get(pod.key)
+        before = self.state.holdings.get(pod.key)
+        self.charge(pod)
+        after = self.state.holdings.get(pod.key)
+        if entry is None and not self.charged(pod.key):
+            return  # a pod of another scheduler that holds nothing we track
+        moved = before is not None and after is not None and before.whole != after.whole
+        stage = self.book.stage(pod.key, pod.uid)
+        if moved and stage in (Stage.BINDING, Stage.ASSUMED, Stage.BOUND):
+            # The device plugin reported other GPUs than we reserved (its mode `adopt`): they
+            # are the truth, so the store must follow at the next (rate-limited) reconcile.
+            assert after is not None
+            log.info(
+                "bound pod moved GPUs", pod=pod.key, node=after.node, devices=bits(after.whole)
+            )
+            self._dispatch(pod.key, pod.uid, Event.BOUND_MOVED, Ctx(pod=pod))
+        else:
+            self._dispatch(pod.key, pod.uid, Event.BOUND_SEEN, Ctx(pod=pod))
+
+    def charge(self, pod: PodInput) -> None:
+        """The snapshot holds what a bound pod's annotations say it holds."""
+        warning = self.state.add_bound_pod(pod)
+        if warning:
+            log.warning("bound pod", pod=pod.key, warning=warning)
+
+    def charged(self, key: str) -> bool:
+        """The snapshot charges something for ``key`` (on its node, or waiting for the node)."""
+        return self.state.held(key) is not None
+
+    def free(self, key: str) -> None:
+        """The pod left: nothing of it stays in the snapshot (a holding whose node was deleted
+        first included), nor among its gang's bound members."""
+        self.state.remove_pod(key)  # orphaned holdings and gang membership included
+        self._cluster_event()
+
+    # ---- nodes -------------------------------------------------------------------------------
+
+    def replace_nodes(self, nodes: list[NodeInput]) -> None:
+        names = {n.name for n in nodes}
+        for name in list(self.state.nodes):
+            if name not in names:
+                self.state.remove_node(name)
+                self._node_changed(name)
+        for node in nodes:
+            self.node_event("ADDED", node)
+
+    def node_event(self, kind: str, node: NodeInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_node(node.name)
+            self._node_changed(node.name)
+            return
+        current = self.state.nodes.get(node.name)
+        if current is not None and current.node == node:
+            # Heartbeat-only status churn: nothing we read changed. What we read includes the
+            # allocatable amount of each whole-GPU resource (the codec keeps only those), so a
+            # device plugin that registers, changes its count or goes down refreshes the node.
+            return
+        warning = self.state.set_node(node)
+        if warning:
+            log.warning("node inventory", node=node.name, warning=warning)
+        self._node_changed(node.name)
+        self._cluster_event()
+
+    # ---- namespaces, claims, volumes (watched only once a pending pod needs them) -------------
+
+    def replace_namespaces(self, namespaces: list[NamespaceInput]) -> None:
+        for name in set(self.state.namespaces) - {n.name for n in namespaces}:
+            self.state.remove_namespace(name)
+        for ns in namespaces:
+            self.state.set_namespace(ns)
+        self._cluster_event()
+
+    def namespace_event(self, kind: str, ns: NamespaceInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_namespace(ns.name)
+        else:
+            self.state.set_namespace(ns)
+        self._cluster_event()
+
+    def replace_claims(self, claims: list[ClaimInput]) -> None:
+        for key in set(self.state.claims) - {c.key for c in claims}:
+            self.state.remove_claim(key)
+        for claim in claims:
+            self.state.set_claim(claim)
+        self._cluster_event()
+
+    def claim_event(self, kind: str, claim: ClaimInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_claim(claim.key)
+        else:
+            self.state.set_claim(claim)
+        self._cluster_event()
+
+    def replace_volumes(self, volumes: list[VolumeInput]) -> None:
+        for name in set(self.state.volumes) - {v.name for v in volumes}:
+            self.state.remove_volume(name)
+        for volume in volumes:
+            self.state.set_volume(volume)
+        self._cluster_event()
+
+    def volume_event(self, kind: str, volume: VolumeInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_volume(volume.name)
+        else:
+            self.state.set_volume(volume)
+        self._cluster_event()
+
+
+def uses_namespace_selector(pod: PodInput) -> bool:
+    affinity = pod.affinity
+    if affinity is None:
+        return False
+    terms = [*affinity.pod_required, *affinity.anti_required]
+    terms += [w.term for w in (*affinity.pod_preferred, *affinity.anti_preferred)]
+    return any(t.namespace_selector is not None for t in terms)

@@ -1,0 +1,328 @@
+"""The pod book: one entry per pod the live scheduler tracks, with an explicit stage, and the one
+transition table that says what every event does to it (in the spirit of h11's ``_state.py``).
+
+Everything that can happen to a pod is an event: the watches (pending or bound pod seen, left,
+ended, missing from a re-list), the scheduling cycle (taken, placed, not placed), the store
+(reservation written or refused), the binder (bound, refused, gone, bound elsewhere, unknown) and
+a re-read of the pod from the apiserver (still pending, bound, gone). ``TABLE`` maps (stage,
+event) to the next stage and the effects to run; the book only moves entries, the service runs
+the effects (scheduler.py). A pair missing from the table is a bug: it is logged, counted and
+leaves the entry as it was.
+
+Stages (a pod the book does not hold is GONE):
+
+- PENDING: ours and unbound; holds nothing; queued.
+- RELOADED: pending, holding a reservation a previous leader made (it may have died mid-bind);
+  decided afresh when its turn comes.
+- RESERVING: the cycle placed it and the store reservation is being written; the snapshot does
+  not hold it yet.
+- BINDING: reserved in the store and assumed in the snapshot; the Binding is in flight.
+- ASSUMED: our Binding succeeded; the bound watch has not shown the pod yet (so a bound re-list
+  that lacks it re-reads the pod instead of freeing its GPUs).
+- BOUND: the bound watch (or a re-read) shows the pod on a node; the snapshot holds the truth.
+
+An entry leaves when its pod leaves; everything per pod (first sighting, last reported reason,
+explanation) lives in the entry, so it leaves with it, and the service removes the pod from its
+queue in the same step.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+
+import structlog
+
+from scheduler.core.cluster import Holding
+from scheduler.core.decisions import Placement
+from scheduler.core.objects import PodInput
+
+log = structlog.get_logger("podbook")
+
+
+class Stage(enum.Enum):
+    GONE = "gone"  # not in the book
+    PENDING = "pending"
+    RELOADED = "reloaded"
+    RESERVING = "reserving"
+    BINDING = "binding"
+    ASSUMED = "assumed"
+    BOUND = "bound"
+
+
+class Event(enum.Enum):
+    # pending pods' watch
+    PENDING_SEEN = "pending-seen"  # added, modified or listed: ours and unbound
+    PENDING_LEFT = "pending-left"  # deleted from the watch or missing from a re-list: bound or gone
+    PENDING_ENDED = "pending-ended"  # being deleted or finished before it was bound
+    # bound pods' watch (the snapshot is charged before the event)
+    BOUND_SEEN = "bound-seen"
+    BOUND_MOVED = "bound-moved"  # the device plugin reported other GPUs than the snapshot held
+    BOUND_ENDED = "bound-ended"  # deleted or finished: its GPUs are free
+    BOUND_MISSING = "bound-missing"  # a re-list of bound pods lacks it
+    REPLACED = "replaced"  # another UID under the same name: this pod was deleted
+    # leadership
+    RELOAD = "reload"  # a previous leader's reservation for this pending pod was loaded
+    # scheduling cycle
+    TAKEN = "taken"
+    PLACED = "placed"
+    NOT_PLACED = "not-placed"
+    # store
+    RESERVE_OK = "reserve-ok"
+    RESERVE_FAILED = "reserve-failed"  # conflict or store error: back off
+    RESERVE_FENCED = "reserve-fenced"  # no longer leader: back to the queue
+    # binder
+    BIND_OK = "bind-ok"
+    BIND_FAILED = "bind-failed"  # refused, or not sent (no longer leading)
+    BIND_GONE = "bind-gone"  # the pod no longer exists (404, or another UID)
+    BIND_ELSEWHERE = "bind-elsewhere"  # bound by someone else: the pod read back is the truth
+    BIND_UNKNOWN = "bind-unknown"  # no answer and the pod could not be read back
+    # a re-read of the pod (effect CHECK)
+    CHECKED_PENDING = "checked-pending"
+    CHECKED_BOUND = "checked-bound"
+    CHECKED_GONE = "checked-gone"
+
+
+class Effect(enum.Enum):
+    ENQUEUE = "enqueue"  # the queue takes it (ready now) if it changed or is new
+    WAKE_GANG = "wake-gang"  # a gang member arrived: waiting pods retry
+    DEQUEUE = "dequeue"  # out of the queue (it is bound)
+    BACKOFF = "backoff"
+    PARK = "park"  # unschedulable or waiting: queue, explanation, report
+    HOLD = "hold"  # hold the reloaded reservation in the snapshot
+    FORGET = "forget"  # drop what the snapshot holds for it (ours, not the truth)
+    FREE = "free"  # the pod left: snapshot and store let its GPUs go, waiting pods retry
+    CHARGE = "charge"  # the pod read back is bound: the snapshot holds its truth
+    ASSUME = "assume"  # hold the placement in the snapshot, done with the queue
+    BIND = "bind"  # hand it to the binder
+    MARK_BOUND = "mark-bound"  # store: the reservation is bound
+    RELEASE_STORE = "release-store"  # store: drop its reservation
+    SCHEDULED = "scheduled"  # report the bind (event, latency, explanation)
+    RECONCILE = "reconcile"  # the store must follow the snapshot: reconcile (rate-limited)
+    CHECK = "check"  # re-read the pod from the apiserver until it answers
+
+
+S, E, F = Stage, Event, Effect
+_ = ()
+
+# (stage, event) -> (next stage, effects in order). Anything else is an error.
+TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
+    # ---- not in the book -------------------------------------------------------------------
+    (S.GONE, E.PENDING_SEEN): (S.PENDING, (F.ENQUEUE, F.WAKE_GANG)),
+    (S.GONE, E.PENDING_LEFT): (S.GONE, _),
+    (S.GONE, E.PENDING_ENDED): (S.GONE, _),
+    (S.GONE, E.BOUND_SEEN): (S.BOUND, _),
+    (S.GONE, E.BOUND_ENDED): (S.GONE, _),
+    # Results about a pod that left meanwhile: whatever the store holds for it goes.
+    (S.GONE, E.RESERVE_OK): (S.GONE, (F.RELEASE_STORE,)),
+    (S.GONE, E.RESERVE_FAILED): (S.GONE, _),
+    (S.GONE, E.RESERVE_FENCED): (S.GONE, _),
+    (S.GONE, E.BIND_OK): (S.GONE, (F.RELEASE_STORE,)),
+    (S.GONE, E.BIND_FAILED): (S.GONE, (F.RELEASE_STORE,)),
+    (S.GONE, E.BIND_GONE): (S.GONE, (F.RELEASE_STORE,)),
+    (S.GONE, E.BIND_ELSEWHERE): (S.GONE, (F.RELEASE_STORE,)),
+    (S.GONE, E.BIND_UNKNOWN): (S.GONE, (F.RELEASE_STORE,)),
+    (S.GONE, E.CHECKED_PENDING): (S.GONE, _),
+    (S.GONE, E.CHECKED_BOUND): (S.GONE, _),
+    (S.GONE, E.CHECKED_GONE): (S.GONE, _),
+    # ---- pending, holding nothing ----------------------------------------------------------
+    (S.PENDING, E.PENDING_SEEN): (S.PENDING, (F.ENQUEUE,)),
+    (S.PENDING, E.PENDING_LEFT): (S.GONE, _),
+    (S.PENDING, E.PENDING_ENDED): (S.GONE, _),
+    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE,)),
+    (S.PENDING, E.BOUND_ENDED): (S.GONE, _),
+    (S.PENDING, E.REPLACED): (S.GONE, _),
+    (S.PENDING, E.RELOAD): (S.RELOADED, (F.HOLD,)),
+    (S.PENDING, E.TAKEN): (S.PENDING, _),
+    (S.PENDING, E.PLACED): (S.RESERVING, _),
+    (S.PENDING, E.NOT_PLACED): (S.PENDING, (F.PARK,)),
+    (S.PENDING, E.CHECKED_PENDING): (S.PENDING, _),
+    (S.PENDING, E.CHECKED_BOUND): (S.PENDING, _),  # the bound watch will say so
+    (S.PENDING, E.CHECKED_GONE): (S.GONE, _),
+    # ---- pending, holding a previous leader's reservation ----------------------------------
+    (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.ENQUEUE,)),
+    # Bound by the previous leader's late Binding, or deleted: read it back before freeing.
+    (S.RELOADED, E.PENDING_LEFT): (S.RELOADED, (F.CHECK,)),
+    (S.RELOADED, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
+    (S.RELOADED, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.RECONCILE)),
+    (S.RELOADED, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
+    (S.RELOADED, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
+    # Decided afresh: the snapshot lets the old reservation go; the new one replaces it in the
+    # store, and if there is none, the reconcile frees it.
+    (S.RELOADED, E.TAKEN): (S.PENDING, (F.FORGET, F.RECONCILE)),
+    (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),
+    (S.RELOADED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.DEQUEUE, F.RECONCILE)),
+    (S.RELOADED, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
+    # ---- the store reservation is being written --------------------------------------------
+    (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, _),
+    (S.RESERVING, E.PENDING_LEFT): (S.RESERVING, _),  # the bind will tell (404: BIND_GONE)
+    (S.RESERVING, E.PENDING_ENDED): (S.GONE, _),
+    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE,)),
+    (S.RESERVING, E.BOUND_ENDED): (S.GONE, _),
+    (S.RESERVING, E.REPLACED): (S.GONE, _),
+    (S.RESERVING, E.RESERVE_OK): (S.BINDING, (F.ASSUME, F.BIND)),
+    (S.RESERVING, E.RESERVE_FAILED): (S.PENDING, (F.BACKOFF,)),
+    (S.RESERVING, E.RESERVE_FENCED): (S.PENDING, (F.ENQUEUE,)),
+    (S.RESERVING, E.CHECKED_PENDING): (S.RESERVING, _),
+    (S.RESERVING, E.CHECKED_BOUND): (S.RESERVING, _),
+    (S.RESERVING, E.CHECKED_GONE): (S.RESERVING, _),
+    # ---- the Binding is in flight ----------------------------------------------------------
+    (S.BINDING, E.PENDING_SEEN): (S.BINDING, _),  # older than our bind
+    (S.BINDING, E.PENDING_LEFT): (S.BINDING, _),  # our bind moved it off the pending watch
+    (S.BINDING, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
+    (S.BINDING, E.BOUND_SEEN): (S.BOUND, _),
+    (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
+    (S.BINDING, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
+    (S.BINDING, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.BINDING, E.BIND_OK): (S.ASSUMED, (F.MARK_BOUND, F.SCHEDULED)),
+    # Not bound: let the assumption and the reservation go; re-read it in case it left.
+    (S.BINDING, E.BIND_FAILED): (S.PENDING, (F.FORGET, F.RELEASE_STORE, F.BACKOFF, F.CHECK)),
+    (S.BINDING, E.BIND_GONE): (S.GONE, (F.FREE,)),
+    # Bound by someone else (a previous leader): where it is bound is the truth.
+    (S.BINDING, E.BIND_ELSEWHERE): (S.BOUND, (F.CHARGE, F.RECONCILE)),
+    # Maybe bound: hold everything until a re-read says.
+    (S.BINDING, E.BIND_UNKNOWN): (S.BINDING, (F.CHECK,)),
+    (S.BINDING, E.CHECKED_PENDING): (S.PENDING, (F.FORGET, F.RELEASE_STORE, F.BACKOFF)),
+    (S.BINDING, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE)),
+    (S.BINDING, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
+    # ---- bound by us, not yet seen by the bound watch --------------------------------------
+    (S.ASSUMED, E.PENDING_SEEN): (S.ASSUMED, _),  # a pending re-list older than our bind
+    (S.ASSUMED, E.PENDING_LEFT): (S.ASSUMED, _),
+    (S.ASSUMED, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
+    (S.ASSUMED, E.BOUND_SEEN): (S.BOUND, _),
+    (S.ASSUMED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
+    (S.ASSUMED, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
+    # A re-list that started before our bind landed: read the pod rather than free it.
+    (S.ASSUMED, E.BOUND_MISSING): (S.ASSUMED, (F.CHECK,)),
+    (S.ASSUMED, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.ASSUMED, E.CHECKED_PENDING): (S.ASSUMED, _),
+    (S.ASSUMED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE,)),
+    (S.ASSUMED, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
+    # ---- bound: the apiserver's truth ------------------------------------------------------
+    (S.BOUND, E.PENDING_SEEN): (S.BOUND, _),  # a node name is never unset: a stale event
+    (S.BOUND, E.PENDING_LEFT): (S.BOUND, _),
+    (S.BOUND, E.PENDING_ENDED): (S.BOUND, _),  # the bound watch says when it ends
+    (S.BOUND, E.BOUND_SEEN): (S.BOUND, _),
+    (S.BOUND, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
+    (S.BOUND, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
+    (S.BOUND, E.BOUND_MISSING): (S.GONE, (F.FREE,)),
+    (S.BOUND, E.REPLACED): (S.GONE, (F.FREE,)),
+    # Our bind's answer came after the watch showed the pod bound.
+    (S.BOUND, E.BIND_OK): (S.BOUND, (F.MARK_BOUND, F.SCHEDULED)),
+    (S.BOUND, E.BIND_FAILED): (S.BOUND, (F.RECONCILE,)),
+    (S.BOUND, E.BIND_GONE): (S.BOUND, (F.RECONCILE,)),
+    (S.BOUND, E.BIND_ELSEWHERE): (S.BOUND, (F.CHARGE, F.RECONCILE)),
+    (S.BOUND, E.BIND_UNKNOWN): (S.BOUND, (F.RECONCILE,)),
+    # Reserved for a pod bound meanwhile: never bind it; the reconcile writes the truth.
+    (S.BOUND, E.RESERVE_OK): (S.BOUND, (F.RECONCILE,)),
+    (S.BOUND, E.RESERVE_FAILED): (S.BOUND, _),
+    (S.BOUND, E.RESERVE_FENCED): (S.BOUND, _),
+    (S.BOUND, E.CHECKED_PENDING): (S.BOUND, _),
+    (S.BOUND, E.CHECKED_BOUND): (S.BOUND, _),
+    (S.BOUND, E.CHECKED_GONE): (S.BOUND, _),  # the bound watch says when it ends
+}
+
+# Stages whose reservation the store must keep at a reconcile (not the truth yet, not free).
+RESERVED_STAGES = frozenset({S.RELOADED, S.RESERVING, S.BINDING})
+# Stages whose snapshot holding is the truth of a bound pod.
+BOUND_STAGES = frozenset({S.ASSUMED, S.BOUND})
+# Stages the scheduling cycle may take a pod from.
+SCHEDULABLE_STAGES = frozenset({S.PENDING, S.RELOADED})
+
+
+@dataclass
+class Entry:
+    key: str
+    uid: str
+    stage: Stage
+    first_seen: float
+    pod: PodInput | None = None  # the latest pending object (None for pods only seen bound)
+    placement: Placement | None = None  # while reserving, binding or assumed
+    reported: str | None = None  # the last reason written to the pod, to not repeat it
+    explanation: object | None = None  # the last decision, for /debug
+
+
+@dataclass
+class Ctx:
+    """What an event carries for its effects (each effect reads the fields it needs)."""
+
+    pod: PodInput | None = None  # the pod as the event saw it
+    changed: bool = True  # PENDING_SEEN: the pod differs from the one the book had
+    placement: Placement | None = None
+    holding: Holding | None = None  # RELOAD: the previous leader's reservation
+    replicas: int = 0  # the gang's replica count of the placement
+    result: str = ""  # NOT_PLACED: "waiting" or "unschedulable"
+    reason: str = ""
+    retry_by: float | None = None
+    gang: str | None = None
+    binds: list[tuple[PodInput, Placement]] | None = None  # BIND collects here
+    mark_bound: list[str] | None = None  # MARK_BOUND collects here (else: a store call now)
+    release: list[str] | None = None  # RELEASE_STORE collects here (else: a store call now)
+
+
+@dataclass(frozen=True)
+class Transition:
+    key: str
+    uid: str
+    old: Stage
+    event: Event
+    new: Stage
+    effects: tuple[Effect, ...]
+    entry: Entry | None  # the entry after the transition (the one that left, when GONE)
+
+
+@dataclass
+class PodBook:
+    entries: dict[str, Entry] = field(default_factory=dict)
+    unexpected: Counter[tuple[Stage, Event]] = field(default_factory=Counter)
+
+    def get(self, key: str) -> Entry | None:
+        return self.entries.get(key)
+
+    def stage(self, key: str, uid: str | None = None) -> Stage:
+        entry = self.entries.get(key)
+        if entry is None or (uid is not None and uid and entry.uid and entry.uid != uid):
+            return S.GONE
+        return entry.stage
+
+    def in_stages(self, stages: frozenset[Stage]) -> list[Entry]:
+        return [e for e in self.entries.values() if e.stage in stages]
+
+    def handle(self, key: str, uid: str, event: Event, now: float) -> Transition | None:
+        """Move ``key``'s entry by ``event``. An entry of another UID under the same name is the
+        GONE stage for this event (the caller sends REPLACED to it first when the new pod is
+        news). Returns None, logging and counting it, for a pair the table does not have."""
+        entry = self.entries.get(key)
+        if entry is not None and uid and entry.uid and entry.uid != uid:
+            entry = None if event is not E.REPLACED else entry
+        old = entry.stage if entry is not None else S.GONE
+        if event is E.REPLACED and entry is None:
+            return None
+        step = TABLE.get((old, event))
+        if step is None:
+            self.unexpected[(old, event)] += 1
+            log.error(
+                "pod book: unexpected event",
+                pod=key,
+                uid=uid,
+                stage=old.value,
+                pod_event=event.value,
+            )
+            return None
+        new, effects = step
+        if new is S.GONE:
+            if entry is not None:
+                del self.entries[key]
+        elif entry is None:
+            entry = Entry(key, uid, new, now)
+            self.entries[key] = entry
+        else:
+            entry.stage = new
+            if uid and not entry.uid:
+                entry.uid = uid
+        return Transition(key, uid, old, event, new, effects, entry)
+
+    def unexpected_total(self) -> int:
+        return sum(self.unexpected.values())

@@ -1,0 +1,195 @@
+"""The store follows the snapshot: claims from holdings, the writes after binds, and reconcile.
+
+The reconcile makes the store equal to the apiserver's truth: every holding of a pod the pod book
+has as bound (ASSUMED or BOUND, and pods bound by others) is a bound claim; the reservations kept
+are exactly those the book holds as reserved (RELOADED, RESERVING, BINDING), and right after an
+election also those of every pending pod (a previous leader may have been binding them). Anything
+else in the store is freed, whichever epoch wrote it: a reservation that a failed release left
+behind does not outlive the next reconcile. After an election the reservations a previous leader
+left for pods still pending are loaded into the snapshot (the book's RELOAD event).
+
+Every failed store write asks for a reconcile, which the loop runs at most every RECONCILE_MIN_S
+and tries again while it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from scheduler.core.cluster import ClusterState, Holding, bits
+from scheduler.core.decisions import Share
+from scheduler.state.base import Claim, ShareClaim, Store, StoreError
+
+from .inventories import NodeInventories
+from .leader import Leadership
+from .podbook import RESERVED_STAGES, PodBook, Stage
+
+log = structlog.get_logger("scheduler")
+
+# After a reservation conflict the store is reconciled with the apiserver, at most this often.
+RECONCILE_MIN_S = 2.0
+
+
+class StoreSync:
+    def __init__(
+        self,
+        state: ClusterState,
+        book: PodBook,
+        store: Store,
+        leadership: Leadership,
+        clock: Callable[[], float],
+        reload: Callable[[str, str, Holding], None],
+    ) -> None:
+        self.state = state
+        self.book = book
+        self.store = store
+        self.leadership = leadership
+        self.clock = clock
+        self._reload = reload
+        self.inventories: NodeInventories | None = None
+        # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
+        self.needed = False
+        self.last = 0.0
+
+    def request(self) -> None:
+        self.needed = True
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    async def write(self, mark_bound: list[str], release: list[str]) -> None:
+        """After binds: mark the bound reservations, drop the others. A failure asks for a
+        reconcile (it would otherwise keep GPUs blocked that nobody uses)."""
+        epoch = self.leadership.epoch
+        if epoch is None or not self.leadership.leading:
+            return  # the next leader's reconcile writes the truth
+        holder = self.leadership.holder
+        try:
+            if mark_bound:
+                await self.store.mark_bound(holder, epoch, mark_bound)
+            if release:
+                await self.store.release(holder, epoch, release)
+        except StoreError as exc:
+            self.needed = True
+            log.warning("store update after bind failed", error=str(exc))
+
+    async def release(self, uids: list[str]) -> None:
+        epoch = self.leadership.epoch
+        if epoch is None or not self.leadership.leading:
+            return  # the next leader's reconcile frees them
+        try:
+            await self.store.release(self.leadership.holder, epoch, uids)
+        except StoreError as exc:
+            self.needed = True
+            log.warning("store release failed", uids=uids, error=str(exc))
+
+    # ---- reconcile ---------------------------------------------------------------------------
+
+    async def if_needed(self) -> None:
+        """The loop's reconcile after the store disagreed with the snapshot (a reservation
+        conflict, GPUs moved by the device plugin, a failed store write), at most every
+        RECONCILE_MIN_S. A failed one stays needed, so the loop tries again."""
+        if not self.needed or self.clock() - self.last < RECONCILE_MIN_S:
+            return
+        epoch = self.leadership.epoch
+        if epoch is None:
+            return
+        try:
+            await self.reconcile(epoch)
+        except StoreError as exc:
+            log.warning("reconcile failed", error=str(exc))
+        except Exception:
+            log.exception("reconcile crashed")
+
+    async def reconcile(self, epoch: int, elected: bool = False) -> None:
+        """Make the store equal to the apiserver's truth (bound pods in the snapshot).
+
+        Right after an election it also writes every node inventory; later (rate-limited)
+        reconciles do only if an inventory write failed since (inventories.py). If it fails,
+        a reconcile is still needed: the loop tries again."""
+        self.needed = False
+        self.last = self.clock()
+        try:
+            await self._write_truth(epoch, elected)
+        except BaseException:
+            self.needed = True
+            raise
+
+    async def _write_truth(self, epoch: int, elected: bool) -> None:
+        assert self.inventories is not None
+        reserved = {e.key for e in self.book.in_stages(RESERVED_STAGES)}
+        truth = [
+            c
+            for c in (self.claim_of(h) for k, h in self.state.holdings.items() if k not in reserved)
+            if c
+        ]
+        keep_stages = RESERVED_STAGES | {Stage.PENDING} if elected else RESERVED_STAGES
+        keep = [e.uid for e in self.book.in_stages(keep_stages) if e.uid]
+        async with self.inventories.reconciling(elected) as nodes:
+            report = await self.store.reconcile(self.leadership.holder, epoch, truth, keep, nodes)
+        loaded = 0
+        if elected:
+            # Reservations a previous leader made for pods still pending: keep their GPUs out of
+            # reach until those pods are decided again (their own new reservation replaces them).
+            pending = {e.uid: e for e in self.book.in_stages(frozenset({Stage.PENDING}))}
+            for record in (await self.store.records()).values():
+                entry = pending.get(record.claim.uid)
+                if record.state == "reserved" and entry is not None:
+                    self._reload(entry.key, entry.uid, holding_of_claim(record.claim))
+                    loaded += 1
+        log.info(
+            "reconciled store",
+            epoch=epoch,
+            added=report.added,
+            freed=report.freed,
+            kept=report.kept,
+            loaded_reservations=loaded,
+            conflicts=list(report.conflicts),
+        )
+
+    def claim_of(self, holding: Holding) -> Claim | None:
+        if not holding.uid:
+            return None
+        node = self.state.nodes.get(holding.node)
+        shares = []
+        for s in holding.shares:
+            cap_mem, cap_sgpu = 0, 0
+            if node is not None and node.inventory is not None:
+                try:
+                    cap_mem = node.inventory.device(s.index).memory_mib
+                except KeyError:
+                    cap_mem = 0
+                cap_sgpu = node.inventory.sgpu_per_card
+            shares.append(
+                ShareClaim(s.index, s.core, s.memory_mib, s.sgpu, s.qos or "", cap_mem, cap_sgpu)
+            )
+        return Claim(
+            uid=holding.uid,
+            pod=holding.pod,
+            node=holding.node,
+            devices=tuple(bits(holding.whole)),
+            shares=tuple(shares),
+            gang=holding.gang or "",
+            replicas=holding.replicas if holding.gang else 0,
+            resources=holding.resources,
+        )
+
+
+def holding_of_claim(claim: Claim) -> Holding:
+    whole = 0
+    for i in claim.devices:
+        whole |= 1 << i
+    shares = tuple(
+        Share(s.index, "", s.core, s.memory_mib, s.sgpu, s.qos or None) for s in claim.shares
+    )
+    return Holding(
+        claim.pod,
+        claim.node,
+        whole,
+        shares,
+        claim.gang or None,
+        claim.replicas,
+        claim.uid,
+        claim.resources,
+    )
