@@ -17,6 +17,7 @@ Records leave the index when their pod leaves; every structure here shrinks with
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from msgspec import Struct, field
 
@@ -113,7 +114,10 @@ class PodIndex:
         return (records[k] for k in list(self.with_anti))
 
 
-def _discard(index: dict[object, set[str]], at: object, key: str) -> None:
+_K = TypeVar("_K")
+
+
+def _discard(index: dict[_K, set[str]], at: _K, key: str) -> None:
     keys = index.get(at)
     if keys is None:
         return
