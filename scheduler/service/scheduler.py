@@ -34,15 +34,10 @@ from typing import Any, Protocol
 import msgspec
 import structlog
 
-from scheduler.core.cluster import (
-    ClusterState,
-    Holding,
-    assignment_annotations,
-    bits,
-    holding_of,
-)
+from scheduler.core.cluster import ClusterState, Holding, bits, holding_of
 from scheduler.core.cycle import Unit, decide, gang_of
 from scheduler.core.decisions import Decision, Placed, Placement, Waiting
+from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.objects import NodeInput, PodInput
 from scheduler.core.requests import RequestError, parse_gang
 from scheduler.core.settings import CoreSettings

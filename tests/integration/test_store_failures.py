@@ -16,11 +16,10 @@ from typing import Any, cast
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.core.inventory import read_inventory
+from scheduler.core.inventory import inventory_json, read_inventory
 from scheduler.core.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
-from scheduler.service.inventories import inventory_json
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import RECONCILE_MIN_S, Scheduler

@@ -24,8 +24,8 @@ unidentified pod gets a well-connected set. It never fails: an error there fails
 caller records the truth. With no identified pod there is nothing to compare with, so it accepts:
 refusing would fail pods whenever PodResources hiccups.
 
-Assignment format (``containers`` is per container, in spec order; when it is absent the pod has
-one GPU container and gets every UUID of ``devices``):
+Assignment format (scheduler/core/formats/assignment.py; ``containers`` is per container, in
+spec order; when it is absent the pod has one GPU container and gets every UUID of ``devices``):
     {"devices": [{"index": 0, "uuid": "GPU-a"}, {"index": 3, "uuid": "GPU-b"}],
      "containers": [{"name": "main", "uuids": ["GPU-a", "GPU-b"]}], ...}
 """
@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-import msgspec
-
+from scheduler.core.formats import FormatError
+from scheduler.core.formats import assignment as assignment_format
 from scheduler.core.inventory import Inventory
 from scheduler.core.names import ASSIGNMENT_ANNOTATION
 
@@ -99,30 +99,15 @@ class Verdict:
 # ---- the annotation ---------------------------------------------------------------------------
 
 
-class _DeviceWire(msgspec.Struct):
-    uuid: str
-
-
-class _ContainerWire(msgspec.Struct):
-    name: str
-    uuids: list[str]
-
-
-class _AssignmentWire(msgspec.Struct):
-    # Unknown fields (node, shares, gang, ...) are tolerated: they are the scheduler's business.
-    devices: list[_DeviceWire] = []
-    containers: list[_ContainerWire] | None = None
-
-
 def read_assignment(annotations: Mapping[str, str]) -> Assignment | None:
     """The pod's assignment, None when it has none; AssignmentError when it is malformed."""
     raw = annotations.get(ASSIGNMENT_ANNOTATION)
     if raw is None:
         return None
     try:
-        wire = msgspec.json.decode(raw, type=_AssignmentWire)
-    except msgspec.DecodeError as exc:
-        raise AssignmentError(f"annotation {ASSIGNMENT_ANNOTATION}: {exc}") from None
+        wire = assignment_format.decode(raw)
+    except FormatError as exc:
+        raise AssignmentError(str(exc)) from None
     if wire.containers is not None:
         # A container assigned no GPU is not waiting for any: leave it out.
         containers = tuple(

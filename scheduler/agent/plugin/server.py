@@ -33,10 +33,10 @@ from typing import Final
 
 import grpc
 import grpc.aio
-import msgspec
 import structlog
 
-from scheduler.core.cluster import AllocatedContainer, AllocatedRecord
+from scheduler.core.formats import allocated as allocated_format
+from scheduler.core.formats.allocated import AllocatedContainer, AllocatedRecord
 from scheduler.core.inventory import Inventory
 
 from . import cdi, decide, rpc
@@ -359,7 +359,7 @@ class DevicePluginServer:
                 pod = self._allocated.get(key, {})
                 record = AllocatedRecord([AllocatedContainer(c, list(u)) for c, u in pod.items()])
                 try:
-                    await self._publish(key[0], key[1], msgspec.json.encode(record).decode())
+                    await self._publish(key[0], key[1], allocated_format.encode(record))
                 except Exception as exc:  # the assignment still stands for the scheduler
                     log.warning(
                         "publishing allocated devices failed",
