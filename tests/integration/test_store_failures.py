@@ -53,7 +53,8 @@ class Replica:
     def __init__(self, url: str, clock: Callable[[], float], timing: LeaseTiming) -> None:
         self.url = url
         self.redis = aioredis.Redis.from_url(url, decode_responses=True)
-        self.store = RedisStore(aioredis.Redis.from_url(url), prefix="F")
+        # As the service builds it (app.py): with its 2 s socket timeout.
+        self.store = RedisStore.from_url(url, prefix="F")
         self.leadership = Leadership(self.store, "replica-1", timing, clock)
         self.scheduler = Scheduler(
             CoreSettings(),

@@ -21,8 +21,11 @@ unidentified pod gets a well-connected set. It never fails: an error there fails
 
 ``check_allocation`` is Allocate's check: the kubelet's devices against the assignment. Mode
 ``strict`` refuses a mismatch (the pod fails visibly with the reason); ``adopt`` accepts it and the
-caller records the truth. With no identified pod there is nothing to compare with, so it accepts:
-refusing would fail pods whenever PodResources hiccups.
+caller records the truth. With no identified pod (PodResources or the apiserver down or slow, two
+pods that both look pending, a pod with no assignment) there is nothing to compare with: ``strict``
+refuses, since GPUs handed out unseen are GPUs the scheduler gives the next pod too; ``adopt``
+accepts, and the caller reports the GPUs in ``topo-scheduler.io/allocated`` once the kubelet lists
+the container that got them, so the scheduler counts them all the same.
 
 Assignment format (scheduler/core/formats/assignment.py; ``containers`` is per container, in
 spec order; when it is absent the pod has one GPU container and gets every UUID of ``devices``):
@@ -209,9 +212,23 @@ def topology_choice(
 # ---- Allocate ----------------------------------------------------------------------------
 
 
-def check_allocation(devices: Sequence[str], target: Target | None, mode: Mode) -> Verdict:
+def check_allocation(
+    devices: Sequence[str], target: Target | None, mode: Mode, why: str = ""
+) -> Verdict:
     if target is None:
-        return Verdict(True, None, "no pod identified: nothing to check the devices against")
+        message = f"no pod identified for {', '.join(devices) or 'no GPU'}" + (
+            f" ({why})" if why else ""
+        )
+        if mode is Mode.STRICT:
+            return Verdict(
+                False,
+                None,
+                f"{message}: device plugin mode strict refuses GPUs it cannot match to an "
+                "assignment",
+            )
+        return Verdict(
+            True, None, f"{message} (device plugin mode adopt: accepted, reported when listed)"
+        )
     if len(devices) == len(target.uuids) and set(devices) == set(target.uuids):
         return Verdict(True, True, "")
     message = (
