@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-live clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-live bench-takeover clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -68,6 +68,10 @@ bench-live: deps redis-server k8s-build
 
 bench-core: deps
 	$(BIN)/python -m benchmarks.bench_core
+
+# Election to ready with 100,000 bound pods in a local redis-server (no control plane needed).
+bench-takeover: deps redis-server
+	$(BIN)/python -m benchmarks.bench_takeover
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

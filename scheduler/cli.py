@@ -34,7 +34,12 @@ def _run(args: argparse.Namespace) -> int:
     from scheduler.service.app import configure_logging, run, settings_from
 
     try:
-        config = settings_from(load_config(args.config), args.redis_url, args.http_address)
+        config = settings_from(
+            load_config(args.config),
+            args.redis_url,
+            args.http_address,
+            debug_from_anywhere=args.debug_from_anywhere,
+        )
     except ConfigError as exc:
         print(f"topo-scheduler run: {exc}", file=sys.stderr)
         return 2
@@ -83,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-address",
         help="host:port for /healthz, /readyz, /metrics (port 0 picks a free port; "
         "default: run.httpAddress, or $TOPO_SCHEDULER_HTTP_ADDRESS)",
+    )
+    run.add_argument(
+        "--debug-from-anywhere",
+        action="store_true",
+        help="answer /debug/pods/... from any client, not only this machine's loopback "
+        "(default: run.debugFromAnywhere)",
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     run.set_defaults(func=_run)

@@ -49,6 +49,8 @@ class Run(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tru
     redis_prefix: str = "topo-scheduler"
     # host:port of /healthz, /readyz, /metrics and /debug; port 0 picks a free port.
     http_address: str = "0.0.0.0:8080"
+    # /debug answers loopback clients only unless this is true (it names pods, nodes and GPUs).
+    debug_from_anywhere: bool = False
     bind_concurrency: int = 16
     lease: Lease = msgspec.field(default_factory=Lease)
 

@@ -67,6 +67,8 @@ class Annotations:
     reads: int = 0
     delay: float = 0.0
     error: Exception | None = None
+    # Pods that finished (Succeeded or Failed): read as None, as AgentApi.pod_annotations does.
+    finished: set[tuple[str, str]] = field(default_factory=set)
 
     async def get_pod(self, namespace: str, name: str) -> Mapping[str, str] | None:
         self.reads += 1
@@ -74,6 +76,8 @@ class Annotations:
             await asyncio.sleep(self.delay)
         if self.error is not None:
             raise self.error
+        if (namespace, name) in self.finished:
+            return None
         return self.pods.get((namespace, name))
 
     def bind(

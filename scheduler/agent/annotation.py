@@ -1,17 +1,14 @@
-"""The ``topo-scheduler.io/gpus`` annotation as the agent writes it.
+"""The ``topo-scheduler.io/gpus`` annotation as the agent builds it.
 
-The format is the one scheduler/core/inventory.py reads (README "Node inventory"); this module
-only builds and encodes it. Two rules make "patch only when it changed" work:
+The format (its Structs, the canonical encoder, the limits) is scheduler/core/formats/gpus.py,
+the one the core reads (README "Node inventory"); this module builds values of it from what the
+agent probed. Two rules make "patch only when it changed" work:
 
-- the encoding is canonical: fields in a fixed order, unknown values left out rather than written
-  as null or 0, compact JSON, so equal inventories are equal strings and the agent can compare
-  strings with what the node carries;
+- the encoding is canonical (formats/gpus.py ``encode``), so equal inventories are equal strings
+  and the agent can compare strings with what the node carries;
 - everything the agent writes is first read back through the core's own parser
-  (``check_annotation``), so the agent never publishes an inventory the scheduler would reject.
-
-The Structs forbid unknown fields because they also type the static topologies that people
-write by hand in the agent's config (``agent.models``): a misspelt ``memoryMib`` must be an
-error there, not a silently missing value.
+  (``check_annotation``), so the agent never publishes an inventory the scheduler would reject,
+  one beyond the format's limits included.
 """
 
 from __future__ import annotations
@@ -20,49 +17,12 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.formats.gpus import DeviceEntry, GpuAnnotation
 from scheduler.core.inventory import Inventory, InventoryError, read_inventory
 from scheduler.core.names import GPUS_ANNOTATION
 from scheduler.core.objects import NodeInput
 
 from .nvidia import ProbeError, QueryGpu, TopoMatrix
-
-
-class DeviceEntry(
-    msgspec.Struct,
-    rename="camel",
-    omit_defaults=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    frozen=True,
-):
-    index: int
-    uuid: str | None = None
-    memory_mi_b: int | None = msgspec.field(default=None, name="memoryMiB")
-    numa: int | None = None
-    healthy: bool = True
-
-
-class GpuAnnotation(
-    msgspec.Struct,
-    rename="camel",
-    omit_defaults=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    frozen=True,
-):
-    vendor: str
-    model: str | None = None
-    devices: tuple[DeviceEntry, ...]
-    links: tuple[tuple[str, ...], ...] | None = None
-    scores: tuple[tuple[int, ...], ...] | None = None
-    sgpu_per_card: int = 0
-
-
-_encoder = msgspec.json.Encoder()
-
-
-def encode(annotation: GpuAnnotation) -> str:
-    return _encoder.encode(annotation).decode()
 
 
 def check_annotation(value: str, node: str) -> Inventory:

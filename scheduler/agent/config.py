@@ -18,9 +18,10 @@ from typing import Literal
 import msgspec
 from msgspec import Struct, field
 
+from scheduler.core.formats.gpus import GpuAnnotation, encode
 from scheduler.core.inventory import InventoryError
 
-from .annotation import GpuAnnotation, check_annotation, encode, strip_inventory_prefix
+from .annotation import check_annotation, strip_inventory_prefix
 
 NVIDIA_SMI = ("nvidia-smi",)
 

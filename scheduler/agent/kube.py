@@ -62,9 +62,12 @@ class AgentApi(KubeApi):
         _raise_for(status, body)
 
     async def pod_annotations(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        """The device plugin's reader: the pod's annotations, or None when it is gone."""
+        """The device plugin's reader: the pod's annotations, or None when it is gone or has
+        finished (Succeeded or Failed): the kubelet may still list a finished pod in PodResources,
+        without devices (kubernetes issue 119423), but never admits it again, so it must not
+        look like a pod waiting for its GPUs."""
         pod = await self.get_pod(namespace, name)
-        return None if pod is None else pod.annotations
+        return None if pod is None or pod.finished else pod.annotations
 
     async def publish_allocated(self, namespace: str, name: str, value: str) -> None:
         """The device plugin's report of what the pod's containers got."""

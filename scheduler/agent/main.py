@@ -29,9 +29,10 @@ import msgspec
 import structlog
 
 from scheduler.config import ConfigError, load_config
+from scheduler.core.formats.gpus import encode
 from scheduler.core.inventory import InventoryError
 
-from .annotation import check_annotation, encode, strip_inventory_prefix
+from .annotation import check_annotation, strip_inventory_prefix
 from .config import AgentConfig
 from .nvidia import ProbeError
 from .probe import Prober

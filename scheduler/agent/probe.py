@@ -27,9 +27,10 @@ import structlog
 import yaml
 
 from scheduler.config import _path_of
+from scheduler.core.formats.gpus import GpuAnnotation
 
 from . import nvml as nvml_mod
-from .annotation import GpuAnnotation, convert_topology, from_nvidia
+from .annotation import convert_topology, from_nvidia
 from .config import AgentConfig, StaticModel
 from .nvidia import ProbeError, parse_query, parse_topo
 

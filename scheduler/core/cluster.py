@@ -33,9 +33,12 @@ from contextlib import contextmanager
 
 import msgspec
 
-from .decisions import ContainerDevices, Placement, Share
+from .decisions import Placement, Share
 from .filters.node import PortUse, charge_ports
 from .filters.resources import node_allocatable, pod_requests
+from .formats import allocated as allocated_format
+from .formats import assignment as assignment_format
+from .formats import devices as devices_format
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from .objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
@@ -596,23 +599,10 @@ class ClusterState:
         raw_devices = pod.annotations.get(DEVICES_ANNOTATION)
         shares: tuple[Share, ...] = ()
         if raw_assignment:
-            try:
-                assignment = msgspec.json.decode(raw_assignment, type=AssignmentRecord)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise ValueError(f"annotation {ASSIGNMENT_ANNOTATION}: {exc}") from None
-            shares = tuple(assignment.shares)
+            shares = tuple(assignment_format.decode(raw_assignment).shares)
         whole = 0
         if raw_devices is not None and raw_devices.strip():
-            for part in raw_devices.split(","):
-                try:
-                    index = int(part)
-                except ValueError:
-                    raise ValueError(
-                        f"annotation {DEVICES_ANNOTATION}: {part.strip()!r} is not a GPU index"
-                    ) from None
-                if index < 0:
-                    raise ValueError(f"annotation {DEVICES_ANNOTATION}: negative index {index}")
-                whole |= 1 << index
+            whole = devices_format.mask(devices_format.decode(raw_devices))
         elif not shares:
             return self._unannotated(pod, gang_key, replicas)
         resources = kubelet_request(pod, self.settings)
@@ -628,10 +618,7 @@ class ClusterState:
         state = self.nodes.get(pod.node_name)
         if not raw or state is None or state.inventory is None:
             return None
-        try:
-            record = msgspec.json.decode(raw, type=AllocatedRecord)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ValueError(f"annotation {ALLOCATED_ANNOTATION}: {exc}") from None
+        record = allocated_format.decode(raw)
         by_uuid = {d.uuid: d.index for d in state.inventory.devices}
         mask = 0
         for pos, container in enumerate(record.containers):
@@ -692,18 +679,6 @@ class ClusterState:
         return msgspec.structs.replace(holding, whole=whole)
 
 
-class AllocatedContainer(msgspec.Struct, frozen=True):
-    name: str
-    uuids: list[str]
-
-
-class AllocatedRecord(msgspec.Struct, frozen=True):
-    """The ``topo-scheduler.io/allocated`` annotation: a public format, written by the device
-    plugin, e.g. ``{"containers": [{"name": "main", "uuids": ["GPU-..."]}]}``."""
-
-    containers: list[AllocatedContainer]
-
-
 def record_of(pod: PodInput, node: str, gpu_names: frozenset[str]) -> PodRecord:
     """What the Kubernetes filters keep of a pod on ``node``: labels, requests (GPU resources
     left out: the GPU rules charge those), host ports, required anti-affinity."""
@@ -735,40 +710,6 @@ def holding_of(placement: Placement, replicas: int = 0) -> Holding:
         placement.uid,
         placement.resources,
     )
-
-
-class AssignmentDevice(msgspec.Struct, frozen=True):
-    index: int
-    uuid: str
-
-
-class AssignmentRecord(msgspec.Struct, frozen=True, rename="camel", omit_defaults=False):
-    """The ``topo-scheduler.io/assignment`` annotation: a public format."""
-
-    node: str
-    devices: list[AssignmentDevice] = msgspec.field(default_factory=list)
-    shares: list[Share] = msgspec.field(default_factory=list)
-    gang: str | None = None
-    # Per container that asks for whole GPUs: its name, GPU indices and UUIDs (what the node's
-    # device plugin gives that container). Absent in annotations written before it existed.
-    containers: list[ContainerDevices] = msgspec.field(default_factory=list)
-
-
-def assignment_annotations(placement: Placement) -> dict[str, str]:
-    """The annotations the shell writes on the Binding for this placement."""
-    record = AssignmentRecord(
-        node=placement.node,
-        devices=[
-            AssignmentDevice(i, u) for i, u in zip(placement.devices, placement.uuids, strict=True)
-        ],
-        shares=list(placement.shares),
-        gang=placement.gang,
-        containers=list(placement.containers),
-    )
-    return {
-        DEVICES_ANNOTATION: ",".join(str(i) for i in placement.devices),
-        ASSIGNMENT_ANNOTATION: msgspec.json.encode(record).decode(),
-    }
 
 
 def bits(mask: int) -> list[int]:

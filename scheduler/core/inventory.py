@@ -5,6 +5,11 @@ absent we read HAMi's ``hami.io/node-nvidia-register`` and ``hami.io/node-nvidia
 scheduler works unchanged on clusters running HAMi's device plugin. A node with neither is not a
 GPU node. A malformed inventory raises InventoryError whose message names the node, the annotation
 and the field, and the caller excludes that node with a warning; it never crashes the core.
+
+The wire shapes of our annotation, and the bounds every inventory must keep (at most
+``MAX_DEVICES`` GPUs, indices below it, a byte limit), are in formats/gpus.py; HAMi's annotations
+are held to the same bounds here. ``inventory_json`` writes an inventory back in our shape, for
+the store.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from typing import Any
 
 import msgspec
 
+from .formats import FormatError, check_size
+from .formats import gpus as gpus_format
+from .formats.gpus import MAX_DEVICES
 from .names import GPUS_ANNOTATION, HAMI_REGISTER_ANNOTATION, HAMI_SCORE_ANNOTATION
 from .objects import NodeInput
 from .settings import VENDORS
@@ -21,6 +29,12 @@ from .topology import Topology, link_score
 
 class InventoryError(ValueError):
     pass
+
+
+# HAMi's score annotation names both GPUs of every pair by UUID: about 200 KB for 64 GPUs. So its
+# annotations get the apiserver's cap for all of an object's annotations together; the device
+# bounds are checked before anything grows with them.
+HAMI_MAX_BYTES = 256 * 1024
 
 
 class Device(msgspec.Struct, frozen=True):
@@ -54,26 +68,6 @@ class Inventory(msgspec.Struct, frozen=True):
         raise KeyError(index)
 
 
-# ---- wire shapes of our annotation (unknown fields tolerated: newer agents may add some) -------
-
-
-class _DeviceWire(msgspec.Struct, rename="camel"):
-    index: int
-    uuid: str | None = None
-    memory_mi_b: int = msgspec.field(default=0, name="memoryMiB")
-    numa: int | None = None
-    healthy: bool = True
-
-
-class _GpusWire(msgspec.Struct, rename="camel"):
-    vendor: str
-    devices: list[_DeviceWire]
-    model: str | None = None
-    links: list[list[str]] | None = None
-    scores: list[list[int]] | None = None
-    sgpu_per_card: int = 0
-
-
 def read_inventory(node: NodeInput) -> Inventory | None:
     """The node's inventory, None for a node without GPUs, InventoryError when malformed."""
     raw = node.annotations.get(GPUS_ANNOTATION)
@@ -97,11 +91,9 @@ def _read_ours(node: str, raw: str) -> Inventory:
         return _fail(node, GPUS_ANNOTATION, detail)
 
     try:
-        wire = msgspec.json.decode(raw, type=_GpusWire)
-    except msgspec.ValidationError as exc:
-        raise fail(_path_message(exc)) from None
-    except msgspec.DecodeError as exc:
-        raise fail(f"not valid JSON ({exc})") from None
+        wire = gpus_format.decode(raw)
+    except FormatError as exc:
+        raise InventoryError(f"node {node}: {exc}") from None
     if wire.vendor not in VENDORS:
         raise fail(f"vendor: {wire.vendor!r} is not one of {', '.join(VENDORS)}")
     if not wire.devices:
@@ -198,24 +190,36 @@ def _read_hami(node: str, register: str, score_raw: str | None) -> Inventory:
     def fail(detail: str, annotation: str = HAMI_REGISTER_ANNOTATION) -> InventoryError:
         return _fail(node, annotation, detail)
 
+    for annotation, value_of in (
+        (HAMI_REGISTER_ANNOTATION, register),
+        (HAMI_SCORE_ANNOTATION, score_raw),
+    ):
+        try:
+            check_size(value_of or "", HAMI_MAX_BYTES, annotation)
+        except FormatError as exc:
+            raise InventoryError(f"node {node}: {exc}") from None
     text = register.strip()
     if text.startswith("["):
         try:
             hami = msgspec.json.decode(text, type=list[_HamiDevice])
         except msgspec.ValidationError as exc:
-            raise fail(_path_message(exc)) from None
+            raise fail(gpus_format.path_message(exc)) from None
         except msgspec.DecodeError as exc:
             raise fail(f"not valid JSON ({exc})") from None
     else:
         hami = _hami_legacy(text, fail)
     if not hami:
         raise fail("no devices")
+    if len(hami) > MAX_DEVICES:
+        raise fail(f"{len(hami)} devices, more than the {MAX_DEVICES} allowed")
     devices: list[Device] = []
     seen: set[int] = set()
     for pos, d in enumerate(hami):
         index = pos if d.index is None else d.index
         if index < 0 or index in seen:
             raise fail(f"[{pos}].index: {'duplicate' if index in seen else 'negative'} {index}")
+        if index >= MAX_DEVICES:
+            raise fail(f"[{pos}].index: {index} is not below {MAX_DEVICES}")
         seen.add(index)
         devices.append(Device(index, d.id, d.devmem, d.numa, d.health))
     devices.sort(key=lambda d: d.index)
@@ -279,10 +283,19 @@ def _hami_legacy(text: str, fail: Any) -> list[_HamiDevice]:
     return out
 
 
-def _path_message(exc: msgspec.ValidationError) -> str:
-    """msgspec says 'Expected `int`, got `str` - at `$.devices[0].index`'; put the path first."""
-    text = str(exc)
-    message, sep, path = text.rpartition(" - at `")
-    if not sep:
-        return text
-    return f"{path.rstrip('`').removeprefix('$.')}: {message}"
+def inventory_json(inventory: Inventory) -> str:
+    """The inventory in the ``topo-scheduler.io/gpus`` shape with ``scores`` and ``source``
+    (what the leader stores in ``P:nodes``); read_inventory reads it back to an equal one."""
+    return gpus_format.encode(
+        gpus_format.StoredGpus(
+            vendor=inventory.vendor,
+            model=inventory.model,
+            devices=[
+                gpus_format.StoredDevice(d.index, d.uuid, d.memory_mib, d.numa, d.healthy)
+                for d in inventory.devices
+            ],
+            scores=[list(row) for row in inventory.topology.scores],
+            sgpu_per_card=inventory.sgpu_per_card,
+            source=inventory.source,
+        )
+    )

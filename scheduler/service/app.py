@@ -73,9 +73,16 @@ def configure_logging(level: str = "info") -> None:
     )
 
 
-def settings_from(config: Config, redis_url: str | None, http_address: str | None) -> Config:
+def settings_from(
+    config: Config,
+    redis_url: str | None,
+    http_address: str | None,
+    debug_from_anywhere: bool = False,
+) -> Config:
     """Flags override the environment, which overrides the file."""
     changes: dict[str, Any] = {}
+    if debug_from_anywhere:
+        changes["debug_from_anywhere"] = True
     env_redis = os.environ.get("TOPO_SCHEDULER_REDIS_URL")
     env_http = os.environ.get("TOPO_SCHEDULER_HTTP_ADDRESS")
     if env_redis is not None:
@@ -241,7 +248,14 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         return True, f"ready ({role}, epoch {leadership.epoch})"
 
     host, _, port = run_cfg.http_address.rpartition(":")
-    http = ProbeServer(host or "0.0.0.0", int(port), metrics, readiness, scheduler.explain)
+    http = ProbeServer(
+        host or "0.0.0.0",
+        int(port),
+        metrics,
+        readiness,
+        scheduler.explain,
+        debug_from_anywhere=run_cfg.debug_from_anywhere,
+    )
     await http.start()
 
     loop = asyncio.get_running_loop()

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from scheduler.core.cluster import assignment_annotations
 from scheduler.core.decisions import Placement
+from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.objects import PodInput
 from scheduler.kube.api import BindResult
 

@@ -4,7 +4,11 @@
 - ``/readyz``: 200 once the watches are synced and the replica is leader or standby; 503 while
   starting or shutting down (so a Service stops sending to a replica on SIGTERM first).
 - ``/metrics``: Prometheus text format from this process's own registry.
-- ``/debug/pods/{namespace}/{name}``: the last decision about one pod, as JSON.
+- ``/debug/pods/{namespace}/{name}``: the last decision about one pod, as JSON. It names pods,
+  nodes and GPUs, so by default it answers clients on this machine only (a loopback peer: a shell
+  in the pod, ``kubectl port-forward``) and 403 to anyone else who can reach the port, the way
+  kube-scheduler keeps its debug handlers behind authentication; ``run.debugFromAnywhere``
+  (``--debug-from-anywhere``) opens it.
 
 Port 0 means "pick a free port"; the chosen port is logged and returned, so several replicas can
 run on one machine in tests.
@@ -12,6 +16,7 @@ run on one machine in tests.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
@@ -33,12 +38,14 @@ class ProbeServer:
         metrics: Metrics,
         readiness: Callable[[], tuple[bool, str]],
         explain: Callable[[str], Any | None],
+        debug_from_anywhere: bool = False,
     ) -> None:
         self.host = host
         self.port = port
         self._metrics = metrics
         self._readiness = readiness
         self._explain = explain
+        self._debug_from_anywhere = debug_from_anywhere
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
@@ -75,8 +82,31 @@ class ProbeServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _debug_pod(self, request: web.Request) -> web.Response:
+        if not self._debug_from_anywhere and not is_loopback(request.remote):
+            log.warning("debug request refused", remote=request.remote, path=request.path)
+            return web.json_response(
+                {
+                    "error": "the debug endpoints answer clients on this machine only "
+                    "(run.debugFromAnywhere: true, or --debug-from-anywhere, opens them)"
+                },
+                status=403,
+            )
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
         found = self._explain(key)
         if found is None:
             return web.json_response({"pod": key, "error": "no decision recorded"}, status=404)
         return web.Response(body=msgspec.json.encode(found), content_type="application/json")
+
+
+def is_loopback(remote: str | None) -> bool:
+    """Whether a peer address is this machine's loopback (127.0.0.0/8, ::1, ::ffff:127.x).
+    Unknown (None) or unparsable peers are not."""
+    if not remote:
+        return False
+    try:
+        address = ipaddress.ip_address(remote.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback

@@ -11,7 +11,8 @@ keeps its names pending, asks for a reconcile (``on_failure``), and that reconci
 inventory again. Whatever failed (the store, or an unexpected error), nothing is dropped silently.
 
 What is stored is the inventory the scheduler read, as JSON in the ``topo-scheduler.io/gpus``
-shape with ``scores`` (whatever annotation it came from, and ``source`` naming that annotation).
+shape with ``scores`` (whatever annotation it came from, and ``source`` naming that annotation):
+scheduler/core/inventory.py's ``inventory_json``, whose Structs are in core/formats/gpus.py.
 A node without a usable inventory (not a GPU node, or a malformed annotation) has none.
 
 Only the leader writes (the store fences it anyway); a standby drops its changes, since the
@@ -26,10 +27,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-import msgspec
 import structlog
 
-from scheduler.core.inventory import Inventory
+from scheduler.core.inventory import Inventory, inventory_json
 from scheduler.state.base import Store
 
 from .leader import Leadership
@@ -38,40 +38,6 @@ log = structlog.get_logger("inventories")
 
 # A burst of node events (a re-list, a rolling agent update) becomes one store call.
 FLUSH_DELAY_S = 0.05
-
-
-class _DeviceJson(msgspec.Struct):
-    index: int
-    uuid: str
-    memory_mib: int = msgspec.field(default=0, name="memoryMiB")
-    numa: int | None = None
-    healthy: bool = True
-
-
-class _InventoryJson(msgspec.Struct):
-    vendor: str
-    model: str | None
-    devices: list[_DeviceJson]
-    scores: list[list[int]]
-    sgpu_per_card: int = msgspec.field(name="sgpuPerCard")
-    source: str
-
-
-_encoder = msgspec.json.Encoder()
-
-
-def inventory_json(inventory: Inventory) -> str:
-    wire = _InventoryJson(
-        vendor=inventory.vendor,
-        model=inventory.model,
-        devices=[
-            _DeviceJson(d.index, d.uuid, d.memory_mib, d.numa, d.healthy) for d in inventory.devices
-        ],
-        scores=[list(row) for row in inventory.topology.scores],
-        sgpu_per_card=inventory.sgpu_per_card,
-        source=inventory.source,
-    )
-    return _encoder.encode(wire).decode()
 
 
 class NodeInventories:

@@ -8,16 +8,18 @@ One replica leads at a time. Standbys keep their watches warm and try to acquire
   time, before the store is even asked, so the loop stops taking pods at once.
 
 The epoch is handed to ``on_elected`` so the service can reconcile the store against the apiserver
-before its first decision. If that fails (Redis busy or unreachable, say), the replica gives the
-lease up at once (``on_lost`` is called) and goes back to trying to acquire it: whoever wins next,
-this replica or another, prepares afresh. A replica never keeps a lease it cannot lead with, and
-never stops competing for it. Time comes from the injected clock; sleeping from the injected
-sleep.
+before its first decision. That can take a while (100,000 bound pods are tens of store calls),
+so the lease is renewed every ``renew_s`` while it runs, as afterwards. If it fails (Redis busy
+or unreachable, say), the replica gives the lease up at once (``on_lost`` is called) and goes
+back to trying to acquire it: whoever wins next, this replica or another, prepares afresh. A
+replica never keeps a lease it cannot lead with, and never stops competing for it. Time comes
+from the injected clock; sleeping from the injected sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -81,7 +83,7 @@ class Leadership:
                     self.epoch, self._renewed_at = epoch, sent
                     log.info("became leader", holder=self.holder, epoch=epoch)
                     try:
-                        await on_elected(epoch)
+                        await self._renewing(on_elected(epoch), epoch, ttl_ms)
                     except Exception as exc:
                         log.warning(
                             "could not take up leadership: giving the lease up",
@@ -113,6 +115,33 @@ class Leadership:
                 log.warning("lost leadership", holder=self.holder, epoch=self.epoch)
                 self.epoch = None
                 await on_lost()
+
+    async def _renewing(self, work: Awaitable[None], epoch: int, ttl_ms: int) -> None:
+        """Await ``work`` while renewing the lease every ``renew_s``. A renewal refused or failing
+        only stops renewing: the store fences the work's next write, which fails it."""
+
+        async def renew() -> None:
+            while True:
+                await self._sleep(self.timing.renew_s)
+                sent = self._clock()
+                try:
+                    ok = await self.store.renew(self.holder, epoch, ttl_ms)
+                except StoreError as exc:
+                    log.warning("lease renew failed", error=str(exc), epoch=epoch)
+                    continue
+                if not ok:
+                    log.warning("lease lost while taking up leadership", epoch=epoch)
+                    return
+                if self.epoch == epoch:
+                    self._renewed_at = sent
+
+        renewer = asyncio.create_task(renew(), name="lease-renew-while-elected")
+        try:
+            await work
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
 
     async def _give_up(self, on_lost: Callable[[], Awaitable[None]]) -> None:
         # The scheduler stops leading before the lease is handed back, never after: no moment

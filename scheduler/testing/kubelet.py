@@ -254,6 +254,12 @@ class Kubelet:
         self.allocated[(pod.namespace, pod.name, container.name)] = devices
         return devices
 
+    def finish(self, pod: Pod) -> None:
+        """The pod finished, but the kubelet still lists it in PodResources with its containers'
+        devices freed (kubernetes issue 119423), until the pod object is deleted."""
+        for c in pod.containers:
+            self.allocated.pop((pod.namespace, pod.name, c.name), None)
+
     def remove(self, pod: Pod) -> None:
         """The pod finished or failed: it leaves the list and its devices are free again."""
         self.pods.pop((pod.namespace, pod.name), None)

@@ -16,11 +16,10 @@ from typing import Any, cast
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.core.inventory import read_inventory
+from scheduler.core.inventory import inventory_json, read_inventory
 from scheduler.core.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
-from scheduler.service.inventories import inventory_json
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import RECONCILE_MIN_S, Scheduler
@@ -54,7 +53,8 @@ class Replica:
     def __init__(self, url: str, clock: Callable[[], float], timing: LeaseTiming) -> None:
         self.url = url
         self.redis = aioredis.Redis.from_url(url, decode_responses=True)
-        self.store = RedisStore(aioredis.Redis.from_url(url), prefix="F")
+        # As the service builds it (app.py): with its 2 s socket timeout.
+        self.store = RedisStore.from_url(url, prefix="F")
         self.leadership = Leadership(self.store, "replica-1", timing, clock)
         self.scheduler = Scheduler(
             CoreSettings(),

@@ -271,8 +271,8 @@ def test_node_refresh_keeps_holdings_and_deleted_node_drops_them() -> None:
 
 def test_assume_then_bound_event_replaces_the_assumed_holding() -> None:
     """The live flow: the core's placement is assumed, then the bound pod's event arrives."""
-    from scheduler.core.cluster import assignment_annotations
     from scheduler.core.cycle import Unit, apply_decision, decide
+    from scheduler.core.formats.assignment import assignment_annotations
 
     state = cluster(MakeNode().Name("n").Links(DGX1_V100))
     pod = MakePod().Name("p").Req(2)

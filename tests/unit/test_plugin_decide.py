@@ -139,5 +139,12 @@ def test_check_allocation_strict_and_adopt() -> None:
     )
     adopted = check_allocation([A, C], target, Mode.ADOPT)
     assert adopted.accept and adopted.matches is False
-    unknown = check_allocation([A], None, Mode.STRICT)
-    assert unknown.accept and unknown.matches is None
+    # Nobody identified: strict refuses what it cannot match to an assignment, adopt accepts.
+    unknown = check_allocation([A], None, Mode.STRICT, "ambiguous: 2 pods wait for GPUs")
+    assert not unknown.accept and unknown.matches is None
+    assert unknown.message == (
+        f"no pod identified for {A} (ambiguous: 2 pods wait for GPUs): device plugin mode "
+        "strict refuses GPUs it cannot match to an assignment"
+    )
+    accepted = check_allocation([A], None, Mode.ADOPT)
+    assert accepted.accept and accepted.matches is None

@@ -75,7 +75,8 @@ async def test_registers_again_when_the_kubelet_restarts() -> None:
 async def test_list_and_watch_streams_never_block_other_calls() -> None:
     # Regression test for thread starvation: several endless ListAndWatch streams are open
     # (the kubelet's and ours) while many GetPreferredAllocation and Allocate calls run at once.
-    async with gpu_node() as node:
+    # Mode adopt: nobody is being admitted, so strict would refuse every Allocate.
+    async with gpu_node(mode=Mode.ADOPT) as node:
         plugin = node.kubelet.plugin
         streams = [plugin.list_and_watch(dp.Empty()) for _ in range(20)]
         try:
@@ -166,7 +167,7 @@ async def test_adopt_accepts_the_kubelets_devices_and_records_them() -> None:
 
 
 async def test_without_pod_resources_the_answer_is_a_topology_choice_not_an_error() -> None:
-    async with gpu_node() as node:
+    async with gpu_node(mode=Mode.ADOPT) as node:
         await node.kubelet.stop_pod_resources()
         p = pod("blind", ("main", 2))
         node.annotations.bind(p, {"main": [UUIDS[1], UUIDS[6]]})
@@ -178,7 +179,7 @@ async def test_without_pod_resources_the_answer_is_a_topology_choice_not_an_erro
 
 
 async def test_slow_pod_resources_and_apiserver_still_answer_in_time() -> None:
-    async with gpu_node(identify_timeout=0.2) as node:
+    async with gpu_node(mode=Mode.ADOPT, identify_timeout=0.2) as node:
         node.kubelet.pod_resources_delay = 5.0
         p = pod("slow", ("main", 1))
         node.annotations.bind(p, {"main": [UUIDS[0]]})
@@ -193,7 +194,7 @@ async def test_slow_pod_resources_and_apiserver_still_answer_in_time() -> None:
 
 
 async def test_apiserver_errors_end_in_a_topology_choice_not_an_error() -> None:
-    async with gpu_node() as node:
+    async with gpu_node(mode=Mode.ADOPT) as node:
         node.annotations.error = RuntimeError("apiserver says 500")
         p = pod("unreadable", ("main", 1))
         node.annotations.bind(p, {"main": [UUIDS[2]]})
@@ -219,7 +220,7 @@ async def test_pods_are_read_about_once_per_admission() -> None:
 
 @pytest.mark.parametrize("injection", [Injection.CDI, Injection.ENV])
 async def test_allocate_injects_cdi_devices_or_the_env(injection: Injection) -> None:
-    async with gpu_node(injection=injection) as node:
+    async with gpu_node(mode=Mode.ADOPT, injection=injection) as node:
         answer = await bounded(
             node.kubelet.plugin.allocate(
                 dp.AllocateRequest(

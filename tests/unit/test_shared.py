@@ -79,7 +79,7 @@ def test_whole_gpu_pods_avoid_shared_cards_and_shared_pods_avoid_whole_ones() ->
 
 
 def test_shared_holdings_survive_a_restart_through_the_assignment_annotation() -> None:
-    from scheduler.core.cluster import assignment_annotations
+    from scheduler.core.formats.assignment import assignment_annotations
 
     state = cluster(metax())
     (d,) = schedule(state, MakePod().Name("a").Shared(core=60, sgpu=1, qos="fixed-share"))

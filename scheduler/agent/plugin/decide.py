@@ -21,11 +21,14 @@ unidentified pod gets a well-connected set. It never fails: an error there fails
 
 ``check_allocation`` is Allocate's check: the kubelet's devices against the assignment. Mode
 ``strict`` refuses a mismatch (the pod fails visibly with the reason); ``adopt`` accepts it and the
-caller records the truth. With no identified pod there is nothing to compare with, so it accepts:
-refusing would fail pods whenever PodResources hiccups.
+caller records the truth. With no identified pod (PodResources or the apiserver down or slow, two
+pods that both look pending, a pod with no assignment) there is nothing to compare with: ``strict``
+refuses, since GPUs handed out unseen are GPUs the scheduler gives the next pod too; ``adopt``
+accepts, and the caller reports the GPUs in ``topo-scheduler.io/allocated`` once the kubelet lists
+the container that got them, so the scheduler counts them all the same.
 
-Assignment format (``containers`` is per container, in spec order; when it is absent the pod has
-one GPU container and gets every UUID of ``devices``):
+Assignment format (scheduler/core/formats/assignment.py; ``containers`` is per container, in
+spec order; when it is absent the pod has one GPU container and gets every UUID of ``devices``):
     {"devices": [{"index": 0, "uuid": "GPU-a"}, {"index": 3, "uuid": "GPU-b"}],
      "containers": [{"name": "main", "uuids": ["GPU-a", "GPU-b"]}], ...}
 """
@@ -37,8 +40,8 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-import msgspec
-
+from scheduler.core.formats import FormatError
+from scheduler.core.formats import assignment as assignment_format
 from scheduler.core.inventory import Inventory
 from scheduler.core.names import ASSIGNMENT_ANNOTATION
 
@@ -99,30 +102,15 @@ class Verdict:
 # ---- the annotation ---------------------------------------------------------------------------
 
 
-class _DeviceWire(msgspec.Struct):
-    uuid: str
-
-
-class _ContainerWire(msgspec.Struct):
-    name: str
-    uuids: list[str]
-
-
-class _AssignmentWire(msgspec.Struct):
-    # Unknown fields (node, shares, gang, ...) are tolerated: they are the scheduler's business.
-    devices: list[_DeviceWire] = []
-    containers: list[_ContainerWire] | None = None
-
-
 def read_assignment(annotations: Mapping[str, str]) -> Assignment | None:
     """The pod's assignment, None when it has none; AssignmentError when it is malformed."""
     raw = annotations.get(ASSIGNMENT_ANNOTATION)
     if raw is None:
         return None
     try:
-        wire = msgspec.json.decode(raw, type=_AssignmentWire)
-    except msgspec.DecodeError as exc:
-        raise AssignmentError(f"annotation {ASSIGNMENT_ANNOTATION}: {exc}") from None
+        wire = assignment_format.decode(raw)
+    except FormatError as exc:
+        raise AssignmentError(str(exc)) from None
     if wire.containers is not None:
         # A container assigned no GPU is not waiting for any: leave it out.
         containers = tuple(
@@ -224,9 +212,23 @@ def topology_choice(
 # ---- Allocate ----------------------------------------------------------------------------
 
 
-def check_allocation(devices: Sequence[str], target: Target | None, mode: Mode) -> Verdict:
+def check_allocation(
+    devices: Sequence[str], target: Target | None, mode: Mode, why: str = ""
+) -> Verdict:
     if target is None:
-        return Verdict(True, None, "no pod identified: nothing to check the devices against")
+        message = f"no pod identified for {', '.join(devices) or 'no GPU'}" + (
+            f" ({why})" if why else ""
+        )
+        if mode is Mode.STRICT:
+            return Verdict(
+                False,
+                None,
+                f"{message}: device plugin mode strict refuses GPUs it cannot match to an "
+                "assignment",
+            )
+        return Verdict(
+            True, None, f"{message} (device plugin mode adopt: accepted, reported when listed)"
+        )
     if len(devices) == len(target.uuids) and set(devices) == set(target.uuids):
         return Verdict(True, True, "")
     message = (

@@ -27,7 +27,10 @@ from .protos import podresources_pb2 as pr
 log = structlog.get_logger("device-plugin")
 
 GetPod = Callable[[str, str], Awaitable[Mapping[str, str] | None]]
-"""``get_pod(namespace, name)``: the pod's annotations, or None when the pod is gone."""
+"""``get_pod(namespace, name)``: the pod's annotations, or None when the pod is gone or finished.
+A finished pod the kubelet still lists in PodResources (kubernetes issue 119423: its containers
+show no devices once they are freed) would otherwise look pending, and make the pod really being
+admitted ambiguous, or be taken for it."""
 
 ListPods = Callable[[], Awaitable[list[decide.PodDevices]]]
 

@@ -26,17 +26,17 @@ import asyncio
 import contextlib
 import enum
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import grpc
 import grpc.aio
-import msgspec
 import structlog
 
-from scheduler.core.cluster import AllocatedContainer, AllocatedRecord
+from scheduler.core.formats import allocated as allocated_format
+from scheduler.core.formats.allocated import AllocatedContainer, AllocatedRecord
 from scheduler.core.inventory import Inventory
 
 from . import cdi, decide, rpc
@@ -80,6 +80,12 @@ class PluginConfig:
 
 Publish = Callable[[str, str, str], Awaitable[None]]
 """``publish(namespace, name, value)``: write the pod's ``topo-scheduler.io/allocated``."""
+
+# After mode adopt accepted GPUs for a pod it could not identify, PodResources is read this
+# often, this many times, for the container that got them (the kubelet lists it once Allocate
+# has returned and the rest of the pod's containers are allocated).
+_REPORT_INTERVAL_S: Final = 0.2
+_REPORT_TRIES: Final = 50
 
 # Pods whose allocations are remembered for publishing (the oldest are forgotten first): far
 # more than a node admits between two pods leaving, so a pod's containers always add up.
@@ -125,9 +131,8 @@ class DevicePluginServer:
         if devices is None:
             devices = [(d.uuid, d.healthy) for d in inventory.devices] if inventory else []
         self._state = _State([_Health(u, h) for u, h in devices])
-        self._identifier = Identifier(
-            list_pods or self._list_pods, get_pod, config.identify_timeout
-        )
+        self._list = list_pods or self._list_pods
+        self._identifier = Identifier(self._list, get_pod, config.identify_timeout)
         self._server: grpc.aio.Server | None = None
         self._pod_resources: grpc.aio.Channel | None = None
         self._watch_task: asyncio.Task[None] | None = None
@@ -320,7 +325,7 @@ class DevicePluginServer:
         for req in request.container_requests:
             devices = tuple(req.devices_ids)
             target, why = await self._identifier.identify(len(devices), None)
-            verdict = decide.check_allocation(devices, target, self.config.mode)
+            verdict = decide.check_allocation(devices, target, self.config.mode, why)
             if not verdict.accept:
                 log.warning("allocation refused", reason=verdict.message)
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, verdict.message)
@@ -329,8 +334,48 @@ class DevicePluginServer:
             self.allocations.append(AllocationRecord(target, devices, verdict.matches))
             if target is not None and target.container is not None:
                 self._record(target.namespace, target.name, target.container, devices)
+            elif target is None and devices:
+                self._spawn(self._report_unidentified(devices))
             answers.append(self._inject(devices))
         return dp.AllocateResponse(container_responses=answers)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work, name="publish-allocated")
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    async def _report_unidentified(self, devices: tuple[str, ...]) -> None:
+        """Mode adopt accepted GPUs for a pod it could not identify: once the kubelet lists the
+        container that got exactly these GPUs (it records them when Allocate returns), report
+        them on its pod, so the scheduler counts them, whoever it meant them for."""
+        wanted = set(devices)
+        for _ in range(_REPORT_TRIES):
+            await asyncio.sleep(_REPORT_INTERVAL_S)
+            try:
+                pods = await self._list()
+            except Exception as exc:  # PodResources down: try again, then give up
+                log.warning("listing pods to report GPUs failed", error=f"{exc}")
+                continue
+            owners = [
+                (p.namespace, p.name, container)
+                for p in pods
+                for container, ids in p.devices.items()
+                if set(ids) == wanted
+            ]
+            if len(owners) == 1:
+                namespace, name, container = owners[0]
+                log.info(
+                    "reporting GPUs of an unidentified allocation",
+                    pod=f"{namespace}/{name}",
+                    container=container,
+                    devices=list(devices),
+                )
+                self._record(namespace, name, container, devices)
+                return
+        log.warning(
+            "GPUs accepted for an unidentified pod were never listed: not reported",
+            devices=list(devices),
+        )
 
     def _record(self, namespace: str, name: str, container: str, devices: tuple[str, ...]) -> None:
         """Remember a container's devices and publish the pod's whole report in the background
@@ -347,9 +392,7 @@ class DevicePluginServer:
             self._dirty.add(key)
             return
         self._sending.add(key)
-        task = asyncio.create_task(self._send(key), name="publish-allocated")
-        self._publishing.add(task)
-        task.add_done_callback(self._publishing.discard)
+        self._spawn(self._send(key))
 
     async def _send(self, key: tuple[str, str]) -> None:
         assert self._publish is not None
@@ -359,7 +402,7 @@ class DevicePluginServer:
                 pod = self._allocated.get(key, {})
                 record = AllocatedRecord([AllocatedContainer(c, list(u)) for c, u in pod.items()])
                 try:
-                    await self._publish(key[0], key[1], msgspec.json.encode(record).decode())
+                    await self._publish(key[0], key[1], allocated_format.encode(record))
                 except Exception as exc:  # the assignment still stands for the scheduler
                     log.warning(
                         "publishing allocated devices failed",
