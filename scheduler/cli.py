@@ -31,7 +31,8 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio
 
     from scheduler.config import ConfigError, load_config
-    from scheduler.service.app import configure_logging, run, settings_from
+    from scheduler.config.logs import configure_logging
+    from scheduler.service.app import run, settings_from
 
     try:
         config = settings_from(

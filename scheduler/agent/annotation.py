@@ -18,24 +18,8 @@ from typing import Any
 import msgspec
 
 from scheduler.core.formats.gpus import DeviceEntry, GpuAnnotation
-from scheduler.core.inventory import Inventory, InventoryError, read_inventory
-from scheduler.core.names import GPUS_ANNOTATION
-from scheduler.core.objects import NodeInput
 
 from .nvidia import ProbeError, QueryGpu, TopoMatrix
-
-
-def check_annotation(value: str, node: str) -> Inventory:
-    """Read ``value`` with the scheduler's parser; InventoryError when it would reject it."""
-    inventory = read_inventory(NodeInput(name=node, annotations={GPUS_ANNOTATION: value}))
-    if inventory is None:  # cannot happen: the annotation is set
-        raise InventoryError(f"node {node}: annotation {GPUS_ANNOTATION}: not read")
-    return inventory
-
-
-def strip_inventory_prefix(message: str, node: str) -> str:
-    """The core's "node X: annotation A: detail" without its prefix (the caller names both)."""
-    return message.removeprefix(f"node {node}: annotation {GPUS_ANNOTATION}: ")
 
 
 def from_nvidia(

@@ -27,7 +27,7 @@ from typing import Final
 import msgspec
 
 from scheduler.core.names import ALLOCATED_ANNOTATION, GPUS_ANNOTATION
-from scheduler.kube.api import COMPONENT, KubeApi, _raise_for
+from scheduler.kube.api import COMPONENT, KubeApi, raise_for_status
 from scheduler.kube.codec import Node
 
 FIELD_MANAGER: Final = "topo-scheduler-agent"
@@ -46,7 +46,7 @@ class AgentApi(KubeApi):
         status, body = await self._call(self.core.read_node, name)
         if status == 404:
             return None
-        _raise_for(status, body)
+        raise_for_status(status, body)
         meta = msgspec.json.decode(body, type=Node).metadata
         return NodeView(meta.name, meta.uid, meta.labels or {}, meta.annotations or {})
 
@@ -59,7 +59,7 @@ class AgentApi(KubeApi):
             field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json",
         )
-        _raise_for(status, body)
+        raise_for_status(status, body)
 
     async def pod_annotations(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The device plugin's reader: the pod's annotations, or None when it is gone or has
@@ -97,4 +97,4 @@ class AgentApi(KubeApi):
             "count": 1,
         }
         status, raw = await self._call(self.core.create_namespaced_event, EVENT_NAMESPACE, body)
-        _raise_for(status, raw)
+        raise_for_status(status, raw)

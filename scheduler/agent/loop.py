@@ -37,10 +37,14 @@ from typing import Final, Protocol
 import structlog
 
 from scheduler.core.formats.gpus import encode
-from scheduler.core.inventory import Inventory, InventoryError
+from scheduler.core.inventory import (
+    Inventory,
+    InventoryError,
+    check_annotation,
+    strip_inventory_prefix,
+)
 from scheduler.core.names import GPUS_ANNOTATION
 
-from .annotation import check_annotation, strip_inventory_prefix
 from .kube import NodeView
 from .nvidia import ProbeError
 from .probe import Probed

@@ -29,11 +29,12 @@ import msgspec
 import structlog
 
 from scheduler.config import ConfigError, load_config
+from scheduler.config.agent import AgentConfig
+from scheduler.config.logs import configure_logging
 from scheduler.core.formats.gpus import encode
-from scheduler.core.inventory import InventoryError
+from scheduler.core.inventory import InventoryError, check_annotation, strip_inventory_prefix
+from scheduler.kube.client import api_client
 
-from .annotation import check_annotation, strip_inventory_prefix
-from .config import AgentConfig
 from .nvidia import ProbeError
 from .probe import Prober
 
@@ -101,8 +102,6 @@ def run(args: argparse.Namespace) -> int:
         return _print(config, node or "node")
     if not node:
         return _fail("--node is required (or set NODE_NAME)")
-    from scheduler.service.app import configure_logging
-
     configure_logging(args.log_level)
     return asyncio.run(_serve(config, node, args.kubeconfig, args.once, args.device_plugin))
 
@@ -132,15 +131,13 @@ def _print(config: AgentConfig, node: str) -> int:
 async def _serve(
     config: AgentConfig, node: str, kubeconfig: str | None, once: bool, device_plugin: bool
 ) -> int:
-    from scheduler.service.app import _api_client
-
     from .kube import AgentApi
     from .loop import Agent, Outcome
 
-    api_client = await _api_client(kubeconfig)
+    client = await api_client(kubeconfig)
     host = None
     try:
-        api = AgentApi(api_client)
+        api = AgentApi(client)
         if device_plugin:  # gRPC is imported only by the agents that serve it
             from .plugin.host import PluginHost
 
@@ -165,4 +162,4 @@ async def _serve(
     finally:
         if host is not None:  # lets the allocation reports in flight land first
             await host.stop()
-        await api_client.close()
+        await client.close()

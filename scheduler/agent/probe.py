@@ -26,12 +26,12 @@ import msgspec
 import structlog
 import yaml
 
-from scheduler.config import _path_of
+from scheduler.config import path_of
+from scheduler.config.agent import AgentConfig, StaticModel
 from scheduler.core.formats.gpus import GpuAnnotation
 
 from . import nvml as nvml_mod
 from .annotation import convert_topology, from_nvidia
-from .config import AgentConfig, StaticModel
 from .nvidia import ProbeError, parse_query, parse_topo
 
 log = structlog.get_logger("agent")
@@ -162,5 +162,5 @@ def _topology_file(path: str) -> GpuAnnotation:
     try:
         return convert_topology(document)
     except msgspec.ValidationError as exc:
-        detail = _path_of(exc, "topology")
+        detail = path_of(exc, "topology")
         raise ProbeError(f"{path}: {detail}") from None

@@ -299,3 +299,16 @@ def inventory_json(inventory: Inventory) -> str:
             source=inventory.source,
         )
     )
+
+
+def check_annotation(value: str, node: str) -> Inventory:
+    """Read ``value`` with the scheduler's parser; InventoryError when it would reject it."""
+    inventory = read_inventory(NodeInput(name=node, annotations={GPUS_ANNOTATION: value}))
+    if inventory is None:  # cannot happen: the annotation is set
+        raise InventoryError(f"node {node}: annotation {GPUS_ANNOTATION}: not read")
+    return inventory
+
+
+def strip_inventory_prefix(message: str, node: str) -> str:
+    """The core's "node X: annotation A: detail" without its prefix (the caller names both)."""
+    return message.removeprefix(f"node {node}: annotation {GPUS_ANNOTATION}: ")

@@ -46,7 +46,7 @@ async def _body(response: Any) -> tuple[int, bytes]:
         response.release()
 
 
-def _raise_for(status: int, body: bytes) -> None:
+def raise_for_status(status: int, body: bytes) -> None:
     if status == 410:
         raise Gone(body.decode(errors="replace"))
     if status >= 300:
@@ -75,18 +75,18 @@ class KubeApi:
         status, body = await self._call(
             self.core.list_pod_for_all_namespaces, field_selector=field_selector
         )
-        _raise_for(status, body)
+        raise_for_status(status, body)
         return body
 
     async def list_nodes(self) -> bytes:
         status, body = await self._call(self.core.list_node)
-        _raise_for(status, body)
+        raise_for_status(status, body)
         return body
 
     async def list_kind(self, kind: str) -> bytes:
         """LIST of one of ``WATCHED_KINDS`` (namespaces, claims, volumes)."""
         status, body = await self._call(self._lister(kind))
-        _raise_for(status, body)
+        raise_for_status(status, body)
         return body
 
     async def watch_kind(
@@ -114,7 +114,7 @@ class KubeApi:
         status, body = await self._call(self.core.read_namespaced_pod, name, namespace)
         if status == 404:
             return None
-        _raise_for(status, body)
+        raise_for_status(status, body)
         return body
 
     async def get_pod(self, namespace: str, name: str) -> PodInput | None:
@@ -173,7 +173,7 @@ class KubeApi:
             _content_type="application/merge-patch+json",
         )
         if status != 404:
-            _raise_for(status, raw)
+            raise_for_status(status, raw)
 
     async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
         """Condition PodScheduled=False, reason Unschedulable, as kube-scheduler sets it."""
@@ -197,7 +197,7 @@ class KubeApi:
             _content_type="application/strategic-merge-patch+json",
         )
         if status != 404:
-            _raise_for(status, raw)
+            raise_for_status(status, raw)
 
     async def event(
         self,
@@ -232,14 +232,14 @@ class KubeApi:
         }
         status, raw = await self._call(self.core.create_namespaced_event, namespace, body)
         if status != 404:
-            _raise_for(status, raw)
+            raise_for_status(status, raw)
 
 
 async def _lines(response: Any) -> AsyncIterator[bytes]:
     try:
         if response.status >= 300:
             body = await response.read()
-            _raise_for(int(response.status), body)
+            raise_for_status(int(response.status), body)
         async for line in response.content:
             yield line
     finally:

@@ -16,21 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import socket
-import sys
 import time
 import uuid
 from typing import Any
 
 import structlog
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.config import Config
 from scheduler.kube.api import KubeApi
+from scheduler.kube.client import api_client
 from scheduler.kube.codec import (
     Claim,
     Namespace,
@@ -56,23 +53,6 @@ from .scheduler import Scheduler
 log = structlog.get_logger("app")
 
 
-def configure_logging(level: str = "info") -> None:
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            getattr(logging, level.upper(), logging.INFO)
-        ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
-        cache_logger_on_first_use=True,
-    )
-
-
 def settings_from(
     config: Config,
     redis_url: str | None,
@@ -96,19 +76,6 @@ def settings_from(
     return config.with_run(**changes) if changes else config
 
 
-async def _api_client(kubeconfig: str | None) -> ApiClient:
-    configuration = Configuration()
-    if kubeconfig:
-        await k8s_config.load_kube_config(
-            config_file=kubeconfig, client_configuration=configuration
-        )
-    else:
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
-    return ApiClient(configuration)
-
-
 async def run(config: Config, kubeconfig: str | None) -> int:
     run_cfg = config.run
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -123,8 +90,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             kind="memory",
             detail="no Redis URL: embedded in-memory store; run a single replica only",
         )
-    api_client = await _api_client(kubeconfig)
-    api = KubeApi(api_client)
+    client = await api_client(kubeconfig)
+    api = KubeApi(client)
     metrics = Metrics()
     store = TimedStore(store, metrics.store_latency)  # every store call is timed
     lease = run_cfg.lease
@@ -294,6 +261,6 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     await http.stop()
     with contextlib.suppress(Exception):
         await store.close()
-    await api_client.close()
+    await client.close()
     log.info("stopped", holder=holder)
     return 0

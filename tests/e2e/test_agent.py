@@ -31,7 +31,7 @@ from scheduler.config import parse_config
 from scheduler.core.inventory import Inventory, read_inventory
 from scheduler.core.names import GPUS_ANNOTATION
 from scheduler.core.objects import NodeInput
-from scheduler.service.app import _api_client
+from scheduler.kube.client import api_client
 from scheduler.testing.controlplane import ControlPlane
 from tests.topologies import METAX8
 
@@ -91,7 +91,7 @@ async def polls(agent: Agent, more: int) -> None:
 
 @pytest.fixture
 async def agent_api(control_plane: ControlPlane) -> AsyncIterator[AgentApi]:
-    client = await _api_client(str(control_plane.agent_kubeconfig))
+    client = await api_client(str(control_plane.agent_kubeconfig))
     try:
         yield AgentApi(client)
     finally:

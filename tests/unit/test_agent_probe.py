@@ -15,12 +15,12 @@ import msgspec
 import pytest
 import yaml
 
-from scheduler.agent.annotation import check_annotation
-from scheduler.agent.config import AgentConfig, NvidiaSettings
 from scheduler.agent.nvidia import ProbeError
 from scheduler.agent.probe import Prober
 from scheduler.config import ConfigError, parse_config
+from scheduler.config.agent import AgentConfig, NvidiaSettings
 from scheduler.core.formats.gpus import encode
+from scheduler.core.inventory import check_annotation
 from tests.topologies import METAX8
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"

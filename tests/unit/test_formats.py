@@ -12,7 +12,6 @@ import json
 
 import pytest
 
-from scheduler.agent.annotation import check_annotation
 from scheduler.agent.plugin.decide import AssignmentError, read_assignment
 from scheduler.core.cluster import ClusterState
 from scheduler.core.decisions import Placed
@@ -24,7 +23,12 @@ from scheduler.core.formats import gpus as gpus_format
 from scheduler.core.formats.allocated import AllocatedContainer, AllocatedRecord
 from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.formats.gpus import MAX_DEVICES, DeviceEntry, GpuAnnotation
-from scheduler.core.inventory import InventoryError, inventory_json, read_inventory
+from scheduler.core.inventory import (
+    InventoryError,
+    check_annotation,
+    inventory_json,
+    read_inventory,
+)
 from scheduler.core.names import (
     ALLOCATED_ANNOTATION,
     ASSIGNMENT_ANNOTATION,

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import structlog
 
+from scheduler.config.agent import DevicePluginSettings
 from scheduler.core.inventory import Inventory
 
-from ..config import DevicePluginSettings
 from .decide import Mode
 from .identify import GetPod
 from .server import DevicePluginServer, Injection, PluginConfig, Publish

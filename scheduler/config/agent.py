@@ -19,9 +19,7 @@ import msgspec
 from msgspec import Struct, field
 
 from scheduler.core.formats.gpus import GpuAnnotation, encode
-from scheduler.core.inventory import InventoryError
-
-from .annotation import check_annotation, strip_inventory_prefix
+from scheduler.core.inventory import InventoryError, check_annotation, strip_inventory_prefix
 
 NVIDIA_SMI = ("nvidia-smi",)
 

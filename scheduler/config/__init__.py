@@ -18,8 +18,9 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from scheduler.agent.config import AgentConfig, check_agent
 from scheduler.core.settings import VENDORS, CoreSettings
+
+from .agent import AgentConfig, check_agent
 
 
 class ConfigError(ValueError):
@@ -69,7 +70,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     defaults: Defaults = msgspec.field(default_factory=Defaults)
     gang: Gang = msgspec.field(default_factory=Gang)
     run: Run = msgspec.field(default_factory=Run)
-    # The node agent (`topo-scheduler agent`); its Structs live in scheduler/agent/config.py.
+    # The node agent (`topo-scheduler agent`); its Structs live in scheduler/config/agent.py.
     agent: AgentConfig = msgspec.field(default_factory=AgentConfig)
 
     def to_core(self) -> CoreSettings:
@@ -98,7 +99,7 @@ _SECTIONS: dict[str, Any] = {
 _NULLABLE_SECTIONS = frozenset({"resources", "defaults", "gang", "run", "agent"})
 
 
-def _path_of(exc: msgspec.ValidationError, section: str) -> str:
+def path_of(exc: msgspec.ValidationError, section: str) -> str:
     """msgspec's "<message> - at `$.a.b`" as "<section>.a.b: <message>"."""
     text = str(exc)
     message, sep, path = text.rpartition(" - at `")
@@ -132,7 +133,7 @@ def _check(value: Any, typ: Any, path: str, problems: list[str]) -> bool:
     try:
         msgspec.convert(value, typ)
     except msgspec.ValidationError as exc:
-        problems.append(_path_of(exc, path))
+        problems.append(path_of(exc, path))
         return False
     return True
 
@@ -145,7 +146,7 @@ def _check_resources(value: Any, problems: list[str]) -> dict[str, list[str]] | 
     try:
         vendors = msgspec.convert(value, dict[str, Any])
     except msgspec.ValidationError as exc:
-        problems.append(_path_of(exc, "resources"))
+        problems.append(path_of(exc, "resources"))
         return None
     out: dict[str, list[str]] = {}
     seen: dict[str, str] = {}
@@ -155,7 +156,7 @@ def _check_resources(value: Any, problems: list[str]) -> dict[str, list[str]] | 
         try:
             names = msgspec.convert(raw, list[str])
         except msgspec.ValidationError as exc:
-            problems.append(_path_of(exc, f"resources.{vendor}"))
+            problems.append(path_of(exc, f"resources.{vendor}"))
             continue
         for name in names:
             if name in seen:
