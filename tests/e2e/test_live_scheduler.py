@@ -300,7 +300,7 @@ async def test_a_resource_the_nodes_allocatable_lacks_waits_until_offered(
     assert message.startswith("0/") and counted_by_gpu_rules == [
         "1 has too little allocatable nvidia.com/gpu"
     ], message
-    await scenario.wait_condition("ali", "1 has too little allocatable aliyun.com/gpu.")
+    await scenario.wait_condition("ali", "1 has too little allocatable aliyun.com/gpu")
     pods = scenario.pods()
     assert not pods["nv"]["spec"].get("nodeName") and not pods["ali"]["spec"].get("nodeName")
     # The device plugin now registers nvidia.com/gpu too (as the admin: the kubelet's write).
