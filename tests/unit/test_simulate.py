@@ -177,6 +177,7 @@ def test_malformed_inventory_is_a_warning_not_an_error(
         ("metax-c500.yaml", "workload-shared.yaml", 6),
         ("seed003.yaml", "workload-single.yaml", 3),
         ("dgx1-v100.yaml", "workload-mixed.yaml", 6),
+        ("cluster-kubernetes.yaml", "workload-kubernetes.yaml", 3),
     ],
 )
 def test_every_example_simulates(
@@ -388,3 +389,35 @@ def test_node_status_allocatable_is_checked_and_a_malformed_one_warned_about(
     code, out, _ = run(capsys, "simulate", f)
     assert "2 have too little allocatable nvidia.com/gpu" in out
     assert "status.allocatable[nvidia.com/gpu]" in out
+
+
+def test_the_kubernetes_example_reads_like_kube_scheduler(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Priority first, required node affinity and anti-affinity for the workers, a zonal volume,
+    a gated pod; the table says why each node refuses the pod that stays pending."""
+    files = [str(EXAMPLES / "cluster-kubernetes.yaml"), str(EXAMPLES / "workload-kubernetes.yaml")]
+    code, out, _ = run(capsys, "simulate", "-o", "json", *files)
+    assert code == 0
+    doc = json.loads(out)
+    assert {p["pod"]: p["node"] for p in doc["placements"]} == {
+        "default/urgent": "g5-c",
+        "default/worker-0": "p4d-a",
+        "default/worker-1": "p4d-b",
+    }
+    assert doc["pending"] == [
+        {
+            "pod": "default/queued",
+            "reason": "waiting for scheduling gates: kueue.x-k8s.io/admission",
+            "state": "waiting",
+        },
+        {
+            "pod": "default/notebook",
+            "reason": "0/3 nodes are available: 1 has fewer than 1 free GPU, "
+            "2 node(s) didn't match PersistentVolume's node affinity.",
+            "state": "unschedulable",
+        },
+    ]
+    code, out, _ = run(capsys, "simulate", *files)
+    assert "      p4d-a: node(s) didn't match PersistentVolume's node affinity\n" in out
+    assert "      g5-c: has fewer than 1 free GPU\n" in out
