@@ -301,7 +301,8 @@ def test_every_workload_runs_against_every_cluster(
 
 def test_examples_cover_the_clusters_and_workloads_the_docs_name() -> None:
     assert {"dgx1-v100.yaml", "pcie-8gpu.yaml", "metax-c500.yaml", "seed003.yaml"} <= set(CLUSTERS)
-    assert len(WORKLOADS) == 5
+    assert "cluster-kubernetes.yaml" in CLUSTERS and "workload-kubernetes.yaml" in WORKLOADS
+    assert len(WORKLOADS) == 6
 
 
 def test_other_kinds_are_skipped_and_counted(
