@@ -18,13 +18,15 @@ The search is a depth-first branch and bound over subsets in lexicographic order
 found with a given (internal, degree-sum) is also the one with the lowest indices; a branch is cut
 when an upper bound on its internal score and a lower bound on its degree sum cannot beat the best
 so far. On symmetric machines (NVSwitch: every pair NV12) that cuts everything after the first leaf.
-Results are memoised per (topology, free mask, k); topologies are interned so that thousands of
-identical nodes share one memo.
+Results are memoised per (topology, free mask, k); topologies are interned (weakly) so that
+thousands of identical nodes share one memo, and a topology no node uses any more is gone with its
+memo.
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from typing import ClassVar, Final
 
@@ -37,8 +39,9 @@ LINK_SCORES: Final[dict[str, int]] = {
     "SOC": 10,
 }
 _LINKED = re.compile(r"^(NV|MX)([1-9][0-9]?)$")
-# A memo bigger than this is dropped and rebuilt: 16-GPU nodes have 65,536 masks per k.
-_MEMO_LIMIT: Final = 200_000
+# A memo bigger than this is dropped and rebuilt. An 8-GPU topology never gets near it (256 masks
+# x 8 sizes); a 16-GPU one could reach 65,536 masks per size, and this keeps it at a few MB.
+_MEMO_LIMIT: Final = 20_000
 
 
 def link_score(code: str) -> int:
@@ -77,9 +80,13 @@ class SetChoice:
 class Topology:
     """An immutable N x N symmetric score matrix with a memo of best sets. Use ``intern``."""
 
-    __slots__ = ("_memo", "key", "n", "scores")
+    __slots__ = ("__weakref__", "_memo", "key", "n", "scores")
 
-    _interned: ClassVar[dict[tuple[tuple[int, ...], ...], Topology]] = {}
+    # Weak: a topology (and its memo) lives while some node's inventory uses it, so nodes with
+    # matrices of their own that come and go leave nothing behind.
+    _interned: ClassVar[weakref.WeakValueDictionary[tuple[tuple[int, ...], ...], Topology]] = (
+        weakref.WeakValueDictionary()
+    )
 
     def __init__(self, scores: tuple[tuple[int, ...], ...]) -> None:
         self.scores = scores

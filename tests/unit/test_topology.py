@@ -155,3 +155,19 @@ def test_search_equals_brute_force_on_random_topologies(
     else:
         assert got is not None
         assert (got.indices, got.score, got.damage) == (want.indices, want.score, want.damage)
+
+
+def test_a_topology_no_node_uses_is_forgotten_with_its_memo() -> None:
+    import gc
+
+    from scheduler.core.cluster import ClusterState
+    from tests.builders import MakeNode
+
+    scores = [[0, 7, 1, 1], [7, 0, 1, 1], [1, 1, 0, 9], [1, 1, 9, 0]]
+    state = ClusterState()
+    state.set_node(MakeNode().Name("odd").Scores(scores).Obj())
+    key = tuple(tuple(row) for row in scores)
+    assert key in Topology._interned
+    state.remove_node("odd")
+    gc.collect()
+    assert key not in Topology._interned
