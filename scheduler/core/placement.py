@@ -363,17 +363,24 @@ def refusals(state: ClusterState, pod: PodInput) -> list[tuple[str, str]]:
     return out
 
 
-def no_node_reason(state: ClusterState, filters: Filter) -> str:
-    """Why a pod that asks for no GPU fits nowhere: kube-scheduler's reasons alone."""
-    total = len(state.nodes)
-    if total == 0:
+def _before_nodes(state: ClusterState, filters: Filter) -> str | None:
+    """The reason when no node needs asking: an empty cluster, or a pod-level problem."""
+    if not state.nodes:
         return "0/0 nodes are available: the cluster has no nodes."
     if filters.problem is not None:
-        return f"0/{total} nodes are available: {filters.problem}."
+        return f"0/{len(state.nodes)} nodes are available: {filters.problem}."
+    return None
+
+
+def no_node_reason(state: ClusterState, filters: Filter) -> str:
+    """Why a pod that asks for no GPU fits nowhere: kube-scheduler's reasons alone."""
+    early = _before_nodes(state, filters)
+    if early is not None:
+        return early
     counts: Counter[Reason] = Counter()
     for node in state.nodes.values():
         counts.update(filters.check(node))
-    return _histogram(total, counts)
+    return _histogram(len(state.nodes), counts)
 
 
 def unschedulable_reason(
@@ -392,11 +399,9 @@ def unschedulable_reason(
     pending members ask for per resource name: a node that has free GPUs for more of the gang
     than its allocatable left covers is short of allocatable, not of GPUs.
     """
-    total = len(state.nodes)
-    if total == 0:
-        return "0/0 nodes are available: the cluster has no nodes."
-    if filters.problem is not None:
-        return f"0/{total} nodes are available: {filters.problem}."
+    early = _before_nodes(state, filters)
+    if early is not None:
+        return early
     counts: Counter[Reason] = Counter()
     k = req.gpus if gpus is None else gpus
     demand = [(state.resource_index[r], r, n) for r, n in req.resources]
@@ -405,7 +410,7 @@ def unschedulable_reason(
         together = [(index, state.resources[index], n) for index, n in state.demand(joint)]
     for node in state.nodes.values():
         counts.update(_node_reasons(node, filters, req, k, demand, together))
-    return _histogram(total, counts)
+    return _histogram(len(state.nodes), counts)
 
 
 # kube-scheduler's reasons read the same for any count ("3 node(s) were unschedulable"); ours

@@ -92,13 +92,20 @@ class KubeApi:
     async def watch_kind(
         self, kind: str, resource_version: str, timeout_s: int
     ) -> AsyncIterator[bytes]:
-        response = await self._lister(kind)(
+        return await self._watch(self._lister(kind), resource_version, timeout_s)
+
+    async def _watch(
+        self, lister: Any, resource_version: str, timeout_s: int, **selectors: str
+    ) -> AsyncIterator[bytes]:
+        """A WATCH from ``resource_version`` with bookmarks, read as raw lines."""
+        response = await lister(
             watch=True,
             resource_version=resource_version,
             timeout_seconds=timeout_s,
             allow_watch_bookmarks=True,
             _preload_content=False,
             _request_timeout=timeout_s + 30,
+            **selectors,
         )
         return _lines(response)
 
@@ -125,27 +132,15 @@ class KubeApi:
     async def watch_pods(
         self, resource_version: str, timeout_s: int, field_selector: str = ""
     ) -> AsyncIterator[bytes]:
-        response = await self.core.list_pod_for_all_namespaces(
-            watch=True,
-            resource_version=resource_version,
-            timeout_seconds=timeout_s,
-            allow_watch_bookmarks=True,
+        return await self._watch(
+            self.core.list_pod_for_all_namespaces,
+            resource_version,
+            timeout_s,
             field_selector=field_selector,
-            _preload_content=False,
-            _request_timeout=timeout_s + 30,
         )
-        return _lines(response)
 
     async def watch_nodes(self, resource_version: str, timeout_s: int) -> AsyncIterator[bytes]:
-        response = await self.core.list_node(
-            watch=True,
-            resource_version=resource_version,
-            timeout_seconds=timeout_s,
-            allow_watch_bookmarks=True,
-            _preload_content=False,
-            _request_timeout=timeout_s + 30,
-        )
-        return _lines(response)
+        return await self._watch(self.core.list_node, resource_version, timeout_s)
 
     # ---- writes ----------------------------------------------------------------------------
 

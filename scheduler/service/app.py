@@ -158,36 +158,41 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     # Namespaces (for namespaceSelector) and claims and volumes (for the volume filter) are
     # watched only once a pending pod needs them: most clusters' GPU pods use neither, and a
     # scheduler that never needs them asks the apiserver for nothing more.
+    def lazy(kind: str, struct: Any, convert: Any, replace: Any, event: Any) -> Reflector[Any]:
+        return Reflector(
+            kind,
+            struct,
+            lambda: api.list_kind(kind),
+            lambda rv, t: api.watch_kind(kind, rv, t),
+            lambda items: replace([convert(item) for item in items]),
+            lambda change, item: event(change, convert(item)),
+            version,
+        )
+
     optional: dict[str, list[Reflector[Any]]] = {
         "namespaces": [
-            Reflector(
+            lazy(
                 "namespaces",
                 Namespace,
-                lambda: api.list_kind("namespaces"),
-                lambda rv, t: api.watch_kind("namespaces", rv, t),
-                lambda items: scheduler.replace_namespaces([namespace_from_obj(n) for n in items]),
-                lambda kind, n: scheduler.namespace_event(kind, namespace_from_obj(n)),
-                version,
+                namespace_from_obj,
+                scheduler.replace_namespaces,
+                scheduler.namespace_event,
             )
         ],
         "volumes": [
-            Reflector(
+            lazy(
                 "persistentvolumeclaims",
                 Claim,
-                lambda: api.list_kind("persistentvolumeclaims"),
-                lambda rv, t: api.watch_kind("persistentvolumeclaims", rv, t),
-                lambda items: scheduler.replace_claims([claim_from_obj(c) for c in items]),
-                lambda kind, c: scheduler.claim_event(kind, claim_from_obj(c)),
-                version,
+                claim_from_obj,
+                scheduler.replace_claims,
+                scheduler.claim_event,
             ),
-            Reflector(
+            lazy(
                 "persistentvolumes",
                 Volume,
-                lambda: api.list_kind("persistentvolumes"),
-                lambda rv, t: api.watch_kind("persistentvolumes", rv, t),
-                lambda items: scheduler.replace_volumes([volume_from_obj(v) for v in items]),
-                lambda kind, v: scheduler.volume_event(kind, volume_from_obj(v)),
-                version,
+                volume_from_obj,
+                scheduler.replace_volumes,
+                scheduler.volume_event,
             ),
         ],
     }
