@@ -11,171 +11,23 @@ from typing import Any
 import msgspec
 import pytest
 
-from scheduler.core.objects import NodeInput, PodInput
-from scheduler.core.settings import CoreSettings
-from scheduler.kube.api import BindResult
-from scheduler.service import binder as binder_module
-from scheduler.service import scheduler as scheduler_module
-from scheduler.service.leader import Leadership, LeaseTiming
-from scheduler.service.metrics import Metrics
 from scheduler.service.podbook import TABLE, Event, PodBook, Stage
-from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import RECONCILE_MIN_S
 from scheduler.state.base import StoreError
 from scheduler.state.memory import MemoryStore
-from tests.builders import MakeNode, MakePod
+from tests.builders import MakePod
 from tests.clock import ManualClock
-
-TTL_MS = 15_000
-
-
-class Apiserver:
-    """The apiserver as the scheduler sees it: the first Binding of a pod wins."""
-
-    def __init__(self) -> None:
-        self.pods: dict[str, PodInput] = {}
-        self.gates: dict[str, asyncio.Event] = {}  # a Binding waits for its pod's gate
-        self.lose_answer: set[str] = set()  # the Binding lands but its answer is lost
-        self.refuse: dict[str, int] = {}  # the Binding is refused with this status
-        self.reads_fail = False
-        self.binds: list[tuple[str, str, str]] = []  # (pod, node, devices) that landed
-
-    def create(self, pod: PodInput) -> PodInput:
-        self.pods[pod.key] = pod
-        return pod
-
-    async def bind(
-        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
-    ) -> BindResult:
-        key = f"{namespace}/{name}"
-        if key in self.gates:
-            await self.gates[key].wait()
-        if key in self.refuse:
-            return BindResult(self.refuse[key], "refused")
-        pod = self.pods.get(key)
-        if pod is None or pod.uid != uid:
-            return BindResult(404, "not found")
-        if pod.node_name:
-            return BindResult(409, "already bound")
-        self.pods[key] = msgspec.structs.replace(
-            pod, node_name=node, annotations={**pod.annotations, **annotations}
-        )
-        self.binds.append((key, node, annotations["topo-scheduler.io/devices"]))
-        if key in self.lose_answer:
-            self.lose_answer.discard(key)
-            raise ConnectionError("the answer was lost")
-        return BindResult(201)
-
-    async def get_pod(self, namespace: str, name: str) -> PodInput | None:
-        if self.reads_fail:
-            raise ConnectionError("apiserver unavailable")
-        return self.pods.get(f"{namespace}/{name}")
-
-    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
-        return None
-
-    async def event(self, *args: Any) -> None:
-        return None
-
-    def delete(self, key: str) -> PodInput:
-        return self.pods.pop(key)
-
-
-class Replica:
-    def __init__(
-        self,
-        api: Apiserver,
-        store: MemoryStore,
-        clock: ManualClock,
-        holder: str = "a",
-        wait_for_unknown_leader: bool = False,
-        bind_timeout: float = 5.0,
-    ) -> None:
-        self.api, self.store, self.clock, self.holder = api, store, clock, holder
-        self.leadership = Leadership(store, holder, LeaseTiming(), clock)
-        self.s = Scheduler(
-            CoreSettings(),
-            "topo-scheduler",
-            api,
-            store,
-            self.leadership,
-            Metrics(),
-            clock,
-            bind_timeout=bind_timeout,
-            wait_for_unknown_leader=wait_for_unknown_leader,
-        )
-
-    async def elect(self, nodes: list[NodeInput], bound: list[PodInput] | None = None) -> int:
-        """Synced watches, then the lease won (what app.py and Leadership.run do)."""
-        self.s.replace_nodes(nodes)
-        self.s.replace_bound(bound or [])
-        epoch = await self.store.acquire(self.holder, TTL_MS)
-        assert epoch is not None
-        self.leadership.epoch = epoch
-        self.leadership._renewed_at = self.clock.now
-        await self.s.on_elected(epoch)
-        return epoch
-
-    async def renew(self) -> None:
-        assert self.leadership.epoch is not None
-        assert await self.store.renew(self.holder, self.leadership.epoch, TTL_MS)
-        self.leadership._renewed_at = self.clock.now
-
-    def pending(self, pod: PodInput) -> PodInput:
-        self.api.create(pod)
-        self.s.pending_event("ADDED", pod)
-        return pod
-
-    def bound_seen(self, key: str) -> None:
-        """The bound pods' watch delivers the pod as the apiserver has it now."""
-        self.s.pending_event("DELETED", self.api.pods[key])
-        self.s.bound_event("ADDED", self.api.pods[key])
-
-    async def step(self) -> str | None:
-        """One turn of the loop: the next pod, decided, reserved and handed to the binder."""
-        assert self.s.may_decide()
-        await self.s.reconcile_if_needed()
-        key = self.s.queue.pop()
-        if key is not None:
-            await self.s.schedule_one(key)
-        return key
-
-    async def settle(self) -> None:
-        while self.s._tasks:
-            await asyncio.gather(*list(self.s._tasks))
-
-    def held(self, key: str) -> tuple[str, list[int]] | None:
-        h = self.s.state.holdings.get(key)
-        return None if h is None else (h.node, [i for i in range(64) if h.whole >> i & 1])
-
-    async def records(self) -> dict[str, str]:
-        return {
-            r.claim.pod: f"{r.state}:{r.claim.devices}"
-            for r in (await self.store.records()).values()
-        }
+from tests.lifecycle import TTL_MS, Apiserver, Replica, node, quick_retries, reloaded, until
 
 
 @pytest.fixture(autouse=True)
-def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(binder_module, "BIND_RETRY_S", 0.0)
-    monkeypatch.setattr(scheduler_module, "CHECK_RETRY_S", 0.001)
-
-
-def node(gpus: int = 1) -> NodeInput:
-    return MakeNode().Name("n").GPUs(gpus).Obj()
+def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    quick_retries(monkeypatch)
 
 
 def live(**kw: Any) -> Replica:
     clock = ManualClock(0.0)
     return Replica(Apiserver(), MemoryStore(clock), clock, **kw)
-
-
-async def until(condition: Any) -> None:
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("never happened")
 
 
 # ---- 1. a re-list of bound pods that predates our Binding ----------------------------------
@@ -447,28 +299,10 @@ async def test_6_a_pod_deleted_while_its_own_bind_is_in_flight() -> None:
 # ---- 7. a reloaded reservation whose pod goes ------------------------------------------------
 
 
-async def _reloaded(r: Replica) -> PodInput:
-    p = r.api.create(MakePod().Name("p").Req(1).Obj())
-    old = Replica(r.api, r.store, r.clock, "old")
-    await old.elect([node(1)])
-    old.s.pending_event("ADDED", p)
-    await old.step()  # reserved; "old" dies before binding
-    r.api.gates.clear()
-    await r.store.release_lease("old", old.leadership.epoch or 0)
-    old.s.accepting = False
-    for t in list(old.s._tasks):
-        t.cancel()
-    await asyncio.gather(*list(old.s._tasks), return_exceptions=True)
-    r.s.pending_event("ADDED", p)
-    await r.elect([node(1)])
-    assert r.s.book.stage("default/p") is Stage.RELOADED and r.held("default/p") == ("n", [0])
-    return p
-
-
 async def test_7_a_reloaded_reservation_of_a_pod_deleted_before_its_turn_is_freed() -> None:
     r = live()
     r.api.gates["default/p"] = asyncio.Event()
-    p = await _reloaded(r)
+    p = await reloaded(r)
     r.api.delete("default/p")
     r.s.pending_event("MODIFIED", msgspec.structs.replace(p, deleting=True))
     r.s.pending_event("DELETED", msgspec.structs.replace(p, deleting=True))
@@ -483,7 +317,7 @@ async def test_7_a_reloaded_reservation_of_a_pod_deleted_before_its_turn_is_free
 async def test_7_a_reloaded_pod_that_left_the_pending_watch_is_read_back() -> None:
     r = live()
     r.api.gates["default/p"] = asyncio.Event()
-    p = await _reloaded(r)
+    p = await reloaded(r)
     r.api.delete("default/p")
     r.s.pending_event("DELETED", p)  # deleted or bound? read it back
     await r.settle()
