@@ -57,8 +57,11 @@ class SchedulingQueue:
 
     def _compact(self) -> None:
         """Drop the heap's stale entries once they outnumber the live ones: a queue that is
-        never popped (a standby's) stays as large as its pods, not as all pods ever seen."""
-        if len(self._active) > 2 * len(self._in_active) + 64:
+        never popped (a standby's) stays as large as its pods, not as all pods ever seen; one
+        with no live entry left is emptied."""
+        if not self._in_active:
+            self._active.clear()
+        elif len(self._active) > 2 * len(self._in_active) + 64:
             self._active = [e for e in self._active if self._in_active.get(e[3]) == e[2]]
             heapq.heapify(self._active)
 
