@@ -529,6 +529,21 @@ class ClusterState:
 
     # ---- queries ---------------------------------------------------------------------------
 
+    def sizes(self) -> dict[str, int]:
+        """The size of each per-pod structure (for tests and the soak benchmark): after pods
+        come and go, each is back where it was."""
+        return {
+            "holdings": len(self.holdings),
+            "orphans": len(self._orphans),
+            "undo": len(self._undo) if self._undo is not None else 0,
+            "on_node": len(self._on_node),
+            "on_node_pods": sum(len(keys) for keys in self._on_node.values()),
+            "node_pods": sum(len(state.pods) for state in self.nodes.values()),
+            "gang_bound": len(self.gang_bound),
+            "gang_bound_pods": sum(len(keys) for keys in self.gang_bound.values()),
+            **{f"index.{name}": n for name, n in self.index.sizes().items()},
+        }
+
     def gpu_nodes(self) -> Iterator[NodeState]:
         return (s for s in self.nodes.values() if s.inventory is not None)
 

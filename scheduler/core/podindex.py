@@ -54,6 +54,17 @@ class PodIndex:
     def __len__(self) -> int:
         return len(self.records)
 
+    def sizes(self) -> dict[str, int]:
+        """The size of each per-pod structure (for tests and the soak benchmark)."""
+        return {
+            "records": len(self.records),
+            "by_label": len(self._by_label),
+            "by_label_pods": sum(len(keys) for keys in self._by_label.values()),
+            "by_namespace": len(self._by_namespace),
+            "by_namespace_pods": sum(len(keys) for keys in self._by_namespace.values()),
+            "with_anti": len(self.with_anti),
+        }
+
     def add(self, record: PodRecord) -> None:
         self.remove(record.key)
         key = record.key

@@ -96,13 +96,21 @@ class Binder:
         self._on_results = on_results
         self._slots = asyncio.Semaphore(concurrency)
         self.timeout_s = timeout_s
+        self.in_flight = 0  # pods handed over whose outcome has not been reported back yet
 
     def start(self, pods: list[tuple[PodInput, Placement]], epoch: int) -> None:
+        self.in_flight += len(pods)
         self._spawn(self._bind_all(pods, epoch))
 
     async def _bind_all(self, pods: list[tuple[PodInput, Placement]], epoch: int) -> None:
-        outcomes = await asyncio.gather(*(self.bind_one(pod, p) for pod, p in pods))
-        await self._on_results(list(outcomes), epoch)
+        try:
+            outcomes = await asyncio.gather(*(self.bind_one(pod, p) for pod, p in pods))
+            await self._on_results(list(outcomes), epoch)
+        finally:
+            self.in_flight -= len(pods)
+
+    def sizes(self) -> dict[str, int]:
+        return {"in_flight": self.in_flight}
 
     def may_send(self) -> bool:
         """The fencing rule: the lease outlives a request started now."""

@@ -326,3 +326,13 @@ class PodBook:
 
     def unexpected_total(self) -> int:
         return sum(self.unexpected.values())
+
+    def sizes(self) -> dict[str, int]:
+        """The number of entries, and of entries per stage (for tests and the soak benchmark).
+        ``unexpected`` counts (stage, event) pairs, at most the table's size."""
+        stages = Counter(e.stage for e in self.entries.values())
+        return {
+            "entries": len(self.entries),
+            **{s.value: stages[s] for s in Stage if s is not S.GONE},
+            "unexpected": len(self.unexpected),
+        }

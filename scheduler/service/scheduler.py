@@ -483,6 +483,20 @@ class Scheduler:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+    def sizes(self) -> dict[str, dict[str, int]]:
+        """The size of every per-pod structure of this replica, by part (tests, the soak
+        benchmark): after pods come and go, each is back to its size before. Intake, the cycle
+        and store sync keep nothing per pod (it is all in the book and the snapshot); the
+        loop's own are its background tasks (binds, store writes, reports, re-reads) and the
+        re-reads under way."""
+        return {
+            "book": self.book.sizes(),
+            "queue": self.queue.sizes(),
+            "state": self.state.sizes(),
+            "binder": self.binder.sizes(),
+            "loop": {"tasks": len(self._tasks), "checking": len(self._checking)},
+        }
+
     def explain(self, key: str) -> Explanation | None:
         entry = self.book.get(key)
         if entry is None or not isinstance(entry.explanation, Explanation):
