@@ -264,7 +264,7 @@ class Scheduler:
                 self._cluster_event()
         elif effect is Effect.FREE:
             self.intake.free(key)
-            self._release(uid, ctx)
+            self._release(key, uid, ctx)
         elif effect is Effect.CHARGE:
             if ctx.pod is not None:
                 self.intake.charge(ctx.pod)
@@ -285,7 +285,7 @@ class Scheduler:
                 else:
                     self._spawn(self.sync.write([uid], []))
         elif effect is Effect.RELEASE_STORE:
-            self._release(uid, ctx)
+            self._release(key, uid, ctx)
         elif effect is Effect.SCHEDULED:
             self._scheduled(entry, ctx)
         elif effect is Effect.RECONCILE:
@@ -295,13 +295,13 @@ class Scheduler:
             self._checking.add((key, uid))
             self._spawn(self._check(key, uid))
 
-    def _release(self, uid: str, ctx: Ctx) -> None:
+    def _release(self, key: str, uid: str, ctx: Ctx) -> None:
         if not uid:
             return
         if ctx.release is not None:
             ctx.release.append(uid)
-        else:
-            self._spawn(self.sync.release([uid]))
+        elif self.sync.release_soon(key, uid):
+            self._spawn(self.sync.flush_releases())
 
     def _park(self, entry: Entry | None, ctx: Ctx) -> None:
         assert entry is not None and ctx.pod is not None
@@ -485,15 +485,16 @@ class Scheduler:
 
     def sizes(self) -> dict[str, dict[str, int]]:
         """The size of every per-pod structure of this replica, by part (tests, the soak
-        benchmark): after pods come and go, each is back to its size before. Intake, the cycle
-        and store sync keep nothing per pod (it is all in the book and the snapshot); the
-        loop's own are its background tasks (binds, store writes, reports, re-reads) and the
-        re-reads under way."""
+        benchmark): after pods come and go, each is back to its size before. Intake and the
+        cycle keep nothing per pod (it is all in the book and the snapshot); store sync keeps
+        the releases queued for its next store call; the loop's own are its background tasks
+        (binds, store writes, reports, re-reads) and the re-reads under way."""
         return {
             "book": self.book.sizes(),
             "queue": self.queue.sizes(),
             "state": self.state.sizes(),
             "binder": self.binder.sizes(),
+            "sync": self.sync.sizes(),
             "loop": {"tasks": len(self._tasks), "checking": len(self._checking)},
         }
 

@@ -8,6 +8,10 @@ else in the store is freed, whichever epoch wrote it: a reservation that a faile
 behind does not outlive the next reconcile. After an election the reservations a previous leader
 left for pods still pending are loaded into the snapshot (the book's RELOAD event).
 
+Releases of pods that left are queued and sent by one flush at a time, so a burst of deletes
+is a few store calls rather than one per pod (past the Redis client's pool of 100 connections
+those failed); a release whose pod has been reserved again meanwhile is not sent.
+
 Every failed store write asks for a reconcile, which the loop runs at most every RECONCILE_MIN_S
 and tries again while it fails.
 """
@@ -28,8 +32,12 @@ from .podbook import RESERVED_STAGES, PodBook, Stage
 
 log = structlog.get_logger("scheduler")
 
+_RELEASABLE = frozenset({Stage.GONE, Stage.PENDING})
+
 # After a reservation conflict the store is reconciled with the apiserver, at most this often.
 RECONCILE_MIN_S = 2.0
+# Releases queued while one is under way go together, at most this many UIDs per store call.
+RELEASE_BATCH = 1000
 
 
 class StoreSync:
@@ -52,9 +60,15 @@ class StoreSync:
         # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
         self.needed = False
         self.last = 0.0
+        # Releases of pods that left, queued for the one flush under way (release_soon).
+        self._releases: dict[str, str] = {}  # uid -> pod key
+        self._releasing = False
 
     def request(self) -> None:
         self.needed = True
+
+    def sizes(self) -> dict[str, int]:
+        return {"releases": len(self._releases)}
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -73,6 +87,31 @@ class StoreSync:
         except StoreError as exc:
             self.needed = True
             log.warning("store update after bind failed", error=str(exc))
+
+    def release_soon(self, key: str, uid: str) -> bool:
+        """Queue the release of pod ``key``'s reservation or record (UID ``uid``). True when the
+        caller must run ``flush_releases``: one flush at a time sends what was queued meanwhile,
+        so a burst of deletes is a few store calls, not a call (and a Redis connection: the
+        client's pool has 100, and past it a call fails) per pod."""
+        self._releases[uid] = key
+        if self._releasing:
+            return False
+        self._releasing = True
+        return True
+
+    async def flush_releases(self) -> None:
+        try:
+            while self._releases:
+                batch = list(self._releases.items())[:RELEASE_BATCH]
+                for uid, _ in batch:
+                    del self._releases[uid]
+                # A pod reserved again meanwhile (its bind failed; decided afresh) keeps its
+                # new reservation; only pods gone or pending again lose theirs.
+                uids = [u for u, k in batch if self.book.stage(k, u) in _RELEASABLE]
+                if uids:
+                    await self.release(uids)
+        finally:
+            self._releasing = False
 
     async def release(self, uids: list[str]) -> None:
         epoch = self.leadership.epoch

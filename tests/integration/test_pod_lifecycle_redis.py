@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from scheduler.service.podbook import Stage
 from scheduler.service.storesync import RECONCILE_MIN_S
 from scheduler.state.redis_store import RedisStore
-from tests.builders import MakePod
+from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
 from tests.lifecycle import TTL_MS, Apiserver, Replica, node, quick_retries, reloaded, until
 from tests.redis_faults import busy
@@ -416,3 +416,29 @@ async def test_7_a_reloaded_pod_the_old_leader_did_bind_is_kept_as_bound(redis: 
     r.clock.now += RECONCILE_MIN_S
     await r.s.reconcile_if_needed()
     assert await store_of(r) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
+
+
+# ---- a burst of deletes ----------------------------------------------------------------------
+
+
+async def test_a_burst_of_deletes_frees_every_record_without_a_reconcile(redis: Redis) -> None:
+    """A Job of 200 pods deleted at once: every release reaches Redis (one call per pod opened
+    a connection each, and past the client's pool of 100 they failed and waited for a
+    reconcile, while their GPUs stayed owned in the store)."""
+    r = redis.live()
+    nodes = [MakeNode().Name(f"n{i}").GPUs(8).Obj() for i in range(25)]
+    await r.elect(nodes)
+    pods = [r.pending(MakePod().Name(f"p{i}").Req(1).Obj()) for i in range(200)]
+    while await r.step() is not None:
+        pass
+    await r.settle()
+    for pod in pods:
+        r.bound_seen(pod.key)
+    assert len(await r.records()) == 200
+    for pod in pods:
+        r.s.bound_event("DELETED", r.api.delete(pod.key))
+    await r.settle()
+    assert r.s.book.entries == {} and r.s.state.holdings == {}
+    assert not r.s.sync.needed  # nothing failed
+    assert await r.records() == {}
+    assert [await redis.store.owners(n.name) for n in nodes] == [{}] * len(nodes)
