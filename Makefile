@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-live bench-takeover clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-live bench-takeover bench-soak clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -72,6 +72,12 @@ bench-core: deps
 # Election to ready with 100,000 bound pods in a local redis-server (no control plane needed).
 bench-takeover: deps redis-server
 	$(BIN)/python -m benchmarks.bench_takeover
+
+# 50,000 pods created and deleted through a leader and a standby in one process (a local
+# redis-server, a fake apiserver): RSS and every per-pod structure's size before, at the peak
+# and after (no control plane needed).
+bench-soak: deps redis-server
+	$(BIN)/python -m benchmarks.bench_soak
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
