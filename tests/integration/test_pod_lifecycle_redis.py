@@ -249,9 +249,8 @@ async def test_3_after_flushall_the_new_leader_waits_out_the_old_leaders_binds(
     assert api.binds == [("default/p", "n", "0")]  # q waits: GPU 0 is p's
     assert b.s.book.stage("default/q") is Stage.PENDING and b.held("default/q") is None
     assert b.held("default/p") == ("n", [0])
-    # p was bound by a Binding b did not send, after b's reconcile: nothing b did since wrote it
-    # to the store (issue 12 report: a pod first seen bound asks for no reconcile). b's next
-    # reconcile writes it, at epoch 1.
+    # p was bound by a Binding b did not send, after b's election reconcile: a reconcile of b
+    # writes it to the store, at b's epoch.
     b.s.sync.request()
     clock.now += RECONCILE_MIN_S
     await b.s.reconcile_if_needed()
