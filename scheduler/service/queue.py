@@ -83,8 +83,12 @@ class SchedulingQueue:
 
     # ---- after an attempt ------------------------------------------------------------------
 
-    def backoff(self, key: str) -> float:
-        """The attempt failed transiently: retry after the pod's backoff. Returns the delay."""
+    def backoff(self, key: str, priority: int | None = None, created: str = "") -> float:
+        """The attempt failed transiently: retry after the pod's backoff. Returns the delay.
+        ``priority`` (with ``created``) restores the pod's rank when it left the queue in
+        between (assumed, then its bind failed)."""
+        if priority is not None:
+            self._rank[key] = (-priority, created)
         delay = self._record_attempt(key)
         self._in_active.pop(key, None)
         self._unschedulable.pop(key, None)

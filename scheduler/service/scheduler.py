@@ -249,7 +249,7 @@ class Scheduler:
         elif effect is Effect.DEQUEUE:
             self.queue.delete(key)
         elif effect is Effect.BACKOFF:
-            self.queue.backoff(key)
+            self.queue.backoff(key, *_rank(entry.pod if entry is not None else None))
         elif effect is Effect.PARK:
             self._park(entry, ctx)
         elif effect is Effect.HOLD:

@@ -102,3 +102,16 @@ def test_delete_and_take_remove_a_pod_wherever_it_waits() -> None:
     q.done("c")
     assert q.counts() == {"active": 0, "backoff": 0, "unschedulable": 0}
     assert q.attempts("c") == 0
+
+
+def test_a_pod_whose_bind_failed_keeps_its_priority() -> None:
+    clock = ManualClock()
+    q = SchedulingQueue(clock)
+    q.add("high", 100, "2026-01-01T00:00:00Z")
+    q.add("low", 0, "2026-01-01T00:00:00Z")
+    assert q.pop() == "high"
+    q.done("high")  # assumed; then its bind fails and it backs off with its rank
+    q.backoff("high", 100, "2026-01-01T00:00:00Z")
+    clock.now += 60
+    assert q.pop() == "high"
+    assert q.pop() == "low"
