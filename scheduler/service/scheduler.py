@@ -17,7 +17,8 @@ apiserver's bound pods (in the same store call it writes every node's inventory)
 reservations a previous leader left for pods that are still pending, and only then takes the
 first pod; when the store cannot say who led before (its epochs start afresh: a flushed or new
 Redis), it first waits one lease duration, so that any Binding a previous leader still had in
-flight has completed (the fencing rule in binder.py).
+flight has completed (the fencing rule in binder.py), and reconciles again before deciding, so
+that the store also records the pods those Bindings bound.
 """
 
 from __future__ import annotations
@@ -391,6 +392,10 @@ class Scheduler:
             wait = self.leadership.timing.lease_s
             self.first_decision_at = self.clock() + wait
             log.info("previous leader unknown: waiting before the first decision", seconds=wait)
+            # Its Bindings land during the wait, after the reconcile above, and a pod it bound
+            # reaches the book as seen bound (nothing for the store): reconcile again before
+            # the first decision, so the store records them too.
+            self.sync.request()
         self.ready_to_schedule = True
         for entry in self.book.in_stages(SCHEDULABLE_STAGES):
             self.queue.add(entry.key, *_rank(entry.pod))
