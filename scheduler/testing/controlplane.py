@@ -11,6 +11,10 @@ temporary data folders, for the tests, `make demo` and the benchmarks:
 - KWOK, which keeps nodes annotated ``kwok.x-k8s.io/node: fake`` Ready and runs the pods bound to
   them (and finishes their deletion).
 
+``restart_apiserver()`` stops kube-apiserver (gracefully, or with SIGKILL) and starts it again
+on the same port, certificates, tokens and etcd: clients keep their kubeconfigs, and every watch
+breaks and re-lists (tests/e2e/test_chaos.py).
+
 Nothing may outlive the test session, so cleanup has several layers:
 
 - every process is started in its own session (``start_new_session``: its own process group, out
@@ -204,6 +208,8 @@ class ControlPlane:
         self.processes: list[Process] = []
         self.etcd_url = ""
         self.server = ""
+        self._apiserver_args: list[str] = []
+        self._apiserver_starts = 0
         self.admin_kubeconfig = self.dir / "admin.kubeconfig"
         self.scheduler_kubeconfig = self.dir / "scheduler.kubeconfig"
         self.agent_kubeconfig = self.dir / "agent.kubeconfig"
@@ -244,10 +250,12 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None, log: str = ""
+    ) -> Process:
         full_env = dict(os.environ)
         full_env.update(env or {})
-        process = Process(name, args, self.dir / f"{name}.log", full_env)
+        process = Process(name, args, self.dir / f"{log or name}.log", full_env)
         self.processes.append(process)
         return process
 
@@ -304,37 +312,61 @@ class ControlPlane:
         )
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
-        apiserver = self._spawn(
-            "kube-apiserver",
-            [
-                str(self.bin_dir / "kube-apiserver"),
-                f"--etcd-servers={self.etcd_url}",
-                f"--cert-dir={certs}",
-                f"--secure-port={port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--allow-privileged=true",
-                # No controller-manager runs: no default service accounts to admit against, and
-                # no node lifecycle controller to lift the not-ready taint that
-                # TaintNodesByCondition puts on every new node.
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-                "--authorization-mode=RBAC",
-                f"--token-auth-file={tokens}",
-                "--service-account-issuer=https://127.0.0.1/",
-                f"--service-account-key-file={sa_key}",
-                f"--service-account-signing-key-file={sa_key}",
-                # Tests of the 410 path compact etcd themselves; keep the apiserver from doing it.
-                "--etcd-compaction-interval=0",
-                "--profiling=false",
-                "--v=0",
-            ],
-        )
+        self._apiserver_args = [
+            str(self.bin_dir / "kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            f"--cert-dir={certs}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            # No controller-manager runs: no default service accounts to admit against, and
+            # no node lifecycle controller to lift the not-ready taint that
+            # TaintNodesByCondition puts on every new node.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--authorization-mode=RBAC",
+            f"--token-auth-file={tokens}",
+            "--service-account-issuer=https://127.0.0.1/",
+            f"--service-account-key-file={sa_key}",
+            f"--service-account-signing-key-file={sa_key}",
+            # Tests of the 410 path compact etcd themselves; keep the apiserver from doing it.
+            "--etcd-compaction-interval=0",
+            "--profiling=false",
+            "--v=0",
+        ]
+        self._wait_apiserver(self._spawn("kube-apiserver", self._apiserver_args))
+
+    def _wait_apiserver(self, apiserver: Process) -> None:
         self._wait(
             apiserver,
             lambda: self.request("GET", "/readyz", raw=True) == b"ok",
             "waiting for kube-apiserver /readyz",
         )
+
+    def restart_apiserver(self, kill: bool = False) -> float:
+        """Stop kube-apiserver (SIGTERM, its graceful shutdown; SIGKILL with ``kill``) and start
+        it again with the same arguments: same port, certificates, tokens and etcd, so clients
+        keep their kubeconfigs, and every watch breaks and re-lists. Returns when the new one is
+        ready (``/readyz``); the value is how long it was unavailable, in seconds."""
+        old = next((p for p in self.processes if p.name == "kube-apiserver"), None)
+        if old is None or not self._apiserver_args:
+            raise ControlPlaneError("restart_apiserver: no kube-apiserver was started")
+        position = self.processes.index(old)
+        began = time.monotonic()
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(old.proc.pid, signal.SIGKILL)
+        old.stop(grace_s=30.0)
+        self.processes.remove(old)
+        self._apiserver_starts += 1
+        log = f"kube-apiserver-{self._apiserver_starts}"  # the stopped one's log is kept
+        new = self._spawn("kube-apiserver", self._apiserver_args, log=log)
+        # Keep the start order, so ``stop`` still stops KWOK before the apiserver and etcd last.
+        self.processes.remove(new)
+        self.processes.insert(position, new)
+        self._wait_apiserver(new)
+        return time.monotonic() - began
 
     def _write_kubeconfigs(self) -> None:
         for path, user, token in (
