@@ -120,9 +120,24 @@ class Leadership:
         """Await ``work`` while renewing the lease every ``renew_s``. A renewal refused or failing
         only stops renewing: the store fences the work's next write, which fails it."""
 
+        # The renewer is stopped between requests, never during one: a Redis call cancelled in
+        # flight can leave its connection with an unread reply, and the next call on it then
+        # times out instead of failing fast (seen as a give-up taking over 10 s under BUSY).
+        done = asyncio.Event()
+
+        async def pause() -> bool:
+            """Sleep one renew period; True when the work finished meanwhile."""
+            sleeper = asyncio.ensure_future(self._sleep(self.timing.renew_s))
+            waiter = asyncio.ensure_future(done.wait())
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            for f in (sleeper, waiter):
+                f.cancel()
+            return done.is_set()
+
         async def renew() -> None:
             while True:
-                await self._sleep(self.timing.renew_s)
+                if await pause():
+                    return
                 sent = self._clock()
                 try:
                     ok = await self.store.renew(self.holder, epoch, ttl_ms)
@@ -139,7 +154,7 @@ class Leadership:
         try:
             await work
         finally:
-            renewer.cancel()
+            done.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
 
