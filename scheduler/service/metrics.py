@@ -67,6 +67,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.events_dropped = Counter(
+            "scheduler_events_dropped",
+            "Scheduled events dropped because the event lane was full (a backlog far ahead of "
+            "the apiserver).",
+            registry=r,
+        )
         self.leader = Gauge("scheduler_leader", "1 while this replica leads, else 0.", registry=r)
 
 

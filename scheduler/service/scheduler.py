@@ -41,6 +41,7 @@ from scheduler.state.base import Store
 
 from .binder import BIND_ATTEMPTS, BIND_RETRY_S, Binder, Cluster, Outcome, bind_timeout_for
 from .cycle import Cycle
+from .events import EventLane
 from .intake import Intake
 from .inventories import NodeInventories
 from .leader import Leadership
@@ -111,6 +112,7 @@ class Scheduler:
         self.book = PodBook()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.events = EventLane(metrics.events_dropped)  # Scheduled events, off the pod's path
         self._checking: set[tuple[str, str]] = set()
         self.accepting = True
         self.ready_to_schedule = False  # set after the leader's reconcile
@@ -321,7 +323,8 @@ class Scheduler:
     def _scheduled(self, entry: Entry | None, ctx: Ctx) -> None:
         p = ctx.placement
         assert p is not None and ctx.pod is not None
-        self._spawn(self._report_scheduled(ctx.pod, p))
+        pod = ctx.pod
+        self.events.put(lambda: self._report_scheduled(pod, p))
         if entry is not None:
             self.metrics.e2e.observe(max(0.0, self.clock() - entry.first_seen))
             entry.explanation = Explanation(
@@ -483,10 +486,11 @@ class Scheduler:
     # ---- shutdown ----------------------------------------------------------------------------
 
     async def drain(self) -> None:
-        """Stop taking pods and wait for the binds in flight."""
+        """Stop taking pods, wait for the binds in flight, send the queued events."""
         self.accepting = False
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.events.close()
 
     def sizes(self) -> dict[str, dict[str, int]]:
         """The size of every per-pod structure of this replica, by part (tests, the soak
@@ -500,7 +504,11 @@ class Scheduler:
             "state": self.state.sizes(),
             "binder": self.binder.sizes(),
             "sync": self.sync.sizes(),
-            "loop": {"tasks": len(self._tasks), "checking": len(self._checking)},
+            "loop": {
+                "tasks": len(self._tasks),
+                "checking": len(self._checking),
+                "events": len(self.events),
+            },
         }
 
     def explain(self, key: str) -> Explanation | None:
