@@ -1,186 +1,468 @@
-"""bench-live: the live scheduler on the local control plane (a benchmark, not a test).
+"""bench-live: topo-scheduler beside kube-scheduler on one local control plane (a benchmark).
 
-- Throughput and create-to-bind latency: 1,000 single-GPU pods on 200 KWOK nodes of 8 GPUs
-  (DGX-1 V100 topology), one scheduler with Redis. Pods are created by 8 concurrent clients; a
-  watch records when each pod first shows a node. Create-to-bind is measured from the moment the
-  create call returned to the moment the watch saw the binding.
-- Failover: two replicas with the default lease (15 s, renew 5 s); the leader is killed with
-  SIGKILL; the figure is the time until the standby logs "became leader" and binds a new pod.
+One plane (kube-apiserver, etcd, KWOK) with 500 KWOK nodes of 8 GPUs (DGX-1 V100 inventory,
+``nvidia.com/gpu`` allocatable, 64 cpu). The contenders, alternated over ``--rounds`` rounds so
+that the machine's load hits them alike:
 
-Prints figures; never fails on them.
+- kube-scheduler v1.33 (the binary tools/k8s builds) with its own profile, client qps/burst 5000,
+  as its scheduler_perf runs it (scheduler/testing/kubescheduler.py);
+- a decide-nothing binder (benchmarks/binder.py: 64 Bindings in flight, round robin): what this
+  apiserver can take;
+- topo-scheduler run with Redis, and with the embedded store (deploy/'s configuration, its own
+  scheduler name).
+
+Each round of each contender: a backlog of 2,000 single-GPU pods (with cpu and memory requests,
+so the whole filter chain runs) is created in a namespace of its own before the contender starts;
+throughput = pods / (last bind - first bind), the binds seen by a watch. Then the contender is
+stopped, its peak RSS read (VmHWM), and the pods deleted. After the rounds:
+
+- gangs: 250 gangs of 4 x 2 GPUs for topo-scheduler (Redis), in pods/s, beside kube-scheduler's
+  1-GPU pods/s;
+- stream: pods created at 50/s for 10 s under each scheduler, create-to-bind p50/p99;
+- failover: two topo-scheduler replicas (lease 15 s), the leader SIGKILLed, until the standby
+  binds a new pod.
+
+Prints one table of medians over the rounds; never fails on the figures.
+Usage: python -m benchmarks.bench_live [--quick] [--rounds 2] [--nodes 500] [--pods 2000]
 """
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import json
 import os
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scheduler.testing.controlplane import ControlPlane, build_binaries
+from scheduler.testing.controlplane import ADMIN_TOKEN, ControlPlane, build_binaries
+from scheduler.testing.kubescheduler import KubeScheduler
 from scheduler.testing.redisserver import RedisServer
 from tests.topologies import DGX1_V100
 
 REPO = Path(__file__).resolve().parents[1]
-NODES, PODS = 200, 1000
+TOPO_NAME = "topo-bench"
+KUBE_NAME = "kube-bench"
+BINDER_NAME = "binder-bench"
+LIMITS = {"cpu": "100m", "memory": "128Mi"}
 
 
-def start_scheduler(plane: ControlPlane, redis_url: str, log: Path) -> subprocess.Popen[bytes]:
+class Watch:
+    """The local time each pod of a namespace is first seen with a node (a raw watch thread)."""
+
+    def __init__(self, plane: ControlPlane, namespace: str) -> None:
+        self.bound: dict[str, float] = {}
+        self._stop = threading.Event()
+        listed = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")
+        rv = listed["metadata"]["resourceVersion"]
+        url = (
+            f"{plane.server}/api/v1/namespaces/{namespace}/pods?watch=1&resourceVersion={rv}"
+            "&timeoutSeconds=900"
+        )
+        self._thread = threading.Thread(target=self._run, args=(url,), daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str) -> None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        req = urllib.request.Request(url)
+        req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+        with urllib.request.urlopen(req, context=context, timeout=1000) as resp:
+            for line in resp:
+                obj = json.loads(line)["object"]
+                name = obj.get("metadata", {}).get("name")
+                if name and obj.get("spec", {}).get("nodeName") and name not in self.bound:
+                    self.bound[name] = time.monotonic()
+                if self._stop.is_set():
+                    return
+
+    def wait(self, names: list[str], timeout: float) -> list[float]:
+        deadline = time.monotonic() + timeout
+        while sum(n in self.bound for n in names) < len(names) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._stop.set()
+        return sorted(self.bound[n] for n in names if n in self.bound)
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM of a running process, NaN once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+class RssSampler:
+    """The largest VmHWM of a process while it runs (it may exit by itself, like the binder)."""
+
+    def __init__(self, pid: int) -> None:
+        self.peak = float("nan")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(pid,), daemon=True)
+        self._thread.start()
+
+    def _run(self, pid: int) -> None:
+        while not self._stop.wait(0.2):
+            value = peak_rss_mb(pid)
+            if value == value:  # not NaN: the process is still there
+                self.peak = value if self.peak != self.peak else max(self.peak, value)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+class Contender:
+    def __init__(
+        self,
+        label: str,
+        scheduler_name: str,
+        start: Callable[[str, int], int],
+        stop: Callable[[], None],
+    ) -> None:
+        self.label = label
+        self.name = scheduler_name
+        self._start, self._stop = start, stop
+        self.rates: list[float] = []
+        self.rss: list[float] = []
+        self._sampler: RssSampler | None = None
+
+    def start(self, namespace: str, expected: int) -> None:
+        self._sampler = RssSampler(self._start(namespace, expected))
+
+    def stop(self) -> None:
+        if self._sampler is not None:
+            self.rss.append(self._sampler.stop())
+        self._stop()
+
+
+def topo_config(plane: ControlPlane, work: Path) -> Path:
+    text = (REPO / "configs" / "scheduler.yaml").read_text()
+    text = text.replace("schedulerName: topo-scheduler", f"schedulerName: {TOPO_NAME}", 1)
+    path = work / "bench-scheduler.yaml"
+    path.write_text(text)
+    return path
+
+
+def start_topo(
+    plane: ControlPlane, config: Path, redis_url: str | None, log: Path
+) -> subprocess.Popen[bytes]:
+    args = [
+        sys.executable,
+        "-m",
+        "scheduler",
+        "run",
+        "--config",
+        str(config),
+        "--kubeconfig",
+        str(plane.scheduler_kubeconfig),
+        "--http-address",
+        "127.0.0.1:0",
+        "--log-level",
+        "warning",
+    ]
+    if redis_url:
+        args += ["--redis-url", redis_url]
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scheduler",
-            "run",
-            "--kubeconfig",
-            str(plane.scheduler_kubeconfig),
-            "--redis-url",
-            redis_url,
-            "--http-address",
-            "127.0.0.1:0",
-            "--log-level",
-            "warning",
-        ],
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
-        start_new_session=True,
+        args, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
     )
 
 
-def watch_binds(plane: ControlPlane, bound: dict[str, float], stop: threading.Event) -> None:
-    """Record the local time each pod is first seen with a node (a raw watch, in a thread)."""
-    import ssl
-    import urllib.request
+def kill(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    listed = plane.request("GET", "/api/v1/namespaces/bench/pods?limit=1")
-    rv = listed["metadata"]["resourceVersion"]
-    req = urllib.request.Request(
-        f"{plane.server}/api/v1/namespaces/bench/pods?watch=1&resourceVersion={rv}"
-        "&timeoutSeconds=600"
-    )
-    req.add_header("Authorization", "Bearer topo-admin-token")
-    with urllib.request.urlopen(req, context=context, timeout=700) as resp:
-        for line in resp:
-            obj = json.loads(line)["object"]
-            name = obj.get("metadata", {}).get("name")
-            if name and obj.get("spec", {}).get("nodeName") and name not in bound:
-                bound[name] = time.monotonic()
-            if stop.is_set():
-                return
+
+def create_pods(
+    plane: ControlPlane, namespace: str, scheduler: str, names: list[str], **kw: object
+) -> None:
+    limits = dict(LIMITS)
+    gpus = str(kw.pop("gpus", 1))
+    limits["nvidia.com/gpu"] = gpus
+
+    def one(name: str) -> None:
+        plane.create_pod(name, namespace=namespace, scheduler=scheduler, limits=limits, **kw)  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, names))
+
+
+def clear_namespace(plane: ControlPlane, namespace: str) -> None:
+    """Delete every pod of the namespace and wait until KWOK has finished them."""
+    plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        left = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")
+        if not left["items"]:
+            return
+        time.sleep(0.5)
+
+
+def wait_nodes_ready(plane: ControlPlane, count: int) -> None:
+    """Every node Ready (KWOK) with its allocatable GPUs, so no contender starts on a half-made
+    cluster (a pod judged then waits in kube-scheduler's unschedulable queue for minutes)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        nodes = plane.request("GET", "/api/v1/nodes")["items"]
+        ready = [
+            n
+            for n in nodes
+            if n.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n.get("status", {}).get("conditions", [])
+            )
+        ]
+        if len(ready) >= count:
+            time.sleep(2)
+            return
+        time.sleep(1)
+
+
+def throughput(times: list[float]) -> float:
+    if len(times) < 2 or times[-1] == times[0]:
+        return 0.0
+    return (len(times) - 1) / (times[-1] - times[0])
 
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def stream(
+    plane: ControlPlane, namespace: str, scheduler: str, rate: int, seconds: int
+) -> list[float]:
+    """Pods created at ``rate``/s for ``seconds``; each one's create-to-bind latency."""
+    plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    watch = Watch(plane, namespace)
+    created: dict[str, float] = {}
+    names = [f"s-{i:05d}" for i in range(rate * seconds)]
+    start = time.monotonic()
+
+    def one(pos_name: tuple[int, str]) -> None:
+        pos, name = pos_name
+        delay = start + pos / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        limits = {**LIMITS, "nvidia.com/gpu": "1"}
+        plane.create_pod(name, namespace=namespace, scheduler=scheduler, limits=limits)
+        created[name] = time.monotonic()
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, enumerate(names)))
+    watch.wait(names, 60)
+    latencies = [watch.bound[n] - created[n] for n in names if n in watch.bound]
+    clear_namespace(plane, namespace)
+    return latencies
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100 nodes, 400 pods, one round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=2000)
+    args = parser.parse_args()
+    if args.quick:
+        args.nodes, args.pods, args.rounds = 100, 400, 1
+
     plane = ControlPlane(build_binaries())
     redis = RedisServer()
+    kube: KubeScheduler | None = None
     procs: list[subprocess.Popen[bytes]] = []
     try:
         plane.start()
         redis.start()
         plane.grant_scheduler_role()
-        plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
         inventory = {
             "vendor": "nvidia",
             "devices": [{"index": i} for i in range(8)],
             "links": DGX1_V100,
         }
-        with ThreadPoolExecutor(8) as pool:
+        with ThreadPoolExecutor(16) as pool:
             list(
-                pool.map(lambda i: plane.create_gpu_node(f"node-{i:03d}", inventory), range(NODES))
+                pool.map(
+                    lambda i: plane.create_gpu_node(f"node-{i:04d}", inventory), range(args.nodes)
+                )
             )
-        log = plane.dir / "scheduler.log"
-        bound: dict[str, float] = {}
-        stop = threading.Event()
-        watcher = threading.Thread(target=watch_binds, args=(plane, bound, stop), daemon=True)
-        watcher.start()
-        time.sleep(0.5)
-        created: dict[str, float] = {}
+        wait_nodes_ready(plane, args.nodes)
+        config = topo_config(plane, plane.dir)
+        current: dict[str, subprocess.Popen[bytes] | None] = {"p": None}
 
-        def create(name: str) -> None:
-            plane.create_pod(name, 1, namespace="bench")
-            created[name] = time.monotonic()
+        def start_kube(namespace: str, expected: int) -> int:
+            nonlocal kube
+            kube = KubeScheduler(plane, name=KUBE_NAME).start()
+            assert kube.process is not None
+            return kube.process.proc.pid
 
-        # Phase 1, backlog: 1,000 pods wait, then one scheduler starts and binds them all.
-        backlog = [f"backlog-{i:04d}" for i in range(PODS)]
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(create, backlog))
-        procs.append(start_scheduler(plane, redis.url, log))
-        deadline = time.monotonic() + 300
-        while sum(n in bound for n in backlog) < PODS and time.monotonic() < deadline:
-            time.sleep(0.1)
-        times = sorted(bound[n] for n in backlog if n in bound)
-        print(f"bench-live: {PODS} single-GPU pods on {NODES} KWOK nodes x 8 GPUs, Redis store")
-        if len(times) > 1:
-            span = times[-1] - times[0]
-            print(
-                f"  backlog: {len(times)} pods bound, first to last bind {span:.2f} s "
-                f"-> {(len(times) - 1) / span:.0f} pods/s"
+        def stop_kube() -> None:
+            if kube is not None:
+                kube.stop()
+
+        def start_binder(namespace: str, expected: int) -> int:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.binder",
+                    plane.server,
+                    ADMIN_TOKEN,
+                    namespace,
+                    BINDER_NAME,
+                    str(expected),
+                ],
+                cwd=REPO,
+                start_new_session=True,
+            )
+            current["p"] = proc
+            return proc.pid
+
+        def start_topo_with(redis_url: str | None) -> Callable[[str, int], int]:
+            def start(namespace: str, expected: int) -> int:
+                proc = start_topo(plane, config, redis_url, plane.dir / "topo.log")
+                current["p"] = proc
+                procs.append(proc)
+                return proc.pid
+
+            return start
+
+        def stop_current() -> None:
+            kill(current["p"])
+            current["p"] = None
+
+        contenders = [
+            Contender("kube-scheduler v1.33", KUBE_NAME, start_kube, stop_kube),
+            Contender("decide-nothing binder", BINDER_NAME, start_binder, stop_current),
+            Contender("topo-scheduler, Redis", TOPO_NAME, start_topo_with(redis.url), stop_current),
+            Contender("topo-scheduler, embedded", TOPO_NAME, start_topo_with(None), stop_current),
+        ]
+        names = [f"p-{i:05d}" for i in range(args.pods)]
+        for rnd in range(args.rounds):
+            order = contenders if rnd % 2 == 0 else contenders[::-1]
+            for c in order:
+                ns = f"r{rnd}-{c.name}-{contenders.index(c)}"
+                plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+                create_pods(plane, ns, c.name, names)
+                watch = Watch(plane, ns)
+                c.start(ns, len(names))
+                times = watch.wait(names, 180)
+                c.stop()
+                c.rates.append(throughput(times))
+                print(
+                    f"  round {rnd + 1} {c.label}: {len(times)} bound, {c.rates[-1]:.0f} pods/s",
+                    flush=True,
+                )
+                clear_namespace(plane, ns)
+
+        # Gangs: 250 x 4 pods x 2 GPUs under topo-scheduler with Redis.
+        gangs = max(1, args.pods // 8)
+        ns = "gangs"
+        plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        gang_names = [f"g{g:04d}-{m}" for g in range(gangs) for m in range(4)]
+
+        def gang_pod(name: str) -> None:
+            job = name.split("-")[0]
+            labels = {"gpu-topology": job, "gpu-topology-replica": "4"}
+            plane.create_pod(
+                name,
+                namespace=ns,
+                scheduler=TOPO_NAME,
+                labels=labels,
+                limits={**LIMITS, "nvidia.com/gpu": "2"},
             )
 
-        # Phase 2, stream: 500 more pods created by 8 clients while the scheduler runs.
-        stream = [f"stream-{i:04d}" for i in range(PODS // 2)]
-        start = time.monotonic()
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(create, stream))
-        created_all = time.monotonic()
-        while sum(n in bound for n in stream) < len(stream) and time.monotonic() < deadline + 120:
-            time.sleep(0.1)
-        latencies = [bound[n] - created[n] for n in stream if n in bound]
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(gang_pod, gang_names))
+        watch = Watch(plane, ns)
+        topo = contenders[2]
+        topo.start(ns, len(gang_names))
+        gang_rate = throughput(watch.wait(gang_names, 180))
+        topo.stop()
+        clear_namespace(plane, ns)
+
+        # Streams at 50 pods/s under each scheduler.
+        latencies: dict[str, list[float]] = {}
+        for c in (contenders[0], contenders[2]):
+            c.start("stream", 0)
+            time.sleep(3)  # synced and leading
+            latencies[c.label] = stream(plane, f"stream-{c.name}", c.name, 50, 10)
+            c.stop()
+            c.rss.pop()  # the stream's peak is not the backlog's
+
+        kube_rate = statistics.median(contenders[0].rates)
+        binder_rate = statistics.median(contenders[1].rates)
+        print()
         print(
-            f"  stream: {len(stream)} pods created at {len(stream) / (created_all - start):.0f}/s "
-            f"(the creating clients are the limit), {len(latencies)} bound"
+            f"bench-live: {args.nodes} KWOK nodes x 8 GPUs, backlog of {args.pods} single-GPU pods "
+            f"(cpu/memory requests), median of {args.rounds} alternated round(s)"
         )
-        if latencies:
+        print(
+            f"{'contender':<28} {'pods/s':>7} {'x kube':>7} {'x binder':>8} "
+            f"{'p50 ms':>7} {'p99 ms':>7} {'peak RSS':>9}"
+        )
+        for c in contenders:
+            rate = statistics.median(c.rates)
+            lat = latencies.get(c.label, [])
+            p50 = f"{pct(lat, 0.5) * 1000:.0f}" if lat else "-"
+            p99 = f"{pct(lat, 0.99) * 1000:.0f}" if lat else "-"
             print(
-                f"  create-to-bind p50 {pct(latencies, 0.5) * 1000:.0f} ms, "
-                f"p99 {pct(latencies, 0.99) * 1000:.0f} ms, "
-                f"mean {statistics.fmean(latencies) * 1000:.0f} ms"
+                f"{c.label:<28} {rate:>7.0f} {rate / kube_rate:>7.2f} {rate / binder_rate:>8.2f} "
+                f"{p50:>7} {p99:>7} {max(c.rss):>6.0f} MB"
             )
-        stop.set()
+        print(
+            f"{'topo-scheduler gangs 4x2':<28} {gang_rate:>7.0f} {gang_rate / kube_rate:>7.2f} "
+            f"{gang_rate / binder_rate:>8.2f} {'-':>7} {'-':>7} {'':>9}"
+        )
+        print("(p50/p99: create-to-bind for pods created at 50/s for 10 s)")
 
         # Failover with the default lease.
-        standby_log = plane.dir / "standby.log"
-        procs.append(start_scheduler(plane, redis.url, standby_log))
+        leader = start_topo(plane, config, redis.url, plane.dir / "leader.log")
+        procs.append(leader)
         time.sleep(3)
-        leader = procs[0]
+        standby = start_topo(plane, config, redis.url, plane.dir / "standby.log")
+        procs.append(standby)
+        time.sleep(3)
         os.killpg(leader.pid, signal.SIGKILL)
         killed = time.monotonic()
         leader.wait()
-        plane.create_pod("after-failover", 1, namespace="bench")
+        plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "failover"}})
+        create_pods(plane, "failover", TOPO_NAME, ["after-failover"])
         while time.monotonic() - killed < 60:
-            pod = plane.request("GET", "/api/v1/namespaces/bench/pods/after-failover")
+            pod = plane.request("GET", "/api/v1/namespaces/failover/pods/after-failover")
             if pod["spec"].get("nodeName"):
                 break
             time.sleep(0.1)
-        took = time.monotonic() - killed
         print(
-            "  failover (lease 15 s, renew 5 s): leader killed -> "
-            f"standby bound a new pod in {took:.1f} s"
+            "failover (lease 15 s, renew 5 s): leader killed -> standby bound a new pod in "
+            f"{time.monotonic() - killed:.1f} s"
         )
     finally:
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+            kill(p, signal.SIGKILL)
+        if kube is not None:
+            kube.stop()
         redis.close()
         plane.stop()
 
 
 if __name__ == "__main__":
-    asyncio.set_event_loop_policy(None)
     main()
