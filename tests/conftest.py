@@ -11,16 +11,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from scheduler.testing.redisserver import RedisServer, RedisServerError
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+@contextlib.contextmanager
+def started_redis(folder: Path) -> Iterator[RedisServer]:
+    """A local redis-server in ``folder``, stopped whatever happens; a failed start fails the
+    test (never a skip)."""
+    server = RedisServer(folder)
     try:
         server.start()
     except RedisServerError as exc:
@@ -28,7 +32,13 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with started_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

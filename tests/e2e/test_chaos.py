@@ -35,7 +35,8 @@ import redis.asyncio as aioredis
 
 from scheduler.state.redis_store import RedisStore
 from scheduler.testing.audit import Settled, View, collect, until_settled
-from scheduler.testing.redisserver import RedisServer, RedisServerError
+from scheduler.testing.redisserver import RedisServer
+from tests.conftest import started_redis
 from tests.topologies import DGX1_V100
 
 from .live import Scenario, SchedulerProcess
@@ -110,15 +111,8 @@ class PodStream:
 @pytest.fixture
 async def own_redis(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RedisServer]:
     """A redis-server of the test's own: FLUSHALL must not touch the session's."""
-    server = RedisServer(tmp_path_factory.mktemp("redis-flush"))
-    try:
-        server.start()
-    except RedisServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with started_redis(tmp_path_factory.mktemp("redis-flush")) as server:
         yield server
-    finally:
-        server.close()
 
 
 def bound(scenario: Scenario) -> int:
