@@ -39,11 +39,19 @@ from .filters.resources import node_allocatable, pod_requests
 from .formats import allocated as allocated_format
 from .formats import assignment as assignment_format
 from .formats import devices as devices_format
+from .gangsources import best_known
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
-from .objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
+from .objects import (
+    ClaimInput,
+    NamespaceInput,
+    NodeInput,
+    PodGroupInput,
+    PodInput,
+    VolumeInput,
+)
 from .podindex import PodIndex, PodRecord, host_ports
-from .requests import RequestError, gpu_resource_names, kubelet_request, parse_count, parse_gang
+from .requests import gpu_resource_names, kubelet_request, parse_count
 from .settings import CoreSettings
 from .topology import Topology
 
@@ -211,6 +219,8 @@ class ClusterState:
         self.namespaces: dict[str, NamespaceInput] = {}
         self.claims: dict[str, ClaimInput] = {}
         self.volumes: dict[str, VolumeInput] = {}
+        # PodGroup objects by PodGroupInput.key (gang sizes for pods that name one).
+        self.pod_groups: dict[str, PodGroupInput] = {}
         # Bound gang members: gang key -> pod keys (for "k of N present" and conflicts).
         self.gang_bound: dict[str, set[str]] = {}
 
@@ -427,6 +437,12 @@ class ClusterState:
     def remove_volume(self, name: str) -> None:
         self.volumes.pop(name, None)
 
+    def set_pod_group(self, group: PodGroupInput) -> None:
+        self.pod_groups[group.key] = group
+
+    def remove_pod_group(self, key: str) -> None:
+        self.pod_groups.pop(key, None)
+
     def hold(self, holding: Holding) -> str | None:
         """Charge a holding to its node (assume). Returns a warning on a double claim.
 
@@ -604,12 +620,9 @@ class ClusterState:
 
     def _holding_from_annotations(self, pod: PodInput) -> Holding | None:
         gang_key, replicas = None, 0
-        try:
-            gang = parse_gang(pod)
-        except RequestError:
-            gang = None
+        gang = best_known(pod, self.pod_groups)
         if gang is not None:
-            gang_key, replicas = gang.key, gang.replicas
+            gang_key, replicas = gang.key, gang.minimum
         raw_assignment = pod.annotations.get(ASSIGNMENT_ANNOTATION)
         raw_devices = pod.annotations.get(DEVICES_ANNOTATION)
         shares: tuple[Share, ...] = ()

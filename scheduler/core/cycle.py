@@ -17,6 +17,7 @@ from .cluster import ClusterState
 from .decisions import Decision, Placed, Unschedulable, Waiting
 from .filters.chain import PodFilters
 from .gang import Member, plan_gang
+from .gangsources import best_known, gang_key
 from .objects import PodInput
 from .placement import (
     no_node_reason,
@@ -25,7 +26,7 @@ from .placement import (
     place_without_gpus,
     unschedulable_reason,
 )
-from .requests import RequestError, parse_gang, parse_request
+from .requests import RequestError, parse_request
 
 
 class Unit(Struct, frozen=True):
@@ -34,12 +35,24 @@ class Unit(Struct, frozen=True):
 
 
 def gang_of(pod: PodInput) -> str | None:
-    """The pod's gang key, or None (also for malformed gang labels: decide() reports those)."""
-    try:
-        gang = parse_gang(pod)
-    except RequestError:
-        return None
-    return gang.key if gang else None
+    """The pod's gang key, or None (also for malformed gang sources: decide() reports those)."""
+    return gang_key(pod)
+
+
+def gang_minimum(state: ClusterState, pod: PodInput) -> int:
+    """The minimum of the pod's gang as far as it is known (0: none, or unknown): what its
+    holding and its store claim record."""
+    gang = best_known(pod, state.pod_groups)
+    return gang.minimum if gang else 0
+
+
+def gang_timeout(state: ClusterState, unit: Unit) -> int | None:
+    """The unit's own gang timeout (a PodGroup's scheduleTimeoutSeconds), None: the config's."""
+    for pod in unit.pods:
+        gang = best_known(pod, state.pod_groups)
+        if gang is not None and gang.timeout_s is not None:
+            return gang.timeout_s
+    return None
 
 
 def group_units(pods: Sequence[PodInput]) -> list[Unit]:
@@ -105,15 +118,7 @@ def apply_decision(state: ClusterState, decision: Decision, unit: Unit) -> None:
     pods = {p.key: p for p in unit.pods}
     for placement in decision.placements:
         pod = pods[placement.pod]
-        state.apply(placement, pod, _replicas(pod))
-
-
-def _replicas(pod: PodInput) -> int:
-    try:
-        gang = parse_gang(pod)
-    except RequestError:
-        return 0
-    return gang.replicas if gang else 0
+        state.apply(placement, pod, gang_minimum(state, pod))
 
 
 def gated(pod: PodInput) -> Waiting | None:

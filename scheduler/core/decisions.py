@@ -46,6 +46,10 @@ class Placement(Struct, frozen=True):
 
 class Placed(Struct, frozen=True, tag="placed"):
     placements: tuple[Placement, ...]
+    # Members of the unit left pending this time (an elastic gang's surplus that fits nowhere
+    # yet), with why: not placed, not a failure of the unit.
+    waiting: tuple[str, ...] = ()
+    reason: str = ""
 
 
 class Waiting(Struct, frozen=True, tag="waiting"):

@@ -1,7 +1,8 @@
-"""Gang planning (rule 3): every pending replica placed in one pass, all or nothing.
+"""Gang planning (rule 3): a gang's pending members placed in one pass, all or nothing.
 
-A gang is (namespace, job) from the ``gpu-topology`` label; ``gpu-topology-replica`` says how many
-members it has. Planning starts only when all N members exist (pending or already bound). Then:
+A gang (``gangsources.py``: ACK's labels, a PodGroup, Kueue, Volcano or Koordinator) has a
+minimum, the members that must run together, and may have more (an elastic gang's surplus).
+Planning starts only when at least the minimum exists (pending or already bound). Then:
 
 1. One node for all pending members if any fits: the node is ranked by rule 2 as if one pod asked
    for all their GPUs, and the joint best set (rule 1) is split among the replicas, largest first,
@@ -11,8 +12,13 @@ members it has. Planning starts only when all N members exist (pending or alread
    absorbs the most of their GPUs, ranked by rule 2 among equals; each node's share is again a joint
    set. For gangs of equal replicas (the usual case, and ACK's only case) this is the minimum number
    of nodes.
+3. When not all pending members fit and more are pending than the minimum still needs, just
+   that many (the smallest first) are planned as in 1 and 2; the rest are surplus. Surplus
+   members (all pending ones once the minimum is bound) are placed one at a time, on a node of
+   their siblings first; one that fits nowhere stays pending (``Placed.waiting``), which is not
+   a failure of the gang.
 
-In both, a node must also have the allocatable headroom for everything its part of the gang asks
+In all, a node must also have the allocatable headroom for everything its part of the gang asks
 for, per resource name: two 1-GPU replicas on one node need 2 allocatable GPUs left there. And the
 Kubernetes filters hold for the members on each node together (``filters.chain.GroupFilters``):
 each member passes alone, their cpu/memory/... fit together, their host ports do not collide, and
@@ -29,9 +35,11 @@ from __future__ import annotations
 
 from msgspec import Struct
 
+from . import names
 from .cluster import ClusterState, Demand, NodeState
 from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .filters.chain import GroupFilters, PodFilters
+from .gangsources import Gang, GangError, GangPending, resolve
 from .objects import PodInput
 from .placement import best_whole_node, unschedulable_reason, whole_placement
 from .requests import PodRequest, RequestError
@@ -42,30 +50,50 @@ class Member(Struct, frozen=True):
     request: PodRequest
 
 
+class Size(Struct, frozen=True):
+    """A gang's sizes as its members and PodGroup agree on them, and how many are bound."""
+
+    minimum: int
+    total: int  # 0: not said
+    bound: int
+
+
 def check_gang(
     state: ClusterState, gang: str, members: list[Member]
-) -> Waiting | Unschedulable | None:
-    """Why the gang cannot be planned yet (waiting) or at all (unschedulable); None when it can."""
+) -> Waiting | Unschedulable | Size:
+    """Why the gang cannot be planned yet (waiting) or at all (unschedulable), else its sizes."""
     keys = tuple(sorted(m.pod.key for m in members))
-    counts = {m.request.gang.replicas for m in members if m.request.gang}
+    gangs: list[Gang] = []
+    for m in members:
+        try:
+            resolved = resolve(m.pod, state.pod_groups)
+        except GangPending as exc:
+            return Waiting(keys, f"gang {gang}: {exc}")
+        except GangError as exc:
+            return Unschedulable(keys, f"gang {gang}: {exc}")
+        if resolved is not None:
+            gangs.append(resolved)
+    native = all(g.sources == ("gpu-topology",) for g in gangs)
+    size_name = names.GANG_REPLICA_LABEL if native else "the gang's size"
+    minimums = {g.minimum for g in gangs}
     bound = state.gang_bound.get(gang, set()) - set(keys)
-    counts |= {
+    minimums |= {
         state.holdings[k].replicas
         for k in bound
         if k in state.holdings and state.holdings[k].replicas
     }
-    if len(counts) > 1:
-        listed = ", ".join(str(c) for c in sorted(counts))
-        return Waiting(keys, f"gang {gang}: members disagree on gpu-topology-replica ({listed})")
-    replicas = counts.pop()
+    totals = {g.total for g in gangs if g.total}
+    if len(minimums) > 1 or len(totals) > 1:
+        listed = ", ".join(str(c) for c in sorted(minimums | totals))
+        return Waiting(keys, f"gang {gang}: members disagree on {size_name} ({listed})")
+    minimum = minimums.pop()
+    total = totals.pop() if totals else 0
     present = len(members) + len(bound)
-    if present > replicas:
-        return Waiting(
-            keys,
-            f"gang {gang}: {present} members present but gpu-topology-replica says {replicas}",
-        )
-    if present < replicas:
-        return Waiting(keys, f"gang {gang}: {present} of {replicas} replicas present")
+    word = "replicas" if native else "members"
+    if total and present > total:
+        return Waiting(keys, f"gang {gang}: {present} members present but {size_name} says {total}")
+    if present < minimum:
+        return Waiting(keys, f"gang {gang}: {present} of {minimum} {word} present")
     vendors = {m.request.vendor for m in members if m.request.vendor}
     if any(m.request.shared is not None for m in members):
         return Unschedulable(
@@ -76,45 +104,183 @@ def check_gang(
             keys,
             f"gang {gang}: members ask for GPUs of several vendors ({', '.join(sorted(vendors))})",
         )
-    return None
+    return Size(minimum, total, len(bound))
 
 
 def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision:
-    problem = check_gang(state, gang, members)
-    if problem is not None:
-        return problem
+    """Place the gang's pending members: at least the part of its minimum not bound yet, all
+    or nothing, and as many of the others as fit.
+
+    1. Every pending member together, if they fit (one node, else the fewest nodes).
+    2. Else, when more are pending than the minimum still needs, just that many, the smallest
+       first (all or nothing); the others are surplus.
+    3. Surplus members (all of them, once the minimum is bound) are placed one at a time, on
+       a node of their siblings first; one that fits nowhere waits for capacity, which is not a
+       failure of the gang.
+    """
+    size = check_gang(state, gang, members)
+    if not isinstance(size, Size):
+        return size
     keys = tuple(sorted(m.pod.key for m in members))
     ordered = sorted(members, key=lambda m: (-m.request.gpus, m.pod.key))
     gpu_members = [m for m in ordered if m.request.gpus > 0]
     if not gpu_members:
         return Unschedulable(keys, f"gang {gang}: no member asks for GPUs")
+    need = max(0, size.minimum - size.bound)
+    with state.tentative():
+        placements: list[Placement] | None = []
+        surplus = ordered
+        if need:
+            placements = _plan_together(state, gang, ordered, size.minimum)
+            surplus = []
+            if placements is None and len(ordered) > need:
+                core = sorted(ordered, key=lambda m: (m.request.gpus, m.pod.key))[:need]
+                placements = _plan_together(state, gang, _largest_first(core), size.minimum)
+                surplus = [m for m in ordered if m not in core]
+        if placements is None:
+            return _not_together(state, gang, members, ordered, need)
+        left = _place_surplus(state, gang, surplus, size.minimum, placements)
+    placements.sort(key=lambda p: p.pod)
+    if not placements:
+        return Unschedulable(keys, _surplus_reason(gang, size, left))
+    waiting = tuple(sorted(left))
+    return Placed(tuple(placements), waiting, _surplus_reason(gang, size, left) if left else "")
+
+
+def _largest_first(members: list[Member]) -> list[Member]:
+    return sorted(members, key=lambda m: (-m.request.gpus, m.pod.key))
+
+
+def _plan_together(
+    state: ClusterState, gang: str, ordered: list[Member], minimum: int
+) -> list[Placement] | None:
+    """All of ``ordered`` placed (one node, else the fewest), applied to the open tentative
+    scope; None when they cannot all be placed (and then nothing stays applied)."""
+    gpu_members = [m for m in ordered if m.request.gpus > 0]
+    if not gpu_members:
+        return None
     vendor = gpu_members[0].request.vendor
     assert vendor is not None
     spread = gpu_members[0].request.node_policy == "spread"
     total = sum(m.request.gpus for m in gpu_members)
+    try:
+        member_filters = [PodFilters(state, m.pod) for m in ordered]
+    except RequestError:
+        return None
+    everyone = GroupFilters(state, member_filters)
+    with state.tentative():
+        placements = _plan_one_node(state, gang, ordered, vendor, spread, everyone, total, minimum)
+    if placements is None:
+        with state.tentative():
+            placements = _plan_fewest_nodes(state, gang, ordered, vendor, spread, minimum)
+    if placements is None:
+        return None
+    pods = {m.pod.key: m.pod for m in ordered}
+    for placement in placements:  # kept for the surplus members that follow
+        state.apply(placement, pods[placement.pod], minimum)
+    return placements
 
+
+def _not_together(
+    state: ClusterState, gang: str, members: list[Member], ordered: list[Member], need: int
+) -> Unschedulable:
+    keys = tuple(sorted(m.pod.key for m in members))
+    gpu_members = [m for m in ordered if m.request.gpus > 0]
+    total = sum(m.request.gpus for m in gpu_members)
     try:
         member_filters = [PodFilters(state, m.pod) for m in ordered]
     except RequestError as exc:
         return Unschedulable(keys, f"gang {gang}: {exc}")
-    everyone = GroupFilters(state, member_filters)
-    with state.tentative():
-        placements = _plan_one_node(state, gang, ordered, vendor, spread, everyone, total)
-    if placements is None:
-        with state.tentative():
-            placements = _plan_fewest_nodes(state, gang, ordered, vendor, spread)
-    if placements is None:
-        largest = gpu_members[0].request.gpus
-        joint = [r for m in gpu_members for r in m.request.resources]
-        each = GroupFilters(state, member_filters, joint=False)
-        reason = unschedulable_reason(state, each, gpu_members[0].request, largest, joint)
+    largest = gpu_members[0].request.gpus
+    joint = [r for m in gpu_members for r in m.request.resources]
+    each = GroupFilters(state, member_filters, joint=False)
+    reason = unschedulable_reason(state, each, gpu_members[0].request, largest, joint)
+    if need < len(members):
         return Unschedulable(
             keys,
             f"gang {gang}: {len(members)} pending replicas need {total} GPUs and cannot all be "
-            f"placed; {reason}",
+            f"placed, nor the {need} its minimum needs; {reason}",
         )
-    placements.sort(key=lambda p: p.pod)
-    return Placed(tuple(placements))
+    return Unschedulable(
+        keys,
+        f"gang {gang}: {len(members)} pending replicas need {total} GPUs and cannot all be "
+        f"placed; {reason}",
+    )
+
+
+class _OnNodes:
+    """A member's filters restricted to some nodes (its siblings'): tried before all nodes."""
+
+    def __init__(self, inner: PodFilters, nodes: set[str]) -> None:
+        self.inner = inner
+        self.nodes = nodes
+
+    @property
+    def has_preferences(self) -> bool:
+        return self.inner.has_preferences
+
+    @property
+    def problem(self) -> str | None:
+        return self.inner.problem
+
+    @property
+    def nowhere(self) -> bool:
+        return self.inner.nowhere or not self.nodes
+
+    def check(self, node: NodeState) -> list[str]:
+        if node.name not in self.nodes:
+            return ["is not a node of its gang"]
+        return self.inner.check(node)
+
+    def score(self, node: NodeState) -> int:
+        return self.inner.score(node)
+
+
+def _place_surplus(
+    state: ClusterState,
+    gang: str,
+    surplus: list[Member],
+    minimum: int,
+    placements: list[Placement],
+) -> dict[str, str]:
+    """Place surplus members one at a time (applied to the open scope, added to
+    ``placements``); returns the keys of those that fit nowhere, with why."""
+    left: dict[str, str] = {}
+    for member in surplus:
+        req = member.request
+        try:
+            filters = PodFilters(state, member.pod)
+        except RequestError as exc:
+            left[member.pod.key] = str(exc)
+            continue
+        siblings = {
+            state.holdings[k].node for k in state.gang_bound.get(gang, set()) if k in state.holdings
+        }
+        placement: Placement | None = None
+        if req.gpus and req.vendor is not None:
+            spread = req.node_policy == "spread"
+            demand = state.demand(req.resources)
+            found = best_whole_node(
+                state, _OnNodes(filters, siblings), req.gpus, req.vendor, spread, demand
+            )
+            if found is None:
+                found = best_whole_node(state, filters, req.gpus, req.vendor, spread, demand)
+            if found is not None:
+                placement = whole_placement(member.pod, req, found.node, found.choice.indices, gang)
+        if placement is None:
+            left[member.pod.key] = unschedulable_reason(state, filters, req)
+            continue
+        state.apply(placement, member.pod, minimum)
+        placements.append(placement)
+    return left
+
+
+def _surplus_reason(gang: str, size: Size, left: dict[str, str]) -> str:
+    reasons = sorted(set(left.values()))
+    return (
+        f"gang {gang}: {len(left)} member(s) beyond its minimum of {size.minimum} wait for "
+        f"capacity (not a gang failure); {'; '.join(reasons)}"
+    )
 
 
 def _plan_one_node(
@@ -125,16 +291,22 @@ def _plan_one_node(
     spread: bool,
     filters: GroupFilters,
     total: int,
+    minimum: int,
 ) -> list[Placement] | None:
     demand = state.demand(r for m in ordered for r in m.request.resources)
     found = best_whole_node(state, filters, total, vendor, spread, demand)
     if found is None:
         return None
-    return _split(state, gang, found.node, found.choice.mask, ordered)
+    return _split(state, gang, found.node, found.choice.mask, ordered, minimum)
 
 
 def _split(
-    state: ClusterState, gang: str, node: NodeState, joint: int, group: list[Member]
+    state: ClusterState,
+    gang: str,
+    node: NodeState,
+    joint: int,
+    group: list[Member],
+    minimum: int,
 ) -> list[Placement]:
     """Give each member (largest first) the best subset of the joint set that is left."""
     assert node.inventory is not None
@@ -151,14 +323,18 @@ def _split(
             indices = choice.indices
             left &= ~choice.mask
         placement = whole_placement(member.pod, member.request, node, indices, gang)
-        replicas = member.request.gang.replicas if member.request.gang else 0
-        state.apply(placement, member.pod, replicas)
+        state.apply(placement, member.pod, minimum)
         out.append(placement)
     return out
 
 
 def _plan_fewest_nodes(
-    state: ClusterState, gang: str, ordered: list[Member], vendor: str, spread: bool
+    state: ClusterState,
+    gang: str,
+    ordered: list[Member],
+    vendor: str,
+    spread: bool,
+    minimum: int,
 ) -> list[Placement] | None:
     remaining = list(ordered)
     out: list[Placement] = []
@@ -206,7 +382,7 @@ def _plan_fewest_nodes(
         if best is None:
             return None
         _, group, node, joint = best
-        out.extend(_split(state, gang, node, joint, group))
+        out.extend(_split(state, gang, node, joint, group, minimum))
         taken = {m.pod.key for m in group}
         remaining = [m for m in remaining if m.pod.key not in taken]
     return out

@@ -24,6 +24,21 @@ NODE_POLICY_ANNOTATION: Final = "hami.io/node-scheduler-policy"
 # Gang labels (Alibaba ACK's names).
 GANG_LABEL: Final = "gpu-topology"
 GANG_REPLICA_LABEL: Final = "gpu-topology-replica"
+# Other gang sources read as the same gang (core/gangsources.py).
+# scheduler-plugins' coscheduling: the pod's PodGroup (its spec.minMember is the gang's minimum).
+POD_GROUP_API: Final = "scheduling.x-k8s.io"
+POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+# Kueue's plain pod groups: all members together; Kueue gates them until it admits the group.
+KUEUE_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
+# Volcano: the pod names a Volcano PodGroup (scheduling.volcano.sh), whose minMember counts.
+VOLCANO_POD_GROUP_API: Final = "scheduling.volcano.sh"
+VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
+# Koordinator's gang annotations (no object behind them).
+KOORD_GANG_NAME_ANNOTATION: Final = "gang.scheduling.koordinator.sh/name"
+KOORD_GANG_MIN_ANNOTATION: Final = "gang.scheduling.koordinator.sh/min-available"
+KOORD_GANG_TOTAL_ANNOTATION: Final = "gang.scheduling.koordinator.sh/total-number"
 
 # Shared GPUs (Koordinator and MetaX sGPU).
 SHARED_RESOURCE: Final = "koordinator.sh/gpu.shared"

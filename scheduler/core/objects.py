@@ -136,6 +136,23 @@ class ClaimInput(Struct, frozen=True):
         return f"{self.namespace}/{self.name}"
 
 
+class PodGroupInput(Struct, frozen=True):
+    """A PodGroup object a gang's pods name: scheduler-plugins' (``scheduling.x-k8s.io``) or
+    Volcano's (``scheduling.volcano.sh``); both say how many members must run together."""
+
+    group: str  # the CRD's API group: "scheduling.x-k8s.io" or "scheduling.volcano.sh"
+    namespace: str
+    name: str
+    min_member: int = 0
+    # scheduler-plugins' spec.scheduleTimeoutSeconds (None: the config's gang.waitTimeoutSeconds)
+    schedule_timeout_seconds: int | None = None
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/{self.namespace}/{self.name}"
+
+
 class VolumeInput(Struct, frozen=True):
     """A PersistentVolume: its required node affinity (None: usable from any node)."""
 

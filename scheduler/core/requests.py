@@ -16,6 +16,7 @@ from typing import Final
 from msgspec import Struct
 
 from . import names
+from .gangsources import Gang, GangError, resolve
 from .objects import ContainerInput, PodInput
 from .settings import GPU_POLICIES, NODE_POLICIES, CoreSettings, GpuPolicy, NodePolicy
 
@@ -32,11 +33,6 @@ class SharedRequest(Struct, frozen=True):
     sgpu: int  # sGPU instances per card
     qos: str | None  # sGPU QoS policy; None for non-sGPU sharing
     vendor: str | None  # "metax" for sGPU; None: any vendor
-
-
-class Gang(Struct, frozen=True):
-    key: str  # "namespace/job"
-    replicas: int
 
 
 class PodRequest(Struct, frozen=True):
@@ -328,26 +324,9 @@ def _policies(pod: PodInput, settings: CoreSettings) -> tuple[GpuPolicy, NodePol
 
 
 def parse_gang(pod: PodInput) -> Gang | None:
-    job = pod.labels.get(names.GANG_LABEL)
-    raw = pod.labels.get(names.GANG_REPLICA_LABEL)
-    if job is None and raw is None:
-        return None
-    if not job:
-        raise RequestError(
-            f"pod {pod.key}: label {names.GANG_REPLICA_LABEL} is set but {names.GANG_LABEL} "
-            "(the job name) is missing or empty"
-        )
-    if raw is None:
-        raise RequestError(
-            f"pod {pod.key}: label {names.GANG_LABEL}={job} needs {names.GANG_REPLICA_LABEL} "
-            "(the number of replicas)"
-        )
+    """The pod's gang as the pod alone says it (gangsources.resolve without PodGroups: the
+    minimum a PodGroup holds reads 0); RequestError when its sources are malformed or disagree."""
     try:
-        replicas = int(raw)
-    except ValueError:
-        replicas = 0
-    if replicas < 1:
-        raise RequestError(
-            f"pod {pod.key}: label {names.GANG_REPLICA_LABEL}: {raw!r} must be a positive integer"
-        )
-    return Gang(f"{pod.namespace}/{job}", replicas)
+        return resolve(pod)
+    except GangError as exc:
+        raise RequestError(str(exc)) from None

@@ -16,10 +16,9 @@ from typing import Any
 import structlog
 
 from scheduler.core.cluster import ClusterState, holding_of
-from scheduler.core.cycle import Unit, decide, gang_of
+from scheduler.core.cycle import Unit, decide, gang_minimum, gang_of, gang_timeout
 from scheduler.core.decisions import Decision, Placed, Placement, Waiting
 from scheduler.core.objects import PodInput
-from scheduler.core.requests import RequestError, parse_gang
 from scheduler.state.base import Conflict, Fenced, Store, StoreError
 
 from .binder import Binder
@@ -120,24 +119,44 @@ class Cycle:
         if isinstance(decision, Placed):
             return await self._reserve(unit, decision)
         result = "waiting" if isinstance(decision, Waiting) else "unschedulable"
-        reason, retry_by = decision.reason, None
-        if isinstance(decision, Waiting) and self.gang_wait_timeout > 0:
-            # The gang holds nothing while it waits, so a timeout only changes what its pods
-            # say; they are retried when it runs out so that the message appears on time.
+        reason, retry_by, timed_out = decision.reason, None, False
+        timeout, what = self._gang_timeout(unit)
+        if timeout > 0:
+            # The gang holds nothing while it waits, so a timeout changes what its pods say and
+            # sends each a GangTimeout event; they are retried when it runs out so that both
+            # appear on time, and go on being retried with backoff after it.
             now = self.clock()
             seen = [e.first_seen for p in unit.pods if (e := self.book.get(p.key)) is not None]
             since = min(seen, default=now)
-            retry_by = since + self.gang_wait_timeout
+            retry_by = since + timeout
             if now >= retry_by:
-                reason += (
-                    f"; waited {now - since:.0f} s, longer than gang.waitTimeoutSeconds "
-                    f"({self.gang_wait_timeout:g} s)"
-                )
-                retry_by = None
+                reason += f"; waited {now - since:.0f} s, longer than {what} ({timeout:g} s)"
+                retry_by, timed_out = None, True
         for pod in unit.pods:
-            ctx = Ctx(pod=pod, result=result, reason=reason, retry_by=retry_by, gang=unit.gang)
+            ctx = Ctx(
+                pod=pod,
+                result=result,
+                reason=reason,
+                retry_by=retry_by,
+                gang=unit.gang,
+                timed_out=timed_out,
+            )
             self._dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
         return result
+
+    def _gang_timeout(self, unit: Unit) -> tuple[float, str]:
+        """How long the unit's gang may wait before it times out (0: no timeout), and whose
+        setting that is. A gang whose minimum is bound has only surplus members pending: they
+        wait for capacity, which is no failure of the gang."""
+        if unit.gang is None:
+            return 0.0, ""
+        minimum = max((gang_minimum(self.state, p) for p in unit.pods), default=0)
+        if minimum and len(self.state.gang_bound.get(unit.gang, ())) >= minimum:
+            return 0.0, ""
+        own = gang_timeout(self.state, unit)
+        if own is not None:
+            return float(own), "its PodGroup's scheduleTimeoutSeconds"
+        return self.gang_wait_timeout, "gang.waitTimeoutSeconds"
 
     async def _reserve(self, unit: Unit, decision: Placed) -> str:
         epoch = self.leadership.epoch
@@ -146,9 +165,14 @@ class Cycle:
                 self.queue.add(pod.key, pod.priority, pod.created)
             return "error"
         pods = {p.key: p for p in unit.pods}
+        for key in decision.waiting:  # an elastic gang's surplus that fits nowhere yet
+            pod = pods[key]
+            ctx = Ctx(pod=pod, result="unschedulable", reason=decision.reason, gang=unit.gang)
+            self._dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
         claims = []
         for placement in decision.placements:
-            claim = self.sync.claim_of(holding_of(placement, _replicas_of(unit, placement.pod)))
+            minimum = gang_minimum(self.state, pods[placement.pod])
+            claim = self.sync.claim_of(holding_of(placement, minimum))
             assert claim is not None
             claims.append(claim)
             pod = pods[placement.pod]
@@ -175,21 +199,10 @@ class Cycle:
             ctx = Ctx(
                 pod=pod,
                 placement=placement,
-                replicas=_replicas_of(unit, placement.pod),
+                replicas=gang_minimum(self.state, pods[placement.pod]),
                 binds=binds,
             )
             self._dispatch(pod.key, pod.uid, event, ctx)
         if binds:
             self.binder.start(binds, epoch)
         return "scheduled" if event is Event.RESERVE_OK else "error"
-
-
-def _replicas_of(unit: Unit, pod_key: str) -> int:
-    for pod in unit.pods:
-        if pod.key == pod_key:
-            try:
-                gang = parse_gang(pod)
-            except RequestError:
-                return 0
-            return gang.replicas if gang else 0
-    return 0

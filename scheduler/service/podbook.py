@@ -241,6 +241,7 @@ class Entry:
     pod: PodInput | None = None  # the latest pending object (None for pods only seen bound)
     placement: Placement | None = None  # while reserving, binding or assumed
     reported: str | None = None  # the last reason written to the pod, to not repeat it
+    timed_out: bool = False  # its gang's GangTimeout event was sent
     explanation: object | None = None  # the last decision, for /debug
 
 
@@ -257,6 +258,7 @@ class Ctx:
     reason: str = ""
     retry_by: float | None = None
     gang: str | None = None
+    timed_out: bool = False  # NOT_PLACED: the pod's gang waited longer than its timeout
     binds: list[tuple[PodInput, Placement]] | None = None  # BIND collects here
     mark_bound: list[str] | None = None  # MARK_BOUND collects here (else: a store call now)
     release: list[str] | None = None  # RELEASE_STORE collects here (else: a store call now)

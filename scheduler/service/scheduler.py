@@ -319,6 +319,10 @@ class Scheduler:
         if entry.reported != ctx.reason:
             entry.reported = ctx.reason
             self._spawn(self._report_unschedulable(ctx.pod, ctx.reason))
+        if ctx.timed_out and not entry.timed_out:
+            entry.timed_out = True
+            pod, message = ctx.pod, f"gang {ctx.gang} timed out: {ctx.reason}"
+            self._spawn(self._report(pod, "GangTimeout", message, "Warning"))
 
     def _scheduled(self, entry: Entry | None, ctx: Ctx) -> None:
         p = ctx.placement
@@ -473,6 +477,14 @@ class Scheduler:
             )
         except Exception as exc:
             log.warning("event failed", pod=pod.key, error=str(exc))
+
+    async def _report(self, pod: PodInput, reason: str, message: str, kind: str) -> None:
+        try:
+            await self.cluster.event(
+                pod.namespace, pod.name, pod.uid, reason, message, kind, _now()
+            )
+        except Exception as exc:
+            log.warning("event failed", pod=pod.key, reason=reason, error=str(exc))
 
     async def _report_unschedulable(self, pod: PodInput, reason: str) -> None:
         try:

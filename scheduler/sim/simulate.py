@@ -86,6 +86,10 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
     for decision in schedule_in_order(state, pending):
         if isinstance(decision, Placed):
             placements.extend(decision.placements)
+            waiting.extend(  # an elastic gang's surplus that fits nowhere yet
+                Pending(p, decision.reason, "unschedulable", tuple(refusals(state, by_key[p])))
+                for p in decision.waiting
+            )
         elif isinstance(decision, Waiting):
             waiting.extend(Pending(p, decision.reason, "waiting") for p in decision.pods)
         else:
