@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from scheduler.state.base import Claim, GangRecord, Owner, ReconcileReport, Record, Store
+from scheduler.state.base import (
+    Claim,
+    GangRecord,
+    Nomination,
+    Owner,
+    ReconcileReport,
+    Record,
+    Store,
+)
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _E2E_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
@@ -132,6 +140,20 @@ class TimedStore:
     ) -> ReconcileReport:
         with self._timed("reconcile"):
             return await self.inner.reconcile(holder, epoch, truth, pending, nodes)
+
+    async def nominate(self, holder: str, epoch: int, nomination: Nomination, now_ms: int) -> None:
+        with self._timed("nominate"):
+            await self.inner.nominate(holder, epoch, nomination, now_ms)
+
+    async def drop_nominations(
+        self, holder: str, epoch: int, uids: list[str], now_ms: int | None = None
+    ) -> None:
+        with self._timed("drop_nominations"):
+            await self.inner.drop_nominations(holder, epoch, uids, now_ms)
+
+    async def nominations(self, now_ms: int) -> dict[str, Nomination]:
+        with self._timed("nominations"):
+            return await self.inner.nominations(now_ms)
 
     async def update_nodes(
         self, holder: str, epoch: int, put: dict[str, str], drop: list[str]

@@ -29,7 +29,25 @@ tests against both):
   UIDs are kept (the caller names them: our own binds in flight, and right after an election
   every pod still unbound, since a previous leader may have been binding them when it died).
   Any other reservation is freed, whichever epoch wrote it. Every gang record is then rebuilt from
-  the pod records (bound members' gangs come from the truth's claims).
+  the pod records (bound members' gangs come from the truth's claims). Nominations (below) are
+  not pod records: ``reconcile`` leaves them alone.
+- Nominations (``nominations``; issue 14's preemption): while a preemptor's victims terminate, the
+  GPUs freed for it (whole GPU indices on one node; none when it needs only cpu/memory) are held
+  for it by a ``Nomination``, at most one per preemptor UID. ``nominate`` writes one, fenced like
+  every write, replacing any earlier nomination of the same UID; ``drop_nominations`` removes
+  those of the UIDs given (the preemptor bound, was deleted, or was given up; unknown UIDs are
+  ignored). A nomination carries its own ``expires_ms`` (unix milliseconds, chosen by the caller:
+  the store computes no expiry) and is live while ``now_ms < expires_ms`` for the ``now_ms`` the
+  caller passes: ``nominations(now_ms)`` never returns an expired one, and every ``nominate`` (and
+  a ``drop_nominations`` given ``now_ms``) deletes the expired ones in the same atomic call
+  (RedisStore: up to ``chunk`` of them per call, earliest expiry first, so the call's work stays
+  bounded). So the store holds at most one per preemptor, and expired ones only until the next
+  such write. A nomination already expired when written deletes the preemptor's earlier one and
+  is not kept. The store only remembers nominations: it never refuses a ``reserve`` because of one
+  (which pods may take nominated GPUs is the core's decision, made from ``nominations``). They
+  survive a new leader's ``acquire`` and ``reconcile`` (a new leader reads them at takeover), but
+  not a FLUSHALL of Redis (nor a new MemoryStore, i.e. a restart of the one replica): that is
+  accepted, the service derives them again.
 """
 
 from __future__ import annotations
@@ -103,6 +121,19 @@ class GangRecord(Struct, frozen=True):
     replicas: int = 0
 
 
+class Nomination(Struct, frozen=True, kw_only=True):
+    """Resources held for a preemptor while its victims terminate (see the module docstring)."""
+
+    uid: str  # the preemptor's pod UID: at most one nomination per UID
+    pod: str  # the preemptor's namespace/name
+    priority: int  # the preemptor's spec.priority
+    node: str  # the node nominated for it (its status.nominatedNodeName)
+    devices: tuple[int, ...] = ()  # whole GPU indices held for it; () when it needs no whole GPU
+    victims: tuple[str, ...] = ()  # the UIDs of the pods evicted for it
+    created_ms: int  # unix milliseconds
+    expires_ms: int  # unix milliseconds; live while now_ms < expires_ms
+
+
 class ReconcileReport(Struct, frozen=True):
     added: int
     freed: int
@@ -142,6 +173,22 @@ class Store(Protocol):
         self, holder: str, epoch: int, put: dict[str, str], drop: list[str]
     ) -> None:
         """Write changed node inventories and drop deleted nodes, in one fenced call."""
+        ...
+
+    async def nominate(self, holder: str, epoch: int, nomination: Nomination, now_ms: int) -> None:
+        """Write (or replace) the nomination of ``nomination.uid`` and delete every nomination
+        expired at ``now_ms``, in one fenced call."""
+        ...
+
+    async def drop_nominations(
+        self, holder: str, epoch: int, uids: list[str], now_ms: int | None = None
+    ) -> None:
+        """Delete the nominations of these preemptor UIDs (and, given ``now_ms``, every expired
+        one), in one fenced call."""
+        ...
+
+    async def nominations(self, now_ms: int) -> dict[str, Nomination]:
+        """The nominations live at ``now_ms`` by preemptor UID (a new leader's takeover, /debug)."""
         ...
 
     async def records(self) -> dict[str, Record]:

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .base import Claim, Conflict, Fenced, GangRecord, Owner, ReconcileReport, Record
+from .base import (
+    Claim,
+    Conflict,
+    Fenced,
+    GangRecord,
+    Nomination,
+    Owner,
+    ReconcileReport,
+    Record,
+)
 
 
 class MemoryStore:
@@ -25,6 +34,7 @@ class MemoryStore:
         self._members: dict[str, set[str]] = {}  # gang -> member UIDs
         self._gangs: dict[str, GangRecord] = {}
         self._nodes: dict[str, str] = {}
+        self._nominations: dict[str, Nomination] = {}  # preemptor UID -> its nomination
 
     # ---- lease -----------------------------------------------------------------------------
 
@@ -216,6 +226,33 @@ class MemoryStore:
         if nodes is not None:
             self._nodes = dict(nodes)
         return ReconcileReport(added, freed, kept, tuple(conflicts))
+
+    # ---- nominations (base.py) ----------------------------------------------------------------
+
+    async def nominate(self, holder: str, epoch: int, nomination: Nomination, now_ms: int) -> None:
+        self._fence(holder, epoch)
+        self._nominations.pop(nomination.uid, None)
+        self._prune_nominations(now_ms)
+        if nomination.expires_ms > now_ms:
+            self._nominations[nomination.uid] = nomination
+
+    async def drop_nominations(
+        self, holder: str, epoch: int, uids: list[str], now_ms: int | None = None
+    ) -> None:
+        self._fence(holder, epoch)
+        for uid in uids:
+            self._nominations.pop(uid, None)
+        if now_ms is not None:
+            self._prune_nominations(now_ms)
+
+    def _prune_nominations(self, now_ms: int) -> None:
+        for uid in [u for u, n in self._nominations.items() if n.expires_ms <= now_ms]:
+            del self._nominations[uid]
+
+    async def nominations(self, now_ms: int) -> dict[str, Nomination]:
+        return {u: n for u, n in self._nominations.items() if n.expires_ms > now_ms}
+
+    # ---- reads ---------------------------------------------------------------------------------
 
     async def records(self) -> dict[str, Record]:
         return dict(self._records)

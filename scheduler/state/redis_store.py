@@ -13,6 +13,8 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
 | ``P:gang:<namespace/job>`` | hash | ``state``, ``epoch``, ``replicas``, ``members`` of a gang |
 | ``P:gangs`` | set | every gang key that has a ``P:gang:`` record |
 | ``P:nodes`` | hash | node name -> inventory JSON of each GPU node |
+| ``P:nominations`` | hash | preemptor pod UID -> its ``Nomination`` as JSON, as Python encoded it |
+| ``P:nomexpiry`` | sorted set | preemptor pod UID, scored by that nomination's ``expires_ms`` |
 
 - ``P:gpu:<node>``: ``<gang>`` is the owner's gang key (``namespace/job``), empty without one;
   ``<epoch>`` is the epoch of the leader that wrote the ownership (``reserve`` or ``reconcile``).
@@ -30,6 +32,16 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
   count (0 = unknown), ``members`` the member pod UIDs, sorted and comma-separated.
 - ``P:nodes``: the inventory the scheduler read, in the ``topo-scheduler.io/gpus`` shape with
   ``scores`` (scheduler/service/inventories.py).
+- ``P:nominations`` and ``P:nomexpiry`` (base.py's nominations): the same UIDs in both, written
+  and deleted together by the nomination scripts only (``nominate``, ``drop_nominations``); the
+  JSON's fields are ``uid``, ``pod``, ``priority``, ``node``, ``devices`` (whole GPU indices),
+  ``victims`` (UIDs), ``created_ms`` and ``expires_ms`` (unix milliseconds). The sorted set
+  finds the expired ones (score <= the caller's ``now_ms``) without reading the hash: each call
+  deletes at most ``chunk`` of them, earliest first. Readers filter by ``expires_ms`` as well, so
+  an expired nomination that no write has deleted yet is never returned. ``reconcile`` does not
+  touch either key; nothing else expires them (no Redis TTL: expiry is the caller's clock, not
+  Redis's), and a FLUSHALL loses them (the service derives them again). Both keys vanish when the
+  last nomination goes.
 
 Every change touching several keys is one Lua script (``reconcile``: a sequence of them, below),
 and each script begins with the same fence:
@@ -48,6 +60,10 @@ calls of at most ``chunk`` items (``RECONCILE_CHUNK``), with HSCAN/SSCAN reads b
 single call blocks Redis, or outlasts the client's socket timeout, however big the store; and
 the leader renews its lease while it runs (service/leader.py). Each step is fenced, and each
 leaves the current epoch's reservations alone, so the steps need not be one transaction.
+
+A nomination costs one call to write (``nominate``, which also deletes the expired ones) and one
+to drop; neither runs on a pod's ordinary path, only when a preemptor's victims are chosen and
+when that preemptor binds, goes or is given up.
 
 Scheduling a pod costs two round trips: ``reserve`` before the bind, ``mark_bound`` after (a
 gang's reservation and its marking are one call each, for all members). Node inventories are
@@ -71,6 +87,7 @@ from .base import (
     Conflict,
     Fenced,
     GangRecord,
+    Nomination,
     Owner,
     ReconcileReport,
     Record,
@@ -405,6 +422,55 @@ return 1
 """
 )
 
+# ---- nominations (base.py): P:nominations (UID -> JSON) and P:nomexpiry (UID by expires_ms) ----
+# ARGV[4] = now_ms ('' for none: no pruning), ARGV[5] = the most expired nominations deleted.
+_NOMINATIONS = r"""
+local NOMS, NOMEXPIRY = P .. ':nominations', P .. ':nomexpiry'
+local NOW, PRUNE = ARGV[4], tonumber(ARGV[5])
+local function forget_nomination(uid)
+  redis.call('HDEL', NOMS, uid)
+  redis.call('ZREM', NOMEXPIRY, uid)
+end
+-- Delete the nominations expired at NOW (expires_ms <= NOW), at most PRUNE of them.
+local function prune_nominations()
+  if NOW == '' then return end
+  local expired = redis.call('ZRANGEBYSCORE', NOMEXPIRY, '-inf', NOW, 'LIMIT', 0, PRUNE)
+  for _, uid in ipairs(expired) do forget_nomination(uid) end
+end
+"""
+
+# ARGV[6] = the preemptor's UID, ARGV[7] its expires_ms, ARGV[8] the nomination as JSON. An earlier
+# nomination of that UID is replaced; one already expired at NOW is not written.
+_NOMINATE = (
+    _PRELUDE
+    + _NOMINATIONS
+    + r"""
+if not held() then return fenced() end
+local uid, expires = ARGV[6], ARGV[7]
+prune_nominations()
+if tonumber(expires) > tonumber(NOW) then
+  -- Replaces the UID's earlier nomination, if any (one field, one member per UID).
+  redis.call('HSET', NOMS, uid, ARGV[8])
+  redis.call('ZADD', NOMEXPIRY, expires, uid)
+else
+  forget_nomination(uid)
+end
+return 1
+"""
+)
+
+# ARGV[6..]: the preemptor UIDs whose nominations are deleted.
+_DROP_NOMINATIONS = (
+    _PRELUDE
+    + _NOMINATIONS
+    + r"""
+if not held() then return fenced() end
+for i = 6, #ARGV do forget_nomination(ARGV[i]) end
+prune_nominations()
+return 1
+"""
+)
+
 _ACQUIRE = r"""
 local P, HOLDER, TTL = ARGV[1], ARGV[2], ARGV[3]
 local cur = redis.call('GET', P .. ':lease')
@@ -446,6 +512,7 @@ pods are 50 round trips."""
 
 _encoder = msgspec.json.Encoder()
 _claim_decoder = msgspec.json.Decoder(Claim)
+_nomination_decoder = msgspec.json.Decoder(Nomination)
 
 
 class RedisStore:
@@ -468,6 +535,8 @@ class RedisStore:
         self._renew = client.register_script(_RENEW)
         self._release_lease = client.register_script(_RELEASE_LEASE)
         self._update_nodes = client.register_script(_UPDATE_NODES)
+        self._nominate = client.register_script(_NOMINATE)
+        self._drop_nominations = client.register_script(_DROP_NOMINATIONS)
 
     @classmethod
     def from_url(
@@ -618,6 +687,28 @@ class RedisStore:
         for name, inventory in sorted(put.items()):
             args += [name, inventory]
         await self._call(self._update_nodes, [*args, *drop])
+
+    async def nominate(self, holder: str, epoch: int, nomination: Nomination, now_ms: int) -> None:
+        args = [self.prefix, holder, epoch, now_ms, self.chunk]
+        args += [nomination.uid, nomination.expires_ms, _encoder.encode(nomination)]
+        await self._call(self._nominate, args)
+
+    async def drop_nominations(
+        self, holder: str, epoch: int, uids: list[str], now_ms: int | None = None
+    ) -> None:
+        now = "" if now_ms is None else now_ms
+        await self._call(
+            self._drop_nominations, [self.prefix, holder, epoch, now, self.chunk, *uids]
+        )
+
+    async def nominations(self, now_ms: int) -> dict[str, Nomination]:
+        raw = await self._read(self._r.hgetall(f"{self.prefix}:nominations"))
+        out: dict[str, Nomination] = {}
+        for uid, value in raw.items():
+            nomination = _nomination_decoder.decode(value)
+            if nomination.expires_ms > now_ms:
+                out[_text(uid)] = nomination
+        return out
 
     async def _read(self, command: Any) -> Any:
         try:
