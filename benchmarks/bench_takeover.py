@@ -27,6 +27,7 @@ import structlog
 from scheduler.core.objects import ContainerInput, NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
+from scheduler.kube.podgroups import EvictResult, Write
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import Scheduler
@@ -52,6 +53,12 @@ class NoApiserver:
 
     async def event(self, *args: Any) -> None:
         return None
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult:
+        raise AssertionError("no pod is evicted in this benchmark")
+
+    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
+        raise AssertionError("no pod is nominated in this benchmark")
 
 
 def make_node(name: str) -> NodeInput:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from scheduler.core.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
+from scheduler.kube.podgroups import Eviction, EvictResult, Write
 from scheduler.service import binder as binder_module
 from scheduler.service import scheduler as scheduler_module
 from scheduler.service.leader import Leadership, LeaseTiming
@@ -46,6 +46,10 @@ class Apiserver:
         self.refuse: dict[str, int] = {}  # the Binding is refused with this status
         self.reads_fail = False
         self.binds: list[tuple[str, str, str]] = []  # (pod, node, devices) that landed
+        self.evictions: list[str] = []  # pods evicted (marked deleting), in order
+        self.blocked: set[str] = set()  # pods a PodDisruptionBudget keeps from eviction
+        self.nominated: dict[str, str] = {}  # status.nominatedNodeName by pod
+        self.events: list[tuple[str, str, str]] = []  # (pod, reason, message)
 
     def create(self, pod: PodInput) -> PodInput:
         self.pods[pod.key] = pod
@@ -85,8 +89,42 @@ class Apiserver:
     async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
         return None
 
-    async def event(self, *args: Any) -> None:
-        return None
+    async def event(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        kind: str,
+        timestamp: str,
+    ) -> None:
+        self.events.append((f"{namespace}/{name}", reason, message))
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult:
+        key = f"{namespace}/{name}"
+        pod = self.pods.get(key)
+        if pod is None or pod.uid != uid:
+            return EvictResult(Eviction.GONE, 404)
+        if key in self.blocked:
+            return EvictResult(
+                Eviction.BLOCKED,
+                429,
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            )
+        self.pods[key] = msgspec.structs.replace(pod, deleting=True)
+        self.evictions.append(key)
+        return EvictResult(Eviction.EVICTED, 201)
+
+    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
+        key = f"{namespace}/{name}"
+        if key not in self.pods:
+            return Write.GONE
+        if node:
+            self.nominated[key] = node
+        else:
+            self.nominated.pop(key, None)
+        return Write.DONE
 
     def delete(self, key: str) -> PodInput:
         return self.pods.pop(key)

@@ -34,8 +34,14 @@ class Defaults(msgspec.Struct, forbid_unknown_fields=True, rename="camel", froze
 
 
 class Gang(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
-    # How long a gang may wait for its missing members before its pods say so in their reason.
+    # How long a gang may wait (for its missing members, or for room) before its pods say so in
+    # their reason and get a GangTimeout event; a PodGroup's scheduleTimeoutSeconds overrides it.
     wait_timeout_seconds: int = 600
+    # A running gang that falls below its minimum (a member failed or was deleted): "report"
+    # sends an event at once; "evict" also evicts its remaining members through the Eviction API
+    # after staleGangGraceSeconds, unless the gang is back at its minimum by then.
+    stale_gang_policy: Literal["report", "evict"] = "report"
+    stale_gang_grace_seconds: int = 60
 
 
 class Lease(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -201,6 +207,8 @@ def parse_config(data: Any, source: str = "config") -> Config:
     gang = values.get("gang")
     if isinstance(gang, Gang) and gang.wait_timeout_seconds < 0:
         problems.append("gang.waitTimeoutSeconds: must not be negative")
+    if isinstance(gang, Gang) and gang.stale_gang_grace_seconds < 0:
+        problems.append("gang.staleGangGraceSeconds: must not be negative")
     agent = values.get("agent")
     if isinstance(agent, AgentConfig):
         # A broken resources section is reported on its own; do not judge the agent by it.

@@ -9,10 +9,15 @@ call here passes ``_preload_content=False`` and reads the raw body, because
 
 Every write is one request: a bind carries the device annotations on the Binding itself, and the
 apiserver copies them onto the pod in the same write.
+
+The gang calls (PodGroups, evictions, nominated nodes) build their bodies and read their answers
+with ``podgroups``; custom resources are listed and watched by their CRD's name
+(``podgroups.CUSTOM_RESOURCES``), like the built-in kinds.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -24,6 +29,18 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from scheduler.core.objects import PodInput
 
 from .codec import decode_pod
+from .podgroups import (
+    CUSTOM_RESOURCES,
+    POD_GROUPS,
+    EvictResult,
+    PodGroupPhase,
+    Write,
+    crd_is_established,
+    eviction_body,
+    eviction_result,
+    nominated_node_patch,
+    pod_group_status_patch,
+)
 from .watch import Gone, HttpError
 
 REQUEST_TIMEOUT_S: Final = 30
@@ -57,6 +74,8 @@ class KubeApi:
     def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
         self.core = k8s.CoreV1Api(api_client)
+        self.extensions = k8s.ApiextensionsV1Api(api_client)
+        self.custom = k8s.CustomObjectsApi(api_client)
 
     async def _call(self, method: Any, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         try:
@@ -84,7 +103,9 @@ class KubeApi:
         return body
 
     async def list_kind(self, kind: str) -> bytes:
-        """LIST of one of ``WATCHED_KINDS`` (namespaces, claims, volumes)."""
+        """LIST of namespaces, persistentvolumeclaims, persistentvolumes, or a custom resource
+        of ``podgroups.CUSTOM_RESOURCES`` by its CRD's name (``podgroups.scheduling.x-k8s.io``),
+        across all namespaces."""
         status, body = await self._call(self._lister(kind))
         raise_for_status(status, body)
         return body
@@ -110,6 +131,11 @@ class KubeApi:
         return _lines(response)
 
     def _lister(self, kind: str) -> Any:
+        custom = CUSTOM_RESOURCES.get(kind)
+        if custom is not None:
+            return functools.partial(
+                self.custom.list_cluster_custom_object, custom.group, custom.version, custom.plural
+            )
         listers = {
             "namespaces": self.core.list_namespace,
             "persistentvolumeclaims": self.core.list_persistent_volume_claim_for_all_namespaces,
@@ -141,6 +167,15 @@ class KubeApi:
 
     async def watch_nodes(self, resource_version: str, timeout_s: int) -> AsyncIterator[bytes]:
         return await self._watch(self.core.list_node, resource_version, timeout_s)
+
+    async def crd_established(self, name: str) -> bool:
+        """Whether the CRD ``name`` exists and is Established (and, for ``CUSTOM_RESOURCES``,
+        serves the version the scheduler uses); a missing one is False, not an error."""
+        status, body = await self._call(self.extensions.read_custom_resource_definition, name)
+        if status == 404:
+            return False
+        raise_for_status(status, body)
+        return crd_is_established(body, name)
 
     # ---- writes ----------------------------------------------------------------------------
 
@@ -194,6 +229,51 @@ class KubeApi:
         if status != 404:
             raise_for_status(status, raw)
 
+    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
+        """Set the pod's ``status.nominatedNodeName`` (a preemptor waiting for its victims), or
+        clear it with None or "", as kube-scheduler does (a merge patch of the status)."""
+        status, raw = await self._call(
+            self.core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            nominated_node_patch(node),
+            _content_type="application/merge-patch+json",
+        )
+        return _written(status, raw)
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult:
+        """Evict the pod with this UID through the Eviction API (PodDisruptionBudgets decide):
+        EVICTED, BLOCKED (429, the budget's message) or GONE (404, or another pod's UID);
+        any other answer raises HttpError. The apiserver checks the budget before the UID, so
+        while a budget allows nothing a stale UID is BLOCKED too (and GONE once it allows)."""
+        status, raw = await self._call(
+            self.core.create_namespaced_pod_eviction,
+            name,
+            namespace,
+            eviction_body(namespace, name, uid),
+        )
+        result = eviction_result(status, raw)
+        if result is None:
+            raise HttpError(status, raw.decode(errors="replace"))
+        return result
+
+    async def patch_pod_group_status(
+        self, namespace: str, name: str, phase: PodGroupPhase, scheduled: int, running: int
+    ) -> Write:
+        """Merge ``phase``, ``scheduled`` and ``running`` into a scheduler-plugins PodGroup's
+        status (its status subresource; Volcano's PodGroups are its controller's)."""
+        status, raw = await self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            POD_GROUPS.group,
+            POD_GROUPS.version,
+            namespace,
+            POD_GROUPS.plural,
+            name,
+            pod_group_status_patch(phase, scheduled, running),
+            _content_type="application/merge-patch+json",
+        )
+        return _written(status, raw)
+
     async def event(
         self,
         namespace: str,
@@ -228,6 +308,13 @@ class KubeApi:
         status, raw = await self._call(self.core.create_namespaced_event, namespace, body)
         if status != 404:
             raise_for_status(status, raw)
+
+
+def _written(status: int, body: bytes) -> Write:
+    if status == 404:
+        return Write.GONE
+    raise_for_status(status, body)
+    return Write.DONE
 
 
 async def _lines(response: Any) -> AsyncIterator[bytes]:

@@ -31,6 +31,7 @@ from scheduler.core.decisions import Placement
 from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.objects import PodInput
 from scheduler.kube.api import BindResult
+from scheduler.kube.podgroups import EvictResult, Write
 
 from .leader import Leadership
 from .metrics import Metrics
@@ -57,6 +58,10 @@ class Cluster(Protocol):
     async def get_pod(self, namespace: str, name: str) -> PodInput | None: ...
 
     async def set_unschedulable(self, namespace: str, name: str, message: str) -> None: ...
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult: ...
+
+    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write: ...
 
     async def event(
         self,

@@ -120,7 +120,7 @@ class Intake:
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
         if kind == "DELETED" or pod.finished or not pod.node_name:
-            self._dispatch(pod.key, pod.uid, Event.BOUND_ENDED, None)
+            self._dispatch(pod.key, pod.uid, Event.BOUND_ENDED, Ctx(pod=pod))
             return
         self._replaced(pod)
         entry = self.book.get(pod.key)

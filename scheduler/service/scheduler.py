@@ -57,6 +57,7 @@ from .podbook import (
     Transition,
 )
 from .queue import SchedulingQueue
+from .stalegangs import StaleGangs
 from .storesync import RECONCILE_MIN_S, StoreSync
 
 __all__ = [
@@ -100,6 +101,8 @@ class Scheduler:
         gang_wait_timeout: float = 600.0,
         bind_timeout: float | None = None,
         wait_for_unknown_leader: bool = True,
+        stale_gang_policy: str = "report",
+        stale_gang_grace: float = 60.0,
     ) -> None:
         self.name = scheduler_name
         self.cluster = cluster
@@ -169,6 +172,16 @@ class Scheduler:
             gang_wait_timeout,
         )
         self.cycle.watches_ready = self.intake.watches_ready
+        self.stale = StaleGangs(
+            self.state,
+            cluster,
+            self._report_by_key,
+            self._spawn,
+            clock,
+            lambda: self.accepting and self.leadership.leading,
+            stale_gang_policy,
+            stale_gang_grace,
+        )
 
     # ---- watch events (synchronous, cheap): intake.py ----------------------------------------
 
@@ -266,8 +279,12 @@ class Scheduler:
             if t.event is not Event.TAKEN:
                 self._cluster_event()
         elif effect is Effect.FREE:
+            holding = self.state.holdings.get(key)
             self.intake.free(key)
             self._release(key, uid, ctx)
+            if t.old is Stage.BOUND:
+                phase = ctx.pod.phase if ctx.pod is not None and ctx.pod.finished else ""
+                self.stale.member_left(holding, phase)
         elif effect is Effect.CHARGE:
             if ctx.pod is not None:
                 self.intake.charge(ctx.pod)
@@ -322,7 +339,7 @@ class Scheduler:
         if ctx.timed_out and not entry.timed_out:
             entry.timed_out = True
             pod, message = ctx.pod, f"gang {ctx.gang} timed out: {ctx.reason}"
-            self._spawn(self._report(pod, "GangTimeout", message, "Warning"))
+            self._spawn(self._report_by_key(pod.key, pod.uid, "GangTimeout", message, "Warning"))
 
     def _scheduled(self, entry: Entry | None, ctx: Ctx) -> None:
         p = ctx.placement
@@ -428,6 +445,7 @@ class Scheduler:
                 await self._sleep_until_woken(1.0)
                 continue
             await self.reconcile_if_needed()
+            self.stale.tick()
             key = self.queue.pop()
             self._update_gauges()
             if key is None:
@@ -478,13 +496,14 @@ class Scheduler:
         except Exception as exc:
             log.warning("event failed", pod=pod.key, error=str(exc))
 
-    async def _report(self, pod: PodInput, reason: str, message: str, kind: str) -> None:
+    async def _report_by_key(
+        self, key: str, uid: str, reason: str, message: str, kind: str
+    ) -> None:
+        namespace, name = key.split("/", 1)
         try:
-            await self.cluster.event(
-                pod.namespace, pod.name, pod.uid, reason, message, kind, _now()
-            )
+            await self.cluster.event(namespace, name, uid, reason, message, kind, _now())
         except Exception as exc:
-            log.warning("event failed", pod=pod.key, reason=reason, error=str(exc))
+            log.warning("event failed", pod=key, reason=reason, error=str(exc))
 
     async def _report_unschedulable(self, pod: PodInput, reason: str) -> None:
         try:
@@ -516,6 +535,7 @@ class Scheduler:
             "state": self.state.sizes(),
             "binder": self.binder.sizes(),
             "sync": self.sync.sizes(),
+            "stale": self.stale.sizes(),
             "loop": {
                 "tasks": len(self._tasks),
                 "checking": len(self._checking),

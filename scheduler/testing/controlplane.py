@@ -37,6 +37,10 @@ Start-up is checked, not guessed: etcd's ``/health``, the apiserver's ``/readyz`
 ``/healthz`` must answer before ``start`` returns; a process that exits or times out raises
 ``ControlPlaneError`` with the tail of its log (all logs are kept in the work folder).
 
+``apply_crds()`` installs deploy/optional/'s CRDs (scheduler-plugins' PodGroup) and returns
+once the apiserver serves them (condition Established), as a cluster without scheduler-plugins
+would have them after `kubectl apply -f deploy/optional/podgroup-crd.yaml`.
+
 ``python -m scheduler.testing.controlplane up|down --state DIR`` runs it in the background for
 `make cluster-up` / `make cluster-down`.
 """
@@ -70,6 +74,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "tools" / "k8s" / "build.sh"
 DEPLOY_BASE = REPO / "deploy" / "base"
+OPTIONAL_CRDS = (REPO / "deploy" / "optional" / "podgroup-crd.yaml",)
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 ADMIN_TOKEN = "topo-admin-token"
 SCHEDULER_TOKEN = "topo-scheduler-token"
 AGENT_TOKEN = "topo-scheduler-agent-token"
@@ -457,6 +463,41 @@ class ControlPlane:
             if doc:
                 self.apply_or_replace(doc)
 
+    def apply_crds(
+        self, paths: tuple[Path, ...] = OPTIONAL_CRDS, timeout_s: float = START_TIMEOUT_S
+    ) -> list[str]:
+        """Create (or update) every CustomResourceDefinition of ``paths``, unmodified, as the
+        admin, and wait until each is Established. Returns their names."""
+        names = []
+        for path in paths:
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc:
+                    continue
+                if doc.get("kind") != "CustomResourceDefinition":
+                    raise ControlPlaneError(f"{path}: {doc.get('kind')} is not a CRD")
+                self._create_or_update_crd(doc)
+                names.append(doc["metadata"]["name"])
+        deadline = time.monotonic() + timeout_s
+        for name in names:
+            while not _established(self.request("GET", f"{CRD_PATH}/{name}")):
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"CRD {name} not Established after {timeout_s} s")
+                time.sleep(0.1)
+        return names
+
+    def _create_or_update_crd(self, crd: dict[str, Any]) -> None:
+        try:
+            self.request("POST", CRD_PATH, crd)
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise
+        # A CRD's update must name the version it replaces (no unconditional updates).
+        path = f"{CRD_PATH}/{crd['metadata']['name']}"
+        current = self.request("GET", path)
+        updated = {**crd, "metadata": {**crd["metadata"], **_version_of(current)}}
+        self.request("PUT", path, updated)
+
     def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run the kubectl built with the plane (same version, kustomize v5.6) as the admin, from
         the repository's top folder; a non-zero exit fails with its output."""
@@ -549,6 +590,15 @@ class ControlPlane:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+
+def _established(crd: dict[str, Any]) -> bool:
+    conditions = crd.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+def _version_of(obj: dict[str, Any]) -> dict[str, str]:
+    return {"resourceVersion": obj["metadata"]["resourceVersion"]}
 
 
 def _collection_path(obj: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from scheduler.core.inventory import inventory_json, read_inventory
 from scheduler.core.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
+from scheduler.kube.podgroups import EvictResult, Write
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import RECONCILE_MIN_S, Scheduler
@@ -47,6 +48,12 @@ class NoApiserver:
 
     async def event(self, *args: Any) -> None:
         raise AssertionError("no pod is scheduled in these tests")
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult:
+        raise AssertionError("no pod is evicted in these tests")
+
+    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
+        raise AssertionError("no pod is nominated in these tests")
 
 
 class Replica:

@@ -1,0 +1,142 @@
+"""Running gangs that fall below their minimum (issue 14's stale-gang policy).
+
+A gang runs because at least its minimum was placed together. When one of its running members
+fails or is deleted and fewer than the minimum are left running, the rest usually cannot make
+progress (a collective waits for a peer that is gone) while they keep their GPUs. What happens
+then is the operator's choice, ``gang.staleGangPolicy``:
+
+- ``report`` (the default): a ``GangBelowMinimum`` warning event on every remaining member, at
+  once; nothing else. The job's own controller decides (it may recreate the member, which is then
+  scheduled as the missing part of the minimum, next to its siblings).
+- ``evict``: the same event, and after ``gang.staleGangGraceSeconds`` (default 60 s) the remaining
+  members are evicted through the Eviction API (PodDisruptionBudgets honoured), unless by then the
+  gang is back at its minimum (a replacement member was bound) or gone.
+
+A member that succeeded is not a failure (a finishing job's members end one by one), and neither
+is a member whose siblings are all being deleted. Only the leader reports and evicts. The
+per-gang deadline is dropped when it fires or when the gang recovers or empties, so the
+structure shrinks with the gangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from scheduler.core.cluster import ClusterState, Holding
+from scheduler.kube.podgroups import EvictResult
+
+log = structlog.get_logger("scheduler")
+
+
+class Evictor(Protocol):
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult: ...
+
+
+# An event on a pod: (key, uid, reason, message, kind).
+Report = Callable[[str, str, str, str, str], Coroutine[Any, Any, None]]
+
+
+@dataclass
+class _Stale:
+    deadline: float
+    minimum: int
+
+
+class StaleGangs:
+    def __init__(
+        self,
+        state: ClusterState,
+        evictor: Evictor,
+        report: Report,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        clock: Callable[[], float],
+        leading: Callable[[], bool],
+        policy: str = "report",
+        grace_s: float = 60.0,
+    ) -> None:
+        self.state = state
+        self.evictor = evictor
+        self.report = report
+        self.spawn = spawn
+        self.clock = clock
+        self.leading = leading
+        self.policy = policy
+        self.grace_s = grace_s
+        self.pending: dict[str, _Stale] = {}  # gang -> its eviction deadline (policy evict)
+
+    def member_left(self, holding: Holding | None, phase: str) -> None:
+        """A bound pod left the snapshot (already freed there); ``holding`` is what it held
+        before, ``phase`` its last phase ("" when it was deleted)."""
+        if holding is None or not holding.gang or not holding.replicas:
+            return
+        if phase == "Succeeded":
+            return
+        gang, minimum = holding.gang, holding.replicas
+        left = self._running(gang)
+        if not left or len(left) >= minimum or not self.leading():
+            return
+        how = "failed" if phase == "Failed" else "was deleted"
+        message = (
+            f"gang {gang} has {len(left)} of its minimum {minimum} members running: "
+            f"{holding.pod} {how}"
+        )
+        if self.policy == "evict":
+            message += f"; its remaining members are evicted in {self.grace_s:g} s unless it "
+            message += "is back at its minimum by then"
+            self.pending.setdefault(gang, _Stale(self.clock() + self.grace_s, minimum))
+        log.warning("gang below its minimum", gang=gang, running=len(left), minimum=minimum)
+        for h in left:
+            self.spawn(self.report(h.pod, h.uid, "GangBelowMinimum", message, "Warning"))
+
+    def tick(self) -> None:
+        """Evict the members of the gangs whose grace period is over and that are still below
+        their minimum; forget those that recovered or emptied."""
+        if not self.pending:
+            return
+        now = self.clock()
+        for gang, stale in list(self.pending.items()):
+            left = self._running(gang)
+            if not left or len(left) >= stale.minimum:
+                del self.pending[gang]
+                continue
+            if now < stale.deadline:
+                continue
+            del self.pending[gang]
+            if not self.leading():
+                continue
+            for h in left:
+                self.spawn(self._evict(gang, h))
+
+    def _running(self, gang: str) -> list[Holding]:
+        """The gang's members on a node and not being deleted, by pod key."""
+        out = []
+        for key in sorted(self.state.gang_bound.get(gang, ())):
+            holding = self.state.holdings.get(key)
+            record = self.state.index.records.get(key)
+            if holding is not None and not (record is not None and record.terminating):
+                out.append(holding)
+        return out
+
+    async def _evict(self, gang: str, holding: Holding) -> None:
+        namespace, name = holding.pod.split("/", 1)
+        try:
+            result = await self.evictor.evict(namespace, name, holding.uid)
+        except Exception as exc:
+            log.warning("eviction failed", pod=holding.pod, gang=gang, error=str(exc))
+            return
+        log.info("stale gang member evicted", pod=holding.pod, gang=gang, outcome=result.outcome)
+        if result.message:
+            await self.report(
+                holding.pod,
+                holding.uid,
+                "GangBelowMinimum",
+                f"eviction of {holding.pod} ({gang}): {result.outcome.value}: {result.message}",
+                "Warning",
+            )
+
+    def sizes(self) -> dict[str, int]:
+        return {"stale_gangs": len(self.pending)}
