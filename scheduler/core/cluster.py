@@ -23,15 +23,26 @@ with the record.
 Tentative changes (a gang being planned, a group checked on one node) run inside ``tentative()``, a
 scoped transaction like KAI's statement: its undo log exists only while the scope is open, and the
 scope always rolls back on exit, so a plan leaves no trace and nothing grows between decisions.
+
+Nominations (issue 14's preemption, ``preemption.py``): while a preemptor's victims terminate,
+the GPUs (and the cpu, memory... on the node) planned for it are held for it. A nomination is
+not a holding: no pod holds it, the store never sees it as a claim. It is charged to its node as
+a mask of GPUs that ``free_mask`` leaves out (and shared placement skips), plus the preemptor's
+requests, so every pod is kept off it by the ordinary rules and the class index stays right.
+``decide`` lifts, inside a tentative scope (``lifted_nominations``), the nominations that do not
+bind the unit it decides: its own, and those of lower priority than it (kube-scheduler's rule
+for nominated pods). Nominations are undone by ``tentative()`` like holdings and records.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 
 import msgspec
+from msgspec import Struct
 
 from .decisions import Placement, Share
 from .filters.node import PortUse, charge_ports
@@ -50,7 +61,7 @@ from .objects import (
     PodInput,
     VolumeInput,
 )
-from .podindex import PodIndex, PodRecord, host_ports
+from .podindex import Amounts, PodIndex, PodRecord, host_ports
 from .requests import gpu_resource_names, kubelet_request, parse_count
 from .settings import CoreSettings
 from .topology import Topology
@@ -87,6 +98,17 @@ class Holding(msgspec.Struct, frozen=True):
     guessed: bool = False
 
 
+class Nominated(Struct, frozen=True, kw_only=True):
+    """What is held on a node for a preemptor while its victims terminate (preemption.py)."""
+
+    pod: str  # the preemptor's namespace/name
+    uid: str = ""
+    priority: int  # its spec.priority: pods of this priority or lower cannot take what it holds
+    node: str  # the node nominated for it (its status.nominatedNodeName)
+    devices: tuple[int, ...] = ()  # whole GPUs (or shared cards) held for it, by index
+    requests: Amounts = ()  # its cpu, memory... (filters.resources' units), held on the node
+
+
 class NodeState:
     __slots__ = (
         "allocatable",
@@ -95,6 +117,7 @@ class NodeState:
         "inventory",
         "name",
         "node",
+        "nominated",
         "pod_count",
         "pods",
         "ports",
@@ -118,6 +141,7 @@ class NodeState:
         self.whole = 0  # GPUs held whole
         self.cards: dict[int, CardUse] = {}  # shared use by card index
         self.pods: set[str] = set()
+        self.nominated = 0  # GPUs held for nominated preemptors (ClusterState.nominate)
         # Per whole-GPU resource name (ClusterState.resources order): status.allocatable, None
         # when the node object has no status; and what the held pods ask for of each.
         self.allocatable = allocatable
@@ -140,10 +164,11 @@ class NodeState:
 
     @property
     def free_mask(self) -> int:
-        """Healthy GPUs held by nobody, whole or shared: what a whole-GPU pod can take."""
+        """Healthy GPUs held by nobody, whole or shared, nor nominated for a preemptor: what a
+        whole-GPU pod can take."""
         if self.inventory is None:
             return 0
-        return self.inventory.healthy_mask & ~self.whole & ~self.shared_mask
+        return self.inventory.healthy_mask & ~self.whole & ~self.shared_mask & ~self.nominated
 
     @property
     def total(self) -> int:
@@ -207,7 +232,7 @@ class ClusterState:
         self.classes: dict[ClassKey, NodeClass] = {}
         self._class_of: dict[str, ClassKey] = {}
         # The open tentative scope's undo log; None outside one (see ``tentative``).
-        self._undo: list[tuple[str, Holding | PodRecord | str]] | None = None
+        self._undo: list[tuple[str, Holding | PodRecord | Nominated | str]] | None = None
         self._replaying = False
         # Every pod bound or assumed on a node, for the Kubernetes filters; and which are where
         # (also for nodes not known yet: their records are charged when the node arrives).
@@ -223,6 +248,10 @@ class ClusterState:
         self.pod_groups: dict[str, PodGroupInput] = {}
         # Bound gang members: gang key -> pod keys (for "k of N present" and conflicts).
         self.gang_bound: dict[str, set[str]] = {}
+        # Nominations by preemptor pod key, and which are on each node (also nodes not known
+        # yet: charged when the node arrives).
+        self._nominations: dict[str, Nominated] = {}
+        self._nominated_on: dict[str, set[str]] = {}
 
     # ---- nodes -----------------------------------------------------------------------------
 
@@ -243,6 +272,8 @@ class ClusterState:
             state.resources = node_allocatable(node.allocatable, self.gpu_names)
         for key in self._on_node.get(node.name, ()):
             self._charge_record(state, self.index.records[key], +1)
+        for key in self._nominated_on.get(node.name, ()):
+            self._charge_nomination(state, self._nominations[key], +1)
         self._unindex(node.name)
         if old is not None:
             self._count_labels(old.node, -1)
@@ -313,7 +344,7 @@ class ClusterState:
         if not pod.node_name or pod.finished:
             self.remove_pod(pod.key)
             return None
-        self.put_record(record_of(pod, pod.node_name, self.gpu_names))
+        self.put_record(record_of(pod, pod.node_name, self.gpu_names, self.pod_groups))
         try:
             holding = self._holding_from_annotations(pod)
         except ValueError as exc:
@@ -496,9 +527,11 @@ class ClusterState:
 
     def apply(self, placement: Placement, pod: PodInput, replicas: int = 0) -> None:
         """Assume a placement the core decided (before the shell has bound it): its GPUs, and
-        the pod's record on the node for the Kubernetes filters."""
+        the pod's record on the node for the Kubernetes filters. A nomination of the pod is used
+        up: it holds what it was placed on now (a forget does not bring the nomination back)."""
+        self.unnominate(placement.pod)
         self.hold(holding_of(placement, replicas))
-        self.put_record(record_of(pod, placement.node, self.gpu_names))
+        self.put_record(record_of(pod, placement.node, self.gpu_names, self.pod_groups))
 
     @contextmanager
     def tentative(self) -> Iterator[None]:
@@ -518,7 +551,7 @@ class ClusterState:
             if outer:
                 self._undo = None
 
-    def _log(self, entry: tuple[str, Holding | PodRecord | str]) -> None:
+    def _log(self, entry: tuple[str, Holding | PodRecord | Nominated | str]) -> None:
         if self._undo is not None and not self._replaying:
             self._undo.append(entry)
 
@@ -529,7 +562,13 @@ class ClusterState:
         try:
             while len(undo) > mark:
                 op, item = undo.pop()
-                if op == "hold":
+                if op == "nomination":  # put back what it was: a nomination, or none
+                    if isinstance(item, Nominated):
+                        self.nominate(item)
+                    else:
+                        assert isinstance(item, str)
+                        self.unnominate(item)
+                elif op == "hold":
                     assert isinstance(item, Holding)
                     self.release(item)
                 elif op == "release":
@@ -542,6 +581,82 @@ class ClusterState:
                     self.drop_record(item)
         finally:
             self._replaying = False
+
+    # ---- nominations (preemption.py) -------------------------------------------------------
+
+    def nominate(self, nomination: Nominated) -> None:
+        """Hold ``nomination.devices`` (and its requests) on its node for the preemptor while
+        its victims terminate; a preemptor has one nomination, the last one given."""
+        previous = self._nominations.get(nomination.pod)
+        if previous == nomination:
+            return
+        self._log(("nomination", previous or nomination.pod))
+        if previous is not None:
+            self._unnominate(previous)
+        self._nominations[nomination.pod] = nomination
+        self._nominated_on.setdefault(nomination.node, set()).add(nomination.pod)
+        state = self.nodes.get(nomination.node)
+        if state is not None:
+            self._unindex(state.name)
+            self._charge_nomination(state, nomination, +1)
+            self._index(state)
+
+    def unnominate(self, pod: str) -> None:
+        """The preemptor bound, left, or gave its nomination up: what it held is free again."""
+        previous = self._nominations.get(pod)
+        if previous is None:
+            return
+        self._log(("nomination", previous))
+        self._unnominate(previous)
+
+    def _unnominate(self, nomination: Nominated) -> None:
+        del self._nominations[nomination.pod]
+        keys = self._nominated_on[nomination.node]
+        keys.discard(nomination.pod)
+        if not keys:
+            del self._nominated_on[nomination.node]
+        state = self.nodes.get(nomination.node)
+        if state is not None:
+            self._unindex(state.name)
+            self._charge_nomination(state, nomination, -1)
+            self._index(state)
+
+    def _charge_nomination(self, state: NodeState, nomination: Nominated, sign: int) -> None:
+        mask = 0
+        for key in self._nominated_on.get(state.name, ()):
+            for index in self._nominations[key].devices:
+                mask |= 1 << index
+        state.nominated = mask
+        held = PodRecord(
+            key=nomination.pod, namespace="", node=state.name, requests=nomination.requests
+        )
+        self._charge_record(state, held, sign)
+
+    @property
+    def nominations(self) -> Mapping[str, Nominated]:
+        """The nominations by preemptor pod key (read-only)."""
+        return MappingProxyType(self._nominations)
+
+    @contextmanager
+    def lifted_nominations(self, pods: Iterable[str], priority: int) -> Iterator[None]:
+        """A scope in which the nominations that do not bind a unit of these pods and this
+        priority are lifted (tentatively): its own, and those of lower priority than it. A pod
+        of equal or lower priority stays off a nomination; a higher one ignores it, as
+        kube-scheduler treats nominated pods."""
+        if not self._nominations:
+            yield
+            return
+        mine = set(pods)
+        lift = sorted(
+            key for key, n in self._nominations.items() if key in mine or n.priority < priority
+        )
+        if not lift:
+            yield
+            return
+        with self.tentative():
+            for key in lift:
+                self.unnominate(key)
+            yield
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -557,6 +672,9 @@ class ClusterState:
             "node_pods": sum(len(state.pods) for state in self.nodes.values()),
             "gang_bound": len(self.gang_bound),
             "gang_bound_pods": sum(len(keys) for keys in self.gang_bound.values()),
+            "nominations": len(self._nominations),
+            "nominated_on": sum(len(keys) for keys in self._nominated_on.values()),
+            "nominated_gpus": sum(s.nominated.bit_count() for s in self.nodes.values()),
             **{f"index.{name}": n for name, n in self.index.sizes().items()},
         }
 
@@ -707,10 +825,18 @@ class ClusterState:
         return msgspec.structs.replace(holding, whole=whole)
 
 
-def record_of(pod: PodInput, node: str, gpu_names: frozenset[str]) -> PodRecord:
+def record_of(
+    pod: PodInput,
+    node: str,
+    gpu_names: frozenset[str],
+    pod_groups: Mapping[str, PodGroupInput] | None = None,
+) -> PodRecord:
     """What the Kubernetes filters keep of a pod on ``node``: labels, requests (GPU resources
-    left out: the GPU rules charge those), host ports, required anti-affinity."""
+    left out: the GPU rules charge those), host ports, required anti-affinity; and what
+    preemption weighs it by: priority, uid, creation time, its gang and that gang's minimum as
+    far as ``pod_groups`` tell."""
     anti = pod.affinity.anti_required if pod.affinity is not None else ()
+    gang = best_known(pod, pod_groups or {})
     return PodRecord(
         key=pod.key,
         namespace=pod.namespace,
@@ -720,6 +846,11 @@ def record_of(pod: PodInput, node: str, gpu_names: frozenset[str]) -> PodRecord:
         host_ports=host_ports(pod),
         anti_required=anti,
         terminating=pod.deleting,
+        priority=pod.priority,
+        uid=pod.uid,
+        created=pod.created,
+        gang=gang.key if gang is not None else None,
+        minimum=gang.minimum if gang is not None else 0,
     )
 
 

@@ -9,7 +9,7 @@ live scheduler and the simulator share every rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from msgspec import Struct
 
@@ -78,6 +78,14 @@ def group_units(pods: Sequence[PodInput]) -> list[Unit]:
 
 
 def decide(state: ClusterState, unit: Unit) -> Decision:
+    """The unit's decision on ``state``, which is left as it was. Nominations (GPUs held for
+    preemptors) bind it unless they are its own or of lower priority than it: those are lifted
+    for the decision (ClusterState.lifted_nominations)."""
+    with state.lifted_nominations((p.key for p in unit.pods), unit_priority(unit)):
+        return _decide_unit(state, unit)
+
+
+def _decide_unit(state: ClusterState, unit: Unit) -> Decision:
     if unit.gang is None:
         (pod,) = unit.pods
         return _decide_pod(state, pod)
@@ -134,13 +142,19 @@ def unit_priority(unit: Unit) -> int:
     return max(p.priority for p in unit.pods)
 
 
-def schedule_in_order(state: ClusterState, pods: Sequence[PodInput]) -> list[Decision]:
+def schedule_in_order(
+    state: ClusterState,
+    pods: Sequence[PodInput],
+    after: Callable[[Unit, Decision], Decision] | None = None,
+) -> list[Decision]:
     """Decide pending pods as a backlog, applying each placement before the next decision.
 
     The order is the live queue's: higher ``spec.priority`` first, then the file order (which
     stands for creation time). A gang is decided once, at the position of its last member in
     ``pods`` (all members present then, if they ever will be); a non-gang pod at its own
-    position. Gated pods get a Waiting decision and are not attempted.
+    position. Gated pods get a Waiting decision and are not attempted. ``after`` may replace a
+    decision before it is applied (the simulator's preemption: an unschedulable unit placed once
+    its victims are gone).
     """
     decisions: list[Decision] = []
     ready = []
@@ -165,6 +179,8 @@ def schedule_in_order(state: ClusterState, pods: Sequence[PodInput]) -> list[Dec
 
     for unit in sorted(units, key=when):
         decision = decide(state, unit)
+        if after is not None:
+            decision = after(unit, decision)
         apply_decision(state, decision, unit)
         decisions.append(decision)
     return decisions

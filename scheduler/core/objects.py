@@ -147,6 +147,9 @@ class PodGroupInput(Struct, frozen=True):
     # scheduler-plugins' spec.scheduleTimeoutSeconds (None: the config's gang.waitTimeoutSeconds)
     schedule_timeout_seconds: int | None = None
     uid: str = ""
+    # Its status is someone else's to write (Volcano's, or one scheduler-plugins' controller
+    # writes): topo-scheduler leaves it alone (service/podgroups.py; the rule: README "Gangs").
+    status_foreign: bool = False
 
     @property
     def key(self) -> str:

@@ -293,7 +293,7 @@ def place_shared(
             continue
         fits: list[tuple[int, int, int]] = []  # (free core after, index, memory)
         for device in inv.devices:
-            if not device.healthy or node.whole >> device.index & 1:
+            if not device.healthy or (node.whole | node.nominated) >> device.index & 1:
                 continue
             fit = _card_fit(node, device.index, shared)
             if fit is not None:

@@ -38,18 +38,34 @@ class PodRecord(Struct, frozen=True):
     host_ports: tuple[HostPort, ...] = ()
     anti_required: tuple[PodAffinityTerm, ...] = ()
     # Deleting: still on its node (its resources and ports stay taken) but not counted by
-    # topology spread, as in kube-scheduler.
+    # topology spread, as in kube-scheduler; never chosen again as a preemption victim.
     terminating: bool = False
+    # What preemption (preemption.py) weighs a victim by: spec.priority, metadata.uid and
+    # creationTimestamp (RFC 3339, sorts as text), and the gang it belongs to with that gang's
+    # minimum as far as it is known (0: unknown, so the gang is evicted whole).
+    priority: int = 0
+    uid: str = ""
+    created: str = ""
+    gang: str | None = None
+    minimum: int = 0
 
 
 class PodIndex:
-    __slots__ = ("_by_label", "_by_namespace", "records", "with_anti")
+    __slots__ = ("_by_label", "_by_namespace", "_priorities", "records", "terminating", "with_anti")
 
     def __init__(self) -> None:
         self.records: dict[str, PodRecord] = {}
         self._by_label: dict[tuple[str, str], set[str]] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self.with_anti: set[str] = set()
+        # How many records of each priority, and how many are terminating: preemption knows in
+        # O(1) that no pod could be a victim (the common case: one priority everywhere).
+        self._priorities: dict[int, int] = {}
+        self.terminating = 0
+
+    def below(self, priority: int) -> bool:
+        """Whether some record has a priority lower than ``priority``."""
+        return any(p < priority for p in self._priorities)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -63,6 +79,8 @@ class PodIndex:
             "by_namespace": len(self._by_namespace),
             "by_namespace_pods": sum(len(keys) for keys in self._by_namespace.values()),
             "with_anti": len(self.with_anti),
+            "priorities": len(self._priorities),
+            "terminating": self.terminating,
         }
 
     def add(self, record: PodRecord) -> None:
@@ -74,6 +92,8 @@ class PodIndex:
             self._by_label.setdefault(pair, set()).add(key)
         if record.anti_required:
             self.with_anti.add(key)
+        self._priorities[record.priority] = self._priorities.get(record.priority, 0) + 1
+        self.terminating += record.terminating
 
     def remove(self, key: str) -> PodRecord | None:
         record = self.records.pop(key, None)
@@ -83,6 +103,12 @@ class PodIndex:
         for pair in record.labels.items():
             _discard(self._by_label, pair, key)
         self.with_anti.discard(key)
+        left = self._priorities[record.priority] - 1
+        if left:
+            self._priorities[record.priority] = left
+        else:
+            del self._priorities[record.priority]
+        self.terminating -= record.terminating
         return record
 
     def matching(
