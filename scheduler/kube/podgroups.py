@@ -91,13 +91,15 @@ class PodGroupMeta(msgspec.Struct, rename="camel"):
 
 
 class PodGroup(msgspec.Struct, rename="camel"):
-    """A PodGroup of either kind as the apiserver serves it, spec undecoded: the item type of the
-    PodGroup reflectors (``metadata.resource_version`` is the version they advance to)."""
+    """A PodGroup of either kind as the apiserver serves it, spec and status undecoded: the item
+    type of the PodGroup reflectors (``metadata.resource_version`` is the version they advance
+    to)."""
 
     api_version: str = ""
     kind: str = ""
     metadata: PodGroupMeta = msgspec.field(default_factory=PodGroupMeta)
     spec: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"{}"))
+    status: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"{}"))
 
 
 Members = Annotated[int, msgspec.Meta(ge=0, le=MAX_MEMBERS)]
@@ -183,7 +185,68 @@ def pod_group_from_obj(obj: PodGroup) -> PodGroupInput:
         min_member=spec.min_member,
         schedule_timeout_seconds=getattr(spec, "schedule_timeout_seconds", None),
         uid=meta.uid,
+        status_foreign=group != SCHEDULER_PLUGINS_GROUP or observed_status(obj).foreign,
     )
+
+
+# ---- status: who writes it -------------------------------------------------------------------
+
+# The phases topo-scheduler writes (service/podgroups.py). scheduler-plugins' controller
+# (pkg/controllers/podgroup_controller.go) writes Pending, Scheduling, Running, Failed and
+# Finished; "Scheduling" is its alone, and PreScheduling, Scheduled and Unknown are older
+# versions' (Scheduled is ours again since scheduler-plugins dropped it, PR 574).
+OUR_PHASES: Final = frozenset({"", "Pending", "Scheduled", "Running", "Finished", "Failed"})
+
+
+class _GroupStatus(msgspec.Struct, rename="camel"):
+    """A scheduler-plugins PodGroup's status, leniently: unknown fields are skipped and a field
+    of the wrong type makes the whole status someone else's (``observed_status``)."""
+
+    phase: str | None = None
+    scheduled: int | None = None
+    running: int | None = None
+    occupied_by: str | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    schedule_start_time: str | None = None
+
+
+_status_decoder = msgspec.json.Decoder(_GroupStatus)
+
+
+class ObservedStatus(msgspec.Struct, frozen=True):
+    """What a PodGroup's status says: the three fields topo-scheduler writes, and whether
+    anything in it shows that another controller writes it (``foreign``)."""
+
+    phase: str = ""
+    scheduled: int = 0
+    running: int = 0
+    foreign: bool = False
+
+
+def observed_status(obj: PodGroup) -> ObservedStatus:
+    """The status as read. It is foreign (scheduler-plugins' controller, or another tool, writes
+    it) when it holds what topo-scheduler never writes: ``occupiedBy``, ``succeeded``,
+    ``failed``, ``scheduleStartTime``, or a phase outside ``OUR_PHASES``; a status that does
+    not decode is foreign too. Absent and null fields are 0 / empty (Go's omitempty)."""
+    raw = bytes(obj.status)
+    if len(raw) > MAX_SPEC_BYTES:
+        return ObservedStatus(foreign=True)
+    try:
+        status = _status_decoder.decode(raw)
+    except msgspec.DecodeError:  # "status": null is an empty status
+        if raw.strip() == b"null":
+            return ObservedStatus()
+        return ObservedStatus(foreign=True)
+    phase = status.phase or ""
+    foreign = bool(
+        status.occupied_by
+        or status.succeeded
+        or status.failed
+        or status.schedule_start_time
+        or phase not in OUR_PHASES
+    )
+    return ObservedStatus(phase, status.scheduled or 0, status.running or 0, foreign)
 
 
 def _where(exc: msgspec.ValidationError) -> tuple[str, str]:

@@ -7,6 +7,11 @@ Three reflectors feed the scheduler's snapshot:
   together tell a bind from a delete;
 - nodes.
 
+Optional ones: namespaces, claims and volumes once a pending pod needs them, and PodGroups
+(scheduler-plugins' and Volcano's) while their CRD exists (podgroups.py: checked at start and
+every minute). The PodGroup watches also feed the PodGroup status writer (podgroups.py), as does
+the bound-pods watch (which members are placed, running, finished).
+
 Shutdown on SIGTERM or SIGINT, in this order: readiness turns off, the loop stops taking pods,
 binds in flight finish, the lease is released (a standby takes over at once), watches and
 clients close, exit 0.
@@ -21,6 +26,7 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -40,6 +46,7 @@ from scheduler.kube.codec import (
     pod_from_obj,
     volume_from_obj,
 )
+from scheduler.kube.podgroups import CUSTOM_RESOURCES, CustomResource, PodGroup
 from scheduler.kube.watch import Reflector
 from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
@@ -48,6 +55,8 @@ from scheduler.state.redis_store import RedisStore
 from .http import ProbeServer
 from .leader import Leadership, LeaseTiming
 from .metrics import Metrics, TimedStore
+from .podbook import Stage
+from .podgroups import CrdWatches, PodGroupStatuses, read_group
 from .scheduler import Scheduler
 
 log = structlog.get_logger("app")
@@ -117,8 +126,26 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         wait_for_unknown_leader=bool(run_cfg.redis_url),
     )
 
+    # scheduler-plugins PodGroups' status, written by the leader when nobody else writes it.
+    assumed_stage = frozenset({Stage.ASSUMED})
+    statuses = PodGroupStatuses(
+        api.patch_pod_group_status,
+        lambda: leadership.leading,
+        lambda: [e.pod for e in scheduler.book.in_stages(assumed_stage) if e.pod is not None],
+    )
+
     def pods_version(p: Pod) -> str:
         return p.metadata.resource_version
+
+    def replace_bound(pods: list[Pod]) -> None:
+        bound = [pod_from_obj(p) for p in pods]
+        scheduler.replace_bound(bound)
+        statuses.pods_replaced(bound)
+
+    def bound_event(kind: str, p: Pod) -> None:
+        pod = pod_from_obj(p)
+        scheduler.bound_event(kind, pod)
+        statuses.pod_event(kind, pod)
 
     pending_selector = f"spec.schedulerName={config.scheduler_name},spec.nodeName="
     bound_selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -137,8 +164,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             Pod,
             lambda: api.list_pods(bound_selector),
             lambda rv, t: api.watch_pods(rv, t, bound_selector),
-            lambda pods: scheduler.replace_bound([pod_from_obj(p) for p in pods]),
-            lambda kind, p: scheduler.bound_event(kind, pod_from_obj(p)),
+            replace_bound,
+            bound_event,
             pods_version,
         ),
         Reflector(
@@ -199,10 +226,55 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         ],
     }
 
+    # PodGroups of either API group, while their CRD exists.
+    def pod_group_reflector(resource: CustomResource) -> Reflector[PodGroup]:
+        kind = resource.name
+
+        def replace(items: list[PodGroup]) -> None:
+            read = [read_group(item) for item in items]
+            scheduler.replace_pod_groups(resource.group, [group for group, _ in read])
+            statuses.groups_replaced(resource.group, read)
+
+        def event(change: str, item: PodGroup) -> None:
+            group, observed = read_group(item)
+            scheduler.pod_group_event(change, group)
+            if change == "DELETED":
+                statuses.group_removed(group.key)
+            else:
+                statuses.group_set(group, observed)
+
+        return Reflector(
+            kind,
+            PodGroup,
+            lambda: api.list_kind(kind),
+            lambda rv, t: api.watch_kind(kind, rv, t),
+            replace,
+            event,
+            version,
+        )
+
+    def pod_groups_cleared(kind: str) -> None:
+        resource = CUSTOM_RESOURCES[kind]
+        scheduler.replace_pod_groups(resource.group, [])
+        statuses.groups_replaced(resource.group, [])
+
+    def maker(resource: CustomResource) -> Callable[[], Reflector[Any]]:
+        return lambda: pod_group_reflector(resource)
+
+    crds = CrdWatches(
+        api.crd_established,
+        {name: maker(resource) for name, resource in CUSTOM_RESOURCES.items()},
+        pod_groups_cleared,
+    )
+
     started: dict[str, list[Reflector[Any]]] = {}
 
     def watch_needed(kind: str) -> bool:
-        """Start ``kind``'s watches if they are not running; True once they have listed."""
+        """Start ``kind``'s watches if they are not running; True once they have listed. A
+        PodGroup watch (by CRD name) runs while its CRD exists: True once listed, or when the
+        CRD does not exist."""
+        if kind in CUSTOM_RESOURCES:
+            return crds.ready(kind)
         if kind in optional:
             started[kind] = optional.pop(kind)
             for reflector in started[kind]:
@@ -229,6 +301,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         readiness,
         scheduler.explain,
         debug_from_anywhere=run_cfg.debug_from_anywhere,
+        nominations=scheduler.preemptions.view,
     )
     await http.start()
 
@@ -237,6 +310,10 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         loop.add_signal_handler(sig, stopping.set)
 
     tasks += [asyncio.create_task(r.run(), name=f"watch-{r.name}") for r in reflectors]
+    # The PodGroup CRDs there are now (before any decision); looked at again every minute.
+    crds_read = await crds.check()
+    tasks.append(asyncio.create_task(crds.run(crds_read), name="podgroup-crds"))
+    tasks.append(asyncio.create_task(statuses.run(), name="podgroup-status"))
 
     # Only a replica with synced watches competes for the lease: a new leader must see the cluster.
     async def all_synced() -> None:
@@ -265,6 +342,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    await crds.stop()
     await http.stop()
     with contextlib.suppress(Exception):
         await store.close()

@@ -17,7 +17,7 @@ import structlog
 
 from scheduler.core.cluster import ClusterState, holding_of
 from scheduler.core.cycle import Unit, decide, gang_minimum, gang_of, gang_timeout
-from scheduler.core.decisions import Decision, Placed, Placement, Waiting
+from scheduler.core.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from scheduler.core.objects import PodInput
 from scheduler.state.base import Conflict, Fenced, Store, StoreError
 
@@ -25,6 +25,7 @@ from .binder import Binder
 from .leader import Leadership
 from .metrics import Metrics
 from .podbook import SCHEDULABLE_STAGES, Ctx, Event, PodBook
+from .preemption import Preemptions
 from .queue import SchedulingQueue
 from .storesync import StoreSync
 
@@ -64,6 +65,8 @@ class Cycle:
         # Whether the watches a pod's filters read (claims, volumes, namespaces) have listed;
         # the service sets it to Intake.watches_ready.
         self.watches_ready: Callable[[PodInput], bool] = lambda pod: True
+        # Preemption for units found unschedulable (the service sets it; None: never).
+        self.preemptions: Preemptions | None = None
 
     def _unit_for(self, pod: PodInput) -> Unit:
         gang = gang_of(pod)
@@ -120,6 +123,8 @@ class Cycle:
             return await self._reserve(unit, decision)
         result = "waiting" if isinstance(decision, Waiting) else "unschedulable"
         reason, retry_by, timed_out = decision.reason, None, False
+        if isinstance(decision, Unschedulable) and self.preemptions is not None:
+            reason = await self.preemptions.after_unschedulable(unit, reason)
         timeout, what = self._gang_timeout(unit)
         if timeout > 0:
             # The gang holds nothing while it waits, so a timeout changes what its pods say and

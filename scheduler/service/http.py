@@ -4,6 +4,8 @@
 - ``/readyz``: 200 once the watches are synced and the replica is leader or standby; 503 while
   starting or shutting down (so a Service stops sending to a replica on SIGTERM first).
 - ``/metrics``: Prometheus text format from this process's own registry.
+- ``/debug/nominations``: the GPUs held for preemptors (pod, node, devices, priority, seconds
+  left), as JSON.
 - ``/debug/pods/{namespace}/{name}``: the last decision about one pod, as JSON. It names pods,
   nodes and GPUs, so by default it answers clients on this machine only (a loopback peer: a shell
   in the pod, ``kubectl port-forward``) and 403 to anyone else who can reach the port, the way
@@ -39,12 +41,14 @@ class ProbeServer:
         readiness: Callable[[], tuple[bool, str]],
         explain: Callable[[str], Any | None],
         debug_from_anywhere: bool = False,
+        nominations: Callable[[], Any] = list,
     ) -> None:
         self.host = host
         self.port = port
         self._metrics = metrics
         self._readiness = readiness
         self._explain = explain
+        self._nominations = nominations
         self._debug_from_anywhere = debug_from_anywhere
         self._runner: web.AppRunner | None = None
 
@@ -54,6 +58,7 @@ class ProbeServer:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_handler)
         app.router.add_get("/debug/pods/{namespace}/{name}", self._debug_pod)
+        app.router.add_get("/debug/nominations", self._debug_nominations)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -81,16 +86,30 @@ class ProbeServer:
         body = generate_latest(self._metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    def _refused(self, request: web.Request) -> web.Response | None:
+        if self._debug_from_anywhere or is_loopback(request.remote):
+            return None
+        log.warning("debug request refused", remote=request.remote, path=request.path)
+        return web.json_response(
+            {
+                "error": "the debug endpoints answer clients on this machine only "
+                "(run.debugFromAnywhere: true, or --debug-from-anywhere, opens them)"
+            },
+            status=403,
+        )
+
+    async def _debug_nominations(self, request: web.Request) -> web.Response:
+        """The GPUs held for preemptors while their victims leave (the leader's view)."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        body = msgspec.json.encode(self._nominations())
+        return web.Response(body=body, content_type="application/json")
+
     async def _debug_pod(self, request: web.Request) -> web.Response:
-        if not self._debug_from_anywhere and not is_loopback(request.remote):
-            log.warning("debug request refused", remote=request.remote, path=request.path)
-            return web.json_response(
-                {
-                    "error": "the debug endpoints answer clients on this machine only "
-                    "(run.debugFromAnywhere: true, or --debug-from-anywhere, opens them)"
-                },
-                status=403,
-            )
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
         found = self._explain(key)
         if found is None:

@@ -1,12 +1,14 @@
 """Watch events into the snapshot and the pod book (synchronous and cheap: no I/O here).
 
 Three reflectors call in (app.py): pending pods of this scheduler, pods bound to nodes (which
-GPUs are in use), and nodes. Nodes go to the snapshot directly. A bound pod is charged to the
-snapshot first (the bound watch is the truth), then its event goes to the pod book; a pending
-pod's event goes to the book, whose table says what happens (queue, store, re-read). A re-list
-becomes the events its differences mean: a pod missing from a pending re-list has left the
-pending set (bound or deleted), one missing from a bound re-list is ``BOUND_MISSING`` (the book
-re-reads a pod we bound ourselves before freeing it, since the LIST may predate our Binding).
+GPUs are in use), and nodes; and the optional ones: namespaces, claims and volumes once a pod
+needs them, PodGroups of either API group while their CRD exists. Nodes and PodGroups go to the
+snapshot directly. A bound pod is charged to the snapshot first (the bound watch is the truth),
+then its event goes to the pod book; a pending pod's event goes to the book, whose table says
+what happens (queue, store, re-read). A re-list becomes the events its differences mean: a pod
+missing from a pending re-list has left the pending set (bound or deleted), one missing from a
+bound re-list is ``BOUND_MISSING`` (the book re-reads a pod we bound ourselves before freeing
+it, since the LIST may predate our Binding).
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from collections.abc import Callable
 import structlog
 
 from scheduler.core.cluster import ClusterState, bits
-from scheduler.core.objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
+from scheduler.core.names import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATION
+from scheduler.core.objects import (
+    ClaimInput,
+    NamespaceInput,
+    NodeInput,
+    PodGroupInput,
+    PodInput,
+    VolumeInput,
+)
+from scheduler.kube.podgroups import POD_GROUPS, VOLCANO_POD_GROUPS
 
 from .podbook import BOUND_STAGES, Ctx, Event, PodBook, Stage
 
@@ -39,7 +50,9 @@ class Intake:
     ) -> None:
         self.name = scheduler_name
         # Starts the namespace ("namespaces") or claim and volume ("volumes") watches the first
-        # time a pending pod needs them; True once that watch has listed.
+        # time a pending pod needs them; True once that watch has listed. For the PodGroup
+        # watches (by CRD name, ``POD_GROUPS.name``...), which run while their CRD exists: True
+        # once listed, or when the CRD does not exist (nothing to wait for).
         self.watch_needed = watch_needed
         self.state = state
         self.book = book
@@ -64,12 +77,17 @@ class Intake:
     def watches_ready(self, pod: PodInput) -> bool:
         """Whether the watches this pod's filters read have listed (starting them if needed):
         a pod with a claim is not decided before claims and volumes are known, nor one with a
-        namespaceSelector before namespaces are."""
+        namespaceSelector before namespaces are, nor one naming a PodGroup before the PodGroup
+        watch has listed (it would wait "for the PodGroup to exist")."""
         ready = True
         if pod.claims:
             ready = self.watch_needed("volumes") and ready
         if uses_namespace_selector(pod):
             ready = self.watch_needed("namespaces") and ready
+        if POD_GROUP_LABEL in pod.labels:
+            ready = self.watch_needed(POD_GROUPS.name) and ready
+        if VOLCANO_GROUP_ANNOTATION in pod.annotations:
+            ready = self.watch_needed(VOLCANO_POD_GROUPS.name) and ready
         return ready
 
     def replace_pending(self, pods: list[PodInput]) -> None:
@@ -200,6 +218,29 @@ class Intake:
             self.state.remove_namespace(ns.name)
         else:
             self.state.set_namespace(ns)
+        self._cluster_event()
+
+    # ---- PodGroups (watched while their CRD exists) ------------------------------------------
+
+    def replace_pod_groups(self, api_group: str, groups: list[PodGroupInput]) -> None:
+        """A LIST of one API group's PodGroups (or [] when its CRD went away)."""
+        keys = {g.key for g in groups}
+        for key, group in list(self.state.pod_groups.items()):
+            if group.group == api_group and key not in keys:
+                self.state.remove_pod_group(key)
+        for group in groups:
+            self.state.set_pod_group(group)
+        self._cluster_event()  # also wakes the pods that waited for this LIST
+
+    def pod_group_event(self, kind: str, group: PodGroupInput) -> None:
+        if kind == "DELETED":
+            if group.key not in self.state.pod_groups:
+                return
+            self.state.remove_pod_group(group.key)
+        elif self.state.pod_groups.get(group.key) == group:
+            return  # a status change (ours, say): nothing the core reads
+        else:
+            self.state.set_pod_group(group)
         self._cluster_event()
 
     def replace_claims(self, claims: list[ClaimInput]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,14 @@ import structlog
 from scheduler.core.cluster import ClusterState, Holding
 from scheduler.core.cycle import gang_of
 from scheduler.core.decisions import Placement
-from scheduler.core.objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
+from scheduler.core.objects import (
+    ClaimInput,
+    NamespaceInput,
+    NodeInput,
+    PodGroupInput,
+    PodInput,
+    VolumeInput,
+)
 from scheduler.core.settings import CoreSettings
 from scheduler.state.base import Store
 
@@ -56,6 +64,7 @@ from .podbook import (
     Stage,
     Transition,
 )
+from .preemption import HOLD_S, Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
 from .storesync import RECONCILE_MIN_S, StoreSync
@@ -73,6 +82,8 @@ log = structlog.get_logger("scheduler")
 
 # A re-read of a pod (effect CHECK) that fails is tried again after this long.
 CHECK_RETRY_S = 1.0
+# Stages in which a preemptor's nomination has done its job (or can no longer).
+_NOMINATION_ENDS = frozenset({Stage.GONE, Stage.BINDING, Stage.ASSUMED, Stage.BOUND})
 # Stages in which a re-read still matters.
 _CHECKED_STAGES = frozenset({Stage.PENDING, Stage.RELOADED, Stage.BINDING, Stage.ASSUMED})
 
@@ -103,6 +114,8 @@ class Scheduler:
         wait_for_unknown_leader: bool = True,
         stale_gang_policy: str = "report",
         stale_gang_grace: float = 60.0,
+        preemption_hold: float = HOLD_S,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.name = scheduler_name
         self.cluster = cluster
@@ -182,6 +195,19 @@ class Scheduler:
             stale_gang_policy,
             stale_gang_grace,
         )
+        self.preemptions = Preemptions(
+            self.state,
+            store,
+            leadership,
+            cluster,
+            self._report_by_key,
+            self._spawn,
+            clock,
+            wall_ms,
+            self.on_lost,
+            preemption_hold,
+        )
+        self.cycle.preemptions = self.preemptions
 
     # ---- watch events (synchronous, cheap): intake.py ----------------------------------------
 
@@ -205,6 +231,12 @@ class Scheduler:
 
     def namespace_event(self, kind: str, ns: NamespaceInput) -> None:
         self.intake.namespace_event(kind, ns)
+
+    def replace_pod_groups(self, api_group: str, groups: list[PodGroupInput]) -> None:
+        self.intake.replace_pod_groups(api_group, groups)
+
+    def pod_group_event(self, kind: str, group: PodGroupInput) -> None:
+        self.intake.pod_group_event(kind, group)
 
     def replace_claims(self, claims: list[ClaimInput]) -> None:
         self.intake.replace_claims(claims)
@@ -247,6 +279,8 @@ class Scheduler:
             entry.pod = ctx.pod
         for effect in t.effects:
             self._run(effect, t, ctx)
+        if t.new in _NOMINATION_ENDS and key in self.preemptions.held:
+            self.preemptions.done(key)  # placed, bound or gone: nothing to hold for it now
         if t.new is Stage.GONE and t.old is not Stage.GONE:
             self.queue.delete(key)  # nothing of the pod stays behind
             self._checking.discard((key, t.uid))
@@ -409,6 +443,10 @@ class Scheduler:
         while not self.intake.bound_synced:
             await asyncio.sleep(0.05)
         await self.sync.reconcile(epoch, elected=True)  # a failure gives the lease up
+        pending = {
+            e.uid: e.pod for e in self.book.in_stages(SCHEDULABLE_STAGES) if e.pod is not None
+        }
+        await self.preemptions.reload(pending)  # GPUs held for preemptors survive a failover
         self.first_decision_at = 0.0
         if epoch == 1 and self.wait_for_unknown_leader:
             # The store's epochs started afresh: a flushed or new store, so whoever led before
@@ -446,6 +484,8 @@ class Scheduler:
                 continue
             await self.reconcile_if_needed()
             self.stale.tick()
+            if self.preemptions.tick():
+                self._cluster_event()  # GPUs held for an expired nomination are free again
             key = self.queue.pop()
             self._update_gauges()
             if key is None:
@@ -536,6 +576,7 @@ class Scheduler:
             "binder": self.binder.sizes(),
             "sync": self.sync.sizes(),
             "stale": self.stale.sizes(),
+            "preemptions": self.preemptions.sizes(),
             "loop": {
                 "tasks": len(self._tasks),
                 "checking": len(self._checking),

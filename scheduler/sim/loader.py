@@ -1,4 +1,5 @@
-"""Read v1 Node and v1 Pod objects from YAML or JSON files.
+"""Read v1 Node and v1 Pod objects (and namespaces, claims, volumes and PodGroups) from YAML or
+JSON files.
 
 A file may hold several YAML documents, or a ``kind: List`` with ``items``. Every document is
 composed separately so its start line is known: an error names the file and line, and for an
@@ -15,7 +16,14 @@ from typing import Any
 import msgspec
 import yaml
 
-from scheduler.core.objects import ClaimInput, NamespaceInput, NodeInput, PodInput, VolumeInput
+from scheduler.core.objects import (
+    ClaimInput,
+    NamespaceInput,
+    NodeInput,
+    PodGroupInput,
+    PodInput,
+    VolumeInput,
+)
 from scheduler.kube.codec import (
     Claim,
     Namespace,
@@ -26,6 +34,7 @@ from scheduler.kube.codec import (
     namespace_from_obj,
     volume_from_obj,
 )
+from scheduler.kube.podgroups import POD_GROUP_GROUPS, PodGroupError, convert_pod_group
 
 try:
     _Base: Any = yaml.CSafeLoader
@@ -60,6 +69,8 @@ class Loaded(msgspec.Struct):
     namespaces: list[NamespaceInput] = msgspec.field(default_factory=list)
     claims: list[ClaimInput] = msgspec.field(default_factory=list)
     volumes: list[VolumeInput] = msgspec.field(default_factory=list)
+    # PodGroups of scheduler-plugins (scheduling.x-k8s.io) and Volcano (scheduling.volcano.sh).
+    pod_groups: list[PodGroupInput] = msgspec.field(default_factory=list)
     skipped: dict[str, int] = msgspec.field(default_factory=dict)
 
 
@@ -115,6 +126,9 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
     if not isinstance(obj, dict):
         raise LoadError(f"{path}:{line}: {prefix or 'document'}: expected an object")
     kind = obj.get("kind")
+    if kind == "PodGroup":
+        _add_pod_group(path, line, prefix, obj, out)
+        return
     try:
         if kind == "Node":
             out.nodes.append(convert_node(obj))
@@ -149,6 +163,21 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
     }
     if not by_kind[str(kind)][-1].name:
         raise LoadError(f"{path}:{line}: {kind} {prefix}metadata.name: missing")
+
+
+def _add_pod_group(path: str, line: int, prefix: str, obj: dict[str, Any], out: Loaded) -> None:
+    """A PodGroup of one of the two API groups the scheduler reads (others are skipped), checked
+    as the live scheduler checks a watched one."""
+    api_version = obj.get("apiVersion")
+    group = api_version.partition("/")[0] if isinstance(api_version, str) else ""
+    if group not in POD_GROUP_GROUPS:
+        name = f"PodGroup ({api_version})"
+        out.skipped[name] = out.skipped.get(name, 0) + 1
+        return
+    try:
+        out.pod_groups.append(convert_pod_group(obj))
+    except PodGroupError as exc:
+        raise LoadError(f"{path}:{line}: {prefix}{exc}") from None
 
 
 _SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")

@@ -27,6 +27,7 @@ def summary(result: SimResult) -> dict[str, Any]:
         "gpusFree": sum(n.free_mask.bit_count() for n in gpu_nodes),
         "podsPlaced": len(result.placements),
         "podsPending": len(result.pending),
+        "podsPreempted": sum(len(p.victims) for p in result.preemptions),
         "gangsPlaced": len(gangs),
         "podsIgnored": result.ignored_pods,
         "objectsIgnored": sum(result.ignored_objects.values()),
@@ -55,6 +56,9 @@ def to_json(result: SimResult) -> bytes:
     document = {
         "placements": placements,
         "pending": [{"pod": w.pod, "reason": w.reason, "state": w.state} for w in result.pending],
+        "preemptions": [
+            {"pod": pod, "victims": list(p.victims)} for p in result.preemptions for pod in p.pods
+        ],
         "warnings": result.warnings,
         "summary": summary(result),
     }
@@ -100,6 +104,11 @@ def to_table(result: SimResult) -> str:
         lines.append("")
     # The legend explains the "+" marks, so it only makes sense under at least one GPU table.
     lines.append("(+ placed by this simulation)" if lines else "No GPU nodes in the input.")
+    if result.preemptions:
+        lines.append("")
+        lines.append("PREEMPTED")
+        for p in result.preemptions:
+            lines.append(f"  {p.summary}")
     if result.pending:
         lines.append("")
         lines.append("PENDING")

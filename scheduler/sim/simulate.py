@@ -1,13 +1,15 @@
 """One simulation: the same ClusterState and cycle the live scheduler uses, fed from manifests.
 
-Order of events: every node, namespace, claim and volume, then every running pod
+Order of events: every node, namespace, claim, volume and PodGroup, then every running pod
 (``spec.nodeName`` set; its ``topo-scheduler.io/devices`` annotation says which GPUs it holds),
 then the pending pods of this scheduler as the live queue orders a backlog: higher
 ``spec.priority`` first, then file order, each decision applied before the next (a gang once all
 its members are in, at its last member's position). Gated pods (``spec.schedulingGates``) wait
 without an attempt. Pods of other schedulers, finished pods and pods being deleted are ignored; a
 pod defined twice counts once, as its last definition. An unschedulable pod's table entry lists
-why each node refuses it, against the cluster as the run leaves it.
+why each node refuses it, against the cluster as the run leaves it. A unit that cannot be placed
+preempts as the live leader would (``core/preemption.py``): its victims leave the cluster at once
+and it takes their place; the output lists each preemption with its victims.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import msgspec
 
 from scheduler.config import Config
 from scheduler.core.cluster import ClusterState, bits
-from scheduler.core.cycle import schedule_in_order
-from scheduler.core.decisions import Placed, Placement, Waiting
+from scheduler.core.cycle import Unit, schedule_in_order
+from scheduler.core.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from scheduler.core.objects import PodInput
 from scheduler.core.placement import refusals
+from scheduler.core.preemption import NoPreemption, preempt
 
 from .loader import Loaded
 
@@ -32,6 +35,15 @@ class Pending(msgspec.Struct, frozen=True):
     refusals: tuple[tuple[str, str], ...] = ()
 
 
+class Preempted(msgspec.Struct, frozen=True):
+    """A preemption the simulation carried out: the preemptor's pods placed once the victims
+    (evicted, gone from the output's cluster) left."""
+
+    pods: tuple[str, ...]
+    victims: tuple[str, ...]
+    summary: str
+
+
 class SimResult(msgspec.Struct):
     state: ClusterState
     placements: list[Placement]
@@ -41,6 +53,7 @@ class SimResult(msgspec.Struct):
     # Objects of other kinds (ConfigMaps, Deployments...) in the input, by kind: skipped.
     ignored_objects: dict[str, int]
     new_pods: set[str]
+    preemptions: list[Preempted] = msgspec.field(default_factory=list)
 
 
 def simulate(loaded: Loaded, config: Config) -> SimResult:
@@ -58,6 +71,10 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         state.set_claim(claim)
     for volume in loaded.volumes:
         state.set_volume(volume)
+    for group in loaded.pod_groups:
+        if group.key in state.pod_groups:
+            warnings.append(f"PodGroup {group.key}: defined twice; the last definition wins")
+        state.set_pod_group(group)
     pending = []
     ignored = 0
     for pod in _last_definitions(loaded.pods, warnings):
@@ -83,7 +100,24 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
     placements: list[Placement] = []
     waiting: list[Pending] = []
     by_key = {p.key: p for p in pending}
-    for decision in schedule_in_order(state, pending):
+    preempted: list[Preempted] = []
+
+    def preempting(unit: Unit, decision: Decision) -> Decision:
+        """An unschedulable unit preempts as the live leader would; here the victims leave at
+        once and the preemptor takes the plan ``preempt`` made for it."""
+        if not isinstance(decision, Unschedulable):
+            return decision
+        result = preempt(state, unit)
+        if isinstance(result, NoPreemption):
+            return decision
+        for key in (*(v.pod for v in result.victims), *result.waiting_for):
+            state.remove_pod(key)
+        preempted.append(
+            Preempted(result.pods, tuple(v.pod for v in result.victims), result.summary)
+        )
+        return Placed(result.placements)
+
+    for decision in schedule_in_order(state, pending, preempting):
         if isinstance(decision, Placed):
             placements.extend(decision.placements)
             waiting.extend(  # an elastic gang's surplus that fits nowhere yet
@@ -105,6 +139,7 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         ignored_pods=ignored,
         ignored_objects=dict(loaded.skipped),
         new_pods={p.pod for p in placements},
+        preemptions=preempted,
     )
 
 

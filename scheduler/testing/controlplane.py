@@ -563,9 +563,11 @@ class ControlPlane:
         limits: dict[str, str] | None = None,
         node_selector: dict[str, str] | None = None,
         containers: dict[str, dict[str, str]] | None = None,
+        priority_class: str | None = None,
     ) -> Any:
         """A pod with one container ``main`` asking for ``limits`` (default: ``gpus`` of
-        ``resource``), or with ``containers``, name -> limits, in that order."""
+        ``resource``), or with ``containers``, name -> limits, in that order; of a PriorityClass
+        (the apiserver's Priority admission sets its spec.priority) when one is named."""
         spec = containers or {"main": limits or {resource: str(gpus)}}
         pod: dict[str, Any] = {
             "apiVersion": "v1",
@@ -586,7 +588,20 @@ class ControlPlane:
         }
         if node_selector:
             pod["spec"]["nodeSelector"] = node_selector
+        if priority_class:
+            pod["spec"]["priorityClassName"] = priority_class
         return self.apply(pod)
+
+    def create_priority_class(self, name: str, value: int) -> Any:
+        """A PriorityClass (cluster-wide; preemptionPolicy PreemptLowerPriority)."""
+        return self.apply(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+        )
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
@@ -615,6 +630,7 @@ def _collection_path(obj: dict[str, Any]) -> str:
         "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
         "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
         "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+        "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
     }
     if kind not in plural:
         raise ValueError(f"apply: unsupported kind {kind}")

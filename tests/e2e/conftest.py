@@ -7,15 +7,24 @@ build or start fails the tests with its message; it never turns into skipped tes
 
 from __future__ import annotations
 
+import time
+import urllib.error
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from scheduler.testing.controlplane import ControlPlane, ControlPlaneError, build_binaries
+from scheduler.kube.podgroups import POD_GROUPS, VOLCANO_POD_GROUPS
+from scheduler.testing.controlplane import (
+    CRD_PATH,
+    ControlPlane,
+    ControlPlaneError,
+    build_binaries,
+)
 
 from .live import Scenario
 
@@ -82,3 +91,67 @@ def scenario(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Scenario]:
         yield s
     finally:
         s.stop_all()
+
+
+# A minimal stand-in for Volcano's CRD (the real one is Volcano's to ship): enough for the
+# apiserver to serve scheduling.volcano.sh/v1beta1 PodGroups with a spec.minMember.
+VOLCANO_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": VOLCANO_POD_GROUPS.name},
+    "spec": {
+        "group": VOLCANO_POD_GROUPS.group,
+        "scope": "Namespaced",
+        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups"},
+        "versions": [
+            {
+                "name": VOLCANO_POD_GROUPS.version,
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "properties": {
+                                    "minMember": {"type": "integer", "format": "int32"},
+                                    "queue": {"type": "string"},
+                                },
+                            }
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def pod_group_crds(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[str]]:
+    """Both PodGroup CRDs, Established: deploy/optional's scheduler-plugins one (left installed,
+    as other tests expect it) and the Volcano stand-in, deleted again at the module's end (other
+    tests expect a plane without Volcano)."""
+    volcano = tmp_path_factory.mktemp("crds") / "volcano-crd.yaml"
+    volcano.write_text(yaml.safe_dump(VOLCANO_CRD))
+    names = control_plane.apply_crds() + control_plane.apply_crds((volcano,))
+    assert names == [POD_GROUPS.name, VOLCANO_POD_GROUPS.name]
+    try:
+        yield names
+    finally:
+        path = f"{CRD_PATH}/{VOLCANO_POD_GROUPS.name}"
+        control_plane.delete(path)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                control_plane.request("GET", path)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    break
+                raise
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"CRD {VOLCANO_POD_GROUPS.name} was not deleted within 30 s")

@@ -143,6 +143,7 @@ class Scenario:
         annotations: dict[str, str] | None = None,
         limits: dict[str, str] | None = None,
         containers: dict[str, dict[str, str]] | None = None,
+        priority_class: str | None = None,
     ) -> dict[str, Any]:
         created: dict[str, Any] = self.plane.create_pod(
             f"{self.id}-{name}",
@@ -154,6 +155,7 @@ class Scenario:
             limits=limits,
             node_selector={"test": self.id},
             containers=containers,
+            priority_class=priority_class,
         )
         return created
 

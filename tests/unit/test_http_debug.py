@@ -25,6 +25,7 @@ def server(debug_from_anywhere: bool = False) -> ProbeServer:
         lambda: (True, "ready"),
         lambda key: {"pod": key, "result": "scheduled"} if key == "ns/a" else None,
         debug_from_anywhere=debug_from_anywhere,
+        nominations=lambda: [{"pod": "ns/big", "node": "n", "devices": [0, 1]}],
     )
 
 
@@ -73,6 +74,13 @@ async def test_a_local_client_is_answered_by_default() -> None:
     assert json.loads(response.body)["result"] == "scheduled"
 
 
+async def test_nominations_are_shown_to_local_clients_only() -> None:
+    response = await server()._debug_nominations(request_from("127.0.0.1"))
+    assert response.status == 200
+    assert json.loads(response.body) == [{"pod": "ns/big", "node": "n", "devices": [0, 1]}]
+    assert (await server()._debug_nominations(request_from("10.0.0.7"))).status == 403
+
+
 async def test_opened_it_answers_a_remote_client() -> None:
     response = await server(debug_from_anywhere=True)._debug_pod(request_from("10.0.0.7"))
     assert response.status == 200
@@ -85,6 +93,7 @@ async def test_over_a_real_socket_loopback_is_answered_and_probes_stay_open() ->
         for path, status in [
             ("/debug/pods/ns/a", 200),
             ("/debug/pods/ns/none", 404),
+            ("/debug/nominations", 200),
             ("/healthz", 200),
             ("/metrics", 200),
         ]:

@@ -111,6 +111,7 @@ def test_scheduler_plugins_pod_group() -> None:
         min_member=4,
         schedule_timeout_seconds=120,
         uid="pg-uid-1",
+        status_foreign=True,  # occupiedBy: scheduler-plugins' controller writes its status
     )
     assert group.key == "scheduling.x-k8s.io/train/llama-70b"
     assert POD_GROUP_LABEL == "scheduling.x-k8s.io/pod-group"
@@ -118,7 +119,10 @@ def test_scheduler_plugins_pod_group() -> None:
 
 def test_volcano_pod_group_has_no_timeout() -> None:
     group = decode_pod_group(raw(VOLCANO_GROUP))
-    assert group == PodGroupInput("scheduling.volcano.sh", "hpc", "mpi-job", 3, None, "vc-uid")
+    # Volcano's status is always its controller's.
+    assert group == PodGroupInput(
+        "scheduling.volcano.sh", "hpc", "mpi-job", 3, None, "vc-uid", status_foreign=True
+    )
 
 
 def test_optional_fields_default() -> None:

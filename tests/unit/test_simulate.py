@@ -65,7 +65,8 @@ def test_json_output_follows_the_contract(
     code, out, _ = run(capsys, "simulate", "-o", "json", f)
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"placements", "pending", "warnings", "summary"}
+    assert set(doc) == {"placements", "pending", "preemptions", "warnings", "summary"}
+    assert doc["preemptions"] == []
     assert doc["placements"][0] == {"pod": "default/a", "node": "n1", "devices": [0], "gang": None}
     gangs = {p["pod"]: p for p in doc["placements"][1:]}
     assert {p["gang"] for p in gangs.values()} == {"default/job"}
@@ -79,6 +80,35 @@ def test_json_output_follows_the_contract(
         }
     ]
     assert doc["summary"]["podsPlaced"] == 3 and doc["summary"]["gpusAllocated"] == 3
+
+
+def test_preemptions_show_the_victims_and_the_preemptor_takes_their_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    low = "  labels:\n    gpu-topology: low\n    gpu-topology-replica: '2'"
+    running = "\n  nodeName: n1"
+    f = write(
+        tmp_path,
+        "c.yaml",
+        NODE,
+        pod("low-0", 2, low).replace("  schedulerName", running.strip("\n") + "\n  schedulerName")
+        + "  priority: 10\n",
+        pod("low-1", 2, low).replace("  schedulerName", running.strip("\n") + "\n  schedulerName")
+        + "  priority: 10\n",
+        pod("big", 4) + "  priority: 1000\n",
+        pod("peer", 2) + "  priority: 10\n",
+    )
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["preemptions"] == [
+        {"pod": "default/big", "victims": ["default/low-0", "default/low-1"]}
+    ]
+    assert {p["pod"]: p["devices"] for p in doc["placements"]} == {"default/big": [0, 1, 2, 3]}
+    assert [p["pod"] for p in doc["pending"]] == ["default/peer"]  # equal priority evicts none
+    assert doc["summary"]["podsPreempted"] == 2
+    code, table, _ = run(capsys, "simulate", f)
+    assert "PREEMPTED" in table and "default/big (priority 1000) preempts 2 pod(s)" in table
 
 
 def test_table_shows_each_gpu_holder_and_pending_reasons(
@@ -302,7 +332,7 @@ def test_every_workload_runs_against_every_cluster(
 def test_examples_cover_the_clusters_and_workloads_the_docs_name() -> None:
     assert {"dgx1-v100.yaml", "pcie-8gpu.yaml", "metax-c500.yaml", "seed003.yaml"} <= set(CLUSTERS)
     assert "cluster-kubernetes.yaml" in CLUSTERS and "workload-kubernetes.yaml" in WORKLOADS
-    assert len(WORKLOADS) == 6
+    assert len(WORKLOADS) == 7
 
 
 def test_other_kinds_are_skipped_and_counted(

@@ -1,0 +1,436 @@
+"""PodGroups in the live scheduler: what the watches hand the snapshot, and the status that
+topo-scheduler writes back on scheduler-plugins PodGroups nobody else writes.
+
+**Into the snapshot** (``snapshot_group``): a usable PodGroup is the core's ``PodGroupInput``. An
+unusable one (``PodGroupError``: a minMember beyond the scheduler's bounds, a negative timeout)
+is logged with its error and stored as a group with an impossible minimum, so that its pods stay
+pending and the core tells them why, naming the PodGroup (``PodGroup ns/job: spec.minMember
+-1 must be between 1 and 100000``): the bad minMember as written when that is the bad field,
+else 0. It is never dropped, which would make its pods wait "for the PodGroup to exist".
+
+**The status** (``PodGroupStatuses``), as scheduler-plugins' controller would write it, only for
+scheduler-plugins PodGroups (``scheduling.x-k8s.io``), never Volcano's, and only while no other
+controller writes it. Another writer is recognised by what topo-scheduler never writes
+(``kube.podgroups.observed_status``: ``occupiedBy``, ``succeeded``, ``failed``,
+``scheduleStartTime``, a phase such as ``Scheduling``); once seen on a PodGroup, that PodGroup's
+status is left alone until the object is recreated (a new UID). Per PodGroup, from its members
+(pods labelled ``scheduling.x-k8s.io/pod-group=<name>`` in its namespace, whichever scheduler
+placed them):
+
+- ``scheduled``: members bound to a node (the bound watch) or whose Binding succeeded and the
+  watch has not shown yet (the pod book's ``assumed``), finished ones included;
+- ``running``: members whose phase is Running;
+- ``phase`` (scheduler-plugins' order): Finished when at least minMember succeeded; Failed when
+  one failed and failed + running + succeeded reach minMember; Running when running + succeeded
+  reach it; Scheduled when ``scheduled`` reaches it; else Pending. A PodGroup whose phase is
+  Finished or Failed is not written again (scheduler-plugins' controller stops there too).
+
+It writes only what changed (against the status read from the watch, and against its own last
+write, so that a field a CRD prunes is not written again and again), only as the leader, from
+its own task (never on a pod's scheduling path), at most ``PATCHES_IN_FLIGHT`` at a time, and
+forgets a PodGroup when it is deleted. A standby keeps what changed and writes it once elected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final
+
+import msgspec
+import structlog
+
+from scheduler.core.names import POD_GROUP_API, POD_GROUP_LABEL
+from scheduler.core.objects import PodGroupInput, PodInput
+from scheduler.kube.podgroups import (
+    MAX_MEMBERS,
+    ObservedStatus,
+    PodGroup,
+    PodGroupError,
+    PodGroupPhase,
+    Write,
+    observed_status,
+    pod_group_from_obj,
+)
+from scheduler.kube.watch import Reflector
+
+log = structlog.get_logger("podgroups")
+
+# Status patches in flight at once, at most.
+PATCHES_IN_FLIGHT: Final = 4
+# A burst of member changes becomes one pass: passes are at least this far apart.
+MIN_PASS_INTERVAL_S: Final = 0.2
+# How often a replica looks again without being woken (leadership gained, failed writes).
+IDLE_PASS_S: Final = 1.0
+
+_TERMINAL: Final = frozenset({PodGroupPhase.FINISHED.value, PodGroupPhase.FAILED.value})
+_FINISHED: Final = frozenset({"Succeeded", "Failed"})  # pod phases
+
+Patch = Callable[[str, str, PodGroupPhase, int, int], Awaitable[Write]]
+
+
+# ---- into the snapshot -----------------------------------------------------------------------
+
+
+class _LaxSpec(msgspec.Struct, rename="camel"):
+    min_member: object = None
+
+
+def snapshot_group(obj: PodGroup) -> PodGroupInput:
+    """The PodGroup as the core reads it; an unusable one blocks its pods (module doc)."""
+    try:
+        return pod_group_from_obj(obj)
+    except PodGroupError as exc:
+        log.warning("unusable PodGroup: its pods stay pending", error=str(exc))
+        return blocking_group(exc, obj)
+
+
+def read_group(obj: PodGroup) -> tuple[PodGroupInput, ObservedStatus]:
+    """A watched PodGroup: the snapshot's group and its status as read."""
+    return snapshot_group(obj), observed_status(obj)
+
+
+def blocking_group(error: PodGroupError, obj: PodGroup) -> PodGroupInput:
+    """A group whose minimum the core refuses, so that its pods wait with a reason naming it:
+    the bad minMember itself when it is an integer out of bounds, else 0."""
+    minimum = 0
+    try:
+        spec = msgspec.json.decode(bytes(obj.spec), type=_LaxSpec)
+        value = spec.min_member
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and error.field.endswith("minMember")
+        ):
+            minimum = value
+    except msgspec.DecodeError:
+        pass
+    return PodGroupInput(
+        error.group, error.namespace, error.name, min_member=minimum, uid=obj.metadata.uid
+    )
+
+
+# ---- the status ------------------------------------------------------------------------------
+
+
+class Counts(msgspec.Struct, frozen=True):
+    scheduled: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+
+class Desired(msgspec.Struct, frozen=True):
+    phase: PodGroupPhase
+    scheduled: int
+    running: int
+
+
+def phase_of(min_member: int, counts: Counts) -> PodGroupPhase:
+    """scheduler-plugins' phase for these counts (its controller's order of rules), with
+    Scheduled for a group whose minimum is placed but not yet running."""
+    if counts.succeeded >= min_member:
+        return PodGroupPhase.FINISHED
+    if counts.failed and counts.failed + counts.running + counts.succeeded >= min_member:
+        return PodGroupPhase.FAILED
+    if counts.running + counts.succeeded >= min_member:
+        return PodGroupPhase.RUNNING
+    if counts.scheduled >= min_member:
+        return PodGroupPhase.SCHEDULED
+    return PodGroupPhase.PENDING
+
+
+def count_members(phases: Iterable[str], assumed: int = 0) -> Counts:
+    """Counts from the phases of the members bound (or finished) and the number assumed."""
+    scheduled, running, succeeded, failed = assumed, 0, 0, 0
+    for phase in phases:
+        scheduled += 1
+        if phase == "Running":
+            running += 1
+        elif phase == "Succeeded":
+            succeeded += 1
+        elif phase == "Failed":
+            failed += 1
+    return Counts(scheduled, running, succeeded, failed)
+
+
+def group_of_pod(pod: PodInput) -> str | None:
+    """The key (PodGroupInput.key) of the scheduler-plugins PodGroup the pod names."""
+    name = pod.labels.get(POD_GROUP_LABEL)
+    return f"{POD_GROUP_API}/{pod.namespace}/{name}" if name else None
+
+
+class PodGroupStatuses:
+    """Members of scheduler-plugins PodGroups, and the status patches (module doc)."""
+
+    def __init__(
+        self,
+        patch: Patch,
+        leading: Callable[[], bool],
+        assumed: Callable[[], Iterable[PodInput]] = tuple,
+    ) -> None:
+        self._patch = patch
+        self._leading = leading
+        self._assumed = assumed  # pods whose Binding succeeded, not yet seen bound
+        self.groups: dict[str, PodGroupInput] = {}
+        self.observed: dict[str, ObservedStatus] = {}
+        self._foreign: set[str] = set()  # sticky while the object (its UID) lives
+        self._sent: dict[str, tuple[str, Desired]] = {}  # key -> (uid, last written)
+        # Members seen bound or finished: group key -> pod key -> phase; and the other way.
+        self.members: dict[str, dict[str, str]] = {}
+        self._member_of: dict[str, str] = {}
+        self.dirty: set[str] = set()
+        self._wake = asyncio.Event()
+
+    # ---- PodGroups (the PodGroup watch) ------------------------------------------------------
+
+    def group_set(self, group: PodGroupInput, observed: ObservedStatus) -> None:
+        if group.group != POD_GROUP_API:
+            return  # Volcano's: read, never written
+        key = group.key
+        previous = self.groups.get(key)
+        if previous is not None and previous.uid != group.uid:
+            self._foreign.discard(key)  # recreated: a new object, judged afresh
+            self._sent.pop(key, None)
+        if group.status_foreign or observed.foreign:
+            if key not in self._foreign:
+                log.info("PodGroup status written by another controller: left alone", group=key)
+            self._foreign.add(key)
+        self.groups[key] = group
+        self.observed[key] = observed
+        self._mark(key)
+
+    def group_removed(self, key: str) -> None:
+        self.groups.pop(key, None)
+        self.observed.pop(key, None)
+        self._foreign.discard(key)
+        self._sent.pop(key, None)
+        self.dirty.discard(key)
+        members = self.members.get(key)
+        if members:  # finished members are kept only for an existing group
+            for pod in [p for p, phase in members.items() if phase in _FINISHED]:
+                self._drop_member(pod)
+
+    def groups_replaced(
+        self, api_group: str, groups: Iterable[tuple[PodGroupInput, ObservedStatus]]
+    ) -> None:
+        listed = list(groups)
+        keys = {g.key for g, _ in listed}
+        for key in [k for k, g in self.groups.items() if g.group == api_group and k not in keys]:
+            self.group_removed(key)
+        for group, observed in listed:
+            self.group_set(group, observed)
+
+    # ---- members (the bound-pods watch) ------------------------------------------------------
+
+    def pod_event(self, kind: str, pod: PodInput) -> None:
+        key = group_of_pod(pod)
+        old = self._member_of.get(pod.key)
+        if old is not None and old != key:
+            self._drop_member(pod.key)
+        if key is None:
+            return
+        if pod.finished and key in self.groups:
+            self._set_member(key, pod.key, pod.phase)  # counted while its group lives
+        elif kind == "DELETED" or pod.finished or not pod.node_name:
+            if old is not None:
+                self._drop_member(pod.key)
+        else:
+            self._set_member(key, pod.key, pod.phase)
+
+    def pods_replaced(self, pods: Iterable[PodInput]) -> None:
+        listed = list(pods)
+        present = {p.key for p in listed}
+        for pod_key, group in list(self._member_of.items()):
+            phase = self.members.get(group, {}).get(pod_key)
+            if pod_key not in present and phase not in _FINISHED:
+                self._drop_member(pod_key)  # deleted, or finished unseen: not counted
+        for pod in listed:
+            self.pod_event("ADDED", pod)
+
+    def _set_member(self, group: str, pod: str, phase: str) -> None:
+        members = self.members.setdefault(group, {})
+        if members.get(pod) != phase:
+            members[pod] = phase
+            self._member_of[pod] = group
+            self._mark(group)
+
+    def _drop_member(self, pod: str) -> None:
+        group = self._member_of.pop(pod, None)
+        if group is None:
+            return
+        members = self.members.get(group)
+        if members is not None:
+            members.pop(pod, None)
+            if not members:
+                del self.members[group]
+        self._mark(group)
+
+    def _mark(self, key: str) -> None:
+        if key in self.groups:
+            self.dirty.add(key)
+            self._wake.set()
+
+    # ---- what to write -----------------------------------------------------------------------
+
+    def desired(self, key: str, assumed: int = 0) -> Desired | None:
+        """The status to write for ``key``, or None when it is not ours to write."""
+        group = self.groups.get(key)
+        if group is None or key in self._foreign:
+            return None
+        if not 1 <= group.min_member <= MAX_MEMBERS:  # unusable: its pods wait, nothing to say
+            return None
+        if self.observed[key].phase in _TERMINAL:
+            return None
+        members = self.members.get(key, {})
+        counts = count_members(members.values(), assumed)
+        return Desired(phase_of(group.min_member, counts), counts.scheduled, counts.running)
+
+    def to_write(self) -> list[tuple[PodGroupInput, Desired]]:
+        """The patches one pass sends (the dirty set is emptied); [] when not leading."""
+        if not self._leading() or not self.dirty:
+            return []
+        assumed: dict[str, int] = {}
+        for pod in self._assumed():
+            key = group_of_pod(pod)
+            if key in self.dirty and pod.key not in self._member_of:
+                assumed[key] = assumed.get(key, 0) + 1
+        out = []
+        for key in sorted(self.dirty):
+            desired = self.desired(key, assumed.get(key, 0))
+            if desired is None:
+                continue
+            group, observed = self.groups[key], self.observed[key]
+            if (observed.phase, observed.scheduled, observed.running) == (
+                desired.phase.value,
+                desired.scheduled,
+                desired.running,
+            ):
+                continue
+            if self._sent.get(key) == (group.uid, desired):
+                continue  # written; the watch has not shown it (or the CRD prunes a field)
+            out.append((group, desired))
+        self.dirty.clear()
+        return out
+
+    async def write(self, writes: list[tuple[PodGroupInput, Desired]]) -> None:
+        limit = asyncio.Semaphore(PATCHES_IN_FLIGHT)
+
+        async def one(group: PodGroupInput, desired: Desired) -> None:
+            async with limit:
+                if not self._leading():
+                    self._mark(group.key)
+                    return
+                try:
+                    result = await self._patch(
+                        group.namespace, group.name, desired.phase, desired.scheduled,
+                        desired.running,
+                    )  # fmt: skip
+                except Exception as exc:
+                    log.warning("PodGroup status not written", group=group.key, error=str(exc))
+                    self._mark(group.key)  # tried again at the next pass
+                    return
+                if result is Write.DONE and group.key in self.groups:
+                    self._sent[group.key] = (group.uid, desired)
+                    log.info(
+                        "PodGroup status written", group=group.key, phase=desired.phase.value,
+                        scheduled=desired.scheduled, running=desired.running,
+                    )  # fmt: skip
+
+        await asyncio.gather(*(one(g, d) for g, d in writes))
+
+    async def run(self) -> None:
+        """The writer's own task: a pass whenever something changed (or every IDLE_PASS_S)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), IDLE_PASS_S)
+            self._wake.clear()
+            try:
+                await self.write(self.to_write())
+            except Exception:
+                log.exception("PodGroup status pass failed")
+            await asyncio.sleep(MIN_PASS_INTERVAL_S)
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "groups": len(self.groups),
+            "members": sum(len(m) for m in self.members.values()),
+            "member_of": len(self._member_of),
+            "dirty": len(self.dirty),
+            "sent": len(self._sent),
+            "foreign": len(self._foreign),
+        }
+
+
+# ---- the watches, while their CRD exists ------------------------------------------------------
+
+# How often the CRDs are looked at again (one GET each); sooner after a GET failed.
+CRD_CHECK_S: Final = 60.0
+CRD_RETRY_S: Final = 5.0
+
+
+class CrdWatches:
+    """One reflector per CRD, running while ``established(name)`` says the CRD exists: checked
+    by ``check`` (at start, then every ``CRD_CHECK_S`` in ``run``, every ``CRD_RETRY_S`` while a
+    CRD cannot be read). A CRD that goes away stops
+    its reflector, and ``cleared(name)`` drops what it had listed."""
+
+    def __init__(
+        self,
+        established: Callable[[str], Awaitable[bool]],
+        reflectors: dict[str, Callable[[], Reflector[Any]]],
+        cleared: Callable[[str], None],
+        interval: float = CRD_CHECK_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._established = established
+        self._sleep = sleep
+        self._make = reflectors
+        self._cleared = cleared
+        self.interval = interval
+        self.running: dict[str, tuple[Reflector[Any], asyncio.Task[None]]] = {}
+
+    def ready(self, name: str) -> bool:
+        """Whether a pod may be decided as far as this watch goes: listed, or not running (its
+        CRD does not exist, so nothing can be listed)."""
+        entry = self.running.get(name)
+        return entry is None or entry[0].synced.is_set()
+
+    async def check(self) -> bool:
+        """Start and stop watches as the CRDs say; False when a CRD could not be read."""
+        ok = True
+        for name in self._make:
+            try:
+                exists = await self._established(name)
+            except Exception as exc:  # keep things as they are; look again soon
+                log.warning("cannot read CRD", crd=name, error=str(exc))
+                ok = False
+                continue
+            if exists and name not in self.running:
+                reflector = self._make[name]()
+                log.info("starting watch", watch=name)
+                task = asyncio.create_task(reflector.run(), name=f"watch-{name}")
+                self.running[name] = (reflector, task)
+            elif not exists and name in self.running:
+                log.info("CRD gone: stopping its watch", watch=name)
+                await self._stop(name)
+                self._cleared(name)
+        return ok
+
+    async def run(self, ok: bool = True) -> None:
+        """Check again every ``interval`` (``CRD_RETRY_S`` after a failed read); ``ok``: whether
+        the check before this loop read every CRD."""
+        while True:
+            await self._sleep(self.interval if ok else min(self.interval, CRD_RETRY_S))
+            ok = await self.check()
+
+    async def _stop(self, name: str) -> None:
+        _, task = self.running.pop(name)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def stop(self) -> None:
+        for name in list(self.running):
+            await self._stop(name)

@@ -1,0 +1,284 @@
+"""Preemption in the running scheduler (issue 14): the shell around the core's ``preempt``.
+
+When the cycle finds a unit (a pod, or a gang's pending members) unschedulable, the leader asks
+the core which lower-priority pods to evict (``core/preemption.py``: whole gangs or an elastic
+gang's surplus, never one member alone; only if the unit then fits, checked with the same
+core). If there are victims, in this order:
+
+1. The nominations are written to the store (fenced, one per preemptor pod: the node and the
+   GPUs the plan gives it, the victims' UIDs, an expiry ``preemptionHoldSeconds`` ahead). A store
+   that refuses (fenced, unavailable) means nothing is evicted: the unit is retried later.
+2. The snapshot holds the same nominations (``ClusterState.nominate``): pods of equal or lower
+   priority cannot take those GPUs; the preemptor itself and higher-priority pods can.
+3. Off the cycle's path: each preemptor pod's ``status.nominatedNodeName`` is set, each victim is
+   evicted through the Eviction API (a PodDisruptionBudget may refuse: the preemptor then gets a
+   ``PreemptionBlocked`` warning and its nomination expires unless the victim leaves anyway), and
+   each evicted victim gets a ``Preempted`` event naming the preemptor.
+
+A preemptor with a live nomination is not preempted for again: it waits for its victims, and is
+retried each time a pod leaves. Its nomination ends when it is placed (the core lets it go in
+``apply``; the store's is dropped), when it leaves, or when it expires (then its
+nominatedNodeName is cleared and the GPUs go back to everyone). A new leader reloads the store's
+live nominations for the pods still pending, so a failover keeps the GPUs held for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import msgspec
+import structlog
+
+from scheduler.core.cluster import ClusterState, Nominated
+from scheduler.core.cycle import Unit
+from scheduler.core.filters.resources import pod_requests
+from scheduler.core.objects import PodInput
+from scheduler.core.preemption import NoPreemption, Preemption, Victim, preempt
+from scheduler.kube.podgroups import Eviction
+from scheduler.state.base import Fenced, Nomination, Store, StoreError
+
+from .binder import Cluster
+from .leader import Leadership
+
+log = structlog.get_logger("scheduler")
+
+# How long GPUs stay held for a preemptor that has not bound (the issue's default).
+HOLD_S = 300.0
+
+# An event on a pod: (key, uid, reason, message, kind).
+Report = Callable[[str, str, str, str, str], Coroutine[Any, Any, None]]
+
+
+class NominationView(msgspec.Struct, frozen=True, kw_only=True):
+    """One nomination as ``/debug/nominations`` shows it."""
+
+    pod: str
+    node: str
+    devices: tuple[int, ...]
+    priority: int
+    expires_in_s: float
+
+
+class Held(msgspec.Struct, frozen=True):
+    uid: str
+    deadline: float
+    victims: frozenset[str]
+
+
+class Preemptions:
+    def __init__(
+        self,
+        state: ClusterState,
+        store: Store,
+        leadership: Leadership,
+        cluster: Cluster,
+        report: Report,
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        clock: Callable[[], float],
+        wall_ms: Callable[[], int],
+        on_fenced: Callable[[], Awaitable[None]],
+        hold_s: float = HOLD_S,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.leadership = leadership
+        self.cluster = cluster
+        self.report = report
+        self.spawn = spawn
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.on_fenced = on_fenced
+        self.hold_s = hold_s
+        # Preemptor pod key -> its nomination's UID, expiry (by ``clock``) and victims' UIDs.
+        self.held: dict[str, Held] = {}
+
+    async def after_unschedulable(self, unit: Unit, reason: str) -> str:
+        """Preempt for ``unit`` if that lets it fit; the reason its pods report."""
+        waiting = sorted(p.key for p in unit.pods if p.key in self.held)
+        if waiting and self._victims_leaving(waiting):
+            nominated = self.state.nominations.get(waiting[0])
+            node = nominated.node if nominated is not None else "?"
+            return (
+                f"{reason} preemption: nominated to node {node}, waiting for its victims to leave"
+            )
+        epoch = self.leadership.epoch
+        if epoch is None or not self.leadership.leading:
+            return reason
+        result = preempt(self.state, unit)
+        if isinstance(result, NoPreemption):
+            return f"{reason} preemption: {result.reason}" if result.weighed else reason
+        if not await self._write(result, epoch):
+            return f"{reason} preemption: postponed, the store did not take the nominations"
+        deadline = self.clock() + self.hold_s
+        victims = frozenset(v.uid for v in result.victims)
+        for nominated in result.nominations:
+            self.state.nominate(nominated)
+            self.held[nominated.pod] = Held(nominated.uid, deadline, victims)
+        pods = {p.key: p for p in unit.pods}
+        self.spawn(self._carry_out(result, pods))
+        log.info(
+            "preempting",
+            pods=list(result.pods),
+            victims=[v.pod for v in result.victims],
+            waiting_for=list(result.waiting_for),
+            summary=result.summary,
+        )
+        return f"{reason} preemption: {result.summary}"
+
+    def _victims_leaving(self, keys: list[str]) -> bool:
+        """Whether a victim of these preemptors is still terminating: then they wait for it.
+        Otherwise (a victim an eviction never reached, a leader that died before evicting, or
+        room taken by a pod of higher priority) they may preempt again, as kube-scheduler lets a
+        nominated pod preempt again once nothing on its node is terminating."""
+        victims = frozenset().union(*(self.held[k].victims for k in keys))
+        if not victims:
+            return True  # the room was already coming (pods terminating when it preempted)
+        return any(r.terminating and r.uid in victims for r in self.state.index.records.values())
+
+    async def _write(self, result: Preemption, epoch: int) -> bool:
+        now_ms = self.wall_ms()
+        victims = tuple(v.uid for v in result.victims)
+        try:
+            for n in result.nominations:
+                nomination = Nomination(
+                    uid=n.uid,
+                    pod=n.pod,
+                    priority=n.priority,
+                    node=n.node,
+                    devices=n.devices,
+                    victims=victims,
+                    created_ms=now_ms,
+                    expires_ms=now_ms + int(self.hold_s * 1000),
+                )
+                await self.store.nominate(self.leadership.holder, epoch, nomination, now_ms)
+        except Fenced:
+            await self.on_fenced()
+            return False
+        except StoreError as exc:
+            log.warning("nominations not written", pods=list(result.pods), error=str(exc))
+            return False
+        return True
+
+    async def _carry_out(self, result: Preemption, pods: dict[str, PodInput]) -> None:
+        for n in result.nominations:
+            namespace, name = n.pod.split("/", 1)
+            try:
+                await self.cluster.set_nominated_node(namespace, name, n.node)
+            except Exception as exc:
+                log.warning("nominatedNodeName not set", pod=n.pod, error=str(exc))
+        preemptor = ", ".join(result.pods)
+        await asyncio.gather(*(self._evict(v, preemptor, result) for v in result.victims))
+
+    async def _evict(self, victim: Victim, preemptor: str, result: Preemption) -> None:
+        namespace, name = victim.pod.split("/", 1)
+        try:
+            outcome = await self.cluster.evict(namespace, name, victim.uid)
+        except Exception as exc:
+            log.warning("eviction failed", pod=victim.pod, error=str(exc))
+            return
+        log.info("preemption victim", pod=victim.pod, outcome=outcome.outcome.value)
+        if outcome.outcome is Eviction.EVICTED:
+            message = f"Preempted by {preemptor} (priority {result.priority}) on node {victim.node}"
+            await self.report(victim.pod, victim.uid, "Preempted", message, "Normal")
+        elif outcome.outcome is Eviction.BLOCKED:
+            for n in result.nominations:
+                message = f"eviction of {victim.pod} refused: {outcome.message}"
+                await self.report(n.pod, n.uid, "PreemptionBlocked", message, "Warning")
+
+    def done(self, key: str) -> None:
+        """The preemptor was placed, or left: its nomination ends (the snapshot's too)."""
+        held = self.held.pop(key, None)
+        if held is None:
+            return
+        self.state.unnominate(key)
+        self.spawn(self._drop([held.uid]))
+
+    def tick(self) -> bool:
+        """End the nominations that expired; True when some did (waiting pods may retry)."""
+        if not self.held:
+            return False
+        now = self.clock()
+        expired = [(key, h.uid) for key, h in self.held.items() if now >= h.deadline]
+        for key, _ in expired:
+            del self.held[key]
+            self.state.unnominate(key)
+            log.info("nomination expired", pod=key)
+            self.spawn(self._clear(key))
+        if expired:
+            self.spawn(self._drop([uid for _, uid in expired]))
+        return bool(expired)
+
+    async def _drop(self, uids: list[str]) -> None:
+        epoch = self.leadership.epoch
+        if epoch is None or not self.leadership.leading:
+            return
+        try:
+            await self.store.drop_nominations(self.leadership.holder, epoch, uids, self.wall_ms())
+        except StoreError as exc:  # it expires in the store on its own
+            log.warning("nominations not dropped", uids=uids, error=str(exc))
+
+    async def _clear(self, key: str) -> None:
+        namespace, name = key.split("/", 1)
+        try:
+            await self.cluster.set_nominated_node(namespace, name, None)
+        except Exception as exc:
+            log.warning("nominatedNodeName not cleared", pod=key, error=str(exc))
+
+    async def reload(self, pending: dict[str, PodInput]) -> None:
+        """At election: hold again what the store's live nominations hold for pods still
+        pending here (``pending`` by UID); the others' are dropped."""
+        for key in list(self.held):
+            self.state.unnominate(key)
+        self.held.clear()
+        now_ms = self.wall_ms()
+        try:
+            live = await self.store.nominations(now_ms)
+        except StoreError as exc:
+            log.warning("nominations not read", error=str(exc))
+            return
+        stale = []
+        for uid, n in sorted(live.items()):
+            pod = pending.get(uid)
+            if pod is None:
+                stale.append(uid)
+                continue
+            requests = pod_requests(pod, self.state.gpu_names)
+            self.state.nominate(
+                Nominated(
+                    pod=n.pod,
+                    uid=uid,
+                    priority=n.priority,
+                    node=n.node,
+                    devices=n.devices,
+                    requests=requests,
+                )
+            )
+            deadline = self.clock() + (n.expires_ms - now_ms) / 1000
+            self.held[n.pod] = Held(uid, deadline, frozenset(n.victims))
+        if live:
+            log.info("nominations reloaded", held=len(self.held), dropped=len(stale))
+        if stale:
+            await self._drop(stale)
+
+    def view(self) -> list[NominationView]:
+        now = self.clock()
+        out = []
+        for key, held in sorted(self.held.items()):
+            deadline = held.deadline
+            n = self.state.nominations.get(key)
+            if n is not None:
+                out.append(
+                    NominationView(
+                        pod=key,
+                        node=n.node,
+                        devices=n.devices,
+                        priority=n.priority,
+                        expires_in_s=round(max(0.0, deadline - now), 3),
+                    )
+                )
+        return out
+
+    def sizes(self) -> dict[str, int]:
+        return {"held": len(self.held)}

@@ -1,0 +1,224 @@
+"""Issue 14's preemption, stepped through the live scheduler (memory store, manual clock, the
+fake apiserver of tests/lifecycle.py, whose evictions mark a pod deleting): victims evicted
+whole with a Preempted event naming the preemptor, the preemptor's nominatedNodeName and its
+nomination in the store and the snapshot, the GPUs kept from lower-priority pods while the
+victims leave, a leader failover that keeps them held, expiry, and a PodDisruptionBudget."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from scheduler.service.podbook import Stage
+from scheduler.state.memory import MemoryStore
+from tests.builders import MakePod
+from tests.clock import ManualClock
+from tests.lifecycle import Apiserver, Replica, node, quick_retries
+
+
+@pytest.fixture(autouse=True)
+def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    quick_retries(monkeypatch)
+
+
+def live() -> Replica:
+    clock = ManualClock(0.0)
+    return Replica(Apiserver(), MemoryStore(clock), clock)
+
+
+async def later(r: Replica, seconds: float) -> None:
+    while seconds > 0:
+        r.clock.now += min(seconds, 5.0)
+        seconds -= 5.0
+        await r.renew()
+
+
+def low_gang(name: str) -> MakePod:
+    return (
+        MakePod()
+        .Name(name)
+        .Req(4)
+        .Gang("low", 2)
+        .Priority(10)
+        .Created(f"2026-01-01T00:00:0{name[-1]}Z")
+    )
+
+
+async def run(r: Replica) -> None:
+    while await r.step() is not None:
+        pass
+    await r.settle()
+
+
+async def with_low_gang_bound(r: Replica) -> None:
+    await r.elect([node(8)])
+    for name in ("low-0", "low-1"):
+        r.pending(low_gang(name).Obj())
+    await run(r)
+    for name in ("low-0", "low-1"):
+        r.bound_seen(f"default/{name}")
+
+
+async def leaves(r: Replica, key: str) -> None:
+    """The kubelet (KWOK) finishes an evicted pod: it is deleted (and the store lets it go)."""
+    r.s.bound_event("DELETED", r.api.delete(key))
+    await r.settle()
+
+
+async def test_a_high_priority_pod_evicts_the_whole_low_gang_and_binds_once_it_is_gone() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    await run(r)
+    assert r.api.evictions == ["default/low-0", "default/low-1"]  # both, never one
+    preempted = [(pod, m) for pod, why, m in r.api.events if why == "Preempted"]
+    assert preempted == [
+        ("default/low-0", "Preempted by default/big (priority 1000) on node n"),
+        ("default/low-1", "Preempted by default/big (priority 1000) on node n"),
+    ]
+    assert r.api.nominated == {"default/big": "n"}
+    (nomination,) = (await r.store.nominations(0)).values()
+    assert (nomination.pod, nomination.node, nomination.devices) == (
+        "default/big",
+        "n",
+        (0, 1, 2, 3, 4, 5, 6, 7),
+    )
+    explanation = r.s.explain("default/big")
+    assert explanation is not None
+    assert explanation.reason.startswith(
+        "0/1 nodes are available: 1 has fewer than 8 free GPUs. preemption: default/big "
+        "(priority 1000) preempts 2 pod(s) (1 gang(s))"
+    )
+    # The victims terminate (the eviction marked them deleting), then leave one by one.
+    for name in ("low-0", "low-1"):
+        r.s.bound_event("MODIFIED", r.api.pods[f"default/{name}"])
+    await leaves(r, "default/low-0")
+    await later(r, 11)  # past the preemptor's backoff: it is attempted again
+    # A low-priority pod that arrives meanwhile cannot take the freed GPUs.
+    r.pending(MakePod().Name("sneak").Req(4).Priority(10).Obj())
+    await run(r)
+    assert r.held("default/sneak") is None
+    assert r.s.book.stage("default/big") is Stage.PENDING
+    explanation = r.s.explain("default/big")
+    assert explanation is not None and explanation.attempts == 2
+    assert explanation.reason.endswith(
+        "preemption: nominated to node n, waiting for its victims to leave"
+    )
+    assert r.api.evictions == ["default/low-0", "default/low-1"]  # not preempting again
+    await leaves(r, "default/low-1")
+    await later(r, 11)
+    await run(r)
+    assert r.held("default/big") == ("n", [0, 1, 2, 3, 4, 5, 6, 7])
+    assert r.held("default/sneak") is None
+    assert await r.store.nominations(0) == {}
+    assert r.s.state.nominations == {}
+    assert r.s.sizes()["preemptions"] == {"held": 0}
+
+
+async def test_a_new_leader_keeps_the_gpus_held_for_the_preemptor() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    await run(r)
+    assert r.api.evictions == ["default/low-0", "default/low-1"]
+    for name in ("low-0", "low-1"):
+        await leaves(r, f"default/{name}")
+    # The leader dies before the preemptor binds; a second replica takes the lease over.
+    b = Replica(r.api, r.store, r.clock, holder="b")
+    r.clock.now += 16  # a's lease lapses
+    pending = [p for p in r.api.pods.values() if not p.node_name]
+    for pod in pending:
+        b.s.pending_event("ADDED", pod)
+    await b.elect([node(8)], [p for p in r.api.pods.values() if p.node_name])
+    assert b.s.state.nominations["default/big"].devices == (0, 1, 2, 3, 4, 5, 6, 7)
+    # A low-priority pod first in the queue does not get the held GPUs.
+    b.pending(MakePod().Name("sneak").Req(1).Priority(0).Created("2020-01-01T00:00:00Z").Obj())
+    b.s.queue.delete("default/big")
+    assert await b.step() == "default/sneak"
+    await b.settle()
+    assert b.held("default/sneak") is None
+    b.s.queue.add("default/big", 1000, "")
+    await run(b)
+    assert b.held("default/big") == ("n", [0, 1, 2, 3, 4, 5, 6, 7])
+    assert await b.store.nominations(0) == {}
+
+
+async def test_a_nomination_expires_when_the_preemptor_cannot_bind() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    r.api.blocked = {"default/low-0"}  # a PodDisruptionBudget keeps low-0
+    r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    await run(r)
+    assert r.api.evictions == ["default/low-1"]
+    blocked = [m for pod, why, m in r.api.events if why == "PreemptionBlocked"]
+    assert blocked == [
+        "eviction of default/low-0 refused: Cannot evict pod as it would violate the pod's "
+        "disruption budget."
+    ]
+    await leaves(r, "default/low-1")
+    await later(r, 299)
+    r.s.preemptions.tick()
+    assert r.s.state.nominations != {}
+    await later(r, 2)
+    assert r.s.preemptions.tick()
+    await r.settle()
+    assert r.s.state.nominations == {}
+    assert r.api.nominated == {}  # nominatedNodeName cleared
+    assert await r.store.nominations(int(r.clock.now * 1000)) == {}
+    # The freed half goes back to everyone (once the preemptor is gone: else its next attempt
+    # would nominate it again).
+    r.s.pending_event("DELETED", r.api.delete("default/big"))
+    r.pending(MakePod().Name("small").Req(4).Priority(10).Obj())
+    await run(r)
+    assert r.held("default/small") is not None
+
+
+async def test_equal_priority_evicts_nothing() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    r.pending(MakePod().Name("peer").Req(8).Priority(10).Obj())
+    await run(r)
+    assert r.api.evictions == []
+    assert r.s.state.nominations == {}
+    explanation = r.s.explain("default/peer")
+    assert explanation is not None and explanation.result == "unschedulable"
+
+
+async def test_a_deleted_preemptor_lets_its_nomination_go() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    big = r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    await run(r)
+    assert r.s.state.nominations
+    r.api.delete("default/big")
+    r.s.pending_event("DELETED", msgspec.structs.replace(big, deleting=True))
+    await r.settle()
+    assert r.s.state.nominations == {}
+    assert await r.store.nominations(0) == {}
+
+
+async def test_a_new_leader_evicts_again_when_the_old_one_died_before_evicting() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    assert await r.step() == "default/big"
+    for task in list(r.s._tasks):  # the leader dies before its evictions go out
+        task.cancel()
+    await asyncio.gather(*r.s._tasks, return_exceptions=True)
+    assert r.api.evictions == []
+    assert await r.store.nominations(0)  # the nomination was written first
+    b = Replica(r.api, r.store, r.clock, holder="b")
+    r.clock.now += 16
+    b.s.pending_event("ADDED", r.api.pods["default/big"])
+    await b.elect([node(8)], [p for p in r.api.pods.values() if p.node_name])
+    assert "default/big" in b.s.state.nominations
+    await run(b)  # nothing is terminating on the node: it preempts again
+    assert r.api.evictions == ["default/low-0", "default/low-1"]
+    for name in ("low-0", "low-1"):
+        b.s.bound_event("DELETED", r.api.delete(f"default/{name}"))
+    await b.settle()
+    await later(b, 11)
+    await run(b)
+    assert b.held("default/big") == ("n", [0, 1, 2, 3, 4, 5, 6, 7])
