@@ -46,6 +46,10 @@ log = structlog.get_logger("scheduler")
 
 # How long GPUs stay held for a preemptor that has not bound (the issue's default).
 HOLD_S = 300.0
+# After a search found no victims, the unit is not searched for again before this long: the
+# search weighs every pod of lower priority (up to a second on 5,000 nodes), and an unschedulable
+# unit is retried on every cluster event; its reason keeps the last answer meanwhile.
+RETRY_S = 30.0
 
 # An event on a pod: (key, uid, reason, message, kind).
 Report = Callable[[str, str, str, str, str], Coroutine[Any, Any, None]]
@@ -93,6 +97,8 @@ class Preemptions:
         self.hold_s = hold_s
         # Preemptor pod key -> its nomination's UID, expiry (by ``clock``) and victims' UIDs.
         self.held: dict[str, Held] = {}
+        # Unit pods whose last search found nothing -> (when to search again, what it said).
+        self.quiet: dict[str, tuple[float, str]] = {}
 
     async def after_unschedulable(self, unit: Unit, reason: str) -> str:
         """Preempt for ``unit`` if that lets it fit; the reason its pods report."""
@@ -106,9 +112,19 @@ class Preemptions:
         epoch = self.leadership.epoch
         if epoch is None or not self.leadership.leading:
             return reason
+        now = self.clock()
+        quiet = [self.quiet[p.key] for p in unit.pods if p.key in self.quiet]
+        if quiet and all(until > now for until, _ in quiet):
+            return f"{reason} preemption: {quiet[0][1]}"
         result = preempt(self.state, unit)
         if isinstance(result, NoPreemption):
-            return f"{reason} preemption: {result.reason}" if result.weighed else reason
+            if not result.weighed:
+                return reason
+            for pod in unit.pods:
+                self.quiet[pod.key] = (now + RETRY_S, result.reason)
+            return f"{reason} preemption: {result.reason}"
+        for pod in unit.pods:
+            self.quiet.pop(pod.key, None)
         if not await self._write(result, epoch):
             return f"{reason} preemption: postponed, the store did not take the nominations"
         deadline = self.clock() + self.hold_s
@@ -187,8 +203,13 @@ class Preemptions:
                 message = f"eviction of {victim.pod} refused: {outcome.message}"
                 await self.report(n.pod, n.uid, "PreemptionBlocked", message, "Warning")
 
+    def tracks(self, key: str) -> bool:
+        return key in self.held or key in self.quiet
+
     def done(self, key: str) -> None:
-        """The preemptor was placed, or left: its nomination ends (the snapshot's too)."""
+        """The pod was placed, or left: its nomination ends (the snapshot's too), and nothing
+        of it stays here."""
+        self.quiet.pop(key, None)
         held = self.held.pop(key, None)
         if held is None:
             return
@@ -281,4 +302,4 @@ class Preemptions:
         return out
 
     def sizes(self) -> dict[str, int]:
-        return {"held": len(self.held)}
+        return {"held": len(self.held), "quiet": len(self.quiet)}

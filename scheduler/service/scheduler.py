@@ -279,7 +279,7 @@ class Scheduler:
             entry.pod = ctx.pod
         for effect in t.effects:
             self._run(effect, t, ctx)
-        if t.new in _NOMINATION_ENDS and key in self.preemptions.held:
+        if t.new in _NOMINATION_ENDS and self.preemptions.tracks(key):
             self.preemptions.done(key)  # placed, bound or gone: nothing to hold for it now
         if t.new is Stage.GONE and t.old is not Stage.GONE:
             self.queue.delete(key)  # nothing of the pod stays behind

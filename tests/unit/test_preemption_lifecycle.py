@@ -7,10 +7,12 @@ victims leave, a leader failover that keeps them held, expiry, and a PodDisrupti
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import msgspec
 import pytest
 
+from scheduler.service import preemption as preemption_module
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
@@ -114,7 +116,10 @@ async def test_a_high_priority_pod_evicts_the_whole_low_gang_and_binds_once_it_i
     assert r.held("default/sneak") is None
     assert await r.store.nominations(0) == {}
     assert r.s.state.nominations == {}
-    assert r.s.sizes()["preemptions"] == {"held": 0}
+    # sneak, still pending, keeps its last search's answer; it goes with the pod.
+    assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 1}
+    r.s.pending_event("DELETED", r.api.delete("default/sneak"))
+    assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 0}
 
 
 async def test_a_new_leader_keeps_the_gpus_held_for_the_preemptor() -> None:
@@ -173,6 +178,35 @@ async def test_a_nomination_expires_when_the_preemptor_cannot_bind() -> None:
     r.pending(MakePod().Name("small").Req(4).Priority(10).Obj())
     await run(r)
     assert r.held("default/small") is not None
+
+
+async def test_a_search_that_found_nothing_is_not_repeated_for_a_while() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    r.pending(MakePod().Name("huge").Req(16).Priority(1000).Obj())  # fits nowhere, ever
+    calls = []
+    real = preemption_module.preempt
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    preemption_module.preempt = counted  # type: ignore[assignment]
+    try:
+        await run(r)
+        for _ in range(3):
+            await later(r, 11)
+            r.s.queue.on_cluster_event()
+            await run(r)
+        assert len(calls) == 2  # at 0 s and once 30 s had passed, not on every retry
+    finally:
+        preemption_module.preempt = real
+    explanation = r.s.explain("default/huge")
+    assert explanation is not None
+    assert explanation.reason.endswith(
+        "preemption: no node where evicting pods of lower priority than 1000 makes room"
+    )
+    assert r.api.evictions == []
 
 
 async def test_equal_priority_evicts_nothing() -> None:
