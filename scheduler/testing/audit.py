@@ -7,8 +7,9 @@ the store (per-GPU owners, pod records, gang records), and returns the violation
 - ``gpu-held-twice``: a whole GPU held by two live pods (bound, not deleting, not finished);
 - ``bad-assignment``: a live pod of ours bound without annotations that say which GPUs it has
   (missing, malformed, naming another node than the pod's, or fewer GPUs than it asks for);
-- ``gang-partly-bound``: a gang (labels ``gpu-topology=<job>``, ``gpu-topology-replica=<N>``)
-  some of whose live members are bound and some not;
+- ``gang-partly-bound``: a gang (labels ``gpu-topology=<job>``, ``gpu-topology-replica=<N>``, or
+  a Kueue or Koordinator gang: the sources that carry their size) fewer than its minimum of whose
+  live members are bound while others wait;
 - ``fits-but-pending``: a pending pod of ours (or a whole gang of ours, every member present)
   whose request fits the free GPUs of nodes that accept it;
 - ``store-missing``: a bound pod of ours whose GPUs the store does not record as bound to it
@@ -142,16 +143,26 @@ def annotations_of(pod: Pod) -> Mapping[str, str]:
 
 
 def gang_of(pod: Pod) -> tuple[str, int] | None:
-    """(namespace/job, replicas) from the gang labels; replicas 0 when unreadable."""
+    """(namespace/name, minimum) of the pod's gang, from whichever source names it first (the
+    core's order: ACK labels, a PodGroup, Kueue, Volcano, Koordinator); minimum 0 when it is
+    unreadable or held by a PodGroup object (then the gang rules say nothing of it)."""
     labels = pod["metadata"].get("labels") or {}
-    job = labels.get(names.GANG_LABEL)
-    if not job:
-        return None
-    try:
-        replicas = int(labels.get(names.GANG_REPLICA_LABEL, "0"))
-    except ValueError:
-        replicas = 0
-    return f"{pod['metadata'].get('namespace', 'default')}/{job}", replicas
+    notes = annotations_of(pod)
+    namespace = pod["metadata"].get("namespace", "default")
+    for name, size in (
+        (labels.get(names.GANG_LABEL), labels.get(names.GANG_REPLICA_LABEL)),
+        (labels.get(names.POD_GROUP_LABEL), None),
+        (labels.get(names.KUEUE_GROUP_LABEL), notes.get(names.KUEUE_TOTAL_ANNOTATION)),
+        (notes.get(names.VOLCANO_GROUP_ANNOTATION), None),
+        (notes.get(names.KOORD_GANG_NAME_ANNOTATION), notes.get(names.KOORD_GANG_MIN_ANNOTATION)),
+    ):
+        if name:
+            try:
+                minimum = int(size or "0")
+            except ValueError:
+                minimum = 0
+            return f"{namespace}/{name}", minimum
+    return None
 
 
 def requests_of(pod: Pod, resources: frozenset[str]) -> dict[str, int]:
@@ -243,7 +254,9 @@ def _check_gangs(view: View, out: list[Violation]) -> None:
     for gang, pods in sorted(members.items()):
         bound = sorted(key_of(p) for p in pods if node_of(p))
         waiting = sorted(key_of(p) for p in pods if not node_of(p))
-        if bound and waiting:
+        minimum = max((gang_of(p) or ("", 0))[1] for p in pods)
+        # Members beyond the minimum (an elastic gang's surplus) may wait; the minimum may not.
+        if bound and waiting and len(bound) < minimum:
             out.append(Violation(GANG_PARTLY_BOUND, gang, f"bound: {bound}; not bound: {waiting}"))
 
 

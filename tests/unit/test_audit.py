@@ -221,6 +221,43 @@ def test_a_gang_partly_bound() -> None:
     ]
 
 
+def koordinator(p: dict[str, Any], minimum: int, total: int) -> dict[str, Any]:
+    """The pod as a member of Koordinator gang "k" (its annotations carry the sizes)."""
+    p["metadata"]["annotations"] |= {
+        "gang.scheduling.koordinator.sh/name": "k",
+        "gang.scheduling.koordinator.sh/min-available": str(minimum),
+        "gang.scheduling.koordinator.sh/total-number": str(total),
+    }
+    return p
+
+
+def test_an_elastic_gang_may_leave_its_surplus_pending_but_not_its_minimum() -> None:
+    def surplus(view: View) -> None:  # 2 of minimum 2 bound, a third (of 3) waits
+        view.pods += [
+            koordinator(pod("k0", 1, "n2", (2,)), 2, 3),
+            koordinator(pod("k1", 1, "n2", (3,)), 2, 3),
+            koordinator(pod("k2", 1), 2, 3),
+        ]
+        view.records = None
+
+    def short(view: View) -> None:  # 1 of minimum 2 bound while 2 wait
+        view.pods += [
+            koordinator(pod("k0", 1, "n2", (2,)), 2, 3),
+            koordinator(pod("k1", 1), 2, 3),
+            koordinator(pod("k2", 1), 2, 3),
+        ]
+        view.records = None
+
+    assert GANG_PARTLY_BOUND not in {v.rule for v in broken(surplus)}
+    assert [v for v in broken(short) if v.rule == GANG_PARTLY_BOUND] == [
+        Violation(
+            GANG_PARTLY_BOUND,
+            "default/k",
+            "bound: ['default/k0']; not bound: ['default/k1', 'default/k2']",
+        )
+    ]
+
+
 # ---- every pod that fits is bound -------------------------------------------------------------
 
 
