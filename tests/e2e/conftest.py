@@ -26,7 +26,7 @@ from scheduler.testing.controlplane import (
     build_binaries,
 )
 
-from .live import Scenario
+from .live import VOLCANO_CRD, Scenario
 
 
 @pytest.fixture(scope="session")
@@ -91,41 +91,6 @@ def scenario(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Scenario]:
         yield s
     finally:
         s.stop_all()
-
-
-# A minimal stand-in for Volcano's CRD (the real one is Volcano's to ship): enough for the
-# apiserver to serve scheduling.volcano.sh/v1beta1 PodGroups with a spec.minMember.
-VOLCANO_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": VOLCANO_POD_GROUPS.name},
-    "spec": {
-        "group": VOLCANO_POD_GROUPS.group,
-        "scope": "Namespaced",
-        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups"},
-        "versions": [
-            {
-                "name": VOLCANO_POD_GROUPS.version,
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "properties": {
-                                    "minMember": {"type": "integer", "format": "int32"},
-                                    "queue": {"type": "string"},
-                                },
-                            }
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 @pytest.fixture(scope="module")

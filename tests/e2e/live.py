@@ -15,11 +15,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scheduler.kube.podgroups import VOLCANO_POD_GROUPS
 from scheduler.testing.controlplane import ControlPlane, die_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,3 +235,50 @@ def assert_no_gpu_twice(pods: dict[str, dict[str, Any]]) -> dict[str, dict[int, 
             assert gpu not in owners[node], f"GPU {gpu} on {node}: {owners[node][gpu]} and {name}"
             owners[node][gpu] = name
     return owners
+
+
+# A minimal stand-in for Volcano's CRD (the real one is Volcano's to ship): enough for the
+# apiserver to serve scheduling.volcano.sh/v1beta1 PodGroups with a spec.minMember.
+VOLCANO_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": VOLCANO_POD_GROUPS.name},
+    "spec": {
+        "group": VOLCANO_POD_GROUPS.group,
+        "scope": "Namespaced",
+        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups"},
+        "versions": [
+            {
+                "name": VOLCANO_POD_GROUPS.version,
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {
+                                "type": "object",
+                                "properties": {
+                                    "minMember": {"type": "integer", "format": "int32"},
+                                    "queue": {"type": "string"},
+                                },
+                            }
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+    """Poll ``check`` until it returns something true (that is returned), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)

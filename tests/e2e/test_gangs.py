@@ -11,16 +11,13 @@ role, with both PodGroup CRDs installed before it starts; KWOK runs the bound po
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from scheduler.kube.podgroups import POD_GROUPS, VOLCANO_POD_GROUPS
 
-from .live import Scenario
+from .live import Scenario, eventually
 
 PG_PATH = f"/apis/{POD_GROUPS.api_version}/namespaces/default/podgroups"
 VOLCANO_PATH = f"/apis/{VOLCANO_POD_GROUPS.api_version}/namespaces/default/podgroups"
@@ -36,17 +33,6 @@ def nodes(scenario: Scenario) -> str:
     """A 4-GPU and an 8-GPU node; returns the 8-GPU one's name."""
     scenario.node("small", inventory(4), 4)
     return scenario.node("big", inventory(8), 8)
-
-
-async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def pod_group(scenario: Scenario, name: str, min_member: int) -> str:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import urllib.error
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -41,44 +40,12 @@ from scheduler.kube.podgroups import (
 from scheduler.kube.watch import HttpError, Reflector
 from scheduler.testing.controlplane import SCHEDULER_TOKEN, ControlPlane
 
+from .live import VOLCANO_CRD, eventually
+
 PG_PATH = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups"
 VOLCANO_PATH = "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups"
 PDB_PATH = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
 PODS = "/api/v1/namespaces/default/pods"
-
-# A minimal stand-in for Volcano's CRD (the real one is Volcano's to ship): enough for the
-# apiserver to serve scheduling.volcano.sh/v1beta1 PodGroups with a spec.minMember.
-VOLCANO_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": VOLCANO_POD_GROUPS.name},
-    "spec": {
-        "group": VOLCANO_POD_GROUPS.group,
-        "scope": "Namespaced",
-        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups"},
-        "versions": [
-            {
-                "name": "v1beta1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "properties": {
-                                    "minMember": {"type": "integer", "format": "int32"},
-                                    "queue": {"type": "string"},
-                                },
-                            }
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 @pytest.fixture(scope="module")
@@ -120,17 +87,6 @@ def status_of(plane: ControlPlane, method: str, path: str, body: Any = None) -> 
 def delete_quietly(plane: ControlPlane, path: str) -> None:
     with contextlib.suppress(urllib.error.HTTPError):
         plane.delete(path)
-
-
-async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 # ---- the CRDs ------------------------------------------------------------------------------
