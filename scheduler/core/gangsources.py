@@ -105,13 +105,8 @@ def pod_sources(pod: PodInput) -> tuple[Source, ...]:
     kueue = labels.get(names.KUEUE_GROUP_LABEL)
     if kueue is not None:
         _name(pod, f"label {names.KUEUE_GROUP_LABEL}", kueue)
-        raw = annotations.get(names.KUEUE_TOTAL_ANNOTATION)
-        if raw is None:
-            raise GangError(
-                f"pod {pod.key}: label {names.KUEUE_GROUP_LABEL}={kueue} needs annotation "
-                f"{names.KUEUE_TOTAL_ANNOTATION}"
-            )
-        n = _size(pod, f"annotation {names.KUEUE_TOTAL_ANNOTATION}", raw)
+        whose = f"label {names.KUEUE_GROUP_LABEL}={kueue}"
+        n = _needed(pod, whose, annotations, names.KUEUE_TOTAL_ANNOTATION)
         out.append(Source("Kueue", kueue, n, n))
     volcano = annotations.get(names.VOLCANO_GROUP_ANNOTATION)
     if volcano is not None:
@@ -120,13 +115,8 @@ def pod_sources(pod: PodInput) -> tuple[Source, ...]:
     koord = annotations.get(names.KOORD_GANG_NAME_ANNOTATION)
     if koord is not None:
         _name(pod, f"annotation {names.KOORD_GANG_NAME_ANNOTATION}", koord)
-        raw = annotations.get(names.KOORD_GANG_MIN_ANNOTATION)
-        if raw is None:
-            raise GangError(
-                f"pod {pod.key}: annotation {names.KOORD_GANG_NAME_ANNOTATION}={koord} needs "
-                f"{names.KOORD_GANG_MIN_ANNOTATION}"
-            )
-        minimum = _size(pod, f"annotation {names.KOORD_GANG_MIN_ANNOTATION}", raw)
+        whose = f"annotation {names.KOORD_GANG_NAME_ANNOTATION}={koord}"
+        minimum = _needed(pod, whose, annotations, names.KOORD_GANG_MIN_ANNOTATION)
         total = minimum
         raw = annotations.get(names.KOORD_GANG_TOTAL_ANNOTATION)
         if raw is not None:
@@ -226,6 +216,14 @@ def best_known(pod: PodInput, pod_groups: Mapping[str, PodGroupInput]) -> Gang |
 def _name(pod: PodInput, where: str, value: str) -> None:
     if not value:
         raise GangError(f"pod {pod.key}: {where} is empty")
+
+
+def _needed(pod: PodInput, whose: str, annotations: Mapping[str, str], name: str) -> int:
+    """The size in annotation ``name``, which the source ``whose`` needs."""
+    raw = annotations.get(name)
+    if raw is None:
+        raise GangError(f"pod {pod.key}: {whose} needs annotation {name}")
+    return _size(pod, f"annotation {name}", raw)
 
 
 def _size(pod: PodInput, where: str, raw: str) -> int:

@@ -178,7 +178,7 @@ def test_two_sources_naming_different_gangs_are_refused() -> None:
         ),
         (
             MakePod().Name("p").Annotation(names.KOORD_GANG_NAME_ANNOTATION, "g"),
-            "needs gang.scheduling.koordinator.sh/min-available",
+            "needs annotation gang.scheduling.koordinator.sh/min-available",
         ),
         (
             with_koordinator("p", "g", 3, 2),
