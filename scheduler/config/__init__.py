@@ -44,6 +44,12 @@ class Gang(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tr
     stale_gang_grace_seconds: int = 60
 
 
+class Preemption(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    # How long the GPUs freed for a preemptor stay held for it (its nomination) if it does not
+    # bind: its victims may be slow to leave, or a PodDisruptionBudget may refuse one.
+    hold_seconds: int = 300
+
+
 class Lease(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
     duration_seconds: float = 15.0
     renew_seconds: float = 5.0
@@ -75,6 +81,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     resources: dict[str, list[str]] = msgspec.field(default_factory=_default_resources)
     defaults: Defaults = msgspec.field(default_factory=Defaults)
     gang: Gang = msgspec.field(default_factory=Gang)
+    preemption: Preemption = msgspec.field(default_factory=Preemption)
     run: Run = msgspec.field(default_factory=Run)
     # The node agent (`topo-scheduler agent`); its Structs live in scheduler/config/agent.py.
     agent: AgentConfig = msgspec.field(default_factory=AgentConfig)
@@ -97,12 +104,13 @@ _SECTIONS: dict[str, Any] = {
     "resources": dict[str, list[str]],
     "defaults": Defaults,
     "gang": Gang,
+    "preemption": Preemption,
     "run": Run,
     "agent": AgentConfig,
 }
 
 
-_NULLABLE_SECTIONS = frozenset({"resources", "defaults", "gang", "run", "agent"})
+_NULLABLE_SECTIONS = frozenset({"resources", "defaults", "gang", "preemption", "run", "agent"})
 
 
 def path_of(exc: msgspec.ValidationError, section: str) -> str:
@@ -207,6 +215,9 @@ def parse_config(data: Any, source: str = "config") -> Config:
     gang = values.get("gang")
     if isinstance(gang, Gang) and gang.wait_timeout_seconds < 0:
         problems.append("gang.waitTimeoutSeconds: must not be negative")
+    preemption = values.get("preemption")
+    if isinstance(preemption, Preemption) and preemption.hold_seconds < 1:
+        problems.append("preemption.holdSeconds: must be at least 1")
     if isinstance(gang, Gang) and gang.stale_gang_grace_seconds < 0:
         problems.append("gang.staleGangGraceSeconds: must not be negative")
     agent = values.get("agent")

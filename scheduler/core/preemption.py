@@ -111,8 +111,9 @@ def preempt(state: ClusterState, unit: Unit) -> Preemption | NoPreemption:
             reason=f"preemptionPolicy Never ({', '.join(never)}): it waits for room instead of "
             "evicting pods of lower priority",
         )
-    if not state.index.below(priority) and not state.index.terminating:
-        # Known without a scan or a decide: the usual case of one priority everywhere.
+    if not state.index.below(priority):
+        # Known without a scan or a decide: the usual case of one priority everywhere (pods
+        # terminating there do not make a preemptor of it: it waits for room like any pod).
         return NoPreemption(
             pods=keys, reason=f"no running pod of lower priority than {priority}", weighed=False
         )

@@ -122,6 +122,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         gang_wait_timeout=config.gang.wait_timeout_seconds,
         stale_gang_policy=config.gang.stale_gang_policy,
         stale_gang_grace=config.gang.stale_gang_grace_seconds,
+        preemption_hold=config.preemption.hold_seconds,
         # The embedded store serves one replica: no other leader can have come before.
         wait_for_unknown_leader=bool(run_cfg.redis_url),
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -35,7 +36,7 @@ from scheduler.core.cluster import ClusterState, Nominated
 from scheduler.core.cycle import Unit
 from scheduler.core.filters.resources import pod_requests
 from scheduler.core.objects import PodInput
-from scheduler.core.preemption import NoPreemption, Preemption, Victim, preempt
+from scheduler.core.preemption import NoPreemption, Preemption, preempt
 from scheduler.kube.podgroups import Eviction
 from scheduler.state.base import Fenced, Nomination, Store, StoreError
 
@@ -65,10 +66,16 @@ class NominationView(msgspec.Struct, frozen=True, kw_only=True):
     expires_in_s: float
 
 
-class Held(msgspec.Struct, frozen=True):
-    uid: str
-    deadline: float
-    victims: frozenset[str]
+@dataclass
+class Held:
+    """A preemptor's nomination as this replica holds it."""
+
+    nominated: Nominated  # what the snapshot holds for it (again after a failed bind)
+    deadline: float  # by ``clock``
+    # The pods it waits for, key -> UID: its victims and the pods already terminating that its
+    # plan counts on; and those whose eviction was refused or failed.
+    victims: dict[str, str]
+    refused: set[str] = field(default_factory=set)
 
 
 class Preemptions:
@@ -95,20 +102,19 @@ class Preemptions:
         self.wall_ms = wall_ms
         self.on_fenced = on_fenced
         self.hold_s = hold_s
-        # Preemptor pod key -> its nomination's UID, expiry (by ``clock``) and victims' UIDs.
+        # Whether the pod book still has this pod (key, UID) pending; set by the service.
+        self.still_pending: Callable[[str, str], bool] = lambda key, uid: True
+        # Preemptor pod key -> its nomination.
         self.held: dict[str, Held] = {}
         # Unit pods whose last search found nothing -> (when to search again, what it said).
         self.quiet: dict[str, tuple[float, str]] = {}
 
     async def after_unschedulable(self, unit: Unit, reason: str) -> str:
         """Preempt for ``unit`` if that lets it fit; the reason its pods report."""
-        waiting = sorted(p.key for p in unit.pods if p.key in self.held)
-        if waiting and self._victims_leaving(waiting):
-            nominated = self.state.nominations.get(waiting[0])
-            node = nominated.node if nominated is not None else "?"
-            return (
-                f"{reason} preemption: nominated to node {node}, waiting for its victims to leave"
-            )
+        held = [self.held[p.key] for p in unit.pods if p.key in self.held]
+        waiting = self._waiting(held)
+        if waiting is not None:
+            return f"{reason} preemption: nominated to node {held[0].nominated.node}, {waiting}"
         epoch = self.leadership.epoch
         if epoch is None or not self.leadership.leading:
             return reason
@@ -127,13 +133,21 @@ class Preemptions:
             self.quiet.pop(pod.key, None)
         if not await self._write(result, epoch):
             return f"{reason} preemption: postponed, the store did not take the nominations"
+        pods = {p.key: p for p in unit.pods}
+        if not all(self.still_pending(key, pod.uid) for key, pod in pods.items()):
+            # A pod of the unit left (or was bound) while the store wrote: evict nobody.
+            self.spawn(self._drop([n.uid for n in result.nominations]))
+            return reason
         deadline = self.clock() + self.hold_s
-        victims = frozenset(v.uid for v in result.victims)
+        victims = {v.pod: v.uid for v in result.victims}
+        for key in result.waiting_for:
+            record = self.state.index.records.get(key)
+            if record is not None:
+                victims[key] = record.uid
         for nominated in result.nominations:
             self.state.nominate(nominated)
-            self.held[nominated.pod] = Held(nominated.uid, deadline, victims)
-        pods = {p.key: p for p in unit.pods}
-        self.spawn(self._carry_out(result, pods))
+            self.held[nominated.pod] = Held(nominated, deadline, dict(victims))
+        self.spawn(self._carry_out(result))
         log.info(
             "preempting",
             pods=list(result.pods),
@@ -143,15 +157,29 @@ class Preemptions:
         )
         return f"{reason} preemption: {result.summary}"
 
-    def _victims_leaving(self, keys: list[str]) -> bool:
-        """Whether a victim of these preemptors is still terminating: then they wait for it.
-        Otherwise (a victim an eviction never reached, a leader that died before evicting, or
-        room taken by a pod of higher priority) they may preempt again, as kube-scheduler lets a
-        nominated pod preempt again once nothing on its node is terminating."""
-        victims = frozenset().union(*(self.held[k].victims for k in keys))
-        if not victims:
-            return True  # the room was already coming (pods terminating when it preempted)
-        return any(r.terminating and r.uid in victims for r in self.state.index.records.values())
+    def _waiting(self, held: list[Held]) -> str | None:
+        """What nominated preemptors wait for, or None when they may preempt again.
+
+        They wait while a pod they wait for is still there (its eviction sent, or it was
+        already terminating), and after an eviction was refused (a PodDisruptionBudget) until
+        the nomination expires: searching again would only choose the same pod. Once every pod
+        they waited for is gone and they still do not fit (room taken by a pod of higher
+        priority), they may preempt again."""
+        records = self.state.index.records
+        present: list[str] = []
+        refused: list[str] = []
+        for h in held:
+            for key, uid in h.victims.items():
+                record = records.get(key)
+                if record is not None and record.uid == uid:
+                    (refused if key in h.refused else present).append(key)
+        if present:
+            return "waiting for its victims to leave"
+        if refused:
+            return (
+                f"the eviction of {', '.join(sorted(refused))} was refused; held until it expires"
+            )
+        return None
 
     async def _write(self, result: Preemption, epoch: int) -> bool:
         now_ms = self.wall_ms()
@@ -177,51 +205,80 @@ class Preemptions:
             return False
         return True
 
-    async def _carry_out(self, result: Preemption, pods: dict[str, PodInput]) -> None:
-        for n in result.nominations:
-            namespace, name = n.pod.split("/", 1)
-            try:
-                await self.cluster.set_nominated_node(namespace, name, n.node)
-            except Exception as exc:
-                log.warning("nominatedNodeName not set", pod=n.pod, error=str(exc))
+    async def _carry_out(self, result: Preemption) -> None:
+        await asyncio.gather(*(self._nominate_on_pod(n) for n in result.nominations))
         preemptor = ", ".join(result.pods)
-        await asyncio.gather(*(self._evict(v, preemptor, result) for v in result.victims))
+        keys = tuple(n.pod for n in result.nominations)
+        await asyncio.gather(
+            *(
+                self._evict(v.pod, v.uid, v.node, preemptor, result.priority, keys)
+                for v in result.victims
+            )
+        )
 
-    async def _evict(self, victim: Victim, preemptor: str, result: Preemption) -> None:
-        namespace, name = victim.pod.split("/", 1)
+    async def _nominate_on_pod(self, n: Nominated) -> None:
+        namespace, name = n.pod.split("/", 1)
         try:
-            outcome = await self.cluster.evict(namespace, name, victim.uid)
+            await self.cluster.set_nominated_node(namespace, name, n.node)
         except Exception as exc:
-            log.warning("eviction failed", pod=victim.pod, error=str(exc))
+            log.warning("nominatedNodeName not set", pod=n.pod, error=str(exc))
+
+    async def _evict(
+        self, pod: str, uid: str, node: str, preemptor: str, priority: int, keys: tuple[str, ...]
+    ) -> None:
+        namespace, name = pod.split("/", 1)
+        try:
+            outcome = await self.cluster.evict(namespace, name, uid)
+        except Exception as exc:
+            log.warning("eviction failed", pod=pod, error=str(exc))
+            self._refused(keys, pod)
             return
-        log.info("preemption victim", pod=victim.pod, outcome=outcome.outcome.value)
+        log.info("preemption victim", pod=pod, outcome=outcome.outcome.value)
         if outcome.outcome is Eviction.EVICTED:
-            message = f"Preempted by {preemptor} (priority {result.priority}) on node {victim.node}"
-            await self.report(victim.pod, victim.uid, "Preempted", message, "Normal")
+            message = f"Preempted by {preemptor} (priority {priority}) on node {node}"
+            await self.report(pod, uid, "Preempted", message, "Normal")
         elif outcome.outcome is Eviction.BLOCKED:
-            for n in result.nominations:
-                message = f"eviction of {victim.pod} refused: {outcome.message}"
-                await self.report(n.pod, n.uid, "PreemptionBlocked", message, "Warning")
+            self._refused(keys, pod)
+            for key in keys:
+                held = self.held.get(key)
+                if held is not None:
+                    message = f"eviction of {pod} refused: {outcome.message}"
+                    await self.report(
+                        key, held.nominated.uid, "PreemptionBlocked", message, "Warning"
+                    )
+
+    def _refused(self, keys: tuple[str, ...], victim: str) -> None:
+        for key in keys:
+            held = self.held.get(key)
+            if held is not None:
+                held.refused.add(victim)
 
     def tracks(self, key: str) -> bool:
         return key in self.held or key in self.quiet
 
     def done(self, key: str) -> None:
-        """The pod was placed, or left: its nomination ends (the snapshot's too), and nothing
+        """The pod was bound, or left: its nomination ends (the snapshot's too), and nothing
         of it stays here."""
         self.quiet.pop(key, None)
         held = self.held.pop(key, None)
         if held is None:
             return
         self.state.unnominate(key)
-        self.spawn(self._drop([held.uid]))
+        self.spawn(self._drop([held.nominated.uid]))
+
+    def restore(self, key: str) -> None:
+        """The pod is pending again (its Binding failed after the snapshot used its nomination
+        up): it holds its GPUs again until it binds or its nomination expires."""
+        held = self.held.get(key)
+        if held is not None and key not in self.state.nominations:
+            self.state.nominate(held.nominated)
 
     def tick(self) -> bool:
         """End the nominations that expired; True when some did (waiting pods may retry)."""
         if not self.held:
             return False
         now = self.clock()
-        expired = [(key, h.uid) for key, h in self.held.items() if now >= h.deadline]
+        expired = [(key, h.nominated.uid) for key, h in self.held.items() if now >= h.deadline]
         for key, _ in expired:
             del self.held[key]
             self.state.unnominate(key)
@@ -249,7 +306,9 @@ class Preemptions:
 
     async def reload(self, pending: dict[str, PodInput]) -> None:
         """At election: hold again what the store's live nominations hold for pods still
-        pending here (``pending`` by UID); the others' are dropped."""
+        pending here (``pending`` by UID), and finish their preemption: the previous leader may
+        have died before its evictions went out, so victims still running are evicted again
+        (a pod already terminating is left to go). The other nominations are dropped."""
         for key in list(self.held):
             self.state.unnominate(key)
         self.held.clear()
@@ -259,27 +318,32 @@ class Preemptions:
         except StoreError as exc:
             log.warning("nominations not read", error=str(exc))
             return
+        if not live:
+            return
+        by_uid = {r.uid: r for r in self.state.index.records.values() if r.uid}
         stale = []
         for uid, n in sorted(live.items()):
             pod = pending.get(uid)
             if pod is None:
                 stale.append(uid)
                 continue
-            requests = pod_requests(pod, self.state.gpu_names)
-            self.state.nominate(
-                Nominated(
-                    pod=n.pod,
-                    uid=uid,
-                    priority=n.priority,
-                    node=n.node,
-                    devices=n.devices,
-                    requests=requests,
-                )
+            nominated = Nominated(
+                pod=n.pod,
+                uid=uid,
+                priority=n.priority,
+                node=n.node,
+                devices=n.devices,
+                requests=pod_requests(pod, self.state.gpu_names),
             )
+            self.state.nominate(nominated)
+            victims = {by_uid[v].key: v for v in n.victims if v in by_uid}
             deadline = self.clock() + (n.expires_ms - now_ms) / 1000
-            self.held[n.pod] = Held(uid, deadline, frozenset(n.victims))
-        if live:
-            log.info("nominations reloaded", held=len(self.held), dropped=len(stale))
+            self.held[n.pod] = Held(nominated, deadline, victims)
+            for key, victim in victims.items():
+                record = by_uid[victim]
+                if not record.terminating:
+                    self.spawn(self._evict(key, victim, record.node, n.pod, n.priority, (n.pod,)))
+        log.info("nominations reloaded", held=len(self.held), dropped=len(stale))
         if stale:
             await self._drop(stale)
 
@@ -288,7 +352,7 @@ class Preemptions:
         out = []
         for key, held in sorted(self.held.items()):
             deadline = held.deadline
-            n = self.state.nominations.get(key)
+            n = held.nominated
             if n is not None:
                 out.append(
                     NominationView(

@@ -82,8 +82,9 @@ log = structlog.get_logger("scheduler")
 
 # A re-read of a pod (effect CHECK) that fails is tried again after this long.
 CHECK_RETRY_S = 1.0
-# Stages in which a preemptor's nomination has done its job (or can no longer).
-_NOMINATION_ENDS = frozenset({Stage.GONE, Stage.BINDING, Stage.ASSUMED, Stage.BOUND})
+# Stages in which a preemptor's nomination has done its job (or can no longer). Not BINDING:
+# a Binding may fail, and the preemptor must then find its GPUs still held for it.
+_NOMINATION_ENDS = frozenset({Stage.GONE, Stage.ASSUMED, Stage.BOUND})
 # Stages in which a re-read still matters.
 _CHECKED_STAGES = frozenset({Stage.PENDING, Stage.RELOADED, Stage.BINDING, Stage.ASSUMED})
 
@@ -208,6 +209,7 @@ class Scheduler:
             preemption_hold,
         )
         self.cycle.preemptions = self.preemptions
+        self.preemptions.still_pending = self._still_pending
 
     # ---- watch events (synchronous, cheap): intake.py ----------------------------------------
 
@@ -279,8 +281,11 @@ class Scheduler:
             entry.pod = ctx.pod
         for effect in t.effects:
             self._run(effect, t, ctx)
-        if t.new in _NOMINATION_ENDS and self.preemptions.tracks(key):
-            self.preemptions.done(key)  # placed, bound or gone: nothing to hold for it now
+        if self.preemptions.tracks(key):
+            if t.new in _NOMINATION_ENDS:
+                self.preemptions.done(key)  # bound or gone: nothing to hold for it now
+            elif t.new is Stage.PENDING:
+                self.preemptions.restore(key)  # its Binding failed: it holds its GPUs again
         if t.new is Stage.GONE and t.old is not Stage.GONE:
             self.queue.delete(key)  # nothing of the pod stays behind
             self._checking.discard((key, t.uid))
@@ -447,6 +452,7 @@ class Scheduler:
             e.uid: e.pod for e in self.book.in_stages(SCHEDULABLE_STAGES) if e.pod is not None
         }
         await self.preemptions.reload(pending)  # GPUs held for preemptors survive a failover
+        self.stale.rescan()  # a gang that fell below its minimum while no one led
         self.first_decision_at = 0.0
         if epoch == 1 and self.wait_for_unknown_leader:
             # The store's epochs started afresh: a flushed or new store, so whoever led before
@@ -483,9 +489,12 @@ class Scheduler:
                 await self._sleep_until_woken(1.0)
                 continue
             await self.reconcile_if_needed()
-            self.stale.tick()
-            if self.preemptions.tick():
-                self._cluster_event()  # GPUs held for an expired nomination are free again
+            try:
+                self.stale.tick()
+                if self.preemptions.tick():
+                    self._cluster_event()  # GPUs held for an expired nomination are free again
+            except Exception:
+                log.exception("timers crashed")
             key = self.queue.pop()
             self._update_gauges()
             if key is None:
@@ -535,6 +544,10 @@ class Scheduler:
             )
         except Exception as exc:
             log.warning("event failed", pod=pod.key, error=str(exc))
+
+    def _still_pending(self, key: str, uid: str) -> bool:
+        entry = self.book.get(key)
+        return entry is not None and entry.uid == uid and entry.stage in SCHEDULABLE_STAGES
 
     async def _report_by_key(
         self, key: str, uid: str, reason: str, message: str, kind: str

@@ -92,6 +92,26 @@ class StaleGangs:
         for h in left:
             self.spawn(self.report(h.pod, h.uid, "GangBelowMinimum", message, "Warning"))
 
+    def rescan(self) -> None:
+        """At election: the running gangs below their minimum, which a previous leader may have
+        reported and been counting down for (or no one, if it fell while no one led): reported
+        again, and under ``evict`` a new grace period starts. O(gangs)."""
+        for gang in sorted(self.state.gang_bound):
+            members = self._running(gang)
+            minimum = max((h.replicas for h in members), default=0)
+            if not members or not minimum or len(members) >= minimum:
+                continue
+            message = (
+                f"gang {gang} has {len(members)} of its minimum {minimum} members running "
+                "(seen by a new leader)"
+            )
+            if self.policy == "evict":
+                message += f"; its remaining members are evicted in {self.grace_s:g} s unless "
+                message += "it is back at its minimum by then"
+                self.pending.setdefault(gang, _Stale(self.clock() + self.grace_s, minimum))
+            for h in members:
+                self.spawn(self.report(h.pod, h.uid, "GangBelowMinimum", message, "Warning"))
+
     def tick(self) -> None:
         """Evict the members of the gangs whose grace period is over and that are still below
         their minimum; forget those that recovered or emptied."""

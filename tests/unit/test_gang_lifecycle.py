@@ -194,3 +194,20 @@ async def test_an_elastic_gangs_surplus_that_fits_nowhere_is_parked_not_failed()
         pass
     await r.settle()
     assert events(r, "GangTimeout") == []  # its minimum runs: surplus never times out
+
+
+async def test_a_new_leader_reports_a_gang_that_fell_below_its_minimum_while_no_one_led() -> None:
+    r = live()
+    await r.elect([node(2)])
+    await bound_gang(r, "a", "b")
+    r.api.delete("default/a")  # while the leader is dead: no one sees it go
+    b = Replica(r.api, r.store, r.clock, holder="b")
+    b.s.stale.policy, b.s.stale.grace_s = "evict", 60.0
+    r.clock.now += 16
+    await b.elect([node(2)], [p for p in r.api.pods.values() if p.node_name])
+    await b.settle()
+    assert events(b, "GangBelowMinimum") == ["default/b"]
+    await later(b, 61)
+    b.s.stale.tick()
+    await b.settle()
+    assert b.api.evictions == ["default/b"]

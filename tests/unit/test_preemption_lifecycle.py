@@ -116,9 +116,7 @@ async def test_a_high_priority_pod_evicts_the_whole_low_gang_and_binds_once_it_i
     assert r.held("default/sneak") is None
     assert await r.store.nominations(0) == {}
     assert r.s.state.nominations == {}
-    # sneak, still pending, keeps its last search's answer; it goes with the pod.
-    assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 1}
-    r.s.pending_event("DELETED", r.api.delete("default/sneak"))
+    # sneak (priority 10) never weighed preemption: no pod had a lower priority.
     assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 0}
 
 
@@ -207,6 +205,9 @@ async def test_a_search_that_found_nothing_is_not_repeated_for_a_while() -> None
         "preemption: no node where evicting pods of lower priority than 1000 makes room"
     )
     assert r.api.evictions == []
+    assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 1}
+    r.s.pending_event("DELETED", r.api.delete("default/huge"))
+    assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 0}  # it went with the pod
 
 
 async def test_equal_priority_evicts_nothing() -> None:
@@ -256,3 +257,102 @@ async def test_a_new_leader_evicts_again_when_the_old_one_died_before_evicting()
     await later(b, 11)
     await run(b)
     assert b.held("default/big") == ("n", [0, 1, 2, 3, 4, 5, 6, 7])
+
+
+# ---- the review's timelines -------------------------------------------------------------------
+
+
+async def test_a_retry_before_the_watch_shows_the_victims_terminating_does_not_preempt_again() -> (
+    None
+):
+    r = live()
+    await with_low_gang_bound(r)
+    r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    await run(r)
+    assert r.api.evictions == ["default/low-0", "default/low-1"]
+    # A cluster event retries the preemptor before the watch delivers the victims' deletion.
+    await later(r, 11)
+    r.s.queue.on_cluster_event()
+    await run(r)
+    assert r.api.evictions == ["default/low-0", "default/low-1"]
+    assert len([e for e in r.api.events if e[1] == "Preempted"]) == 2
+    explanation = r.s.explain("default/big")
+    assert explanation is not None
+    assert explanation.reason.endswith("waiting for its victims to leave")
+
+
+async def test_a_refused_eviction_holds_until_expiry_without_a_storm() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    r.api.blocked = {"default/low-0"}
+    r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    await run(r)
+    await leaves(r, "default/low-1")
+    for _ in range(20):  # 220 s of retries
+        await later(r, 11)
+        r.s.queue.on_cluster_event()
+        await run(r)
+    assert r.api.evictions == ["default/low-1"]
+    assert len([e for e in r.api.events if e[1] == "PreemptionBlocked"]) == 1
+    explanation = r.s.explain("default/big")
+    assert explanation is not None
+    assert explanation.reason.endswith(
+        "the eviction of default/low-0 was refused; held until it expires"
+    )
+    await later(r, 90)  # past the 300 s: it expires, and the next search tries again
+    r.s.preemptions.tick()
+    r.s.queue.on_cluster_event()
+    await run(r)
+    assert len([e for e in r.api.events if e[1] == "PreemptionBlocked"]) == 2
+
+
+async def test_a_failed_bind_keeps_the_gpus_held_for_the_preemptor() -> None:
+    r = live()
+    await with_low_gang_bound(r)
+    r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    await run(r)
+    for name in ("low-0", "low-1"):
+        await leaves(r, f"default/{name}")
+    r.api.refuse["default/big"] = 500  # its Binding fails
+    await later(r, 11)
+    await run(r)
+    assert r.held("default/big") is None
+    assert "default/big" in r.s.state.nominations  # held again
+    r.pending(MakePod().Name("sneak").Req(4).Priority(10).Obj())
+    await run(r)
+    assert r.held("default/sneak") is None
+    del r.api.refuse["default/big"]
+    await later(r, 11)
+    await run(r)
+    assert r.held("default/big") == ("n", [0, 1, 2, 3, 4, 5, 6, 7])
+    assert r.s.state.nominations == {} and await r.store.nominations(0) == {}
+
+
+class SlowNominations(MemoryStore):
+    """A store whose nominate waits for a gate: the preemptor can leave meanwhile."""
+
+    gate: asyncio.Event
+
+    async def nominate(self, *args: Any) -> None:
+        await self.gate.wait()
+        await super().nominate(*args)
+
+
+async def test_a_preemptor_that_leaves_while_its_nomination_is_written_evicts_nobody() -> None:
+    clock = ManualClock(0.0)
+    store = SlowNominations(clock)
+    store.gate = asyncio.Event()
+    r = Replica(Apiserver(), store, clock)
+    await with_low_gang_bound(r)
+    big = r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
+    step = asyncio.create_task(r.step())
+    await asyncio.sleep(0)
+    r.s.pending_event(
+        "DELETED", msgspec.structs.replace(r.api.delete("default/big"), deleting=True)
+    )
+    store.gate.set()
+    await step
+    await r.settle()
+    assert big.key not in r.s.state.nominations
+    assert r.api.evictions == []
+    assert await store.nominations(0) == {}
