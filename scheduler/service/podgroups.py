@@ -255,6 +255,19 @@ class PodGroupStatuses:
             members[pod] = phase
             self._member_of[pod] = group
             self._mark(group)
+            if phase in _FINISHED:
+                self._trim_finished(group, members)
+
+    def _trim_finished(self, group: str, members: dict[str, str]) -> None:
+        """Keep at most minMember finished members of a group, the latest: the phase needs no
+        more (Finished at minMember succeeded), and a long-lived group whose members come and go
+        must not grow with every pod it ever had (their deletions are not seen: the bound
+        watch stops showing a pod when it finishes)."""
+        pg = self.groups.get(group)
+        keep = pg.min_member if pg is not None and pg.min_member > 0 else 1
+        finished = [p for p, phase in members.items() if phase in _FINISHED]
+        for pod in finished[: max(0, len(finished) - keep)]:
+            self._drop_member(pod)
 
     def _drop_member(self, pod: str) -> None:
         group = self._member_of.pop(pod, None)

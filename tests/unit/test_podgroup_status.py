@@ -347,6 +347,17 @@ async def test_finished_members_count_while_their_group_lives_and_leave_with_it(
     }  # fmt: skip
 
 
+async def test_a_long_lived_group_keeps_at_most_its_minimum_of_finished_members() -> None:
+    w = Writer()
+    g = group()  # minMember 2
+    w.seen(g, "Running", 2, 2)
+    for i in range(50):  # members come, run and fail one after the other (a restarting job)
+        w.s.pod_event("ADDED", member(f"m{i}", phase="Running"))
+        w.s.pod_event("DELETED", member(f"m{i}", phase="Failed"))
+    assert w.s.sizes()["members"] == 2 and w.s.sizes()["member_of"] == 2
+    assert sorted(w.s.members[g.key]) == ["default/m48", "default/m49"]  # the latest
+
+
 async def test_deleted_members_and_relists() -> None:
     w = Writer()
     g = group()
