@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-live bench-takeover bench-soak clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-live bench-scale bench-takeover bench-soak clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -65,6 +65,12 @@ demo: deps redis-server k8s-build
 
 bench-live: deps redis-server k8s-build
 	$(BIN)/python -m benchmarks.bench_live
+
+# 5,000 KWOK nodes of 8 GPUs, 50,000 bound pods, a backlog of 5,000 pending pods: start-up to
+# first bind, the backlog's binds, peak RSS beside kube-scheduler v1.33, and topo-scheduler's
+# failover between two replicas (Redis). 5 to 7 minutes on 2 cores.
+bench-scale: deps redis-server k8s-build
+	$(BIN)/python -m benchmarks.bench_scale
 
 bench-core: deps
 	$(BIN)/python -m benchmarks.bench_core

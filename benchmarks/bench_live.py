@@ -13,8 +13,11 @@ that the machine's load hits them alike:
 
 Each round of each contender: a backlog of 2,000 single-GPU pods (with cpu and memory requests,
 so the whole filter chain runs) is created in a namespace of its own before the contender starts;
-throughput = pods / (last bind - first bind), the binds seen by a watch. Then the contender is
-stopped, its peak RSS read (VmHWM), and the pods deleted. After the rounds:
+throughput = pods / (last bind - first bind), the binds seen by a watch (benchmarks/liveplane.py).
+That watch resumes from its last resourceVersion when the apiserver closes it: on a young
+cluster the apiserver's watch cache gives a new watcher room for only 10 events, and closes it
+when a burst of binds outruns it (round 1 used to end its count there, e.g. at 340 of 2,000).
+Then the contender is stopped, its peak RSS read (VmHWM), and the pods deleted. After the rounds:
 
 - gangs: 250 gangs of 4 x 2 GPUs for topo-scheduler (Redis), in pods/s, beside kube-scheduler's
   1-GPU pods/s;
@@ -24,105 +27,44 @@ stopped, its peak RSS read (VmHWM), and the pods deleted. After the rounds:
 
 Prints one table of medians over the rounds; never fails on the figures.
 Usage: python -m benchmarks.bench_live [--quick] [--rounds 2] [--nodes 500] [--pods 2000]
+       [--kube-verbosity 2] [--logs DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
-import ssl
 import statistics
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks.liveplane import (
+    DGX1_INVENTORY,
+    KUBE_NAME,
+    LIMITS,
+    REPO,
+    TOPO_NAME,
+    RssSampler,
+    Watch,
+    clear_namespace,
+    keep_logs,
+    kill,
+    pct,
+    start_topo,
+    throughput,
+    topo_config,
+    wait_nodes_ready,
+)
 from scheduler.testing.controlplane import ADMIN_TOKEN, ControlPlane, build_binaries
 from scheduler.testing.kubescheduler import KubeScheduler
 from scheduler.testing.redisserver import RedisServer
-from tests.topologies import DGX1_V100
 
-REPO = Path(__file__).resolve().parents[1]
-TOPO_NAME = "topo-bench"
-KUBE_NAME = "kube-bench"
 BINDER_NAME = "binder-bench"
-LIMITS = {"cpu": "100m", "memory": "128Mi"}
-
-
-class Watch:
-    """The local time each pod of a namespace is first seen with a node (a raw watch thread)."""
-
-    def __init__(self, plane: ControlPlane, namespace: str) -> None:
-        self.bound: dict[str, float] = {}
-        self._stop = threading.Event()
-        listed = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")
-        rv = listed["metadata"]["resourceVersion"]
-        url = (
-            f"{plane.server}/api/v1/namespaces/{namespace}/pods?watch=1&resourceVersion={rv}"
-            "&timeoutSeconds=900"
-        )
-        self._thread = threading.Thread(target=self._run, args=(url,), daemon=True)
-        self._thread.start()
-
-    def _run(self, url: str) -> None:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        req = urllib.request.Request(url)
-        req.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
-        with urllib.request.urlopen(req, context=context, timeout=1000) as resp:
-            for line in resp:
-                obj = json.loads(line)["object"]
-                name = obj.get("metadata", {}).get("name")
-                if name and obj.get("spec", {}).get("nodeName") and name not in self.bound:
-                    self.bound[name] = time.monotonic()
-                if self._stop.is_set():
-                    return
-
-    def wait(self, names: list[str], timeout: float) -> list[float]:
-        deadline = time.monotonic() + timeout
-        while sum(n in self.bound for n in names) < len(names) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self._stop.set()
-        return sorted(self.bound[n] for n in names if n in self.bound)
-
-
-def peak_rss_mb(pid: int) -> float:
-    """VmHWM of a running process, NaN once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
-
-
-class RssSampler:
-    """The largest VmHWM of a process while it runs (it may exit by itself, like the binder)."""
-
-    def __init__(self, pid: int) -> None:
-        self.peak = float("nan")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(pid,), daemon=True)
-        self._thread.start()
-
-    def _run(self, pid: int) -> None:
-        while not self._stop.wait(0.2):
-            value = peak_rss_mb(pid)
-            if value == value:  # not NaN: the process is still there
-                self.peak = value if self.peak != self.peak else max(self.peak, value)
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
 
 
 class Contender:
@@ -149,48 +91,6 @@ class Contender:
         self._stop()
 
 
-def topo_config(plane: ControlPlane, work: Path) -> Path:
-    text = (REPO / "configs" / "scheduler.yaml").read_text()
-    text = text.replace("schedulerName: topo-scheduler", f"schedulerName: {TOPO_NAME}", 1)
-    path = work / "bench-scheduler.yaml"
-    path.write_text(text)
-    return path
-
-
-def start_topo(
-    plane: ControlPlane, config: Path, redis_url: str | None, log: Path
-) -> subprocess.Popen[bytes]:
-    args = [
-        sys.executable,
-        "-m",
-        "scheduler",
-        "run",
-        "--config",
-        str(config),
-        "--kubeconfig",
-        str(plane.scheduler_kubeconfig),
-        "--http-address",
-        "127.0.0.1:0",
-        "--log-level",
-        "warning",
-    ]
-    if redis_url:
-        args += ["--redis-url", redis_url]
-    return subprocess.Popen(
-        args, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True
-    )
-
-
-def kill(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
-    if proc is not None and proc.poll() is None:
-        os.killpg(proc.pid, sig)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def create_pods(
     plane: ControlPlane, namespace: str, scheduler: str, names: list[str], **kw: object
 ) -> None:
@@ -203,49 +103,6 @@ def create_pods(
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(one, names))
-
-
-def clear_namespace(plane: ControlPlane, namespace: str) -> None:
-    """Delete every pod of the namespace and wait until KWOK has finished them."""
-    plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        left = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")
-        if not left["items"]:
-            return
-        time.sleep(0.5)
-
-
-def wait_nodes_ready(plane: ControlPlane, count: int) -> None:
-    """Every node Ready (KWOK) with its allocatable GPUs, so no contender starts on a half-made
-    cluster (a pod judged then waits in kube-scheduler's unschedulable queue for minutes)."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        nodes = plane.request("GET", "/api/v1/nodes")["items"]
-        ready = [
-            n
-            for n in nodes
-            if n.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
-            and any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in n.get("status", {}).get("conditions", [])
-            )
-        ]
-        if len(ready) >= count:
-            time.sleep(2)
-            return
-        time.sleep(1)
-
-
-def throughput(times: list[float]) -> float:
-    if len(times) < 2 or times[-1] == times[0]:
-        return 0.0
-    return (len(times) - 1) / (times[-1] - times[0])
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
 
 
 def stream(
@@ -281,6 +138,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--kube-verbosity", type=int, default=2, help="kube-scheduler's -v")
+    parser.add_argument("--logs", type=Path, help="copy every process's log here at the end")
     args = parser.parse_args()
     if args.quick:
         args.nodes, args.pods, args.rounds = 100, 400, 1
@@ -293,24 +152,20 @@ def main() -> None:
         plane.start()
         redis.start()
         plane.grant_scheduler_role()
-        inventory = {
-            "vendor": "nvidia",
-            "devices": [{"index": i} for i in range(8)],
-            "links": DGX1_V100,
-        }
         with ThreadPoolExecutor(16) as pool:
             list(
                 pool.map(
-                    lambda i: plane.create_gpu_node(f"node-{i:04d}", inventory), range(args.nodes)
+                    lambda i: plane.create_gpu_node(f"node-{i:04d}", DGX1_INVENTORY),
+                    range(args.nodes),
                 )
             )
         wait_nodes_ready(plane, args.nodes)
-        config = topo_config(plane, plane.dir)
+        config = topo_config(plane.dir)
         current: dict[str, subprocess.Popen[bytes] | None] = {"p": None}
 
         def start_kube(namespace: str, expected: int) -> int:
             nonlocal kube
-            kube = KubeScheduler(plane, name=KUBE_NAME).start()
+            kube = KubeScheduler(plane, name=KUBE_NAME, verbosity=args.kube_verbosity).start()
             assert kube.process is not None
             return kube.process.proc.pid
 
@@ -461,6 +316,8 @@ def main() -> None:
         if kube is not None:
             kube.stop()
         redis.close()
+        if args.logs is not None:
+            keep_logs(plane.dir, args.logs)
         plane.stop()
 
 

@@ -1,0 +1,472 @@
+"""bench-scale: topo-scheduler beside kube-scheduler on 5,000 KWOK nodes (a benchmark, not a test).
+
+One local control plane (kube-apiserver, etcd, KWOK; scheduler/testing/controlplane.py) holding:
+
+- 5,000 KWOK nodes of 8 GPUs (``nvidia.com/gpu`` allocatable, 64 cpu, 512 Gi, 110 pods) with our
+  DGX-1 V100 inventory annotation, as bench_live's;
+- 50,000 pods created already bound (``spec.nodeName`` set), 10 per node, all with cpu/memory
+  requests: per node one 2-GPU and one 1-GPU pod of ours carrying our ``topo-scheduler.io/devices``
+  annotation (so 3 of the 8 GPUs are held), and 8 pods of the default scheduler without GPUs.
+  KWOK leaves their status alone (a label its ``disregardStatusWithLabelSelector`` matches): its
+  pod-ready stage, one status update per pod, runs at 50-230 pods/s on this machine, 4 to 15
+  minutes for 50,000; ``--kwok-runs-background`` lets it run them anyway, and waits for it. Both
+  schedulers count a bound pod whatever its phase, so they stay bound and Pending;
+- per contender, a backlog of 5,000 pending single-GPU pods (cpu/memory requests too) with its
+  scheduler name, created before it starts and deleted after it, so the second contender sees
+  the same cluster as the first.
+
+Measured for kube-scheduler v1.33 (scheduler/testing/kubescheduler.py: its own profile, client
+qps/burst 5000) and for topo-scheduler ``run`` with Redis (deploy/'s configuration):
+
+- start-up: process start to the first bind (goal <= 10 s), and to the whole backlog bound;
+- the backlog's pods/s between its first and last bind;
+- peak RSS (VmHWM sampled from /proc; goal <= 300 MB), and RSS (VmRSS) once the backlog is bound;
+- failover, topo-scheduler only: a second replica (standby) is started and synced, the leader is
+  SIGKILLed, and 100 new pods are created: time from the kill to the standby's first bind (goal
+  <= lease + 5 s = 20 s).
+
+topo-scheduler's start-up is a restart on a Redis that a previous leader used (a short-lived
+replica is elected once, on the empty nodes, before the pods exist): on a brand-new or flushed
+Redis (epoch 1) the first leader waits one lease (15 s) before its first decision, by design.
+
+Objects are created through one pool of keep-alive connections, 48 requests in flight
+(benchmarks/liveplane.py). Every wait has a limit and every process started here is stopped
+in ``finally`` (the plane's own layers besides); the whole run took 4.5 to 7 minutes on 2
+cores. KWOK runs with 16 stage workers (``~/.kwok/kwok.yaml`` in the home the plane gives it).
+Never fails on a figure.
+
+Usage: python -m benchmarks.bench_scale [--quick] [--nodes 5000] [--pods-per-node 10]
+       [--backlog 5000] [--kube-verbosity 2] [--kwok-runs-background] [--no-kube]
+       [--logs DIR] [--py-spy FILE [--py-spy-seconds 15]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.liveplane import (
+    DGX1_INVENTORY,
+    KUBE_NAME,
+    LIMITS,
+    TOPO_NAME,
+    RssSampler,
+    Watch,
+    bulk_create,
+    bulk_delete_pods,
+    free_port_address,
+    keep_logs,
+    kill,
+    metric,
+    node_manifest,
+    peak_rss_mb,
+    pod_manifest,
+    start_topo,
+    throughput,
+    topo_config,
+    wait_http_ok,
+    wait_nodes_ready,
+)
+from scheduler.testing.controlplane import ControlPlane, build_binaries
+from scheduler.testing.kubescheduler import KubeScheduler
+from scheduler.testing.redisserver import RedisServer
+
+BACKGROUND_NS = "background"
+FAILOVER_PODS = 100
+LEASE_S = 15.0
+# KWOK plays stages (node-initialize, pod-ready: one status update each) 4 at a time by default;
+# more workers, and the apiserver and etcd set the pace.
+KWOK_PARALLELISM = 16
+# Bound pods with this label are left alone by KWOK (KwokConfiguration's
+# disregardStatusWithLabelSelector): no status update for each of them.
+KWOK_DISREGARD_LABEL = (
+    "topo-bench/kwok-status",
+    "disregard",
+)  # configs/scheduler.yaml's run.lease.durationSeconds
+
+
+@dataclass
+class Result:
+    label: str
+    first_bind_s: float | None = None
+    all_bound_s: float | None = None
+    bound: int = 0
+    rate: float = 0.0
+    rss_mb: float = float("nan")
+    rss_end_mb: float = float("nan")
+    notes: list[str] = field(default_factory=list)
+
+
+def background_pods(nodes: int, per_node: int, kwok_runs: bool) -> list[dict[str, Any]]:
+    """``per_node`` bound pods on each node: a 2-GPU and a 1-GPU pod of ours (with our devices
+    annotation; on even nodes GPUs 0,1 and 2, on odd ones 4,5 and 6), the rest without GPUs.
+    Unless ``kwok_runs``, they carry the label that KWOK disregards."""
+    pods = []
+    extra = {} if kwok_runs else dict([KWOK_DISREGARD_LABEL])
+    for i in range(nodes):
+        node = f"node-{i:04d}"
+        base = 0 if i % 2 == 0 else 4
+        for k in range(per_node):
+            name = f"bg-{i:04d}-{k:02d}"
+            labels = {"app": f"svc-{(i * per_node + k) % 200:03d}", **extra}
+            if k < 2:
+                gpus = 2 if k == 0 else 1
+                devices = f"{base},{base + 1}" if k == 0 else str(base + 2)
+                limits = {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": str(gpus)}
+                pods.append(
+                    pod_manifest(
+                        name,
+                        BACKGROUND_NS,
+                        TOPO_NAME,
+                        limits,
+                        node=node,
+                        labels=labels,
+                        annotations={"topo-scheduler.io/devices": devices},
+                    )
+                )
+            else:
+                limits = {"cpu": "1", "memory": "4Gi"}
+                pods.append(
+                    pod_manifest(
+                        name, BACKGROUND_NS, "default-scheduler", limits, node=node, labels=labels
+                    )
+                )
+    return pods
+
+
+def configure_kwok(plane: ControlPlane, options: dict[str, Any]) -> None:
+    """KWOK options the plane's command line leaves at their defaults, through the
+    configuration file KWOK reads from its home (``~/.kwok/kwok.yaml``; the plane gives it the
+    home ``kwok-home`` in its folder). Call before ``plane.start()``."""
+    home = plane.dir / "kwok-home" / ".kwok"
+    home.mkdir(parents=True, exist_ok=True)
+    config = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": options,
+    }
+    (home / "kwok.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
+
+
+def ensure_namespace(plane: ControlPlane, name: str) -> None:
+    plane.apply_or_replace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def wait_running(plane: ControlPlane, namespace: str, timeout: float) -> float | None:
+    """Until KWOK has made every pod of the namespace Running; the seconds waited, or None at
+    the timeout."""
+    began = time.monotonic()
+    path = f"/api/v1/namespaces/{namespace}/pods?fieldSelector=status.phase%3DPending&limit=1"
+    while time.monotonic() - began < timeout:
+        if not plane.request("GET", path)["items"]:
+            return time.monotonic() - began
+        time.sleep(2)
+    return None
+
+
+def warm_up_store(plane: ControlPlane, redis_url: str, config: Path, timeout: float = 90) -> str:
+    """A short-lived replica takes the store's first epoch (and gives it back on SIGTERM), so
+    the measured start-up is a restart, not a brand-new Redis's first lease."""
+    address = free_port_address()
+    proc = start_topo(plane, config, redis_url, plane.dir / "warmup.log", address)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if metric(f"http://{address}/metrics", "scheduler_leader") == 1.0:
+                return "ok"
+            if proc.poll() is not None:
+                return f"warm-up replica exited ({proc.returncode})"
+            time.sleep(0.2)
+        return "warm-up replica never led"
+    finally:
+        kill(proc)
+
+
+def run_backlog(
+    plane: ControlPlane,
+    result: Result,
+    namespace: str,
+    scheduler_name: str,
+    backlog: int,
+    start: Callable[[], int],
+    timeout: float,
+) -> RssSampler:
+    """Create the backlog, start the contender, wait for its binds; the sampler of its RSS."""
+    ensure_namespace(plane, namespace)
+    names = [f"p-{i:05d}" for i in range(backlog)]
+    limits = {**LIMITS, "nvidia.com/gpu": "1"}
+    began = time.monotonic()
+    bulk_create(plane, (pod_manifest(n, namespace, scheduler_name, limits) for n in names))
+    print(f"  {result.label}: backlog of {backlog} created in {time.monotonic() - began:.0f} s")
+    watch = Watch(plane, namespace)
+    started = time.monotonic()
+    sampler = RssSampler(start())
+    first = watch.first(min(timeout, 120))
+    times = watch.wait(names, timeout - (time.monotonic() - started))
+    sampler.sample()
+    result.rss_end_mb = peak_rss_mb(sampler.pid, "VmRSS")
+    if watch.error:
+        result.notes.append(watch.error)
+    if first is not None:
+        result.first_bind_s = first - started
+    result.bound = len(times)
+    if len(times) == backlog:
+        result.all_bound_s = times[-1] - started
+    result.rate = throughput(times)
+    print(
+        f"  {result.label}: first bind {fmt(result.first_bind_s)} s after start, "
+        f"{len(times)}/{backlog} bound, all at {fmt(result.all_bound_s)} s, "
+        f"{result.rate:.0f} pods/s",
+        flush=True,
+    )
+    return sampler
+
+
+def py_spy(pid: int, output: Path, seconds: int) -> subprocess.Popen[bytes]:
+    """py-spy (installed in the venv: ``.venv/bin/pip install py-spy``) recording ``pid`` for
+    ``seconds`` at 100 Hz, without pausing it, as raw collapsed stacks."""
+    binary = Path(sys.executable).parent / "py-spy"
+    return subprocess.Popen(
+        [
+            str(binary if binary.exists() else "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(seconds),
+            "--rate",
+            "100",
+            "--nonblocking",
+            "--format",
+            "raw",
+            "--output",
+            str(output),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(output.parent / (output.name + ".log")).open("wb"),
+        start_new_session=True,
+    )
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="500 nodes, 5,000 pods, 500 pending")
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods-per-node", type=int, default=10)
+    parser.add_argument("--backlog", type=int, default=5000)
+    parser.add_argument("--kube-verbosity", type=int, default=2)
+    parser.add_argument(
+        "--kwok-runs-background",
+        action="store_true",
+        help="KWOK runs the 50,000 bound pods too (a status update each) and is waited for",
+    )
+    parser.add_argument("--no-kube", action="store_true", help="topo-scheduler only")
+    parser.add_argument("--logs", type=Path, help="copy every process's log here at the end")
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        help="record the leader with py-spy from its start (raw collapsed stacks) into this file",
+    )
+    parser.add_argument("--py-spy-seconds", type=int, default=15)
+    args = parser.parse_args()
+    if args.quick:
+        args.nodes, args.backlog = 500, 500
+    t_begin = time.monotonic()
+
+    plane = ControlPlane(build_binaries())
+    redis = RedisServer()
+    kube: KubeScheduler | None = None
+    procs: list[subprocess.Popen[bytes]] = []
+    results: list[Result] = []
+    setup: list[str] = []
+    failover: dict[str, Any] = {}
+    try:
+        options: dict[str, Any] = {
+            "podPlayStageParallelism": KWOK_PARALLELISM,
+            "nodePlayStageParallelism": KWOK_PARALLELISM,
+        }
+        if not args.kwok_runs_background:
+            options["disregardStatusWithLabelSelector"] = "=".join(KWOK_DISREGARD_LABEL)
+        configure_kwok(plane, options)
+        plane.start()
+        redis.start()
+        plane.grant_scheduler_role()
+        config = topo_config(plane.dir)
+
+        began = time.monotonic()
+        bulk_create(
+            plane, (node_manifest(f"node-{i:04d}", DGX1_INVENTORY) for i in range(args.nodes))
+        )
+        created = time.monotonic() - began
+        ready = wait_nodes_ready(plane, args.nodes, timeout=300)
+        setup.append(
+            f"{args.nodes} nodes created in {created:.0f} s, all Ready {ready:.0f} s later"
+        )
+        print(f"  {setup[-1]}", flush=True)
+
+        state = warm_up_store(plane, redis.url, config)
+        print(f"  store warm-up (a replica took epoch 1 and released it): {state}", flush=True)
+
+        ensure_namespace(plane, BACKGROUND_NS)
+        pods = background_pods(args.nodes, args.pods_per_node, args.kwok_runs_background)
+        began = time.monotonic()
+        bulk_create(plane, pods, progress="bound pods", every=10_000)
+        created = time.monotonic() - began
+        line = f"{len(pods)} bound pods created in {created:.0f} s ({len(pods) / created:.0f}/s)"
+        if args.kwok_runs_background:
+            running = wait_running(plane, BACKGROUND_NS, timeout=900)
+            line += (
+                f", all Running (KWOK) {running:.0f} s later"
+                if running is not None
+                else ", KWOK had not made all of them Running after 900 s"
+            )
+        else:
+            line += ", left Pending by KWOK"
+        setup.append(line)
+        print(f"  {setup[-1]}", flush=True)
+        del pods
+
+        # kube-scheduler.
+        kube_result = Result("kube-scheduler v1.33")
+
+        def start_kube() -> int:
+            nonlocal kube
+            kube = KubeScheduler(plane, name=KUBE_NAME, verbosity=args.kube_verbosity)
+            kube.start()
+            assert kube.process is not None
+            return kube.process.proc.pid
+
+        if not args.no_kube:
+            results.append(kube_result)
+            sampler = run_backlog(
+                plane, kube_result, "backlog-kube", KUBE_NAME, args.backlog, start_kube, 240
+            )
+            kube_result.rss_mb = sampler.stop()
+            if kube is not None:
+                kube.stop()
+            bulk_delete_pods(plane, "backlog-kube")
+
+        # topo-scheduler with Redis, then its failover to a second replica.
+        topo_result = Result("topo-scheduler, Redis")
+        results.append(topo_result)
+        leader_address = free_port_address()
+
+        leaders: list[subprocess.Popen[bytes]] = []
+
+        def start_leader() -> int:
+            proc = start_topo(plane, config, redis.url, plane.dir / "leader.log", leader_address)
+            procs.append(proc)
+            leaders.append(proc)
+            if args.py_spy is not None:
+                time.sleep(0.5)  # an interpreter py-spy can read
+                procs.append(py_spy(proc.pid, args.py_spy, args.py_spy_seconds))
+            return proc.pid
+
+        sampler = run_backlog(
+            plane, topo_result, "backlog-topo", TOPO_NAME, args.backlog, start_leader, 240
+        )
+        leader = leaders[0]
+
+        standby_address = free_port_address()
+        began = time.monotonic()
+        standby = start_topo(plane, config, redis.url, plane.dir / "standby.log", standby_address)
+        procs.append(standby)
+        standby_rss = RssSampler(standby.pid)
+        if wait_http_ok(f"http://{standby_address}/readyz", 120):
+            failover["standby_synced_s"] = time.monotonic() - began
+            ensure_namespace(plane, "failover")
+            watch = Watch(plane, "failover")
+            topo_result.rss_mb = sampler.stop()
+            killed = time.monotonic()
+            kill(leader, signal.SIGKILL)
+            names = [f"f-{i:03d}" for i in range(FAILOVER_PODS)]
+            limits = {**LIMITS, "nvidia.com/gpu": "1"}
+            bulk_create(plane, (pod_manifest(n, "failover", TOPO_NAME, limits) for n in names))
+            first = watch.first(60)
+            times = watch.wait(names, 30)
+            if first is not None:
+                failover["kill_to_first_bind_s"] = first - killed
+            if len(times) == len(names):
+                failover["kill_to_all_bound_s"] = times[-1] - killed
+            failover["bound"] = len(times)
+        else:
+            failover["error"] = "the standby was not ready after 120 s"
+            topo_result.rss_mb = sampler.stop()
+        failover["standby_rss_mb"] = standby_rss.stop()
+        kill(standby)
+        print(f"  failover: {json.dumps(failover)}", flush=True)
+
+        total = time.monotonic() - t_begin
+        report(args, results, failover, setup, total)
+    finally:
+        for p in procs:
+            kill(p, signal.SIGKILL)
+        if kube is not None:
+            kube.stop()
+        redis.close()
+        if args.logs is not None:
+            keep_logs(plane.dir, args.logs)
+        plane.stop()
+
+
+def report(
+    args: argparse.Namespace,
+    results: list[Result],
+    failover: dict[str, Any],
+    setup: list[str],
+    total: float,
+) -> None:
+    print()
+    print(
+        f"bench-scale: {args.nodes} KWOK nodes x 8 GPUs, {args.nodes * args.pods_per_node} bound "
+        f"pods ({args.nodes * 2} holding 3 GPUs per node), backlog of {args.backlog} single-GPU "
+        "pods per contender (cpu/memory requests on every pod)"
+    )
+    for line in setup:
+        print(f"  setup: {line}")
+    header = (
+        f"{'contender':<24} {'start->1st bind':>15} {'start->all bound':>16} "
+        f"{'backlog pods/s':>14} {'peak RSS':>9} {'RSS at end':>10}"
+    )
+    print(header)
+    for r in results:
+        bound = fmt(r.all_bound_s) if r.all_bound_s is not None else f"{r.bound} bound"
+        print(
+            f"{r.label:<24} {fmt(r.first_bind_s) + ' s':>15} {bound + ' s':>16} "
+            f"{r.rate:>14.0f} {fmt(r.rss_mb, 0) + ' MB':>9} {fmt(r.rss_end_mb, 0) + ' MB':>10}"
+        )
+        for note in r.notes:
+            print(f"  note: {note}")
+    print(
+        "(goals: start->1st bind <= 10 s, peak RSS <= 300 MB; peak RSS is VmHWM, RSS at end is "
+        "VmRSS once the backlog is bound)"
+    )
+    if "error" in failover:
+        print(f"failover: {failover['error']}")
+    else:
+        print(
+            f"failover, topo-scheduler with Redis, 2 replicas (lease {LEASE_S:.0f} s, renew 5 s): "
+            "SIGKILL of the leader -> standby's first bind "
+            f"{fmt(failover.get('kill_to_first_bind_s'))} s "
+            f"(goal <= {LEASE_S + 5:.0f} s), all {failover.get('bound')}/{FAILOVER_PODS} new pods "
+            f"bound at {fmt(failover.get('kill_to_all_bound_s'))} s; standby synced "
+            f"{fmt(failover.get('standby_synced_s'))} s after its start, its peak RSS "
+            f"{fmt(failover.get('standby_rss_mb'), 0)} MB"
+        )
+    print(f"whole run: {total:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
