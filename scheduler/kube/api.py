@@ -44,6 +44,8 @@ from .podgroups import (
 from .watch import Gone, HttpError
 
 REQUEST_TIMEOUT_S: Final = 30
+# Pods per page of a paged LIST (client-go's pager asks for 500).
+LIST_PAGE: Final = 500
 COMPONENT: Final = "topo-scheduler"
 
 
@@ -94,6 +96,15 @@ class KubeApi:
         status, body = await self._call(
             self.core.list_pod_for_all_namespaces, field_selector=field_selector
         )
+        raise_for_status(status, body)
+        return body
+
+    async def list_pods_page(self, field_selector: str, token: str) -> bytes:
+        """One page of LIST_PAGE pods (``token``: the previous page's continue, "" first)."""
+        kwargs: dict[str, Any] = {"field_selector": field_selector, "limit": LIST_PAGE}
+        if token:
+            kwargs["_continue"] = token
+        status, body = await self._call(self.core.list_pod_for_all_namespaces, **kwargs)
         raise_for_status(status, body)
         return body
 

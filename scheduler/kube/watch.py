@@ -4,7 +4,8 @@ kubernetes-asyncio's Watch builds model objects for every event (milliseconds pe
 410 handling; here the raw HTTP stream is read line by line and decoded with msgspec into the
 small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
 
-1. LIST, remember ``metadata.resourceVersion``, hand the items to ``replace`` (synced);
+1. LIST (page by page when given a ``page_call``), remember ``metadata.resourceVersion``, hand
+   the items to ``replace`` (synced);
 2. WATCH from that version with ``allowWatchBookmarks`` and a server-side timeout; apply each event
    with ``apply`` and advance the version (bookmarks advance it too);
 3. a watch that ends normally (its timeout) resumes from the last version; a 410 Gone (as an HTTP
@@ -34,6 +35,8 @@ ERROR_BACKOFF_MAX_S: Final = 10.0
 
 class ListMeta(msgspec.Struct):
     resourceVersion: str = ""
+    # A paged LIST's token for the next page ("" on the last page).
+    continue_: str = msgspec.field(default="", name="continue")
 
 
 class ObjectMeta(msgspec.Struct):
@@ -71,6 +74,8 @@ class HttpError(Exception):
 
 
 ListCall = Callable[[], Awaitable[bytes]]
+# A paged LIST: one page from a continue token ("" for the first page).
+PageCall = Callable[[str], Awaitable[bytes]]
 WatchCall = Callable[[str, int], Awaitable[AsyncIterator[bytes]]]
 
 
@@ -85,6 +90,7 @@ class Reflector(Generic[T]):
         apply: Callable[[str, T], None],
         version_of: Callable[[T], str],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        page_call: PageCall | None = None,
     ) -> None:
         self.name = name
         self._decoder = msgspec.json.Decoder(item_type)
@@ -94,6 +100,7 @@ class Reflector(Generic[T]):
         self._apply = apply
         self._version_of = version_of
         self._sleep = sleep
+        self._page_call = page_call
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.relists = 0
@@ -116,13 +123,31 @@ class Reflector(Generic[T]):
                 backoff = min(ERROR_BACKOFF_MAX_S, backoff * 2)
 
     async def _list(self) -> None:
-        body = await self._list_call()
-        raw = msgspec.json.decode(body, type=RawList)
-        items = [self._decoder.decode(item) for item in raw.items]
-        self.resource_version = raw.metadata.resourceVersion
+        if self._page_call is None:
+            body = await self._list_call()
+            raw = msgspec.json.decode(body, type=RawList)
+            items = [self._decoder.decode(item) for item in raw.items]
+            version = raw.metadata.resourceVersion
+        else:
+            items, version = await self._list_pages(self._page_call)
+        self.resource_version = version
         self.relists += 1
         self._replace(items)
         self.synced.set()
+
+    async def _list_pages(self, page_call: PageCall) -> tuple[list[T], str]:
+        """A LIST page by page (client-go's pager): only one page's body is held at a time, not
+        the whole cluster's (50,000 pods are some hundred MB of JSON), and the loop runs other
+        tasks between pages. The pages are one consistent snapshot; a token that expired (410)
+        starts the LIST over, as any 410 does."""
+        items: list[T] = []
+        token = ""
+        while True:
+            raw = msgspec.json.decode(await page_call(token), type=RawList)
+            items.extend(self._decoder.decode(item) for item in raw.items)
+            token = raw.metadata.continue_
+            if not token:
+                return items, raw.metadata.resourceVersion
 
     async def _watch_once(self) -> bool:
         """One watch until it ends normally (then True: the watch works); errors raise."""

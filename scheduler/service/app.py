@@ -168,6 +168,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             replace_bound,
             bound_event,
             pods_version,
+            page_call=lambda token: api.list_pods_page(bound_selector, token),
         ),
         Reflector(
             "pending-pods",
@@ -177,6 +178,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             lambda pods: scheduler.replace_pending([pod_from_obj(p) for p in pods]),
             lambda kind, p: scheduler.pending_event(kind, pod_from_obj(p)),
             pods_version,
+            page_call=lambda token: api.list_pods_page(pending_selector, token),
         ),
     ]
     stopping = asyncio.Event()

@@ -19,6 +19,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from scheduler.kube import api as api_module
 from scheduler.kube.api import KubeApi
 from scheduler.kube.codec import Pod, decode_pod, pod_from_obj
 from scheduler.kube.watch import RawEvent, Reflector, Status
@@ -102,6 +103,40 @@ async def test_bind_with_annotations_then_a_second_bind_conflicts(
     pod = await eventually(running, f"pod {name} Running under KWOK")
     assert pod["spec"]["nodeName"] == f"{name}-node"
     assert pod["metadata"]["annotations"]["topo-scheduler.io/devices"] == "1,2"
+
+
+async def test_a_paged_list_of_pods_sees_every_pod_with_the_field_selector(
+    control_plane: ControlPlane,
+    admin_api: ApiClient,
+    name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(api_module, "LIST_PAGE", 2)  # 5 pods: three pages at least
+    for i in range(5):
+        control_plane.create_pod(f"{name}-p{i}", gpus=1, scheduler=name)
+    api = KubeApi(admin_api)
+    selector = f"spec.schedulerName={name},spec.nodeName="
+    asked: list[str] = []
+
+    async def page(token: str) -> bytes:
+        asked.append(token)
+        return await api.list_pods_page(selector, token)
+
+    listed: list[str] = []
+    reflector = Reflector(
+        "pods",
+        Pod,
+        api.list_pods,
+        api.watch_pods,
+        lambda pods: listed.extend(p.metadata.name for p in pods),
+        lambda kind, pod: None,
+        lambda p: p.metadata.resource_version,
+        page_call=page,
+    )
+    await reflector._list()
+    assert sorted(listed) == [f"{name}-p{i}" for i in range(5)]
+    assert len(asked) >= 3 and asked[0] == "" and all(asked[1:])
+    assert reflector.resource_version
 
 
 async def test_watch_from_a_compacted_version_is_gone_and_relisting_recovers(
