@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 import structlog
@@ -86,11 +86,12 @@ class Reflector(Generic[T]):
         item_type: type[T],
         list_call: ListCall,
         watch_call: WatchCall,
-        replace: Callable[[list[T]], None],
+        replace: Callable[[list[Any]], None],
         apply: Callable[[str, T], None],
         version_of: Callable[[T], str],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         page_call: PageCall | None = None,
+        convert: Callable[[T], Any] | None = None,
     ) -> None:
         self.name = name
         self._decoder = msgspec.json.Decoder(item_type)
@@ -101,6 +102,9 @@ class Reflector(Generic[T]):
         self._version_of = version_of
         self._sleep = sleep
         self._page_call = page_call
+        # What a LIST hands ``replace``: each item converted as it is decoded (page by page), so
+        # that a LIST of 50,000 pods never holds both their decoded and converted forms.
+        self._convert = convert
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.relists = 0
@@ -126,7 +130,7 @@ class Reflector(Generic[T]):
         if self._page_call is None:
             body = await self._list_call()
             raw = msgspec.json.decode(body, type=RawList)
-            items = [self._decoder.decode(item) for item in raw.items]
+            items = [self._item(item) for item in raw.items]
             version = raw.metadata.resourceVersion
         else:
             items, version = await self._list_pages(self._page_call)
@@ -135,16 +139,20 @@ class Reflector(Generic[T]):
         self._replace(items)
         self.synced.set()
 
-    async def _list_pages(self, page_call: PageCall) -> tuple[list[T], str]:
+    def _item(self, raw: msgspec.Raw) -> Any:
+        obj = self._decoder.decode(raw)
+        return obj if self._convert is None else self._convert(obj)
+
+    async def _list_pages(self, page_call: PageCall) -> tuple[list[Any], str]:
         """A LIST page by page (client-go's pager): only one page's body is held at a time, not
         the whole cluster's (50,000 pods are some hundred MB of JSON), and the loop runs other
         tasks between pages. The pages are one consistent snapshot; a token that expired (410)
         starts the LIST over, as any 410 does."""
-        items: list[T] = []
+        items: list[Any] = []
         token = ""
         while True:
             raw = msgspec.json.decode(await page_call(token), type=RawList)
-            items.extend(self._decoder.decode(item) for item in raw.items)
+            items.extend(self._item(item) for item in raw.items)
             token = raw.metadata.continue_
             if not token:
                 return items, raw.metadata.resourceVersion

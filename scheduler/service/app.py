@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 
 from scheduler.config import Config
+from scheduler.core.objects import PodInput
 from scheduler.kube.api import KubeApi
 from scheduler.kube.client import api_client
 from scheduler.kube.codec import (
@@ -138,8 +139,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     def pods_version(p: Pod) -> str:
         return p.metadata.resource_version
 
-    def replace_bound(pods: list[Pod]) -> None:
-        bound = [pod_from_obj(p) for p in pods]
+    def replace_bound(bound: list[PodInput]) -> None:  # converted page by page by the LIST
         scheduler.replace_bound(bound)
         statuses.pods_replaced(bound)
 
@@ -169,16 +169,18 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             bound_event,
             pods_version,
             page_call=lambda token: api.list_pods_page(bound_selector, token),
+            convert=pod_from_obj,
         ),
         Reflector(
             "pending-pods",
             Pod,
             lambda: api.list_pods(pending_selector),
             lambda rv, t: api.watch_pods(rv, t, pending_selector),
-            lambda pods: scheduler.replace_pending([pod_from_obj(p) for p in pods]),
+            scheduler.replace_pending,
             lambda kind, p: scheduler.pending_event(kind, pod_from_obj(p)),
             pods_version,
             page_call=lambda token: api.list_pods_page(pending_selector, token),
+            convert=pod_from_obj,
         ),
     ]
     stopping = asyncio.Event()

@@ -80,3 +80,21 @@ async def test_an_expired_continue_token_lists_again_from_the_start() -> None:
     await r._list()  # run() lists again after a Gone
     assert seen == [["a", "b"]]
     assert pages.asked == ["", "t1", "", "t1"]
+
+
+async def test_items_are_converted_as_each_page_is_decoded() -> None:
+    pages = Pages({"": page(["a"], "t1"), "t1": page(["b"], "")})
+    seen: list[list[str]] = []
+    converted: list[str] = []
+
+    def convert(item: Item) -> str:
+        converted.append(item.name)
+        assert pages.asked[-1] == ("" if item.name == "a" else "t1")  # before the next page
+        return item.name.upper()
+
+    r = reflector(pages, seen)
+    r._convert = convert
+    replaced: list[list[str]] = []
+    r._replace = replaced.append
+    await r._list()
+    assert replaced == [["A", "B"]] and converted == ["a", "b"]
