@@ -253,6 +253,21 @@ class Preemptions:
             if held is not None:
                 held.refused.add(victim)
 
+    def ready(self, left: str) -> list[str]:
+        """The preemptors for which ``left`` (a pod that just left) was the last pod they waited
+        for: they can bind now. O(preemptors held), a handful."""
+        out = []
+        records = self.state.index.records
+        for key, held in self.held.items():
+            if left not in held.victims:
+                continue
+            if all(
+                k == left or (r := records.get(k)) is None or r.uid != uid
+                for k, uid in held.victims.items()
+            ):
+                out.append(key)
+        return out
+
     def tracks(self, key: str) -> bool:
         return key in self.held or key in self.quiet
 

@@ -106,6 +106,15 @@ class SchedulingQueue:
         latest = self._clock() + UNSCHEDULABLE_MAX_WAIT_S
         self._unschedulable[key] = latest if retry_by is None else min(latest, retry_by)
 
+    def activate(self, key: str) -> None:
+        """Ready now, backoff or not: what it waited for has happened (a preemptor whose last
+        victim left: its GPUs are held for it, and nobody else may take them meanwhile)."""
+        if key in self._in_active or not (key in self._backoff or key in self._unschedulable):
+            return
+        self._backoff.pop(key, None)
+        self._unschedulable.pop(key, None)
+        self._push(key)
+
     def on_cluster_event(self) -> int:
         """Something changed that could help: every unschedulable pod moves to the active queue,
         or to backoff while its backoff since its last attempt has not run out (kube-scheduler's

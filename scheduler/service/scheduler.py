@@ -321,6 +321,8 @@ class Scheduler:
             holding = self.state.holdings.get(key)
             self.intake.free(key)
             self._release(key, uid, ctx)
+            for preemptor in self.preemptions.ready(key):
+                self.queue.activate(preemptor)  # its last victim left: no backoff to wait out
             if t.old is Stage.BOUND:
                 phase = ctx.pod.phase if ctx.pod is not None and ctx.pod.finished else ""
                 self.stale.member_left(holding, phase)

@@ -110,7 +110,8 @@ async def test_a_high_priority_pod_evicts_the_whole_low_gang_and_binds_once_it_i
     )
     assert r.api.evictions == ["default/low-0", "default/low-1"]  # not preempting again
     await leaves(r, "default/low-1")
-    await later(r, 11)
+    # Its last victim gone, the preemptor is tried at once, backoff or not.
+    assert r.s.queue.counts()["active"] == 1
     await run(r)
     assert r.held("default/big") == ("n", [0, 1, 2, 3, 4, 5, 6, 7])
     assert r.held("default/sneak") is None

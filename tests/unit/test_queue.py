@@ -115,3 +115,19 @@ def test_a_pod_whose_bind_failed_keeps_its_priority() -> None:
     clock.now += 60
     assert q.pop() == "high"
     assert q.pop() == "low"
+
+
+def test_activate_skips_the_backoff_of_a_queued_pod_only() -> None:
+    q = SchedulingQueue(ManualClock(100.0))
+    q.add("p")
+    assert q.pop() == "p"
+    q.backoff("p")
+    q.add("u")
+    assert q.pop() == "u"
+    q.unschedulable("u")
+    assert q.pop() is None
+    q.activate("p")
+    q.activate("u")
+    q.activate("gone")  # not queued: nothing happens
+    assert [q.pop(), q.pop(), q.pop()] == ["p", "u", None]
+    assert q.counts() == {"active": 0, "backoff": 0, "unschedulable": 0}
