@@ -321,8 +321,9 @@ class Scheduler:
             holding = self.state.holdings.get(key)
             self.intake.free(key)
             self._release(key, uid, ctx)
-            for preemptor in self.preemptions.ready(key):
-                self.queue.activate(preemptor)  # its last victim left: no backoff to wait out
+            ready = self.preemptions.ready(key)
+            if ready:  # its last victim left: no backoff to wait out, once the store freed it
+                self._spawn(self._activate_when_released(ready))
             if t.old is Stage.BOUND:
                 phase = ctx.pod.phase if ctx.pod is not None and ctx.pod.finished else ""
                 self.stale.member_left(holding, phase)
@@ -546,6 +547,12 @@ class Scheduler:
             )
         except Exception as exc:
             log.warning("event failed", pod=pod.key, error=str(exc))
+
+    async def _activate_when_released(self, keys: list[str]) -> None:
+        await self.sync.released()  # else its reservation would meet the victim's record
+        for key in keys:
+            self.queue.activate(key)
+        self._kick()
 
     def _still_pending(self, key: str, uid: str) -> bool:
         entry = self.book.get(key)

@@ -18,6 +18,7 @@ and tries again while it fails.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import structlog
@@ -63,6 +64,9 @@ class StoreSync:
         # Releases of pods that left, queued for the one flush under way (release_soon).
         self._releases: dict[str, str] = {}  # uid -> pod key
         self._releasing = False
+        # Set while no release is queued or in flight (``released`` waits for it).
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def request(self) -> None:
         self.needed = True
@@ -94,6 +98,7 @@ class StoreSync:
         so a burst of deletes is a few store calls, not a call (and a Redis connection: the
         client's pool has 100, and past it a call fails) per pod."""
         self._releases[uid] = key
+        self._idle.clear()
         if self._releasing:
             return False
         self._releasing = True
@@ -112,6 +117,13 @@ class StoreSync:
                     await self.release(uids)
         finally:
             self._releasing = False
+            if not self._releases:
+                self._idle.set()
+
+    async def released(self) -> None:
+        """Until every release queued so far has been sent (or failed: then a reconcile
+        follows)."""
+        await self._idle.wait()
 
     async def release(self, uids: list[str]) -> None:
         epoch = self.leadership.epoch
