@@ -52,10 +52,10 @@ from benchmarks.liveplane import (
     RssSampler,
     Watch,
     clear_namespace,
-    keep_logs,
     kill,
     pct,
     start_topo,
+    tear_down,
     throughput,
     topo_config,
     wait_nodes_ready,
@@ -311,14 +311,7 @@ def main() -> None:
             f"{time.monotonic() - killed:.1f} s"
         )
     finally:
-        for p in procs:
-            kill(p, signal.SIGKILL)
-        if kube is not None:
-            kube.stop()
-        redis.close()
-        if args.logs is not None:
-            keep_logs(plane.dir, args.logs)
-        plane.stop()
+        tear_down(plane, procs, kube, redis, args.logs)
 
 
 if __name__ == "__main__":

@@ -63,13 +63,13 @@ from benchmarks.liveplane import (
     bulk_create,
     bulk_delete_pods,
     free_port_address,
-    keep_logs,
     kill,
     metric,
     node_manifest,
     peak_rss_mb,
     pod_manifest,
     start_topo,
+    tear_down,
     throughput,
     topo_config,
     wait_http_ok,
@@ -411,14 +411,7 @@ def main() -> None:
         total = time.monotonic() - t_begin
         report(args, results, failover, setup, total)
     finally:
-        for p in procs:
-            kill(p, signal.SIGKILL)
-        if kube is not None:
-            kube.stop()
-        redis.close()
-        if args.logs is not None:
-            keep_logs(plane.dir, args.logs)
-        plane.stop()
+        tear_down(plane, procs, kube, redis, args.logs)
 
 
 def report(

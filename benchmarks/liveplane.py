@@ -32,6 +32,8 @@ from typing import Any
 import aiohttp
 
 from scheduler.testing.controlplane import ADMIN_TOKEN, ControlPlane, free_port
+from scheduler.testing.kubescheduler import KubeScheduler
+from scheduler.testing.redisserver import RedisServer
 from tests.topologies import DGX1_V100
 
 REPO = Path(__file__).resolve().parents[1]
@@ -428,6 +430,25 @@ def keep_logs(source: Path, target: Path) -> None:
         dest = target / log.relative_to(source)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(log, dest)
+
+
+def tear_down(
+    plane: ControlPlane,
+    procs: list[subprocess.Popen[bytes]],
+    kube: KubeScheduler | None,
+    redis: RedisServer,
+    logs: Path | None,
+) -> None:
+    """Stop everything a benchmark started, on success or failure: the schedulers, kube-scheduler,
+    redis-server, then the plane (its logs kept first, when asked)."""
+    for p in procs:
+        kill(p, signal.SIGKILL)
+    if kube is not None:
+        kube.stop()
+    redis.close()
+    if logs is not None:
+        keep_logs(plane.dir, logs)
+    plane.stop()
 
 
 def throughput(times: list[float]) -> float:
