@@ -344,9 +344,11 @@ class ClusterState:
         if not pod.node_name or pod.finished:
             self.remove_pod(pod.key)
             return None
-        self.put_record(record_of(pod, pod.node_name, self.gpu_names, self.pod_groups))
+        gang = best_known(pod, self.pod_groups)  # once, for the record and the holding
+        gang_key, minimum = (gang.key, gang.minimum) if gang is not None else (None, 0)
+        self.put_record(record_of(pod, pod.node_name, self.gpu_names, gang_key, minimum))
         try:
-            holding = self._holding_from_annotations(pod)
+            holding = self._holding_from_annotations(pod, gang_key, minimum)
         except ValueError as exc:
             return f"pod {pod.key}: {exc}; its GPUs are not tracked"
         if holding is None:
@@ -531,7 +533,7 @@ class ClusterState:
         up: it holds what it was placed on now (a forget does not bring the nomination back)."""
         self.unnominate(placement.pod)
         self.hold(holding_of(placement, replicas))
-        self.put_record(record_of(pod, placement.node, self.gpu_names, self.pod_groups))
+        self.put_record(record_of(pod, placement.node, self.gpu_names, placement.gang, replicas))
 
     @contextmanager
     def tentative(self) -> Iterator[None]:
@@ -736,11 +738,9 @@ class ClusterState:
             if not use.pods:
                 del state.cards[share.index]
 
-    def _holding_from_annotations(self, pod: PodInput) -> Holding | None:
-        gang_key, replicas = None, 0
-        gang = best_known(pod, self.pod_groups)
-        if gang is not None:
-            gang_key, replicas = gang.key, gang.minimum
+    def _holding_from_annotations(
+        self, pod: PodInput, gang_key: str | None, replicas: int
+    ) -> Holding | None:
         raw_assignment = pod.annotations.get(ASSIGNMENT_ANNOTATION)
         raw_devices = pod.annotations.get(DEVICES_ANNOTATION)
         shares: tuple[Share, ...] = ()
@@ -829,14 +829,14 @@ def record_of(
     pod: PodInput,
     node: str,
     gpu_names: frozenset[str],
-    pod_groups: Mapping[str, PodGroupInput] | None = None,
+    gang: str | None = None,
+    minimum: int = 0,
 ) -> PodRecord:
     """What the Kubernetes filters keep of a pod on ``node``: labels, requests (GPU resources
     left out: the GPU rules charge those), host ports, required anti-affinity; and what
-    preemption weighs it by: priority, uid, creation time, its gang and that gang's minimum as
-    far as ``pod_groups`` tell."""
+    preemption weighs it by: priority, uid, creation time, its gang and that gang's minimum
+    (as the caller knows them: from the pod's sources, or the placement)."""
     anti = pod.affinity.anti_required if pod.affinity is not None else ()
-    gang = best_known(pod, pod_groups or {})
     return PodRecord(
         key=pod.key,
         namespace=pod.namespace,
@@ -849,8 +849,8 @@ def record_of(
         priority=pod.priority,
         uid=pod.uid,
         created=pod.created,
-        gang=gang.key if gang is not None else None,
-        minimum=gang.minimum if gang is not None else 0,
+        gang=gang,
+        minimum=minimum,
     )
 
 
