@@ -67,7 +67,6 @@ from benchmarks.liveplane import (
     metric,
     node_manifest,
     peak_rss_mb,
-    pod_manifest,
     start_topo,
     tear_down,
     throughput,
@@ -75,7 +74,7 @@ from benchmarks.liveplane import (
     wait_http_ok,
     wait_nodes_ready,
 )
-from scheduler.testing.controlplane import ControlPlane, build_binaries
+from scheduler.testing.controlplane import ControlPlane, build_binaries, pod_manifest
 from scheduler.testing.kubescheduler import KubeScheduler
 from scheduler.testing.redisserver import RedisServer
 
@@ -126,7 +125,7 @@ def background_pods(nodes: int, per_node: int, kwok_runs: bool) -> list[dict[str
                         name,
                         BACKGROUND_NS,
                         TOPO_NAME,
-                        limits,
+                        {"main": limits},
                         node=node,
                         labels=labels,
                         annotations={"topo-scheduler.io/devices": devices},
@@ -136,7 +135,12 @@ def background_pods(nodes: int, per_node: int, kwok_runs: bool) -> list[dict[str
                 limits = {"cpu": "1", "memory": "4Gi"}
                 pods.append(
                     pod_manifest(
-                        name, BACKGROUND_NS, "default-scheduler", limits, node=node, labels=labels
+                        name,
+                        BACKGROUND_NS,
+                        "default-scheduler",
+                        {"main": limits},
+                        node=node,
+                        labels=labels,
                     )
                 )
     return pods
@@ -204,7 +208,9 @@ def run_backlog(
     names = [f"p-{i:05d}" for i in range(backlog)]
     limits = {**LIMITS, "nvidia.com/gpu": "1"}
     began = time.monotonic()
-    bulk_create(plane, (pod_manifest(n, namespace, scheduler_name, limits) for n in names))
+    bulk_create(
+        plane, (pod_manifest(n, namespace, scheduler_name, {"main": limits}) for n in names)
+    )
     print(f"  {result.label}: backlog of {backlog} created in {time.monotonic() - began:.0f} s")
     watch = Watch(plane, namespace)
     started = time.monotonic()
@@ -393,7 +399,9 @@ def main() -> None:
             kill(leader, signal.SIGKILL)
             names = [f"f-{i:03d}" for i in range(FAILOVER_PODS)]
             limits = {**LIMITS, "nvidia.com/gpu": "1"}
-            bulk_create(plane, (pod_manifest(n, "failover", TOPO_NAME, limits) for n in names))
+            bulk_create(
+                plane, (pod_manifest(n, "failover", TOPO_NAME, {"main": limits}) for n in names)
+            )
             first = watch.first(60)
             times = watch.wait(names, 30)
             if first is not None:

@@ -253,35 +253,6 @@ def metric(url: str, name: str) -> float | None:
     return None
 
 
-def pod_manifest(
-    name: str,
-    namespace: str,
-    scheduler: str,
-    limits: dict[str, str],
-    node: str | None = None,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """A one-container pod (``ControlPlane.create_pod``'s shape), optionally already bound."""
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler,
-        "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
-    }
-    if node is not None:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels or {},
-            "annotations": annotations or {},
-        },
-        "spec": spec,
-    }
-
-
 def node_manifest(name: str, inventory: dict[str, Any], gpus: int = 8) -> dict[str, Any]:
     """A KWOK node (``ControlPlane.create_gpu_node``'s shape) with our inventory annotation."""
     capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}

@@ -568,29 +568,18 @@ class ControlPlane:
         """A pod with one container ``main`` asking for ``limits`` (default: ``gpus`` of
         ``resource``), or with ``containers``, name -> limits, in that order; of a PriorityClass
         (the apiserver's Priority admission sets its spec.priority) when one is named."""
-        spec = containers or {"main": limits or {resource: str(gpus)}}
-        pod: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": labels or {},
-                "annotations": annotations or {},
-            },
-            "spec": {
-                "schedulerName": scheduler,
-                "containers": [
-                    {"name": c, "image": "busybox", "resources": {"limits": lim}}
-                    for c, lim in spec.items()
-                ],
-            },
-        }
-        if node_selector:
-            pod["spec"]["nodeSelector"] = node_selector
-        if priority_class:
-            pod["spec"]["priorityClassName"] = priority_class
-        return self.apply(pod)
+        return self.apply(
+            pod_manifest(
+                name,
+                namespace,
+                scheduler,
+                containers or {"main": limits or {resource: str(gpus)}},
+                labels=labels,
+                annotations=annotations,
+                node_selector=node_selector,
+                priority_class=priority_class,
+            )
+        )
 
     def create_priority_class(self, name: str, value: int) -> Any:
         """A PriorityClass (cluster-wide; preemptionPolicy PreemptLowerPriority)."""
@@ -605,6 +594,45 @@ class ControlPlane:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+
+def pod_manifest(
+    name: str,
+    namespace: str,
+    scheduler: str,
+    containers: dict[str, dict[str, str]],
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+    node: str | None = None,
+    priority_class: str | None = None,
+) -> dict[str, Any]:
+    """A pod with ``containers`` (name -> limits, in that order), optionally already bound to
+    ``node`` and of a PriorityClass: ``create_pod``'s object, and the benchmarks' bulk ones."""
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [
+            {"name": c, "image": "busybox", "resources": {"limits": lim}}
+            for c, lim in containers.items()
+        ],
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if node is not None:
+        spec["nodeName"] = node
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": spec,
+    }
 
 
 def _established(crd: dict[str, Any]) -> bool:
