@@ -10,6 +10,11 @@ tests against both):
   renew stops committing at once, whatever its own clock says.
 - ``reserve`` is all or nothing: every whole GPU must be unowned (or owned by the same pod) and
   every shared card must have room for the claim, else nothing is written and Conflict says why.
+  ``reserve_each`` takes several such units (a pod's claim, or a gang's members' claims) in one
+  call: each is all or nothing on its own, judged in order against the store as the units
+  before it left it; a refused unit writes nothing and the others are still written. The reason
+  per unit replaces Conflict; only a failed fence (Fenced) refuses the whole call. ``reserve``
+  is ``reserve_each`` with one unit.
 - ``mark_bound`` records that the apiserver accepted the binds; ``release`` frees pods' claims.
 - Per-GPU owner (``owners``): every whole GPU held is owned by one pod, with the pod's gang and
   the epoch of the leader that wrote the ownership (by ``reserve`` or ``reconcile``).
@@ -151,7 +156,20 @@ class Store(Protocol):
     async def release_lease(self, holder: str, epoch: int) -> None: ...
 
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
-        """All or nothing; raises Conflict or Fenced."""
+        """All or nothing; raises Conflict or Fenced. ``reserve_each`` with one unit."""
+        ...
+
+    async def reserve_each(
+        self, holder: str, epoch: int, units: list[list[Claim]]
+    ) -> list[str | None]:
+        """Reserve several independent units in one fenced call.
+
+        Each unit is all or nothing exactly as ``reserve``. Units are judged in order, each
+        against the store as the units before it in the same call left it (so a unit colliding
+        with an earlier one is refused, the earlier one written). Returns, per unit, None when
+        it was written, else the conflict reason (the text ``reserve`` puts in Conflict), and
+        nothing of that unit is written. Raises Fenced for the whole call, with nothing
+        written, when the lease is not held by (holder, epoch)."""
         ...
 
     async def mark_bound(self, holder: str, epoch: int, uids: list[str]) -> None: ...

@@ -18,6 +18,7 @@ from .base import (
     Owner,
     ReconcileReport,
     Record,
+    ShareClaim,
 )
 
 
@@ -29,8 +30,11 @@ class MemoryStore:
         self._expires = 0.0
         self._epoch = 0
         self._records: dict[str, Record] = {}
-        # (node, index) -> owner of a whole GPU (shared cards are read from the records).
+        # (node, index) -> owner of a whole GPU.
         self._owners: dict[tuple[str, int], Owner] = {}
+        # (node, index) -> pod UID -> that pod's shares of the card, kept by _write and _drop:
+        # a reservation reads only the cards its claims touch, never every record.
+        self._cards: dict[tuple[str, int], dict[str, list[ShareClaim]]] = {}
         self._members: dict[str, set[str]] = {}  # gang -> member UIDs
         self._gangs: dict[str, GangRecord] = {}
         self._nodes: dict[str, str] = {}
@@ -70,31 +74,42 @@ class MemoryStore:
     # ---- claims ----------------------------------------------------------------------------
 
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
-        self._fence(holder, epoch)
-        problem = self._check(claims)
-        if problem:
+        (problem,) = await self.reserve_each(holder, epoch, [claims])
+        if problem is not None:
             raise Conflict(problem)
+
+    async def reserve_each(
+        self, holder: str, epoch: int, units: list[list[Claim]]
+    ) -> list[str | None]:
+        self._fence(holder, epoch)
         touched: set[str] = set()
-        for claim in claims:
-            self._drop(claim.uid, touched)
-            self._write(claim, "reserved", epoch, touched)
+        out: list[str | None] = []
+        for claims in units:
+            problem = self._check(claims)
+            out.append(problem)
+            if problem:
+                continue
+            for claim in claims:
+                self._drop(claim.uid, touched)
+                self._write(claim, "reserved", epoch, touched)
         self._settle(touched, epoch)
+        return out
 
     def _check(self, claims: list[Claim]) -> str | None:
+        """Why ``claims`` cannot be written next to what the store holds (and the earlier
+        claims of the same list); None when they can. Reads only the GPUs the claims name."""
         taken: dict[tuple[str, int], str] = {}
-        shared: dict[tuple[str, int], list[tuple[str, int, int, int, str]]] = {}
-        for uid, rec in self._records.items():
-            for s in rec.claim.shares:
-                shared.setdefault((rec.claim.node, s.index), []).append(
-                    (uid, s.core, s.memory_mib, s.sgpu, s.qos)
-                )
+        # Shares of the earlier claims of this list: (node, index) -> (uid, core, mem, sgpu, qos).
+        added: dict[tuple[str, int], list[tuple[str, int, int, int, str]]] = {}
         for claim in claims:
             for index in claim.devices:
                 key = (claim.node, index)
                 owner = self._owner_uid(key) or taken.get(key)
                 if owner is not None and owner != claim.uid:
                     return f"GPU {index} on node {claim.node} is held by pod UID {owner}"
-                if any(u != claim.uid for u, *_ in shared.get(key, [])):
+                if any(u != claim.uid for u in self._cards.get(key, ())) or any(
+                    u != claim.uid for u, *_ in added.get(key, [])
+                ):
                     return f"GPU {index} on node {claim.node} is shared by other pods"
                 taken[key] = claim.uid
             for s in claim.shares:
@@ -102,16 +117,24 @@ class MemoryStore:
                 owner = self._owner_uid(key) or taken.get(key)
                 if owner is not None and owner != claim.uid:
                     return f"GPU {s.index} on node {claim.node} is held whole by pod UID {owner}"
-                users = [u for u in shared.get(key, []) if u[0] != claim.uid]
-                core = sum(u[1] for u in users) + s.core
-                memory = sum(u[2] for u in users) + s.memory_mib
-                sgpu = sum(u[3] for u in users) + s.sgpu
-                qos = {u[4] for u in users if u[4]}
+                users = [
+                    (u.core, u.memory_mib, u.sgpu, u.qos)
+                    for uid, held in self._cards.get(key, {}).items()
+                    if uid != claim.uid
+                    for u in held
+                ]
+                users += [
+                    (c, m, g, q) for uid, c, m, g, q in added.get(key, []) if uid != claim.uid
+                ]
+                core = sum(u[0] for u in users) + s.core
+                memory = sum(u[1] for u in users) + s.memory_mib
+                sgpu = sum(u[2] for u in users) + s.sgpu
+                qos = {u[3] for u in users if u[3]}
                 if core > 100 or memory > s.cap_memory_mib or sgpu > s.cap_sgpu:
                     return f"GPU {s.index} on node {claim.node} has no room for the share"
                 if s.qos and qos - {s.qos}:
                     return f"GPU {s.index} on node {claim.node} serves QoS {sorted(qos)[0]}"
-                shared.setdefault(key, []).append((claim.uid, s.core, s.memory_mib, s.sgpu, s.qos))
+                added.setdefault(key, []).append((claim.uid, s.core, s.memory_mib, s.sgpu, s.qos))
         return None
 
     def _owner_uid(self, key: tuple[str, int]) -> str | None:
@@ -122,6 +145,8 @@ class MemoryStore:
         self._records[claim.uid] = Record(claim, state, epoch)
         for index in claim.devices:
             self._owners[(claim.node, index)] = Owner(claim.uid, claim.gang, epoch)
+        for s in claim.shares:
+            self._cards.setdefault((claim.node, s.index), {}).setdefault(claim.uid, []).append(s)
         if claim.gang:
             self._members.setdefault(claim.gang, set()).add(claim.uid)
             touched.add(claim.gang)
@@ -133,6 +158,13 @@ class MemoryStore:
         for index in rec.claim.devices:
             if self._owner_uid((rec.claim.node, index)) == uid:
                 del self._owners[(rec.claim.node, index)]
+        for s in rec.claim.shares:
+            key = (rec.claim.node, s.index)
+            card = self._cards.get(key)
+            if card is not None:
+                card.pop(uid, None)
+                if not card:
+                    del self._cards[key]
         if rec.claim.gang:
             self._members.get(rec.claim.gang, set()).discard(uid)
             touched.add(rec.claim.gang)

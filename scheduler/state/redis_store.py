@@ -51,8 +51,9 @@ the write, whatever their own clocks say. Holder names are unique per process, s
 Redis that restarts epochs at 1 cannot confuse two leaders.
 
 A gang record is derived from its members' pod records and rewritten (``settle``) in the same
-script as any change to them: ``reserve`` (a member joins: ``reserved``), ``mark_bound`` (the
-last member bound: ``bound``), ``release`` (the last member freed: the record is deleted).
+script as any change to them: ``reserve``/``reserve_each`` (a member joins: ``reserved``),
+``mark_bound`` (the last member bound: ``bound``), ``release`` (the last member freed: the record
+is deleted).
 ``reconcile`` deletes every gang record and rebuilds them from ``P:pods``.
 
 ``reconcile`` handles the whole store (100,000 bound pods after a takeover), so it runs as fenced
@@ -65,9 +66,12 @@ A nomination costs one call to write (``nominate``, which also deletes the expir
 to drop; neither runs on a pod's ordinary path, only when a preemptor's victims are chosen and
 when that preemptor binds, goes or is given up.
 
-Scheduling a pod costs two round trips: ``reserve`` before the bind, ``mark_bound`` after (a
-gang's reservation and its marking are one call each, for all members). Node inventories are
-written on node events only (``update_nodes``, batched by the caller) and by ``reconcile``.
+A pod's path has two writes: its reservation before the bind, ``mark_bound`` after. Neither is
+a call per pod under load: the cycle reserves a batch of units (pods, gangs) in one
+``reserve_each`` call (one script, each unit all or nothing on its own, one reason back per
+unit, '' when written), and the marks of the binds that completed meanwhile go in one
+``mark_bound`` call. Node inventories are written on node
+events only (``update_nodes``, batched by the caller) and by ``reconcile``.
 Scripts run through redis-py's ``register_script`` (EVALSHA, reloaded after a Redis restart).
 Keys are computed inside the scripts, so this needs one Redis (or a replicated primary), not a
 Redis Cluster.
@@ -230,7 +234,9 @@ local function problem(c, pending)
       return 'GPU ' .. index .. ' on node ' .. c.node .. ' is held whole by pod UID ' .. owner
     end
     local users = redis.call('HGETALL', card_key(c.node, index))
-    local extra = pending['shared#' .. key] or {}
+    -- A copy: the store's users must not join `pending` (a later claim would count them twice).
+    local extra = {}
+    for _, v in ipairs(pending['shared#' .. key] or {}) do extra[#extra + 1] = v end
     for j = 1, #users, 2 do
       if users[j] ~= c.uid then table.insert(extra, users[j + 1]) end
     end
@@ -253,24 +259,37 @@ local function problem(c, pending)
 end
 """
 
-_RESERVE = (
+# ARGV[4..]: per unit, the number n of its claims, then its n claims as JSON. Each unit is all or
+# nothing on its own, judged against the store as the units before it left it. Returns one string
+# per unit: '' when it was written, else why not.
+_RESERVE_EACH = (
     _PRELUDE
     + r"""
 if not held() then return fenced() end
-local claims, pending = {}, {}
-for i = 4, #ARGV do
-  local c = cjson.decode(ARGV[i])
-  -- A pod re-reserving replaces its own earlier claim: judge it without that claim.
-  local why = problem(c, pending)
-  if why then return redis.error_reply('CONFLICT ' .. why) end
-  claims[#claims + 1] = {ARGV[i], c}
-end
-for _, item in ipairs(claims) do
-  drop(item[2].uid)
-  write(item[1], item[2], 'reserved')
+local out, i = {}, 4
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  local claims, pending, why = {}, {}, nil
+  for j = i + 1, i + n do
+    local c = cjson.decode(ARGV[j])
+    -- A pod re-reserving replaces its own earlier claim: judge it without that claim.
+    why = problem(c, pending)
+    if why then break end
+    claims[#claims + 1] = {ARGV[j], c}
+  end
+  if why then
+    out[#out + 1] = why
+  else
+    for _, item in ipairs(claims) do
+      drop(item[2].uid)
+      write(item[1], item[2], 'reserved')
+    end
+    out[#out + 1] = ''
+  end
+  i = i + 1 + n
 end
 settle_touched()
-return #claims
+return out
 """
 )
 
@@ -523,7 +542,7 @@ class RedisStore:
         self.prefix = prefix
         self.chunk = chunk
         self.reconcile_calls = 0  # fenced calls made by reconciles so far (tests, benchmarks)
-        self._reserve = client.register_script(_RESERVE)
+        self._reserve_each = client.register_script(_RESERVE_EACH)
         self._mark_bound = client.register_script(_MARK_BOUND)
         self._release = client.register_script(_RELEASE)
         self._reconcile_free = client.register_script(_RECONCILE_FREE)
@@ -554,8 +573,6 @@ class RedisStore:
             text = str(exc)
             if text.startswith("FENCED"):
                 raise Fenced(text.removeprefix("FENCED ")) from None
-            if text.startswith("CONFLICT"):
-                raise Conflict(text.removeprefix("CONFLICT ")) from None
             # BUSY, OOM, READONLY, a script's runtime error...: the call failed on Redis's side.
             # Callers see one family, StoreError, as for a lost connection; the leader's next
             # reconcile repairs whatever the call did or did not write.
@@ -574,8 +591,19 @@ class RedisStore:
         await self._call(self._release_lease, [self.prefix, holder, epoch])
 
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
-        encoded = [_encoder.encode(c) for c in claims]
-        await self._call(self._reserve, [self.prefix, holder, epoch, *encoded])
+        (problem,) = await self.reserve_each(holder, epoch, [claims])
+        if problem is not None:
+            raise Conflict(problem)
+
+    async def reserve_each(
+        self, holder: str, epoch: int, units: list[list[Claim]]
+    ) -> list[str | None]:
+        args: list[Any] = [self.prefix, holder, epoch]
+        for claims in units:
+            args.append(len(claims))
+            args += [_encoder.encode(c) for c in claims]
+        out = await self._call(self._reserve_each, args)
+        return [_text(v) or None for v in out]
 
     async def mark_bound(self, holder: str, epoch: int, uids: list[str]) -> None:
         await self._call(self._mark_bound, [self.prefix, holder, epoch, *uids])

@@ -235,6 +235,155 @@ async def test_reconcile_reports_gpus_claimed_twice_by_the_truth(h: Harness) -> 
     assert report.conflicts == ("pod default/p2: GPU 0 on node n is held by pod UID p1",)
 
 
+# ---- several units in one call (reserve_each) ----------------------------------------------
+
+
+async def test_reserve_each_writes_independent_units_in_one_call(h: Harness) -> None:
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    out = await h.store.reserve_each(
+        "a",
+        e,
+        [
+            [claim("p1", devices=(0,))],
+            [claim("p2", "m", (0, 1)), claim("p3", devices=(1,))],
+            [claim("s1", shares=(share(2, 60),))],
+        ],
+    )
+    assert out == [None, None, None]
+    records = await h.store.records()
+    assert {u: (r.state, r.epoch) for u, r in records.items()} == {
+        u: ("reserved", e) for u in ("p1", "p2", "p3", "s1")
+    }
+    assert await h.store.owners("n") == {0: Owner("p1", "", e), 1: Owner("p3", "", e)}
+    assert await h.store.owners("m") == {0: Owner("p2", "", e), 1: Owner("p2", "", e)}
+    # A later unit sees what the earlier ones wrote, its own pod's earlier claim included: p1
+    # moves to GPU 4 and the next unit takes the GPU 0 the move freed.
+    out = await h.store.reserve_each(
+        "a", e, [[claim("p1", devices=(4,))], [claim("q", devices=(0,))]]
+    )
+    assert out == [None, None]
+    owners = await h.store.owners("n")
+    assert (owners[0].uid, owners[4].uid) == ("q", "p1")
+    assert await h.store.reserve_each("a", e, []) == []
+
+
+async def test_reserve_each_judges_a_unit_against_the_units_before_it(h: Harness) -> None:
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    out = await h.store.reserve_each(
+        "a", e, [[claim("a1", devices=(0, 1))], [claim("b1", devices=(1, 2))]]
+    )
+    assert out == [None, "GPU 1 on node n is held by pod UID a1"]
+    assert set(await h.store.records()) == {"a1"}
+    assert await h.store.owners("n") == {0: Owner("a1", "", e), 1: Owner("a1", "", e)}
+    # The same for shared cards: the second share finds no room left by the first.
+    out = await h.store.reserve_each(
+        "a",
+        e,
+        [
+            [claim("s1", shares=(share(3, 60, "fixed-share", 1),))],
+            [claim("s2", shares=(share(3, 50, "fixed-share", 1),))],
+            [claim("w", devices=(3,))],
+        ],
+    )
+    assert out == [
+        None,
+        "GPU 3 on node n has no room for the share",
+        "GPU 3 on node n is shared by other pods",
+    ]
+    assert set(await h.store.records()) == {"a1", "s1"}
+    # The reason is the one reserve puts in Conflict.
+    with pytest.raises(Conflict) as refused:
+        await h.store.reserve("a", e, [claim("b1", devices=(1, 2))])
+    assert str(refused.value) == "GPU 1 on node n is held by pod UID a1"
+
+
+async def test_reserve_each_refuses_a_gang_unit_whole_and_writes_the_others(h: Harness) -> None:
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    await h.store.reserve("a", e, [claim("p0", devices=(3,))])
+    out = await h.store.reserve_each(
+        "a",
+        e,
+        [
+            [claim("x", devices=(5,))],
+            [member("g1", devices=(0,)), member("g2", devices=(3,))],  # GPU 3 is p0's
+            [claim("solo", devices=(0,))],  # GPU 0 is free: g1 was not written
+        ],
+    )
+    assert out == [None, "GPU 3 on node n is held by pod UID p0", None]
+    assert set(await h.store.records()) == {"p0", "x", "solo"}
+    assert await h.store.owners("n") == {
+        0: Owner("solo", "", e),
+        3: Owner("p0", "", e),
+        5: Owner("x", "", e),
+    }
+    assert await h.store.gangs() == {}  # no record for the refused gang
+
+
+async def test_reserve_each_of_a_fenced_holder_writes_nothing(h: Harness) -> None:
+    e1 = await h.store.acquire("a", TTL)
+    assert e1 is not None
+    await h.store.reserve("a", e1, [claim("p1", devices=(0,))])
+    units = [[claim("x", devices=(1,))], [member("g1", devices=(2,)), member("g2", devices=(3,))]]
+    await h.expire()
+    with pytest.raises(Fenced):  # lapsed, nobody else yet
+        await h.store.reserve_each("a", e1, units)
+    e2 = await h.store.acquire("b", TTL)
+    assert e2 is not None
+    for holder, epoch in (("a", e1), ("b", e1), ("a", e2)):
+        with pytest.raises(Fenced):
+            await h.store.reserve_each(holder, epoch, units)
+    with pytest.raises(Fenced):
+        await h.store.reserve_each("a", e1, [])
+    assert set(await h.store.records()) == {"p1"}
+    assert await h.store.owners("n") == {0: Owner("p1", "", e1)}
+    assert await h.store.gangs() == {}
+
+
+async def test_reserve_each_settles_the_gang_records_of_its_units(h: Harness) -> None:
+    e1 = await h.store.acquire("a", TTL)
+    assert e1 is not None
+    await h.store.reserve("a", e1, [member("g1", devices=(0,)), member("g2", devices=(1,))])
+    await h.store.mark_bound("a", e1, ["g1", "g2"])
+    await h.store.release("a", e1, ["g2"])  # g2's pod was deleted: the gang is partial
+    assert (await h.store.gangs())["default/job"].state == "partial"
+    await h.expire()
+    e2 = await h.store.acquire("b", TTL)
+    assert e2 is not None
+    out = await h.store.reserve_each(
+        "b",
+        e2,
+        [
+            [member("g3", devices=(1,))],  # job's missing member re-planned
+            [member("k1", "other", 3, devices=(2,)), member("k2", "other", 3, devices=(3,))],
+            [member("r1", "refused", 2, devices=(4,)), member("r2", "refused", 2, devices=(0,))],
+            [member("k3", "other", 3, devices=(5,))],  # other's last member, a unit of its own
+        ],
+    )
+    assert out == [None, None, "GPU 0 on node n is held by pod UID g1", None]
+    assert await h.store.gangs() == {
+        "default/job": GangRecord("reserved", e2, ("g1", "g3"), 2),
+        "default/other": GangRecord("reserved", e2, ("k1", "k2", "k3"), 3),
+    }
+    await h.store.mark_bound("b", e2, ["g3", "k1", "k2", "k3"])
+    gangs = await h.store.gangs()
+    assert (gangs["default/job"].state, gangs["default/other"].state) == ("bound", "bound")
+
+
+async def test_one_units_shares_of_a_card_are_each_counted_once(h: Harness) -> None:
+    # A card holding 40% for s0; a gang of three members taking 20% each fits (100%).
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    await h.store.reserve("a", e, [claim("s0", shares=(share(0, 40, mem=100),))])
+    gang = [member(f"m{i}", replicas=3, shares=(share(0, 20, mem=100),)) for i in (1, 2, 3)]
+    assert await h.store.reserve_each("a", e, [gang]) == [None]
+    assert set(await h.store.records()) == {"s0", "m1", "m2", "m3"}
+    with pytest.raises(Conflict, match="no room"):
+        await h.store.reserve("a", e, [claim("s3", shares=(share(0, 1),))])
+
+
 # ---- per-GPU owners ------------------------------------------------------------------------
 
 
