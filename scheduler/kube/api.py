@@ -20,7 +20,9 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator
 from typing import Any, Final
+from urllib.parse import quote
 
+import aiohttp
 import msgspec
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.api_client import ApiClient
@@ -48,6 +50,28 @@ REQUEST_TIMEOUT_S: Final = 30
 # that a page's body is a few MB.
 LIST_PAGE: Final = 2000
 COMPONENT: Final = "topo-scheduler"
+
+
+class _Target(msgspec.Struct, rename="camel"):
+    name: str
+    api_version: str = "v1"
+    kind: str = "Node"
+
+
+class _BindingMeta(msgspec.Struct):
+    name: str
+    uid: str
+    annotations: dict[str, str]
+
+
+class _Binding(msgspec.Struct, rename="camel"):
+    metadata: _BindingMeta
+    target: _Target
+    api_version: str = "v1"
+    kind: str = "Binding"
+
+
+_binding_encoder = msgspec.json.Encoder()
 
 
 class BindResult(msgspec.Struct, frozen=True):
@@ -194,16 +218,36 @@ class KubeApi:
     async def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
     ) -> BindResult:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "uid": uid, "annotations": annotations},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        status, raw = await self._call(
-            self.core.create_namespaced_pod_binding, name, namespace, body
+        """POST the Binding subresource. The one call made per pod scheduled, so it skips the
+        generated client: the body is encoded once by msgspec and sent on the client's own
+        session with its own credentials (refreshed tokens included)."""
+        body = _binding_encoder.encode(
+            _Binding(
+                metadata=_BindingMeta(name=name, uid=uid, annotations=annotations),
+                target=_Target(name=node),
+            )
         )
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
+        status, raw = await self._post(path, body)
         return BindResult(status, "" if status < 300 else raw.decode(errors="replace")[:500])
+
+    async def _post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        config = self.api_client.configuration
+        headers = {
+            **self.api_client.default_headers,
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+        }
+        await self.api_client.update_params_for_auth(headers, [], ["BearerToken"])
+        session = self.api_client.rest_client.pool_manager
+        async with session.post(
+            f"{config.host}{path}",
+            data=body,
+            headers=headers,
+            proxy=config.proxy or None,
+            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+        ) as response:
+            return response.status, await response.read()
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         """Merge ``annotations`` into the pod's (a gone pod is not an error: nothing to say)."""
