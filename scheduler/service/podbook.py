@@ -14,8 +14,8 @@ Stages (a pod the book does not hold is GONE):
 - PENDING: ours and unbound; holds nothing; queued.
 - RELOADED: pending, holding a reservation a previous leader made (it may have died mid-bind);
   decided afresh when its turn comes.
-- RESERVING: the cycle placed it and the store reservation is being written; the snapshot does
-  not hold it yet.
+- RESERVING: the cycle placed it and the snapshot assumes it (so the next decision sees its
+  GPUs taken); the store reservation is being written. A refused one forgets it.
 - BINDING: reserved in the store and assumed in the snapshot; the Binding is in flight.
 - ASSUMED: our Binding succeeded; the bound watch has not shown the pod yet (so a bound re-list
   that lacks it re-reads the pod instead of freeing its GPUs).
@@ -94,8 +94,8 @@ class Effect(enum.Enum):
     FORGET = "forget"  # drop what the snapshot holds for it (ours, not the truth)
     FREE = "free"  # the pod left: snapshot and store let its GPUs go, waiting pods retry
     CHARGE = "charge"  # the pod read back is bound: the snapshot holds its truth
-    ASSUME = "assume"  # hold the placement in the snapshot, done with the queue
-    BIND = "bind"  # hand it to the binder
+    ASSUME = "assume"  # hold the placement in the snapshot
+    BIND = "bind"  # done with the queue; hand it to the binder
     MARK_BOUND = "mark-bound"  # store: the reservation is bound
     RELEASE_STORE = "release-store"  # store: drop its reservation
     SCHEDULED = "scheduled"  # report the bind (event, latency, explanation)
@@ -135,7 +135,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.PENDING, E.REPLACED): (S.GONE, _),
     (S.PENDING, E.RELOAD): (S.RELOADED, (F.HOLD,)),
     (S.PENDING, E.TAKEN): (S.PENDING, _),
-    (S.PENDING, E.PLACED): (S.RESERVING, _),
+    (S.PENDING, E.PLACED): (S.RESERVING, (F.ASSUME,)),
     (S.PENDING, E.NOT_PLACED): (S.PENDING, (F.PARK,)),
     (S.PENDING, E.CHECKED_PENDING): (S.PENDING, _),
     (S.PENDING, E.CHECKED_BOUND): (S.PENDING, _),  # the bound watch will say so
@@ -155,16 +155,18 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),
     (S.RELOADED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.DEQUEUE, F.RECONCILE)),
     (S.RELOADED, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
-    # ---- the store reservation is being written --------------------------------------------
+    # ---- assumed; the store reservation is being written ------------------------------------
     (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, _),
     (S.RESERVING, E.PENDING_LEFT): (S.RESERVING, _),  # the bind will tell (404: BIND_GONE)
-    (S.RESERVING, E.PENDING_ENDED): (S.GONE, _),
+    # Gone: the assumption goes; the store's answer for a pod no longer in the book (GONE,
+    # RESERVE_OK) releases whatever the reservation wrote.
+    (S.RESERVING, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
     (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE,)),
-    (S.RESERVING, E.BOUND_ENDED): (S.GONE, _),
-    (S.RESERVING, E.REPLACED): (S.GONE, _),
-    (S.RESERVING, E.RESERVE_OK): (S.BINDING, (F.ASSUME, F.BIND)),
-    (S.RESERVING, E.RESERVE_FAILED): (S.PENDING, (F.BACKOFF,)),
-    (S.RESERVING, E.RESERVE_FENCED): (S.PENDING, (F.ENQUEUE,)),
+    (S.RESERVING, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
+    (S.RESERVING, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.RESERVING, E.RESERVE_OK): (S.BINDING, (F.BIND,)),
+    (S.RESERVING, E.RESERVE_FAILED): (S.PENDING, (F.FORGET, F.BACKOFF)),
+    (S.RESERVING, E.RESERVE_FENCED): (S.PENDING, (F.FORGET, F.ENQUEUE)),
     (S.RESERVING, E.CHECKED_PENDING): (S.RESERVING, _),
     (S.RESERVING, E.CHECKED_BOUND): (S.RESERVING, _),
     (S.RESERVING, E.CHECKED_GONE): (S.RESERVING, _),
@@ -260,8 +262,6 @@ class Ctx:
     gang: str | None = None
     timed_out: bool = False  # NOT_PLACED: the pod's gang waited longer than its timeout
     binds: list[tuple[PodInput, Placement]] | None = None  # BIND collects here
-    mark_bound: list[str] | None = None  # MARK_BOUND collects here (else: a store call now)
-    release: list[str] | None = None  # RELEASE_STORE collects here (else: a store call now)
 
 
 @dataclass(frozen=True)

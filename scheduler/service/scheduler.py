@@ -109,7 +109,7 @@ class Scheduler:
         leadership: Leadership,
         metrics: Metrics,
         clock: Callable[[], float],
-        bind_concurrency: int = 16,
+        bind_concurrency: int = 64,
         gang_wait_timeout: float = 600.0,
         bind_timeout: float | None = None,
         wait_for_unknown_leader: bool = True,
@@ -131,6 +131,7 @@ class Scheduler:
         self._tasks: set[asyncio.Task[None]] = set()
         self.events = EventLane(metrics.events_dropped)  # Scheduled events, off the pod's path
         self._checking: set[tuple[str, str]] = set()
+        self._gauged: dict[str, int] = {}  # the queue sizes the pending gauge shows
         self.accepting = True
         self.ready_to_schedule = False  # set after the leader's reconcile
         # A leader that cannot know who led before waits until then before its first decision.
@@ -320,7 +321,7 @@ class Scheduler:
         elif effect is Effect.FREE:
             holding = self.state.holdings.get(key)
             self.intake.free(key)
-            self._release(key, uid, ctx)
+            self._release(key, uid)
             ready = self.preemptions.ready(key)
             if ready:  # its last victim left: no backoff to wait out, once the store freed it
                 self._spawn(self._activate_when_released(ready))
@@ -336,18 +337,15 @@ class Scheduler:
             assert pod is not None
             self.state.apply(ctx.placement, pod, ctx.replicas)
             entry.placement = ctx.placement
-            self.queue.done(key)
         elif effect is Effect.BIND:
             assert ctx.binds is not None and ctx.pod is not None and ctx.placement is not None
+            self.queue.done(key)
             ctx.binds.append((ctx.pod, ctx.placement))
         elif effect is Effect.MARK_BOUND:
-            if uid:
-                if ctx.mark_bound is not None:
-                    ctx.mark_bound.append(uid)
-                else:
-                    self._spawn(self.sync.write([uid], []))
+            if uid and self.sync.mark_bound_soon(uid):
+                self._spawn(self.sync.flush())
         elif effect is Effect.RELEASE_STORE:
-            self._release(key, uid, ctx)
+            self._release(key, uid)
         elif effect is Effect.SCHEDULED:
             self._scheduled(entry, ctx)
         elif effect is Effect.RECONCILE:
@@ -357,13 +355,9 @@ class Scheduler:
             self._checking.add((key, uid))
             self._spawn(self._check(key, uid))
 
-    def _release(self, key: str, uid: str, ctx: Ctx) -> None:
-        if not uid:
-            return
-        if ctx.release is not None:
-            ctx.release.append(uid)
-        elif self.sync.release_soon(key, uid):
-            self._spawn(self.sync.flush_releases())
+    def _release(self, key: str, uid: str) -> None:
+        if uid and self.sync.release_soon(key, uid):
+            self._spawn(self.sync.flush())
 
     def _park(self, entry: Entry | None, ctx: Ctx) -> None:
         assert entry is not None and ctx.pod is not None
@@ -432,16 +426,9 @@ class Scheduler:
         if gang and all(o.event is Event.BIND_OK for o in outcomes):
             seen = [e.first_seen for o in outcomes if (e := self.book.get(o.pod.key)) is not None]
             self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
-        mark: list[str] = []
-        release: list[str] = []
         for o in outcomes:
-            ctx = Ctx(
-                pod=o.current or o.pod, placement=o.placement, mark_bound=mark, release=release
-            )
-            if o.event is Event.BIND_OK:
-                ctx.pod = o.pod
-            self.dispatch(o.pod.key, o.pod.uid, o.event, ctx)
-        await self.sync.write(mark, release)
+            pod = o.pod if o.event is Event.BIND_OK else o.current or o.pod
+            self.dispatch(o.pod.key, o.pod.uid, o.event, Ctx(pod=pod, placement=o.placement))
         self._kick()
 
     # ---- leadership --------------------------------------------------------------------------
@@ -506,7 +493,7 @@ class Scheduler:
                 await self._sleep_until_woken(timeout)
                 continue
             try:
-                await self.schedule_one(key)
+                await self.cycle.schedule(key, self._next_ready)
             except Exception:
                 log.exception("scheduling attempt crashed", pod=key)
                 if self.book.stage(key) in SCHEDULABLE_STAGES:
@@ -515,6 +502,10 @@ class Scheduler:
 
     async def schedule_one(self, key: str) -> None:
         await self.cycle.schedule_one(key)
+
+    def _next_ready(self) -> str | None:
+        """The next pod of a batch (cycle.py): one ready now, while this replica may decide."""
+        return self.queue.pop() if self.may_decide() else None
 
     async def reconcile_if_needed(self) -> None:
         await self.sync.if_needed()
@@ -528,8 +519,13 @@ class Scheduler:
         self._wake.set()
 
     def _update_gauges(self) -> None:
-        for queue, n in self.queue.counts().items():
-            self.metrics.pending.labels(queue=queue).set(n)
+        counts = self.queue.counts()
+        if counts == self._gauged:
+            return  # once per attempt: a backlog changes only "active", by one
+        for queue, n in counts.items():
+            if self._gauged.get(queue) != n:
+                self.metrics.pending.labels(queue=queue).set(n)
+        self._gauged = counts
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -8,9 +8,10 @@ else in the store is freed, whichever epoch wrote it: a reservation that a faile
 behind does not outlive the next reconcile. After an election the reservations a previous leader
 left for pods still pending are loaded into the snapshot (the book's RELOAD event).
 
-Releases of pods that left are queued and sent by one flush at a time, so a burst of deletes
-is a few store calls rather than one per pod (past the Redis client's pool of 100 connections
-those failed); a release whose pod has been reserved again meanwhile is not sent.
+The marks after binds and the releases of pods that left are queued and sent by one flush at a
+time, so a backlog's binds or a burst of deletes are a few store calls rather than one per pod
+(past the Redis client's pool of 100 connections those failed); a release whose pod has been
+reserved again meanwhile is not sent.
 
 Every failed store write asks for a reconcile, which the loop runs at most every RECONCILE_MIN_S
 and tries again while it fails.
@@ -19,7 +20,7 @@ and tries again while it fails.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -37,8 +38,8 @@ _RELEASABLE = frozenset({Stage.GONE, Stage.PENDING})
 
 # After a reservation conflict the store is reconciled with the apiserver, at most this often.
 RECONCILE_MIN_S = 2.0
-# Releases queued while one is under way go together, at most this many UIDs per store call.
-RELEASE_BATCH = 1000
+# Writes queued while one is under way go together, at most this many UIDs per store call.
+WRITE_BATCH = 1000
 
 
 class StoreSync:
@@ -61,9 +62,11 @@ class StoreSync:
         # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
         self.needed = False
         self.last = 0.0
-        # Releases of pods that left, queued for the one flush under way (release_soon).
+        # Writes queued for the one flush under way: marks after binds, releases of pods that
+        # left (mark_bound_soon, release_soon).
+        self._marks: list[str] = []
         self._releases: dict[str, str] = {}  # uid -> pod key
-        self._releasing = False
+        self._flushing = False
         # Set while no release is queued or in flight (``released`` waits for it).
         self._idle = asyncio.Event()
         self._idle.set()
@@ -72,42 +75,41 @@ class StoreSync:
         self.needed = True
 
     def sizes(self) -> dict[str, int]:
-        return {"releases": len(self._releases)}
+        return {"marks": len(self._marks), "releases": len(self._releases)}
 
     # ---- writes ------------------------------------------------------------------------------
 
-    async def write(self, mark_bound: list[str], release: list[str]) -> None:
-        """After binds: mark the bound reservations, drop the others. A failure asks for a
-        reconcile (it would otherwise keep GPUs blocked that nobody uses)."""
-        epoch = self.leadership.epoch
-        if epoch is None or not self.leadership.leading:
-            return  # the next leader's reconcile writes the truth
-        holder = self.leadership.holder
-        try:
-            if mark_bound:
-                await self.store.mark_bound(holder, epoch, mark_bound)
-            if release:
-                await self.store.release(holder, epoch, release)
-        except StoreError as exc:
-            self.needed = True
-            log.warning("store update after bind failed", error=str(exc))
+    def mark_bound_soon(self, uid: str) -> bool:
+        """Queue the marking of ``uid``'s reservation as bound (its Binding succeeded). True when
+        the caller must run ``flush``."""
+        self._marks.append(uid)
+        return self._queued()
 
     def release_soon(self, key: str, uid: str) -> bool:
         """Queue the release of pod ``key``'s reservation or record (UID ``uid``). True when the
-        caller must run ``flush_releases``: one flush at a time sends what was queued meanwhile,
-        so a burst of deletes is a few store calls, not a call (and a Redis connection: the
-        client's pool has 100, and past it a call fails) per pod."""
+        caller must run ``flush``."""
         self._releases[uid] = key
+        return self._queued()
+
+    def _queued(self) -> bool:
         self._idle.clear()
-        if self._releasing:
+        if self._flushing:
             return False
-        self._releasing = True
+        self._flushing = True
         return True
 
-    async def flush_releases(self) -> None:
+    async def flush(self) -> None:
+        """Send what was queued, and what is queued meanwhile: marks, then releases, at most
+        WRITE_BATCH UIDs per store call. One flush at a time, so a backlog's binds or a burst of
+        deletes are a few store calls, not a call (and a Redis connection: the client's pool has
+        100, and past it a call fails) per pod."""
         try:
-            while self._releases:
-                batch = list(self._releases.items())[:RELEASE_BATCH]
+            while self._marks or self._releases:
+                marks = self._marks[:WRITE_BATCH]
+                del self._marks[:WRITE_BATCH]
+                if marks:
+                    await self._write(self.store.mark_bound, marks, "mark bound")
+                batch = list(self._releases.items())[:WRITE_BATCH]
                 for uid, _ in batch:
                     del self._releases[uid]
                 # A pod reserved again meanwhile (its bind failed; decided afresh) keeps its
@@ -116,8 +118,8 @@ class StoreSync:
                 if uids:
                     await self.release(uids)
         finally:
-            self._releasing = False
-            if not self._releases:
+            self._flushing = False
+            if not self._marks and not self._releases:
                 self._idle.set()
 
     async def released(self) -> None:
@@ -126,14 +128,21 @@ class StoreSync:
         await self._idle.wait()
 
     async def release(self, uids: list[str]) -> None:
+        await self._write(self.store.release, uids, "release")
+
+    async def _write(
+        self, call: Callable[[str, int, list[str]], Awaitable[None]], uids: list[str], what: str
+    ) -> None:
+        """A failure asks for a reconcile (it would otherwise keep GPUs blocked that nobody
+        uses, or leave bound pods marked as reserved)."""
         epoch = self.leadership.epoch
         if epoch is None or not self.leadership.leading:
-            return  # the next leader's reconcile frees them
+            return  # the next leader's reconcile writes the truth
         try:
-            await self.store.release(self.leadership.holder, epoch, uids)
+            await call(self.leadership.holder, epoch, uids)
         except StoreError as exc:
             self.needed = True
-            log.warning("store release failed", uids=uids, error=str(exc))
+            log.warning(f"store {what} failed", uids=uids[:20], error=str(exc))
 
     # ---- reconcile ---------------------------------------------------------------------------
 

@@ -41,10 +41,13 @@ async def test_a_burst_of_deletes_is_one_release_call() -> None:
         r.bound_seen(pod.key)
     for pod in pods:
         r.s.bound_event("DELETED", r.api.delete(pod.key))
-    assert r.s.sizes()["sync"] == {"releases": 8}  # queued for the flush the first one started
+    assert r.s.sizes()["sync"] == {
+        "marks": 0,
+        "releases": 8,
+    }  # queued for the flush the first one started
     await r.settle()
     assert store.releases == [[p.uid for p in pods]]
-    assert await r.records() == {} and r.s.sizes()["sync"] == {"releases": 0}
+    assert await r.records() == {} and r.s.sizes()["sync"] == {"marks": 0, "releases": 0}
 
 
 async def test_a_queued_release_of_a_pod_reserved_again_is_not_sent() -> None:
@@ -59,7 +62,7 @@ async def test_a_queued_release_of_a_pod_reserved_again_is_not_sent() -> None:
     # Meanwhile a is decided and reserved again (its earlier bind had failed, say).
     assert await r.step() == a.key
     assert r.s.book.stage(a.key) is Stage.BINDING
-    await sync.flush_releases()
+    await sync.flush()
     assert store.releases == [["uid-x", b.uid]]  # b is pending: its release goes
     await r.settle()
     assert (await r.records())[a.key] == "bound:(0,)"
@@ -71,5 +74,5 @@ async def test_a_release_of_another_pod_under_the_same_name_is_sent() -> None:
     old = MakePod().Name("a").Req(1).Obj()
     r.pending(msgspec.structs.replace(old, uid="uid-new"))  # a new pod under the old name
     assert r.s.sync.release_soon(old.key, old.uid)
-    await r.s.sync.flush_releases()
+    await r.s.sync.flush()
     assert store.releases == [[old.uid]]  # the book's entry is the other pod's
