@@ -64,7 +64,7 @@ class Run(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tru
     http_address: str = "0.0.0.0:8080"
     # /debug answers loopback clients only unless this is true (it names pods, nodes and GPUs).
     debug_from_anywhere: bool = False
-    bind_concurrency: int = 16
+    bind_concurrency: int = 64
     lease: Lease = msgspec.field(default_factory=Lease)
 
 

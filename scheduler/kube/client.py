@@ -19,8 +19,9 @@ import os
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-# Watches (up to 6) + binds in flight (bindConcurrency, default 16) + events and status patches.
-POOL_SIZE = 64
+# Connections: watches (up to 8, each holding one) + events and status patches + the binds in
+# flight (bindConcurrency), which the scheduler adds (service/app.py).
+POOL_SIZE = 32
 _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")
 
 

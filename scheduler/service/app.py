@@ -34,7 +34,7 @@ import structlog
 from scheduler.config import Config
 from scheduler.core.objects import PodInput
 from scheduler.kube.api import KubeApi
-from scheduler.kube.client import api_client
+from scheduler.kube.client import POOL_SIZE, api_client
 from scheduler.kube.codec import (
     Claim,
     Namespace,
@@ -100,7 +100,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             kind="memory",
             detail="no Redis URL: embedded in-memory store; run a single replica only",
         )
-    client = await api_client(kubeconfig)
+    client = await api_client(kubeconfig, POOL_SIZE + run_cfg.bind_concurrency)
     api = KubeApi(client)
     metrics = Metrics()
     store = TimedStore(store, metrics.store_latency)  # every store call is timed

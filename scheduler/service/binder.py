@@ -91,7 +91,7 @@ class Binder:
         metrics: Metrics,
         spawn: Callable[[Coroutine[Any, Any, None]], None],
         on_results: Callable[[list[Outcome], int], Awaitable[None]],
-        concurrency: int = 16,
+        concurrency: int = 64,
         timeout_s: float = 5.0,
     ) -> None:
         self.cluster = cluster

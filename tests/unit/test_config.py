@@ -73,7 +73,7 @@ def test_yaml_errors_name_file_and_line(tmp_path: Path) -> None:
 def test_with_run_overrides_one_setting() -> None:
     config = Config().with_run(redis_url="redis://127.0.0.1:6379/0")
     assert config.run.redis_url == "redis://127.0.0.1:6379/0"
-    assert config.run.bind_concurrency == 16
+    assert config.run.bind_concurrency == 64
 
 
 def test_one_section_reports_each_of_its_problems() -> None:
