@@ -30,6 +30,8 @@ def _simulate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import asyncio
 
+    import uvloop
+
     from scheduler.config import ConfigError, load_config
     from scheduler.config.logs import configure_logging
     from scheduler.service.app import run, settings_from
@@ -45,7 +47,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"topo-scheduler run: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
-    return asyncio.run(run(config, args.kubeconfig))
+    # uvloop: the scheduler is mostly I/O (watch streams, Bindings, Redis); libuv's loop and
+    # transports cost a fraction of asyncio's own per event (bench-live, README "Benchmarks").
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run(config, args.kubeconfig))
 
 
 def _agent(args: argparse.Namespace) -> int:
