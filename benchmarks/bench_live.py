@@ -27,7 +27,8 @@ Then the contender is stopped, its peak RSS read (VmHWM), and the pods deleted. 
 
 Prints one table of medians over the rounds; never fails on the figures.
 Usage: python -m benchmarks.bench_live [--quick] [--rounds 2] [--nodes 500] [--pods 2000]
-       [--kube-verbosity 2] [--logs DIR]
+       [--kube-verbosity 2] [--logs DIR] [--profile DIR]
+       [--only WORDS]
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from benchmarks.liveplane import (
     topo_config,
     wait_nodes_ready,
 )
+from benchmarks.profiler import Profiler, summary
 from scheduler.testing.controlplane import ADMIN_TOKEN, ControlPlane, build_binaries
 from scheduler.testing.kubescheduler import KubeScheduler
 from scheduler.testing.redisserver import RedisServer
@@ -81,13 +83,27 @@ class Contender:
         self.rates: list[float] = []
         self.rss: list[float] = []
         self._sampler: RssSampler | None = None
+        self.profile_to: Path | None = None  # --profile: py-spy's stacks of each start go here
+        self._profiler: Profiler | None = None
+        self._starts = 0
 
     def start(self, namespace: str, expected: int) -> None:
-        self._sampler = RssSampler(self._start(namespace, expected))
+        pid = self._start(namespace, expected)
+        self._sampler = RssSampler(pid)
+        if self.profile_to is not None:
+            self._starts += 1
+            slug = self.label.replace(" ", "").replace(",", "-")
+            out = self.profile_to / f"{slug}-{self._starts}-{namespace}.txt"
+            self._profiler = Profiler(pid, out)
 
     def stop(self) -> None:
         if self._sampler is not None:
             self.rss.append(self._sampler.stop())
+        if self._profiler is not None:
+            self._profiler.stop()
+            for line in summary(self._profiler.out):
+                print(f"    {line}", flush=True)
+            self._profiler = None
         self._stop()
 
 
@@ -140,6 +156,16 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--kube-verbosity", type=int, default=2, help="kube-scheduler's -v")
     parser.add_argument("--logs", type=Path, help="copy every process's log here at the end")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample topo-scheduler with py-spy in every run; stacks and top lines go here",
+    )
+    parser.add_argument(
+        "--only",
+        help="comma-separated words of the contenders to run (e.g. kube,Redis); "
+        "skips the gangs, stream and failover parts",
+    )
     args = parser.parse_args()
     if args.quick:
         args.nodes, args.pods, args.rounds = 100, 400, 1
@@ -210,6 +236,14 @@ def main() -> None:
             Contender("topo-scheduler, Redis", TOPO_NAME, start_topo_with(redis.url), stop_current),
             Contender("topo-scheduler, embedded", TOPO_NAME, start_topo_with(None), stop_current),
         ]
+        if args.only:
+            words = args.only.split(",")
+            contenders = [c for c in contenders if any(w in c.label for w in words)]
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+            for c in contenders:
+                if c.name == TOPO_NAME:
+                    c.profile_to = args.profile
         names = [f"p-{i:05d}" for i in range(args.pods)]
         for rnd in range(args.rounds):
             order = contenders if rnd % 2 == 0 else contenders[::-1]
@@ -227,6 +261,10 @@ def main() -> None:
                     flush=True,
                 )
                 clear_namespace(plane, ns)
+        if args.only:
+            for c in contenders:
+                print(f"{c.label:<28} {statistics.median(c.rates):>7.0f} pods/s")
+            return
 
         # Gangs: 250 x 4 pods x 2 GPUs under topo-scheduler with Redis.
         gangs = max(1, args.pods // 8)
