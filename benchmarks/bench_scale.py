@@ -46,7 +46,6 @@ import argparse
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +73,7 @@ from benchmarks.liveplane import (
     wait_http_ok,
     wait_nodes_ready,
 )
+from benchmarks.profiler import Profiler, summary
 from scheduler.testing.controlplane import ControlPlane, build_binaries, pod_manifest
 from scheduler.testing.kubescheduler import KubeScheduler
 from scheduler.testing.redisserver import RedisServer
@@ -236,32 +236,6 @@ def run_backlog(
     return sampler
 
 
-def py_spy(pid: int, output: Path, seconds: int) -> subprocess.Popen[bytes]:
-    """py-spy (installed in the venv: ``.venv/bin/pip install py-spy``) recording ``pid`` for
-    ``seconds`` at 100 Hz, without pausing it, as raw collapsed stacks."""
-    binary = Path(sys.executable).parent / "py-spy"
-    return subprocess.Popen(
-        [
-            str(binary if binary.exists() else "py-spy"),
-            "record",
-            "--pid",
-            str(pid),
-            "--duration",
-            str(seconds),
-            "--rate",
-            "100",
-            "--nonblocking",
-            "--format",
-            "raw",
-            "--output",
-            str(output),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(output.parent / (output.name + ".log")).open("wb"),
-        start_new_session=True,
-    )
-
-
 def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or value != value else f"{value:.{digits}f}"
 
@@ -370,6 +344,7 @@ def main() -> None:
         leader_address = free_port_address()
 
         leaders: list[subprocess.Popen[bytes]] = []
+        profilers: list[Profiler] = []
 
         def start_leader() -> int:
             proc = start_topo(plane, config, redis.url, plane.dir / "leader.log", leader_address)
@@ -377,7 +352,8 @@ def main() -> None:
             leaders.append(proc)
             if args.py_spy is not None:
                 time.sleep(0.5)  # an interpreter py-spy can read
-                procs.append(py_spy(proc.pid, args.py_spy, args.py_spy_seconds))
+                profilers.append(Profiler(proc.pid, args.py_spy, 100, args.py_spy_seconds))
+                procs.append(profilers[-1].proc)
             return proc.pid
 
         sampler = run_backlog(
@@ -418,6 +394,9 @@ def main() -> None:
 
         total = time.monotonic() - t_begin
         report(args, results, failover, setup, total)
+        for profiler in profilers:
+            profiler.proc.wait(60)  # --duration: it ends by itself
+            print("\n".join(summary(profiler.out, 25)))
     finally:
         tear_down(plane, procs, kube, redis, args.logs)
 

@@ -17,36 +17,30 @@ from pathlib import Path
 
 
 class Profiler:
-    def __init__(self, pid: int, out: Path, rate: int = 250) -> None:
+    """py-spy sampling ``pid`` without pausing it, until ``stop()`` or for ``seconds``."""
+
+    def __init__(self, pid: int, out: Path, rate: int = 250, seconds: int | None = None) -> None:
         self.out = out
         spy = Path(sys.executable).with_name("py-spy")
-        self._proc = subprocess.Popen(
-            [
-                str(spy),
-                "record",
-                "--pid",
-                str(pid),
-                "--rate",
-                str(rate),
-                "--format",
-                "raw",
-                "--nonblocking",
-                "--output",
-                str(out),
-            ],
+        args = [str(spy), "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw"]
+        if seconds is not None:
+            args += ["--duration", str(seconds)]
+        self.proc = subprocess.Popen(
+            [*args, "--nonblocking", "--output", str(out)],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=(out.parent / (out.name + ".log")).open("wb"),
+            start_new_session=True,
         )
 
     def stop(self) -> None:
         """Stop sampling and let py-spy write its file (before the process it samples ends)."""
         with contextlib.suppress(ProcessLookupError):
-            self._proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(signal.SIGINT)
         try:
-            self._proc.wait(30)
+            self.proc.wait(30)
         except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _frame(text: str) -> str:
