@@ -99,11 +99,8 @@ class Cycle:
         if gang is None:
             return Unit(None, (pod,))
         members = [
-            e.pod
-            for e in self.book.in_stages(SCHEDULABLE_STAGES)
-            if e.pod is not None and gang_of(e.pod) == gang
+            e.pod for e in self.book.gang_members(gang, SCHEDULABLE_STAGES) if e.pod is not None
         ]
-        members.sort(key=lambda p: p.key)
         for m in members:
             if m.key != pod.key:
                 self.queue.take(m.key)

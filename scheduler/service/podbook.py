@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from scheduler.core.cluster import Holding
+from scheduler.core.cycle import gang_of
 from scheduler.core.decisions import Placement
 from scheduler.core.objects import PodInput
 
@@ -245,6 +246,7 @@ class Entry:
     reported: str | None = None  # the last reason written to the pod, to not repeat it
     timed_out: bool = False  # its gang's GangTimeout event was sent
     explanation: object | None = None  # the last decision, for /debug
+    gang: str | None = None  # the pending object's gang (PodBook.set_pod)
 
 
 @dataclass
@@ -279,9 +281,35 @@ class Transition:
 class PodBook:
     entries: dict[str, Entry] = field(default_factory=dict)
     unexpected: Counter[tuple[Stage, Event]] = field(default_factory=Counter)
+    # gang -> keys of the entries whose pending object names that gang (set_pod keeps it), so a
+    # gang's members are found without walking every entry (the cycle asks once per gang).
+    _gangs: dict[str, set[str]] = field(default_factory=dict)
 
     def get(self, key: str) -> Entry | None:
         return self.entries.get(key)
+
+    def set_pod(self, entry: Entry, pod: PodInput | None) -> None:
+        """The entry's latest pending object (its gang index follows)."""
+        self._leave_gang(entry)
+        entry.pod = pod
+        entry.gang = gang_of(pod) if pod is not None else None
+        if entry.gang is not None:
+            self._gangs.setdefault(entry.gang, set()).add(entry.key)
+
+    def _leave_gang(self, entry: Entry) -> None:
+        if entry.gang is None:
+            return
+        keys = self._gangs.get(entry.gang)
+        if keys is not None:
+            keys.discard(entry.key)
+            if not keys:
+                del self._gangs[entry.gang]
+        entry.gang = None
+
+    def gang_members(self, gang: str, stages: frozenset[Stage]) -> list[Entry]:
+        """The entries in ``stages`` whose pending object names ``gang``, by key."""
+        found = (self.entries[k] for k in self._gangs.get(gang, ()))
+        return sorted((e for e in found if e.stage in stages), key=lambda e: e.key)
 
     def stage(self, key: str, uid: str | None = None) -> Stage:
         entry = self.entries.get(key)
@@ -316,6 +344,7 @@ class PodBook:
         new, effects = step
         if new is S.GONE:
             if entry is not None:
+                self._leave_gang(entry)
                 del self.entries[key]
         elif entry is None:
             entry = Entry(key, uid, new, now)
@@ -335,6 +364,7 @@ class PodBook:
         stages = Counter(e.stage for e in self.entries.values())
         return {
             "entries": len(self.entries),
+            "gangs": len(self._gangs),
             **{s.value: stages[s] for s in Stage if s is not S.GONE},
             "unexpected": len(self.unexpected),
         }

@@ -279,7 +279,7 @@ class Scheduler:
             and entry is not None
             and t.new in (Stage.PENDING, Stage.RELOADED, Stage.RESERVING)
         ):
-            entry.pod = ctx.pod
+            self.book.set_pod(entry, ctx.pod)
         for effect in t.effects:
             self._run(effect, t, ctx)
         if self.preemptions.tracks(key):
