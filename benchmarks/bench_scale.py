@@ -43,10 +43,13 @@ Usage: python -m benchmarks.bench_scale [--quick] [--nodes 5000] [--pods-per-nod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import subprocess
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,6 +239,31 @@ def run_backlog(
     return sampler
 
 
+class Milestones(threading.Thread):
+    """When a topo-scheduler replica's /readyz first said "ready" (its watches synced) and
+    first said "leader", in seconds after ``started``: start-up split into its parts."""
+
+    def __init__(self, address: str, started: float) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://{address}/readyz"
+        self.started = started
+        self.synced_s: float | None = None
+        self.leading_s: float | None = None
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.done.is_set() and self.leading_s is None:
+            with contextlib.suppress(OSError), urllib.request.urlopen(self.url, timeout=1) as r:
+                text = r.read().decode()
+                now = time.monotonic() - self.started
+                if self.synced_s is None:
+                    self.synced_s = now
+                if "leader" in text:
+                    self.leading_s = now
+            time.sleep(0.05)
+
+
 def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or value != value else f"{value:.{digits}f}"
 
@@ -345,9 +373,11 @@ def main() -> None:
 
         leaders: list[subprocess.Popen[bytes]] = []
         profilers: list[Profiler] = []
+        milestones: list[Milestones] = []
 
         def start_leader() -> int:
             proc = start_topo(plane, config, redis.url, plane.dir / "leader.log", leader_address)
+            milestones.append(Milestones(leader_address, time.monotonic()))
             procs.append(proc)
             leaders.append(proc)
             if args.py_spy is not None:
@@ -360,6 +390,13 @@ def main() -> None:
             plane, topo_result, "backlog-topo", TOPO_NAME, args.backlog, start_leader, 240
         )
         leader = leaders[0]
+        if milestones:
+            topo_result.notes.append(
+                f"start-up: watches synced at {fmt(milestones[0].synced_s)} s, leading at "
+                f"{fmt(milestones[0].leading_s)} s (its /readyz), first bind at "
+                f"{fmt(topo_result.first_bind_s)} s"
+            )
+            milestones[0].done.set()
 
         standby_address = free_port_address()
         began = time.monotonic()

@@ -28,6 +28,10 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from scheduler.service import heap
+
+    heap.pause()  # until the watches have synced (heap.py)
+
     import asyncio
 
     import uvloop
@@ -104,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     run.set_defaults(func=_run)
 
-    from scheduler.agent.main import add_arguments
+    from scheduler.agent.arguments import add_arguments
 
     agent = sub.add_parser(
         "agent",

@@ -53,6 +53,7 @@ from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
 
+from . import heap
 from .http import ProbeServer
 from .leader import Leadership, LeaseTiming
 from .metrics import Metrics, TimedStore
@@ -331,6 +332,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     synced.cancel()
     stop_wait.cancel()
     if not stopping.is_set():
+        heap.settle()  # the start-up's objects are never walked by the collector again
         log.info("watches synced", holder=holder)
         tasks.append(
             asyncio.create_task(
