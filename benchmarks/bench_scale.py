@@ -376,7 +376,11 @@ def main() -> None:
         milestones: list[Milestones] = []
 
         def start_leader() -> int:
-            proc = start_topo(plane, config, redis.url, plane.dir / "leader.log", leader_address)
+            # With --logs, its info lines too: when each watch listed, the reconcile, attempts.
+            level = "info" if args.logs else "warning"
+            proc = start_topo(
+                plane, config, redis.url, plane.dir / "leader.log", leader_address, level
+            )
             milestones.append(Milestones(leader_address, time.monotonic()))
             procs.append(proc)
             leaders.append(proc)

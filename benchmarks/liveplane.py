@@ -183,6 +183,7 @@ def start_topo(
     redis_url: str | None,
     log: Path,
     http_address: str = "127.0.0.1:0",
+    log_level: str = "warning",
 ) -> subprocess.Popen[bytes]:
     """``topo-scheduler run`` in a session of its own, logging (warnings) to ``log``."""
     args = [
@@ -197,7 +198,7 @@ def start_topo(
         "--http-address",
         http_address,
         "--log-level",
-        "warning",
+        log_level,
     ]
     if redis_url:
         args += ["--redis-url", redis_url]

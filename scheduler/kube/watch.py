@@ -5,7 +5,9 @@ kubernetes-asyncio's Watch builds model objects for every event (milliseconds pe
 small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
 
 1. LIST (page by page when given a ``page_call``), remember ``metadata.resourceVersion``, hand
-   the items to ``replace`` (synced);
+   the items to ``replace`` (synced). A ``Relist`` instead takes each page's items as the page
+   arrives and is told when the LIST ended: a LIST of 50,000 pods is then never held whole,
+   and its items are taken in while the apiserver prepares the next page;
 2. WATCH from that version with ``allowWatchBookmarks`` and a server-side timeout; apply each event
    with ``apply`` and advance the version (bookmarks advance it too);
 3. a watch that ends normally (its timeout) resumes from the last version; a 410 Gone (as an HTTP
@@ -18,8 +20,9 @@ small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -31,6 +34,8 @@ T = TypeVar("T")
 WATCH_TIMEOUT_S: Final = 300
 ERROR_BACKOFF_INITIAL_S: Final = 0.5
 ERROR_BACKOFF_MAX_S: Final = 10.0
+# Items of a LIST page decoded between two turns of the event loop.
+DECODE_SLICE: Final = 250
 
 
 class ListMeta(msgspec.Struct):
@@ -73,6 +78,20 @@ class HttpError(Exception):
         self.status = status
 
 
+class Relist(Protocol):
+    """What a paged LIST hands over as it goes (instead of ``replace``): ``begin`` when a LIST
+    starts; ``page`` with the items (converted) as they arrive, a slice of a page at a time;
+    ``end`` once the last page is in, to let go of what the LIST did not show. A LIST that
+    fails halfway has handed on its first items, each a truth newer than the one it replaces,
+    and begins again; only ``end`` may drop anything."""
+
+    def begin(self) -> None: ...
+
+    def page(self, items: list[Any]) -> None: ...
+
+    def end(self) -> None: ...
+
+
 ListCall = Callable[[], Awaitable[bytes]]
 # A paged LIST: one page from a continue token ("" for the first page).
 PageCall = Callable[[str], Awaitable[bytes]]
@@ -92,6 +111,7 @@ class Reflector(Generic[T]):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         page_call: PageCall | None = None,
         convert: Callable[[T], Any] | None = None,
+        relist: Relist | None = None,
     ) -> None:
         self.name = name
         self._decoder = msgspec.json.Decoder(item_type)
@@ -105,6 +125,7 @@ class Reflector(Generic[T]):
         # What a LIST hands ``replace``: each item converted as it is decoded (page by page), so
         # that a LIST of 50,000 pods never holds both their decoded and converted forms.
         self._convert = convert
+        self._relist = relist  # with a page_call: pages handed on as they arrive
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.relists = 0
@@ -127,35 +148,69 @@ class Reflector(Generic[T]):
                 backoff = min(ERROR_BACKOFF_MAX_S, backoff * 2)
 
     async def _list(self) -> None:
+        began = time.monotonic()
         if self._page_call is None:
             body = await self._list_call()
             raw = msgspec.json.decode(body, type=RawList)
             items = [self._item(item) for item in raw.items]
             version = raw.metadata.resourceVersion
+            count = len(items)
         else:
-            items, version = await self._list_pages(self._page_call)
+            items, version, count = await self._list_pages(self._page_call)
         self.resource_version = version
         self.relists += 1
-        self._replace(items)
+        listed = time.monotonic()
+        if self._relist is not None:
+            self._relist.end()
+        else:
+            self._replace(items)
+        log.info(
+            "listed",
+            watch=self.name,
+            items=count,
+            list_s=round(listed - began, 3),
+            replace_s=round(time.monotonic() - listed, 3),
+        )
         self.synced.set()
 
     def _item(self, raw: msgspec.Raw) -> Any:
         obj = self._decoder.decode(raw)
         return obj if self._convert is None else self._convert(obj)
 
-    async def _list_pages(self, page_call: PageCall) -> tuple[list[Any], str]:
-        """A LIST page by page (client-go's pager): only one page's body is held at a time, not
-        the whole cluster's (50,000 pods are some hundred MB of JSON), and the loop runs other
-        tasks between pages. The pages are one consistent snapshot; a token that expired (410)
-        starts the LIST over, as any 410 does."""
-        items: list[Any] = []
-        token = ""
+    async def _list_pages(self, page_call: PageCall) -> tuple[list[Any], str, int]:
+        """A LIST page by page (client-go's pager): at most two pages' bodies are held at a
+        time, not the whole cluster's (50,000 pods are some hundred MB of JSON). The next page
+        is asked for before this one's items are decoded, so the apiserver reads and encodes it
+        (a paged LIST is read from etcd) while this process decodes; the decoding yields to the
+        loop every DECODE_SLICE items, which lets that request go out and keeps the loop's other
+        tasks (lease renewals, probes) going. The pages are one consistent snapshot; a token
+        that expired (410) starts the LIST over, as any 410 does."""
+        items: list[Any] = []  # the whole LIST's, for ``replace`` (not with a Relist)
+        count = 0
+        if self._relist is not None:
+            self._relist.begin()
+        body = await page_call("")
         while True:
-            raw = msgspec.json.decode(await page_call(token), type=RawList)
-            items.extend(self._item(item) for item in raw.items)
+            raw = msgspec.json.decode(body, type=RawList)
             token = raw.metadata.continue_
-            if not token:
-                return items, raw.metadata.resourceVersion
+            following = asyncio.ensure_future(page_call(token)) if token else None
+            try:
+                for start in range(0, len(raw.items), DECODE_SLICE):
+                    await asyncio.sleep(0)
+                    got = [self._item(i) for i in raw.items[start : start + DECODE_SLICE]]
+                    count += len(got)
+                    if self._relist is not None:
+                        self._relist.page(got)
+                    else:
+                        items.extend(got)
+            except BaseException:
+                if following is not None:
+                    following.cancel()
+                raise
+            if following is None:
+                return items, raw.metadata.resourceVersion, count
+            del raw
+            body = await following
 
     async def _watch_once(self) -> bool:
         """One watch until it ends normally (then True: the watch works); errors raise."""

@@ -140,9 +140,20 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     def pods_version(p: Pod) -> str:
         return p.metadata.resource_version
 
-    def replace_bound(bound: list[PodInput]) -> None:  # converted page by page by the LIST
-        scheduler.replace_bound(bound)
-        statuses.pods_replaced(bound)
+    class BoundList:
+        """The bound pods' LIST, taken in as it arrives (kube/watch.py's Relist)."""
+
+        def begin(self) -> None:
+            scheduler.intake.bound_list_begin()
+            statuses.pods_list_begin()
+
+        def page(self, pods: list[PodInput]) -> None:
+            scheduler.intake.bound_list_page(pods)
+            statuses.pods_list_page(pods)
+
+        def end(self) -> None:
+            scheduler.intake.bound_list_end()
+            statuses.pods_list_end()
 
     def bound_event(kind: str, p: Pod) -> None:
         pod = pod_from_obj(p)
@@ -166,11 +177,12 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             Pod,
             lambda: api.list_pods(bound_selector),
             lambda rv, t: api.watch_pods(rv, t, bound_selector),
-            replace_bound,
+            lambda pods: None,  # taken in by BoundList
             bound_event,
             pods_version,
             page_call=lambda token: api.list_pods_page(bound_selector, token),
             convert=pod_from_obj,
+            relist=BoundList(),
         ),
         Reflector(
             "pending-pods",

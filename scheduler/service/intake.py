@@ -60,6 +60,7 @@ class Intake:
         self._node_changed = node_changed  # the store's inventories follow (inventories.py)
         self._cluster_event = cluster_event  # waiting pods retry
         self.bound_synced = False
+        self._listed: dict[str, str] = {}  # pod key -> UID of a bound LIST under way
 
     # ---- pending pods ------------------------------------------------------------------------
 
@@ -127,13 +128,32 @@ class Intake:
     # ---- bound pods --------------------------------------------------------------------------
 
     def replace_bound(self, pods: list[PodInput]) -> None:
-        listed = {p.key: p for p in pods if p.node_name and not p.finished}
-        for entry in self.book.in_stages(BOUND_STAGES):
-            pod = listed.get(entry.key)
-            if pod is None or (entry.uid and pod.uid != entry.uid):
-                self._dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
+        self.bound_list_begin()
+        self.bound_list_page(pods)
+        self.bound_list_end()
+
+    # A LIST of bound pods, taken in page by page as it arrives (kube/watch.py's Relist): each
+    # pod is charged as it comes, and the end of the LIST tells which the book held that it
+    # did not show.
+
+    def sizes(self) -> dict[str, int]:
+        return {"listing": len(self._listed)}
+
+    def bound_list_begin(self) -> None:
+        self._listed = {}
+
+    def bound_list_page(self, pods: list[PodInput]) -> None:
         for pod in pods:
+            if pod.node_name and not pod.finished:
+                self._listed[pod.key] = pod.uid
             self.bound_event("ADDED", pod)
+
+    def bound_list_end(self) -> None:
+        listed, self._listed = self._listed, {}
+        for entry in self.book.in_stages(BOUND_STAGES):
+            uid = listed.get(entry.key)
+            if uid is None or (entry.uid and uid != entry.uid):
+                self._dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
         self.bound_synced = True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:

@@ -180,6 +180,7 @@ class PodGroupStatuses:
         # Members seen bound or finished: group key -> pod key -> phase; and the other way.
         self.members: dict[str, dict[str, str]] = {}
         self._member_of: dict[str, str] = {}
+        self._listed: set[str] = set()  # members shown by a bound LIST under way
         self.dirty: set[str] = set()
         self._wake = asyncio.Event()
 
@@ -240,14 +241,27 @@ class PodGroupStatuses:
             self._set_member(key, pod.key, pod.phase)
 
     def pods_replaced(self, pods: Iterable[PodInput]) -> None:
-        listed = list(pods)
-        present = {p.key for p in listed}
+        self.pods_list_begin()
+        self.pods_list_page(list(pods))
+        self.pods_list_end()
+
+    # The bound pods' LIST, page by page as it arrives (kube/watch.py's Relist).
+
+    def pods_list_begin(self) -> None:
+        self._listed = set()
+
+    def pods_list_page(self, pods: list[PodInput]) -> None:
+        for pod in pods:
+            self.pod_event("ADDED", pod)
+            if pod.key in self._member_of:  # only members are looked for at the end
+                self._listed.add(pod.key)
+
+    def pods_list_end(self) -> None:
+        present, self._listed = self._listed, set()
         for pod_key, group in list(self._member_of.items()):
             phase = self.members.get(group, {}).get(pod_key)
             if pod_key not in present and phase not in _FINISHED:
                 self._drop_member(pod_key)  # deleted, or finished unseen: not counted
-        for pod in listed:
-            self.pod_event("ADDED", pod)
 
     def _set_member(self, group: str, pod: str, phase: str) -> None:
         members = self.members.setdefault(group, {})

@@ -583,12 +583,14 @@ class Scheduler:
 
     def sizes(self) -> dict[str, dict[str, int]]:
         """The size of every per-pod structure of this replica, by part (tests, the soak
-        benchmark): after pods come and go, each is back to its size before. Intake and the
-        cycle keep nothing per pod (it is all in the book and the snapshot); store sync keeps
-        the releases queued for its next store call; the loop's own are its background tasks
-        (binds, store writes, reports, re-reads) and the re-reads under way."""
+        benchmark): after pods come and go, each is back to its size before. The cycle keeps
+        nothing per pod (it is all in the book and the snapshot), intake only the pods a bound
+        LIST under way has shown; store sync keeps the marks and releases queued for its next
+        store call; the loop's own are its background tasks (binds, store writes, reports,
+        re-reads) and the re-reads under way."""
         return {
             "book": self.book.sizes(),
+            "intake": self.intake.sizes(),
             "queue": self.queue.sizes(),
             "state": self.state.sizes(),
             "binder": self.binder.sizes(),

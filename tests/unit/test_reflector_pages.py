@@ -82,14 +82,17 @@ async def test_an_expired_continue_token_lists_again_from_the_start() -> None:
     assert pages.asked == ["", "t1", "", "t1"]
 
 
-async def test_items_are_converted_as_each_page_is_decoded() -> None:
-    pages = Pages({"": page(["a"], "t1"), "t1": page(["b"], "")})
+async def test_items_are_converted_as_each_page_is_decoded_while_the_next_is_asked_for() -> None:
+    pages = Pages({"": page(["a"], "t1"), "t1": page(["b"], "t2"), "t2": page(["c"], "")})
     seen: list[list[str]] = []
     converted: list[str] = []
 
     def convert(item: Item) -> str:
         converted.append(item.name)
-        assert pages.asked[-1] == ("" if item.name == "a" else "t1")  # before the next page
+        # The next page was asked for before this one's items were decoded, and no page
+        # after it (at most two pages' bodies are held).
+        following = {"a": "t1", "b": "t2", "c": "t2"}[item.name]
+        assert pages.asked[-1] == following
         return item.name.upper()
 
     r = reflector(pages, seen)
@@ -97,4 +100,52 @@ async def test_items_are_converted_as_each_page_is_decoded() -> None:
     replaced: list[list[str]] = []
     r._replace = replaced.append
     await r._list()
-    assert replaced == [["A", "B"]] and converted == ["a", "b"]
+    assert replaced == [["A", "B", "C"]] and converted == ["a", "b", "c"]
+
+
+class Taken:
+    """A Relist that records what it is handed, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def begin(self) -> None:
+        self.calls.append("begin")
+
+    def page(self, items: list[Item]) -> None:
+        self.calls += [i.name for i in items]
+
+    def end(self) -> None:
+        self.calls.append("end")
+
+
+async def test_a_relist_takes_each_page_as_it_arrives_and_is_told_when_the_list_ended() -> None:
+    pages = Pages({"": page(["a", "b"], "t1"), "t1": page(["c"], "")})
+    seen: list[list[str]] = []
+    r = reflector(pages, seen)
+    taken = Taken()
+    r._relist = taken
+    asked_when: dict[str, int] = {}
+
+    def convert(item: Item) -> Item:
+        asked_when[item.name] = len(pages.asked)
+        return item
+
+    r._convert = convert
+    await r._list()
+    assert taken.calls == ["begin", "a", "b", "c", "end"]
+    assert seen == []  # nothing is held whole for replace
+    assert asked_when == {"a": 2, "b": 2, "c": 2}  # a and b were taken while t1 was asked
+    assert r.synced.is_set()
+
+
+async def test_a_relist_that_expires_halfway_begins_again_and_ends_once() -> None:
+    pages = Pages({"": page(["a"], "t1"), "t1": page(["b"], "")}, expire="t1")
+    r = reflector(pages, [])
+    taken = Taken()
+    r._relist = taken
+    with pytest.raises(Gone):
+        await r._list()
+    assert taken.calls == ["begin", "a"]  # handed on, never ended: nothing was let go
+    await r._list()
+    assert taken.calls == ["begin", "a", "begin", "a", "b", "end"]
