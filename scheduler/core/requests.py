@@ -9,6 +9,7 @@ field; the cycle turns that into an Unschedulable decision, never an exception.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Final
@@ -74,8 +75,11 @@ _SUFFIX: Final[dict[str, Decimal]] = {
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_quantity(text: str) -> Decimal:
-    """A Kubernetes quantity ("2", "1Gi", "500M", "1.5") as an exact Decimal."""
+    """A Kubernetes quantity ("2", "1Gi", "500M", "1.5") as an exact Decimal. Remembered: a
+    cluster's pods repeat a few dozen quantities, and every bound pod's requests are parsed
+    when it is listed (a Decimal each; a tenth of the time a LIST of 50,000 pods takes in)."""
     found = _QUANTITY.match(str(text).strip())
     if not found or found.group(2) not in _SUFFIX:
         raise ValueError(f"{text!r} is not a Kubernetes quantity")
