@@ -146,6 +146,20 @@ class ReconcileReport(Struct, frozen=True):
     conflicts: tuple[str, ...] = ()
 
 
+class ReservesUnits:
+    """``reserve``, the one-unit case of ``reserve_each``, for both stores (one rule)."""
+
+    async def reserve_each(
+        self, holder: str, epoch: int, units: list[list[Claim]]
+    ) -> list[str | None]:
+        raise NotImplementedError
+
+    async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
+        (problem,) = await self.reserve_each(holder, epoch, [claims])
+        if problem is not None:
+            raise Conflict(problem)
+
+
 class Store(Protocol):
     async def acquire(self, holder: str, ttl_ms: int) -> int | None:
         """The epoch if ``holder`` now holds the lease, else None."""

@@ -11,18 +11,18 @@ from collections.abc import Callable
 
 from .base import (
     Claim,
-    Conflict,
     Fenced,
     GangRecord,
     Nomination,
     Owner,
     ReconcileReport,
     Record,
+    ReservesUnits,
     ShareClaim,
 )
 
 
-class MemoryStore:
+class MemoryStore(ReservesUnits):
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._holder: str | None = None
@@ -72,11 +72,6 @@ class MemoryStore:
             raise Fenced(f"{holder} does not hold the lease at epoch {epoch}")
 
     # ---- claims ----------------------------------------------------------------------------
-
-    async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
-        (problem,) = await self.reserve_each(holder, epoch, [claims])
-        if problem is not None:
-            raise Conflict(problem)
 
     async def reserve_each(
         self, holder: str, epoch: int, units: list[list[Claim]]

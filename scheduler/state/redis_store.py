@@ -88,13 +88,13 @@ from redis.exceptions import RedisError, ResponseError
 
 from .base import (
     Claim,
-    Conflict,
     Fenced,
     GangRecord,
     Nomination,
     Owner,
     ReconcileReport,
     Record,
+    ReservesUnits,
     Unavailable,
 )
 
@@ -534,7 +534,7 @@ _claim_decoder = msgspec.json.Decoder(Claim)
 _nomination_decoder = msgspec.json.Decoder(Nomination)
 
 
-class RedisStore:
+class RedisStore(ReservesUnits):
     def __init__(
         self, client: aioredis.Redis, prefix: str = "topo-scheduler", chunk: int = RECONCILE_CHUNK
     ) -> None:
@@ -589,11 +589,6 @@ class RedisStore:
 
     async def release_lease(self, holder: str, epoch: int) -> None:
         await self._call(self._release_lease, [self.prefix, holder, epoch])
-
-    async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
-        (problem,) = await self.reserve_each(holder, epoch, [claims])
-        if problem is not None:
-            raise Conflict(problem)
 
     async def reserve_each(
         self, holder: str, epoch: int, units: list[list[Claim]]
