@@ -42,6 +42,7 @@ from scheduler.core.objects import (
     Requirement,
     SpreadConstraint,
 )
+from scheduler.service import heap
 from tests.topologies import DGX1_V100, PCIE8
 
 INSTANCE = "node.kubernetes.io/instance-type"
@@ -126,6 +127,7 @@ def main() -> None:
     rng = random.Random(args.seed)
 
     rss_start = rss_mb()
+    heap.pause()  # as `run` does until its watches have synced (scheduler/service/heap.py)
     state = ClusterState()
     t0 = time.perf_counter()
     for i in range(args.nodes):
@@ -171,6 +173,7 @@ def main() -> None:
             state.add_bound_pod(pod)
             background += 1
     build_s = time.perf_counter() - t0
+    heap.settle()  # the cluster is built: frozen, as `run` freezes what its first LISTs built
     rss_built = rss_mb()
     print(
         f"cluster: {args.nodes} nodes x 8 GPUs, {held_gpus} GPUs held at start "

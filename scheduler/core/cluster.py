@@ -193,12 +193,15 @@ Demand = tuple[tuple[int, int], ...]
 class NodeClass:
     """Nodes that are interchangeable for a whole-GPU pod, with the smallest name at hand."""
 
-    __slots__ = ("_heap", "key", "names")
+    __slots__ = ("_heap", "key", "memo", "names")
 
     def __init__(self, key: ClassKey) -> None:
         self.key = key
         self.names: set[str] = set()
         self._heap: list[str] = []
+        # What placement derives from the key alone (its rank for k GPUs), kept while the class
+        # lives: the key never changes, a node whose GPUs change moves to another class.
+        self.memo: dict[tuple[int, bool], object] = {}
 
     def add(self, name: str) -> None:
         self.names.add(name)

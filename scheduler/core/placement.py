@@ -69,9 +69,19 @@ class WholeChoice:
         self.key = key
 
 
-def _class_key(
-    cls: NodeClass, k: int, spread: bool
-) -> tuple[tuple[int, int, int, int], SetChoice] | None:
+_Ranked = tuple[tuple[int, int, int, int], SetChoice] | None
+
+
+def _class_key(cls: NodeClass, k: int, spread: bool) -> _Ranked:
+    """The class's rank for k GPUs (computed once per class: it depends on its key alone)."""
+    memo = cls.memo
+    if (k, spread) in memo:
+        return memo[(k, spread)]  # type: ignore[return-value]
+    found = memo[(k, spread)] = _rank_of(cls, k, spread)
+    return found
+
+
+def _rank_of(cls: NodeClass, k: int, spread: bool) -> _Ranked:
     topology, _vendor, total, free, _headroom = cls.key
     free_count = free.bit_count()
     if free_count < k:
