@@ -21,7 +21,7 @@ The outcome of one pod:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -90,7 +90,7 @@ class Binder:
         leadership: Leadership,
         metrics: Metrics,
         spawn: Callable[[Coroutine[Any, Any, None]], None],
-        on_results: Callable[[list[Outcome], int], Awaitable[None]],
+        on_results: Callable[[list[Outcome]], None],
         concurrency: int = 64,
         timeout_s: float = 5.0,
     ) -> None:
@@ -103,14 +103,14 @@ class Binder:
         self.timeout_s = timeout_s
         self.in_flight = 0  # pods handed over whose outcome has not been reported back yet
 
-    def start(self, pods: list[tuple[PodInput, Placement]], epoch: int) -> None:
+    def start(self, pods: list[tuple[PodInput, Placement]]) -> None:
         self.in_flight += len(pods)
-        self._spawn(self._bind_all(pods, epoch))
+        self._spawn(self._bind_all(pods))
 
-    async def _bind_all(self, pods: list[tuple[PodInput, Placement]], epoch: int) -> None:
+    async def _bind_all(self, pods: list[tuple[PodInput, Placement]]) -> None:
         try:
             outcomes = await asyncio.gather(*(self.bind_one(pod, p) for pod, p in pods))
-            await self._on_results(list(outcomes), epoch)
+            self._on_results(list(outcomes))
         finally:
             self.in_flight -= len(pods)
 

@@ -244,8 +244,8 @@ class Cycle:
             for pod, placement, minimum in attempt.placed:
                 ctx = Ctx(pod=pod, placement=placement, replicas=minimum, binds=binds)
                 self._dispatch(pod.key, pod.uid, event, ctx)
-            if binds and epoch is not None:
-                self.binder.start(binds, epoch)  # one unit per start: its outcomes go together
+            if binds:
+                self.binder.start(binds)  # one unit per start: its outcomes go together
             self._summarize(attempt, "scheduled" if event is Event.RESERVE_OK else "error")
 
     async def _reserve_each(self, epoch: int, batch: list[_Attempt]) -> list[Event]:

@@ -420,7 +420,7 @@ class Scheduler:
         finally:
             self._checking.discard((key, uid))
 
-    async def _on_bind_results(self, outcomes: list[Outcome], epoch: int) -> None:
+    def _on_bind_results(self, outcomes: list[Outcome]) -> None:
         now = self.clock()  # the binds are done: end-to-end latency ends here
         gang = outcomes[0].placement.gang if outcomes else None
         if gang and all(o.event is Event.BIND_OK for o in outcomes):
