@@ -18,7 +18,13 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from scheduler.core.settings import VENDORS, CoreSettings
+from scheduler.core.objects import TopologyLevel
+from scheduler.core.settings import (
+    DEFAULT_ACCELERATOR_LABEL,
+    VENDORS,
+    CoreSettings,
+    TopologySettings,
+)
 
 from .agent import AgentConfig, check_agent
 
@@ -68,6 +74,38 @@ class Run(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tru
     lease: Lease = msgspec.field(default_factory=Lease)
 
 
+class Level(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    node_label: str
+    alias: str = ""
+
+
+class Topology(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    # Cross-node topology (issue 21; README "Topology"): node-label keys, widest first
+    # (hostname is always the last level, implied); the label of the built-in levels nvlink and
+    # nvlink-domain ("" turns them off); whether gangs without a constraint prefer the fewest
+    # domains.
+    levels: list[Level] = msgspec.field(default_factory=list)
+    accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
+    compact_gangs: bool = True
+
+
+def _check_topology(topology: Topology, problems: list[str]) -> None:
+    seen: set[str] = set()
+    for pos, level in enumerate(topology.levels):
+        where = f"topology.levels[{pos}]"
+        if not level.node_label:
+            problems.append(f"{where}.nodeLabel: must not be empty")
+        elif level.node_label == "kubernetes.io/hostname":
+            problems.append(f"{where}.nodeLabel: hostname is always the last level, implied")
+        for name in (level.node_label, level.alias):
+            if name and name in seen:
+                problems.append(f"{where}: {name} names two levels")
+            seen.add(name)
+    for builtin in ("nvlink", "nvlink-domain"):
+        if topology.accelerator_label and builtin in seen:
+            problems.append(f"topology.levels: {builtin} is a built-in level's name")
+
+
 def _default_resources() -> dict[str, list[str]]:
     return {
         "nvidia": ["nvidia.com/gpu", "aliyun.com/gpu", "topo-scheduler.io/gpu"],
@@ -85,6 +123,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     run: Run = msgspec.field(default_factory=Run)
     # The node agent (`topo-scheduler agent`); its Structs live in scheduler/config/agent.py.
     agent: AgentConfig = msgspec.field(default_factory=AgentConfig)
+    topology: Topology = msgspec.field(default_factory=Topology)
 
     def to_core(self) -> CoreSettings:
         return CoreSettings(
@@ -92,6 +131,11 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
             gpu_policy=self.defaults.gpu_policy,
             node_policy=self.defaults.node_policy,
             shared_gpu_policy=self.defaults.shared_gpu_policy,
+            topology=TopologySettings(
+                levels=tuple(TopologyLevel(lv.node_label, lv.alias) for lv in self.topology.levels),
+                accelerator_label=self.topology.accelerator_label,
+                compact_gangs=self.topology.compact_gangs,
+            ),
         )
 
     def with_run(self, **changes: Any) -> Config:
@@ -107,10 +151,13 @@ _SECTIONS: dict[str, Any] = {
     "preemption": Preemption,
     "run": Run,
     "agent": AgentConfig,
+    "topology": Topology,
 }
 
 
-_NULLABLE_SECTIONS = frozenset({"resources", "defaults", "gang", "preemption", "run", "agent"})
+_NULLABLE_SECTIONS = frozenset(
+    {"resources", "defaults", "gang", "preemption", "run", "agent", "topology"}
+)
 
 
 def path_of(exc: msgspec.ValidationError, section: str) -> str:
@@ -225,6 +272,9 @@ def parse_config(data: Any, source: str = "config") -> Config:
         # A broken resources section is reported on its own; do not judge the agent by it.
         nvidia = None if resources is None else resources.get("nvidia", [])
         check_agent(agent, problems, nvidia)
+    topology = values.get("topology")
+    if isinstance(topology, Topology):
+        _check_topology(topology, problems)
     if "schedulerName" in values and not values["schedulerName"]:
         problems.append("schedulerName: must not be empty")
     if problems:

@@ -45,6 +45,7 @@ import msgspec
 from msgspec import Struct
 
 from .decisions import Placement, Share
+from .domains import Hierarchy, Path
 from .filters.node import PortUse, charge_ports
 from .filters.resources import node_allocatable, pod_requests
 from .formats import allocated as allocated_format
@@ -59,6 +60,7 @@ from .objects import (
     NodeInput,
     PodGroupInput,
     PodInput,
+    TopologyInput,
     VolumeInput,
 )
 from .podindex import Amounts, PodIndex, PodRecord, host_ports
@@ -201,7 +203,7 @@ class NodeClass:
         self._heap: list[str] = []
         # What placement derives from the key alone (its rank for k GPUs), kept while the class
         # lives: the key never changes, a node whose GPUs change moves to another class.
-        self.memo: dict[tuple[int, bool], object] = {}
+        self.memo: dict[tuple[object, ...], object] = {}
 
     def add(self, name: str) -> None:
         self.names.add(name)
@@ -255,6 +257,11 @@ class ClusterState:
         # yet: charged when the node arrives).
         self._nominations: dict[str, Nominated] = {}
         self._nominated_on: dict[str, set[str]] = {}
+        # Kueue and KAI Topology objects by TopologyInput.key (issue 21), and each node's path
+        # in each hierarchy asked about (dropped with the node's object, or all of them when a
+        # Topology changes: there are a few hierarchies, not one per pod).
+        self.topologies: dict[str, TopologyInput] = {}
+        self._paths: dict[Hierarchy, dict[str, Path]] = {}
 
     # ---- nodes -----------------------------------------------------------------------------
 
@@ -278,6 +285,8 @@ class ClusterState:
         for key in self._nominated_on.get(node.name, ()):
             self._charge_nomination(state, self._nominations[key], +1)
         self._unindex(node.name)
+        for paths in self._paths.values():
+            paths.pop(node.name, None)
         if old is not None:
             self._count_labels(old.node, -1)
         self._count_labels(node, +1)
@@ -334,6 +343,8 @@ class ClusterState:
         if state is None:
             return
         self._unindex(name)
+        for paths in self._paths.values():
+            paths.pop(name, None)
         self._count_labels(state.node, -1)
         for key in state.pods:
             holding = self.holdings.pop(key, None)
@@ -472,6 +483,22 @@ class ClusterState:
 
     def remove_volume(self, name: str) -> None:
         self.volumes.pop(name, None)
+
+    def set_topology(self, topology: TopologyInput) -> None:
+        self.topologies[topology.key] = topology
+        self._paths.clear()
+
+    def remove_topology(self, key: str) -> None:
+        if self.topologies.pop(key, None) is not None:
+            self._paths.clear()
+
+    def path_of(self, hierarchy: Hierarchy, name: str) -> Path:
+        """The node's path in the hierarchy (domains.Hierarchy.path), remembered per node."""
+        paths = self._paths.setdefault(hierarchy, {})
+        found = paths.get(name)
+        if found is None:
+            found = paths[name] = hierarchy.path(self.nodes[name].node)
+        return found
 
     def set_pod_group(self, group: PodGroupInput) -> None:
         self.pod_groups[group.key] = group
@@ -685,6 +712,11 @@ class ClusterState:
 
     def gpu_nodes(self) -> Iterator[NodeState]:
         return (s for s in self.nodes.values() if s.inventory is not None)
+
+    def class_of(self, name: str) -> NodeClass | None:
+        """The node's class (None: not a GPU node)."""
+        key = self._class_of.get(name)
+        return None if key is None else self.classes[key]
 
     def iter_classes(self, vendor: str) -> Iterator[NodeClass]:
         return (c for c in self.classes.values() if c.key[1] == vendor)

@@ -16,8 +16,9 @@ from msgspec import Struct
 from .cluster import ClusterState
 from .decisions import Decision, Placed, Unschedulable, Waiting
 from .filters.chain import PodFilters
-from .gang import Member, plan_gang
+from .gang import plan_gang
 from .gangsources import best_known, gang_key
+from .members import Member
 from .objects import PodInput
 from .placement import (
     no_node_reason,

@@ -42,6 +42,10 @@ class Placement(Struct, frozen=True):
     # Whole GPUs per resource name the pod asks for (sorted): charged against the node's
     # allocatable once the placement is assumed.
     resources: tuple[tuple[str, int], ...] = ()
+    # A gang placed by topology (issue 21): the node's domain, level name -> value from the root
+    # down, and the member's rank; the assignment annotation carries both for launchers.
+    topology: tuple[tuple[str, str], ...] = ()
+    rank: int | None = None
 
 
 class Placed(Struct, frozen=True, tag="placed"):

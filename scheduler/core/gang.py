@@ -40,14 +40,11 @@ from .cluster import ClusterState, Demand, NodeState
 from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .filters.chain import GroupFilters, PodFilters
 from .gangsources import Gang, GangError, GangPending, resolve
-from .objects import PodInput
+from .gangtopo import Context, annotate, context, plan_in_domains, surplus_scopes
+from .members import Member, split_joint
 from .placement import best_whole_node, unschedulable_reason, whole_placement
-from .requests import PodRequest, RequestError
-
-
-class Member(Struct, frozen=True):
-    pod: PodInput
-    request: PodRequest
+from .requests import RequestError
+from .topoconstraints import TopologyError, TopologyPending, rank_order
 
 
 class Size(Struct, frozen=True):
@@ -56,6 +53,8 @@ class Size(Struct, frozen=True):
     minimum: int
     total: int  # 0: not said
     bound: int
+    # Planned through topology domains (gangtopo.py); None: as without topology.
+    topology: Context | None = None
 
 
 def check_gang(
@@ -104,7 +103,13 @@ def check_gang(
             keys,
             f"gang {gang}: members ask for GPUs of several vendors ({', '.join(sorted(vendors))})",
         )
-    return Size(minimum, total, len(bound))
+    try:
+        topology = context(state, [m.pod for m in members])
+    except TopologyPending as exc:
+        return Waiting(keys, f"gang {gang}: {exc}")
+    except TopologyError as exc:
+        return Unschedulable(keys, f"gang {gang}: {exc}")
+    return Size(minimum, total, len(bound), topology)
 
 
 def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision:
@@ -128,18 +133,23 @@ def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision
         return Unschedulable(keys, f"gang {gang}: no member asks for GPUs")
     need = max(0, size.minimum - size.bound)
     with state.tentative():
-        placements: list[Placement] | None = []
+        placements: list[Placement] = []
         surplus = ordered
         if need:
-            placements = _plan_together(state, gang, ordered, size.minimum)
+            found = _plan_together(state, gang, ordered, size.minimum, size.topology)
             surplus = []
-            if placements is None and len(ordered) > need:
-                core = sorted(ordered, key=lambda m: (m.request.gpus, m.pod.key))[:need]
-                placements = _plan_together(state, gang, _largest_first(core), size.minimum)
+            if isinstance(found, str) and len(ordered) > need:
+                core = _core(ordered, need, size.topology)
+                found = _plan_together(
+                    state, gang, _largest_first(core), size.minimum, size.topology
+                )
                 surplus = [m for m in ordered if m not in core]
-        if placements is None:
-            return _not_together(state, gang, members, ordered, need)
-        left = _place_surplus(state, gang, surplus, size.minimum, placements)
+            if isinstance(found, str):
+                if found:  # a hard topology constraint's shortfall
+                    return Unschedulable(keys, found)
+                return _not_together(state, gang, members, ordered, need)
+            placements = found
+        left = _place_surplus(state, gang, surplus, size.minimum, placements, size.topology)
     placements.sort(key=lambda p: p.pod)
     if not placements:
         return Unschedulable(keys, _surplus_reason(gang, size, left))
@@ -151,14 +161,36 @@ def _largest_first(members: list[Member]) -> list[Member]:
     return sorted(members, key=lambda m: (-m.request.gpus, m.pod.key))
 
 
+def _core(ordered: list[Member], need: int, topology: Context | None) -> list[Member]:
+    """The members an elastic gang's minimum is planned with: the smallest first, or through
+    topology, the first ranks."""
+    if topology is not None:
+        by_key = {m.pod.key: m for m in ordered}
+        return [by_key[p.key] for p in rank_order([m.pod for m in ordered])[:need]]
+    return sorted(ordered, key=lambda m: (m.request.gpus, m.pod.key))[:need]
+
+
 def _plan_together(
-    state: ClusterState, gang: str, ordered: list[Member], minimum: int
-) -> list[Placement] | None:
-    """All of ``ordered`` placed (one node, else the fewest), applied to the open tentative
-    scope; None when they cannot all be placed (and then nothing stays applied)."""
+    state: ClusterState,
+    gang: str,
+    ordered: list[Member],
+    minimum: int,
+    topology: Context | None = None,
+) -> list[Placement] | str:
+    """All of ``ordered`` placed (through the topology's domains; else one node, else the
+    fewest), applied to the open tentative scope. When they cannot all be placed nothing stays
+    applied and the result is why: a hard topology constraint's shortfall, else ""."""
     gpu_members = [m for m in ordered if m.request.gpus > 0]
     if not gpu_members:
-        return None
+        return ""
+    pinned = topology is not None and topology.constraint is not None and topology.constraint.pinned
+    if topology is not None and not pinned:
+        with state.tentative():
+            found = plan_in_domains(state, gang, ordered, minimum, topology)
+        if isinstance(found, list):
+            return _applied(state, ordered, found, minimum)
+        if topology.hard:
+            return found or f"gang {gang}: no domain holds it ({topology.constraint})"
     vendor = gpu_members[0].request.vendor
     assert vendor is not None
     spread = gpu_members[0].request.node_policy == "spread"
@@ -166,7 +198,7 @@ def _plan_together(
     try:
         member_filters = [PodFilters(state, m.pod) for m in ordered]
     except RequestError:
-        return None
+        return ""
     everyone = GroupFilters(state, member_filters)
     with state.tentative():
         placements = _plan_one_node(state, gang, ordered, vendor, spread, everyone, total, minimum)
@@ -174,9 +206,19 @@ def _plan_together(
         with state.tentative():
             placements = _plan_fewest_nodes(state, gang, ordered, vendor, spread, minimum)
     if placements is None:
-        return None
+        return ""
+    if topology is not None:
+        placements = annotate(state, placements, topology, rank_order([m.pod for m in ordered]))
+    return _applied(state, ordered, placements, minimum)
+
+
+def _applied(
+    state: ClusterState, ordered: list[Member], placements: list[Placement], minimum: int
+) -> list[Placement]:
+    """The plan applied again to the open scope (its own scope rolled back): kept for the
+    surplus members that follow."""
     pods = {m.pod.key: m.pod for m in ordered}
-    for placement in placements:  # kept for the surplus members that follow
+    for placement in placements:
         state.apply(placement, pods[placement.pod], minimum)
     return placements
 
@@ -242,9 +284,12 @@ def _place_surplus(
     surplus: list[Member],
     minimum: int,
     placements: list[Placement],
+    topology: Context | None = None,
 ) -> dict[str, str]:
     """Place surplus members one at a time (applied to the open scope, added to
-    ``placements``); returns the keys of those that fit nowhere, with why."""
+    ``placements``); returns the keys of those that fit nowhere, with why. Through topology,
+    after its siblings' nodes each domain they share is tried, narrowest first; with a hard
+    constraint, nowhere else."""
     left: dict[str, str] = {}
     for member in surplus:
         req = member.request
@@ -260,13 +305,22 @@ def _place_surplus(
         if req.gpus and req.vendor is not None:
             spread = req.node_policy == "spread"
             demand = state.demand(req.resources)
-            found = best_whole_node(
-                state, _OnNodes(filters, siblings), req.gpus, req.vendor, spread, demand
-            )
-            if found is None:
+            scopes = [siblings]
+            if topology is not None:
+                scopes += surplus_scopes(state, gang, topology)
+            found = None
+            for scope in scopes:
+                found = best_whole_node(
+                    state, _OnNodes(filters, scope), req.gpus, req.vendor, spread, demand
+                )
+                if found is not None:
+                    break
+            if found is None and not (topology is not None and topology.hard):
                 found = best_whole_node(state, filters, req.gpus, req.vendor, spread, demand)
             if found is not None:
                 placement = whole_placement(member.pod, req, found.node, found.choice.indices, gang)
+                if topology is not None:
+                    (placement,) = annotate(state, [placement], topology, [member.pod])
         if placement is None:
             left[member.pod.key] = unschedulable_reason(state, filters, req)
             continue
@@ -297,35 +351,7 @@ def _plan_one_node(
     found = best_whole_node(state, filters, total, vendor, spread, demand)
     if found is None:
         return None
-    return _split(state, gang, found.node, found.choice.mask, ordered, minimum)
-
-
-def _split(
-    state: ClusterState,
-    gang: str,
-    node: NodeState,
-    joint: int,
-    group: list[Member],
-    minimum: int,
-) -> list[Placement]:
-    """Give each member (largest first) the best subset of the joint set that is left."""
-    assert node.inventory is not None
-    topology = node.inventory.topology
-    out = []
-    left = joint
-    for member in group:
-        k = member.request.gpus
-        if k == 0:
-            indices: tuple[int, ...] = ()
-        else:
-            choice = topology.best_set(left, k)
-            assert choice is not None
-            indices = choice.indices
-            left &= ~choice.mask
-        placement = whole_placement(member.pod, member.request, node, indices, gang)
-        state.apply(placement, member.pod, minimum)
-        out.append(placement)
-    return out
+    return split_joint(state, gang, found.node, found.choice.mask, ordered, minimum)
 
 
 def _plan_fewest_nodes(
@@ -382,7 +408,7 @@ def _plan_fewest_nodes(
         if best is None:
             return None
         _, group, node, joint = best
-        out.extend(_split(state, gang, node, joint, group, minimum))
+        out.extend(split_joint(state, gang, node, joint, group, minimum))
         taken = {m.pod.key for m in group}
         remaining = [m for m in remaining if m.pod.key not in taken]
     return out

@@ -52,3 +52,31 @@ SGPU_QOS_POLICIES: Final = ("fixed-share", "best-effort", "burst-share")
 DEFAULT_SGPU_QOS: Final = "best-effort"
 
 CORES_PER_CARD: Final = 100
+
+# Cross-node topology constraints (issue 21, core/topoconstraints.py). A level is named by its
+# node-label key or its alias. Ours:
+TOPOLOGY_REQUIRED_ANNOTATION: Final = "topo-scheduler.io/topology-required"
+TOPOLOGY_PREFERRED_ANNOTATION: Final = "topo-scheduler.io/topology-preferred"
+TOPOLOGY_SLICE_REQUIRED_ANNOTATION: Final = "topo-scheduler.io/topology-slice-required"
+TOPOLOGY_SLICE_SIZE_ANNOTATION: Final = "topo-scheduler.io/topology-slice-size"
+# Kueue's (on the PodTemplate, so on every pod); its gate until it has chosen the domain.
+KUEUE_REQUIRED_TOPOLOGY_ANNOTATION: Final = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY_ANNOTATION: Final = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_SLICE_TOPOLOGY_ANNOTATION: Final = "kueue.x-k8s.io/podset-slice-required-topology"
+KUEUE_SLICE_SIZE_ANNOTATION: Final = "kueue.x-k8s.io/podset-slice-size"
+KUEUE_TOPOLOGY_GATE: Final = "kueue.x-k8s.io/topology"
+# KAI's: the Topology the levels belong to, and the levels.
+KAI_TOPOLOGY_ANNOTATION: Final = "kai.scheduler/topology"
+KAI_REQUIRED_ANNOTATION: Final = "kai.scheduler/topology-required-placement"
+KAI_PREFERRED_ANNOTATION: Final = "kai.scheduler/topology-preferred-placement"
+KAI_SEGMENT_SIZE_ANNOTATION: Final = "kai.scheduler/segment-size"
+KAI_SEGMENT_REQUIRED_ANNOTATION: Final = "kai.scheduler/segment-topology-required-placement"
+# A gang member's rank, the first of these a pod carries (label, else annotation); by name
+# when none.
+RANK_LABELS: Final = (
+    "batch.kubernetes.io/job-completion-index",
+    "training.kubeflow.org/replica-index",
+    "leaderworkerset.sigs.k8s.io/worker-index",
+    "jobset.sigs.k8s.io/job-index",
+    "apps.kubernetes.io/pod-index",
+)

@@ -136,6 +136,16 @@ class ClaimInput(Struct, frozen=True):
         return f"{self.namespace}/{self.name}"
 
 
+class NetworkTopologyInput(Struct, frozen=True):
+    """A Volcano PodGroup's ``spec.networkTopology``: how far apart its members may be, in
+    Volcano's tiers (tier 1 nearest the nodes; ``core/topoconstraints.py`` maps them onto the
+    configured levels)."""
+
+    mode: str = "hard"  # hard | soft
+    highest_tier_allowed: int | None = None
+    highest_tier_name: str | None = None
+
+
 class PodGroupInput(Struct, frozen=True):
     """A PodGroup object a gang's pods name: scheduler-plugins' (``scheduling.x-k8s.io``) or
     Volcano's (``scheduling.volcano.sh``); both say how many members must run together."""
@@ -150,10 +160,33 @@ class PodGroupInput(Struct, frozen=True):
     # Its status is someone else's to write (Volcano's, or one scheduler-plugins' controller
     # writes): topo-scheduler leaves it alone (service/podgroups.py; the rule: README "Gangs").
     status_foreign: bool = False
+    # Volcano's spec.networkTopology (None: not said; scheduler-plugins' PodGroups have none).
+    network_topology: NetworkTopologyInput | None = None
 
     @property
     def key(self) -> str:
         return f"{self.group}/{self.namespace}/{self.name}"
+
+
+class TopologyLevel(Struct, frozen=True):
+    """One level of a topology hierarchy: a node-label key, with an optional alias by which pods
+    may name it too (KAI's and our config's ``alias``)."""
+
+    node_label: str
+    alias: str = ""
+
+
+class TopologyInput(Struct, frozen=True):
+    """A cluster-scoped Topology object pods may name: Kueue's (``kueue.x-k8s.io``, v1beta1 or
+    v1beta2) or KAI's (``kai.scheduler``): its levels, widest first."""
+
+    kind: str  # as reasons name it: "Kueue" or "KAI"
+    name: str
+    levels: tuple[TopologyLevel, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.name}"
 
 
 class VolumeInput(Struct, frozen=True):

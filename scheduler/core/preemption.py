@@ -64,7 +64,8 @@ from .cluster import ClusterState, Nominated
 from .cycle import Unit, decide, unit_priority
 from .decisions import Placed, Placement, Waiting
 from .filters.resources import pod_requests
-from .gang import Member, Size, check_gang
+from .gang import Size, check_gang
+from .members import Member
 from .podindex import PodRecord
 from .requests import PodRequest, RequestError, parse_request
 from .victims import Pool

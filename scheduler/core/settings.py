@@ -10,6 +10,8 @@ from typing import Literal
 
 from msgspec import Struct, field
 
+from .objects import TopologyLevel
+
 GpuPolicy = Literal["topology-aware", "binpack", "spread"]
 NodePolicy = Literal["binpack", "spread"]
 GPU_POLICIES: tuple[GpuPolicy, ...] = ("topology-aware", "binpack", "spread")
@@ -26,6 +28,20 @@ def _default_resources() -> dict[str, str]:
     }
 
 
+# NVIDIA GPU feature discovery's label naming a node's NVLink clique: "<clusterUUID>.<cliqueId>".
+DEFAULT_ACCELERATOR_LABEL = "nvidia.com/gpu.clique"
+
+
+class TopologySettings(Struct, frozen=True):
+    """Cross-node topology (issue 21, ``core/domains.py``): the configured levels, widest first
+    (hostname is always the last level, implied), the label of the built-in NVLink levels (""
+    turns them off), and whether gangs without a constraint still prefer the fewest domains."""
+
+    levels: tuple[TopologyLevel, ...] = ()
+    accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
+    compact_gangs: bool = True
+
+
 class CoreSettings(Struct, frozen=True):
     # Whole-GPU resource name -> vendor whose GPUs it asks for.
     gpu_resources: dict[str, str] = field(default_factory=_default_resources)
@@ -34,3 +50,4 @@ class CoreSettings(Struct, frozen=True):
     # GPU policy for shared-GPU requests when the pod names none (or names topology-aware, which
     # means nothing for a single card): binpack keeps idle cards whole for whole-GPU pods.
     shared_gpu_policy: GpuPolicy = "binpack"
+    topology: TopologySettings = field(default_factory=TopologySettings)

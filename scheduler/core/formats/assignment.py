@@ -2,6 +2,10 @@
 e.g. ``{"node": "dgx", "devices": [{"index": 0, "uuid": "GPU-a"}], "shares": [],
 "gang": null, "containers": [{"name": "main", "devices": [0], "uuids": ["GPU-a"]}]}``.
 
+A gang member placed through topology domains (issue 21) also carries ``"topology"``, its node's
+domain as level name (alias or label key) -> value from the widest level down, and ``"rank"``,
+its rank in the gang, so launchers can build their rings from it; both are absent otherwise.
+
 ``containers`` is per container that asks for whole GPUs, in spec order (what the device plugin
 hands each container); it is absent (None) in annotations written before it existed, and readers
 then give the pod's one GPU container every UUID of ``devices``. Readers tolerate unknown fields
@@ -42,6 +46,8 @@ class AssignmentRecord(msgspec.Struct, frozen=True, rename="camel", omit_default
     shares: list[Share] = msgspec.field(default_factory=list)
     gang: str | None = None
     containers: list[AssignmentContainer] | None = None
+    topology: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    rank: int | msgspec.UnsetType = msgspec.UNSET
 
 
 _encoder = msgspec.json.Encoder()
@@ -84,6 +90,10 @@ def assignment_annotations(placement: Placement) -> dict[str, str]:
             for c in placement.containers
         ],
     )
+    if placement.topology:
+        record = msgspec.structs.replace(record, topology=dict(placement.topology))
+    if placement.rank is not None:
+        record = msgspec.structs.replace(record, rank=placement.rank)
     return {
         DEVICES_ANNOTATION: devices_format.encode(placement.devices),
         ASSIGNMENT_ANNOTATION: encode(record),

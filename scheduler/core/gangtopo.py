@@ -1,0 +1,218 @@
+"""A gang planned through topology domains (issue 21): the domain, the nodes and each node's GPU
+set chosen together.
+
+``context`` says whether a gang is planned this way: when its members ask for a constraint
+(``topoconstraints``), or, with ``topology.compactGangs`` (the default), when some node carries
+a label of a level above hostname. A cluster without topology labels and gangs without
+constraints are planned exactly as before.
+
+``plan_in_domains`` takes ``topoplace.plans`` best first and realises each at the node level:
+inside each leaf domain the members (consecutive ranks) are packed onto its nodes, the node that
+takes the longest run of the next ranks first (then fewest free GPUs, binpack; most, spread; then
+name), each node's share a joint best set (rule 1) split among them, every Kubernetes filter
+checked for the members on the node together. A plan a filter defeats is dropped for the next.
+
+Sticky: the members already bound fix the domain (the path they share): a replaced member, an
+elastic gang's surplus, goes there; with a required level, nowhere else.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from msgspec import Struct, structs
+
+from .cluster import ClusterState, NodeState
+from .decisions import Placement
+from .domains import Hierarchy, Path, configured, in_use
+from .filters.chain import GroupFilters, PodFilters
+from .members import Member, split_joint
+from .objects import PodInput
+from .topoconstraints import Constraint, gang_constraint, rank_of, rank_order
+from .topoplace import MAX_PLANS, Tree, node_fits, plans, shortfall
+
+
+class Context(Struct, frozen=True):
+    hierarchy: Hierarchy
+    constraint: Constraint | None  # None: compact by default
+    compact: bool
+
+    @property
+    def hard(self) -> bool:
+        """A required level or slices: never placed outside them."""
+        c = self.constraint
+        return c is not None and (c.required is not None or c.slice_level is not None)
+
+
+def context(state: ClusterState, pods: list[PodInput]) -> Context | None:
+    """How the gang of these pods is planned through domains; None: as without topology.
+    TopologyError / TopologyPending when its constraint is malformed or disputed."""
+    settings = state.settings.topology
+    constraint = gang_constraint(pods, state.pod_groups, settings, state.topologies)
+    if constraint is not None:
+        return Context(constraint.hierarchy, constraint, settings.compact_gangs)
+    hierarchy = configured(settings)
+    if settings.compact_gangs and in_use(hierarchy, state.label_keys):
+        return Context(hierarchy, None, True)
+    return None
+
+
+def bound_path(state: ClusterState, gang: str, hierarchy: Hierarchy) -> Path:
+    """The longest path the gang's bound members share (empty: none bound)."""
+    shared: Path | None = None
+    for key in sorted(state.gang_bound.get(gang, ())):
+        holding = state.holdings.get(key)
+        if holding is None or holding.node not in state.nodes:
+            continue
+        path = state.path_of(hierarchy, holding.node)
+        if shared is None:
+            shared = path
+        else:
+            n = 0
+            while n < min(len(shared), len(path)) and shared[n] == path[n]:
+                n += 1
+            shared = shared[:n]
+    return shared or ()
+
+
+def plan_in_domains(
+    state: ClusterState, gang: str, members: list[Member], minimum: int, ctx: Context
+) -> list[Placement] | str:
+    """The members placed through the domains (applied to the open tentative scope), or why
+    not: the shortfall per level for a hard constraint, "" otherwise (the caller then plans
+    without domains)."""
+    gpu = [m for m in members if m.request.gpus]
+    largest = max(gpu, key=lambda m: m.request.gpus)
+    vendor = largest.request.vendor
+    assert vendor is not None
+    spread = largest.request.node_policy == "spread"
+    ranked_pods = rank_order([m.pod for m in members])
+    by_key = {m.pod.key: m for m in members}
+    ranked = [by_key[p.key] for p in ranked_pods]
+    fits = node_fits(
+        state,
+        ctx.hierarchy,
+        vendor,
+        largest.request.gpus,
+        state.demand(largest.request.resources),
+    )
+    tree = Tree(ctx.hierarchy, fits, ctx.constraint)
+    sticky = bound_path(state, gang, ctx.hierarchy)
+    n = len(ranked)
+    c = ctx.constraint
+    if c is not None and c.slice_size and n % c.slice_size:
+        return f"gang {gang}: {n} pods cannot be cut into slices of {c.slice_size} ({c.says})"
+    for plan in islice(plans(tree, c, n, ctx.compact, sticky), MAX_PLANS):
+        with state.tentative():
+            out: list[Placement] = []
+            pos = 0
+            for chunk in plan:
+                part = ranked[pos : pos + chunk.count]
+                pos += chunk.count
+                nodes = [state.nodes[name] for name in chunk.nodes]
+                placed = pack_nodes(state, gang, part, nodes, vendor, spread, minimum)
+                if placed is None:
+                    break
+                out.extend(placed)
+            else:
+                return annotate(state, out, ctx, ranked_pods)
+    if ctx.hard and c is not None:
+        return f"gang {gang}: {shortfall(tree, c, n)}"
+    return ""
+
+
+def pack_nodes(
+    state: ClusterState,
+    gang: str,
+    members: list[Member],
+    nodes: list[NodeState],
+    vendor: str,
+    spread: bool,
+    minimum: int,
+) -> list[Placement] | None:
+    """Consecutive runs of ``members`` on ``nodes`` (see the module's docstring), applied to the
+    open tentative scope; None when they do not all fit."""
+    remaining = list(members)
+    out: list[Placement] = []
+    while remaining:
+        filters = {m.pod.key: PodFilters(state, m.pod) for m in remaining}
+        candidates: list[tuple[tuple[int, int, str], int, NodeState]] = []
+        for node in nodes:
+            inv = node.inventory
+            if inv is None or inv.vendor != vendor:
+                continue
+            free = node.free_mask.bit_count()
+            run, total = 0, 0
+            for m in remaining:
+                if total + m.request.gpus > free:
+                    break
+                total += m.request.gpus
+                run += 1
+            if run:
+                candidates.append(((-run, -free if spread else free, node.name), run, node))
+        candidates.sort(key=lambda c: c[0])
+        found: tuple[NodeState, list[Member], int] | None = None
+        for _, run, node in candidates:
+            assert node.inventory is not None
+            headroom = node.headroom()
+            while run > 0:
+                part = remaining[:run]
+                total = sum(m.request.gpus for m in part)
+                demand = state.demand(r for m in part for r in m.request.resources)
+                choice = node.inventory.topology.best_set(node.free_mask, total) if total else None
+                fits = (total == 0 or choice is not None) and (
+                    headroom is None or all(headroom[i] >= x for i, x in demand)
+                )
+                group = GroupFilters(state, [filters[m.pod.key] for m in part])
+                if fits and group.problem is None and not group.check(node):
+                    found = (node, part, choice.mask if choice is not None else 0)
+                    break
+                run -= 1
+            if found is not None:
+                break
+        if found is None:
+            return None
+        node, part, joint = found
+        out.extend(split_joint(state, gang, node, joint, part, minimum))
+        remaining = remaining[len(part) :]
+    return out
+
+
+def annotate(
+    state: ClusterState, placements: list[Placement], ctx: Context, ranked: list[PodInput]
+) -> list[Placement]:
+    """Each placement with its node's domain and its member's rank (its rank label, else its
+    position by rank then name)."""
+    position = {p.key: i for i, p in enumerate(ranked)}
+    pods = {p.key: p for p in ranked}
+    out = []
+    for placement in placements:
+        labels = ctx.hierarchy.labels(state.path_of(ctx.hierarchy, placement.node))
+        rank = rank_of(pods[placement.pod])
+        out.append(
+            structs.replace(
+                placement,
+                topology=tuple(labels.items()),
+                rank=position[placement.pod] if rank is None else rank,
+            )
+        )
+    return out
+
+
+def surplus_scopes(state: ClusterState, gang: str, ctx: Context) -> list[set[str]]:
+    """Where a surplus (or replacement) member may go, in order: the nodes of each domain its
+    bound members share, narrowest first, up to the required level (with a hard constraint the
+    last scope is that domain; without, the caller tries everywhere after)."""
+    sticky = bound_path(state, gang, ctx.hierarchy)
+    if not sticky:
+        return []
+    floor = 0
+    if ctx.constraint is not None and ctx.constraint.required is not None:
+        floor = ctx.constraint.required + 1
+    scopes = []
+    for depth in range(len(sticky), max(floor, 1) - 1, -1):
+        prefix = sticky[:depth]
+        scopes.append(
+            {name for name in state.nodes if state.path_of(ctx.hierarchy, name)[:depth] == prefix}
+        )
+    return scopes
