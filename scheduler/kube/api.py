@@ -12,7 +12,8 @@ apiserver copies them onto the pod in the same write.
 
 The gang calls (PodGroups, evictions, nominated nodes) build their bodies and read their answers
 with ``podgroups``; custom resources are listed and watched by their CRD's name
-(``podgroups.CUSTOM_RESOURCES``), like the built-in kinds.
+(``podgroups.CUSTOM_RESOURCES``, and the Topology CRDs of ``topologies.TOPOLOGY_RESOURCES`` in
+the version their CRD serves), like the built-in kinds.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .podgroups import (
     nominated_node_patch,
     pod_group_status_patch,
 )
+from .topologies import TOPOLOGY_RESOURCES, served_version
 from .watch import Gone, HttpError
 
 REQUEST_TIMEOUT_S: Final = 30
@@ -103,6 +105,8 @@ class KubeApi:
         self.core = k8s.CoreV1Api(api_client)
         self.extensions = k8s.ApiextensionsV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
+        # The version each Topology CRD serves, as its last read said (crd_established).
+        self.served_versions: dict[str, str] = {}
 
     async def _call(self, method: Any, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         try:
@@ -167,10 +171,11 @@ class KubeApi:
         return _lines(response)
 
     def _lister(self, kind: str) -> Any:
-        custom = CUSTOM_RESOURCES.get(kind)
+        custom = CUSTOM_RESOURCES.get(kind) or TOPOLOGY_RESOURCES.get(kind)
         if custom is not None:
+            version = self.served_versions.get(kind, custom.version)
             return functools.partial(
-                self.custom.list_cluster_custom_object, custom.group, custom.version, custom.plural
+                self.custom.list_cluster_custom_object, custom.group, version, custom.plural
             )
         listers = {
             "namespaces": self.core.list_namespace,
@@ -211,6 +216,11 @@ class KubeApi:
         if status == 404:
             return False
         raise_for_status(status, body)
+        if name in TOPOLOGY_RESOURCES:
+            version = served_version(body, name)
+            if version is None:
+                return False
+            self.served_versions[name] = version
         return crd_is_established(body, name)
 
     # ---- writes ----------------------------------------------------------------------------

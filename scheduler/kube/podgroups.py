@@ -30,11 +30,11 @@ No kubernetes-asyncio import here: everything is plain data, unit-tested without
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from scheduler.core.objects import PodGroupInput
+from scheduler.core.objects import NetworkTopologyInput, PodGroupInput
 
 SCHEDULER_PLUGINS_GROUP: Final = "scheduling.x-k8s.io"
 VOLCANO_GROUP: Final = "scheduling.volcano.sh"
@@ -111,8 +111,17 @@ class SchedulerPluginsSpec(msgspec.Struct, rename="camel"):
     schedule_timeout_seconds: Seconds | None = None
 
 
+class VolcanoNetworkTopology(msgspec.Struct, rename="camel"):
+    """spec.networkTopology (issue 21: honoured through the configured topology levels)."""
+
+    mode: Literal["hard", "soft"] = "hard"
+    highest_tier_allowed: Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)] | None = None
+    highest_tier_name: Annotated[str, msgspec.Meta(max_length=MAX_NAME_LENGTH)] | None = None
+
+
 class VolcanoSpec(msgspec.Struct, rename="camel"):
     min_member: Members = 0
+    network_topology: VolcanoNetworkTopology | None = None
 
 
 _SPEC_DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
@@ -186,7 +195,15 @@ def pod_group_from_obj(obj: PodGroup) -> PodGroupInput:
         schedule_timeout_seconds=getattr(spec, "schedule_timeout_seconds", None),
         uid=meta.uid,
         status_foreign=group != SCHEDULER_PLUGINS_GROUP or observed_status(obj).foreign,
+        network_topology=_network_topology(spec),
     )
+
+
+def _network_topology(spec: object) -> NetworkTopologyInput | None:
+    found = getattr(spec, "network_topology", None)
+    if found is None:
+        return None
+    return NetworkTopologyInput(found.mode, found.highest_tier_allowed, found.highest_tier_name)
 
 
 # ---- status: who writes it -------------------------------------------------------------------

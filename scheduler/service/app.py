@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 from scheduler.config import Config
-from scheduler.core.objects import PodInput
+from scheduler.core.objects import PodInput, TopologyInput
 from scheduler.kube.api import KubeApi
 from scheduler.kube.client import POOL_SIZE, api_client
 from scheduler.kube.codec import (
@@ -48,6 +48,13 @@ from scheduler.kube.codec import (
     volume_from_obj,
 )
 from scheduler.kube.podgroups import CUSTOM_RESOURCES, CustomResource, PodGroup
+from scheduler.kube.topologies import KINDS as TOPOLOGY_KINDS
+from scheduler.kube.topologies import (
+    TOPOLOGY_RESOURCES,
+    Topology,
+    TopologyObjectError,
+    topology_or_error,
+)
 from scheduler.kube.watch import Reflector
 from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
@@ -271,7 +278,43 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             version,
         )
 
-    def pod_groups_cleared(kind: str) -> None:
+    # Kueue's and KAI's Topology objects (issue 21), while their CRD exists.
+    def topology_reflector(resource: CustomResource) -> Reflector[Topology]:
+        kind = resource.name
+        project = TOPOLOGY_KINDS[resource.group]
+
+        def usable(item: Topology) -> TopologyInput | None:
+            found = topology_or_error(item)
+            if isinstance(found, TopologyObjectError):
+                log.warning("Topology not usable", error=str(found))
+                return None
+            return found
+
+        def replace(items: list[Topology]) -> None:
+            found = [usable(item) for item in items]
+            scheduler.replace_topologies(project, [t for t in found if t is not None])
+
+        def event(change: str, item: Topology) -> None:
+            found = usable(item)
+            if found is not None:
+                scheduler.topology_event(change, found)
+            elif change == "DELETED":
+                scheduler.topology_event(change, TopologyInput(project, item.metadata.name, ()))
+
+        return Reflector(
+            kind,
+            Topology,
+            lambda: api.list_kind(kind),
+            lambda rv, t: api.watch_kind(kind, rv, t),
+            replace,
+            event,
+            version,
+        )
+
+    def crd_cleared(kind: str) -> None:
+        if kind in TOPOLOGY_RESOURCES:
+            scheduler.replace_topologies(TOPOLOGY_KINDS[TOPOLOGY_RESOURCES[kind].group], [])
+            return
         resource = CUSTOM_RESOURCES[kind]
         scheduler.replace_pod_groups(resource.group, [])
         statuses.groups_replaced(resource.group, [])
@@ -279,10 +322,14 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     def maker(resource: CustomResource) -> Callable[[], Reflector[Any]]:
         return lambda: pod_group_reflector(resource)
 
+    def topology_maker(resource: CustomResource) -> Callable[[], Reflector[Any]]:
+        return lambda: topology_reflector(resource)
+
     crds = CrdWatches(
         api.crd_established,
-        {name: maker(resource) for name, resource in CUSTOM_RESOURCES.items()},
-        pod_groups_cleared,
+        {name: maker(resource) for name, resource in CUSTOM_RESOURCES.items()}
+        | {name: topology_maker(resource) for name, resource in TOPOLOGY_RESOURCES.items()},
+        crd_cleared,
     )
 
     started: dict[str, list[Reflector[Any]]] = {}

@@ -25,6 +25,7 @@ from scheduler.core.objects import (
     NodeInput,
     PodGroupInput,
     PodInput,
+    TopologyInput,
     VolumeInput,
 )
 from scheduler.kube.podgroups import POD_GROUPS, VOLCANO_POD_GROUPS
@@ -261,6 +262,28 @@ class Intake:
             return  # a status change (ours, say): nothing the core reads
         else:
             self.state.set_pod_group(group)
+        self._cluster_event()
+
+    # ---- Kueue and KAI Topology objects (watched while their CRD exists; issue 21) ---------
+
+    def replace_topologies(self, kind: str, topologies: list[TopologyInput]) -> None:
+        """A LIST of one project's Topologies ("Kueue" or "KAI"; [] when its CRD went away)."""
+        keys = {t.key for t in topologies}
+        for key, topology in list(self.state.topologies.items()):
+            if topology.kind == kind and key not in keys:
+                self.state.remove_topology(key)
+        for topology in topologies:
+            if self.state.topologies.get(topology.key) != topology:
+                self.state.set_topology(topology)
+        self._cluster_event()
+
+    def topology_event(self, kind: str, topology: TopologyInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_topology(topology.key)
+        elif self.state.topologies.get(topology.key) == topology:
+            return
+        else:
+            self.state.set_topology(topology)
         self._cluster_event()
 
     def replace_claims(self, claims: list[ClaimInput]) -> None:

@@ -42,6 +42,7 @@ from scheduler.core.objects import (
     NodeInput,
     PodGroupInput,
     PodInput,
+    TopologyInput,
     VolumeInput,
 )
 from scheduler.core.settings import CoreSettings
@@ -240,6 +241,12 @@ class Scheduler:
 
     def pod_group_event(self, kind: str, group: PodGroupInput) -> None:
         self.intake.pod_group_event(kind, group)
+
+    def replace_topologies(self, kind: str, topologies: list[TopologyInput]) -> None:
+        self.intake.replace_topologies(kind, topologies)
+
+    def topology_event(self, kind: str, topology: TopologyInput) -> None:
+        self.intake.topology_event(kind, topology)
 
     def replace_claims(self, claims: list[ClaimInput]) -> None:
         self.intake.replace_claims(claims)

@@ -1,5 +1,5 @@
-"""Read v1 Node and v1 Pod objects (and namespaces, claims, volumes and PodGroups) from YAML or
-JSON files.
+"""Read v1 Node and v1 Pod objects (and namespaces, claims, volumes, PodGroups and Kueue's and
+KAI's Topology objects) from YAML or JSON files.
 
 A file may hold several YAML documents, or a ``kind: List`` with ``items``. Every document is
 composed separately so its start line is known: an error names the file and line, and for an
@@ -22,6 +22,7 @@ from scheduler.core.objects import (
     NodeInput,
     PodGroupInput,
     PodInput,
+    TopologyInput,
     VolumeInput,
 )
 from scheduler.kube.codec import (
@@ -35,6 +36,8 @@ from scheduler.kube.codec import (
     volume_from_obj,
 )
 from scheduler.kube.podgroups import POD_GROUP_GROUPS, PodGroupError, convert_pod_group
+from scheduler.kube.topologies import KINDS as TOPOLOGY_GROUPS
+from scheduler.kube.topologies import TopologyObjectError, convert_topology
 
 try:
     _Base: Any = yaml.CSafeLoader
@@ -71,6 +74,8 @@ class Loaded(msgspec.Struct):
     volumes: list[VolumeInput] = msgspec.field(default_factory=list)
     # PodGroups of scheduler-plugins (scheduling.x-k8s.io) and Volcano (scheduling.volcano.sh).
     pod_groups: list[PodGroupInput] = msgspec.field(default_factory=list)
+    # Kueue's (kueue.x-k8s.io) and KAI's (kai.scheduler) Topology objects.
+    topologies: list[TopologyInput] = msgspec.field(default_factory=list)
     skipped: dict[str, int] = msgspec.field(default_factory=dict)
 
 
@@ -129,6 +134,9 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
     if kind == "PodGroup":
         _add_pod_group(path, line, prefix, obj, out)
         return
+    if kind == "Topology":
+        _add_topology(path, line, prefix, obj, out)
+        return
     try:
         if kind == "Node":
             out.nodes.append(convert_node(obj))
@@ -177,6 +185,20 @@ def _add_pod_group(path: str, line: int, prefix: str, obj: dict[str, Any], out: 
     try:
         out.pod_groups.append(convert_pod_group(obj))
     except PodGroupError as exc:
+        raise LoadError(f"{path}:{line}: {prefix}{exc}") from None
+
+
+def _add_topology(path: str, line: int, prefix: str, obj: dict[str, Any], out: Loaded) -> None:
+    """A Kueue or KAI Topology (other projects' are skipped), checked as a watched one."""
+    api_version = obj.get("apiVersion")
+    group = api_version.partition("/")[0] if isinstance(api_version, str) else ""
+    if group not in TOPOLOGY_GROUPS:
+        name = f"Topology ({api_version})"
+        out.skipped[name] = out.skipped.get(name, 0) + 1
+        return
+    try:
+        out.topologies.append(convert_topology(obj))
+    except TopologyObjectError as exc:
         raise LoadError(f"{path}:{line}: {prefix}{exc}") from None
 
 

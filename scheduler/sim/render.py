@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.cluster import NodeState, bits
+from scheduler.core.decisions import Placement
 
 from .simulate import SimResult
 
@@ -52,6 +53,9 @@ def to_json(result: SimResult) -> bytes:
         }
         if p.shares:
             item["shares"] = [msgspec.to_builtins(s) for s in p.shares]
+        if p.topology:  # a gang placed through topology domains (issue 21)
+            item["topology"] = dict(p.topology)
+            item["rank"] = p.rank
         placements.append(item)
     document = {
         "placements": placements,
@@ -63,6 +67,28 @@ def to_json(result: SimResult) -> bytes:
         "summary": summary(result),
     }
     return msgspec.json.format(msgspec.json.encode(document), indent=2)
+
+
+def _gang_domains(result: SimResult) -> list[str]:
+    """Each gang placed through topology domains, its pods grouped by domain (by rank)."""
+    gangs: dict[str, dict[tuple[tuple[str, str], ...], list[Placement]]] = {}
+    for p in result.placements:
+        if p.gang and p.topology:
+            gangs.setdefault(p.gang, {}).setdefault(p.topology, []).append(p)
+    if not gangs:
+        return []
+    lines = ["", "GANGS BY DOMAIN"]
+    for gang in sorted(gangs):
+        domains = gangs[gang]
+        count = sum(len(members) for members in domains.values())
+        lines.append(f"  gang {gang}: {count} pods in {len(domains)} domain(s)")
+        for domain in sorted(domains):
+            members = sorted(domains[domain], key=lambda p: (p.rank is None, p.rank or 0, p.pod))
+            lines.append(f"    {','.join(f'{k}={v}' for k, v in domain)}")
+            for p in members:
+                devices = ",".join(str(i) for i in p.devices)
+                lines.append(f"      rank {p.rank}  {p.pod}  {p.node}  GPU {devices}")
+    return lines
 
 
 def to_table(result: SimResult) -> str:
@@ -104,6 +130,7 @@ def to_table(result: SimResult) -> str:
         lines.append("")
     # The legend explains the "+" marks, so it only makes sense under at least one GPU table.
     lines.append("(+ placed by this simulation)" if lines else "No GPU nodes in the input.")
+    lines.extend(_gang_domains(result))
     if result.preemptions:
         lines.append("")
         lines.append("PREEMPTED")

@@ -1,6 +1,6 @@
 """One simulation: the same ClusterState and cycle the live scheduler uses, fed from manifests.
 
-Order of events: every node, namespace, claim, volume and PodGroup, then every running pod
+Order of events: every node, namespace, claim, volume, PodGroup and Topology, then every running pod
 (``spec.nodeName`` set; its ``topo-scheduler.io/devices`` annotation says which GPUs it holds),
 then the pending pods of this scheduler as the live queue orders a backlog: higher
 ``spec.priority`` first, then file order, each decision applied before the next (a gang once all
@@ -75,6 +75,10 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         if group.key in state.pod_groups:
             warnings.append(f"PodGroup {group.key}: defined twice; the last definition wins")
         state.set_pod_group(group)
+    for topology in loaded.topologies:
+        if topology.key in state.topologies:
+            warnings.append(f"Topology {topology.key}: defined twice; the last definition wins")
+        state.set_topology(topology)
     pending = []
     ignored = 0
     for pod in _last_definitions(loaded.pods, warnings):

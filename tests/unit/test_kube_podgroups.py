@@ -42,6 +42,7 @@ from scheduler.kube.podgroups import (
     pod_group_or_error,
     pod_group_status_patch,
 )
+from scheduler.kube.topologies import TOPOLOGY_RESOURCES
 from scheduler.kube.watch import HttpError, Reflector
 
 REPO = Path(__file__).resolve().parents[2]
@@ -376,6 +377,7 @@ def fake_api() -> tuple[KubeApi, Recorder]:
     recorder = Recorder()
     api = KubeApi.__new__(KubeApi)
     api.core = api.custom = api.extensions = recorder
+    api.served_versions = {}
     return api, recorder
 
 
@@ -570,7 +572,10 @@ def test_scheduler_role_allows_the_gang_calls_and_no_more() -> None:
     assert rules[("scheduling.x-k8s.io", "podgroups/status")]["verbs"] == ["patch"]
     assert ("scheduling.volcano.sh", "podgroups/status") not in rules
     crds = rules[("apiextensions.k8s.io", "customresourcedefinitions")]
-    assert crds["verbs"] == ["get"] and set(crds["resourceNames"]) == set(CUSTOM_RESOURCES)
+    crd_names = set(CUSTOM_RESOURCES) | set(TOPOLOGY_RESOURCES)
+    assert crds["verbs"] == ["get"] and set(crds["resourceNames"]) == crd_names
+    for group in ("kueue.x-k8s.io", "kai.scheduler"):
+        assert rules[(group, "topologies")]["verbs"] == ["get", "list", "watch"]
     # Eviction needs no access to the budgets, and the scheduler never deletes pods.
     assert not [k for k in rules if k[1] == "poddisruptionbudgets"]
     assert "delete" not in rules[("", "pods")]["verbs"]
@@ -580,3 +585,17 @@ def test_pod_group_or_error_never_raises() -> None:
     obj = msgspec.json.decode(raw({"apiVersion": "v1", "kind": "Pod"}), type=PodGroup)
     result = pod_group_or_error(obj)
     assert isinstance(result, PodGroupError) and result.key == "?/default/?"
+
+
+async def test_topology_crds_are_read_in_the_version_they_serve() -> None:
+    api, rec = fake_api()
+    name = "topologies.kueue.x-k8s.io"
+    rec.answers = [
+        FakeResponse(200, crd("True", (("v1beta1", True), ("v1beta2", False)))),
+        FakeResponse(200, {"items": []}),
+        FakeResponse(200, crd("True", (("v1alpha9", True),))),
+    ]
+    assert await api.crd_established(name)
+    await api.list_kind(name)
+    assert rec.calls[1][1] == ("kueue.x-k8s.io", "v1beta1", "topologies")
+    assert not await api.crd_established("topologies.kai.scheduler")
