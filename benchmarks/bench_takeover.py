@@ -54,7 +54,9 @@ class NoApiserver:
     async def event(self, *args: Any) -> None:
         return None
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult:
+    async def evict(
+        self, namespace: str, name: str, uid: str, dry_run: bool = False
+    ) -> EvictResult:
         raise AssertionError("no pod is evicted in this benchmark")
 
     async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:

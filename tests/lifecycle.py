@@ -101,7 +101,9 @@ class Apiserver:
     ) -> None:
         self.events.append((f"{namespace}/{name}", reason, message))
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult:
+    async def evict(
+        self, namespace: str, name: str, uid: str, dry_run: bool = False
+    ) -> EvictResult:
         key = f"{namespace}/{name}"
         pod = self.pods.get(key)
         if pod is None or pod.uid != uid:
@@ -112,6 +114,8 @@ class Apiserver:
                 429,
                 "Cannot evict pod as it would violate the pod's disruption budget.",
             )
+        if dry_run:
+            return EvictResult(Eviction.EVICTED, 201)
         self.pods[key] = msgspec.structs.replace(pod, deleting=True)
         self.evictions.append(key)
         return EvictResult(Eviction.EVICTED, 201)

@@ -50,21 +50,24 @@ def on_nodes(state: ClusterState, unit: Unit, req: PodRequest, pool: Pool) -> Be
     (pod,) = unit.pods
     mine = {pod.key}
     priority = unit_priority(unit)
-    candidates: list[tuple[Bound, str, list[Option]]] = []
+    candidates: list[tuple[NodeBound, str, list[Option]]] = []
     for name in pool.nodes():
         node = state.nodes.get(name)
         if node is None:
             continue
         options = pool.options(name)
-        bound = _bound(state, node, req, pool, options)
-        if bound is not None:
-            candidates.append((bound, name, options))
+        on_node = _bound(state, node, req, pool, options)
+        if on_node is not None:
+            # Options come budget-keeping first: when even the first breaks a budget, every
+            # candidate here does (a budget only shrinks as victims are added).
+            broken = int(bool(pool.budgets.violating(options[0].pods)))
+            candidates.append(((broken, *on_node), name, options))
     candidates.sort(key=lambda c: (c[0], c[1]))
     cap = max(MIN_NODES_TRIED, len(state.nodes) * NODES_TRIED_PERCENT // 100)
     best: Best | None = None
     seen: set[tuple[str, ...]] = set()
     for bound, name, options in candidates[:cap]:
-        if best is not None and bound > tuple(best[0][:5]):
+        if best is not None and bound > tuple(best[0][:6]):
             break  # sorted by bound: no node left can do better
 
         def room(state: ClusterState, name: str = name) -> bool:
@@ -234,6 +237,8 @@ def _shortest(
 
 # units, pods, priorities (highest first), GPUs freed, (youngest creation,): each at most
 Bound = tuple[int, int, tuple[int, ...], int, tuple[Later]]
+# The same after the budget violations (Rank's first field): 1 when every option breaks one.
+NodeBound = tuple[int, int, int, tuple[int, ...], int, tuple[Later]]
 
 
 def _bound(

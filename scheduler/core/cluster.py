@@ -56,6 +56,7 @@ from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from .objects import (
     ClaimInput,
+    DisruptionBudgetInput,
     NamespaceInput,
     NodeInput,
     PodGroupInput,
@@ -249,6 +250,8 @@ class ClusterState:
         self.namespaces: dict[str, NamespaceInput] = {}
         self.claims: dict[str, ClaimInput] = {}
         self.volumes: dict[str, VolumeInput] = {}
+        # PodDisruptionBudgets by namespace/name: which victims preemption would rather spare.
+        self.budgets: dict[str, DisruptionBudgetInput] = {}
         # PodGroup objects by PodGroupInput.key (gang sizes for pods that name one).
         self.pod_groups: dict[str, PodGroupInput] = {}
         # Bound gang members: gang key -> pod keys (for "k of N present" and conflicts).
@@ -499,6 +502,12 @@ class ClusterState:
         if found is None:
             found = paths[name] = hierarchy.path(self.nodes[name].node)
         return found
+
+    def set_budget(self, budget: DisruptionBudgetInput) -> None:
+        self.budgets[budget.key] = budget
+
+    def remove_budget(self, key: str) -> None:
+        self.budgets.pop(key, None)
 
     def set_pod_group(self, group: PodGroupInput) -> None:
         self.pod_groups[group.key] = group

@@ -1,10 +1,10 @@
 """Kubernetes-shaped inputs of the core, holding only the fields the scheduler reads.
 
 The shell (scheduler/kube's msgspec codecs, or the simulator's YAML reader) turns raw Node, Pod,
-Namespace, PersistentVolumeClaim and PersistentVolume objects into these Structs; the core never
-sees a Kubernetes client type. Quantities stay strings, as the apiserver sends them, and are parsed
-in the core so that a malformed value becomes a reason on that one pod instead of an exception in
-the shell.
+Namespace, PersistentVolumeClaim, PersistentVolume and PodDisruptionBudget objects into these
+Structs; the core never sees a Kubernetes client type. Quantities stay strings, as the apiserver
+sends them, and are parsed in the core so that a malformed value becomes a reason on that one pod
+instead of an exception in the shell.
 
 Selectors keep the API's shape (terms ORed, requirements ANDed) so that every filter in
 ``scheduler.core.filters`` reads like the kube-scheduler plugin it mirrors.
@@ -189,6 +189,22 @@ class TopologyInput(Struct, frozen=True):
         return f"{self.kind}/{self.name}"
 
 
+class DisruptionBudgetInput(Struct, frozen=True):
+    """A policy/v1 PodDisruptionBudget as preemption weighs it (core/budgets.py): which pods of
+    its namespace it covers, how many of them may be disrupted now (``status.disruptionsAllowed``)
+    and the pods whose eviction the apiserver already counted (``status.disruptedPods``, names)."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None = None
+    allowed: int = 0
+    disrupted: frozenset[str] = frozenset()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 class VolumeInput(Struct, frozen=True):
     """A PersistentVolume: its required node affinity (None: usable from any node)."""
 
@@ -245,6 +261,9 @@ class PodInput(Struct, frozen=True):
     scheduling_gates: tuple[str, ...] = ()
     priority: int = 0
     preemption_policy: str = "PreemptLowerPriority"
+    # status.nominatedNodeName: set by the leader while a preemptor's victims leave; a new
+    # leader clears one that no live nomination backs.
+    nominated_node: str = ""
 
     @property
     def key(self) -> str:

@@ -12,11 +12,13 @@ shell's.
 with a pod whose preemptionPolicy is Never evicts nothing: it waits (kube-scheduler's rule). A
 gang still waiting for members, or a pod whose request is malformed, is not a preemptor.
 
-**Who may be evicted.** ``victims.py``: bound pods of strictly lower priority, lone pods one by
-one, gangs whole (or an elastic gang's surplus down to its minimum), never one member of a gang
-alone. Pods already terminating are not chosen again, and since their resources are coming free
-(kube-scheduler counts them as going) every check below runs with them removed: when that alone
-makes room the result is a Preemption with no victims, so the preemptor is nominated and waits.
+**Who may be evicted.** ``victims.py``: bound pods of strictly lower priority, lone pods one by one,
+gangs whole (or an elastic gang's surplus down to its minimum), never one member of a gang alone;
+never a pod whose eviction the apiserver refused while the shell says that refusal stands
+(``refused``, UIDs: a PodDisruptionBudget the snapshot may not show yet), nor its gang. Pods already
+terminating are not chosen again, and since their resources are coming free (kube-scheduler counts
+them as going) every check below runs with them removed: when that alone makes room the result is a
+Preemption with no victims, so the preemptor is nominated and waits.
 
 **The one check.** A victim set is good only if the unit fits once it is gone, and that is asked
 of the same core: ``decide`` on the snapshot with the victims (and the terminating pods) removed
@@ -42,6 +44,9 @@ plan returned is what ``decide`` will choose once the victims have left, nothing
 
 **The order** among candidates, each key deciding only when the ones before are equal:
 
+0. Fewest victims whose eviction breaks a PodDisruptionBudget (budgets.py), kube-scheduler's first
+   key: the Eviction API refuses those, so such a plan stalls; one that breaks none is always
+   preferred, and a gang whose whole eviction breaks one is never offered (victims.py).
 1. Fewest units evicted (a gang counts once, whole or its surplus), then fewest pods: every
    eviction costs a restart, and a gang's restart is one job's, however many pods.
 2. Lowest priority, compared highest victim first: the work the cluster values least goes.
@@ -56,6 +61,8 @@ nothing else.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from msgspec import Struct
 
@@ -100,9 +107,11 @@ class NoPreemption(Struct, frozen=True, kw_only=True, tag="no-preemption"):
     weighed: bool = True
 
 
-def preempt(state: ClusterState, unit: Unit) -> Preemption | NoPreemption:
-    """Victims whose eviction lets ``unit`` fit, chosen by the order above; or why there are
-    none. ``state`` is left as it was."""
+def preempt(
+    state: ClusterState, unit: Unit, refused: Collection[str] = ()
+) -> Preemption | NoPreemption:
+    """Victims whose eviction lets ``unit`` fit, chosen by the order above, none of them in
+    ``refused`` (UIDs); or why there are none. ``state`` is left as it was."""
     keys = tuple(sorted(p.key for p in unit.pods))
     priority = unit_priority(unit)
     never = sorted(p.key for p in unit.pods if p.preemption_policy == "Never")
@@ -129,14 +138,15 @@ def preempt(state: ClusterState, unit: Unit) -> Preemption | NoPreemption:
         return NoPreemption(pods=keys, reason="it fits without evicting anything")
     if isinstance(now, Waiting):
         return NoPreemption(pods=keys, reason=f"not a preemptor yet: {now.reason}")
-    pool = Pool(state, priority, (p.key for p in unit.pods), unit.gang)
+    pool = Pool(state, priority, (p.key for p in unit.pods), unit.gang, refused)
     if pool.going:
         coming = fits(state, unit, pool, (), None)
         if coming is not None:
             return _preemption(state, unit, priority, pool, [], coming)
     if not pool:
         return NoPreemption(
-            pods=keys, reason=f"no running pod of lower priority than {priority} to evict"
+            pods=keys,
+            reason=f"no running pod of lower priority than {priority} to evict{_spared(pool)}",
         )
     if unit.gang is None:
         best = on_nodes(state, unit, requests[0], pool)
@@ -150,9 +160,18 @@ def preempt(state: ClusterState, unit: Unit) -> Preemption | NoPreemption:
         best = in_cluster(state, unit, requests, size, pool)
         where = f"evicting every pod of lower priority than {priority} would not make room"
     if best is None:
-        return NoPreemption(pods=keys, reason=where)
+        return NoPreemption(pods=keys, reason=where + _spared(pool))
     _, victims, placed = best
     return _preemption(state, unit, priority, pool, victims, placed)
+
+
+def _spared(pool: Pool) -> str:
+    """What the reason adds when budgets or refused evictions kept candidates out."""
+    if not pool.spared:
+        return ""
+    shown = ", ".join(sorted(pool.spared)[:3])
+    more = f" and {len(pool.spared) - 3} more" if len(pool.spared) > 3 else ""
+    return f" (kept by a PodDisruptionBudget or a refused eviction: {shown}{more})"
 
 
 def _preemption(

@@ -15,19 +15,28 @@ adds and drops whole:
   (``victims`` expands it). So the search keeps the gang at its minimum when that is enough,
   and never takes it below its minimum without taking all of it.
 
-Options are tried lowest priority first, then youngest first (latest creationTimestamp, the work
-that loses least), then by name so that equal ones still come in one order.
+PodDisruptionBudgets (budgets.py) and refusals: a pod whose eviction the apiserver refused
+(``refused``, by UID, while the shell says the refusal stands) is no candidate at all, nor is a
+gang with such a member, nor a gang whose whole eviction would break a budget (the Eviction API
+would stop partway and leave the gang below its minimum). A lone pod whose eviction alone breaks
+a budget stays a candidate, tried after every option that breaks none, as kube-scheduler reprieves
+violating victims first; the rank counts the violations of the whole set first.
+
+Options are tried: those that break no budget on their own first, then lowest priority, then
+youngest first (latest creationTimestamp, the work that loses least), then by name so that equal
+ones still come in one order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from functools import total_ordering
 from typing import NamedTuple
 
 from msgspec import Struct
 
 from . import names
+from .budgets import Budgets
 from .cluster import ClusterState, Holding
 from .podindex import PodRecord
 
@@ -53,8 +62,18 @@ class GangVictim(Struct):
 class Pool:
     """The victim candidates of one preemptor on one snapshot."""
 
-    def __init__(self, state: ClusterState, priority: int, own: Iterable[str], gang: str | None):
+    def __init__(
+        self,
+        state: ClusterState,
+        priority: int,
+        own: Iterable[str],
+        gang: str | None,
+        refused: Collection[str] = (),
+    ):
         self.state = state
+        self.budgets = Budgets(state.budgets)
+        # Candidates kept out by a refused eviction or a budget (keys), for the reason shown.
+        self.spared: list[str] = []
         mine = set(own)
         # Terminating pods of any priority: their resources are coming free.
         self.going: list[str] = []
@@ -71,7 +90,11 @@ class Pool:
             if record.key in mine or (gang is not None and record.gang == gang):
                 continue
             if record.gang is None:
-                if record.priority < priority:
+                if record.priority >= priority:
+                    continue
+                if record.uid in refused:
+                    self.spared.append(record.key)
+                else:
                     self.lone.setdefault(record.node, []).append(record)
                 continue
             if record.priority >= priority:
@@ -83,6 +106,9 @@ class Pool:
         self.gang_nodes: dict[str, set[str]] = {}  # node -> candidate gangs with a member there
         for key in sorted(members.keys() - excluded):
             pods = tuple(sorted(members[key], key=lambda r: r.key))
+            if self.budgets.violating(pods) or any(r.uid in refused for r in pods):
+                self.spared.extend(r.key for r in pods)
+                continue
             least = minimum.get(key, 0) or self._minimum_from_groups(key, pods)
             surplus = len(pods) - least if least else 0
             self.gangs[key] = GangVictim(key, pods, max(r.priority for r in pods), max(0, surplus))
@@ -128,6 +154,8 @@ class Pool:
         out.sort(key=lambda o: o.name)
         out.sort(key=lambda o: o.created, reverse=True)
         out.sort(key=lambda o: o.priority)
+        if self.budgets:
+            out.sort(key=lambda o: bool(self.budgets.violating(o.pods)))
         return out
 
     def victims(self, chosen: Iterable[Option]) -> list[PodRecord]:
@@ -173,8 +201,9 @@ class Pool:
 
 
 class Rank(NamedTuple):
-    """A victim set's rank, smallest best: the order issue 14 documents (preemption.py)."""
+    """A victim set's rank, smallest best: the order preemption.py documents."""
 
+    violations: int  # victims whose eviction breaks a PodDisruptionBudget (budgets.py)
     units: int
     pods: int
     priorities: tuple[int, ...]  # highest first
@@ -204,6 +233,7 @@ class Later:
 
 def rank(pool: Pool, victims: Sequence[PodRecord]) -> Rank:
     return Rank(
+        violations=pool.budgets.count(victims),
         units=pool.units(victims),
         pods=len(victims),
         priorities=tuple(sorted((r.priority for r in victims), reverse=True)),

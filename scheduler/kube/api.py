@@ -107,6 +107,7 @@ class KubeApi:
         self.custom = k8s.CustomObjectsApi(api_client)
         # The version each Topology CRD serves, as its last read said (crd_established).
         self.served_versions: dict[str, str] = {}
+        self.policy = k8s.PolicyV1Api(api_client)
 
     async def _call(self, method: Any, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         try:
@@ -143,7 +144,8 @@ class KubeApi:
         return body
 
     async def list_kind(self, kind: str) -> bytes:
-        """LIST of namespaces, persistentvolumeclaims, persistentvolumes, or a custom resource
+        """LIST of namespaces, persistentvolumeclaims, persistentvolumes, poddisruptionbudgets, or
+        a custom resource
         of ``podgroups.CUSTOM_RESOURCES`` by its CRD's name (``podgroups.scheduling.x-k8s.io``),
         across all namespaces."""
         status, body = await self._call(self._lister(kind))
@@ -181,6 +183,7 @@ class KubeApi:
             "namespaces": self.core.list_namespace,
             "persistentvolumeclaims": self.core.list_persistent_volume_claim_for_all_namespaces,
             "persistentvolumes": self.core.list_persistent_volume,
+            "poddisruptionbudgets": self.policy.list_pod_disruption_budget_for_all_namespaces,
         }
         return listers[kind]
 
@@ -307,16 +310,19 @@ class KubeApi:
         )
         return _written(status, raw)
 
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult:
+    async def evict(
+        self, namespace: str, name: str, uid: str, dry_run: bool = False
+    ) -> EvictResult:
         """Evict the pod with this UID through the Eviction API (PodDisruptionBudgets decide):
         EVICTED, BLOCKED (429, the budget's message) or GONE (404, or another pod's UID);
         any other answer raises HttpError. The apiserver checks the budget before the UID, so
-        while a budget allows nothing a stale UID is BLOCKED too (and GONE once it allows)."""
+        while a budget allows nothing a stale UID is BLOCKED too (and GONE once it allows).
+        ``dry_run``: the same answer, with nothing evicted and no budget spent."""
         status, raw = await self._call(
             self.core.create_namespaced_pod_eviction,
             name,
             namespace,
-            eviction_body(namespace, name, uid),
+            eviction_body(namespace, name, uid, dry_run),
         )
         result = eviction_result(status, raw)
         if result is None:

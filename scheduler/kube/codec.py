@@ -202,8 +202,9 @@ class PodSpecWire(msgspec.Struct, rename="camel"):
     preemption_policy: str | None = None
 
 
-class PodStatusWire(msgspec.Struct):
+class PodStatusWire(msgspec.Struct, rename="camel"):
     phase: str = "Pending"
+    nominated_node_name: str = ""
 
 
 class Pod(msgspec.Struct):
@@ -386,6 +387,7 @@ def pod_from_obj(pod: Pod) -> PodInput:
         scheduling_gates=tuple(g.name for g in spec.scheduling_gates or ()),
         priority=spec.priority or 0,
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
+        nominated_node=pod.status.nominated_node_name,
     )
 
 

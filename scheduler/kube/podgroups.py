@@ -388,14 +388,18 @@ def nominated_node_patch(node: str | None) -> dict[str, Any]:
     return {"status": {"nominatedNodeName": node or None}}
 
 
-def eviction_body(namespace: str, name: str, uid: str) -> dict[str, Any]:
+def eviction_body(namespace: str, name: str, uid: str, dry_run: bool = False) -> dict[str, Any]:
     """A policy/v1 Eviction of exactly this pod: the UID precondition keeps a pod recreated under
-    the same name from being evicted in its predecessor's place."""
+    the same name from being evicted in its predecessor's place. ``dry_run``: the apiserver
+    answers as it would (the budgets checked) and changes nothing (``dryRun: [All]``)."""
+    options: dict[str, Any] = {"preconditions": {"uid": uid}}
+    if dry_run:
+        options["dryRun"] = ["All"]
     return {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": name, "namespace": namespace},
-        "deleteOptions": {"preconditions": {"uid": uid}},
+        "deleteOptions": options,
     }
 
 

@@ -7,6 +7,10 @@ Three reflectors feed the scheduler's snapshot:
   together tell a bind from a delete;
 - nodes.
 
+PodDisruptionBudgets are watched from the start (preemption ranks its candidates by the budgets
+they would break) but not waited for: a replica whose watch of them fails (no RBAC for them, say)
+still schedules, and an eviction a budget refuses is still handled (preemption.py).
+
 Optional ones: namespaces, claims and volumes once a pending pod needs them, and PodGroups
 (scheduler-plugins' and Volcano's) while their CRD exists (podgroups.py: checked at start and
 every minute). The PodGroup watches also feed the PodGroup status writer (podgroups.py), as does
@@ -34,6 +38,7 @@ import structlog
 from scheduler.config import Config
 from scheduler.core.objects import PodInput, TopologyInput
 from scheduler.kube.api import KubeApi
+from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.client import POOL_SIZE, api_client
 from scheduler.kube.codec import (
     Claim,
@@ -375,6 +380,16 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         loop.add_signal_handler(sig, stopping.set)
 
     tasks += [asyncio.create_task(r.run(), name=f"watch-{r.name}") for r in reflectors]
+    budgets = Reflector(
+        "poddisruptionbudgets",
+        PodDisruptionBudget,
+        lambda: api.list_kind("poddisruptionbudgets"),
+        lambda rv, t: api.watch_kind("poddisruptionbudgets", rv, t),
+        lambda items: scheduler.preemptions.replace_budgets([budget_from_obj(b) for b in items]),
+        lambda change, b: scheduler.preemptions.budget_event(change, budget_from_obj(b)),
+        version,
+    )
+    tasks.append(asyncio.create_task(budgets.run(), name="watch-poddisruptionbudgets"))
     # The PodGroup CRDs there are now (before any decision); looked at again every minute.
     crds_read = await crds.check()
     tasks.append(asyncio.create_task(crds.run(crds_read), name="podgroup-crds"))

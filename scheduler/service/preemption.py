@@ -10,23 +10,35 @@ core). If there are victims, in this order:
    that refuses (fenced, unavailable) means nothing is evicted: the unit is retried later.
 2. The snapshot holds the same nominations (``ClusterState.nominate``): pods of equal or lower
    priority cannot take those GPUs; the preemptor itself and higher-priority pods can.
-3. Off the cycle's path: each preemptor pod's ``status.nominatedNodeName`` is set, each victim is
-   evicted through the Eviction API (a PodDisruptionBudget may refuse: the preemptor then gets a
-   ``PreemptionBlocked`` warning and its nomination expires unless the victim leaves anyway), and
+3. Off the cycle's path: each preemptor pod's ``status.nominatedNodeName`` is set; every victim's
+   eviction is first asked as a dry run, and only when none is refused are they all evicted
+   through the Eviction API, so a plan (a gang above all) is carried out whole or not at all;
    each evicted victim gets a ``Preempted`` event naming the preemptor.
+
+**Refusals.** A PodDisruptionBudget that refuses an eviction (429, in the dry run or, racing it,
+in the real one; or an eviction that failed) gives the preemptor a ``PreemptionBlocked`` warning
+and ends its nomination at once; the victim is then never chosen again while the refusal stands
+(``HOLD_S``, or until a PodDisruptionBudget of its namespace changes, or it leaves), and the
+preemptor plans again at its next attempt: a victim elsewhere that can be evicted is chosen
+instead of waiting on the refused one. The budgets themselves are watched (``replace_budgets``,
+``budget_event``) and the core ranks candidates by the violations they would cause first, so a
+refusal is only met when the snapshot's budgets were stale.
 
 A preemptor with a live nomination is not preempted for again: it waits for its victims, and is
 retried each time a pod leaves. Its nomination ends when it is placed (the core lets it go in
-``apply``; the store's is dropped), when it leaves, or when it expires (then its
-nominatedNodeName is cleared and the GPUs go back to everyone). A new leader reloads the store's
-live nominations for the pods still pending, so a failover keeps the GPUs held for them.
+``apply``; the store's is dropped), when it leaves, when it expires, when an eviction for it is
+refused, or when a preemptor of higher priority plans over its GPUs (kube-scheduler clears the
+lower nominations on the node it preempts on); then its nominatedNodeName is cleared, and the
+GPUs go back to everyone. A new leader reloads the store's live nominations for the pods still
+pending, so a failover keeps the GPUs held for them, and clears the nominatedNodeName of a pending
+pod that no live nomination backs (one that expired while nobody led).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -35,7 +47,7 @@ import structlog
 from scheduler.core.cluster import ClusterState, Nominated
 from scheduler.core.cycle import Unit
 from scheduler.core.filters.resources import pod_requests
-from scheduler.core.objects import PodInput
+from scheduler.core.objects import DisruptionBudgetInput, PodInput
 from scheduler.core.preemption import NoPreemption, Preemption, preempt
 from scheduler.kube.podgroups import Eviction
 from scheduler.state.base import Fenced, Nomination, Store, StoreError
@@ -73,9 +85,16 @@ class Held:
     nominated: Nominated  # what the snapshot holds for it (again after a failed bind)
     deadline: float  # by ``clock``
     # The pods it waits for, key -> UID: its victims and the pods already terminating that its
-    # plan counts on; and those whose eviction was refused or failed.
+    # plan counts on.
     victims: dict[str, str]
-    refused: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An eviction the apiserver refused: the victim is no candidate until ``until``."""
+
+    pod: str  # the victim's key
+    until: float  # by ``clock``
 
 
 class Preemptions:
@@ -108,6 +127,10 @@ class Preemptions:
         self.held: dict[str, Held] = {}
         # Unit pods whose last search found nothing -> (when to search again, what it said).
         self.quiet: dict[str, tuple[float, str]] = {}
+        # Victim UID -> its refused eviction, while it stands.
+        self.refused: dict[str, Refusal] = {}
+        # A nomination ended off the cycle (refused, planned over): waiting pods may retry.
+        self._ended = False
 
     async def after_unschedulable(self, unit: Unit, reason: str) -> str:
         """Preempt for ``unit`` if that lets it fit; the reason its pods report."""
@@ -122,7 +145,7 @@ class Preemptions:
         quiet = [self.quiet[p.key] for p in unit.pods if p.key in self.quiet]
         if quiet and all(until > now for until, _ in quiet):
             return f"{reason} preemption: {quiet[0][1]}"
-        result = preempt(self.state, unit)
+        result = preempt(self.state, unit, self._standing())
         if isinstance(result, NoPreemption):
             if not result.weighed:
                 return reason
@@ -138,6 +161,7 @@ class Preemptions:
             # A pod of the unit left (or was bound) while the store wrote: evict nobody.
             self.spawn(self._drop([n.uid for n in result.nominations]))
             return reason
+        self._plan_over_lower(result)
         deadline = self.clock() + self.hold_s
         victims = {v.pod: v.uid for v in result.victims}
         for key in result.waiting_for:
@@ -161,25 +185,57 @@ class Preemptions:
         """What nominated preemptors wait for, or None when they may preempt again.
 
         They wait while a pod they wait for is still there (its eviction sent, or it was
-        already terminating), and after an eviction was refused (a PodDisruptionBudget) until
-        the nomination expires: searching again would only choose the same pod. Once every pod
-        they waited for is gone and they still do not fit (room taken by a pod of higher
-        priority), they may preempt again."""
+        already terminating). Once every pod they waited for is gone and they still do not fit
+        (room taken by a pod of higher priority), they may preempt again."""
         records = self.state.index.records
-        present: list[str] = []
-        refused: list[str] = []
         for h in held:
             for key, uid in h.victims.items():
                 record = records.get(key)
                 if record is not None and record.uid == uid:
-                    (refused if key in h.refused else present).append(key)
-        if present:
-            return "waiting for its victims to leave"
-        if refused:
-            return (
-                f"the eviction of {', '.join(sorted(refused))} was refused; held until it expires"
-            )
+                    return "waiting for its victims to leave"
         return None
+
+    def _standing(self) -> set[str]:
+        """The UIDs of victims whose refusal stands (the expired ones, and those of pods that
+        left, are forgotten here)."""
+        if not self.refused:
+            return set()
+        now = self.clock()
+        records = self.state.index.records
+        for uid, refusal in list(self.refused.items()):
+            record = records.get(refusal.pod)
+            if now >= refusal.until or record is None or record.uid != uid:
+                del self.refused[uid]
+        return set(self.refused)
+
+    def _plan_over_lower(self, result: Preemption) -> None:
+        """End the nominations of lower priority whose GPUs ``result`` plans to use: the core
+        lifted them for this plan, so they no longer hold (kube-scheduler clears the lower
+        nominations on the node it preempts on)."""
+        mine = set(result.pods)
+        for n in result.nominations:
+            for key, held in list(self.held.items()):
+                other = held.nominated
+                if (
+                    key not in mine
+                    and other.node == n.node
+                    and other.priority < result.priority
+                    and set(other.devices) & set(n.devices)
+                ):
+                    log.info("nomination planned over", pod=key, by=n.pod, node=n.node)
+                    self._end(key)
+
+    def _end(self, key: str) -> None:
+        """End ``key``'s nomination now (it stays pending): the snapshot's, the store's and its
+        nominatedNodeName; its next attempt searches afresh."""
+        held = self.held.pop(key, None)
+        self.quiet.pop(key, None)
+        if held is None:
+            return
+        self.state.unnominate(key)
+        self.spawn(self._drop([held.nominated.uid]))
+        self.spawn(self._clear(key))
+        self._ended = True
 
     async def _write(self, result: Preemption, epoch: int) -> bool:
         now_ms = self.wall_ms()
@@ -209,12 +265,29 @@ class Preemptions:
         await asyncio.gather(*(self._nominate_on_pod(n) for n in result.nominations))
         preemptor = ", ".join(result.pods)
         keys = tuple(n.pod for n in result.nominations)
+        # Whole or not at all: one refusal in the dry run and nobody is evicted.
+        trials = await asyncio.gather(*(self._try_evict(v.pod, v.uid) for v in result.victims))
+        refused = [(v, why) for v, why in zip(result.victims, trials, strict=True) if why]
+        if refused:
+            for victim, why in refused:
+                await self._refuse(keys, victim.pod, victim.uid, why)
+            return
         await asyncio.gather(
             *(
                 self._evict(v.pod, v.uid, v.node, preemptor, result.priority, keys)
                 for v in result.victims
             )
         )
+
+    async def _try_evict(self, pod: str, uid: str) -> str:
+        """The dry run of one eviction: "" when it would be done (or the pod is gone already),
+        else why not."""
+        namespace, name = pod.split("/", 1)
+        try:
+            outcome = await self.cluster.evict(namespace, name, uid, dry_run=True)
+        except Exception as exc:
+            return f"the eviction could not be tried: {exc}"
+        return outcome.message if outcome.outcome is Eviction.BLOCKED else ""
 
     async def _nominate_on_pod(self, n: Nominated) -> None:
         namespace, name = n.pod.split("/", 1)
@@ -231,27 +304,27 @@ class Preemptions:
             outcome = await self.cluster.evict(namespace, name, uid)
         except Exception as exc:
             log.warning("eviction failed", pod=pod, error=str(exc))
-            self._refused(keys, pod)
+            await self._refuse(keys, pod, uid, f"the eviction failed: {exc}")
             return
         log.info("preemption victim", pod=pod, outcome=outcome.outcome.value)
         if outcome.outcome is Eviction.EVICTED:
             message = f"Preempted by {preemptor} (priority {priority}) on node {node}"
             await self.report(pod, uid, "Preempted", message, "Normal")
         elif outcome.outcome is Eviction.BLOCKED:
-            self._refused(keys, pod)
-            for key in keys:
-                held = self.held.get(key)
-                if held is not None:
-                    message = f"eviction of {pod} refused: {outcome.message}"
-                    await self.report(
-                        key, held.nominated.uid, "PreemptionBlocked", message, "Warning"
-                    )
+            await self._refuse(keys, pod, uid, outcome.message)
 
-    def _refused(self, keys: tuple[str, ...], victim: str) -> None:
+    async def _refuse(self, keys: tuple[str, ...], victim: str, uid: str, why: str) -> None:
+        """``victim``'s eviction was refused: it is no candidate while the refusal stands, and
+        the preemptors it was chosen for give their nomination up and plan again."""
+        log.info("eviction refused", pod=victim, preemptors=list(keys), reason=why)
+        self.refused[uid] = Refusal(victim, self.clock() + self.hold_s)
         for key in keys:
             held = self.held.get(key)
-            if held is not None:
-                held.refused.add(victim)
+            if held is None:
+                continue
+            self._end(key)
+            message = f"eviction of {victim} refused: {why}"
+            await self.report(key, held.nominated.uid, "PreemptionBlocked", message, "Warning")
 
     def ready(self, left: str) -> list[str]:
         """The preemptors for which ``left`` (a pod that just left) was the last pod they waited
@@ -271,6 +344,30 @@ class Preemptions:
     def tracks(self, key: str) -> bool:
         return key in self.held or key in self.quiet
 
+    # ---- PodDisruptionBudgets (the policy/v1 watch): the core's input ----------------------
+
+    def replace_budgets(self, budgets: list[DisruptionBudgetInput]) -> None:
+        for key in set(self.state.budgets) - {b.key for b in budgets}:
+            self.state.remove_budget(key)
+        for budget in budgets:
+            self.state.set_budget(budget)
+        self._budgets_changed({b.namespace for b in budgets})
+
+    def budget_event(self, kind: str, budget: DisruptionBudgetInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_budget(budget.key)
+        else:
+            self.state.set_budget(budget)
+        self._budgets_changed({budget.namespace})
+
+    def _budgets_changed(self, namespaces: set[str]) -> None:
+        """A budget of these namespaces changed: the refusals of their pods no longer stand
+        (the budgets now say what the apiserver would answer), and waiting pods may retry."""
+        for uid, refusal in list(self.refused.items()):
+            if refusal.pod.partition("/")[0] in namespaces:
+                del self.refused[uid]
+                self._ended = True
+
     def done(self, key: str) -> None:
         """The pod was bound, or left: its nomination ends (the snapshot's too), and nothing
         of it stays here."""
@@ -289,9 +386,12 @@ class Preemptions:
             self.state.nominate(held.nominated)
 
     def tick(self) -> bool:
-        """End the nominations that expired; True when some did (waiting pods may retry)."""
+        """End the nominations that expired; True when some did, or some ended otherwise
+        since the last tick (waiting pods may retry)."""
+        ended, self._ended = self._ended, False
+        self._standing()  # refusals leave with their pods
         if not self.held:
-            return False
+            return ended
         now = self.clock()
         expired = [(key, h.nominated.uid) for key, h in self.held.items() if now >= h.deadline]
         for key, _ in expired:
@@ -301,7 +401,7 @@ class Preemptions:
             self.spawn(self._clear(key))
         if expired:
             self.spawn(self._drop([uid for _, uid in expired]))
-        return bool(expired)
+        return bool(expired) or ended
 
     async def _drop(self, uids: list[str]) -> None:
         epoch = self.leadership.epoch
@@ -333,6 +433,12 @@ class Preemptions:
         except StoreError as exc:
             log.warning("nominations not read", error=str(exc))
             return
+        backed = {n.uid for n in live.values()}
+        for uid, waiting in sorted(pending.items()):
+            if waiting.nominated_node and uid not in backed:
+                # Its nomination expired (or the store lost it) while nobody led.
+                log.info("nominatedNodeName cleared", pod=waiting.key, node=waiting.nominated_node)
+                self.spawn(self._clear(waiting.key))
         if not live:
             return
         by_uid = {r.uid: r for r in self.state.index.records.values() if r.uid}
@@ -381,4 +487,4 @@ class Preemptions:
         return out
 
     def sizes(self) -> dict[str, int]:
-        return {"held": len(self.held), "quiet": len(self.quiet)}
+        return {"held": len(self.held), "quiet": len(self.quiet), "refused": len(self.refused)}

@@ -210,3 +210,9 @@ def test_a_malformed_allocatable_string_is_kept_for_the_core_to_warn_about() -> 
 def test_an_allocatable_value_of_the_wrong_type_names_its_path() -> None:
     with pytest.raises(msgspec.ValidationError, match=r"\$\.status\.allocatable"):
         convert_node({"metadata": {"name": "n"}, "status": {"allocatable": {"a/gpu": [1]}}})
+
+
+def test_a_pods_nominated_node_is_read_from_its_status() -> None:
+    pod = {"metadata": {"name": "p"}, "status": {"nominatedNodeName": "n1"}}
+    assert convert_pod(pod).nominated_node == "n1"
+    assert convert_pod({"metadata": {"name": "p"}}).nominated_node == ""

@@ -376,7 +376,7 @@ class Recorder:
 def fake_api() -> tuple[KubeApi, Recorder]:
     recorder = Recorder()
     api = KubeApi.__new__(KubeApi)
-    api.core = api.custom = api.extensions = recorder
+    api.core = api.custom = api.extensions = api.policy = recorder
     api.served_versions = {}
     return api, recorder
 
@@ -576,8 +576,8 @@ def test_scheduler_role_allows_the_gang_calls_and_no_more() -> None:
     assert crds["verbs"] == ["get"] and set(crds["resourceNames"]) == crd_names
     for group in ("kueue.x-k8s.io", "kai.scheduler"):
         assert rules[(group, "topologies")]["verbs"] == ["get", "list", "watch"]
-    # Eviction needs no access to the budgets, and the scheduler never deletes pods.
-    assert not [k for k in rules if k[1] == "poddisruptionbudgets"]
+    # The budgets are only read (preemption ranks by them), and the scheduler never deletes pods.
+    assert rules[("policy", "poddisruptionbudgets")]["verbs"] == ["list", "watch"]
     assert "delete" not in rules[("", "pods")]["verbs"]
 
 
