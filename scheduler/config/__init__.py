@@ -25,6 +25,7 @@ from scheduler.core.settings import (
     CoreSettings,
     TopologySettings,
 )
+from scheduler.state.sentinel import sentinel_address, sentinel_credentials
 
 from .agent import AgentConfig, check_agent
 
@@ -62,9 +63,19 @@ class Lease(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=T
     retry_seconds: float = 2.0
 
 
+class RedisSentinel(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    # Non-empty: find the Redis master through these Sentinels (redis-py's Sentinel client);
+    # the password and database then come from redisUrl (redis://:PASSWORD@ignored/0), whose
+    # host is not used. README "State and HA".
+    master_name: str = ""
+    # host:port of each Sentinel, e.g. [redis-0.redis:26379, ...]. One that is down is skipped.
+    addresses: tuple[str, ...] = ()
+
+
 class Run(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
-    # Empty: the embedded in-memory store (one replica only).
+    # Empty: the embedded in-memory store (one replica only), unless redisSentinel is set.
     redis_url: str = ""
+    redis_sentinel: RedisSentinel = msgspec.field(default_factory=RedisSentinel)
     redis_prefix: str = "topo-scheduler"
     # host:port of /healthz, /readyz, /metrics and /debug; port 0 picks a free port.
     http_address: str = "0.0.0.0:8080"
@@ -259,6 +270,7 @@ def parse_config(data: Any, source: str = "config") -> Config:
             problems.append("run.lease.renewSeconds: must be above 0 and below durationSeconds")
         if ":" not in run.http_address:
             problems.append(f"run.httpAddress: {run.http_address!r} is not host:port")
+        problems += sentinel_problems(run)
     gang = values.get("gang")
     if isinstance(gang, Gang) and gang.wait_timeout_seconds < 0:
         problems.append("gang.waitTimeoutSeconds: must not be negative")
@@ -282,6 +294,30 @@ def parse_config(data: Any, source: str = "config") -> Config:
         listed = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"{source}: {len(problems)} {noun}:\n{listed}")
     return msgspec.convert(data, Config)
+
+
+def sentinel_problems(run: Run) -> list[str]:
+    """What is wrong with ``run.redisSentinel`` (and the ``redisUrl`` that goes with it); also
+    checked after the environment and flags have overridden the file."""
+    sentinel = run.redis_sentinel
+    if not sentinel.master_name:
+        if sentinel.addresses:
+            return ["run.redisSentinel.masterName: must be set when addresses are given"]
+        return []
+    problems = []
+    if not sentinel.addresses:
+        problems.append("run.redisSentinel.addresses: must list at least one Sentinel host:port")
+    for i, address in enumerate(sentinel.addresses):
+        try:
+            sentinel_address(address)
+        except ValueError as exc:
+            problems.append(f"run.redisSentinel.addresses[{i}]: {exc}")
+    if run.redis_url:
+        try:
+            sentinel_credentials(run.redis_url)
+        except ValueError as exc:
+            problems.append(f"run.redisUrl: {exc}")
+    return problems
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -35,7 +35,7 @@ from typing import Any
 
 import structlog
 
-from scheduler.config import Config
+from scheduler.config import Config, ConfigError, RedisSentinel, sentinel_problems
 from scheduler.core.objects import PodInput, TopologyInput
 from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
@@ -82,8 +82,20 @@ def settings_from(
     http_address: str | None,
     debug_from_anywhere: bool = False,
 ) -> Config:
-    """Flags override the environment, which overrides the file."""
+    """Flags override the environment, which overrides the file. The Sentinels come from
+    ``TOPO_SCHEDULER_REDIS_SENTINEL_MASTER_NAME`` and ``TOPO_SCHEDULER_REDIS_SENTINEL_ADDRESSES``
+    (comma-separated host:port) when set; the result is checked again (ConfigError)."""
     changes: dict[str, Any] = {}
+    sentinel = config.run.redis_sentinel
+    env_master = os.environ.get("TOPO_SCHEDULER_REDIS_SENTINEL_MASTER_NAME")
+    env_addresses = os.environ.get("TOPO_SCHEDULER_REDIS_SENTINEL_ADDRESSES")
+    if env_master is not None:
+        sentinel = RedisSentinel(master_name=env_master, addresses=sentinel.addresses)
+    if env_addresses is not None:
+        given = tuple(a.strip() for a in env_addresses.split(",") if a.strip())
+        sentinel = RedisSentinel(master_name=sentinel.master_name, addresses=given)
+    if sentinel != config.run.redis_sentinel:
+        changes["redis_sentinel"] = sentinel
     if debug_from_anywhere:
         changes["debug_from_anywhere"] = True
     env_redis = os.environ.get("TOPO_SCHEDULER_REDIS_URL")
@@ -96,14 +108,32 @@ def settings_from(
         changes["redis_url"] = redis_url
     if http_address is not None:
         changes["http_address"] = http_address
-    return config.with_run(**changes) if changes else config
+    out = config.with_run(**changes) if changes else config
+    problems = sentinel_problems(out.run)
+    if problems:
+        listed = "\n".join(f"  - {problem}" for problem in problems)
+        raise ConfigError(f"settings after the environment and flags:\n{listed}")
+    return out
 
 
 async def run(config: Config, kubeconfig: str | None) -> int:
     run_cfg = config.run
     holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     store: Store
-    if run_cfg.redis_url:
+    sentinel = run_cfg.redis_sentinel
+    if sentinel.master_name:
+        store = RedisStore.from_sentinels(
+            sentinel.master_name, sentinel.addresses, run_cfg.redis_url, run_cfg.redis_prefix
+        )
+        log.info(
+            "store",
+            kind="redis-sentinel",
+            master=sentinel.master_name,
+            sentinels=list(sentinel.addresses),
+            prefix=run_cfg.redis_prefix,
+            holder=holder,
+        )
+    elif run_cfg.redis_url:
         store = RedisStore.from_url(run_cfg.redis_url, prefix=run_cfg.redis_prefix)
         log.info("store", kind="redis", prefix=run_cfg.redis_prefix, holder=holder)
     else:
@@ -138,7 +168,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         stale_gang_grace=config.gang.stale_gang_grace_seconds,
         preemption_hold=config.preemption.hold_seconds,
         # The embedded store serves one replica: no other leader can have come before.
-        wait_for_unknown_leader=bool(run_cfg.redis_url),
+        wait_for_unknown_leader=bool(run_cfg.redis_url or sentinel.master_name),
     )
 
     # scheduler-plugins PodGroups' status, written by the leader when nobody else writes it.

@@ -120,6 +120,10 @@ class TimedStore:
         with self._timed("release_lease"):
             await self.inner.release_lease(holder, epoch)
 
+    async def kept_history(self, holder: str, epoch: int) -> bool:
+        with self._timed("kept_history"):
+            return await self.inner.kept_history(holder, epoch)
+
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
         with self._timed("reserve"):
             await self.inner.reserve(holder, epoch, claims)

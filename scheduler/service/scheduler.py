@@ -15,8 +15,9 @@ module runs the effects the table names (queue, snapshot, store, binder, re-read
 Leadership: only the leader schedules. On election it reconciles the store against the
 apiserver's bound pods (in the same store call it writes every node's inventory), loads the
 reservations a previous leader left for pods that are still pending, and only then takes the
-first pod; when the store cannot say who led before (its epochs start afresh: a flushed or new
-Redis), it first waits one lease duration, so that any Binding a previous leader still had in
+first pod; when the store cannot say who led before, or may have lost its last writes (a
+flushed or new Redis, a restart from disk, a replica promoted by Sentinel: ``kept_history``),
+it first waits one lease duration, so that any Binding a previous leader still had in
 flight has completed (the fencing rule in binder.py), and reconciles again before deciding, so
 that the store also records the pods those Bindings bound.
 """
@@ -451,9 +452,12 @@ class Scheduler:
         await self.preemptions.reload(pending)  # GPUs held for preemptors survive a failover
         self.stale.rescan()  # a gang that fell below its minimum while no one led
         self.first_decision_at = 0.0
-        if epoch == 1 and self.wait_for_unknown_leader:
-            # The store's epochs started afresh: a flushed or new store, so whoever led before
-            # is unknown and may still have Bindings in flight. They end within one lease.
+        kept = await self.store.kept_history(self.leadership.holder, epoch)
+        if not kept and self.wait_for_unknown_leader:
+            # The store may have lost its last writes: new or flushed (its epochs started
+            # afresh), restarted from disk, or a replica promoted over its master. Whoever led
+            # before is unknown (or its lease was lost) and may still have Bindings in flight
+            # that the store does not know of. They end within one lease.
             wait = self.leadership.timing.lease_s
             self.first_decision_at = self.clock() + wait
             log.info("previous leader unknown: waiting before the first decision", seconds=wait)

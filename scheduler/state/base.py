@@ -4,7 +4,8 @@ Semantics shared by every implementation (tests/integration/test_store_contract.
 tests against both):
 
 - Lease: ``acquire`` gives the lease to a holder that finds it free or already holds it, and a
-  new holder gets a strictly greater epoch than any before it. ``renew`` extends only the lease
+  new holder gets a strictly greater epoch than any before it (of the history the store kept:
+  ``kept_history`` says whether it kept all of it). ``renew`` extends only the lease
   the caller holds at that epoch. Every write below takes (holder, epoch) and raises Fenced when
   the lease is not held by exactly that pair at the moment of the write: a leader that could not
   renew stops committing at once, whatever its own clock says.
@@ -168,6 +169,14 @@ class Store(Protocol):
     async def renew(self, holder: str, epoch: int, ttl_ms: int) -> bool: ...
 
     async def release_lease(self, holder: str, epoch: int) -> None: ...
+
+    async def kept_history(self, holder: str, epoch: int) -> bool:
+        """Fenced, once per election: True when the store provably kept every write since the
+        lease was last acquired (the same Redis process has served them all), False when it
+        may have lost some (new or flushed, restarted, or a replica promoted over a master that
+        had writes it never replicated). The caller then treats the previous leader as unknown
+        (README "State and HA"). Records the serving process for the next election."""
+        ...
 
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
         """All or nothing; raises Conflict or Fenced. ``reserve_each`` with one unit."""

@@ -67,6 +67,11 @@ class MemoryStore(ReservesUnits):
         if self._held_by(holder, epoch):
             self._holder = None
 
+    async def kept_history(self, holder: str, epoch: int) -> bool:
+        # One process, nothing to lose; but the first epoch has no history behind it to keep.
+        self._fence(holder, epoch)
+        return epoch > 1
+
     def _fence(self, holder: str, epoch: int) -> None:
         if not self._held_by(holder, epoch):
             raise Fenced(f"{holder} does not hold the lease at epoch {epoch}")

@@ -6,6 +6,7 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
 |---|---|---|
 | ``P:lease`` | string, PX ttl | ``<holder>|<epoch>`` of the current leader |
 | ``P:epoch`` | integer | the last epoch handed out; INCR on every new leader |
+| ``P:server`` | string | ``run_id`` of the Redis process that served the last election |
 | ``P:pods`` | hash | pod UID -> the claim as JSON, exactly as Python encoded it |
 | ``P:pstate`` | hash | pod UID -> ``reserved|<epoch>`` or ``bound|<epoch>`` |
 | ``P:gpu:<node>`` | hash | GPU index -> ``<uid>|<gang>|<epoch>`` of the pod holding it whole |
@@ -42,6 +43,11 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
   touch either key; nothing else expires them (no Redis TTL: expiry is the caller's clock, not
   Redis's), and a FLUSHALL loses them (the service derives them again). Both keys vanish when the
   last nomination goes.
+
+- ``P:server``: written by ``kept_history`` (once per election, fenced) with the ``run_id`` of
+  the Redis process the script runs on (``INFO server``); a different one there means the data
+  outlived the process that wrote them (a restart from disk, or a replica promoted by Sentinel),
+  so the last writes before the change may be lost: the caller waits as after a FLUSHALL.
 
 Every change touching several keys is one Lua script (``reconcile``: a sequence of them, below),
 and each script begins with the same fence:
@@ -84,6 +90,7 @@ from typing import Any, TypeVar
 
 import msgspec
 import redis.asyncio as aioredis
+from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError, ResponseError
 
 from .base import (
@@ -97,6 +104,7 @@ from .base import (
     ReservesUnits,
     Unavailable,
 )
+from .sentinel import sentinel_client
 
 T = TypeVar("T")
 
@@ -523,6 +531,19 @@ return 1
 """
 )
 
+# True when P:server names this Redis process; then it does.
+_KEPT_HISTORY = (
+    _PRELUDE
+    + r"""
+if not held() then return fenced() end
+local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local before = redis.call('GET', P .. ':server')
+redis.call('SET', P .. ':server', id)
+if before == id then return 1 end
+return 0
+"""
+)
+
 RECONCILE_CHUNK = 2000
 """Items per fenced reconcile call. 2,000 claims take Redis about 40 ms on a loaded 2-core
 machine (a claim: a JSON decode, a few hash writes); short enough that the replica's other
@@ -535,12 +556,25 @@ _nomination_decoder = msgspec.json.Decoder(Nomination)
 
 
 class RedisStore(ReservesUnits):
+    """``replicas_to_ack`` > 0 (through Sentinels: 1): an acquisition or renewal of the lease
+    counts only once that many replicas acknowledged it (``WAIT`` on the same connection, at
+    most ``ack_timeout_ms``); else it raises Unavailable, as if Redis had not answered."""
+
     def __init__(
-        self, client: aioredis.Redis, prefix: str = "topo-scheduler", chunk: int = RECONCILE_CHUNK
+        self,
+        client: aioredis.Redis,
+        prefix: str = "topo-scheduler",
+        chunk: int = RECONCILE_CHUNK,
+        replicas_to_ack: int = 0,
+        ack_timeout_ms: int = 1000,
+        sentinels: Sentinel | None = None,
     ) -> None:
         self._r = client
+        self._sentinels = sentinels
         self.prefix = prefix
         self.chunk = chunk
+        self.replicas_to_ack = replicas_to_ack
+        self.ack_timeout_ms = ack_timeout_ms
         self.reconcile_calls = 0  # fenced calls made by reconciles so far (tests, benchmarks)
         self._reserve_each = client.register_script(_RESERVE_EACH)
         self._mark_bound = client.register_script(_MARK_BOUND)
@@ -553,6 +587,7 @@ class RedisStore(ReservesUnits):
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release_lease = client.register_script(_RELEASE_LEASE)
+        self._kept_history = client.register_script(_KEPT_HISTORY)
         self._update_nodes = client.register_script(_UPDATE_NODES)
         self._nominate = client.register_script(_NOMINATE)
         self._drop_nominations = client.register_script(_DROP_NOMINATIONS)
@@ -565,6 +600,23 @@ class RedisStore(ReservesUnits):
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
         return cls(client, prefix)
+
+    @classmethod
+    def from_sentinels(
+        cls,
+        master_name: str,
+        addresses: tuple[str, ...],
+        url: str,
+        prefix: str = "topo-scheduler",
+        timeout_s: float = 2.0,
+    ) -> RedisStore:
+        """The master named ``master_name`` through its Sentinels (sentinel.py); every lease
+        acquisition and renewal waits for one replica's acknowledgement."""
+        client, sentinels = sentinel_client(master_name, addresses, url, timeout_s)
+        # WAIT's own timeout ends well before the socket's (else a missing acknowledgement
+        # reads as a lost connection).
+        ack_ms = int(timeout_s * 500)
+        return cls(client, prefix, replicas_to_ack=1, ack_timeout_ms=ack_ms, sentinels=sentinels)
 
     async def _call(self, script: Any, args: list[Any]) -> Any:
         try:
@@ -580,12 +632,36 @@ class RedisStore(ReservesUnits):
         except (RedisError, OSError) as exc:
             raise Unavailable(f"redis: {exc}") from exc
 
+    async def _acked(self, script: Any, args: list[Any], what: str) -> Any:
+        """``script``, then (with ``replicas_to_ack``) ``WAIT`` on the same connection: the
+        answer counts only once enough replicas hold what the script wrote. A Sentinel may
+        promote any replica, so a lease no replica has could vanish with the master."""
+        if not self.replicas_to_ack:
+            return await self._call(script, args)
+        try:
+            async with self._r.pipeline(transaction=False) as pipe:
+                await script(keys=[], args=args, client=pipe)
+                pipe.wait(self.replicas_to_ack, self.ack_timeout_ms)
+                result, acked = await pipe.execute()
+        except (RedisError, OSError) as exc:  # NOREPLICAS, READONLY, a lost connection...
+            raise Unavailable(f"redis: {exc}") from exc
+        if int(acked) < self.replicas_to_ack:
+            raise Unavailable(
+                f"redis: the lease {what} reached {acked} replicas within {self.ack_timeout_ms} "
+                f"ms (WAIT {self.replicas_to_ack}): it does not count"
+            )
+        return result
+
     async def acquire(self, holder: str, ttl_ms: int) -> int | None:
-        result = await self._call(self._acquire, [self.prefix, holder, ttl_ms])
+        result = await self._acked(self._acquire, [self.prefix, holder, ttl_ms], "acquisition")
         return None if result is None else int(result)
 
     async def renew(self, holder: str, epoch: int, ttl_ms: int) -> bool:
-        return bool(await self._call(self._renew, [self.prefix, holder, epoch, ttl_ms]))
+        args = [self.prefix, holder, epoch, ttl_ms]
+        return bool(await self._acked(self._renew, args, "renewal"))
+
+    async def kept_history(self, holder: str, epoch: int) -> bool:
+        return bool(await self._call(self._kept_history, [self.prefix, holder, epoch]))
 
     async def release_lease(self, holder: str, epoch: int) -> None:
         await self._call(self._release_lease, [self.prefix, holder, epoch])
@@ -789,6 +865,8 @@ class RedisStore(ReservesUnits):
 
     async def close(self) -> None:
         await self._r.aclose()
+        if self._sentinels is not None:
+            await self._sentinels.aclose()
 
 
 def _chunks(items: list[T], size: int) -> Iterator[list[T]]:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from scheduler.kube.podgroups import VOLCANO_POD_GROUPS
 from scheduler.testing.controlplane import ControlPlane, die_with_parent
 
@@ -282,3 +284,16 @@ async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 30.
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+async def begin_history(url: str, scenario: Scenario) -> None:
+    """A Redis that kept its history: its epochs have started and the last election was on this
+    Redis process. On a fresh one (or one whose process changed) the first leader would wait one
+    lease for a predecessor it cannot know (README, "State and HA") before its first decision."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        run_id = (await client.info("server"))["run_id"]
+        await client.set(f"t-{scenario.id}:epoch", 1)
+        await client.set(f"t-{scenario.id}:server", run_id)
+    finally:
+        await client.aclose()

@@ -39,7 +39,7 @@ from scheduler.testing.redisserver import RedisServer
 from tests.conftest import started_redis
 from tests.topologies import DGX1_V100
 
-from .live import Scenario, SchedulerProcess
+from .live import Scenario, SchedulerProcess, begin_history
 
 # Every scenario settles in a few seconds; this is the bound beyond which it never did.
 SETTLE_S = 40.0
@@ -125,16 +125,6 @@ async def wait_until(what: str, check: Any, timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
         await asyncio.sleep(0.05)
-
-
-async def begin_epochs(url: str, scenario: Scenario) -> None:
-    """A Redis whose epochs have started: on a fresh one the first leader would wait one lease
-    for a predecessor it cannot know (README, "State and HA") before its first decision."""
-    client = aioredis.Redis.from_url(url)
-    try:
-        await client.set(f"t-{scenario.id}:epoch", 1)
-    finally:
-        await client.aclose()
 
 
 async def wait_leader(schedulers: list[SchedulerProcess]) -> SchedulerProcess:
@@ -232,7 +222,7 @@ async def test_apiserver_restart_while_binds_are_in_flight(
         scenario.node(f"dgx-{n}", dgx(f"{scenario.id}-{n}"), 8)
     await create_all(scenario, [PodSpec(f"a{i}", 1 + i % 2) for i in range(12)])
     stream = PodStream(scenario, [PodSpec(f"b{i}", 1 + i % 3) for i in range(28)])
-    await begin_epochs(redis_server.url, scenario)
+    await begin_history(redis_server.url, scenario)
     scheduler = scenario.start_scheduler(redis_server.url)
     store = RedisStore.from_url(redis_server.url, prefix=f"t-{scenario.id}")
     task: asyncio.Task[None] | None = None
@@ -283,7 +273,7 @@ async def test_leader_sigkilled_during_gang_binds(
         labels = scenario.gang_labels(f"job{g}", replicas)
         specs += [PodSpec(f"job{g}-r{r}", gpus, labels) for r in range(replicas)]
     await create_all(scenario, specs)
-    await begin_epochs(redis_server.url, scenario)
+    await begin_history(redis_server.url, scenario)
     replicas = [scenario.start_scheduler(redis_server.url) for _ in range(2)]
     store = RedisStore.from_url(redis_server.url, prefix=f"t-{scenario.id}")
     try:
@@ -329,7 +319,7 @@ async def test_redis_flushall_under_two_replicas_while_scheduling(
         scenario.node(f"dgx-{n}", dgx(f"{scenario.id}-{n}"), 8)
     specs = [PodSpec(f"p{i}", 1 + i % 2) for i in range(40)]
     await create_all(scenario, specs)
-    await begin_epochs(own_redis.url, scenario)
+    await begin_history(own_redis.url, scenario)
     replicas = [scenario.start_scheduler(own_redis.url) for _ in range(2)]
     store = RedisStore.from_url(own_redis.url, prefix=f"t-{scenario.id}")
     client = aioredis.Redis.from_url(own_redis.url)

@@ -12,11 +12,10 @@ import json
 from typing import Any
 
 import aiohttp
-import redis.asyncio as aioredis
 
 from scheduler.testing.redisserver import RedisServer
 
-from .live import Scenario, devices_of
+from .live import Scenario, begin_history, devices_of
 
 FOUR_PCIE = {
     "vendor": "nvidia",
@@ -132,13 +131,9 @@ async def test_sigterm_releases_the_lease_and_exits_zero(
     # A lease far longer than the test waits: the standby can only take over in time if the
     # leader hands the lease back on SIGTERM instead of letting it expire.
     scenario.configure(lease=(600, 5))
-    # A Redis whose epochs have started: a fresh one would make the first leader wait one
-    # lease (600 s) for a previous leader it cannot know about (README, "State and HA").
-    client = aioredis.Redis.from_url(redis_server.url)
-    try:
-        await client.set(f"t-{scenario.id}:epoch", 1)
-    finally:
-        await client.aclose()
+    # A Redis that kept its history: a fresh one would make the first leader wait one lease
+    # (600 s) for a previous leader it cannot know about (README, "State and HA").
+    await begin_history(redis_server.url, scenario)
     scenario.node("four", FOUR_PCIE, 4)
     first = scenario.start_scheduler(redis_server.url)
     scenario.pod("before", 1)

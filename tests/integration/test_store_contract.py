@@ -95,6 +95,22 @@ async def test_lease_epochs_increase_and_only_one_holder_at_a_time(h: Harness) -
     assert await h.store.renew("b", e2, TTL)
 
 
+async def test_kept_history_is_fenced_and_false_until_an_election_recorded_it(
+    h: Harness,
+) -> None:
+    s = h.store
+    assert await s.acquire("a", TTL) == 1
+    assert await s.kept_history("a", 1) is False  # a new store: nothing before to keep
+    with pytest.raises(Fenced):
+        await s.kept_history("b", 1)
+    await h.expire()
+    assert await s.acquire("b", TTL) == 2
+    assert await s.kept_history("b", 2) is True  # the same store served both elections
+    await h.flush()
+    assert await h.store.acquire("c", TTL) == 1
+    assert await h.store.kept_history("c", 1) is False  # flushed: lost whatever came before
+
+
 async def test_a_deposed_leader_cannot_write(h: Harness) -> None:
     e1 = await h.store.acquire("a", TTL)
     assert e1 is not None

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.config import Config, ConfigError, load_config, parse_config
+from scheduler.config import Config, ConfigError, RedisSentinel, load_config, parse_config
+from scheduler.state.sentinel import sentinel_address, sentinel_credentials
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,3 +145,55 @@ def test_device_plugin_resource_follows_the_resources_section() -> None:
     assert config.agent.device_plugin.node_selector == {"topo-scheduler.io/device-plugin": "true"}
     # A config that never touches the device plugin is not judged by its default resource.
     assert parse_config({"resources": {"nvidia": ["aliyun.com/gpu"]}, "agent": {}}).agent
+
+
+# ---- run.redisSentinel (issue 22) -----------------------------------------------------------
+
+
+def test_sentinels_are_read_with_their_password_from_the_url() -> None:
+    config = parse_config(
+        {
+            "run": {
+                "redisUrl": "redis://:s3cret@ignored/2",
+                "redisSentinel": {"masterName": "topo", "addresses": ["r-0.r:26379", "[::1]:1"]},
+            }
+        }
+    )
+    assert config.run.redis_sentinel.addresses == ("r-0.r:26379", "[::1]:1")
+    assert sentinel_credentials(config.run.redis_url) == (None, "s3cret", 2)
+    assert sentinel_credentials("") == (None, None, 0)
+    assert sentinel_address("[::1]:26379") == ("::1", 26379)
+
+
+def test_sentinel_problems_are_named_by_their_field() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(
+            {
+                "run": {
+                    "redisUrl": "unix:///run/redis.sock",
+                    "redisSentinel": {"masterName": "topo", "addresses": ["a:1", "b", "c:0"]},
+                }
+            }
+        )
+    text = str(exc.value)
+    assert "run.redisSentinel.addresses[1]: 'b' is not host:port" in text
+    assert "run.redisSentinel.addresses[2]: 'c:0': the port must be a number" in text
+    assert "run.redisUrl: with redisSentinel set, the URL only carries the password" in text
+    with pytest.raises(ConfigError, match="addresses: must list at least one Sentinel"):
+        parse_config({"run": {"redisSentinel": {"masterName": "topo"}}})
+    with pytest.raises(ConfigError, match="masterName: must be set when addresses are given"):
+        parse_config({"run": {"redisSentinel": {"addresses": ["a:1"]}}})
+
+
+def test_the_environment_overrides_the_sentinels_and_is_checked_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from scheduler.service.app import settings_from
+
+    monkeypatch.setenv("TOPO_SCHEDULER_REDIS_SENTINEL_MASTER_NAME", "topo")
+    monkeypatch.setenv("TOPO_SCHEDULER_REDIS_SENTINEL_ADDRESSES", "a:26379, b:26379,")
+    run = settings_from(Config(), None, None).run
+    assert run.redis_sentinel == RedisSentinel(master_name="topo", addresses=("a:26379", "b:26379"))
+    monkeypatch.setenv("TOPO_SCHEDULER_REDIS_SENTINEL_ADDRESSES", "a")
+    with pytest.raises(ConfigError, match=r"addresses\[0\]: 'a' is not host:port"):
+        settings_from(Config(), None, None)
