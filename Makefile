@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-live bench-scale bench-takeover bench-soak clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-live bench-scale bench-takeover bench-soak clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -74,6 +74,13 @@ bench-scale: deps redis-server k8s-build
 
 bench-core: deps
 	$(BIN)/python -m benchmarks.bench_core
+
+# GPU fragmentation on Alibaba's openb trace, replayed as the FGD paper's simulator does (issue
+# 23): BestFit and FGD calibrated against the published means, then ours; 10 seeds, a table and
+# a plot in build/bench-frag/. The trace is read from ../shared/data/openb (or $$TOPO_OPENB_DIR);
+# FRAG_ARGS="--trace openb_pod_list_multigpu50.csv" replays another variant.
+bench-frag: deps
+	$(BIN)/python -m benchmarks.bench_frag $(FRAG_ARGS)
 
 # Election to ready with 100,000 bound pods in a local redis-server (no control plane needed).
 bench-takeover: deps redis-server

@@ -1,0 +1,139 @@
+"""bench-frag: GPU fragmentation on Alibaba's openb trace, replayed the way FGD was evaluated.
+
+The 1,213 GPU nodes of openb_node_list_gpu_node.csv; per seed (42..51) the trace's pods sorted
+by name, shuffled, then copies drawn with replacement up to 130% of the cluster's GPUs, a
+seeded node tie-break order, each pod tried once (benchmarks/frag/trace.py). Every policy runs
+in the same harness and is measured after every pod: unallocated GPU %, fragmentation amount and
+rate (the paper's F_n(M), benchmarks/frag/measure.py), failed pods per request class. The
+references BestFit and FGD are the simulator's (benchmarks/frag/references.py) and are
+calibrated against its published means first: off by more than 0.3 points, the harness is wrong
+and the bench says so (exit status 2). Ours is the pure core's decide + apply_decision
+(benchmarks/frag/ours.py).
+
+Writes the table (Markdown) and a plot (PNG) to --out, and prints the table. A benchmark: the
+goals are printed PASS/MISS, never asserted.
+
+Usage: python -m benchmarks.bench_frag [--trace openb_pod_list_default.csv] [--trace-dir DIR]
+       [--seeds 42-51] [--policies BestFit,FGD,topo-scheduler] [--jobs 2] [--out build/bench-frag]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.frag import report
+from benchmarks.frag.measure import Cluster, Meter, target_classes
+from benchmarks.frag.ours import Ours
+from benchmarks.frag.references import FGD, BestFit, Policy
+from benchmarks.frag.replay import Run, replay
+from benchmarks.frag.trace import (
+    DEFAULT_TRACE,
+    NodeSpec,
+    PodSpec,
+    TraceError,
+    load_nodes,
+    load_pods,
+    trace_dir,
+    workload,
+)
+
+POLICIES: dict[str, Callable[[Cluster], Policy]] = {"BestFit": BestFit, "FGD": FGD, Ours.name: Ours}
+RATIO = 1.3
+
+# Per worker process: the trace and the measure (with its memo of node shapes).
+_nodes: list[NodeSpec] = []
+_pods: list[PodSpec] = []
+_meter: Meter | None = None
+
+
+def _load(nodes: list[NodeSpec], pods: list[PodSpec]) -> None:
+    global _nodes, _pods, _meter
+    _nodes, _pods, _meter = nodes, pods, Meter(target_classes(pods))
+
+
+def _run(job: tuple[str, int]) -> Run:
+    policy, seed = job
+    assert _meter is not None
+    work = workload(_nodes, _pods, seed, RATIO)
+    return replay(_nodes, work, _meter, POLICIES[policy], time.perf_counter)
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        low, high = text.split("-")
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default=DEFAULT_TRACE, help="pod list CSV in the trace dir")
+    parser.add_argument(
+        "--trace-dir", default=None, help="default: $TOPO_OPENB_DIR, else ../shared/data/openb"
+    )
+    parser.add_argument("--seeds", default="42-51", type=_seeds)
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--out", default="build/bench-frag", type=Path)
+    args = parser.parse_args()
+    policies = args.policies.split(",")
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        parser.error(f"--policies: unknown {', '.join(unknown)} (known: {', '.join(POLICIES)})")
+    try:
+        directory = trace_dir(args.trace_dir)
+        nodes = load_nodes(directory)
+        pods = load_pods(directory, args.trace)
+    except TraceError as exc:
+        print(f"bench-frag: {exc}", file=sys.stderr)
+        return 1
+    gpus = sum(n.gpus for n in nodes)
+    print(
+        f"bench-frag: {args.trace}, {len(pods)} pods, {len(nodes)} GPU nodes ({gpus} GPUs), "
+        f"seeds {args.seeds[0]}..{args.seeds[-1]}, up to {RATIO:.0%} arrived, "
+        f"{args.jobs} processes"
+    )
+    jobs = [(p, s) for p in policies for s in args.seeds]
+    start = time.perf_counter()
+    if args.jobs > 1:
+        with multiprocessing.get_context("fork").Pool(args.jobs, _load, (nodes, pods)) as pool:
+            runs = pool.map(_run, jobs, chunksize=1)
+    else:
+        _load(nodes, pods)
+        runs = [_run(job) for job in jobs]
+    wall = time.perf_counter() - start
+    by_policy: dict[str, list[Run]] = {}
+    for run in runs:
+        by_policy.setdefault(run.policy, []).append(run)
+    lines = report.table(by_policy)
+    lines.append("")
+    lines += [
+        f"replay time per run (s): {p} mean {sum(r.seconds for r in rs) / len(rs):.1f}"
+        for p, rs in by_policy.items()
+    ]
+    lines.append(f"wall time: {wall:.0f} s on {args.jobs} processes")
+    checks, calibrated = report.calibration(args.trace, by_policy)
+    lines += ["", *checks]
+    if args.trace == DEFAULT_TRACE and len(args.seeds) == 10:
+        lines += report.goals(by_policy, Ours.name)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = Path(args.trace).stem
+    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    report.plot(
+        by_policy,
+        f"{stem}: unallocated GPUs, mean of {len(args.seeds)} seeds",
+        args.out / f"{stem}.png",
+    )
+    print("\n".join(lines))
+    print(f"\nwritten: {args.out / (stem + '.md')}, {args.out / (stem + '.png')}")
+    return 0 if calibrated else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

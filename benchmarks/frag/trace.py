@@ -1,0 +1,173 @@
+"""The openb trace (Alibaba cluster-trace-gpu-v2023) and the workloads the FGD simulator draws
+from it (hkust-adsl/kubernetes-scheduler-simulator, the "workload inflation" method).
+
+Read, never copied into the repo: the directory is ``--trace-dir``, else ``$TOPO_OPENB_DIR``,
+else ``../shared/data/openb`` beside the repository (beside the main checkout, for a worktree).
+
+A workload, per seed: the trace's pods sorted by name and shuffled; then copies drawn uniformly
+with replacement from the trace until the next copy's GPU request would take the total past
+``ratio`` x the cluster's GPUs (the simulator's stop test adds the copy's per-GPU milli, not its
+total: kept), or, for a trace already above it, random pods dropped until it is not. The node
+tie-break order is a seeded permutation: the simulator prefixes every node name with its place
+in ``rand.Perm`` and breaks score ties by the smallest name. Our seeds drive Python's generator,
+not Go's: the draws are the same in law, not pod for pod.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+from pathlib import Path
+from typing import NamedTuple
+
+DIR_ENV = "TOPO_OPENB_DIR"
+NODES_FILE = "openb_node_list_gpu_node.csv"
+DEFAULT_TRACE = "openb_pod_list_default.csv"
+MILLI = 1000
+
+
+class TraceError(Exception):
+    pass
+
+
+class NodeSpec(NamedTuple):
+    name: str
+    cpu: int  # milli
+    memory: int  # MiB
+    gpus: int
+    model: str
+
+
+class PodSpec(NamedTuple):
+    name: str
+    cpu: int  # milli
+    memory: int  # MiB
+    gpus: int  # GPUs asked (0: a CPU-only pod)
+    milli: int  # per GPU, 1..1000 (below 1000: a share of one card); 0 without GPUs
+    models: tuple[str, ...]  # gpu_spec: the node models allowed; () = any
+
+    @property
+    def total_milli(self) -> int:
+        return self.gpus * self.milli
+
+    @property
+    def shared(self) -> bool:
+        return self.gpus == 1 and self.milli < MILLI
+
+
+class Workload(NamedTuple):
+    seed: int
+    pods: list[PodSpec]  # in arrival order
+    ranks: list[int]  # per node (in file order), its place in the tie-break order
+
+
+def trace_dir(flag: str | None) -> Path:
+    """Where the trace is; a TraceError saying how to point at it when it is not there."""
+    if flag:
+        where, how = Path(flag), "--trace-dir"
+    elif os.environ.get(DIR_ENV):
+        where, how = Path(os.environ[DIR_ENV]), f"${DIR_ENV}"
+    else:
+        where, how = _default_dir(), "the default"
+    if not (where / NODES_FILE).is_file():
+        raise TraceError(
+            f"the openb trace is not at {where} ({how}): expected {NODES_FILE} there. "
+            f"Point --trace-dir or ${DIR_ENV} at a directory holding the CSVs of Alibaba's "
+            "cluster-trace-gpu-v2023 (openb_node_list_gpu_node.csv, openb_pod_list_*.csv)."
+        )
+    return where
+
+
+def _default_dir() -> Path:
+    """../shared/data/openb beside the repository; in a git worktree, beside its main checkout
+    (whose .git the worktree's .git file names)."""
+    repo = Path(__file__).resolve().parents[2]
+    where = repo.parent / "shared" / "data" / "openb"
+    dot_git = repo / ".git"
+    if not where.is_dir() and dot_git.is_file():
+        text = dot_git.read_text().strip()
+        if text.startswith("gitdir:"):
+            main = Path(text.removeprefix("gitdir:").strip()).resolve().parents[2]
+            where = main.parent / "shared" / "data" / "openb"
+    return where
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _int(path: Path, row: dict[str, str], column: str) -> int:
+    try:
+        return int(row[column])
+    except (KeyError, TypeError, ValueError):
+        raise TraceError(
+            f"{path.name}: row {row.get('name') or row.get('sn')}: column {column!r} "
+            f"is {row.get(column)!r}, not a whole number"
+        ) from None
+
+
+def load_nodes(directory: Path) -> list[NodeSpec]:
+    """The GPU nodes, in file order (the list has no CPU-only nodes; any is skipped)."""
+    path = directory / NODES_FILE
+    nodes = []
+    for row in _rows(path):
+        gpus = _int(path, row, "gpu")
+        if gpus > 0:
+            nodes.append(
+                NodeSpec(
+                    row["sn"],
+                    _int(path, row, "cpu_milli"),
+                    _int(path, row, "memory_mib"),
+                    gpus,
+                    row["model"],
+                )
+            )
+    return nodes
+
+
+def load_pods(directory: Path, trace: str) -> list[PodSpec]:
+    path = directory / trace
+    pods = []
+    for row in _rows(path):
+        gpus = _int(path, row, "num_gpu")
+        milli = min(_int(path, row, "gpu_milli"), MILLI) if gpus else 0
+        spec = (row.get("gpu_spec") or "").strip()
+        models = tuple(m for m in spec.split("|") if m) if spec else ()
+        pods.append(
+            PodSpec(
+                row["name"],
+                _int(path, row, "cpu_milli"),
+                _int(path, row, "memory_mib"),
+                gpus,
+                milli,
+                models,
+            )
+        )
+    return pods
+
+
+def workload(nodes: list[NodeSpec], pods: list[PodSpec], seed: int, ratio: float) -> Workload:
+    rng = random.Random(seed)
+    order = sorted(pods, key=lambda p: p.name)
+    rng.shuffle(order)
+    target = ratio * MILLI * sum(n.gpus for n in nodes)
+    total = sum(p.total_milli for p in pods)
+    if total > target:
+        while total > target:
+            total -= order.pop(rng.randrange(len(order))).total_milli
+    else:
+        copies = 0
+        while True:
+            pick = pods[rng.randrange(len(pods))]
+            if total + pick.milli > target:
+                break
+            total += pick.total_milli
+            order.append(pick._replace(name=f"{pick.name}-tuned-{copies}"))
+            copies += 1
+    ranks = list(range(len(nodes)))
+    rng.shuffle(ranks)
+    return Workload(seed, order, ranks)
