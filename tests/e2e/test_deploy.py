@@ -42,7 +42,7 @@ from tests.manifests import CLUSTER_SCOPED, NAMESPACE
 from .live import Scenario, devices_of
 
 REPO = Path(__file__).resolve().parents[2]
-TARGETS = ("deploy/", "deploy/with-redis/")
+TARGETS = ("deploy/", "deploy/with-redis/", "deploy/with-redis-sentinel/")
 SECRET = "topo-scheduler-redis"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
@@ -129,11 +129,22 @@ def test_kustomize_renders_every_component(rendered: dict[str, list[dict[str, An
     with_redis = {(d["kind"], d["metadata"]["name"]) for d in rendered["deploy/with-redis/"]}
     plain = {(d["kind"], d["metadata"]["name"]) for d in rendered["deploy/"]}
     assert with_redis - plain == {("StatefulSet", "redis"), ("Service", "redis")}
-    for doc in rendered["deploy/with-redis/"]:
-        if doc["kind"] in CLUSTER_SCOPED:
-            assert "namespace" not in doc["metadata"], doc["metadata"]
-        else:
-            assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]
+    with_sentinels = {
+        (d["kind"], d["metadata"]["name"].split("-start-")[0])
+        for d in rendered["deploy/with-redis-sentinel/"]
+    }
+    assert with_sentinels - plain == {
+        ("StatefulSet", "redis-sentinel"),
+        ("Service", "redis-sentinel"),
+        ("PodDisruptionBudget", "redis-sentinel"),
+        ("ConfigMap", "redis-sentinel"),
+    }
+    for target in ("deploy/with-redis/", "deploy/with-redis-sentinel/"):
+        for doc in rendered[target]:
+            if doc["kind"] in CLUSTER_SCOPED:
+                assert "namespace" not in doc["metadata"], doc["metadata"]
+            else:
+                assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]
 
 
 def test_scheduler_deployment(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -219,31 +230,83 @@ def test_redis_component(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert_hardened(pod)
 
 
+def test_redis_sentinel_component(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["deploy/with-redis-sentinel/"]
+    statefulset = one(docs, "StatefulSet", "redis-sentinel")["spec"]
+    pod = statefulset["template"]["spec"]
+    labels = statefulset["template"]["metadata"]["labels"]
+    assert statefulset["replicas"] == 3 and statefulset["serviceName"] == "redis-sentinel"
+    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= labels.items()
+    redis_c, sentinel_c = pod["containers"]
+    assert redis_c["command"][-1] == "redis" and sentinel_c["command"][-1] == "sentinel"
+    for container in (redis_c, sentinel_c):
+        assert secret_ref(container, "REDISCLI_AUTH") == (SECRET, "password")
+    (claim,) = statefulset["volumeClaimTemplates"]
+    assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in redis_c["volumeMounts"]
+    # The script the containers run is the generated ConfigMap's, with the settings the
+    # safety argument needs (README "State and HA").
+    (start,) = [
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("redis-sentinel-start-")
+    ]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "start"]
+    assert volume["configMap"]["name"] == start["metadata"]["name"]
+    script = start["data"]["start.sh"]
+    for setting in (
+        "--appendonly yes",
+        "--min-replicas-to-write 1 --min-replicas-max-lag 3",
+        "sentinel down-after-milliseconds $MASTER_NAME 5000",
+        "sentinel monitor $MASTER_NAME $master 6379 2",
+        'requirepass "$REDISCLI_AUTH"',
+    ):
+        assert setting in script, setting
+    service = one(docs, "Service", "redis-sentinel")["spec"]
+    assert service["clusterIP"] == "None" and service["publishNotReadyAddresses"] is True
+    assert {p["port"] for p in service["ports"]} == {6379, 26379}
+    pdb = one(docs, "PodDisruptionBudget", "redis-sentinel")["spec"]
+    assert pdb["maxUnavailable"] == 1 and pdb["selector"]["matchLabels"].items() <= labels.items()
+    assert_hardened(pod)
+    # The scheduler is pointed at the three Sentinels by name, and that configuration parses.
+    (scheduler,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in scheduler["env"]}
+    assert secret_ref(scheduler, "TOPO_SCHEDULER_REDIS_URL") == (SECRET, "url")
+    addresses = env["TOPO_SCHEDULER_REDIS_SENTINEL_ADDRESSES"].split(",")
+    assert addresses == [
+        f"redis-sentinel-{i}.redis-sentinel.{NAMESPACE}.svc:26379" for i in range(3)
+    ]
+    assert env["TOPO_SCHEDULER_REDIS_SENTINEL_MASTER_NAME"] == "topo-scheduler"
+    assert "MASTER_NAME=topo-scheduler" in script
+
+
 # ---- the real apiserver -------------------------------------------------------------------
 
 
 def test_every_manifest_is_accepted_by_the_apiserver(
     control_plane: ControlPlane, rendered: dict[str, list[dict[str, Any]]]
 ) -> None:
+    # One target after the other: the overlays configure the same Deployment differently (the
+    # Sentinel one adds its environment), so each is checked before the next is applied.
     for target in TARGETS:
         applied = applied_objects(control_plane.kubectl("apply", "-k", target).stdout)
         assert set(applied) == {
             (d["kind"].lower(), d["metadata"]["name"]) for d in rendered[target]
         }
-    # The Secret the README has users create (for the Redis component: password and URL).
-    password = secrets.token_hex(16)
-    control_plane.apply_or_replace(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": SECRET, "namespace": NAMESPACE},
-            "stringData": {
-                "password": password,
-                "url": f"redis://:{password}@redis.{NAMESPACE}.svc:6379/0",
-            },
-        }
-    )
-    for target in TARGETS:
+        # The Secret the README has users create (for the Redis component: password and URL).
+        password = secrets.token_hex(16)
+        control_plane.apply_or_replace(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": SECRET, "namespace": NAMESPACE},
+                "stringData": {
+                    "password": password,
+                    "url": f"redis://:{password}@redis.{NAMESPACE}.svc:6379/0",
+                },
+            }
+        )
         stored = stored_versions(control_plane, target)
         assert set(stored) == {(d["kind"], d["metadata"]["name"]) for d in rendered[target]}
         # Applying again stores nothing new: the objects are what kustomize renders. (kubectl
@@ -283,9 +346,12 @@ def test_pod_templates_pass_their_pod_security_standard(
                 "metadata": {"name": f"{name}-{level}", "labels": labels},
             }
         )
-    docs = rendered["deploy/with-redis/"]
-    for kind, level in POD_SECURITY.items():
-        workload = one(docs, kind)
+    workloads = [
+        (one(rendered["deploy/with-redis/"], kind), level) for kind, level in POD_SECURITY.items()
+    ]
+    workloads.append((one(rendered["deploy/with-redis-sentinel/"], "StatefulSet"), "restricted"))
+    for workload, level in workloads:
+        kind = workload["kind"]
         spec = dict(workload["spec"]["template"]["spec"])
         for claim in workload["spec"].get("volumeClaimTemplates", []):
             # What the StatefulSet controller adds for each claim template.
@@ -294,14 +360,16 @@ def test_pod_templates_pass_their_pod_security_standard(
                 *spec.get("volumes", []),
                 {
                     "name": volume_name,
-                    "persistentVolumeClaim": {"claimName": f"{volume_name}-redis-0"},
+                    "persistentVolumeClaim": {
+                        "claimName": f"{volume_name}-{workload['metadata']['name']}-0"
+                    },
                 },
             ]
         namespace = f"{name}-{level}"
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": kind.lower(), "namespace": namespace},
+            "metadata": {"name": workload["metadata"]["name"], "namespace": namespace},
             "spec": spec,
         }
         try:
