@@ -4,6 +4,7 @@ kustomizations and applies them to the real apiserver)."""
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,43 @@ def test_every_part_of_the_annotation_policy_has_a_comment() -> None:
     assert len(parts) == 14, parts
     for i in parts:
         assert lines[i - 1].strip().startswith("#"), f"{POLICY.name}:{i + 1}: no comment"
+
+
+def _start_redis(tmp_path: Path, hostname: str, sentinel_answer: str) -> list[str]:
+    """deploy/redis-sentinel/start.sh's redis-server arguments, run with a redis-cli that
+    answers ``sentinel_answer`` (empty: no Sentinel answers) and a redis-server that prints."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "redis-cli").write_text(
+        f"#!/bin/sh\n[ -n '{sentinel_answer}' ] || exit 1\necho '{sentinel_answer}'\necho 6379\n"
+    )
+    (fake / "redis-server").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    script = REPO / "deploy" / "redis-sentinel" / "start.sh"
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOSTNAME": hostname, "REDISCLI_AUTH": "pw"}
+    done = subprocess.run(
+        ["sh", str(script), "redis"], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.splitlines()
+
+
+def test_redis_sentinel_start_asks_the_sentinels_for_the_master(tmp_path: Path) -> None:
+    domain = "redis-sentinel.topo-scheduler.svc"
+    # First start of the set: no Sentinel answers, pod 0 is the master, the others replicate it.
+    first = _start_redis(tmp_path, "redis-sentinel-0", "")
+    assert "--replicaof" not in first
+    assert first[first.index("--min-replicas-to-write") + 1] == "1"
+    assert first[first.index("--requirepass") + 1] == "pw"
+    second = _start_redis(tmp_path, "redis-sentinel-1", "")
+    assert second[second.index("--replicaof") :] == [
+        "--replicaof",
+        f"redis-sentinel-0.{domain}",
+        "6379",
+    ]
+    # After a failover to pod 2, pod 0 comes back as pod 2's replica; pod 2 as the master.
+    again = _start_redis(tmp_path, "redis-sentinel-0", f"redis-sentinel-2.{domain}")
+    assert again[again.index("--replicaof") + 1] == f"redis-sentinel-2.{domain}"
+    assert "--replicaof" not in _start_redis(
+        tmp_path, "redis-sentinel-2", f"redis-sentinel-2.{domain}"
+    )
