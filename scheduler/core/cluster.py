@@ -222,6 +222,36 @@ class NodeClass:
         return sorted(self.names)
 
 
+class DomainIndex:
+    """One hierarchy's view of the GPU nodes: per path (domains.Hierarchy.path), its nodes and
+    how many of them are in each node class, kept as nodes change class (``_index``), so a
+    gang counts what fits per domain over a few hundred paths, not every node."""
+
+    __slots__ = ("classes", "names", "where")
+
+    def __init__(self) -> None:
+        self.names: dict[Path, set[str]] = {}
+        self.classes: dict[Path, dict[ClassKey, int]] = {}
+        self.where: dict[str, Path] = {}
+
+    def add(self, name: str, path: Path, key: ClassKey) -> None:
+        self.where[name] = path
+        self.names.setdefault(path, set()).add(name)
+        counts = self.classes.setdefault(path, {})
+        counts[key] = counts.get(key, 0) + 1
+
+    def discard(self, name: str, key: ClassKey) -> None:
+        path = self.where.pop(name)
+        names = self.names[path]
+        names.discard(name)
+        counts = self.classes[path]
+        counts[key] -= 1
+        if not counts[key]:
+            del counts[key]
+        if not names:
+            del self.names[path], self.classes[path]
+
+
 class ClusterState:
     def __init__(self, settings: CoreSettings | None = None) -> None:
         self.settings = settings or CoreSettings()
@@ -265,6 +295,7 @@ class ClusterState:
         # Topology changes: there are a few hierarchies, not one per pod).
         self.topologies: dict[str, TopologyInput] = {}
         self._paths: dict[Hierarchy, dict[str, Path]] = {}
+        self._domains: dict[Hierarchy, DomainIndex] = {}
 
     # ---- nodes -----------------------------------------------------------------------------
 
@@ -489,11 +520,26 @@ class ClusterState:
 
     def set_topology(self, topology: TopologyInput) -> None:
         self.topologies[topology.key] = topology
-        self._paths.clear()
+        self._forget_hierarchies()
 
     def remove_topology(self, key: str) -> None:
         if self.topologies.pop(key, None) is not None:
-            self._paths.clear()
+            self._forget_hierarchies()
+
+    def _forget_hierarchies(self) -> None:
+        """A Topology object changed: the hierarchies built from the old one are not asked
+        about again (they are rebuilt when asked)."""
+        self._paths.clear()
+        self._domains.clear()
+
+    def domain_index(self, hierarchy: Hierarchy) -> DomainIndex:
+        """The hierarchy's DomainIndex, built on first use and then kept up to date."""
+        index = self._domains.get(hierarchy)
+        if index is None:
+            index = self._domains[hierarchy] = DomainIndex()
+            for name, key in self._class_of.items():
+                index.add(name, self.path_of(hierarchy, name), key)
+        return index
 
     def path_of(self, hierarchy: Hierarchy, name: str) -> Path:
         """The node's path in the hierarchy (domains.Hierarchy.path), remembered per node."""
@@ -748,6 +794,8 @@ class ClusterState:
             cls = self.classes[key] = NodeClass(key)
         cls.add(state.name)
         self._class_of[state.name] = key
+        for hierarchy, index in self._domains.items():
+            index.add(state.name, self.path_of(hierarchy, state.name), key)
 
     def _unindex(self, name: str) -> None:
         key = self._class_of.pop(name, None)
@@ -757,6 +805,8 @@ class ClusterState:
         cls.names.discard(name)
         if not cls.names:
             del self.classes[key]
+        for index in self._domains.values():
+            index.discard(name, key)
 
     def _charge(self, state: NodeState, holding: Holding, sign: int) -> None:
         if sign > 0:

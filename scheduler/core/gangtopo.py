@@ -29,7 +29,7 @@ from .filters.chain import GroupFilters, PodFilters
 from .members import Member, split_joint
 from .objects import PodInput
 from .topoconstraints import Constraint, gang_constraint, rank_of, rank_order
-from .topoplace import MAX_PLANS, Tree, node_fits, plans, shortfall
+from .topoplace import MAX_PLANS, Tree, path_fits, plans, shortfall
 
 
 class Context(Struct, frozen=True):
@@ -89,7 +89,7 @@ def plan_in_domains(
     ranked_pods = rank_order([m.pod for m in members])
     by_key = {m.pod.key: m for m in members}
     ranked = [by_key[p.key] for p in ranked_pods]
-    fits = node_fits(
+    fits = path_fits(
         state,
         ctx.hierarchy,
         vendor,
@@ -102,6 +102,7 @@ def plan_in_domains(
     c = ctx.constraint
     if c is not None and c.slice_size and n % c.slice_size:
         return f"gang {gang}: {n} pods cannot be cut into slices of {c.slice_size} ({c.says})"
+    index = state.domain_index(ctx.hierarchy)
     for plan in islice(plans(tree, c, n, ctx.compact, sticky), MAX_PLANS):
         with state.tentative():
             out: list[Placement] = []
@@ -109,7 +110,7 @@ def plan_in_domains(
             for chunk in plan:
                 part = ranked[pos : pos + chunk.count]
                 pos += chunk.count
-                nodes = [state.nodes[name] for name in chunk.nodes]
+                nodes = [state.nodes[name] for name in sorted(index.names.get(chunk.path, ()))]
                 placed = pack_nodes(state, gang, part, nodes, vendor, spread, minimum)
                 if placed is None:
                     break
@@ -134,14 +135,18 @@ def pack_nodes(
     open tentative scope; None when they do not all fit."""
     remaining = list(members)
     out: list[Placement] = []
+    # The members placed so far change another member's filters only through inter-pod
+    # (anti-)affinity and topology spread: without those they are computed once.
+    dynamic = any(m.pod.affinity is not None or m.pod.spread for m in members)
+    filters = {m.pod.key: PodFilters(state, m.pod) for m in remaining}
+    usable = [n for n in nodes if n.inventory is not None and n.inventory.vendor == vendor]
+    free_of = {node.name: node.free_mask.bit_count() for node in usable}
     while remaining:
-        filters = {m.pod.key: PodFilters(state, m.pod) for m in remaining}
+        if dynamic and out:
+            filters = {m.pod.key: PodFilters(state, m.pod) for m in remaining}
         candidates: list[tuple[tuple[int, int, str], int, NodeState]] = []
-        for node in nodes:
-            inv = node.inventory
-            if inv is None or inv.vendor != vendor:
-                continue
-            free = node.free_mask.bit_count()
+        for node in usable:
+            free = free_of[node.name]
             run, total = 0, 0
             for m in remaining:
                 if total + m.request.gpus > free:
@@ -174,6 +179,7 @@ def pack_nodes(
             return None
         node, part, joint = found
         out.extend(split_joint(state, gang, node, joint, part, minimum))
+        free_of[node.name] = node.free_mask.bit_count()
         remaining = remaining[len(part) :]
     return out
 

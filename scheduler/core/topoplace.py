@@ -1,10 +1,11 @@
 """Which domains a gang goes to (issue 21): counting, BestFit, packing by rank.
 
-The in-node oracle first: ``node_fits`` says how many members of k GPUs fit on each node with a
-good GPU set (rule 1's best k-set taken again and again from the free GPUs, capped by the
-allocatable headroom), memoised per node class as every other rank is. The counts are summed up
-the tree of domains (``Tree``); with slices, a domain at or above the slice level counts whole
-slices only (each slice must fit in one domain of the slice level).
+The in-node oracle first: ``fit_of`` says how many members of k GPUs fit on a node of a class
+with a good GPU set (rule 1's best k-set taken again and again from the free GPUs, capped by the
+allocatable headroom), memoised per node class as every other rank is; ``path_fits`` sums it per
+path through the hierarchy's ``DomainIndex`` (a few hundred paths, not every node). The counts
+are summed up the tree of domains (``Tree``); with slices, a domain at or above the slice level
+counts whole slices only (each slice must fit in one domain of the slice level).
 
 Then ``plans`` yields the ways to split the gang's members, in rank order, among **leaf domains**
 (the narrowest level above hostname, or nodes that lack the narrower labels), best first:
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 
 from msgspec import Struct
 
-from .cluster import ClusterState, Demand
+from .cluster import ClusterState, Demand, NodeClass
 from .domains import Hierarchy, Path
 from .topoconstraints import Constraint
 
@@ -39,19 +40,15 @@ MAX_PLANS = 8
 
 
 class Chunk(Struct, frozen=True):
-    """``count`` consecutive members (by rank) placed on ``nodes`` (a leaf domain's)."""
+    """``count`` consecutive members (by rank) placed on the nodes whose path is ``path``."""
 
     path: Path
-    nodes: tuple[str, ...]
     count: int
 
 
-def fit_on(state: ClusterState, name: str, k: int, demand: Demand) -> int:
-    """How many members of k GPUs (each asking ``demand`` of allocatable) fit on the node, each
-    with rule 1's best set of what the previous ones left (memoised per node class)."""
-    cls = state.class_of(name)
-    if cls is None:
-        return 0
+def fit_of(cls: NodeClass, k: int, demand: Demand) -> int:
+    """How many members of k GPUs (each asking ``demand`` of allocatable) fit on a node of the
+    class, each with rule 1's best set of what the previous ones left (memoised)."""
     memo_key = ("fit", k, demand)
     found = cls.memo.get(memo_key)
     if found is not None:
@@ -72,16 +69,23 @@ def fit_on(state: ClusterState, name: str, k: int, demand: Demand) -> int:
     return count
 
 
-def node_fits(
+def path_fits(
     state: ClusterState, hierarchy: Hierarchy, vendor: str, k: int, demand: Demand
-) -> list[tuple[str, Path, int]]:
-    """(node, its path, members that fit) for every node of the vendor where one fits."""
+) -> list[tuple[Path, int, int]]:
+    """(path, members that fit on its nodes, its nodes where one fits), where one fits."""
     out = []
-    for cls in state.iter_classes(vendor):
-        for name in cls.names:
-            fit = fit_on(state, name, k, demand)
-            if fit:
-                out.append((name, state.path_of(hierarchy, name), fit))
+    classes = state.classes
+    for path, counts in state.domain_index(hierarchy).classes.items():
+        fit = nodes = 0
+        for key, count in counts.items():
+            if key[1] != vendor:
+                continue
+            each = fit_of(classes[key], k, demand)
+            if each:
+                fit += each * count
+                nodes += count
+        if fit:
+            out.append((path, fit, nodes))
     return out
 
 
@@ -89,23 +93,36 @@ class Tree:
     """Per domain (a path prefix): its capacity in members and its nodes."""
 
     def __init__(
-        self, hierarchy: Hierarchy, fits: list[tuple[str, Path, int]], constraint: Constraint | None
+        self, hierarchy: Hierarchy, fits: list[tuple[Path, int, int]], constraint: Constraint | None
     ) -> None:
         self.hierarchy = hierarchy
         self.slice_level = constraint.slice_level if constraint else None
         self.slice_size = constraint.slice_size if constraint and constraint.slice_level else 1
         self.fit: dict[Path, int] = {}
-        self.nodes: dict[Path, list[str]] = {}  # every node under the domain
-        self.children: dict[Path, set[Path]] = {}
-        self.loose: dict[Path, list[str]] = {}  # nodes under it without the next level's label
-        for name, path, fit in sorted(fits):
-            for depth in range(len(path) + 1):
-                prefix = path[:depth]
-                self.fit[prefix] = self.fit.get(prefix, 0) + fit
-                self.nodes.setdefault(prefix, []).append(name)
-                if depth < len(path):
-                    self.children.setdefault(prefix, set()).add(path[: depth + 1])
-            self.loose.setdefault(path, []).append(name)
+        self.nodes: dict[Path, int] = {}  # nodes under the domain where a member fits
+        self.children: dict[Path, list[Path]] = {}
+        self.loose: dict[Path, int] = {}  # members fitting on its nodes without the next label
+        # Level by level from the longest paths up: each domain adds itself to its parent once.
+        by_length: dict[int, dict[Path, int]] = {}
+        fit, count = self.fit, self.nodes
+        for path, members, nodes in fits:
+            self.loose[path] = members
+            fit[path] = members
+            count[path] = nodes
+            by_length.setdefault(len(path), {})[path] = members
+        for length in range(max(by_length, default=0), 0, -1):
+            parents = by_length.setdefault(length - 1, {})
+            for path in by_length.get(length, {}):
+                parent = path[:-1]
+                if parent in fit:
+                    fit[parent] += fit[path]
+                    count[parent] += count[path]
+                else:
+                    fit[parent] = fit[path]
+                    count[parent] = count[path]
+                parents[parent] = 0
+                self.children.setdefault(parent, []).append(path)
+        self.depths = by_length
         # Capacity: members, or whole slices' members at and above the slice level.
         self.cap: dict[Path, int] = dict(self.fit)
         if self.slice_level is not None:
@@ -121,12 +138,15 @@ class Tree:
 
     def at(self, depth: int, under: Path = ()) -> list[Path]:
         """The domains of level ``depth`` under ``under``."""
-        return [p for p in self.fit if len(p) == depth + 1 and p[: len(under)] == under]
+        domains = self.depths.get(depth + 1, {})
+        if not under:
+            return list(domains)
+        return [p for p in domains if p[: len(under)] == under]
 
     def best_fit(self, domains: list[Path], n: int) -> list[Path]:
         """Those that hold n, tightest first, then fewest nodes, then by values."""
         holding = [p for p in domains if self.cap[p] >= n]
-        return sorted(holding, key=lambda p: (self.cap[p] - n, len(self.nodes[p]), p))
+        return sorted(holding, key=lambda p: (self.cap[p] - n, self.nodes[p], p))
 
     def fill(self, domain: Path, n: int) -> list[Chunk] | None:
         """n consecutive members inside ``domain``: one child if one holds them (BestFit), else
@@ -134,9 +154,9 @@ class Tree:
         if self.cap.get(domain, 0) < n:
             return None
         children = sorted(self.children.get(domain, ()))
-        loose = self.loose.get(domain, [])
+        loose = self.loose.get(domain, 0)
         if len(domain) >= self.hierarchy.host or (not children):
-            return [Chunk(domain, tuple(self.nodes[domain]), n)]
+            return [Chunk(domain, n)]
         unit = (
             self.slice_size
             if self.slice_level is not None and len(domain) <= self.slice_level
@@ -146,7 +166,7 @@ class Tree:
         if whole:
             return self.fill(whole[0], n)
         # Several children: largest first; the last one the tightest that holds the rest.
-        order = sorted(children, key=lambda p: (-self.cap[p], len(self.nodes[p]), p))
+        order = sorted(children, key=lambda p: (-self.cap[p], self.nodes[p], p))
         chosen: list[tuple[Path, int]] = []
         left = n
         for pos, child in enumerate(order):
@@ -170,9 +190,9 @@ class Tree:
         if left > 0:
             # What the children cannot hold goes to the domain's nodes without their label
             # (never for slices above the slice level: those nodes are in no slice domain).
-            if unit > 1 or not loose:
+            if unit > 1 or loose < left:
                 return None
-            out.append(Chunk(domain, tuple(loose), left))
+            out.append(Chunk(domain, left))
         return out
 
 

@@ -304,11 +304,11 @@ def test_tree_counts_whole_slices_and_fills_largest_first_last_tightest() -> Non
     # Hand-made counts: racks fit 3, 3, 2, 1 members; 7 members spread over block b1 give
     # 3 + 3 + 1 (Kueue's BestFit example), the 1 on the tightest rack that holds it.
     hierarchy = configured(settings(levels=LEVELS).topology)
-    fits = [
-        ("a", ("b1", "r1"), 3),
-        ("b", ("b1", "r2"), 3),
-        ("c", ("b1", "r3"), 2),
-        ("d", ("b1", "r4"), 1),
+    fits = [  # (path, members that fit, nodes)
+        (("b1", "r1"), 3, 1),
+        (("b1", "r2"), 3, 1),
+        (("b1", "r3"), 2, 1),
+        (("b1", "r4"), 1, 1),
     ]
     tree = Tree(hierarchy, fits, None)
     (plan,) = list(plans(tree, None, 7, False, ()))
@@ -352,7 +352,7 @@ def test_a_replaced_member_sticks_to_the_bound_members_rack() -> None:
 
 def test_shortfall_is_arithmetic_on_the_tree() -> None:
     hierarchy = configured(settings().topology)
-    tree = Tree(hierarchy, [("a", ("b", "r07"), 12), ("b", ("b", "r01"), 8)], None)
+    tree = Tree(hierarchy, [(("b", "r07"), 12, 3), (("b", "r01"), 8, 2)], None)
     from scheduler.core.topoconstraints import Constraint
 
     c = Constraint(hierarchy=hierarchy, required=1)
