@@ -1,14 +1,15 @@
 """Shared parts of the stepped pod-lifecycle tests (issue 12's timelines) and the soak benchmark.
 
 - ``Apiserver``: the apiserver as the scheduler sees it; the first Binding of a pod wins (later
-  ones get 409), and a test can hold a Binding at a gate, lose its answer, refuse it, or make
-  reads fail.
+  ones get 409), and a test can hold a Binding at a gate, lose its answer, refuse it, stall it
+  (no answer; the first one commits when the stall ends, as after an etcd stall), or make reads
+  fail. Every write gives the pod a new resourceVersion (``PodInput.version``), as etcd does.
 - ``Replica``: one live ``Scheduler`` with its ``Leadership`` on a given store (memory or Redis)
   and a manual clock, stepped by hand: ``elect``, ``step`` (one turn of the loop), ``settle``
   (wait for its background tasks), and the store's contents in a form tests compare.
 
-tests/unit/test_pod_lifecycle.py runs the timelines on the memory store,
-tests/integration/test_pod_lifecycle_redis.py on a real redis-server.
+tests/integration/test_pod_lifecycle.py runs the timelines on the memory store and on a real
+redis-server.
 """
 
 from __future__ import annotations
@@ -50,10 +51,34 @@ class Apiserver:
         self.blocked: set[str] = set()  # pods a PodDisruptionBudget keeps from eviction
         self.nominated: dict[str, str] = {}  # status.nominatedNodeName by pod
         self.events: list[tuple[str, str, str]] = []  # (pod, reason, message)
+        self.unschedulable: dict[str, str] = {}  # PodScheduled=False messages by pod
+        # Pods whose Bindings get no answer; the first one commits when the stall ends.
+        self.stalled: dict[str, tuple[str, str, dict[str, str]] | None] = {}
+        self.version = 0  # the last resourceVersion given
+
+    def stamp(self, pod: PodInput) -> PodInput:
+        """The pod as written now: a new resourceVersion."""
+        self.version += 1
+        return msgspec.structs.replace(pod, version=self.version)
 
     def create(self, pod: PodInput) -> PodInput:
-        self.pods[pod.key] = pod
+        pod = self.pods[pod.key] = self.stamp(pod)
         return pod
+
+    def land(self, key: str, node: str, devices: str) -> PodInput:
+        """Someone else's Binding (another scheduler, a previous leader) lands."""
+        pod = self.pods[key]
+        annotations = {**pod.annotations, "topo-scheduler.io/devices": devices}
+        pod = self.pods[key] = self.stamp(
+            msgspec.structs.replace(pod, node_name=node, annotations=annotations)
+        )
+        return pod
+
+    def end_stall(self, key: str) -> None:
+        """The stall ends: the first stalled Binding commits now (if it still may)."""
+        first = self.stalled.pop(key)
+        if first is not None:
+            self._commit(key, *first)
 
     async def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
@@ -61,21 +86,31 @@ class Apiserver:
         key = f"{namespace}/{name}"
         if key in self.gates:
             await self.gates[key].wait()
+        if key in self.stalled:
+            if self.stalled[key] is None:
+                self.stalled[key] = (uid, node, annotations)
+            await asyncio.Event().wait()  # no answer: the client gives up
         if key in self.refuse:
             return BindResult(self.refuse[key], "refused")
+        result = self._commit(key, uid, node, annotations)
+        if result.ok and key in self.lose_answer:
+            self.lose_answer.discard(key)
+            raise ConnectionError("the answer was lost")
+        return result
+
+    def _commit(self, key: str, uid: str, node: str, annotations: dict[str, str]) -> BindResult:
         pod = self.pods.get(key)
         if pod is None or pod.uid != uid:
             return BindResult(404, "not found")
         if pod.node_name:
             return BindResult(409, "already bound")
-        self.pods[key] = msgspec.structs.replace(
-            pod, node_name=node, annotations={**pod.annotations, **annotations}
+        self.pods[key] = self.stamp(
+            msgspec.structs.replace(
+                pod, node_name=node, annotations={**pod.annotations, **annotations}
+            )
         )
         self.binds.append((key, node, annotations["topo-scheduler.io/devices"]))
         self.bound(key)
-        if key in self.lose_answer:
-            self.lose_answer.discard(key)
-            raise ConnectionError("the answer was lost")
         return BindResult(201)
 
     def bound(self, key: str) -> None:
@@ -86,8 +121,12 @@ class Apiserver:
             raise ConnectionError("apiserver unavailable")
         return self.pods.get(f"{namespace}/{name}")
 
-    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
-        return None
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
+        """PodScheduled=False, with the UID precondition the apiserver checks (409 otherwise)."""
+        key = f"{namespace}/{name}"
+        pod = self.pods.get(key)
+        if pod is not None and pod.uid == uid:
+            self.unschedulable[key] = message
 
     async def event(
         self,
@@ -116,7 +155,7 @@ class Apiserver:
             )
         if dry_run:
             return EvictResult(Eviction.EVICTED, 201)
-        self.pods[key] = msgspec.structs.replace(pod, deleting=True)
+        self.pods[key] = self.stamp(msgspec.structs.replace(pod, deleting=True))
         self.evictions.append(key)
         return EvictResult(Eviction.EVICTED, 201)
 
@@ -131,7 +170,8 @@ class Apiserver:
         return Write.DONE
 
     def delete(self, key: str) -> PodInput:
-        return self.pods.pop(key)
+        """The pod is deleted; returns it as the DELETED event shows it (a new version)."""
+        return self.stamp(self.pods.pop(key))
 
 
 class Replica:
@@ -161,7 +201,7 @@ class Replica:
     async def elect(self, nodes: list[NodeInput], bound: list[PodInput] | None = None) -> int:
         """Synced watches, then the lease won (what app.py and Leadership.run do)."""
         self.s.replace_nodes(nodes)
-        self.s.replace_bound(bound or [])
+        self.s.intake.replace_bound(bound or [], self.api.version)
         epoch = await self.store.acquire(self.holder, TTL_MS)
         assert epoch is not None
         self.leadership.epoch = epoch
@@ -175,9 +215,13 @@ class Replica:
         self.leadership._renewed_at = self.clock.now
 
     def pending(self, pod: PodInput) -> PodInput:
-        self.api.create(pod)
+        pod = self.api.create(pod)
         self.s.pending_event("ADDED", pod)
         return pod
+
+    def bound_list(self) -> tuple[list[PodInput], int]:
+        """A LIST of the bound pods taken now: its items and its resourceVersion."""
+        return [p for p in self.api.pods.values() if p.node_name], self.api.version
 
     def bound_seen(self, key: str) -> None:
         """The bound pods' watch delivers the pod as the apiserver has it now."""
@@ -224,9 +268,10 @@ class Replica:
 
 
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bind retries and pod re-reads without their waits (for an autouse fixture)."""
+    """Bind retries, re-sends and pod re-reads without their waits (for an autouse fixture)."""
     monkeypatch.setattr(binder_module, "BIND_RETRY_S", 0.0)
     monkeypatch.setattr(scheduler_module, "CHECK_RETRY_S", 0.001)
+    monkeypatch.setattr(scheduler_module, "REBIND_S", 0.001)
 
 
 def node(gpus: int = 1) -> NodeInput:

@@ -12,6 +12,7 @@ Selectors keep the API's shape (terms ORed, requirements ANDed) so that every fi
 
 from __future__ import annotations
 
+import msgspec
 from msgspec import Struct, field
 
 
@@ -264,10 +265,19 @@ class PodInput(Struct, frozen=True):
     # status.nominatedNodeName: set by the leader while a preemptor's victims leave; a new
     # leader clears one that no live nomination backs.
     nominated_node: str = ""
+    # metadata.resourceVersion as a number (0: unknown). Two objects of one pod name are ordered
+    # by it: they never coexist, so every version of a newer pod exceeds every version of the
+    # one it replaced (the service drops watch news older than what it knows; KEP-5504 made
+    # resource versions of one resource comparable). Not a scheduling input.
+    version: int = 0
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def same_as(self, other: PodInput | None) -> bool:
+        """The same pod object, whatever its version (a status write changes only that)."""
+        return other is not None and self == msgspec.structs.replace(other, version=self.version)
 
     @property
     def finished(self) -> bool:

@@ -274,9 +274,12 @@ class KubeApi:
         if status != 404:
             raise_for_status(status, raw)
 
-    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
-        """Condition PodScheduled=False, reason Unschedulable, as kube-scheduler sets it."""
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
+        """Condition PodScheduled=False, reason Unschedulable, as kube-scheduler sets it, on the
+        pod of this UID only: the UID in the patch is a precondition (it is immutable, so a pod
+        recreated under the name refuses the patch; a refusal is logged by the caller)."""
         patch = {
+            "metadata": {"uid": uid},
             "status": {
                 "conditions": [
                     {
@@ -286,7 +289,7 @@ class KubeApi:
                         "message": message,
                     }
                 ]
-            }
+            },
         }
         status, raw = await self._call(
             self.core.patch_namespaced_pod_status,

@@ -388,7 +388,14 @@ def pod_from_obj(pod: Pod) -> PodInput:
         priority=spec.priority or 0,
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
         nominated_node=pod.status.nominated_node_name,
+        version=resource_version(pod.metadata.resource_version),
     )
+
+
+def resource_version(text: str) -> int:
+    """A resourceVersion as a number (KEP-5504: a positive decimal integer); 0 when it is not
+    one (unknown: nothing is ordered by it)."""
+    return int(text) if text.isdigit() else 0
 
 
 # ---- namespaces, claims and volumes (namespaceSelector and the volume filter) ---------------

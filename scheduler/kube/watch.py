@@ -81,7 +81,8 @@ class HttpError(Exception):
 class Relist(Protocol):
     """What a paged LIST hands over as it goes (instead of ``replace``): ``begin`` when a LIST
     starts; ``page`` with the items (converted) as they arrive, a slice of a page at a time;
-    ``end`` once the last page is in, to let go of what the LIST did not show. A LIST that
+    ``end`` once the last page is in, with the LIST's resourceVersion, to let go of what the
+    LIST did not show (unless what is known of it is newer than the LIST). A LIST that
     fails halfway has handed on its first items, each a truth newer than the one it replaces,
     and begins again; only ``end`` may drop anything."""
 
@@ -89,7 +90,7 @@ class Relist(Protocol):
 
     def page(self, items: list[Any]) -> None: ...
 
-    def end(self) -> None: ...
+    def end(self, version: str) -> None: ...
 
 
 ListCall = Callable[[], Awaitable[bytes]]
@@ -161,7 +162,7 @@ class Reflector(Generic[T]):
         self.relists += 1
         listed = time.monotonic()
         if self._relist is not None:
-            self._relist.end()
+            self._relist.end(version)
         else:
             self._replace(items)
         log.info(

@@ -50,6 +50,7 @@ from scheduler.kube.codec import (
     namespace_from_obj,
     node_from_obj,
     pod_from_obj,
+    resource_version,
     volume_from_obj,
 )
 from scheduler.kube.podgroups import CUSTOM_RESOURCES, CustomResource, PodGroup
@@ -193,8 +194,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             scheduler.intake.bound_list_page(pods)
             statuses.pods_list_page(pods)
 
-        def end(self) -> None:
-            scheduler.intake.bound_list_end()
+        def end(self, version: str) -> None:
+            scheduler.intake.bound_list_end(resource_version(version))
             statuses.pods_list_end()
 
     def bound_event(kind: str, p: Pod) -> None:

@@ -15,7 +15,11 @@ The outcome of one pod:
 - ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now);
 - ``BIND_ELSEWHERE``: another scheduler or a previous leader bound it; the pod read back is
   returned, its annotations are the truth;
-- ``BIND_UNKNOWN``: no answer and the pod could not be read back: it may be bound.
+- ``BIND_UNKNOWN``: it may be bound: a Binding was sent without an answer (abandoned at the
+  timeout, or its answer lost) and nothing has settled it since. A read-back that finds the pod
+  still pending settles nothing (the abandoned request may yet commit, after an etcd stall): the
+  book keeps its GPUs and has the same Binding sent again (``start(..., uncertain=True)``), until
+  an answer says: 201, 404, or a 409 whose pod is bound as we asked (then it is ours).
 """
 
 from __future__ import annotations
@@ -57,7 +61,9 @@ class Cluster(Protocol):
 
     async def get_pod(self, namespace: str, name: str) -> PodInput | None: ...
 
-    async def set_unschedulable(self, namespace: str, name: str, message: str) -> None: ...
+    async def set_unschedulable(
+        self, namespace: str, name: str, uid: str, message: str
+    ) -> None: ...
 
     async def evict(
         self, namespace: str, name: str, uid: str, dry_run: bool = False
@@ -104,14 +110,27 @@ class Binder:
         self._slots = asyncio.Semaphore(concurrency)
         self.timeout_s = timeout_s
         self.in_flight = 0  # pods handed over whose outcome has not been reported back yet
+        self._unit: list[tuple[PodInput, Placement]] = []  # BIND effects of the unit being answered
 
-    def start(self, pods: list[tuple[PodInput, Placement]]) -> None:
+    def add(self, pod: PodInput, placement: Placement) -> None:
+        """One pod of the unit whose reservation is being answered (effect BIND)."""
+        self._unit.append((pod, placement))
+
+    def send_unit(self) -> None:
+        """The unit's reservation is answered: bind the pods ``add`` collected, together."""
+        if self._unit:
+            pods, self._unit = self._unit, []
+            self.start(pods)
+
+    def start(self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False) -> None:
+        """Bind ``pods`` (one unit: their outcomes are reported together). ``uncertain``: an
+        earlier Binding of theirs may have landed (a re-send)."""
         self.in_flight += len(pods)
-        self._spawn(self._bind_all(pods))
+        self._spawn(self._bind_all(pods, uncertain))
 
-    async def _bind_all(self, pods: list[tuple[PodInput, Placement]]) -> None:
+    async def _bind_all(self, pods: list[tuple[PodInput, Placement]], uncertain: bool) -> None:
         try:
-            outcomes = await asyncio.gather(*(self.bind_one(pod, p) for pod, p in pods))
+            outcomes = await asyncio.gather(*(self.bind_one(pod, p, uncertain) for pod, p in pods))
             self._on_results(list(outcomes))
         finally:
             self.in_flight -= len(pods)
@@ -123,24 +142,30 @@ class Binder:
         """The fencing rule: the lease outlives a request started now."""
         return self.leadership.leading and self.leadership.remaining() > self.timeout_s
 
-    async def bind_one(self, pod: PodInput, placement: Placement) -> Outcome:
+    async def bind_one(
+        self, pod: PodInput, placement: Placement, uncertain: bool = False
+    ) -> Outcome:
         try:
-            event, current = await self._bind(pod, placement)
+            event, current = await self._bind(pod, placement, uncertain)
         except Exception:
             log.exception("bind crashed", pod=pod.key)
             event, current = Event.BIND_UNKNOWN, None
         return Outcome(pod, placement, event, current)
 
-    async def _bind(self, pod: PodInput, placement: Placement) -> tuple[Event, PodInput | None]:
+    async def _bind(
+        self, pod: PodInput, placement: Placement, uncertain: bool
+    ) -> tuple[Event, PodInput | None]:
+        # Every attempt sends the same Binding: the placement's node and annotations.
         annotations = assignment_annotations(placement)
-        maybe_sent = False  # an earlier attempt may have landed without our seeing the answer
+        # An earlier attempt may have landed without our seeing the answer.
+        maybe_sent = uncertain
         async with self._slots:
             for attempt in range(1, BIND_ATTEMPTS + 1):
                 if not self.may_send():
                     # A deposed leader must not bind, nor one whose request could outlive its
                     # lease.
                     if maybe_sent:
-                        return await self._read_back(pod, placement)
+                        return await self._read_back(pod, placement, maybe_sent)
                     return Event.BIND_FAILED, None
                 try:
                     result = await asyncio.wait_for(
@@ -160,17 +185,18 @@ class Binder:
                     return Event.BIND_OK, None
                 self.metrics.bind_errors.labels(reason=str(result.status)).inc()
                 if result.status in (404, 409):
-                    return await self._read_back(pod, placement)
+                    # A definite answer: whatever an earlier attempt did has been decided.
+                    return await self._read_back(pod, placement, False)
                 log.warning(
                     "bind refused", pod=pod.key, status=result.status, message=result.message
                 )
                 await asyncio.sleep(BIND_RETRY_S * attempt)
         if maybe_sent:
-            return await self._read_back(pod, placement)
+            return await self._read_back(pod, placement, maybe_sent)
         return Event.BIND_FAILED, None
 
     async def _read_back(
-        self, pod: PodInput, placement: Placement
+        self, pod: PodInput, placement: Placement, uncertain: bool
     ) -> tuple[Event, PodInput | None]:
         """409, 404 or a lost answer: never assume; read the pod and take what it says."""
         try:
@@ -178,20 +204,23 @@ class Binder:
         except Exception as exc:
             log.warning("could not read the pod back after its bind", pod=pod.key, error=str(exc))
             return Event.BIND_UNKNOWN, None
-        return settle(pod, placement, current)
+        return settle(pod, placement, current, uncertain)
 
 
 def settle(
-    pod: PodInput, placement: Placement, current: PodInput | None
+    pod: PodInput, placement: Placement, current: PodInput | None, uncertain: bool = False
 ) -> tuple[Event, PodInput | None]:
+    """What the pod read back says of our Binding. ``uncertain``: a Binding of ours was sent
+    and never answered, so a pod still pending is no answer (BIND_UNKNOWN, not BIND_FAILED)."""
     if current is None or current.uid != pod.uid:
         return Event.BIND_GONE, None  # deleted (or replaced by a new pod of the same name)
-    if current.node_name == placement.node and current.annotations.get(
-        "topo-scheduler.io/devices"
-    ) == ",".join(str(i) for i in placement.devices):
-        return Event.BIND_OK, None  # our own bind landed (a retry after a lost response)
+    ours = assignment_annotations(placement)
+    if current.node_name == placement.node and all(
+        current.annotations.get(k) == v for k, v in ours.items()
+    ):
+        return Event.BIND_OK, None  # our own Binding landed (a late one, or a lost answer)
     if current.node_name:
         # Bound elsewhere (another scheduler, or a previous leader): its annotations are the
         # truth.
         return Event.BIND_ELSEWHERE, current
-    return Event.BIND_FAILED, None
+    return (Event.BIND_UNKNOWN if uncertain else Event.BIND_FAILED), None

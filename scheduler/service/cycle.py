@@ -13,6 +13,11 @@ RESERVE_FENCED); the table says what follows: PLACED assumes the placement in th
 the next unit of the batch sees it), a refused or fenced reservation forgets it, and the binder
 starts only for pods the book still has as RESERVING when the store answers (a pod deleted or
 bound elsewhere meanwhile is not bound, and its reservation is released or reconciled).
+
+A unit whose attempt crashes (a bug, bad input the core did not foresee) fails alone: what it
+placed is answered RESERVE_FAILED (forgotten, backed off), its other pods back off, and the
+batch goes on; the batch's store call is made whatever happened, and a crash of that call is a
+failed reservation for all of it. No pod is left RESERVING with nobody to answer it.
 """
 
 from __future__ import annotations
@@ -116,19 +121,46 @@ class Cycle:
         batch: list[_Attempt] = []
         pods = 0
         next_key: str | None = key
-        while next_key is not None:
-            attempt = self._decide(next_key)
-            if attempt is not None:
-                pods += len(attempt.unit.pods)
-                if isinstance(attempt.decision, Placed) and attempt.decision.placements:
-                    self._place(attempt, attempt.decision)
-                    batch.append(attempt)
-                else:
-                    result = await self._not_placed(attempt.unit, attempt.decision)
-                    self._summarize(attempt, result)
-            next_key = more() if pods < BATCH_PODS else None
-        if batch:
-            await self._reserve(batch)
+        try:
+            while next_key is not None:
+                pods += await self._attempt(next_key, batch)
+                next_key = more() if pods < BATCH_PODS else None
+        finally:
+            if batch:
+                await self._reserve(batch)
+
+    async def _attempt(self, key: str, batch: list[_Attempt]) -> int:
+        """Decide ``key``'s unit: placed ones join ``batch``. Returns its number of pods."""
+        attempt: _Attempt | None = None
+        try:
+            attempt = self._decide(key)
+            if attempt is None:
+                return 0
+            if isinstance(attempt.decision, Placed) and attempt.decision.placements:
+                self._place(attempt, attempt.decision)
+                batch.append(attempt)
+            else:
+                result = await self._not_placed(attempt.unit, attempt.decision)
+                self._summarize(attempt, result)
+            return len(attempt.unit.pods)
+        except Exception:
+            log.exception("scheduling attempt crashed", pod=key)
+            self._crashed(key, attempt)
+            return 1 if attempt is None else len(attempt.unit.pods)
+
+    def _crashed(self, key: str, attempt: _Attempt | None) -> None:
+        """The unit's own failure: what it placed is forgotten, every pod of it backs off."""
+        if attempt is not None:
+            for pod, placement, minimum in attempt.placed:
+                ctx = Ctx(pod=pod, placement=placement, replicas=minimum)
+                self._dispatch(pod.key, pod.uid, Event.RESERVE_FAILED, ctx)
+        entry = self.book.get(key)
+        unit = [entry] if entry is not None else []
+        if entry is not None and entry.gang is not None:
+            unit = self.book.gang_members(entry.gang, SCHEDULABLE_STAGES)
+        for member in unit:
+            if member.stage in SCHEDULABLE_STAGES:
+                self.queue.backoff(member.key)
 
     def _decide(self, key: str) -> _Attempt | None:
         entry = self.book.get(key)
@@ -240,13 +272,15 @@ class Cycle:
         if epoch is not None and self.leadership.leading:
             events = await self._reserve_each(epoch, batch)
         for attempt, event in zip(batch, events, strict=True):
-            binds: list[tuple[PodInput, Placement]] = []
-            for pod, placement, minimum in attempt.placed:
-                ctx = Ctx(pod=pod, placement=placement, replicas=minimum, binds=binds)
-                self._dispatch(pod.key, pod.uid, event, ctx)
-            if binds:
-                self.binder.start(binds)  # one unit per start: its outcomes go together
-            self._summarize(attempt, "scheduled" if event is Event.RESERVE_OK else "error")
+            try:
+                for pod, placement, minimum in attempt.placed:
+                    ctx = Ctx(pod=pod, placement=placement, replicas=minimum)
+                    self._dispatch(pod.key, pod.uid, event, ctx)
+                self._summarize(attempt, "scheduled" if event is Event.RESERVE_OK else "error")
+            except Exception:
+                log.exception("reservation answer crashed", pod=attempt.key)
+            finally:
+                self.binder.send_unit()  # the unit's BIND effects: one start, outcomes together
 
     async def _reserve_each(self, epoch: int, batch: list[_Attempt]) -> list[Event]:
         try:
@@ -259,6 +293,10 @@ class Cycle:
             return [Event.RESERVE_FENCED] * len(batch)
         except StoreError as exc:
             log.warning("store unavailable", error=str(exc))
+            return [Event.RESERVE_FAILED] * len(batch)
+        except Exception:
+            log.exception("reservation crashed")
+            self.sync.request()  # whatever it wrote, the reconcile makes right
             return [Event.RESERVE_FAILED] * len(batch)
         events = []
         for attempt, conflict in zip(batch, answers, strict=True):

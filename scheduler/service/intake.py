@@ -9,6 +9,17 @@ what happens (queue, store, re-read). A re-list becomes the events its differenc
 missing from a pending re-list has left the pending set (bound or deleted), one missing from a
 bound re-list is ``BOUND_MISSING`` (the book re-reads a pod we bound ourselves before freeing
 it, since the LIST may predate our Binding).
+
+Every bound pod has a book entry: ours, or another scheduler's (OTHER when it holds no GPU we
+track), so that every pod charged to the snapshot is uncharged when it leaves.
+
+News older than what the book knows is no news. The two pod watches are separate streams, and
+a bound re-list hands on a LIST taken seconds before its last page arrives, so an event can be
+older than what the book learned meanwhile (a pod of the same name recreated and bound, a
+re-read after a 409). Pods are ordered by resourceVersion (``PodInput.version``; two pods of
+one name never coexist, so the newer one's versions are all higher): an event older than the
+book's entry is dropped before it charges anything, and the end of a LIST does not speak for
+an entry newer than the LIST (the watch that follows the LIST reports what happens to it).
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from scheduler.core.objects import (
 )
 from scheduler.kube.podgroups import POD_GROUPS, VOLCANO_POD_GROUPS
 
-from .podbook import BOUND_STAGES, Ctx, Event, PodBook, Stage
+from .podbook import LISTED_STAGES, Ctx, Event, PodBook, Stage
 
 log = structlog.get_logger("scheduler")
 
@@ -95,7 +106,7 @@ class Intake:
     def replace_pending(self, pods: list[PodInput]) -> None:
         fresh = {p.key: p for p in pods if self.ours_pending(p)}
         for key, entry in list(self.book.entries.items()):
-            if entry.stage is Stage.BOUND:
+            if entry.stage in (Stage.BOUND, Stage.OTHER):
                 continue  # a pending re-list says nothing about a bound pod
             pod = fresh.get(key)
             if pod is None or (entry.uid and pod.uid != entry.uid):
@@ -104,7 +115,14 @@ class Intake:
         for pod in sorted(fresh.values(), key=lambda p: (p.created, p.key)):
             self.pending_event("ADDED", pod)
 
+    def older(self, pod: PodInput) -> bool:
+        """The book knows a newer state of this pod's name than ``pod`` (0: unknown)."""
+        entry = self.book.get(pod.key)
+        return entry is not None and 0 < pod.version < entry.version
+
     def pending_event(self, kind: str, pod: PodInput) -> None:
+        if self.older(pod):
+            return
         if kind == "DELETED":
             # The pod left the pending selector: bound (its node is set) or deleted.
             ended = pod.deleting and not pod.node_name
@@ -128,10 +146,11 @@ class Intake:
 
     # ---- bound pods --------------------------------------------------------------------------
 
-    def replace_bound(self, pods: list[PodInput]) -> None:
+    def replace_bound(self, pods: list[PodInput], version: int = 0) -> None:
+        """A whole LIST of bound pods at resourceVersion ``version`` (0: unknown)."""
         self.bound_list_begin()
         self.bound_list_page(pods)
-        self.bound_list_end()
+        self.bound_list_end(version)
 
     # A LIST of bound pods, taken in page by page as it arrives (kube/watch.py's Relist): each
     # pod is charged as it comes, and the end of the LIST tells which the book held that it
@@ -149,15 +168,23 @@ class Intake:
                 self._listed[pod.key] = pod.uid
             self.bound_event("ADDED", pod)
 
-    def bound_list_end(self) -> None:
+    def bound_list_end(self, version: int) -> None:
+        """The LIST (at resourceVersion ``version``, 0: unknown) is all in: every entry it
+        lacks has left, unless the book learned of it after the LIST was taken."""
         listed, self._listed = self._listed, {}
-        for entry in self.book.in_stages(BOUND_STAGES):
+        for entry in self.book.in_stages(LISTED_STAGES):
             uid = listed.get(entry.key)
-            if uid is None or (entry.uid and uid != entry.uid):
-                self._dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
+            if uid is not None and (not entry.uid or uid == entry.uid):
+                continue
+            if 0 < version < entry.version:
+                continue  # newer than the LIST: the watch from the LIST's version tells
+            self._dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
         self.bound_synced = True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
+        if self.older(pod):
+            log.info("older than what is known: dropped", pod=pod.key, uid=pod.uid)
+            return
         if kind == "DELETED" or pod.finished or not pod.node_name:
             self._dispatch(pod.key, pod.uid, Event.BOUND_ENDED, Ctx(pod=pod))
             return
@@ -166,8 +193,10 @@ class Intake:
         before = self.state.holdings.get(pod.key)
         self.charge(pod)
         after = self.state.holdings.get(pod.key)
-        if entry is None and not self.charged(pod.key):
-            return  # a pod of another scheduler that holds nothing we track
+        if (entry is None or entry.stage is Stage.OTHER) and not self.charged(pod.key):
+            # Another scheduler's, holding no GPU we track: its record is charged all the same.
+            self._dispatch(pod.key, pod.uid, Event.OTHER_SEEN, Ctx(pod=pod))
+            return
         moved = before is not None and after is not None and before.whole != after.whole
         stage = self.book.stage(pod.key, pod.uid)
         if moved and stage in (Stage.BINDING, Stage.ASSUMED, Stage.BOUND):

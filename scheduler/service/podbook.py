@@ -20,6 +20,12 @@ Stages (a pod the book does not hold is GONE):
 - ASSUMED: our Binding succeeded; the bound watch has not shown the pod yet (so a bound re-list
   that lacks it re-reads the pod instead of freeing its GPUs).
 - BOUND: the bound watch (or a re-read) shows the pod on a node; the snapshot holds the truth.
+- OTHER: a bound pod the book does not schedule or hold GPUs for (another scheduler's, a
+  DaemonSet's): the snapshot charges its cpu, memory, pod count, ports and labels, so it has an
+  entry like any pod, and its end uncharges them (nothing of it is in the store).
+- INHERITED: a previous leader's store record for a pod this replica's watches have not shown
+  (bound just before a graceful handover: gone from the pending watch, not yet in the bound
+  watch). The snapshot holds its GPUs until a re-read or a watch says where the pod is.
 
 An entry leaves when its pod leaves; everything per pod (first sighting, last reported reason,
 explanation) lives in the entry, so it leaves with it, and the service removes the pod from its
@@ -50,6 +56,8 @@ class Stage(enum.Enum):
     BINDING = "binding"
     ASSUMED = "assumed"
     BOUND = "bound"
+    OTHER = "other"
+    INHERITED = "inherited"
 
 
 class Event(enum.Enum):
@@ -59,12 +67,14 @@ class Event(enum.Enum):
     PENDING_ENDED = "pending-ended"  # being deleted or finished before it was bound
     # bound pods' watch (the snapshot is charged before the event)
     BOUND_SEEN = "bound-seen"
+    OTHER_SEEN = "other-seen"  # bound, not in the book as ours, holding no GPU we track
     BOUND_MOVED = "bound-moved"  # the device plugin reported other GPUs than the snapshot held
     BOUND_ENDED = "bound-ended"  # deleted or finished: its GPUs are free
     BOUND_MISSING = "bound-missing"  # a re-list of bound pods lacks it
     REPLACED = "replaced"  # another UID under the same name: this pod was deleted
     # leadership
     RELOAD = "reload"  # a previous leader's reservation for this pending pod was loaded
+    INHERIT = "inherit"  # a previous leader's record for a pod no watch has shown
     # scheduling cycle
     TAKEN = "taken"
     PLACED = "placed"
@@ -86,6 +96,7 @@ class Event(enum.Enum):
 
 
 class Effect(enum.Enum):
+    KEEP_POD = "keep-pod"  # the entry keeps the pending object the event carries
     ENQUEUE = "enqueue"  # the queue takes it (ready now) if it changed or is new
     WAKE_GANG = "wake-gang"  # a gang member arrived: waiting pods retry
     DEQUEUE = "dequeue"  # out of the queue (it is bound)
@@ -94,6 +105,8 @@ class Effect(enum.Enum):
     HOLD = "hold"  # hold the reloaded reservation in the snapshot
     FORGET = "forget"  # drop what the snapshot holds for it (ours, not the truth)
     FREE = "free"  # the pod left: snapshot and store let its GPUs go, waiting pods retry
+    UNCHARGE = "uncharge"  # a pod of others left: its record leaves the snapshot; pods retry
+    WAKE = "wake"  # a pod appeared bound (pod affinity may now be met): waiting pods retry
     CHARGE = "charge"  # the pod read back is bound: the snapshot holds its truth
     ASSUME = "assume"  # hold the placement in the snapshot
     BIND = "bind"  # done with the queue; hand it to the binder
@@ -102,6 +115,7 @@ class Effect(enum.Enum):
     SCHEDULED = "scheduled"  # report the bind (event, latency, explanation)
     RECONCILE = "reconcile"  # the store must follow the snapshot: reconcile (rate-limited)
     CHECK = "check"  # re-read the pod from the apiserver until it answers
+    REBIND = "rebind"  # re-send the same Binding: the last one's outcome is unknown
 
 
 S, E, F = Stage, Event, Effect
@@ -110,11 +124,13 @@ _ = ()
 # (stage, event) -> (next stage, effects in order). Anything else is an error.
 TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # ---- not in the book -------------------------------------------------------------------
-    (S.GONE, E.PENDING_SEEN): (S.PENDING, (F.ENQUEUE, F.WAKE_GANG)),
+    (S.GONE, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.ENQUEUE, F.WAKE_GANG)),
     (S.GONE, E.PENDING_LEFT): (S.GONE, _),
     (S.GONE, E.PENDING_ENDED): (S.GONE, _),
-    (S.GONE, E.BOUND_SEEN): (S.BOUND, _),
+    (S.GONE, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
+    (S.GONE, E.OTHER_SEEN): (S.OTHER, (F.WAKE,)),
     (S.GONE, E.BOUND_ENDED): (S.GONE, _),
+    (S.GONE, E.INHERIT): (S.INHERITED, (F.HOLD, F.CHECK)),
     # Results about a pod that left meanwhile: whatever the store holds for it goes.
     (S.GONE, E.RESERVE_OK): (S.GONE, (F.RELEASE_STORE,)),
     (S.GONE, E.RESERVE_FAILED): (S.GONE, _),
@@ -128,10 +144,10 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.CHECKED_BOUND): (S.GONE, _),
     (S.GONE, E.CHECKED_GONE): (S.GONE, _),
     # ---- pending, holding nothing ----------------------------------------------------------
-    (S.PENDING, E.PENDING_SEEN): (S.PENDING, (F.ENQUEUE,)),
+    (S.PENDING, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.ENQUEUE)),
     (S.PENDING, E.PENDING_LEFT): (S.GONE, _),
     (S.PENDING, E.PENDING_ENDED): (S.GONE, _),
-    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE,)),
+    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.WAKE)),
     (S.PENDING, E.BOUND_ENDED): (S.GONE, _),
     (S.PENDING, E.REPLACED): (S.GONE, _),
     (S.PENDING, E.RELOAD): (S.RELOADED, (F.HOLD,)),
@@ -142,11 +158,11 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.PENDING, E.CHECKED_BOUND): (S.PENDING, _),  # the bound watch will say so
     (S.PENDING, E.CHECKED_GONE): (S.GONE, _),
     # ---- pending, holding a previous leader's reservation ----------------------------------
-    (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.ENQUEUE,)),
+    (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     # Bound by the previous leader's late Binding, or deleted: read it back before freeing.
     (S.RELOADED, E.PENDING_LEFT): (S.RELOADED, (F.CHECK,)),
     (S.RELOADED, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
-    (S.RELOADED, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.RECONCILE)),
+    (S.RELOADED, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.RECONCILE, F.WAKE)),
     (S.RELOADED, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
     (S.RELOADED, E.REPLACED): (S.GONE, (F.FREE,)),
     (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
@@ -157,12 +173,12 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RELOADED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.DEQUEUE, F.RECONCILE)),
     (S.RELOADED, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
     # ---- assumed; the store reservation is being written ------------------------------------
-    (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, _),
+    (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, (F.KEEP_POD,)),
     (S.RESERVING, E.PENDING_LEFT): (S.RESERVING, _),  # the bind will tell (404: BIND_GONE)
     # Gone: the assumption goes; the store's answer for a pod no longer in the book (GONE,
     # RESERVE_OK) releases whatever the reservation wrote.
     (S.RESERVING, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
-    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE,)),
+    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.WAKE)),
     (S.RESERVING, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
     (S.RESERVING, E.REPLACED): (S.GONE, (F.FREE,)),
     (S.RESERVING, E.RESERVE_OK): (S.BINDING, (F.BIND,)),
@@ -175,7 +191,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BINDING, E.PENDING_SEEN): (S.BINDING, _),  # older than our bind
     (S.BINDING, E.PENDING_LEFT): (S.BINDING, _),  # our bind moved it off the pending watch
     (S.BINDING, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
-    (S.BINDING, E.BOUND_SEEN): (S.BOUND, _),
+    (S.BINDING, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
     (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
     (S.BINDING, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
     (S.BINDING, E.REPLACED): (S.GONE, (F.FREE,)),
@@ -185,8 +201,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BINDING, E.BIND_GONE): (S.GONE, (F.FREE,)),
     # Bound by someone else (a previous leader): where it is bound is the truth.
     (S.BINDING, E.BIND_ELSEWHERE): (S.BOUND, (F.CHARGE, F.RECONCILE)),
-    # Maybe bound: hold everything until a re-read says.
-    (S.BINDING, E.BIND_UNKNOWN): (S.BINDING, (F.CHECK,)),
+    # Maybe bound (a Binding abandoned at its timeout may still commit): hold everything and
+    # send the same Binding again until an answer says (201, or 409 on a pod bound as we asked).
+    (S.BINDING, E.BIND_UNKNOWN): (S.BINDING, (F.REBIND,)),
     (S.BINDING, E.CHECKED_PENDING): (S.PENDING, (F.FORGET, F.RELEASE_STORE, F.BACKOFF)),
     (S.BINDING, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE)),
     (S.BINDING, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
@@ -194,7 +211,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.ASSUMED, E.PENDING_SEEN): (S.ASSUMED, _),  # a pending re-list older than our bind
     (S.ASSUMED, E.PENDING_LEFT): (S.ASSUMED, _),
     (S.ASSUMED, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
-    (S.ASSUMED, E.BOUND_SEEN): (S.BOUND, _),
+    (S.ASSUMED, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
     (S.ASSUMED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
     (S.ASSUMED, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
     # A re-list that started before our bind landed: read the pod rather than free it.
@@ -225,17 +242,45 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BOUND, E.CHECKED_PENDING): (S.BOUND, _),
     (S.BOUND, E.CHECKED_BOUND): (S.BOUND, _),
     (S.BOUND, E.CHECKED_GONE): (S.BOUND, _),  # the bound watch says when it ends
+    # ---- bound, another scheduler's, holding no GPU we track --------------------------------
+    (S.OTHER, E.PENDING_SEEN): (S.OTHER, _),  # older than its bind
+    (S.OTHER, E.PENDING_LEFT): (S.OTHER, _),
+    (S.OTHER, E.PENDING_ENDED): (S.OTHER, _),  # the bound watch says when it ends
+    (S.OTHER, E.OTHER_SEEN): (S.OTHER, _),
+    (S.OTHER, E.BOUND_SEEN): (S.BOUND, _),  # it holds GPUs now (annotated later)
+    (S.OTHER, E.BOUND_ENDED): (S.GONE, (F.UNCHARGE,)),
+    (S.OTHER, E.BOUND_MISSING): (S.GONE, (F.UNCHARGE,)),
+    (S.OTHER, E.REPLACED): (S.GONE, (F.UNCHARGE,)),
+    (S.OTHER, E.CHECKED_PENDING): (S.OTHER, _),
+    (S.OTHER, E.CHECKED_BOUND): (S.OTHER, _),
+    (S.OTHER, E.CHECKED_GONE): (S.OTHER, _),
+    # ---- a previous leader's record, no watch has shown its pod yet -------------------------
+    # Its GPUs stay held (the reconcile keeps the record as bound) until a re-read or a watch
+    # says: bound (the truth is charged), pending again (a reservation to decide afresh), gone.
+    (S.INHERITED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
+    (S.INHERITED, E.PENDING_LEFT): (S.INHERITED, _),
+    (S.INHERITED, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
+    (S.INHERITED, E.BOUND_SEEN): (S.BOUND, (F.RECONCILE, F.WAKE)),
+    (S.INHERITED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
+    (S.INHERITED, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
+    (S.INHERITED, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.INHERITED, E.INHERIT): (S.INHERITED, (F.HOLD,)),
+    (S.INHERITED, E.CHECKED_PENDING): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
+    (S.INHERITED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE, F.WAKE)),
+    (S.INHERITED, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
 }
 
 # Stages whose reservation the store must keep at a reconcile (not the truth yet, not free).
 RESERVED_STAGES = frozenset({S.RELOADED, S.RESERVING, S.BINDING})
-# Stages whose snapshot holding is the truth of a bound pod.
+# Stages whose snapshot holding is the truth of a bound pod (INHERITED: until a read says).
 BOUND_STAGES = frozenset({S.ASSUMED, S.BOUND})
+# Stages a bound re-list speaks about: a pod it lacks has left (or the LIST predates it).
+LISTED_STAGES = frozenset({S.ASSUMED, S.BOUND, S.OTHER})
 # Stages the scheduling cycle may take a pod from.
 SCHEDULABLE_STAGES = frozenset({S.PENDING, S.RELOADED})
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     key: str
     uid: str
@@ -247,6 +292,7 @@ class Entry:
     timed_out: bool = False  # its gang's GangTimeout event was sent
     explanation: object | None = None  # the last decision, for /debug
     gang: str | None = None  # the pending object's gang (PodBook.set_pod)
+    version: int = 0  # the newest resourceVersion any event or read showed of this pod
 
 
 @dataclass
@@ -263,7 +309,6 @@ class Ctx:
     retry_by: float | None = None
     gang: str | None = None
     timed_out: bool = False  # NOT_PLACED: the pod's gang waited longer than its timeout
-    binds: list[tuple[PodInput, Placement]] | None = None  # BIND collects here
 
 
 @dataclass(frozen=True)
@@ -320,7 +365,9 @@ class PodBook:
     def in_stages(self, stages: frozenset[Stage]) -> list[Entry]:
         return [e for e in self.entries.values() if e.stage in stages]
 
-    def handle(self, key: str, uid: str, event: Event, now: float) -> Transition | None:
+    def handle(
+        self, key: str, uid: str, event: Event, now: float, version: int = 0
+    ) -> Transition | None:
         """Move ``key``'s entry by ``event``. An entry of another UID under the same name is the
         GONE stage for this event (the caller sends REPLACED to it first when the new pod is
         news). Returns None, logging and counting it, for a pair the table does not have."""
@@ -347,12 +394,13 @@ class PodBook:
                 self._leave_gang(entry)
                 del self.entries[key]
         elif entry is None:
-            entry = Entry(key, uid, new, now)
+            entry = Entry(key, uid, new, now, version=version)
             self.entries[key] = entry
         else:
             entry.stage = new
             if uid and not entry.uid:
                 entry.uid = uid
+            entry.version = max(entry.version, version)
         return Transition(key, uid, old, event, new, effects, entry)
 
     def unexpected_total(self) -> int:

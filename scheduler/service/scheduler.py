@@ -34,7 +34,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from scheduler.core.cluster import ClusterState, Holding
+from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import gang_of
 from scheduler.core.decisions import Placement
 from scheduler.core.objects import (
@@ -88,7 +88,11 @@ CHECK_RETRY_S = 1.0
 # a Binding may fail, and the preemptor must then find its GPUs still held for it.
 _NOMINATION_ENDS = frozenset({Stage.GONE, Stage.ASSUMED, Stage.BOUND})
 # Stages in which a re-read still matters.
-_CHECKED_STAGES = frozenset({Stage.PENDING, Stage.RELOADED, Stage.BINDING, Stage.ASSUMED})
+_CHECKED_STAGES = frozenset(
+    {Stage.PENDING, Stage.RELOADED, Stage.BINDING, Stage.ASSUMED, Stage.INHERITED}
+)
+# An uncertain Binding (effect REBIND) is sent again after this long.
+REBIND_S = 1.0
 
 
 class Explanation(msgspec.Struct):
@@ -139,7 +143,7 @@ class Scheduler:
         # A leader that cannot know who led before waits until then before its first decision.
         self.wait_for_unknown_leader = wait_for_unknown_leader
         self.first_decision_at = 0.0
-        self.sync = StoreSync(self.state, self.book, store, leadership, clock, self._reload)
+        self.sync = StoreSync(self.state, self.book, store, leadership, clock, self.dispatch)
         self.inventories = NodeInventories(
             store,
             leadership,
@@ -274,23 +278,18 @@ class Scheduler:
         ctx = ctx or Ctx()
         if event is Event.PENDING_SEEN and ctx.pod is not None:
             entry = self.book.get(key)
-            ctx.changed = entry is None or entry.pod != ctx.pod
-        t = self.book.handle(key, uid, event, self.clock())
+            ctx.changed = entry is None or not ctx.pod.same_as(entry.pod)
+        version = ctx.pod.version if ctx.pod is not None else 0
+        t = self.book.handle(key, uid, event, self.clock(), version)
         if t is None:
             self.metrics.unexpected.labels(
                 stage=self.book.stage(key, uid).value, event=event.value
             ).inc()
             return
-        entry = t.entry
-        if (
-            event is Event.PENDING_SEEN
-            and entry is not None
-            and t.new in (Stage.PENDING, Stage.RELOADED, Stage.RESERVING)
-        ):
-            self.book.set_pod(entry, ctx.pod)
         for effect in t.effects:
             self._run(effect, t, ctx)
-        if self.preemptions.tracks(key):
+        # Not for news about another UID of the name (GONE to GONE): the entry did not move.
+        if t.old is not Stage.GONE and self.preemptions.tracks(key):
             if t.new in _NOMINATION_ENDS:
                 self.preemptions.done(key)  # bound or gone: nothing to hold for it now
             elif t.new is Stage.PENDING:
@@ -302,7 +301,10 @@ class Scheduler:
     def _run(self, effect: Effect, t: Transition, ctx: Ctx) -> None:
         key, entry = t.key, t.entry
         uid = t.uid or (entry.uid if entry is not None else "")
-        if effect is Effect.ENQUEUE:
+        if effect is Effect.KEEP_POD:
+            assert entry is not None
+            self.book.set_pod(entry, ctx.pod)
+        elif effect is Effect.ENQUEUE:
             if t.event is not Event.PENDING_SEEN or ctx.changed:
                 pod = ctx.pod or (entry.pod if entry is not None else None)
                 self.queue.add(key, *_rank(pod))
@@ -333,9 +335,13 @@ class Scheduler:
             ready = self.preemptions.ready(key)
             if ready:  # its last victim left: no backoff to wait out, once the store freed it
                 self._spawn(self._activate_when_released(ready))
-            if t.old is Stage.BOUND:
+            if t.old in (Stage.BOUND, Stage.INHERITED):  # a bound member left its gang
                 phase = ctx.pod.phase if ctx.pod is not None and ctx.pod.finished else ""
                 self.stale.member_left(holding, phase)
+        elif effect is Effect.UNCHARGE:
+            self.intake.free(key)
+        elif effect is Effect.WAKE:
+            self._cluster_event()
         elif effect is Effect.CHARGE:
             if ctx.pod is not None:
                 self.intake.charge(ctx.pod)
@@ -346,9 +352,9 @@ class Scheduler:
             self.state.apply(ctx.placement, pod, ctx.replicas)
             entry.placement = ctx.placement
         elif effect is Effect.BIND:
-            assert ctx.binds is not None and ctx.pod is not None and ctx.placement is not None
+            assert ctx.pod is not None and ctx.placement is not None
             self.queue.done(key)
-            ctx.binds.append((ctx.pod, ctx.placement))
+            self.binder.add(ctx.pod, ctx.placement)
         elif effect is Effect.MARK_BOUND:
             if uid and self.sync.mark_bound_soon(uid):
                 self._spawn(self.sync.flush())
@@ -362,6 +368,9 @@ class Scheduler:
         elif effect is Effect.CHECK and uid and (key, uid) not in self._checking:
             self._checking.add((key, uid))
             self._spawn(self._check(key, uid))
+        elif effect is Effect.REBIND:
+            assert ctx.pod is not None and ctx.placement is not None
+            self._spawn(self._rebind(key, uid, ctx.pod, ctx.placement))
 
     def _release(self, key: str, uid: str) -> None:
         if uid and self.sync.release_soon(key, uid):
@@ -396,9 +405,6 @@ class Scheduler:
                 p.pod, "scheduled", node=p.node, devices=p.devices, gang=p.gang
             )
 
-    def _reload(self, key: str, uid: str, holding: Holding) -> None:
-        self.dispatch(key, uid, Event.RELOAD, Ctx(holding=holding))
-
     def _cluster_event(self) -> None:
         self.queue.on_cluster_event()
         self._kick()
@@ -427,6 +433,13 @@ class Scheduler:
                 return
         finally:
             self._checking.discard((key, uid))
+
+    async def _rebind(self, key: str, uid: str, pod: PodInput, placement: Placement) -> None:
+        """Send the same Binding again (same node, same annotations) while its pod is still
+        binding: the last one may yet commit, so only an answer settles it (binder.py)."""
+        await asyncio.sleep(REBIND_S)
+        if self.accepting and self.book.stage(key, uid) is Stage.BINDING:
+            self.binder.start([(pod, placement)], uncertain=True)
 
     def _on_bind_results(self, outcomes: list[Outcome]) -> None:
         now = self.clock()  # the binds are done: end-to-end latency ends here
@@ -575,8 +588,12 @@ class Scheduler:
             log.warning("event failed", pod=key, reason=reason, error=str(exc))
 
     async def _report_unschedulable(self, pod: PodInput, reason: str) -> None:
+        """PodScheduled=False on the pod of this UID only, and only while it is still pending
+        here: a late report must not contradict its Binding."""
+        if not self._still_pending(pod.key, pod.uid):
+            return
         try:
-            await self.cluster.set_unschedulable(pod.namespace, pod.name, reason)
+            await self.cluster.set_unschedulable(pod.namespace, pod.name, pod.uid, reason)
             await self.cluster.event(
                 pod.namespace, pod.name, pod.uid, "FailedScheduling", reason, "Warning", _now()
             )

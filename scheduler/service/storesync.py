@@ -8,6 +8,15 @@ else in the store is freed, whichever epoch wrote it: a reservation that a faile
 behind does not outlive the next reconcile. After an election the reservations a previous leader
 left for pods still pending are loaded into the snapshot (the book's RELOAD event).
 
+A graceful handover: the previous leader released its lease right after its last Bindings
+completed, so a pod it bound may be gone from this replica's pending watch and not yet in its
+bound watch. The election's reconcile must not free such a pod's record: every store record of
+a pod the book does not know (no entry under its name, nothing held in the snapshot) is
+inherited (INHERIT: held in the snapshot, kept in the store as bound) and its pod re-read; the
+read or a watch then says where it is (bound: its truth is charged; pending: a reservation to
+decide afresh; gone: freed). Freeing needs proof that the pod left; holding a few GPUs until a
+read answers costs only those GPUs for that long.
+
 The marks after binds and the releases of pods that left are queued and sent by one flush at a
 time, so a backlog's binds or a burst of deletes are a few store calls rather than one per pod
 (past the Redis client's pool of 100 connections those failed); a release whose pod has been
@@ -30,7 +39,7 @@ from scheduler.state.base import Claim, ShareClaim, Store, StoreError
 
 from .inventories import NodeInventories
 from .leader import Leadership
-from .podbook import RESERVED_STAGES, PodBook, Stage
+from .podbook import RESERVED_STAGES, Ctx, Event, PodBook, Stage
 
 log = structlog.get_logger("scheduler")
 
@@ -50,14 +59,14 @@ class StoreSync:
         store: Store,
         leadership: Leadership,
         clock: Callable[[], float],
-        reload: Callable[[str, str, Holding], None],
+        dispatch: Callable[[str, str, Event, Ctx | None], None],
     ) -> None:
         self.state = state
         self.book = book
         self.store = store
         self.leadership = leadership
         self.clock = clock
-        self._reload = reload
+        self._dispatch = dispatch
         self.inventories: NodeInventories | None = None
         # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
         self.needed = False
@@ -178,6 +187,12 @@ class StoreSync:
 
     async def _write_truth(self, epoch: int, elected: bool) -> None:
         assert self.inventories is not None
+        records = await self.store.records() if elected else {}
+        for record in records.values():
+            key = record.claim.pod
+            if self.book.get(key) is None and self.state.held(key) is None:
+                holding = holding_of_claim(record.claim)
+                self._dispatch(key, record.claim.uid, Event.INHERIT, Ctx(holding=holding))
         reserved = {e.key for e in self.book.in_stages(RESERVED_STAGES)}
         truth = [
             c
@@ -193,10 +208,11 @@ class StoreSync:
             # Reservations a previous leader made for pods still pending: keep their GPUs out of
             # reach until those pods are decided again (their own new reservation replaces them).
             pending = {e.uid: e for e in self.book.in_stages(frozenset({Stage.PENDING}))}
-            for record in (await self.store.records()).values():
+            for record in records.values():
                 entry = pending.get(record.claim.uid)
                 if record.state == "reserved" and entry is not None:
-                    self._reload(entry.key, entry.uid, holding_of_claim(record.claim))
+                    ctx = Ctx(holding=holding_of_claim(record.claim))
+                    self._dispatch(entry.key, entry.uid, Event.RELOAD, ctx)
                     loaded += 1
         log.info(
             "reconciled store",

@@ -115,7 +115,7 @@ class Taken:
     def page(self, items: list[Item]) -> None:
         self.calls += [i.name for i in items]
 
-    def end(self) -> None:
+    def end(self, version: str) -> None:
         self.calls.append("end")
 
 
