@@ -106,7 +106,7 @@ class Effect(enum.Enum):
     FORGET = "forget"  # drop what the snapshot holds for it (ours, not the truth)
     FREE = "free"  # the pod left: snapshot and store let its GPUs go, waiting pods retry
     UNCHARGE = "uncharge"  # a pod of others left: its record leaves the snapshot; pods retry
-    WAKE = "wake"  # a pod appeared bound (pod affinity may now be met): waiting pods retry
+    WAKE = "wake"  # a pod appeared bound: waiting pods it may help retry (core/requeue.py)
     CHARGE = "charge"  # the pod read back is bound: the snapshot holds its truth
     ASSUME = "assume"  # hold the placement in the snapshot
     BIND = "bind"  # done with the queue; hand it to the binder

@@ -115,6 +115,22 @@ class SchedulingQueue:
         self._unschedulable.pop(key, None)
         self._push(key)
 
+    def waiting(self) -> list[str]:
+        """The pods waiting for a cluster event (unschedulable)."""
+        return list(self._unschedulable)
+
+    def retry(self, keys: list[str]) -> None:
+        """These unschedulable pods may fit now: to active, or backoff while it runs."""
+        now = self._clock()
+        for key in keys:
+            if self._unschedulable.pop(key, None) is None:
+                continue
+            ready = self._last_attempt.get(key, now) + self._delay(key)
+            if ready <= now:
+                self._push(key)
+            else:
+                self._backoff[key] = ready
+
     def on_cluster_event(self) -> int:
         """Something changed that could help: every unschedulable pod moves to the active queue,
         or to backoff while its backoff since its last attempt has not run out (kube-scheduler's

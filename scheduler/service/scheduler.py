@@ -46,6 +46,7 @@ from scheduler.core.objects import (
     TopologyInput,
     VolumeInput,
 )
+from scheduler.core.requeue import helped_by_added
 from scheduler.core.settings import CoreSettings
 from scheduler.state.base import Store
 
@@ -341,7 +342,7 @@ class Scheduler:
         elif effect is Effect.UNCHARGE:
             self.intake.free(key)
         elif effect is Effect.WAKE:
-            self._cluster_event()
+            self._wake_helped(ctx.pod)
         elif effect is Effect.CHARGE:
             if ctx.pod is not None:
                 self.intake.charge(ctx.pod)
@@ -404,6 +405,21 @@ class Scheduler:
             entry.explanation = Explanation(
                 p.pod, "scheduled", node=p.node, devices=p.devices, gang=p.gang
             )
+
+    def _wake_helped(self, added: PodInput | None) -> None:
+        """A pod appeared bound: the waiting pods it may help retry (core/requeue.py)."""
+        if added is None:
+            return
+        helped = [
+            key
+            for key in self.queue.waiting()
+            if (e := self.book.get(key)) is not None
+            and e.pod is not None
+            and helped_by_added(e.pod, added)
+        ]
+        if helped:
+            self.queue.retry(helped)
+            self._kick()
 
     def _cluster_event(self) -> None:
         self.queue.on_cluster_event()
