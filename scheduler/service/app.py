@@ -36,6 +36,7 @@ from typing import Any
 import structlog
 
 from scheduler.config import Config, ConfigError, RedisSentinel, sentinel_problems
+from scheduler.core import nodesums
 from scheduler.core.objects import PodInput, TopologyInput
 from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
@@ -403,6 +404,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         scheduler.explain,
         debug_from_anywhere=run_cfg.debug_from_anywhere,
         nominations=scheduler.preemptions.view,
+        nodes=lambda: nodesums.held(scheduler.state),
     )
     await http.start()
 

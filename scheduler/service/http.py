@@ -6,7 +6,9 @@
 - ``/metrics``: Prometheus text format from this process's own registry.
 - ``/debug/nominations``: the GPUs held for preemptors (pod, node, devices, priority, seconds
   left), as JSON.
-- ``/debug/pods/{namespace}/{name}``: the last decision about one pod, as JSON. It names pods,
+- ``/debug/nodes``: the snapshot's running sums per node (pods, requests, host ports, GPU
+  holders: core/nodesums.py), as JSON: what the drift auditor compares with a LIST.
+- ``/debug/pods/{namespace}/{name}``: the last decision about one pod, as JSON. These name pods,
   nodes and GPUs, so by default it answers clients on this machine only (a loopback peer: a shell
   in the pod, ``kubectl port-forward``) and 403 to anyone else who can reach the port, the way
   kube-scheduler keeps its debug handlers behind authentication; ``run.debugFromAnywhere``
@@ -42,6 +44,7 @@ class ProbeServer:
         explain: Callable[[str], Any | None],
         debug_from_anywhere: bool = False,
         nominations: Callable[[], Any] = list,
+        nodes: Callable[[], Any] = dict,
     ) -> None:
         self.host = host
         self.port = port
@@ -49,6 +52,7 @@ class ProbeServer:
         self._readiness = readiness
         self._explain = explain
         self._nominations = nominations
+        self._nodes = nodes
         self._debug_from_anywhere = debug_from_anywhere
         self._runner: web.AppRunner | None = None
 
@@ -59,6 +63,7 @@ class ProbeServer:
         app.router.add_get("/metrics", self._metrics_handler)
         app.router.add_get("/debug/pods/{namespace}/{name}", self._debug_pod)
         app.router.add_get("/debug/nominations", self._debug_nominations)
+        app.router.add_get("/debug/nodes", self._debug_nodes)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -104,6 +109,14 @@ class ProbeServer:
         if refused is not None:
             return refused
         body = msgspec.json.encode(self._nominations())
+        return web.Response(body=body, content_type="application/json")
+
+    async def _debug_nodes(self, request: web.Request) -> web.Response:
+        """The snapshot's sums per node (this replica's, leader or standby)."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        body = msgspec.json.encode(self._nodes())
         return web.Response(body=body, content_type="application/json")
 
     async def _debug_pod(self, request: web.Request) -> web.Response:

@@ -17,7 +17,11 @@ the store (per-GPU owners, pod records, gang records), and returns the violation
 - ``store-stale``: a store record for a pod that does not exist, or has finished; a GPU owner
   without the pod record that claims that GPU; a gang record none of whose members exist;
 - ``store-disagrees``: a record that contradicts the apiserver (another node or other GPUs than
-  the pod's annotations, ``bound`` for a pod that is not, a reservation with nothing in flight).
+  the pod's annotations, ``bound`` for a pod that is not, a reservation with nothing in flight);
+- ``snapshot-drift``: a replica's snapshot whose running sums of a node (cpu, memory and other
+  requests, pod count, host ports, GPU holders: ``core/nodesums.py``, read from its
+  ``/debug/nodes``) differ from the same sums computed afresh from the LIST of every pod, ours
+  and other schedulers' (a pod that left unseen and is still charged, say).
 
 The first two are safety rules: true at every moment, so a chaos test fails if any round ever
 sees one (``SAFETY``). The others hold once the system has settled (binds done, watches caught
@@ -42,17 +46,22 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.parse
+import urllib.request
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from scheduler.core import names
+import msgspec
+
+from scheduler.core import names, nodesums
 from scheduler.core.formats import FormatError
 from scheduler.core.formats import assignment as assignment_format
 from scheduler.core.formats import devices as devices_format
 from scheduler.core.formats import gpus as gpus_format
+from scheduler.core.nodesums import NodeSums
 from scheduler.core.settings import CoreSettings
+from scheduler.kube.codec import convert_pod
 from scheduler.state.base import GangRecord, Owner, Record, Store
 
 from .controlplane import ControlPlane
@@ -64,6 +73,7 @@ FITS_BUT_PENDING: Final = "fits-but-pending"
 STORE_MISSING: Final = "store-missing"
 STORE_STALE: Final = "store-stale"
 STORE_DISAGREES: Final = "store-disagrees"
+SNAPSHOT_DRIFT: Final = "snapshot-drift"
 
 # True at every moment: one sighting is a failure, whatever later rounds see.
 SAFETY: Final = frozenset({GPU_HELD_TWICE, BAD_ASSIGNMENT})
@@ -95,6 +105,8 @@ class View:
     records: dict[str, Record] | None = None
     owners: dict[str, dict[int, Owner]] = field(default_factory=dict)
     gangs: dict[str, GangRecord] = field(default_factory=dict)
+    # Replicas' snapshots (a name -> the sums of the view's nodes), for ``snapshot-drift``.
+    snapshots: dict[str, dict[str, NodeSums]] = field(default_factory=dict)
 
 
 def audit(view: View, gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES) -> list[Violation]:
@@ -106,7 +118,21 @@ def audit(view: View, gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES) -> l
     _check_fit(view, resources, held, out)
     if view.records is not None:
         _check_store(view, out)
+    if view.snapshots:
+        _check_snapshots(view, resources, out)
     return sorted(set(out))
+
+
+def _check_snapshots(view: View, resources: frozenset[str], out: list[Violation]) -> None:
+    names = {n["metadata"]["name"] for n in view.nodes}
+    settings = CoreSettings(gpu_resources=dict.fromkeys(sorted(resources), "nvidia"))
+    bound = (convert_pod(dict(p)) for p in view.pods if node_of(p) in names)
+    truth = nodesums.listed(bound, settings, names)
+    for replica, sums in sorted(view.snapshots.items()):
+        for name in sorted(names):
+            drift = nodesums.differences(sums.get(name, nodesums.NodeSums()), truth[name])
+            for line in drift:
+                out.append(Violation(SNAPSHOT_DRIFT, f"{replica}:{name}", line))
 
 
 # ---- pods -------------------------------------------------------------------------------------
@@ -504,12 +530,15 @@ async def collect(
     scheduler_name: str,
     node_labels: Mapping[str, str],
     store: Store | None = None,
+    snapshots: Mapping[str, int] | None = None,
 ) -> View:
     """Read a view: the nodes carrying ``node_labels``, (with a store) the owners of their GPUs,
     the pod records and the gang records, then every pod of the cluster. These are several
     reads, not one snapshot: a round that falls in the middle of the scheduler's writes can see
     a disagreement that the next round does not (``until_settled`` waits for a round with
-    none). The apiserver's pods are one LIST, so what the safety rules read is consistent."""
+    none). The apiserver's pods are one LIST, so what the safety rules read is consistent.
+    ``snapshots``: replicas (a name -> the port of their HTTP server on this machine) whose
+    ``/debug/nodes`` is read too, before the LIST."""
     selector = urllib.parse.quote(",".join(f"{k}={v}" for k, v in sorted(node_labels.items())))
     node_list = await asyncio.to_thread(
         plane.request, "GET", f"/api/v1/nodes?labelSelector={selector}"
@@ -523,8 +552,19 @@ async def collect(
             owners[node["metadata"]["name"]] = await store.owners(node["metadata"]["name"])
         records = await store.records()
         gangs = await store.gangs()
+    names = {n["metadata"]["name"] for n in nodes}
+    read: dict[str, dict[str, NodeSums]] = {}
+    for replica, port in sorted((snapshots or {}).items()):
+        sums = await asyncio.to_thread(_node_sums, port)
+        read[replica] = {n: s for n, s in sums.items() if n in names}
     pods = await asyncio.to_thread(plane.request, "GET", "/api/v1/pods")
-    return View(scheduler_name, list(pods.get("items", [])), nodes, records, owners, gangs)
+    items = list(pods.get("items", []))
+    return View(scheduler_name, items, nodes, records, owners, gangs, read)
+
+
+def _node_sums(port: int) -> dict[str, NodeSums]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/nodes", timeout=10) as answer:
+        return msgspec.json.decode(answer.read(), type=dict[str, NodeSums])
 
 
 @dataclass

@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from scheduler.core import nodesums
+from scheduler.core.cluster import ClusterState
+from scheduler.kube.codec import convert_node, convert_pod
 from scheduler.state.base import Claim, GangRecord, Owner, Record
 from scheduler.testing.audit import (
     BAD_ASSIGNMENT,
@@ -18,6 +21,7 @@ from scheduler.testing.audit import (
     GANG_PARTLY_BOUND,
     GPU_HELD_TWICE,
     SAFETY,
+    SNAPSHOT_DRIFT,
     STORE_DISAGREES,
     STORE_MISSING,
     STORE_STALE,
@@ -469,3 +473,66 @@ async def test_until_settled_gives_up_at_its_deadline() -> None:
     assert settled.violations == [Violation(FITS_BUT_PENDING, "default/d", "fits on n2")]
     assert not settled.clean and settled.safety == []
     assert "still: fits-but-pending: default/d: fits on n2" in settled.report()
+
+
+# ---- snapshot drift: a replica's running sums against a fresh LIST ----------------------------
+
+
+def foreign(name: str, on: str, cpu: str = "1", port: int = 0) -> dict[str, Any]:
+    """A running pod of another scheduler without GPUs (a Job's, a DaemonSet's)."""
+    container: dict[str, Any] = {"name": "main", "resources": {"requests": {"cpu": cpu}}}
+    if port:
+        container["ports"] = [{"containerPort": port, "hostPort": port}]
+    return {
+        "metadata": {"name": name, "namespace": "jobs", "uid": f"uid-{name}"},
+        "spec": {"schedulerName": "default-scheduler", "nodeName": on, "containers": [container]},
+        "status": {"phase": "Running"},
+    }
+
+
+def with_snapshot(view: View, pods: list[dict[str, Any]]) -> View:
+    """``view`` with a replica whose snapshot was charged with ``pods`` (its watch saw them)."""
+    state = ClusterState()
+    for n in view.nodes:
+        state.set_node(convert_node(n))
+    for p in pods:
+        state.add_bound_pod(convert_pod(p))
+    view.snapshots = {"leader": nodesums.held(state)}
+    return view
+
+
+def test_a_snapshot_equal_to_the_list_has_no_drift() -> None:
+    view = clean()
+    view.pods = [*view.pods, foreign("job-0", "n2", "1500m", port=8080)]
+    with_snapshot(view, [p for p in view.pods if p["spec"].get("nodeName")])
+    assert audit(view) == []
+    sums = view.snapshots["leader"]["n2"]
+    assert (sums.pods, sums.requested, sums.ports) == (2, {"cpu": 1500}, ("TCP/0.0.0.0:8080",))
+    assert sums.gpus == {"default/b": (0, 1)}
+
+
+def test_a_pod_that_left_but_is_still_charged_is_drift() -> None:
+    """Issue 20's drift 1: a Job's pod finished, the snapshot still charges it."""
+    view = clean()
+    job = foreign("job-0", "n2", "1500m", port=8080)
+    with_snapshot(view, [p for p in view.pods if p["spec"].get("nodeName")] + [job])
+    done = copy.deepcopy(job)
+    done["status"]["phase"] = "Succeeded"
+    view.pods = [*view.pods, done]
+    assert audit(view) == [
+        Violation(SNAPSHOT_DRIFT, "leader:n2", "2 pods, listed 1"),
+        Violation(SNAPSHOT_DRIFT, "leader:n2", "ports ['TCP/0.0.0.0:8080'], listed []"),
+        Violation(SNAPSHOT_DRIFT, "leader:n2", "requested {'cpu': 1500}, listed {}"),
+    ]
+
+
+def test_a_gpu_holder_the_list_does_not_show_is_drift() -> None:
+    view = clean()
+    with_snapshot(view, [p for p in view.pods if p["spec"].get("nodeName")])
+    view.pods = [p for p in view.pods if p["metadata"]["name"] != "b"]
+    view.records = None  # the store's own complaints are not this test's
+    assert audit(view) == [
+        Violation(FITS_BUT_PENDING, "default/c", "fits on n2"),
+        Violation(SNAPSHOT_DRIFT, "leader:n2", "1 pods, listed 0"),
+        Violation(SNAPSHOT_DRIFT, "leader:n2", "GPU holders {'default/b': (0, 1)}, listed {}"),
+    ]

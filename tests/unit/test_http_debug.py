@@ -26,6 +26,7 @@ def server(debug_from_anywhere: bool = False) -> ProbeServer:
         lambda key: {"pod": key, "result": "scheduled"} if key == "ns/a" else None,
         debug_from_anywhere=debug_from_anywhere,
         nominations=lambda: [{"pod": "ns/big", "node": "n", "devices": [0, 1]}],
+        nodes=lambda: {"n": {"pods": 1}},
     )
 
 
@@ -79,6 +80,13 @@ async def test_nominations_are_shown_to_local_clients_only() -> None:
     assert response.status == 200
     assert json.loads(response.body) == [{"pod": "ns/big", "node": "n", "devices": [0, 1]}]
     assert (await server()._debug_nominations(request_from("10.0.0.7"))).status == 403
+
+
+async def test_node_sums_are_shown_to_local_clients_only() -> None:
+    response = await server()._debug_nodes(request_from("127.0.0.1"))
+    assert response.status == 200
+    assert json.loads(response.body) == {"n": {"pods": 1}}
+    assert (await server()._debug_nodes(request_from("10.0.0.7"))).status == 403
 
 
 async def test_opened_it_answers_a_remote_client() -> None:
