@@ -164,13 +164,24 @@ async def wait_scheduled(schedulers: list[SchedulerProcess], attempts: int) -> S
     raise AssertionError("nothing was scheduled\n" + "\n".join(s.tail() for s in schedulers))
 
 
-async def settle(scenario: Scenario, store: RedisStore) -> Settled:
+async def settle(
+    scenario: Scenario, store: RedisStore, replicas: list[SchedulerProcess]
+) -> Settled:
+    """Audit until settled: the apiserver, the store, and the snapshot of every replica still
+    running (``snapshot-drift``: each one's sums per node against a fresh LIST)."""
+    ports = {s.log.stem: await s.http_port() for s in replicas if s.proc.poll() is None}
+
     async def read() -> View:
-        return await collect(scenario.plane, scenario.name, {"test": scenario.id}, store)
+        return await collect(scenario.plane, scenario.name, {"test": scenario.id}, store, ports)
 
     settled = await until_settled(read, timeout_s=SETTLE_S)
     for v in settled.seen:
         print(f"  seen while settling: {v}")
+    # The snapshots were compared (a clean audit of no snapshot would pass): every replica's,
+    # each holding GPUs for some pods.
+    view = await read()
+    holders = {r: sum(len(n.gpus) for n in sums.values()) for r, sums in view.snapshots.items()}
+    assert ports and set(holders) == set(ports) and all(holders.values()), holders
     return settled
 
 
@@ -232,7 +243,7 @@ async def test_apiserver_restart_while_binds_are_in_flight(
         await asyncio.sleep(0)  # the thread starts creating
         down_s = scenario.plane.restart_apiserver(kill=True)  # blocks: nothing here needs the loop
         await task
-        first = await settle(scenario, store)
+        first = await settle(scenario, store, [scheduler])
         assert first.clean, verdict(first, [scheduler])
         pods = scenario.pods()
         freed = sorted(n for n, p in pods.items() if p["spec"].get("nodeName"))[:4]
@@ -240,7 +251,7 @@ async def test_apiserver_restart_while_binds_are_in_flight(
             scenario.delete_pod(name)
         # Until they are gone their GPUs are theirs (KWOK finishes the deletion).
         await wait_until("the deleted pods are gone", lambda: not set(freed) & set(scenario.pods()))
-        second = await settle(scenario, store)
+        second = await settle(scenario, store, [scheduler])
         await assert_audited(scenario, store, nodes=4, pods=36)
     finally:
         if task is not None and not task.done():
@@ -282,7 +293,7 @@ async def test_leader_sigkilled_during_gang_binds(
         at_kill = bound(scenario)
         standby = next(s for s in replicas if s is not leader)
         await wait_leader([standby])
-        settled = await settle(scenario, store)
+        settled = await settle(scenario, store, replicas)
         await assert_audited(scenario, store, nodes=6, pods=len(specs))
     finally:
         await store.close()
@@ -328,7 +339,7 @@ async def test_redis_flushall_under_two_replicas_while_scheduling(
         assert await client.flushall()
         at_flush = bound(scenario)
         await wait_until("a leader waits for an unknown predecessor", lambda: waited(replicas))
-        settled = await settle(scenario, store)
+        settled = await settle(scenario, store, replicas)
         await assert_audited(scenario, store, nodes=4, pods=len(specs))
     finally:
         await client.aclose()
