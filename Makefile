@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-live bench-scale bench-takeover bench-soak clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-soak clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -81,6 +81,12 @@ bench-core: deps
 # FRAG_ARGS="--trace openb_pod_list_multigpu50.csv" replays another variant.
 bench-frag: deps
 	$(BIN)/python -m benchmarks.bench_frag $(FRAG_ARGS)
+
+# Cross-node topology (issue 21): one seeded stream of gangs on 5,040 nodes until the first
+# refusal, under our joint choice, topology off, and Kueue's BestFit order + our in-node choice,
+# side by side (about a minute on 2 cores).
+bench-topology: deps
+	$(BIN)/python -m benchmarks.bench_topology
 
 # Election to ready with 100,000 bound pods in a local redis-server (no control plane needed).
 bench-takeover: deps redis-server

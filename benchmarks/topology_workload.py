@@ -151,10 +151,13 @@ class Outcome(Struct):
     gpus_at_start: int = 0  # when the measured jobs start
 
 
+PlaceFn = Callable[[ClusterState, "Job"], "list[Placement] | None"]
+
+
 def replay(
     state: ClusterState,
     jobs: list[Job],
-    place: Callable[[ClusterState, Job], list[Placement] | None],
+    place: PlaceFn,
     stop_at_refusal: bool,
     measure_from: int = 0,
 ) -> Outcome:
@@ -187,7 +190,7 @@ def replay(
     return out
 
 
-def ours(constraints: bool) -> Callable[[ClusterState, Job], list[Placement] | None]:
+def ours(constraints: bool) -> PlaceFn:
     """The core's own decide and apply (with or without the jobs' constraints)."""
 
     def place(state: ClusterState, job: Job) -> list[Placement] | None:
