@@ -148,7 +148,9 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     client = await api_client(kubeconfig, POOL_SIZE + run_cfg.bind_concurrency)
     api = KubeApi(client)
     metrics = Metrics()
-    store = TimedStore(store, metrics.store_latency)  # every store call is timed
+    store = TimedStore(
+        store, metrics.store_latency, metrics.store_errors
+    )  # timed, failures counted
     lease = run_cfg.lease
     leadership = Leadership(
         store,
@@ -405,6 +407,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         debug_from_anywhere=run_cfg.debug_from_anywhere,
         nominations=scheduler.preemptions.view,
         nodes=lambda: nodesums.held(scheduler.state),
+        before_scrape=scheduler.observe_cluster,
     )
     await http.start()
 
@@ -453,6 +456,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     await scheduler.drain()
     await leadership.release()
     metrics.leader.set(0)
+    metrics.epoch.set(0)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -205,6 +205,7 @@ class Cycle:
         result = "waiting" if isinstance(decision, Waiting) else "unschedulable"
         reason, retry_by, timed_out = decision.reason, None, False
         if isinstance(decision, Unschedulable) and self.preemptions is not None:
+            self.metrics.preemption_attempts.inc()
             reason = await self.preemptions.after_unschedulable(unit, reason)
         timeout, what = self._gang_timeout(unit)
         if timeout > 0:

@@ -45,6 +45,7 @@ class ProbeServer:
         debug_from_anywhere: bool = False,
         nominations: Callable[[], Any] = list,
         nodes: Callable[[], Any] = dict,
+        before_scrape: Callable[[], None] = lambda: None,
     ) -> None:
         self.host = host
         self.port = port
@@ -53,6 +54,7 @@ class ProbeServer:
         self._explain = explain
         self._nominations = nominations
         self._nodes = nodes
+        self._before_scrape = before_scrape  # sets the gauges computed at scrape time
         self._debug_from_anywhere = debug_from_anywhere
         self._runner: web.AppRunner | None = None
 
@@ -88,6 +90,7 @@ class ProbeServer:
         return web.Response(status=200 if ready else 503, text=detail + "\n")
 
     async def _metrics_handler(self, _: web.Request) -> web.Response:
+        self._before_scrape()
         body = generate_latest(self._metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -3,7 +3,13 @@
 Each process gets its own CollectorRegistry (tests run several replicas in one interpreter).
 TimedStore times every store call in ``scheduler_store_request_duration_seconds{operation}``
 (the operation is the Store method's name; ``reserve_each`` counts as ``reserve``), failed
-calls included.
+calls included, and counts the failed ones in ``scheduler_store_errors{operation,error}``.
+
+The gauges that describe the whole cluster (free GPUs per node class, gangs waiting) are set by
+``observe_cluster`` when /metrics is scraped, not on every change: a scrape every few seconds
+costs one pass over the nodes, where keeping them current would cost work on every bind.
+The Grafana dashboard (deploy/helm/topo-scheduler/dashboards/) draws these metrics; a test checks
+that every metric it queries is exported here.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from scheduler.core.cluster import ClusterState
 from scheduler.state.base import (
     Claim,
     GangRecord,
@@ -83,6 +90,68 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge("scheduler_leader", "1 while this replica leads, else 0.", registry=r)
+        self.epoch = Gauge(
+            "scheduler_leader_epoch",
+            "The store epoch this replica leads under (fences its writes); 0 while it does not "
+            "lead.",
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "scheduler_store_errors",
+            "Failed store (Redis) calls by operation and error (Fenced, Conflict, Unavailable, "
+            "or the exception's class).",
+            ["operation", "error"],
+            registry=r,
+        )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "Unschedulable units for which preemption was considered.",
+            registry=r,
+        )
+        self.evictions = Counter(
+            "scheduler_evictions",
+            "Eviction API calls by reason (preemption, stale-gang) and outcome (evicted, "
+            "blocked by a PodDisruptionBudget, gone, error).",
+            ["reason", "outcome"],
+            registry=r,
+        )
+        self.gangs_waiting = Gauge(
+            "scheduler_gangs_waiting",
+            "Gangs with at least one member pending (set when /metrics is scraped).",
+            registry=r,
+        )
+        self.gpus = Gauge(
+            "scheduler_node_gpus",
+            "Whole GPUs of the nodes with an inventory, by node class (vendor and model; set "
+            "when /metrics is scraped).",
+            ["vendor", "model"],
+            registry=r,
+        )
+        self.free_gpus = Gauge(
+            "scheduler_node_free_gpus",
+            "Whole GPUs that no pod holds, by node class (vendor and model; set when /metrics "
+            "is scraped).",
+            ["vendor", "model"],
+            registry=r,
+        )
+
+    def observe_cluster(self, state: ClusterState, gangs_waiting: int) -> None:
+        """Set the cluster-wide gauges from the snapshot (one pass over the nodes). A node class
+        that left the cluster leaves the gauges too."""
+        total: dict[tuple[str, str], int] = {}
+        free: dict[tuple[str, str], int] = {}
+        for node in state.gpu_nodes():
+            inventory = node.inventory
+            assert inventory is not None  # gpu_nodes() yields nodes with one
+            key = (inventory.vendor, inventory.model or "unknown")
+            total[key] = total.get(key, 0) + len(inventory.devices)
+            free[key] = free.get(key, 0) + node.free_mask.bit_count()
+        self.gpus.clear()
+        self.free_gpus.clear()
+        for (vendor, model), n in total.items():
+            self.gpus.labels(vendor=vendor, model=model).set(n)
+            self.free_gpus.labels(vendor=vendor, model=model).set(free[(vendor, model)])
+        self.gangs_waiting.set(gangs_waiting)
 
 
 class TimedStore:
@@ -93,18 +162,23 @@ class TimedStore:
         self,
         store: Store,
         histogram: Histogram,
+        errors: Counter,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.inner = store
         self._histogram = histogram
+        self._errors = errors
         self._clock = clock
 
     @contextlib.contextmanager
     def _timed(self, operation: str) -> Iterator[None]:
-        """Observe how long the block took, failures included."""
+        """Observe how long the block took, failures included, and count the failures."""
         started = self._clock()
         try:
             yield
+        except Exception as exc:
+            self._errors.labels(operation=operation, error=type(exc).__name__).inc()
+            raise
         finally:
             self._histogram.labels(operation=operation).observe(self._clock() - started)
 

@@ -356,6 +356,12 @@ class PodBook:
         found = (self.entries[k] for k in self._gangs.get(gang, ()))
         return sorted((e for e in found if e.stage in stages), key=lambda e: e.key)
 
+    def gangs_in(self, stages: frozenset[Stage]) -> int:
+        """How many gangs have a member in ``stages`` (the gangs waiting, for the metrics)."""
+        return sum(
+            any(self.entries[k].stage in stages for k in keys) for keys in self._gangs.values()
+        )
+
     def stage(self, key: str, uid: str | None = None) -> Stage:
         entry = self.entries.get(key)
         if entry is None or (uid is not None and uid and entry.uid and entry.uid != uid):

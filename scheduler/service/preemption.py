@@ -43,6 +43,7 @@ from typing import Any
 
 import msgspec
 import structlog
+from prometheus_client import Counter
 
 from scheduler.core.cluster import ClusterState, Nominated
 from scheduler.core.cycle import Unit
@@ -110,6 +111,8 @@ class Preemptions:
         wall_ms: Callable[[], int],
         on_fenced: Callable[[], Awaitable[None]],
         hold_s: float = HOLD_S,
+        *,
+        evictions: Counter,
     ) -> None:
         self.state = state
         self.store = store
@@ -121,6 +124,7 @@ class Preemptions:
         self.wall_ms = wall_ms
         self.on_fenced = on_fenced
         self.hold_s = hold_s
+        self.evictions = evictions  # scheduler_evictions{reason, outcome}
         # Whether the pod book still has this pod (key, UID) pending; set by the service.
         self.still_pending: Callable[[str, str], bool] = lambda key, uid: True
         # Preemptor pod key -> its nomination.
@@ -303,9 +307,11 @@ class Preemptions:
         try:
             outcome = await self.cluster.evict(namespace, name, uid)
         except Exception as exc:
+            self.evictions.labels(reason="preemption", outcome="error").inc()
             log.warning("eviction failed", pod=pod, error=str(exc))
             await self._refuse(keys, pod, uid, f"the eviction failed: {exc}")
             return
+        self.evictions.labels(reason="preemption", outcome=outcome.outcome.value).inc()
         log.info("preemption victim", pod=pod, outcome=outcome.outcome.value)
         if outcome.outcome is Eviction.EVICTED:
             message = f"Preempted by {preemptor} (priority {priority}) on node {node}"

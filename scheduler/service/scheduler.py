@@ -203,6 +203,7 @@ class Scheduler:
             lambda: self.accepting and self.leadership.leading,
             stale_gang_policy,
             stale_gang_grace,
+            evictions=metrics.evictions,
         )
         self.preemptions = Preemptions(
             self.state,
@@ -215,6 +216,7 @@ class Scheduler:
             wall_ms,
             self.on_lost,
             preemption_hold,
+            evictions=metrics.evictions,
         )
         self.cycle.preemptions = self.preemptions
         self.preemptions.still_pending = self._still_pending
@@ -472,6 +474,7 @@ class Scheduler:
 
     async def on_elected(self, epoch: int) -> None:
         self.metrics.leader.set(1)
+        self.metrics.epoch.set(epoch)
         while not self.intake.bound_synced:
             await asyncio.sleep(0.05)
         await self.sync.reconcile(epoch, elected=True)  # a failure gives the lease up
@@ -501,6 +504,7 @@ class Scheduler:
 
     async def on_lost(self) -> None:
         self.metrics.leader.set(0)
+        self.metrics.epoch.set(0)
         self.ready_to_schedule = False
 
     def may_decide(self) -> bool:
@@ -566,6 +570,10 @@ class Scheduler:
             if self._gauged.get(queue) != n:
                 self.metrics.pending.labels(queue=queue).set(n)
         self._gauged = counts
+
+    def observe_cluster(self) -> None:
+        """The cluster-wide gauges, as of now (the /metrics handler calls it before a scrape)."""
+        self.metrics.observe_cluster(self.state, self.book.gangs_in(SCHEDULABLE_STAGES))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

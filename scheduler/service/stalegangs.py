@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
+from prometheus_client import Counter
 
 from scheduler.core.cluster import ClusterState, Holding
 from scheduler.kube.podgroups import EvictResult
@@ -57,6 +58,8 @@ class StaleGangs:
         leading: Callable[[], bool],
         policy: str = "report",
         grace_s: float = 60.0,
+        *,
+        evictions: Counter,
     ) -> None:
         self.state = state
         self.evictor = evictor
@@ -66,6 +69,7 @@ class StaleGangs:
         self.leading = leading
         self.policy = policy
         self.grace_s = grace_s
+        self.evictions = evictions  # scheduler_evictions{reason, outcome}
         self.pending: dict[str, _Stale] = {}  # gang -> its eviction deadline (policy evict)
 
     def member_left(self, holding: Holding | None, phase: str) -> None:
@@ -146,8 +150,10 @@ class StaleGangs:
         try:
             result = await self.evictor.evict(namespace, name, holding.uid)
         except Exception as exc:
+            self.evictions.labels(reason="stale-gang", outcome="error").inc()
             log.warning("eviction failed", pod=holding.pod, gang=gang, error=str(exc))
             return
+        self.evictions.labels(reason="stale-gang", outcome=result.outcome.value).inc()
         log.info("stale gang member evicted", pod=holding.pod, gang=gang, outcome=result.outcome)
         if result.message:
             await self.report(

@@ -149,6 +149,8 @@ async def test_policy_evict_evicts_the_remaining_members_after_the_grace_period(
     await r.settle()
     assert r.api.evictions == ["default/b", "default/c"]
     assert r.s.sizes()["stale"] == {"stale_gangs": 0}
+    evicted = {"reason": "stale-gang", "outcome": "evicted"}
+    assert r.s.metrics.registry.get_sample_value("scheduler_evictions_total", evicted) == 2
 
 
 async def test_policy_evict_spares_a_gang_that_is_back_at_its_minimum() -> None:

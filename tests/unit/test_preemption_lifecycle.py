@@ -75,6 +75,10 @@ async def test_a_high_priority_pod_evicts_the_whole_low_gang_and_binds_once_it_i
     r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
     await run(r)
     assert r.api.evictions == ["default/low-0", "default/low-1"]  # both, never one
+    metrics = r.s.metrics.registry
+    evicted = {"reason": "preemption", "outcome": "evicted"}
+    assert metrics.get_sample_value("scheduler_evictions_total", evicted) == 2
+    assert metrics.get_sample_value("scheduler_preemption_attempts_total") == 1
     preempted = [(pod, m) for pod, why, m in r.api.events if why == "Preempted"]
     assert preempted == [
         ("default/low-0", "Preempted by default/big (priority 1000) on node n"),

@@ -52,7 +52,7 @@ def inventory(name: str, gpus: int, unhealthy: tuple[int, ...] = ()) -> Inventor
 
 async def test_every_store_call_is_timed_by_operation_failures_included() -> None:
     metrics = Metrics()
-    store = TimedStore(MemoryStore(clock), metrics.store_latency)
+    store = TimedStore(MemoryStore(clock), metrics.store_latency, metrics.store_errors)
     epoch = await store.acquire("a", TTL)
     assert epoch is not None
     await store.renew("a", epoch, TTL)
@@ -86,6 +86,14 @@ async def test_every_store_call_is_timed_by_operation_failures_included() -> Non
     assert {op: count(metrics, op) for op in operations} == {
         op: 2.0 if op == "reserve" else 1.0 for op in operations
     }
+    # The fenced reserve is the one failure, counted under its operation and error.
+    errors = {
+        (s.labels["operation"], s.labels["error"]): s.value
+        for m in metrics.store_errors.collect()
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
+    assert errors == {("reserve", "Fenced"): 1.0}
 
 
 def test_the_stored_inventory_is_a_valid_gpus_annotation() -> None:
@@ -109,7 +117,9 @@ def test_the_stored_inventory_is_a_valid_gpus_annotation() -> None:
 class Harness:
     def __init__(self) -> None:
         self.metrics = Metrics()
-        self.store = TimedStore(MemoryStore(clock), self.metrics.store_latency)
+        self.store = TimedStore(
+            MemoryStore(clock), self.metrics.store_latency, self.metrics.store_errors
+        )
         self.leadership = Leadership(self.store, "a", LeaseTiming(), clock)
         self.snapshot: dict[str, Inventory | None] = {}
         self.tasks: set[asyncio.Task[None]] = set()
