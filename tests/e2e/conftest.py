@@ -1,12 +1,15 @@
-"""The local control plane for end-to-end tests: one per test session.
+"""The local control plane for end-to-end tests: one per test session; and Helm.
 
 The fixture builds what is missing (tools/k8s/build.sh; a cold build takes many minutes), starts
 etcd, kube-apiserver and KWOK, and stops them at the end of the session whatever happens. A failed
-build or start fails the tests with its message; it never turns into skipped tests.
+build or start fails the tests with its message; it never turns into skipped tests. The same goes
+for Helm (tools/helm/build.sh).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import urllib.error
 import uuid
@@ -27,6 +30,20 @@ from scheduler.testing.controlplane import (
 )
 
 from .live import VOLCANO_CRD, Scenario
+
+HELM_BUILD = Path(__file__).resolve().parents[2] / "tools" / "helm" / "build.sh"
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """The helm binary tools/helm/build.sh builds (only when it is not cached)."""
+    proc = subprocess.run(["bash", str(HELM_BUILD)], stdout=subprocess.PIPE, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    for line in lines[:-1]:
+        print(line, file=sys.stderr)
+    if proc.returncode != 0 or not lines:
+        pytest.fail(f"cannot build Helm: tools/helm/build.sh failed (exit {proc.returncode})")
+    return Path(lines[-1]) / "helm"
 
 
 @pytest.fixture(scope="session")

@@ -10,22 +10,24 @@ SIGTERMed, or killed with SIGKILL, like in production.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from scheduler.kube.podgroups import VOLCANO_POD_GROUPS
-from scheduler.testing.controlplane import ControlPlane, die_with_parent
+from scheduler.testing.controlplane import ControlPlane, die_with_parent, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -297,3 +299,44 @@ async def begin_history(url: str, scenario: Scenario) -> None:
         await client.set(f"t-{scenario.id}:server", run_id)
     finally:
         await client.aclose()
+
+
+@contextlib.contextmanager
+def redis_like(statefulset: dict[str, Any], workdir: Path) -> Iterator[tuple[str, int]]:
+    """A redis-server started with a Redis StatefulSet's own command and arguments (deploy/'s
+    component, the chart's example Redis) and a password, as the Secret gives it, on a free
+    loopback port; ready by the container's own readiness probe, and refusing clients without
+    the password. Yields (password, port)."""
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    password = secrets.token_hex(16)
+    args = [a.replace("$(REDISCLI_AUTH)", password) for a in container["args"]]
+    args[args.index("--dir") + 1] = str(workdir)
+    port = free_port()
+    log = (workdir / "redis.log").open("wb")
+    proc = subprocess.Popen(
+        [*container["command"], *args, "--port", str(port), "--bind", "127.0.0.1"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
+    try:
+        cli, *command = container["readinessProbe"]["exec"]["command"]
+        probe = [cli, "-p", str(port), *command]
+        for _ in range(100):
+            answer = subprocess.run(
+                probe, capture_output=True, text=True, env={"REDISCLI_AUTH": password}
+            )
+            if answer.stdout.strip() == "PONG":
+                break
+            assert proc.poll() is None, (workdir / "redis.log").read_text()
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"redis never answered its readiness probe: {answer}")
+        no_auth = subprocess.run(probe, capture_output=True, text=True, env={})
+        assert "NOAUTH" in no_auth.stdout + no_auth.stderr  # the password is required
+        yield password, port
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        log.close()

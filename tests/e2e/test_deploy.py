@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import time
 import tomllib
 import urllib.error
 from collections.abc import Iterator
@@ -34,12 +32,10 @@ from scheduler.testing.controlplane import (
     SCHEDULER_TOKEN,
     SCHEDULER_USER,
     ControlPlane,
-    die_with_parent,
-    free_port,
 )
 from tests.manifests import CLUSTER_SCOPED, NAMESPACE
 
-from .live import Scenario, devices_of
+from .live import Scenario, devices_of, redis_like
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ("deploy/", "deploy/with-redis/", "deploy/with-redis-sentinel/")
@@ -405,41 +401,9 @@ def component_redis(
     rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> Iterator[tuple[str, int]]:
     """A redis-server started with the Redis component's own arguments and a password (as the
-    Secret gives it), on a free loopback port. Yields (password, port)."""
-    statefulset = one(rendered["deploy/with-redis/"], "StatefulSet", "redis")
-    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
-    password = secrets.token_hex(16)
-    args = [a.replace("$(REDISCLI_AUTH)", password) for a in container["args"]]
-    args[args.index("--dir") + 1] = str(tmp_path)
-    port = free_port()
-    log = (tmp_path / "redis.log").open("wb")
-    proc = subprocess.Popen(
-        [*container["command"], *args, "--port", str(port), "--bind", "127.0.0.1"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=die_with_parent,
-    )
-    try:
-        cli, *command = container["readinessProbe"]["exec"]["command"]
-        probe = [cli, "-p", str(port), *command]
-        for _ in range(100):
-            answer = subprocess.run(
-                probe, capture_output=True, text=True, env={"REDISCLI_AUTH": password}
-            )
-            if answer.stdout.strip() == "PONG":
-                break
-            assert proc.poll() is None, (tmp_path / "redis.log").read_text()
-            time.sleep(0.05)
-        else:
-            raise AssertionError(f"redis never answered its readiness probe: {answer}")
-        no_auth = subprocess.run(probe, capture_output=True, text=True, env={})
-        assert "NOAUTH" in no_auth.stdout + no_auth.stderr  # the password is required
-        yield password, port
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        log.close()
+    Secret gives it). Yields (password, port)."""
+    with redis_like(one(rendered["deploy/with-redis/"], "StatefulSet", "redis"), tmp_path) as got:
+        yield got
 
 
 async def test_scheduler_with_deploys_role_schedules_the_seed004_gang(

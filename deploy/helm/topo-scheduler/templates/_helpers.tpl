@@ -1,0 +1,60 @@
+{{/*
+Helpers shared by the templates. Object names are fixed (topo-scheduler, topo-scheduler-agent,
+...) as in deploy/: the annotation policy, the RBAC bindings and the local control plane's test
+identities name them, so a second release in one cluster is not supported.
+*/}}
+
+{{/* The namespace every namespaced object goes to (values: namespace.name). */}}
+{{- define "topo-scheduler.namespace" -}}
+{{- required "namespace.name must be set" .Values.namespace.name -}}
+{{- end -}}
+
+{{/* The image both workloads run: repository:tag, the tag defaulting to the chart's appVersion. */}}
+{{- define "topo-scheduler.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/*
+The labels Helm's conventions add to every object's metadata (never to selectors or pod
+templates, so that the workloads are the same as deploy/'s; the equivalence test drops exactly
+these four).
+*/}}
+{{- define "topo-scheduler.helmLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{/* Metadata labels of an object that is part of topo-scheduler (as deploy/base's `labels:`). */}}
+{{- define "topo-scheduler.labels" -}}
+app.kubernetes.io/part-of: topo-scheduler
+{{ include "topo-scheduler.helmLabels" . }}
+{{- end -}}
+
+{{/* The config file the ConfigMap holds, from values.config. */}}
+{{- define "topo-scheduler.config" -}}
+{{- include "topo-scheduler.checkConfig" . -}}
+{{ toYaml .Values.config }}
+{{- end -}}
+
+{{/*
+The config's cross-field rules that values.schema.json cannot state (the scheduler's own checks,
+scheduler/config/__init__.py, say the same at start-up): refused at render time with the field's
+path, as the schema refuses the rest.
+*/}}
+{{- define "topo-scheduler.checkConfig" -}}
+{{- $lease := .Values.config.run.lease -}}
+{{- if not (lt (float64 $lease.renewSeconds) (float64 $lease.durationSeconds)) -}}
+{{- fail "config.run.lease.renewSeconds: must be above 0 and below durationSeconds" -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $vendor, $names := .Values.config.resources -}}
+{{- range $names -}}
+{{- if hasKey $seen . -}}
+{{- fail (printf "config.resources.%s: %s is also listed under %s" $vendor . (get $seen .)) -}}
+{{- end -}}
+{{- $_ := set $seen . $vendor -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,62 @@
+"""Facts about the Helm chart (deploy/helm/topo-scheduler/) and its toolchain that need no helm
+binary (tests/e2e/test_helm.py lints, renders and installs it)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "topo-scheduler"
+
+
+def test_chart_versions_follow_the_project() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"  # Helm 3 and Helm 4
+    assert chart["appVersion"] == version and chart["version"] == version
+
+
+def test_podgroup_crd_copy_is_deploy_optionals() -> None:
+    # .Files.Get reads only files inside the chart, so the CRD is a copy.
+    copy = CHART / "files" / "podgroup-crd.yaml"
+    original = REPO / "deploy" / "optional" / "podgroup-crd.yaml"
+    assert copy.read_bytes() == original.read_bytes(), f"cp {original} {copy}"
+
+
+def test_helm_version_is_the_one_go_mod_requires() -> None:
+    versions = (REPO / "tools" / "helm" / "versions.env").read_text()
+    (version,) = re.findall(r"^HELM_VERSION=(\S+)$", versions, re.M)
+    go_mod = (REPO / "tools" / "helm" / "go.mod").read_text()
+    assert re.search(rf"^require helm\.sh/helm/v4 {re.escape(version)}$", go_mod, re.M)
+
+
+def _properties(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for name, sub in schema.get("properties", {}).items():
+        out.append((f"{path}.{name}".lstrip("."), sub))
+        out += _properties(sub, f"{path}.{name}")
+    return out
+
+
+def test_every_value_is_in_the_schema_with_a_description() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    described = dict(_properties(schema))
+
+    def walk(value: Any, path: str) -> None:
+        assert path in described, f"{path} is not in values.schema.json"
+        sub = described[path]
+        if not ("requests" in path or "limits" in path):  # container resources: Kubernetes'
+            assert sub.get("description"), f"{path} has no description in values.schema.json"
+        if isinstance(value, dict) and sub.get("properties"):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}")
+
+    for k, v in values.items():
+        walk(v, k)
