@@ -249,6 +249,23 @@ WRONG: list[tuple[str, Any, str]] = [
         "config.run.lease.renewSeconds: must be above 0 and below",
     ),
     ("config.run.leaderElection", True, "'/config/run': additional properties 'leaderElection'"),
+    (
+        "config.topology.levels",
+        [{"nodeLabel": "kubernetes.io/hostname"}],
+        "'/config/topology/levels/0/nodeLabel'",
+    ),
+    ("config.topology.levels", [{"alias": "block"}], "'/config/topology/levels/0'"),
+    (
+        "config.topology.levels",
+        [{"nodeLabel": "a/block", "alias": "rack"}, {"nodeLabel": "a/rack"}, {"nodeLabel": "rack"}],
+        "config.topology.levels[2]: rack names two levels",
+    ),
+    (
+        "config.topology.levels",
+        [{"nodeLabel": "a/clique", "alias": "nvlink"}],
+        "config.topology.levels: nvlink is a built-in level's name",
+    ),
+    ("config.topology.compactGangs", "yes", "'/config/topology/compactGangs'"),
     ("config.agent.pollSeconds", 0, "'/config/agent/pollSeconds'"),
     ("config.agent.nvidia.command", [""], "'/config/agent/nvidia/command/0'"),
     ("config.agent.nvidia.queryFile", "/q.csv", "'/config/agent/nvidia/topoFile'"),  # needs it

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
+
+from scheduler.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "topo-scheduler"
@@ -60,3 +64,41 @@ def test_every_value_is_in_the_schema_with_a_description() -> None:
 
     for k, v in values.items():
         walk(v, k)
+
+
+def _schema_mismatches(typ: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Where the schema's properties differ from a config Struct's fields, recursively (through
+    Structs and lists of Structs; a Struct inside a union is a format of its own, not walked)."""
+    fields = {f.encode_name: f.type for f in msgspec.structs.fields(typ)}
+    properties = schema.get("properties", {})
+    out = [f"{path}.{k}: in the schema only" for k in properties.keys() - fields.keys()]
+    out += [f"{path}.{k}: not in the schema" for k in fields.keys() - properties.keys()]
+    for name, sub in fields.items():
+        if name not in properties:
+            continue
+        inner = sub
+        if typing.get_origin(sub) in (list, tuple):
+            inner = typing.get_args(sub)[0]
+            schema_of = properties[name].get("items", {})
+        else:
+            schema_of = properties[name]
+        if isinstance(inner, type) and issubclass(inner, msgspec.Struct):
+            assert schema_of.get("additionalProperties") is False, f"{path}.{name}"
+            out += _schema_mismatches(inner, schema_of, f"{path}.{name}")
+    return out
+
+
+def test_the_schemas_config_has_exactly_the_config_files_fields() -> None:
+    # A field added to scheduler/config/ must be added to values.schema.json (and to
+    # values.yaml's config, which tests/e2e/test_helm.py compares with configs/scheduler.yaml).
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert _schema_mismatches(Config, schema["properties"]["config"], "config") == []
+
+
+def test_values_config_is_configs_scheduler_yaml() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    original = yaml.safe_load((REPO / "configs" / "scheduler.yaml").read_text())
+    assert values["config"] == original, (
+        "deploy/helm/topo-scheduler/values.yaml's config: must hold configs/scheduler.yaml's "
+        "fields and defaults"
+    )

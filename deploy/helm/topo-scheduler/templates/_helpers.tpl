@@ -57,4 +57,16 @@ path, as the schema refuses the rest.
 {{- $_ := set $seen . $vendor -}}
 {{- end -}}
 {{- end -}}
+{{- $levels := dict -}}
+{{- range $i, $level := .Values.config.topology.levels -}}
+{{- range list $level.nodeLabel ($level.alias | default "") -}}
+{{- if and . (hasKey $levels .) -}}
+{{- fail (printf "config.topology.levels[%d]: %s names two levels" $i .) -}}
+{{- end -}}
+{{- if and . $.Values.config.topology.acceleratorLabel (has . (list "nvlink" "nvlink-domain")) -}}
+{{- fail (printf "config.topology.levels: %s is a built-in level's name" .) -}}
+{{- end -}}
+{{- $_ := set $levels . $i -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
