@@ -47,6 +47,7 @@ HELM_LABELS = (
     "app.kubernetes.io/instance",
     "app.kubernetes.io/version",
 )
+PART_OF = {"app.kubernetes.io/part-of": "topo-scheduler"}
 CONFIG_MAP = "topo-scheduler-config"
 CHECKSUM = "checksum/config"
 
@@ -179,9 +180,9 @@ def test_optional_parts_follow_their_values(helm: Helm) -> None:
     assert not [d for d in docs if "agent" in d["metadata"]["name"]]
     assert ("ValidatingAdmissionPolicy", "topo-scheduler-annotations") not in kinds
     assert ("PodDisruptionBudget", "topo-scheduler") not in kinds
-    crd = one(docs, "CustomResourceDefinition")
+    crd = _comparable(one(docs, "CustomResourceDefinition"), CONFIG_MAP)
     optional = yaml.safe_load((REPO / "deploy" / "optional" / "podgroup-crd.yaml").read_text())
-    assert crd == optional
+    assert crd == {**optional, "metadata": {**optional["metadata"], "labels": PART_OF}}
     monitor = one(docs, "ServiceMonitor")["spec"]
     service = one(docs, "Service", "topo-scheduler-metrics")
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
@@ -243,6 +244,13 @@ WRONG: list[tuple[str, Any, str]] = [
     ("config.preemption.holdSeconds", 0, "'/config/preemption/holdSeconds'"),
     ("config.run.httpAddress", "8080", "'/config/run/httpAddress'"),
     ("config.run.bindConcurrency", 0, "'/config/run/bindConcurrency'"),
+    ("config.run.redisSentinel.masterName", "m", "'/config/run/redisSentinel/addresses'"),
+    ("config.run.redisSentinel.addresses", ["s:26379"], "'/config/run/redisSentinel/addresses'"),
+    (
+        "config.run.redisSentinel",
+        {"masterName": "m", "addresses": ["s:0"]},
+        "'/config/run/redisSentinel/addresses/0'",
+    ),
     (
         "config.run.lease.renewSeconds",
         20,

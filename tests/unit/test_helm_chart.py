@@ -26,11 +26,21 @@ def test_chart_versions_follow_the_project() -> None:
     assert chart["appVersion"] == version and chart["version"] == version
 
 
-def test_podgroup_crd_copy_is_deploy_optionals() -> None:
-    # .Files.Get reads only files inside the chart, so the CRD is a copy.
-    copy = CHART / "files" / "podgroup-crd.yaml"
-    original = REPO / "deploy" / "optional" / "podgroup-crd.yaml"
-    assert copy.read_bytes() == original.read_bytes(), f"cp {original} {copy}"
+def test_files_are_links_to_deploys_own() -> None:
+    # The chart renders deploy/'s RBAC, annotation policy and PodGroup CRD from these links
+    # (.Files.Get reads only files inside the chart; Helm follows links), so it cannot drift.
+    files = sorted((CHART / "files").iterdir())
+    assert [f.name for f in files] == [
+        "agent-clusterrole.yaml",
+        "annotation-policy.yaml",
+        "podgroup-crd.yaml",
+        "scheduler-clusterrole.yaml",
+    ]
+    for link in files:
+        assert link.is_symlink(), link
+        target = link.resolve()
+        assert target.is_file() and target.is_relative_to(REPO / "deploy"), target
+        assert target.name == link.name
 
 
 def test_helm_version_is_the_one_go_mod_requires() -> None:

@@ -70,3 +70,25 @@ path, as the schema refuses the rest.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Objects read from deploy/ itself: files/ holds symbolic links to deploy/base's ClusterRoles and
+annotation policy and deploy/optional's PodGroup CRD (Helm reads a linked file's content, and
+`helm package` stores it), so the chart cannot drift from kustomize's objects. Each document gets
+this chart's namespace (in subjects and the policy's exempt users) and labels.
+Call with (dict "root" $ "file" "files/<name>.yaml").
+*/}}
+{{- define "topo-scheduler.fromDeploy" -}}
+{{- $ns := include "topo-scheduler.namespace" .root -}}
+{{- $text := .root.Files.Get .file -}}
+{{- $text = $text | replace "namespace: topo-scheduler\n" (printf "namespace: %s\n" $ns) -}}
+{{- $text = $text | replace "system:serviceaccount:topo-scheduler:" (printf "system:serviceaccount:%s:" $ns) -}}
+{{- $text = $text | replace "topo-scheduler/topo-scheduler" (printf "%s/topo-scheduler" $ns) -}}
+{{- $labels := include "topo-scheduler.labels" .root | fromYaml -}}
+{{- range $text | splitList "\n---\n" }}
+{{- $doc := fromYaml . }}
+{{- $_ := set $doc.metadata "labels" (merge (default (dict) $doc.metadata.labels) $labels) }}
+---
+{{ toYaml $doc }}
+{{- end }}
+{{- end -}}
