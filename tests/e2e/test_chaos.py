@@ -3,8 +3,9 @@ busy, let it settle, and ask the auditor (scheduler/testing/audit.py) whether an
 no GPU held by two live pods, no gang partly bound, every pod that fits bound, Redis equal to the
 apiserver.
 
-- the kube-apiserver is killed and started again while binds are in flight and more pods come
-  (every watch breaks and re-lists; binds fail, are refused or land unseen);
+- the kube-apiserver is killed and started again while binds are in flight and more pods come,
+  ours and other schedulers' (Job pods finishing, a DaemonSet-like rollout: churn.py), so every
+  watch breaks and re-lists; binds fail, are refused or land unseen;
 - the leader of two replicas is killed with SIGKILL while gangs are being bound;
 - Redis is flushed (FLUSHALL) under two replicas while pods are being scheduled.
 
@@ -39,6 +40,7 @@ from scheduler.testing.redisserver import RedisServer
 from tests.conftest import started_redis
 from tests.topologies import DGX1_V100
 
+from .churn import OtherSchedulers
 from .live import Scenario, SchedulerProcess, begin_history
 
 # Every scenario settles in a few seconds; this is the bound beyond which it never did.
@@ -228,11 +230,20 @@ async def test_apiserver_restart_while_binds_are_in_flight(
     port and etcd, while 28 more pods (1-3 GPUs; 74 GPUs asked in all) keep coming, created
     through the outage. The binds in flight fail or land unseen; every watch breaks and re-lists
     while new pods are decided and bound. Then 4 bound pods are deleted: the pending pods that
-    fit in their GPUs must get them."""
-    for n in range(4):
-        scenario.node(f"dgx-{n}", dgx(f"{scenario.id}-{n}"), 8)
+    fit in their GPUs must get them. Meanwhile other schedulers' pods churn on the same nodes (12
+    Job pods that finish and are deleted, a DaemonSet-like rollout of 3 versions): in the end
+    every replica's snapshot equals a fresh LIST, node by node (issue 20's drift 1)."""
+    nodes = [scenario.node(f"dgx-{n}", dgx(f"{scenario.id}-{n}"), 8) for n in range(4)]
     await create_all(scenario, [PodSpec(f"a{i}", 1 + i % 2) for i in range(12)])
     stream = PodStream(scenario, [PodSpec(f"b{i}", 1 + i % 3) for i in range(28)])
+    others = OtherSchedulers(scenario.plane, scenario.id, nodes)
+
+    def churn() -> None:
+        jobs = others.jobs(12)
+        others.rollout(3)
+        for name in jobs:
+            others.delete(name)
+
     await begin_history(redis_server.url, scenario)
     scheduler = scenario.start_scheduler(redis_server.url)
     store = RedisStore.from_url(redis_server.url, prefix=f"t-{scenario.id}")
@@ -240,9 +251,11 @@ async def test_apiserver_restart_while_binds_are_in_flight(
     try:
         await wait_scheduled([scheduler], 3)
         task = stream.start()
-        await asyncio.sleep(0)  # the thread starts creating
+        churning = asyncio.create_task(asyncio.to_thread(churn), name="other-schedulers")
+        await asyncio.sleep(0)  # the threads start creating
         down_s = scenario.plane.restart_apiserver(kill=True)  # blocks: nothing here needs the loop
         await task
+        await churning
         first = await settle(scenario, store, [scheduler])
         assert first.clean, verdict(first, [scheduler])
         pods = scenario.pods()
@@ -265,7 +278,8 @@ async def test_apiserver_restart_while_binds_are_in_flight(
     print(
         f"apiserver down {down_s:.1f} s, {events.count('bind failed')} bind attempts failed, "
         f"{stream.retries} creates retried; settled in {first.seconds:.1f} s; after deleting 4: "
-        f"{second.seconds:.1f} s; {bound(scenario)} of the 36 left bound"
+        f"{second.seconds:.1f} s; {bound(scenario)} of the 36 left bound; other schedulers' "
+        f"pods: {others.created} created, {others.deleted} deleted, {others.retries} retries"
     )
 
 
