@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from .cluster import ClusterState, NodeState
 from .cycle import Unit, decide, unit_priority
 from .decisions import Placed
+from .domains import Path
 from .filters.chain import PodFilters
 from .gang import Size
 from .names import CORES_PER_CARD
@@ -131,6 +132,57 @@ def in_cluster(
         return None
     victims, placed = found
     return rank(pool, victims), victims, placed
+
+
+# Candidate domains a gang with a required topology level is searched in, at most.
+MAX_DOMAINS_TRIED = 16
+
+
+def in_domains(
+    state: ClusterState, unit: Unit, requests: list[PodRequest], size: Size, pool: Pool
+) -> tuple[Best, Path] | None:
+    """A gang with a required topology level (issue 21): one candidate per domain of that
+    level, its victims only pods there (a gang victim counts when one of its pods is there, and
+    goes whole), decide kept to the domain; the best by rank, and the domain. Domains are tried
+    most free GPUs first (the fewest victims likely), those whose free GPUs and victims' GPUs
+    together cannot hold the gang's need not at all, at most ``MAX_DOMAINS_TRIED``."""
+    ctx = size.topology
+    assert ctx is not None and ctx.constraint is not None and ctx.constraint.required is not None
+    level = ctx.constraint.required
+    gpus = sorted(r.gpus for r in requests if r.gpus)
+    need = sum(gpus[: max(1, size.minimum - size.bound)])
+    domains: dict[Path, set[str]] = {}
+    for path, names in state.domain_index(ctx.hierarchy).names.items():
+        if len(path) > level:
+            domains.setdefault(path[: level + 1], set()).update(names)
+    options = pool.options(None)
+    tried: list[tuple[int, Path, frozenset[str], list[Option]]] = []
+    for domain, nodes in domains.items():
+        mine = [o for o in options if any(r.node in nodes for r in o.pods)]
+        free = sum(state.nodes[n].free_mask.bit_count() for n in nodes)
+        freed = sum(
+            gpu_mask(state.holdings[r.key]).bit_count()
+            for o in mine
+            for r in o.pods
+            if r.node in nodes and r.key in state.holdings
+        )
+        if mine and free + freed >= need:
+            tried.append((-free, domain, frozenset(nodes), mine))
+    tried.sort(key=lambda t: (t[0], t[1]))
+    best: tuple[Best, Path] | None = None
+    for _, domain, within, mine in tried[:MAX_DOMAINS_TRIED]:
+
+        def fit(chosen: Sequence[Option], within: frozenset[str] = within) -> Placed | None:
+            return fits(state, unit, pool, chosen, None, within)
+
+        found = _shortest(pool, mine, fit)
+        if found is None:
+            continue
+        victims, placed = found
+        ranked = rank(pool, victims)
+        if best is None or ranked < best[0][0]:
+            best = ((ranked, victims, placed), domain)
+    return best
 
 
 def _first_room(
@@ -356,9 +408,11 @@ def fits(
     pool: Pool,
     chosen: Sequence[Option],
     room: Room | None,
+    within: frozenset[str] = frozenset(),
 ) -> Placed | None:
     """decide's plan for ``unit`` with the terminating pods and the victims of ``chosen``
-    gone, if it fits; ``room``, a cheap necessary condition, is asked first."""
+    gone, if it fits; ``room``, a cheap necessary condition, is asked first. ``within``: the
+    nodes of the one domain a gang with a required topology level is searched in."""
     with state.tentative():
         for key in pool.going:
             _remove(state, key)
@@ -366,7 +420,7 @@ def fits(
             _remove(state, record.key)
         if room is not None and not room(state):
             return None
-        decision = decide(state, unit)
+        decision = decide(state, unit, within)
     return decision if isinstance(decision, Placed) else None
 
 

@@ -78,15 +78,21 @@ def group_units(pods: Sequence[PodInput]) -> list[Unit]:
     return units
 
 
-def decide(state: ClusterState, unit: Unit) -> Decision:
+def decide(state: ClusterState, unit: Unit, within: frozenset[str] = frozenset()) -> Decision:
     """The unit's decision on ``state``, which is left as it was. Nominations (GPUs held for
     preemptors) bind it unless they are its own or of lower priority than it: those are lifted
-    for the decision (ClusterState.lifted_nominations)."""
+    for the decision (ClusterState.lifted_nominations).
+
+    A gang placed through topology domains keeps to the domain its bound members, the nodes
+    its own members are nominated to (a preemption's domain, while its victims leave) and
+    ``within`` (nodes: preemption's search, one candidate domain at a time) share
+    (gangtopo.py, sticky)."""
+    nominated = {state.nominations[p.key].node for p in unit.pods if p.key in state.nominations}
     with state.lifted_nominations((p.key for p in unit.pods), unit_priority(unit)):
-        return _decide_unit(state, unit)
+        return _decide_unit(state, unit, within | nominated)
 
 
-def _decide_unit(state: ClusterState, unit: Unit) -> Decision:
+def _decide_unit(state: ClusterState, unit: Unit, within: frozenset[str]) -> Decision:
     if unit.gang is None:
         (pod,) = unit.pods
         return _decide_pod(state, pod)
@@ -97,7 +103,7 @@ def _decide_unit(state: ClusterState, unit: Unit) -> Decision:
         except RequestError as exc:
             keys = tuple(sorted(p.key for p in unit.pods))
             return Unschedulable(keys, f"gang {unit.gang}: {exc}")
-    return plan_gang(state, unit.gang, members)
+    return plan_gang(state, unit.gang, members, within)
 
 
 def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:

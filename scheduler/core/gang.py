@@ -58,7 +58,7 @@ class Size(Struct, frozen=True):
 
 
 def check_gang(
-    state: ClusterState, gang: str, members: list[Member]
+    state: ClusterState, gang: str, members: list[Member], within: frozenset[str] = frozenset()
 ) -> Waiting | Unschedulable | Size:
     """Why the gang cannot be planned yet (waiting) or at all (unschedulable), else its sizes."""
     keys = tuple(sorted(m.pod.key for m in members))
@@ -104,7 +104,7 @@ def check_gang(
             f"gang {gang}: members ask for GPUs of several vendors ({', '.join(sorted(vendors))})",
         )
     try:
-        topology = context(state, [m.pod for m in members])
+        topology = context(state, [m.pod for m in members], within)
     except TopologyPending as exc:
         return Waiting(keys, f"gang {gang}: {exc}")
     except TopologyError as exc:
@@ -112,7 +112,9 @@ def check_gang(
     return Size(minimum, total, len(bound), topology)
 
 
-def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision:
+def plan_gang(
+    state: ClusterState, gang: str, members: list[Member], within: frozenset[str] = frozenset()
+) -> Decision:
     """Place the gang's pending members: at least the part of its minimum not bound yet, all
     or nothing, and as many of the others as fit.
 
@@ -123,7 +125,7 @@ def plan_gang(state: ClusterState, gang: str, members: list[Member]) -> Decision
        a node of their siblings first; one that fits nowhere waits for capacity, which is not a
        failure of the gang.
     """
-    size = check_gang(state, gang, members)
+    size = check_gang(state, gang, members, within)
     if not isinstance(size, Size):
         return size
     keys = tuple(sorted(m.pod.key for m in members))

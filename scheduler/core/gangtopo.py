@@ -36,6 +36,9 @@ class Context(Struct, frozen=True):
     hierarchy: Hierarchy
     constraint: Constraint | None  # None: compact by default
     compact: bool
+    # Nodes whose shared domain the gang keeps to, besides its bound members' (its own
+    # nominations' nodes, a preemption search's candidate domain): cycle.decide's ``within``.
+    within: frozenset[str] = frozenset()
 
     @property
     def hard(self) -> bool:
@@ -44,27 +47,30 @@ class Context(Struct, frozen=True):
         return c is not None and (c.required is not None or c.slice_level is not None)
 
 
-def context(state: ClusterState, pods: list[PodInput]) -> Context | None:
+def context(
+    state: ClusterState, pods: list[PodInput], within: frozenset[str] = frozenset()
+) -> Context | None:
     """How the gang of these pods is planned through domains; None: as without topology.
     TopologyError / TopologyPending when its constraint is malformed or disputed."""
     settings = state.settings.topology
     constraint = gang_constraint(pods, state.pod_groups, settings, state.topologies)
     if constraint is not None:
-        return Context(constraint.hierarchy, constraint, settings.compact_gangs)
+        return Context(constraint.hierarchy, constraint, settings.compact_gangs, within)
     hierarchy = configured(settings)
     if settings.compact_gangs and in_use(hierarchy, state.label_keys):
-        return Context(hierarchy, None, True)
+        return Context(hierarchy, None, True, within)
     return None
 
 
-def bound_path(state: ClusterState, gang: str, hierarchy: Hierarchy) -> Path:
-    """The longest path the gang's bound members share (empty: none bound)."""
+def bound_path(state: ClusterState, gang: str, ctx: Context) -> Path:
+    """The longest path the gang's bound members and ``ctx.within`` share (empty: none)."""
+    hierarchy = ctx.hierarchy
+    nodes = {state.holdings[k].node for k in state.gang_bound.get(gang, ()) if k in state.holdings}
     shared: Path | None = None
-    for key in sorted(state.gang_bound.get(gang, ())):
-        holding = state.holdings.get(key)
-        if holding is None or holding.node not in state.nodes:
+    for name in sorted(nodes | ctx.within):
+        if name not in state.nodes:
             continue
-        path = state.path_of(hierarchy, holding.node)
+        path = state.path_of(hierarchy, name)
         if shared is None:
             shared = path
         else:
@@ -97,7 +103,7 @@ def plan_in_domains(
         state.demand(largest.request.resources),
     )
     tree = Tree(ctx.hierarchy, fits, ctx.constraint)
-    sticky = bound_path(state, gang, ctx.hierarchy)
+    sticky = bound_path(state, gang, ctx)
     n = len(ranked)
     c = ctx.constraint
     if c is not None and c.slice_size and n % c.slice_size:
@@ -209,7 +215,7 @@ def surplus_scopes(state: ClusterState, gang: str, ctx: Context) -> list[set[str
     """Where a surplus (or replacement) member may go, in order: the nodes of each domain its
     bound members share, narrowest first, up to the required level (with a hard constraint the
     last scope is that domain; without, the caller tries everywhere after)."""
-    sticky = bound_path(state, gang, ctx.hierarchy)
+    sticky = bound_path(state, gang, ctx)
     if not sticky:
         return []
     floor = 0

@@ -66,7 +66,7 @@ from collections.abc import Collection
 
 from msgspec import Struct
 
-from .candidates import fits, in_cluster, on_nodes
+from .candidates import fits, in_cluster, in_domains, on_nodes
 from .cluster import ClusterState, Nominated
 from .cycle import Unit, decide, unit_priority
 from .decisions import Placed, Placement, Waiting
@@ -97,6 +97,9 @@ class Preemption(Struct, frozen=True, kw_only=True, tag="preemption"):
     # Pods already terminating on the plan's nodes whose room the plan counts on.
     waiting_for: tuple[str, ...] = ()
     summary: str  # one line for events and logs
+    # A gang with a required topology level: the domain its victims were chosen in (issue 21),
+    # e.g. "block=b1,rack=r07"; the nominations' nodes keep later cycles to it.
+    domain: str = ""
 
 
 class NoPreemption(Struct, frozen=True, kw_only=True, tag="no-preemption"):
@@ -157,6 +160,8 @@ def preempt(
         )
         if not isinstance(size, Size):
             return NoPreemption(pods=keys, reason=f"not a preemptor: {size.reason}")
+        if size.topology is not None and size.topology.hard and size.topology.constraint:
+            return _in_domains(state, unit, requests, size, pool, priority, keys)
         best = in_cluster(state, unit, requests, size, pool)
         where = f"evicting every pod of lower priority than {priority} would not make room"
     if best is None:
@@ -174,6 +179,39 @@ def _spared(pool: Pool) -> str:
     return f" (kept by a PodDisruptionBudget or a refused eviction: {shown}{more})"
 
 
+def _in_domains(
+    state: ClusterState,
+    unit: Unit,
+    requests: list[PodRequest],
+    size: Size,
+    pool: Pool,
+    priority: int,
+    keys: tuple[str, ...],
+) -> Preemption | NoPreemption:
+    """A gang with a required topology level: victims within one domain of it (issue 21); the
+    nominations keep the gang there while they leave (cycle.decide keeps to its nominated
+    nodes' domain)."""
+    constraint = size.topology.constraint if size.topology else None
+    if constraint is None or constraint.required is None:  # slices alone: cluster-wide
+        best = in_cluster(state, unit, requests, size, pool)
+        if best is None:
+            return NoPreemption(
+                pods=keys,
+                reason=f"evicting every pod of lower priority than {priority} would not make room",
+            )
+        return _preemption(state, unit, priority, pool, best[1], best[2])
+    found = in_domains(state, unit, requests, size, pool)
+    level = constraint.hierarchy.levels[constraint.required].name
+    if found is None:
+        return NoPreemption(
+            pods=keys,
+            reason=f"no {level} where evicting pods of lower priority than {priority} makes room",
+        )
+    (_, victims, placed), domain = found
+    where = constraint.hierarchy.describe(domain)
+    return _preemption(state, unit, priority, pool, victims, placed, where)
+
+
 def _preemption(
     state: ClusterState,
     unit: Unit,
@@ -181,6 +219,7 @@ def _preemption(
     pool: Pool,
     victims: list[PodRecord],
     placed: Placed,
+    domain: str = "",
 ) -> Preemption:
     pods = {p.key: p for p in unit.pods}
     nominations = []
@@ -210,7 +249,8 @@ def _preemption(
         placements=placed.placements,
         nominations=tuple(nominations),
         waiting_for=waiting_for,
-        summary=_summary(unit, priority, pool, victims, placed, waiting_for),
+        summary=_summary(unit, priority, pool, victims, placed, waiting_for, domain),
+        domain=domain,
     )
 
 
@@ -221,9 +261,12 @@ def _summary(
     victims: list[PodRecord],
     placed: Placed,
     waiting_for: tuple[str, ...],
+    domain: str = "",
 ) -> str:
     who = f"gang {unit.gang}" if unit.gang is not None else unit.pods[0].key
     nodes = ", ".join(sorted({p.node for p in placed.placements}))
+    if domain:
+        nodes = f"{nodes} (in {domain})"
     need = sum(len(p.devices) or len(p.shares) for p in placed.placements)
     if not victims:
         return (

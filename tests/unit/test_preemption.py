@@ -481,9 +481,9 @@ def count_decides(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls = [0]
     real = candidates.decide
 
-    def counted(state: ClusterState, unit: Unit) -> object:
+    def counted(state: ClusterState, unit: Unit, within: frozenset[str] = frozenset()) -> object:
         calls[0] += 1
-        return real(state, unit)
+        return real(state, unit, within)
 
     monkeypatch.setattr(candidates, "decide", counted)
     return calls

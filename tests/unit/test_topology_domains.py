@@ -397,3 +397,34 @@ def test_bad_slice_size_is_a_reason(size: str) -> None:
     d = decide(state, gang_unit(*pods))
     assert isinstance(d, Unschedulable)
     assert "topo-scheduler.io/topology-slice-size" in d.reason
+
+
+# ---- preemption within one domain ------------------------------------------------------------
+
+
+def test_preemption_chooses_victims_within_one_rack_and_keeps_to_it() -> None:
+    from scheduler.core.preemption import Preemption, preempt
+
+    # Rack r1: one node busy with one low pod, one free. Rack r2: both nodes busy with one low
+    # pod each. The gang (2 x 4 GPUs, one rack) needs one eviction in r1, two in r2.
+    state = topo_cluster({("b1", "r1"): 2, ("b1", "r2"): 2})
+    for name, node_name in (("low-a", "b1-r1-0"), ("low-b", "b1-r2-0"), ("low-c", "b1-r2-1")):
+        pod = MakePod().Name(name).Req(4).Created(f"2026-01-01T00:00:0{len(name)}Z")
+        assert state.add_bound_pod(pod.Bound(node_name, "0,1,2,3").Obj()) is None
+    pods = [annotated(member(i, n=2), required("rack")).Priority(10) for i in range(2)]
+    unit = gang_unit(*pods)
+    assert isinstance(decide(state, unit), Unschedulable)
+    result = preempt(state, unit)
+    assert isinstance(result, Preemption), result
+    assert [v.pod for v in result.victims] == ["default/low-a"]
+    assert result.domain == "block=b1,rack=r1"
+    assert "(in block=b1,rack=r1)" in result.summary
+    assert {p.node for p in result.placements} == {"b1-r1-0", "b1-r1-1"}
+    # While the victim leaves, the nominations keep the gang to rack r1, even once r2 is free.
+    for nomination in result.nominations:
+        state.nominate(nomination)
+    state.remove_pod("default/low-b")
+    state.remove_pod("default/low-c")
+    assert isinstance(decide(state, unit), Unschedulable)
+    state.remove_pod("default/low-a")
+    assert set(placed_nodes(decide(state, unit)).values()) == {"b1-r1-0", "b1-r1-1"}
