@@ -263,7 +263,7 @@ def shortfall(tree: Tree, constraint: Constraint, n: int) -> str:
 def _best(tree: Tree, domains: list[Path], name: str, n: int) -> str:
     plural = f"{name}s" if "/" not in name and "." not in name else f"domains of {name}"
     if not domains:
-        return f"no node with a free GPU set is in any {name}"
+        return f"no {name} fits one"
     best = min(domains, key=lambda p: (-tree.cap[p], p))
     half = max(1, n // 2)
     many = sum(1 for p in domains if tree.cap[p] >= half)
