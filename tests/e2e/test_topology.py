@@ -3,9 +3,10 @@ cliques, gangs written our way, Kueue's way and KAI's way, each checked member b
 and GPUs) against the only placement their constraint allows.
 
 One block of three racks: r1 with two 4-GPU nodes, r2 with three 4-GPU nodes, r3 with one 8-GPU
-node; three gangs in a row, each with one rack left that its constraint allows. The scheduler runs as a real process under deploy/'s role, configured with the block and
-rack levels; KAI's Topology CRD (a stand-in with its group, version and shape) is installed
-before it starts, so its Topology objects are watched.
+node; three gangs in a row, each with one rack left that its constraint allows. The scheduler
+runs as a real process under deploy/'s role, configured with the block and rack levels; KAI's
+Topology CRD (a stand-in with its group, version and shape) is installed before it starts, so
+its Topology objects are watched.
 """
 
 from __future__ import annotations
