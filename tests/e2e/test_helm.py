@@ -102,39 +102,56 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 def test_chart_lints_with_default_values_and_every_optional_part(helm: Helm) -> None:
     helm.run("lint", "--strict", str(CHART))
     everything = [
-        "--set=podGroupCRD.enabled=true,metrics.serviceMonitor.enabled=true,dashboard.enabled=true"
+        "--set=podGroupCRD.enabled=true,metrics.serviceMonitor.enabled=true,dashboard.enabled=true",
+        "--set=redis.sentinel.enabled=true",
     ]
     helm.run("lint", "--strict", str(CHART), *everything)
 
 
-def _comparable(doc: dict[str, Any], config_name: str) -> dict[str, Any]:
-    """What must be equal: the object without Helm's labels, without the pod templates' config
-    checksum, its ConfigMap named ``config_name`` and the config text as the YAML it holds."""
+def _comparable(doc: dict[str, Any], config_maps: dict[str, str]) -> dict[str, Any]:
+    """What must be equal: the object without Helm's labels and the pod templates' config
+    checksum, its ConfigMaps under their plain names (``config_maps``: kustomize's name with its
+    content hash -> the plain name) and the scheduler's config as the YAML it holds."""
     doc = json.loads(json.dumps(doc))
     labels = doc["metadata"].get("labels", {})
     for label in HELM_LABELS:
         labels.pop(label, None)
-    if doc["kind"] == "ConfigMap" and doc["metadata"]["name"].startswith(CONFIG_MAP):
-        doc["metadata"]["name"] = CONFIG_MAP
-        doc["data"] = {k: yaml.safe_load(v) for k, v in doc["data"].items()}
+    if "labels" in doc["metadata"] and not labels:
+        del doc["metadata"]["labels"]
+    if doc["kind"] == "ConfigMap":
+        name = doc["metadata"]["name"]
+        doc["metadata"]["name"] = config_maps.get(name, name)
+        if "scheduler.yaml" in doc["data"]:
+            doc["data"]["scheduler.yaml"] = yaml.safe_load(doc["data"]["scheduler.yaml"])
     template = doc.get("spec", {}).get("template", {})
     annotations = template.get("metadata", {}).get("annotations", {})
     annotations.pop(CHECKSUM, None)
     if "annotations" in template.get("metadata", {}) and not annotations:
         del template["metadata"]["annotations"]
     for volume in template.get("spec", {}).get("volumes", []):
-        if volume.get("configMap", {}).get("name") == config_name:
-            volume["configMap"]["name"] = CONFIG_MAP
+        if "configMap" in volume:
+            name = volume["configMap"]["name"]
+            volume["configMap"]["name"] = config_maps.get(name, name)
     return doc
 
 
-def test_default_values_render_what_kustomize_renders(helm: Helm) -> None:
+# Values -> the kustomization that renders the same objects.
+EQUIVALENT = [
+    ((), "deploy/with-redis/"),
+    (("--set=redis.sentinel.enabled=true",), "deploy/with-redis-sentinel/"),
+]
+
+
+@pytest.mark.parametrize(("values", "target"), EQUIVALENT, ids=[t for _, t in EQUIVALENT])
+def test_chart_renders_what_kustomize_renders(
+    helm: Helm, values: tuple[str, ...], target: str
+) -> None:
     kubectl = build_binaries() / "kubectl"
     kustomized = [
         d
         for d in yaml.safe_load_all(
             subprocess.run(
-                [str(kubectl), "kustomize", "deploy/with-redis/"],
+                [str(kubectl), "kustomize", target],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -143,12 +160,16 @@ def test_default_values_render_what_kustomize_renders(helm: Helm) -> None:
         )
         if d
     ]
-    charted = helm.render()
-    (hashed,) = [d["metadata"]["name"] for d in kustomized if d["kind"] == "ConfigMap"]
-    assert hashed.startswith(f"{CONFIG_MAP}-")  # kustomize's content hash
-    ours = {key(d): _comparable(d, CONFIG_MAP) for d in charted}
-    theirs = {key(d): _comparable(d, hashed) for d in kustomized}
-    theirs[("ConfigMap", CONFIG_MAP)] = theirs.pop(("ConfigMap", hashed))
+    charted = helm.render(*values)
+    plain = {d["metadata"]["name"] for d in charted if d["kind"] == "ConfigMap"}
+    hashed = {
+        d["metadata"]["name"]: d["metadata"]["name"].rsplit("-", 1)[0]
+        for d in kustomized
+        if d["kind"] == "ConfigMap"
+    }
+    assert set(hashed.values()) == plain  # the same ConfigMaps, kustomize's with a hash
+    ours = {key(d): _comparable(d, {}) for d in charted}
+    theirs = {key(c): c for c in (_comparable(d, hashed) for d in kustomized)}
     assert sorted(ours) == sorted(theirs)
     for k in ours:
         assert ours[k] == theirs[k], k
@@ -164,8 +185,10 @@ def test_default_values_render_what_kustomize_renders(helm: Helm) -> None:
         }
 
     (default,) = checksums(charted)
-    (other,) = checksums(helm.render("--set-json=config.run.bindConcurrency=32"))
-    assert checksums(helm.render("--set-json=scheduler.replicas=3")) == {default} != {other}
+    (other,) = checksums(helm.render(*values, "--set-json=config.run.bindConcurrency=32"))
+    assert (
+        checksums(helm.render(*values, "--set-json=scheduler.replicas=3")) == {default} != {other}
+    )
 
 
 def test_optional_parts_follow_their_values(helm: Helm) -> None:
@@ -180,7 +203,7 @@ def test_optional_parts_follow_their_values(helm: Helm) -> None:
     assert not [d for d in docs if "agent" in d["metadata"]["name"]]
     assert ("ValidatingAdmissionPolicy", "topo-scheduler-annotations") not in kinds
     assert ("PodDisruptionBudget", "topo-scheduler") not in kinds
-    crd = _comparable(one(docs, "CustomResourceDefinition"), CONFIG_MAP)
+    crd = _comparable(one(docs, "CustomResourceDefinition"), {})
     optional = yaml.safe_load((REPO / "deploy" / "optional" / "podgroup-crd.yaml").read_text())
     assert crd == {**optional, "metadata": {**optional["metadata"], "labels": PART_OF}}
     monitor = one(docs, "ServiceMonitor")["spec"]
@@ -222,6 +245,14 @@ def test_namespace_and_image_values_reach_every_object(helm: Helm) -> None:
     }
     for binding in (d for d in docs if d["kind"] == "ClusterRoleBinding"):
         assert [s["namespace"] for s in binding["subjects"]] == ["gpu-sched"]
+    # The Sentinel set finds its pods by their names in that namespace, and so does the scheduler.
+    docs = helm.render("--set=namespace.name=gpu-sched,redis.sentinel.enabled=true")
+    start = one(docs, "ConfigMap", "redis-sentinel-start")["data"]["start.sh"]
+    assert 'DOMAIN="$SET.gpu-sched.svc"' in start
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    addresses = env["TOPO_SCHEDULER_REDIS_SENTINEL_ADDRESSES"].split(",")
+    assert addresses == [f"redis-sentinel-{i}.redis-sentinel.gpu-sched.svc:26379" for i in range(3)]
 
 
 # ---- what it refuses ------------------------------------------------------------------------

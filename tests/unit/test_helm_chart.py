@@ -27,14 +27,18 @@ def test_chart_versions_follow_the_project() -> None:
 
 
 def test_files_are_links_to_deploys_own() -> None:
-    # The chart renders deploy/'s RBAC, annotation policy and PodGroup CRD from these links
-    # (.Files.Get reads only files inside the chart; Helm follows links), so it cannot drift.
+    # The chart renders deploy/'s RBAC, annotation policy, PodGroup CRD and Sentinel set from
+    # these links (.Files.Get reads only files in the chart; Helm follows links): no drift.
     files = sorted((CHART / "files").iterdir())
     assert [f.name for f in files] == [
         "agent-clusterrole.yaml",
         "annotation-policy.yaml",
         "podgroup-crd.yaml",
+        "redis-sentinel-pdb.yaml",
+        "redis-sentinel-service.yaml",
+        "redis-sentinel-statefulset.yaml",
         "scheduler-clusterrole.yaml",
+        "start.sh",
     ]
     for link in files:
         assert link.is_symlink(), link

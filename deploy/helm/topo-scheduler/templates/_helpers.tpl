@@ -73,9 +73,10 @@ path, as the schema refuses the rest.
 
 {{/*
 Objects read from deploy/ itself: files/ holds symbolic links to deploy/base's ClusterRoles and
-annotation policy and deploy/optional's PodGroup CRD (Helm reads a linked file's content, and
-`helm package` stores it), so the chart cannot drift from kustomize's objects. Each document gets
-this chart's namespace (in subjects and the policy's exempt users) and labels.
+annotation policy deploy/optional's PodGroup CRD and deploy/redis-sentinel/'s objects (Helm reads a linked file's
+content, and `helm package` stores it), so the chart cannot drift from kustomize's objects. Each
+document gets this chart's namespace (in subjects and the policy's exempt users), Redis Secret and
+labels.
 Call with (dict "root" $ "file" "files/<name>.yaml").
 */}}
 {{- define "topo-scheduler.fromDeploy" -}}
@@ -84,6 +85,7 @@ Call with (dict "root" $ "file" "files/<name>.yaml").
 {{- $text = $text | replace "namespace: topo-scheduler\n" (printf "namespace: %s\n" $ns) -}}
 {{- $text = $text | replace "system:serviceaccount:topo-scheduler:" (printf "system:serviceaccount:%s:" $ns) -}}
 {{- $text = $text | replace "topo-scheduler/topo-scheduler" (printf "%s/topo-scheduler" $ns) -}}
+{{- $text = $text | replace "name: topo-scheduler-redis\n" (printf "name: %s\n" .root.Values.redis.secretName) -}}
 {{- $labels := include "topo-scheduler.labels" .root | fromYaml -}}
 {{- range $text | splitList "\n---\n" }}
 {{- $doc := fromYaml . }}

@@ -1,0 +1,1 @@
+../../../redis-sentinel/start.sh
