@@ -99,6 +99,20 @@ def raise_for_status(status: int, body: bytes) -> None:
         raise HttpError(status, body.decode(errors="replace"))
 
 
+class _ObjectMeta(msgspec.Struct, rename="camel"):
+    resource_version: str = ""
+
+
+class ConfigMapData(msgspec.Struct, frozen=True):
+    """The fields of a ConfigMap the epoch witness reads (service/witness.py)."""
+
+    metadata: _ObjectMeta
+    data: dict[str, str] = {}
+
+
+_config_map_decoder = msgspec.json.Decoder(ConfigMapData)
+
+
 class KubeApi:
     def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
@@ -261,6 +275,42 @@ class KubeApi:
             timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
         ) as response:
             return response.status, await response.read()
+
+    async def read_config_map(self, namespace: str, name: str) -> ConfigMapData | None:
+        """The ConfigMap's data and resourceVersion; None when it does not exist."""
+        status, raw = await self._call(self.core.read_namespaced_config_map, name, namespace)
+        if status == 404:
+            return None
+        raise_for_status(status, raw)
+        return _config_map_decoder.decode(raw)
+
+    async def write_config_map(
+        self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
+    ) -> bool:
+        """Create the ConfigMap with ``data`` (``resource_version`` None), or merge ``data``
+        into it if it is still at ``resource_version``. False when another writer came first
+        (409: it exists, or changed since): read it again."""
+        if resource_version is None:
+            body: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace},
+                "data": data,
+            }
+            status, raw = await self._call(self.core.create_namespaced_config_map, namespace, body)
+        else:
+            patch = {"metadata": {"resourceVersion": resource_version}, "data": data}
+            status, raw = await self._call(
+                self.core.patch_namespaced_config_map,
+                name,
+                namespace,
+                patch,
+                _content_type="application/merge-patch+json",
+            )
+        if status == 409:
+            return False
+        raise_for_status(status, raw)
+        return True
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         """Merge ``annotations`` into the pod's (a gone pod is not an error: nothing to say)."""

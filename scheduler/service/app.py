@@ -74,6 +74,7 @@ from .metrics import Metrics, TimedStore
 from .podbook import Stage
 from .podgroups import CrdWatches, PodGroupStatuses, read_group
 from .scheduler import Scheduler
+from .witness import Witness
 
 log = structlog.get_logger("app")
 
@@ -158,6 +159,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         LeaseTiming(lease.duration_seconds, lease.renew_seconds, lease.retry_seconds),
         time.monotonic,
     )
+    # A store shared by several replicas: a leader may have come before this one.
+    shared = bool(run_cfg.redis_url or sentinel.master_name)
     scheduler = Scheduler(
         config.to_core(),
         config.scheduler_name,
@@ -172,7 +175,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         stale_gang_grace=config.gang.stale_gang_grace_seconds,
         preemption_hold=config.preemption.hold_seconds,
         # The embedded store serves one replica: no other leader can have come before.
-        wait_for_unknown_leader=bool(run_cfg.redis_url or sentinel.master_name),
+        wait_for_unknown_leader=shared,
+        witness=Witness(api, config.scheduler_name) if shared else None,
     )
 
     # scheduler-plugins PodGroups' status, written by the leader when nobody else writes it.

@@ -71,6 +71,7 @@ from .preemption import HOLD_S, Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
 from .storesync import RECONCILE_MIN_S, StoreSync
+from .witness import Witness
 
 __all__ = [
     "BIND_ATTEMPTS",
@@ -124,6 +125,7 @@ class Scheduler:
         stale_gang_grace: float = 60.0,
         preemption_hold: float = HOLD_S,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        witness: Witness | None = None,
     ) -> None:
         self.name = scheduler_name
         self.cluster = cluster
@@ -143,6 +145,9 @@ class Scheduler:
         self.ready_to_schedule = False  # set after the leader's reconcile
         # A leader that cannot know who led before waits until then before its first decision.
         self.wait_for_unknown_leader = wait_for_unknown_leader
+        # The apiserver's record of the elections: tells a new installation from a store that
+        # lost its history (witness.py); None: every store without history waits.
+        self.witness = witness
         self.first_decision_at = 0.0
         self.sync = StoreSync(self.state, self.book, store, leadership, clock, self.dispatch)
         self.inventories = NodeInventories(
@@ -485,7 +490,15 @@ class Scheduler:
         self.stale.rescan()  # a gang that fell below its minimum while no one led
         self.first_decision_at = 0.0
         kept = await self.store.kept_history(self.leadership.holder, epoch)
-        if not kept and self.wait_for_unknown_leader:
+        # A store without history at its first epoch, and nobody ever recorded as leading:
+        # a new installation, no predecessor to wait for (witness.py).
+        witness = self.witness
+        new = not kept and epoch == 1 and witness is not None and await witness.never_led()
+        if witness is not None and not await witness.record(epoch):
+            new = False  # unrecorded, a later flushed store could pass for new: wait
+        if new:
+            log.info("new installation: no leader was ever recorded; no wait", epoch=epoch)
+        elif not kept and self.wait_for_unknown_leader:
             # The store may have lost its last writes: new or flushed (its epochs started
             # afresh), restarted from disk, or a replica promoted over its master. Whoever led
             # before is unknown (or its lease was lost) and may still have Bindings in flight

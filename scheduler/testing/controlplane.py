@@ -514,8 +514,11 @@ class ControlPlane:
 
     def grant_scheduler_role(self) -> None:
         """Bind deploy/'s scheduler ClusterRole to the scheduler identity, through deploy/'s own
-        ClusterRoleBinding (subject: ServiceAccount topo-scheduler/topo-scheduler)."""
+        ClusterRoleBinding (subject: ServiceAccount topo-scheduler/topo-scheduler), and its Role
+        in namespace topo-scheduler (the epoch witness) through its RoleBinding."""
         self.apply_file(DEPLOY_BASE / "scheduler-clusterrole.yaml")
+        self.apply_file(DEPLOY_BASE / "namespace.yaml")
+        self.apply_file(DEPLOY_BASE / "scheduler-role.yaml")
 
     def grant_agent_role(self) -> None:
         """Bind deploy/'s node-agent ClusterRole to the agent identity, through deploy/'s own

@@ -230,6 +230,16 @@ class SentinelSet:
         )
         return self.master_index()
 
+    def wait_demoted(self, i: int, timeout_s: float = 60.0) -> None:
+        """Until node ``i`` (a master that came back) has been made a replica by the Sentinels."""
+
+        def demoted() -> bool:
+            with contextlib.suppress(redis.RedisError, OSError), self.node_client(i) as c:
+                return bool(c.info("replication")["role"] == "slave")
+            return False
+
+        self._until(f"node {i} demoted to a replica", demoted, timeout_s)
+
     # ---- helpers -------------------------------------------------------------------------
 
     def node_client(self, i: int) -> redis.Redis:

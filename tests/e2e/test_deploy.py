@@ -114,6 +114,8 @@ def test_kustomize_renders_every_component(rendered: dict[str, list[dict[str, An
         ("ClusterRole", "topo-scheduler-agent"),
         ("ClusterRoleBinding", "topo-scheduler"),
         ("ClusterRoleBinding", "topo-scheduler-agent"),
+        ("Role", "topo-scheduler"),
+        ("RoleBinding", "topo-scheduler"),
         ("ConfigMap", "topo-scheduler"),
         ("Deployment", "topo-scheduler"),
         ("PodDisruptionBudget", "topo-scheduler"),
@@ -462,12 +464,18 @@ async def test_scheduler_with_deploys_role_schedules_the_seed004_gang(
 
 def test_scheduler_identity_is_refused_outside_its_role(control_plane: ControlPlane) -> None:
     allowed = [("GET", "/api/v1/pods?limit=1"), ("GET", "/api/v1/nodes?limit=1")]
+    witness = f"/api/v1/namespaces/{NAMESPACE}/configmaps/topo-scheduler-epochs"
+    assert status_of(control_plane, "GET", witness, SCHEDULER_TOKEN) in {200, 404}
     refused = [
         ("DELETE", "/api/v1/namespaces/default/pods/any"),
         ("POST", "/api/v1/namespaces/default/pods"),
         ("GET", "/api/v1/namespaces/default/secrets"),
         ("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/{SECRET}"),
         ("GET", "/api/v1/namespaces/default/configmaps"),
+        # Its own namespace: the epoch witness only (scheduler-role.yaml).
+        ("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps"),
+        ("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/other"),
+        ("DELETE", f"/api/v1/namespaces/{NAMESPACE}/configmaps/topo-scheduler-epochs"),
         ("PATCH", "/api/v1/nodes/any"),
         ("GET", "/api/v1/nodes/any"),  # nodes are listed and watched, never read one by one
         ("PUT", "/api/v1/namespaces/default/pods/any/status"),  # status is patched only

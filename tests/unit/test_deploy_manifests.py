@@ -42,7 +42,7 @@ def test_configmap_source_is_configs_scheduler_yaml() -> None:
 
 
 def test_every_rbac_rule_has_a_comment() -> None:
-    for path in ROLES:
+    for path in [*ROLES, BASE / "scheduler-role.yaml"]:
         lines = path.read_text().splitlines()
         rules = [i for i, line in enumerate(lines) if re.match(r"\s*- apiGroups:", line)]
         assert rules, path
@@ -65,6 +65,27 @@ def test_roles_are_bound_to_deploys_service_accounts() -> None:
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
             assert "secrets" not in rule["resources"], rule
+
+
+def test_the_namespaced_role_is_the_witness_configmap_only() -> None:
+    path = BASE / "scheduler-role.yaml"
+    role, binding = _one(path, "Role"), _one(path, "RoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "topo-scheduler", "namespace": NAMESPACE}
+    ]
+    named, create = role["rules"]
+    assert named == {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": ["topo-scheduler-epochs"],
+        "verbs": ["get", "patch"],
+    }
+    assert create == {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
 
 
 def test_image_tag_is_the_project_version() -> None:

@@ -1,0 +1,71 @@
+"""The epoch witness (scheduler/service/witness.py) on the real apiserver, under deploy/'s Role:
+it tells a new installation (no leader ever recorded) from a Redis that lost its history, and
+only the second makes the first leader wait one lease (README "State and HA")."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+
+from scheduler.kube.api import KubeApi
+from scheduler.service.witness import NAME, Witness
+from scheduler.testing.controlplane import ControlPlane
+from scheduler.testing.redisserver import RedisServer
+from tests.conftest import started_redis
+from tests.manifests import NAMESPACE
+
+from .live import Scenario
+
+
+@pytest.fixture
+async def fresh_redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    with started_redis(folder) as server:
+        yield server
+
+
+async def test_the_witness_records_epochs_per_scheduler_under_deploys_role(
+    scheduler_api: ApiClient, control_plane: ControlPlane, name: str
+) -> None:
+    api = KubeApi(scheduler_api)
+    mine, other = Witness(api, f"{name}-a"), Witness(api, f"{name}-b")
+    assert await mine.never_led() and await other.never_led()
+    assert await mine.record(1)
+    assert not await mine.never_led()
+    assert await other.never_led()  # one key per scheduler name
+    assert await other.record(7) and await mine.record(2)
+    stored = control_plane.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/{NAME}")
+    assert stored["data"][f"{name}-a"] == "2" and stored["data"][f"{name}-b"] == "7"
+    # Outside its namespace the Role grants nothing: any doubt reads as "someone led".
+    elsewhere = Witness(api, f"{name}-c", namespace="default")
+    assert not await elsewhere.never_led()
+    assert not await elsewhere.record(1)
+
+
+async def test_a_new_installation_does_not_wait_and_a_flushed_redis_does(
+    scenario: Scenario, fresh_redis: RedisServer
+) -> None:
+    scenario.configure(lease=(3, 1))
+    scenario.node("n", {"vendor": "nvidia", "devices": [{"index": i} for i in range(8)]}, 8)
+    scenario.pod("first", 1)
+    first = scenario.start_scheduler(fresh_redis.url)
+    await scenario.wait_bound(["first"])
+    events = [line.get("event") for line in first.lines()]
+    assert "new installation: no leader was ever recorded; no wait" in events
+    assert "previous leader unknown: waiting before the first decision" not in events
+    assert first.terminate() == 0
+    # The same scheduler after its Redis lost everything: it led before, so the next leader
+    # cannot rule out Bindings in flight and waits.
+    fresh_redis.stop()
+    fresh_redis.start()
+    scenario.pod("second", 1)
+    second = scenario.start_scheduler(fresh_redis.url)
+    await scenario.wait_bound(["second"])
+    events = [line.get("event") for line in second.lines()]
+    assert "previous leader unknown: waiting before the first decision" in events
+    assert "new installation: no leader was ever recorded; no wait" not in events
+    assert second.terminate() == 0
