@@ -277,13 +277,17 @@ class SentinelSet:
                 return False
         return True
 
-    def _until(self, what: str, check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    def _until(self, what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if check():
                 return
             time.sleep(0.05)
-        raise RedisServerError(f"timed out waiting for {what} (logs in {self.folder})")
+        tails = [
+            f"--- {log.relative_to(self.folder)}\n{log.read_text(errors='replace')[-1500:]}"
+            for log in sorted(self.folder.glob("*/*.log"))
+        ]
+        raise RedisServerError(f"timed out waiting for {what}\n" + "\n".join(tails))
 
     def close(self) -> None:
         for procs in (self.sentinels, self.nodes):

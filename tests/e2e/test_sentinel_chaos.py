@@ -88,7 +88,7 @@ async def failover_under_load(
         old = sentinels.master_index()
         await asyncio.to_thread(fault, old)
         await stream
-        settled = await settle(scenario, store)
+        settled = await settle(scenario, store, replicas)
         await assert_audited(scenario, store, nodes=4, pods=len(specs))
     finally:
         await store.close()
