@@ -381,7 +381,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         """Start ``kind``'s watches if they are not running; True once they have listed. A
         PodGroup watch (by CRD name) runs while its CRD exists: True once listed, or when the
         CRD does not exist."""
-        if kind in CUSTOM_RESOURCES:
+        if kind in CUSTOM_RESOURCES or kind in TOPOLOGY_RESOURCES:
             return crds.ready(kind)
         if kind in optional:
             started[kind] = optional.pop(kind)

@@ -29,7 +29,14 @@ from collections.abc import Callable
 import structlog
 
 from scheduler.core.cluster import ClusterState, bits
-from scheduler.core.names import POD_GROUP_LABEL, VOLCANO_GROUP_ANNOTATION
+from scheduler.core.names import (
+    KAI_TOPOLOGY_ANNOTATION,
+    KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
+    KUEUE_REQUIRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_TOPOLOGY_ANNOTATION,
+    POD_GROUP_LABEL,
+    VOLCANO_GROUP_ANNOTATION,
+)
 from scheduler.core.objects import (
     ClaimInput,
     NamespaceInput,
@@ -40,10 +47,18 @@ from scheduler.core.objects import (
     VolumeInput,
 )
 from scheduler.kube.podgroups import POD_GROUPS, VOLCANO_POD_GROUPS
+from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES
 
 from .podbook import LISTED_STAGES, Ctx, Event, PodBook, Stage
 
 log = structlog.get_logger("scheduler")
+
+# Kueue's annotations naming a level by label key (a Kueue Topology may hold its hierarchy).
+_KUEUE_TOPOLOGY = (
+    KUEUE_REQUIRED_TOPOLOGY_ANNOTATION,
+    KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
+    KUEUE_SLICE_TOPOLOGY_ANNOTATION,
+)
 
 # dispatch(key, uid, event, ctx): one pod book event, its effects run by the service.
 Dispatch = Callable[[str, str, Event, Ctx | None], None]
@@ -91,7 +106,8 @@ class Intake:
         """Whether the watches this pod's filters read have listed (starting them if needed):
         a pod with a claim is not decided before claims and volumes are known, nor one with a
         namespaceSelector before namespaces are, nor one naming a PodGroup before the PodGroup
-        watch has listed (it would wait "for the PodGroup to exist")."""
+        watch has listed (it would wait "for the PodGroup to exist"), nor one naming a KAI
+        Topology, or Kueue's topology levels, before that project's Topology watch has."""
         ready = True
         if pod.claims:
             ready = self.watch_needed("volumes") and ready
@@ -101,6 +117,10 @@ class Intake:
             ready = self.watch_needed(POD_GROUPS.name) and ready
         if VOLCANO_GROUP_ANNOTATION in pod.annotations:
             ready = self.watch_needed(VOLCANO_POD_GROUPS.name) and ready
+        if KAI_TOPOLOGY_ANNOTATION in pod.annotations:
+            ready = self.watch_needed(KAI_TOPOLOGIES.name) and ready
+        if any(key in pod.annotations for key in _KUEUE_TOPOLOGY):
+            ready = self.watch_needed(KUEUE_TOPOLOGIES.name) and ready
         return ready
 
     def replace_pending(self, pods: list[PodInput]) -> None:
