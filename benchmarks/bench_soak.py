@@ -19,12 +19,21 @@ until the leader has bound what it can and both replicas have seen it, then dele
 and waits until both replicas have let them go. Bind retries wait 10 ms instead of 0.5 s (the
 refused pods would otherwise hold the binder's slots for seconds each).
 
-Printed: RSS (the peak, ``ru_maxrss``, and the current one, from /proc/self/statm) and the size
-of every per-pod structure of both replicas (``Scheduler.sizes()``) before the first pod, at the
-peak (the largest value after any wave had settled) and after the last pod left; then whatever
-is not back to its size before, and what the store still holds.
+Other schedulers' pods churn beside ours (issue 20, drift 1): every wave, ``--jobs`` pods of
+``default-scheduler`` Jobs (cpu and memory, no GPU) appear bound across the nodes, finish (the
+bound watch sees them leave as Succeeded) and are deleted; and a DaemonSet-like rollout replaces
+its pod on every node (a hostPort) by the next version. The drift auditor's sums
+(core/nodesums.py: each replica's snapshot, node by node, against the same sums computed from
+the fake apiserver's pods) are compared as the soak goes.
 
-Usage: python -m benchmarks.bench_soak [--pods 50000] [--wave 400] [--nodes 64]
+Printed: RSS (the peak, ``ru_maxrss``, and the current one, from /proc/self/statm) and the
+snapshots' drift (nodes whose sums differ, and by how many pods) as the soak goes; the size of
+every per-pod structure of both replicas (``Scheduler.sizes()``) before the first pod, at the
+peak (the largest value after any wave had settled) and after the last pod left; then whatever
+is not back to its size before, and what the store still holds. A drift left at the end is the
+one thing that fails the run (exit status 1): the snapshot must equal the cluster.
+
+Usage: python -m benchmarks.bench_soak [--pods 50000] [--wave 400] [--nodes 64] [--jobs 32]
 """
 
 from __future__ import annotations
@@ -44,7 +53,8 @@ from typing import Any
 import msgspec
 import structlog
 
-from scheduler.core.objects import ContainerInput, NodeInput, PodInput
+from scheduler.core import nodesums
+from scheduler.core.objects import ContainerInput, HostPort, NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.service import binder as binder_module
 from scheduler.service.leader import Leadership, LeaseTiming
@@ -56,6 +66,7 @@ from scheduler.testing.redisserver import RedisServer
 from tests.lifecycle import Apiserver
 
 GPUS = 8
+SETTINGS = CoreSettings(gpu_resources={"nvidia.com/gpu": "nvidia"})
 SETTLE_TIMEOUT_S = 60.0
 Sizes = dict[str, int]
 
@@ -92,11 +103,26 @@ class WatchedApiserver(Apiserver):
             self._send(s.pending_event, "DELETED", pod)
             self._send(s.bound_event, "ADDED", pod)
 
+    def run(self, pod: PodInput) -> None:
+        """Another scheduler's pod appears bound (and running)."""
+        self.pods[pod.key] = pod
+        for s in self.replicas:
+            self._send(s.bound_event, "ADDED", pod)
+
+    def finish(self, key: str) -> None:
+        """It succeeds: it stays in the apiserver, and leaves the bound pods' watch (whose field
+        selector excludes finished pods: a DELETED event)."""
+        pod = self.pods[key] = msgspec.structs.replace(self.pods[key], phase="Succeeded")
+        for s in self.replicas:
+            self._send(s.bound_event, "DELETED", pod)
+
     def delete(self, key: str) -> PodInput:
         pod = super().delete(key)
         self.refuse.pop(key, None)  # the fake keeps nothing of a pod that left either
         self.lose_answer.discard(key)
         for s in self.replicas:
+            if pod.finished:
+                continue  # the bound watch saw it leave when it finished
             if pod.node_name:
                 self._send(s.bound_event, "DELETED", pod)
             else:
@@ -148,6 +174,20 @@ def make_pod(i: int, api: WatchedApiserver) -> PodInput:
     return pod
 
 
+def other_pod(name: str, node: str, port: int = 0) -> PodInput:
+    """A running pod of default-scheduler without GPUs (a Job's, a DaemonSet's)."""
+    ports = (HostPort(port),) if port else ()
+    container = ContainerInput("c", requests={"cpu": "250m", "memory": "64Mi"}, host_ports=ports)
+    return PodInput(
+        "others",
+        name,
+        uid=f"uid-{name}",
+        node_name=node,
+        phase="Running",
+        containers=(container,),
+    )
+
+
 def should_bind(i: int) -> bool:
     return i % 20 not in (REFUSED, NOWHERE, EARLY) and i % 40 != GATED
 
@@ -157,7 +197,7 @@ class Replica:
         self.holder = holder
         self.leadership = Leadership(store, holder, LeaseTiming(), time.monotonic)
         self.s = Scheduler(
-            CoreSettings(gpu_resources={"nvidia.com/gpu": "nvidia"}),
+            SETTINGS,
             "topo-scheduler",
             api,
             store,
@@ -212,17 +252,56 @@ def rss_mb() -> tuple[float, float]:
 
 
 class Soak:
-    def __init__(self, api: WatchedApiserver, leader: Replica, standby: Replica) -> None:
+    def __init__(
+        self,
+        api: WatchedApiserver,
+        leader: Replica,
+        standby: Replica,
+        nodes: list[NodeInput],
+        jobs: int,
+    ) -> None:
         self.api = api
         self.leader = leader
         self.replicas = (leader, standby)
         self.peak = {r.holder: r.flat_sizes() for r in self.replicas}
         self.rss_peak = rss_mb()
+        self.nodes = [n.name for n in nodes]
+        self.jobs = jobs
+        self.waves = 0
+        self.others = 0  # other schedulers' pods created
+
+    def churn_others(self) -> list[str]:
+        """This wave's Job pods appear, and the DaemonSet rolls out its next version."""
+        api, wave = self.api, self.waves
+        jobs = []
+        for j in range(self.jobs):
+            pod = other_pod(f"job-{wave}-{j}", self.nodes[(wave + j) % len(self.nodes)])
+            api.run(pod)
+            jobs.append(pod.key)
+        for node in self.nodes:
+            if wave:
+                api.delete(f"others/ds-{node}-v{wave - 1}")
+            api.run(other_pod(f"ds-{node}-v{wave}", node, port=9100))
+        self.others += len(jobs) + len(self.nodes)
+        return jobs
+
+    def drift(self) -> dict[str, tuple[int, int]]:
+        """Per replica: the nodes whose snapshot sums differ from the apiserver's pods, and the
+        pods by which their counts differ in all."""
+        truth = nodesums.listed(self.api.pods.values(), SETTINGS, self.nodes)
+        out = {}
+        for r in self.replicas:
+            held = nodesums.held(r.s.state, self.nodes)
+            off = [n for n in self.nodes if nodesums.differences(held[n], truth[n])]
+            pods = sum(abs(held[n].pods - truth[n].pods) for n in off)
+            out[r.holder] = (len(off), pods)
+        return out
 
     async def wave(self, indices: range) -> None:
         """Create the pods, wait until what can be bound is (and seen by both replicas), then
         delete them all and wait until both replicas have let them go."""
         api, leader = self.api, self.leader
+        jobs = self.churn_others()
         pods = {i: api.create(make_pod(i, api)) for i in indices}
         for i in indices:
             if i % 20 == EARLY:
@@ -242,11 +321,16 @@ class Soak:
         for r in self.replicas:
             for name, size in r.flat_sizes().items():
                 self.peak[r.holder][name] = max(self.peak[r.holder][name], size)
+        for key in jobs:
+            api.finish(key)
         for pod in pods.values():
             if pod.key in api.pods:
                 api.delete(pod.key)
+        for key in jobs:
+            api.delete(key)  # the Job's TTL
         await wait_for("wave gone", self.gone, self.describe)
         api.binds.clear()
+        self.waves += 1
 
     def bound(self, keys: list[str]) -> bool:
         if self.leader.s.binder.in_flight:
@@ -259,16 +343,22 @@ class Soak:
         )
 
     def gone(self) -> bool:
-        return all(
-            not r.s.book.entries and not r.s._tasks and not r.s.binder.in_flight
-            for r in self.replicas
-        )
+        """Our pods gone (other schedulers' running pods keep their entries), and every
+        replica's snapshot equal to the apiserver's pods."""
+        if any(r.s._tasks or r.s.binder.in_flight for r in self.replicas):
+            return False
+        entries = (e for r in self.replicas for e in r.s.book.entries.values())
+        if any(e.stage is not Stage.OTHER for e in entries):
+            return False
+        return not any(nodes for nodes, _ in self.drift().values())
 
     def describe(self) -> str:
-        return "; ".join(f"{r.holder}: {r.s.sizes()}" for r in self.replicas)
+        sizes = "; ".join(f"{r.holder}: {r.s.sizes()}" for r in self.replicas)
+        return f"{sizes}; drift (nodes, pods off): {self.drift()}"
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace) -> bool:
+    """The soak; True when a snapshot drifted from the cluster by the end."""
     binder_module.BIND_RETRY_S = 0.01
     server = RedisServer().start()
     store = RedisStore.from_url(server.url, prefix="soak")
@@ -285,18 +375,25 @@ async def run(args: argparse.Namespace) -> None:
         gc.collect()
         rss_before = rss_mb()
         before = {r.holder: r.flat_sizes() for r in replicas}
-        soak = Soak(api, leader, standby)
+        soak = Soak(api, leader, standby, nodes, args.jobs)
         started = time.perf_counter()
         for created in range(0, args.pods, args.wave):
             await soak.wave(range(created, min(args.pods, created + args.wave)))
             done = min(args.pods, created + args.wave)
             if done % (args.wave * 25) == 0 or done == args.pods:
+                drift = ", ".join(
+                    f"{h} {nodes} nodes / {pods} pods" for h, (nodes, pods) in soak.drift().items()
+                )
                 print(
                     f"  {done:,} pods created and deleted, {api.landed:,} binds, "
-                    f"{time.perf_counter() - started:.0f} s, RSS {rss_mb()[1]:.0f} MB",
+                    f"{soak.others:,} other schedulers' pods, {time.perf_counter() - started:.0f} "
+                    f"s, RSS {rss_mb()[1]:.0f} MB, drift: {drift}",
                     flush=True,
                 )
         seconds = time.perf_counter() - started
+        for node in soak.nodes:  # the DaemonSet goes too: every replica is back to empty
+            api.delete(f"others/ds-{node}-v{soak.waves - 1}")
+        await wait_for("the other schedulers' pods gone", soak.gone, soak.describe)
         await asyncio.sleep(0.1)
         gc.collect()
         rss_after = rss_mb()
@@ -336,6 +433,12 @@ async def run(args: argparse.Namespace) -> None:
             f"records; watch delivery errors: {len(api.errors)}"
             + (f" (first: {api.errors[0]})" if api.errors else "")
         )
+        left = soak.drift()
+        print(
+            "snapshot drift at the end (nodes / pods off): "
+            + ", ".join(f"{h} {nodes} / {pods}" for h, (nodes, pods) in left.items())
+        )
+        return any(nodes for nodes, _ in left.values())
     finally:
         for r in replicas:
             await r.stop()
@@ -348,11 +451,13 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--wave", type=int, default=400, help="pods created before deleting")
     parser.add_argument("--nodes", type=int, default=64, help="nodes of 8 GPUs")
+    parser.add_argument("--jobs", type=int, default=32, help="other schedulers' Job pods per wave")
     args = parser.parse_args()
     # Refused binds and pods that fit nowhere warn by design; errors (an event the pod book's
     # table does not have) still show.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    asyncio.run(run(args))
+    if asyncio.run(run(args)):
+        raise SystemExit("the snapshot drifted from the cluster")
 
 
 if __name__ == "__main__":
