@@ -187,10 +187,9 @@ def _plan_together(
         return ""
     pinned = topology is not None and topology.constraint is not None and topology.constraint.pinned
     if topology is not None and not pinned:
-        with state.tentative():
-            found = plan_in_domains(state, gang, ordered, minimum, topology)
-        if isinstance(found, list):
-            return _applied(state, ordered, found, minimum)
+        found = plan_in_domains(state, gang, ordered, minimum, topology)
+        if isinstance(found, list):  # applied to the open scope already
+            return found
         if topology.hard:
             return found or f"gang {gang}: no domain holds it ({topology.constraint})"
     vendor = gpu_members[0].request.vendor

@@ -84,9 +84,9 @@ def bound_path(state: ClusterState, gang: str, ctx: Context) -> Path:
 def plan_in_domains(
     state: ClusterState, gang: str, members: list[Member], minimum: int, ctx: Context
 ) -> list[Placement] | str:
-    """The members placed through the domains (applied to the open tentative scope), or why
-    not: the shortfall per level for a hard constraint, "" otherwise (the caller then plans
-    without domains)."""
+    """The members placed through the domains (applied to the open tentative scope, where a
+    plan that fails half-way is taken back), or why not: the shortfall per level for a hard
+    constraint, "" otherwise (the caller then plans without domains)."""
     gpu = [m for m in members if m.request.gpus]
     largest = max(gpu, key=lambda m: m.request.gpus)
     vendor = largest.request.vendor
@@ -110,19 +110,20 @@ def plan_in_domains(
         return f"gang {gang}: {n} pods cannot be cut into slices of {c.slice_size} ({c.says})"
     index = state.domain_index(ctx.hierarchy)
     for plan in islice(plans(tree, c, n, ctx.compact, sticky), MAX_PLANS):
-        with state.tentative():
-            out: list[Placement] = []
-            pos = 0
-            for chunk in plan:
-                part = ranked[pos : pos + chunk.count]
-                pos += chunk.count
-                nodes = [state.nodes[name] for name in sorted(index.names.get(chunk.path, ()))]
-                placed = pack_nodes(state, gang, part, nodes, vendor, spread, minimum)
-                if placed is None:
-                    break
-                out.extend(placed)
-            else:
-                return annotate(state, out, ctx, ranked_pods)
+        out: list[Placement] = []
+        pos = 0
+        for chunk in plan:
+            part = ranked[pos : pos + chunk.count]
+            pos += chunk.count
+            nodes = [state.nodes[name] for name in sorted(index.names.get(chunk.path, ()))]
+            placed = pack_nodes(state, gang, part, nodes, vendor, spread, minimum)
+            if placed is None:
+                for placement in out:  # this plan's part so far goes (the scope logs it)
+                    state.forget(placement.pod)
+                break
+            out.extend(placed)
+        else:
+            return annotate(state, out, ctx, ranked_pods)
     if ctx.hard and c is not None:
         return f"gang {gang}: {shortfall(tree, c, n)}"
     return ""
