@@ -27,7 +27,7 @@ a pod already running, or a node, the apiserver would not have let it through: i
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import ROUND_CEILING, Decimal
 
 from ..objects import ContainerInput, PodInput
@@ -90,6 +90,13 @@ def _parse(
     return out
 
 
+def parse_values(
+    pod: PodInput, where: str, values: Mapping[str, str], skip: tuple[str, ...]
+) -> dict[str, int]:
+    """Quantities of a pod already admitted (malformed ones count as 0), in our units."""
+    return _parse(pod, where, values, False, skip)
+
+
 def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
     for resource, n in more.items():
         into[resource] = into.get(resource, 0) + n
@@ -101,19 +108,32 @@ def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
             into[resource] = n
 
 
-def pod_requests(pod: PodInput, skip: Iterable[str] = (), strict: bool = False) -> Amounts:
-    """The pod's effective request of every checked resource but ``skip`` (sorted by name).
+def is_pod_level(resource: str) -> bool:
+    """The resources a pod-level ``spec.resources`` sets for the whole pod (PodLevelResources):
+    cpu, memory and hugepages-*; the others (GPUs, ephemeral-storage...) stay per container."""
+    return resource in (CPU, MEMORY) or resource.startswith("hugepages-")
 
-    ``strict``: a malformed quantity raises RequestError naming pod and field (the incoming pod);
-    otherwise it counts as 0 (a pod already admitted by the apiserver).
-    """
-    skip = tuple(skip)
+
+# One (init) container's requests for an aggregate: where they come from (for a RequestError)
+# and the quantities, or None when the container contributes nothing.
+ContainerValues = Callable[[ContainerInput], tuple[str, Mapping[str, str]] | None]
+
+
+def spec_values(c: ContainerInput) -> tuple[str, Mapping[str, str]] | None:
+    """A container's requests as its spec asks (a missing request falls back to the limit)."""
+    return "resources.requests", _container_requests(c)
+
+
+def aggregate(
+    pod: PodInput, values: ContainerValues, strict: bool, skip: tuple[str, ...]
+) -> dict[str, int]:
+    """The containers' effective request (component-helpers' aggregate, sidecar formula):
+    app containers plus sidecars, or the largest plain init container's line if larger."""
     total: dict[str, int] = {}
     sidecars: dict[str, int] = {}
     peak: dict[str, int] = {}
     for init in pod.init_containers:
-        where = f"initContainers[{init.name}].resources.requests"
-        mine = _parse(pod, where, _container_requests(init), strict, skip)
+        mine = _values(pod, f"initContainers[{init.name}]", values(init), strict, skip)
         if init.restart_policy == "Always":
             _add(total, mine)
             _add(sidecars, mine)
@@ -123,11 +143,62 @@ def pod_requests(pod: PodInput, skip: Iterable[str] = (), strict: bool = False) 
             _add(line, mine)
         _max(peak, line)
     for c in pod.containers:
-        where = f"containers[{c.name}].resources.requests"
-        _add(total, _parse(pod, where, _container_requests(c), strict, skip))
+        _add(total, _values(pod, f"containers[{c.name}]", values(c), strict, skip))
     _max(total, peak)
+    return total
+
+
+def _values(
+    pod: PodInput,
+    container: str,
+    found: tuple[str, Mapping[str, str]] | None,
+    strict: bool,
+    skip: tuple[str, ...],
+) -> dict[str, int]:
+    if found is None:
+        return {}
+    field, values = found
+    return _parse(pod, f"{container}.{field}", values, strict, skip)
+
+
+def apply_pod_level(total: dict[str, int], level: Mapping[str, int]) -> None:
+    """PodLevelResources: each pod-level resource replaces the containers' sum for its key."""
+    for resource, n in level.items():
+        if is_pod_level(resource):
+            total[resource] = n
+
+
+def finish(pod: PodInput, total: dict[str, int], strict: bool, skip: tuple[str, ...]) -> Amounts:
+    """Add ``spec.overhead`` and return the sums as Amounts (sorted by name, zeros dropped)."""
     _add(total, _parse(pod, "overhead", pod.overhead, strict, skip))
     return tuple(sorted((r, n) for r, n in total.items() if n > 0))
+
+
+def pod_requests(pod: PodInput, skip: Iterable[str] = (), strict: bool = False) -> Amounts:
+    """The pod's effective request of every checked resource but ``skip`` (sorted by name), as
+    its spec asks (an incoming pod; a bound one is charged by ``resize.bound_requests``).
+
+    ``strict``: a malformed quantity raises RequestError naming pod and field (the incoming pod);
+    otherwise it counts as 0 (a pod already admitted by the apiserver).
+    """
+    skip = tuple(skip)
+    total = aggregate(pod, spec_values, strict, skip)
+    if pod.level_requests:
+        level = _parse(pod, "spec.resources.requests", pod.level_requests, strict, skip)
+        apply_pod_level(total, _with_zeros(pod.level_requests, level))
+    return finish(pod, total, strict, skip)
+
+
+def _with_zeros(values: Mapping[str, str], parsed: Mapping[str, int]) -> dict[str, int]:
+    """``parsed`` with the keys _parse dropped as zero put back (a pod-level 0 replaces too);
+    malformed ones (dropped when not strict) stay out."""
+    out = dict(parsed)
+    for resource, text in values.items():
+        if resource not in out:
+            with contextlib.suppress(ValueError):
+                if parse_quantity(text) == 0:
+                    out[resource] = 0
+    return out
 
 
 def node_allocatable(values: Mapping[str, str], skip: Iterable[str] = ()) -> dict[str, int]:
