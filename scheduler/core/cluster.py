@@ -46,8 +46,10 @@ from msgspec import Struct
 
 from .decisions import Placement, Share
 from .domains import Hierarchy, Path
+from .filters.dra import extended_resources
 from .filters.node import PortUse, charge_ports
-from .filters.resources import node_allocatable, pod_requests
+from .filters.resize import bound_requests
+from .filters.resources import node_allocatable
 from .formats import allocated as allocated_format
 from .formats import assignment as assignment_format
 from .formats import devices as devices_format
@@ -56,11 +58,13 @@ from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from .objects import (
     ClaimInput,
+    DeviceClassInput,
     DisruptionBudgetInput,
     NamespaceInput,
     NodeInput,
     PodGroupInput,
     PodInput,
+    ResourceClaimInput,
     TopologyInput,
     VolumeInput,
 )
@@ -282,6 +286,11 @@ class ClusterState:
         self.volumes: dict[str, VolumeInput] = {}
         # PodDisruptionBudgets by namespace/name: which victims preemption would rather spare.
         self.budgets: dict[str, DisruptionBudgetInput] = {}
+        # DRA (filters/dra.py): ResourceClaims by namespace/name, DeviceClasses by name, and
+        # the extended resources the DeviceClasses back (resource -> class).
+        self.resource_claims: dict[str, ResourceClaimInput] = {}
+        self.device_classes: dict[str, DeviceClassInput] = {}
+        self.dra_extended: dict[str, str] = {}
         # PodGroup objects by PodGroupInput.key (gang sizes for pods that name one).
         self.pod_groups: dict[str, PodGroupInput] = {}
         # Bound gang members: gang key -> pod keys (for "k of N present" and conflicts).
@@ -554,6 +563,20 @@ class ClusterState:
 
     def remove_budget(self, key: str) -> None:
         self.budgets.pop(key, None)
+
+    def set_resource_claim(self, claim: ResourceClaimInput) -> None:
+        self.resource_claims[claim.key] = claim
+
+    def remove_resource_claim(self, key: str) -> None:
+        self.resource_claims.pop(key, None)
+
+    def set_device_class(self, device_class: DeviceClassInput) -> None:
+        self.device_classes[device_class.name] = device_class
+        self.dra_extended = extended_resources(self.device_classes.values())
+
+    def remove_device_class(self, name: str) -> None:
+        if self.device_classes.pop(name, None) is not None:
+            self.dra_extended = extended_resources(self.device_classes.values())
 
     def set_pod_group(self, group: PodGroupInput) -> None:
         self.pod_groups[group.key] = group
@@ -936,7 +959,7 @@ def record_of(
         namespace=pod.namespace,
         node=node,
         labels=pod.labels,
-        requests=pod_requests(pod, gpu_names),
+        requests=bound_requests(pod, gpu_names),
         host_ports=host_ports(pod),
         anti_required=anti,
         terminating=pod.deleting,

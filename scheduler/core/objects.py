@@ -206,6 +206,33 @@ class DisruptionBudgetInput(Struct, frozen=True):
         return f"{self.namespace}/{self.name}"
 
 
+class ResourceClaimInput(Struct, frozen=True):
+    """A DRA ResourceClaim (resource.k8s.io/v1): allocated once ``allocated`` is set (by
+    kube-scheduler or a DRA controller; topo-scheduler allocates none); the nodes its allocation
+    is reachable from (``status.allocation.nodeSelector``, None: every node); the consumers it
+    is reserved for (``status.reservedFor[].uid``)."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    allocated: bool = False
+    node_selector: tuple[NodeSelectorTerm, ...] | None = None
+    reserved_for: tuple[str, ...] = ()
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class DeviceClassInput(Struct, frozen=True):
+    """A DRA DeviceClass: the extended resource name its devices may be asked for by
+    (``spec.extendedResourceName``; "" for none)."""
+
+    name: str
+    extended_resource_name: str = ""
+
+
 class VolumeInput(Struct, frozen=True):
     """A PersistentVolume: its required node affinity (None: usable from any node)."""
 
@@ -224,6 +251,8 @@ class NodeInput(Struct, frozen=True):
     # at all (a hand-written manifest): then no resource is checked. A status without allocatable
     # (nor capacity, which the apiserver copies into it) offers nothing, as for kube-scheduler.
     allocatable: dict[str, str] | None = None
+    # status.declaredFeatures (NodeDeclaredFeatures, filters/features.py).
+    declared_features: tuple[str, ...] = ()
 
 
 class ContainerInput(Struct, frozen=True):
@@ -234,6 +263,37 @@ class ContainerInput(Struct, frozen=True):
     restart_policy: str = ""
     # Ports with a hostPort (the others take nothing on the node).
     host_ports: tuple[HostPort, ...] = ()
+
+
+class ContainerStatusInput(Struct, frozen=True):
+    """What the kubelet reports of one (init) container's resources: ``actuated`` is
+    ``status.containerStatuses[].resources.requests``, ``allocated`` its ``allocatedResources``
+    (None: not reported)."""
+
+    name: str
+    actuated: dict[str, str] | None = None
+    allocated: dict[str, str] | None = None
+
+
+class ResizeStatus(Struct, frozen=True):
+    """A bound pod's resources as its kubelet reports them (in-place resize): per container,
+    and at pod level (``status.resources.requests``, ``status.allocatedResources``);
+    ``infeasible``: condition PodResizePending has reason Infeasible. filters/resize.py."""
+
+    containers: tuple[ContainerStatusInput, ...] = ()
+    pod_actuated: dict[str, str] | None = None
+    pod_allocated: dict[str, str] | None = None
+    infeasible: bool = False
+
+
+class PodClaim(Struct, frozen=True):
+    """One entry of ``spec.resourceClaims``: ``claim`` is the ResourceClaim's name (from
+    ``resourceClaimName``, or for a template from ``status.resourceClaimStatuses``; "" while the
+    claim of a template has not been created); ``template`` names the template, if any."""
+
+    name: str
+    claim: str = ""
+    template: str = ""
 
 
 class PodInput(Struct, frozen=True):
@@ -270,6 +330,22 @@ class PodInput(Struct, frozen=True):
     # one it replaced (the service drops watch news older than what it knows; KEP-5504 made
     # resource versions of one resource comparable). Not a scheduling input.
     version: int = 0
+    # spec.resources.requests (limits under them, as the apiserver defaults them): pod-level
+    # cpu, memory, hugepages-* replace the containers' sum (filters/resources.py).
+    level_requests: dict[str, str] = field(default_factory=dict)
+    # The kubelet's view of a bound pod's resources (None: it reported none).
+    resize: ResizeStatus | None = None
+    # spec.resourceClaims (DRA, filters/dra.py).
+    resource_claims: tuple[PodClaim, ...] = ()
+    # What NodeDeclaredFeatures infers features from (filters/features.py): the actions of every
+    # (init) container's restartPolicyRules, hostNetwork, hostUsers, and whether any volume
+    # mount sets bindMountOptions.
+    restart_rule_actions: tuple[str, ...] = ()
+    host_network: bool = False
+    host_users: bool | None = None
+    bind_mount_options: bool = False
+    # spec.schedulingGroup.podGroupName: the upstream PodGroup (scheduling.k8s.io) it belongs to.
+    scheduling_group: str = ""
 
     @property
     def key(self) -> str:

@@ -27,15 +27,20 @@ from scheduler.core.objects import (
     Affinity,
     ClaimInput,
     ContainerInput,
+    ContainerStatusInput,
+    DeviceClassInput,
     HostPort,
     LabelSelector,
     NamespaceInput,
     NodeInput,
     NodeSelectorTerm,
     PodAffinityTerm,
+    PodClaim,
     PodInput,
     PreferredNodeTerm,
     Requirement,
+    ResizeStatus,
+    ResourceClaimInput,
     SpreadConstraint,
     Taint,
     Toleration,
@@ -68,10 +73,11 @@ class NodeSpecWire(msgspec.Struct):
     taints: list[TaintWire] | None = None
 
 
-class NodeStatusWire(msgspec.Struct):
-    # Only these two of a node's status; conditions, images and heartbeats are skipped.
+class NodeStatusWire(msgspec.Struct, rename="camel"):
+    # Only these of a node's status; conditions, images and heartbeats are skipped.
     allocatable: dict[str, Quantity] | None = None
     capacity: dict[str, Quantity] | None = None
+    declared_features: list[str] | None = None
 
 
 class Node(msgspec.Struct):
@@ -92,11 +98,21 @@ class PortWire(msgspec.Struct, rename="camel"):
     host_ip: str = msgspec.field(default="", name="hostIP")  # not camel case: "IP"
 
 
+class RestartRuleWire(msgspec.Struct):
+    action: str = ""
+
+
+class MountWire(msgspec.Struct, rename="camel"):
+    bind_mount_options: list[str] | None = None
+
+
 class ContainerWire(msgspec.Struct, rename="camel"):
     name: str = ""
     resources: Resources = msgspec.field(default_factory=Resources)
     restart_policy: str = ""
     ports: list[PortWire] | None = None
+    restart_policy_rules: list[RestartRuleWire] | None = None
+    volume_mounts: list[MountWire] | None = None
 
 
 class RequirementWire(msgspec.Struct):
@@ -186,6 +202,16 @@ class TolerationWire(msgspec.Struct):
     effect: str = ""
 
 
+class PodClaimWire(msgspec.Struct, rename="camel"):
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
+class SchedulingGroupWire(msgspec.Struct, rename="camel"):
+    pod_group_name: str | None = None
+
+
 class PodSpecWire(msgspec.Struct, rename="camel"):
     scheduler_name: str = "default-scheduler"
     node_name: str = ""
@@ -200,11 +226,43 @@ class PodSpecWire(msgspec.Struct, rename="camel"):
     scheduling_gates: list[GateWire] | None = None
     priority: int | None = None
     preemption_policy: str | None = None
+    resources: Resources | None = None
+    host_network: bool = False
+    host_users: bool | None = None
+    resource_claims: list[PodClaimWire] | None = None
+    scheduling_group: SchedulingGroupWire | None = None
+
+
+class StatusResourcesWire(msgspec.Struct):
+    requests: dict[str, Quantity] | None = None
+
+
+class ContainerStatusWire(msgspec.Struct, rename="camel"):
+    name: str = ""
+    resources: StatusResourcesWire | None = None
+    allocated_resources: dict[str, Quantity] | None = None
+
+
+class ConditionWire(msgspec.Struct):
+    type: str = ""
+    reason: str = ""
+
+
+class PodClaimStatusWire(msgspec.Struct, rename="camel"):
+    name: str = ""
+    resource_claim_name: str | None = None
 
 
 class PodStatusWire(msgspec.Struct, rename="camel"):
     phase: str = "Pending"
     nominated_node_name: str = ""
+    # What in-place resize accounting reads (filters/resize.py), and the claims of templates.
+    container_statuses: list[ContainerStatusWire] | None = None
+    init_container_statuses: list[ContainerStatusWire] | None = None
+    resources: StatusResourcesWire | None = None
+    allocated_resources: dict[str, Quantity] | None = None
+    conditions: list[ConditionWire] | None = None
+    resource_claim_statuses: list[PodClaimStatusWire] | None = None
 
 
 class Pod(msgspec.Struct):
@@ -344,6 +402,9 @@ def node_from_obj(node: Node, resources: Collection[str] | None = None) -> NodeI
         unschedulable=node.spec.unschedulable,
         taints=tuple(Taint(t.key, t.effect, t.value) for t in node.spec.taints or ()),
         allocatable=_allocatable(node.status, resources),
+        declared_features=tuple(node.status.declared_features or ())
+        if node.status is not None
+        else (),
     )
 
 
@@ -363,6 +424,7 @@ def _allocatable(
 def pod_from_obj(pod: Pod) -> PodInput:
     spec = pod.spec
     labels = dict(pod.metadata.labels or {})
+    containers = (*spec.containers, *(spec.init_containers or ()))
     return PodInput(
         pod.metadata.namespace or "default",
         pod.metadata.name,
@@ -389,7 +451,70 @@ def pod_from_obj(pod: Pod) -> PodInput:
         preemption_policy=spec.preemption_policy or "PreemptLowerPriority",
         nominated_node=pod.status.nominated_node_name,
         version=resource_version(pod.metadata.resource_version),
+        level_requests=_quantities(spec.resources.requests if spec.resources else None),
+        resize=_resize(pod.status),
+        resource_claims=_pod_claims(spec.resource_claims, pod.status.resource_claim_statuses),
+        restart_rule_actions=tuple(
+            sorted({r.action for c in containers for r in c.restart_policy_rules or ()})
+        ),
+        host_network=spec.host_network,
+        host_users=spec.host_users,
+        bind_mount_options=any(
+            m.bind_mount_options for c in containers for m in c.volume_mounts or ()
+        ),
+        scheduling_group=(spec.scheduling_group.pod_group_name or "")
+        if spec.scheduling_group is not None
+        else "",
     )
+
+
+def _resize(status: PodStatusWire) -> ResizeStatus | None:
+    """What the kubelet reports of a bound pod's resources; None when it reports none (every
+    pending pod, and bound pods of kubelets that predate in-place resize)."""
+    containers = tuple(
+        ContainerStatusInput(
+            c.name,
+            actuated=_quantities(c.resources.requests)
+            if c.resources is not None and c.resources.requests is not None
+            else None,
+            allocated=_quantities(c.allocated_resources)
+            if c.allocated_resources is not None
+            else None,
+        )
+        for c in (*(status.container_statuses or ()), *(status.init_container_statuses or ()))
+        if (c.resources is not None and c.resources.requests is not None)
+        or c.allocated_resources is not None
+    )
+    pod_actuated = (
+        _quantities(status.resources.requests)
+        if status.resources is not None and status.resources.requests is not None
+        else None
+    )
+    pod_allocated = (
+        _quantities(status.allocated_resources) if status.allocated_resources is not None else None
+    )
+    infeasible = any(
+        c.type == "PodResizePending" and c.reason == "Infeasible" for c in status.conditions or ()
+    )
+    if not (containers or pod_actuated is not None or pod_allocated is not None or infeasible):
+        return None
+    return ResizeStatus(containers, pod_actuated, pod_allocated, infeasible)
+
+
+def _pod_claims(
+    claims: list[PodClaimWire] | None, statuses: list[PodClaimStatusWire] | None
+) -> tuple[PodClaim, ...]:
+    """spec.resourceClaims, each with its ResourceClaim's name: given, or for a template the
+    one the resource claim controller recorded in status.resourceClaimStatuses ("" until then)."""
+    created = {s.name: s.resource_claim_name or "" for s in statuses or ()}
+    out = []
+    for c in claims or ():
+        if c.resource_claim_name:
+            out.append(PodClaim(c.name, c.resource_claim_name))
+        else:
+            template = c.resource_claim_template_name or ""
+            out.append(PodClaim(c.name, created.get(c.name, ""), template))
+    return tuple(out)
 
 
 def resource_version(text: str) -> int:
@@ -452,6 +577,58 @@ def volume_from_obj(volume: Volume) -> VolumeInput:
     if affinity is not None and affinity.required is not None:
         required = tuple(_node_term(t) for t in affinity.required.node_selector_terms)
     return VolumeInput(volume.metadata.name, required)
+
+
+# ---- DRA: ResourceClaims and DeviceClasses (resource.k8s.io/v1, filters/dra.py) -------------
+
+
+class AllocationWire(msgspec.Struct, rename="camel"):
+    node_selector: NodeSelectorWire | None = None
+
+
+class ConsumerWire(msgspec.Struct):
+    uid: str = ""
+
+
+class ResourceClaimStatusWire(msgspec.Struct, rename="camel"):
+    allocation: AllocationWire | None = None
+    reserved_for: list[ConsumerWire] | None = None
+
+
+class ResourceClaim(msgspec.Struct):
+    metadata: ObjectMeta
+    status: ResourceClaimStatusWire = msgspec.field(default_factory=ResourceClaimStatusWire)
+
+
+class DeviceClassSpecWire(msgspec.Struct, rename="camel"):
+    extended_resource_name: str | None = None
+
+
+class DeviceClass(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: DeviceClassSpecWire = msgspec.field(default_factory=DeviceClassSpecWire)
+
+
+def resource_claim_from_obj(claim: ResourceClaim) -> ResourceClaimInput:
+    allocation = claim.status.allocation
+    selector = None
+    if allocation is not None and allocation.node_selector is not None:
+        selector = tuple(_node_term(t) for t in allocation.node_selector.node_selector_terms)
+    return ResourceClaimInput(
+        claim.metadata.namespace or "default",
+        claim.metadata.name,
+        uid=claim.metadata.uid,
+        allocated=allocation is not None,
+        node_selector=selector,
+        reserved_for=tuple(c.uid for c in claim.status.reserved_for or ()),
+        deleting=claim.metadata.deletion_timestamp is not None,
+    )
+
+
+def device_class_from_obj(device_class: DeviceClass) -> DeviceClassInput:
+    return DeviceClassInput(
+        device_class.metadata.name, device_class.spec.extended_resource_name or ""
+    )
 
 
 _pod_decoder = msgspec.json.Decoder(Pod)

@@ -1,0 +1,155 @@
+"""DynamicResources and NodeDeclaredFeatures (kube-scheduler v1.37 defaults), stepped by hand:
+an allocated claim restricts the pod to the nodes its allocation reaches; a claim nobody
+allocated (or not created, or being deleted, or reserved to the limit) keeps the pod pending
+with a reason, never a blind bind; an extended resource a DeviceClass backs is named as DRA's on
+a node that lacks it; a pod that needs a node feature goes only where it is declared."""
+
+from __future__ import annotations
+
+from msgspec.structs import replace
+
+from scheduler.core.decisions import Placed, Unschedulable
+from scheduler.core.filters.dra import RESERVED_FOR_MAX, extended_resources
+from scheduler.core.filters.features import required_features
+from scheduler.core.objects import (
+    DeviceClassInput,
+    NodeSelectorTerm,
+    PodClaim,
+    PodInput,
+    Requirement,
+    ResourceClaimInput,
+)
+from tests.builders import MakeNode, MakePod, cluster, schedule
+
+
+def nodes() -> tuple[MakeNode, MakeNode]:
+    return (
+        MakeNode().Name("a").GPUs(2).Label("kubernetes.io/hostname", "a"),
+        MakeNode().Name("b").GPUs(2).Label("kubernetes.io/hostname", "b"),
+    )
+
+
+def on_node(name: str) -> tuple[NodeSelectorTerm, ...]:
+    return (NodeSelectorTerm(match_fields=(Requirement("metadata.name", "In", (name,)),)),)
+
+
+def with_claim(pod: MakePod, claim: str = "nic", template: str = "") -> PodInput:
+    return replace(pod.Obj(), resource_claims=(PodClaim("net", claim, template),))
+
+
+def test_an_allocated_claim_binds_only_where_its_allocation_reaches() -> None:
+    state = cluster(*nodes())
+    state.set_resource_claim(
+        ResourceClaimInput("default", "nic", "c1", allocated=True, node_selector=on_node("b"))
+    )
+    (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
+    assert isinstance(decision, Placed) and decision.placements[0].node == "b"
+
+
+def test_an_allocated_claim_on_no_candidate_node_reads_like_kube_scheduler() -> None:
+    state = cluster(*nodes())
+    state.set_resource_claim(
+        ResourceClaimInput("default", "nic", allocated=True, node_selector=on_node("z"))
+    )
+    (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
+    assert decision.reason == (
+        "0/2 nodes are available: 2 resourceclaim not available on the node."
+    )
+
+
+def test_an_allocated_claim_without_a_node_selector_fits_every_node() -> None:
+    state = cluster(*nodes())
+    state.set_resource_claim(ResourceClaimInput("default", "nic", allocated=True))
+    (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
+    assert isinstance(decision, Placed)
+
+
+def test_an_unallocated_claim_is_never_bound_blindly() -> None:
+    state = cluster(*nodes())
+    state.set_resource_claim(ResourceClaimInput("default", "nic"))
+    (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
+    assert isinstance(decision, Unschedulable)
+    assert "ResourceClaim default/nic (spec.resourceClaims[net]) is not allocated" in (
+        decision.reason
+    )
+    assert "topo-scheduler does not allocate ResourceClaims" in decision.reason
+
+
+def test_missing_deleting_and_template_claims_wait_with_their_reason() -> None:
+    state = cluster(*nodes())
+    state.set_resource_claim(ResourceClaimInput("default", "old", allocated=True, deleting=True))
+    missing, deleting, template = schedule(
+        state,
+        with_claim(MakePod().Name("p").Req(1), "nowhere"),
+        with_claim(MakePod().Name("q").Req(1), "old"),
+        with_claim(MakePod().Name("r").Req(1), "", template="gpu-template"),
+    )
+    assert 'waiting for resourceclaim "nowhere" to be created' in missing.reason
+    assert 'resourceclaim "old" is being deleted' in deleting.reason
+    assert "waiting for the ResourceClaim of template gpu-template to be created" in (
+        template.reason
+    )
+
+
+def test_a_claim_reserved_to_the_limit_is_in_use_unless_reserved_for_the_pod() -> None:
+    full = tuple(f"uid-{i}" for i in range(RESERVED_FOR_MAX))
+    state = cluster(*nodes())
+    state.set_resource_claim(
+        ResourceClaimInput("default", "nic", allocated=True, reserved_for=full)
+    )
+    (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
+    assert "resourceclaim in use" in decision.reason
+    mine = replace(with_claim(MakePod().Name("q").Req(1)), uid="uid-7")
+    (placed,) = schedule(state, mine)
+    assert isinstance(placed, Placed)
+
+
+def test_device_classes_back_extended_resources_explicitly_and_implicitly() -> None:
+    classes = [DeviceClassInput("gpu.example.com", "example.com/gpu"), DeviceClassInput("fpga")]
+    assert extended_resources(classes) == {
+        "example.com/gpu": "gpu.example.com",
+        "deviceclass.resource.kubernetes.io/gpu.example.com": "gpu.example.com",
+        "deviceclass.resource.kubernetes.io/fpga": "fpga",
+    }
+
+
+def test_a_dra_backed_extended_resource_on_a_node_without_it_says_we_do_not_allocate() -> None:
+    node = MakeNode().Name("a").GPUs(1).Allocatable({"cpu": "8", "nvidia.com/gpu": 1})
+    state = cluster(node)
+    pod = MakePod().Name("p").Req(1).ContainerWith("fpga", {"example.com/fpga": "1"}).Obj()
+    (plain,) = schedule(state, pod)
+    assert "Insufficient example.com/fpga" in plain.reason
+    state.set_device_class(DeviceClassInput("fpga.example.com", "example.com/fpga"))
+    (backed,) = schedule(state, replace(pod, name="q"))
+    assert isinstance(backed, Unschedulable)
+    assert "example.com/fpga is offered by DRA there (DeviceClass fpga.example.com): " in (
+        backed.reason
+    )
+    assert "Insufficient example.com/fpga" not in backed.reason
+
+
+def test_features_are_inferred_as_kube_scheduler_infers_them() -> None:
+    pod = MakePod().Name("p").Req(1).Obj()
+    assert required_features(pod) == frozenset()
+    assert required_features(replace(pod, restart_rule_actions=("RestartAllContainers",))) == {
+        "RestartAllContainersOnContainerExits"
+    }
+    assert required_features(replace(pod, restart_rule_actions=("Restart",))) == frozenset()
+    assert required_features(replace(pod, host_network=True, host_users=False)) == {
+        "UserNamespacesHostNetworkSupport"
+    }
+    assert required_features(replace(pod, host_network=True)) == frozenset()
+    assert required_features(replace(pod, bind_mount_options=True)) == {"VolumeBindMountOptions"}
+
+
+def test_a_pod_needing_a_feature_goes_only_where_it_is_declared() -> None:
+    a, b = nodes()
+    declared = replace(b.Obj(), declared_features=("RestartAllContainersOnContainerExits",))
+    state = cluster(a, declared)
+    pod = replace(MakePod().Name("p").Req(1).Obj(), restart_rule_actions=("RestartAllContainers",))
+    (decision,) = schedule(state, pod)
+    assert isinstance(decision, Placed) and decision.placements[0].node == "b"
+    (nowhere,) = schedule(cluster(*nodes()), replace(pod, name="q"))
+    assert nowhere.reason == (
+        "0/2 nodes are available: 2 node(s) didn't match Pod's required features."
+    )
