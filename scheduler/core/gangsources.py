@@ -1,4 +1,4 @@
-"""Where a pod's gang comes from: five sources, read as one gang.
+"""Where a pod's gang comes from: six sources, read as one gang.
 
 A gang is ``namespace/name`` with a **minimum** (how many members must be placed together, all
 or nothing) and a **total** (how many members to expect; 0 when the source does not say). The
@@ -15,6 +15,11 @@ that does not fit is not a gang failure.
   (``scheduling.volcano.sh``) whose ``spec.minMember`` is the minimum.
 - Koordinator: annotations ``gang.scheduling.koordinator.sh/name``, ``.../min-available`` (the
   minimum) and ``.../total-number`` (the total; default: the minimum).
+- The upstream Workload API (Kubernetes v1.37, ``scheduling.k8s.io/v1beta1``): the pod's
+  ``spec.schedulingGroup.podGroupName`` names a PodGroup whose
+  ``spec.schedulingPolicy.gang.minCount`` is the minimum (a ``basic`` policy reads 1: each pod on
+  its own); its ``spec.schedulingConstraints.topology[].key`` is kept in the gang
+  (``Gang.topology_keys``) for the cross-node topology constraints.
 
 A pod may name several sources (a Kueue pod group that also carries ACK's labels, say): they
 must name the same gang with the same sizes where both say one, else the pod stays pending with
@@ -34,6 +39,7 @@ from .objects import PodGroupInput, PodInput
 
 # A gang larger than this is refused as malformed (a typo, not a job): it would only wait forever.
 MAX_GANG_SIZE = 100_000
+UPSTREAM = "schedulingGroup"  # the kind of source of the upstream Workload API's PodGroups
 
 
 class GangError(ValueError):
@@ -45,7 +51,9 @@ class GangPending(GangError):
 
 
 class Source(Struct, frozen=True):
-    kind: str  # as reasons name it: "gpu-topology", "PodGroup", "Kueue", "Volcano", "Koordinator"
+    # as reasons name it: "gpu-topology", "PodGroup", "Kueue", "Volcano", "Koordinator",
+    # "schedulingGroup"
+    kind: str
     name: str
     minimum: int = 0  # 0: held by a PodGroup object
     total: int = 0  # 0: not said
@@ -64,6 +72,9 @@ class Source(Struct, frozen=True):
                 f"annotation {names.KOORD_GANG_NAME_ANNOTATION}={self.name} with min-available "
                 f"{minimum}, total-number {total}"
             )
+        if self.kind == UPSTREAM:
+            where = f"spec.schedulingGroup.podGroupName={self.name}"
+            return f"{where} with minCount {minimum}" if minimum else where
         if not minimum:  # not read yet
             return f"{self.kind} {self.name}"
         return f"{self.kind} {self.name} with minMember {minimum}"
@@ -77,6 +88,9 @@ class Gang(Struct, frozen=True):
     # How long its members may wait before a GangTimeout (a PodGroup's scheduleTimeoutSeconds);
     # None: the config's gang.waitTimeoutSeconds.
     timeout_s: int | None = None
+    # Topology keys whose one domain must hold all its members (an upstream PodGroup's
+    # schedulingConstraints.topology); recorded for the cross-node topology constraints.
+    topology_keys: tuple[str, ...] = ()
 
 
 def pod_sources(pod: PodInput) -> tuple[Source, ...]:
@@ -127,6 +141,8 @@ def pod_sources(pod: PodInput) -> tuple[Source, ...]:
                     f"below {names.KOORD_GANG_MIN_ANNOTATION} ({minimum})"
                 )
         out.append(Source("Koordinator", koord, minimum, total))
+    if pod.scheduling_group:
+        out.append(Source(UPSTREAM, pod.scheduling_group, group=names.UPSTREAM_POD_GROUP_API))
     return tuple(out)
 
 
@@ -159,23 +175,29 @@ def resolve(pod: PodInput, pod_groups: Mapping[str, PodGroupInput] | None = None
             )
     sized: list[tuple[Source, int, int]] = []
     timeout: int | None = None
+    topology: tuple[str, ...] = ()
     for source in sources:
         minimum, total = source.minimum, source.total
         if source.group and pod_groups is not None:
             group = pod_groups.get(f"{source.group}/{pod.namespace}/{source.name}")
             if group is None:
+                kind = "PodGroup" if source.kind == UPSTREAM else source.kind
                 raise GangPending(
-                    f"pod {pod.key}: waiting for {source.kind} {pod.namespace}/{source.name} "
+                    f"pod {pod.key}: waiting for {kind} {pod.namespace}/{source.name} "
                     f"({source.group}) to exist"
                 )
             if group.min_member < 1 or group.min_member > MAX_GANG_SIZE:
+                upstream = source.kind == UPSTREAM
+                kind = "PodGroup" if upstream else source.kind
+                field = "spec.schedulingPolicy.gang.minCount" if upstream else "spec.minMember"
                 raise GangError(
-                    f"{source.kind} {group.namespace}/{group.name}: spec.minMember "
+                    f"{kind} {group.namespace}/{group.name}: {field} "
                     f"{group.min_member} must be between 1 and {MAX_GANG_SIZE}"
                 )
             minimum = group.min_member
             if group.schedule_timeout_seconds is not None:
                 timeout = group.schedule_timeout_seconds
+            topology += group.topology_keys
         sized.append((source, minimum, total))
     first, first_min, first_total = sized[0]
     for other, minimum, total in sized[1:]:
@@ -195,6 +217,7 @@ def resolve(pod: PodInput, pod_groups: Mapping[str, PodGroupInput] | None = None
         total=total,
         sources=tuple(s.kind for s in sources),
         timeout_s=timeout,
+        topology_keys=topology,
     )
 
 

@@ -34,6 +34,9 @@ KUEUE_TOTAL_ANNOTATION: Final = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 # Volcano: the pod names a Volcano PodGroup (scheduling.volcano.sh), whose minMember counts.
 VOLCANO_POD_GROUP_API: Final = "scheduling.volcano.sh"
+# The upstream Workload API's PodGroup (scheduling.k8s.io/v1beta1 in v1.37), which a pod names
+# in spec.schedulingGroup.podGroupName.
+UPSTREAM_POD_GROUP_API: Final = "scheduling.k8s.io"
 VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
 # Koordinator's gang annotations (no object behind them).
 KOORD_GANG_NAME_ANNOTATION: Final = "gang.scheduling.koordinator.sh/name"

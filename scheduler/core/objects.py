@@ -148,8 +148,10 @@ class NetworkTopologyInput(Struct, frozen=True):
 
 
 class PodGroupInput(Struct, frozen=True):
-    """A PodGroup object a gang's pods name: scheduler-plugins' (``scheduling.x-k8s.io``) or
-    Volcano's (``scheduling.volcano.sh``); both say how many members must run together."""
+    """A PodGroup object a gang's pods name: scheduler-plugins' (``scheduling.x-k8s.io``),
+    Volcano's (``scheduling.volcano.sh``) or the upstream Workload API's (``scheduling.k8s.io``,
+    whose ``spec.schedulingPolicy.gang.minCount`` is ``min_member``; a ``basic`` policy is 1);
+    each says how many members must run together."""
 
     group: str  # the CRD's API group: "scheduling.x-k8s.io" or "scheduling.volcano.sh"
     namespace: str
@@ -163,6 +165,9 @@ class PodGroupInput(Struct, frozen=True):
     status_foreign: bool = False
     # Volcano's spec.networkTopology (None: not said; scheduler-plugins' PodGroups have none).
     network_topology: NetworkTopologyInput | None = None
+    # The upstream PodGroup's spec.schedulingConstraints.topology[].key: all its pods in one
+    # domain of each key (the cross-node topology constraints; recorded in the gang, Gang).
+    topology_keys: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
