@@ -62,6 +62,11 @@ class NoApiserver:
     async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
         raise AssertionError("no pod is nominated in this benchmark")
 
+    async def reserve_claims(
+        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
+    ) -> Write:
+        raise AssertionError("no pod uses a ResourceClaim in this benchmark")
+
 
 def make_node(name: str) -> NodeInput:
     inventory = {

@@ -50,6 +50,7 @@ class Apiserver:
         self.evictions: list[str] = []  # pods evicted (marked deleting), in order
         self.blocked: set[str] = set()  # pods a PodDisruptionBudget keeps from eviction
         self.nominated: dict[str, str] = {}  # status.nominatedNodeName by pod
+        self.reserved: list[tuple[str, str]] = []  # (ResourceClaim key, pod uid) reserved
         self.events: list[tuple[str, str, str]] = []  # (pod, reason, message)
         self.unschedulable: dict[str, str] = {}  # PodScheduled=False messages by pod
         # Pods whose Bindings get no answer; the first one commits when the stall ends.
@@ -167,6 +168,12 @@ class Apiserver:
             self.nominated[key] = node
         else:
             self.nominated.pop(key, None)
+        return Write.DONE
+
+    async def reserve_claims(
+        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
+    ) -> Write:
+        self.reserved.extend((f"{namespace}/{claim}", uid) for claim in claims)
         return Write.DONE
 
     def delete(self, key: str) -> PodInput:

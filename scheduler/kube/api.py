@@ -31,7 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from scheduler.core.objects import PodInput
 
-from .codec import decode_pod
+from .codec import decode_pod, reserved_for_patch
 from .podgroups import (
     CUSTOM_RESOURCES,
     POD_GROUPS,
@@ -43,6 +43,7 @@ from .podgroups import (
     eviction_result,
     nominated_node_patch,
     pod_group_status_patch,
+    serves,
 )
 from .topologies import TOPOLOGY_RESOURCES, served_version
 from .watch import Gone, HttpError
@@ -198,6 +199,13 @@ class KubeApi:
             "persistentvolumeclaims": self.core.list_persistent_volume_claim_for_all_namespaces,
             "persistentvolumes": self.core.list_persistent_volume,
             "poddisruptionbudgets": self.policy.list_pod_disruption_budget_for_all_namespaces,
+            # DRA (resource.k8s.io/v1), through the generic path: the codec reads raw JSON.
+            "resourceclaims": functools.partial(
+                self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceclaims"
+            ),
+            "deviceclasses": functools.partial(
+                self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "deviceclasses"
+            ),
         }
         return listers[kind]
 
@@ -228,7 +236,17 @@ class KubeApi:
 
     async def crd_established(self, name: str) -> bool:
         """Whether the CRD ``name`` exists and is Established (and, for ``CUSTOM_RESOURCES``,
-        serves the version the scheduler uses); a missing one is False, not an error."""
+        serves the version the scheduler uses); a missing one is False, not an error. A built-in
+        resource (the upstream PodGroup) has no CRD: whether the apiserver serves it."""
+        custom = CUSTOM_RESOURCES.get(name)
+        if custom is not None and custom.builtin:
+            status, body = await self._call(
+                self.custom.get_api_resources, custom.group, custom.version
+            )
+            if status == 404:
+                return False
+            raise_for_status(status, body)
+            return serves(body, custom.plural)
         status, body = await self._call(self.extensions.read_custom_resource_definition, name)
         if status == 404:
             return False
@@ -362,6 +380,27 @@ class KubeApi:
             _content_type="application/merge-patch+json",
         )
         return _written(status, raw)
+
+    async def reserve_claims(
+        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
+    ) -> Write:
+        """Add the pod to each ResourceClaim's ``status.reservedFor`` (a strategic merge by
+        ``uid``: an entry already there is kept once), as kube-scheduler's DRA PreBind does.
+        GONE when a claim does not exist."""
+        for claim in claims:
+            status, raw = await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                "resource.k8s.io",
+                "v1",
+                namespace,
+                "resourceclaims",
+                claim,
+                reserved_for_patch(pod, uid),
+                _content_type="application/strategic-merge-patch+json",
+            )
+            if _written(status, raw) is Write.GONE:
+                return Write.GONE
+        return Write.DONE
 
     async def evict(
         self, namespace: str, name: str, uid: str, dry_run: bool = False

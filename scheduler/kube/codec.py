@@ -650,3 +650,8 @@ def convert_pod(obj: dict[str, Any]) -> PodInput:
 
 def convert_node(obj: dict[str, Any], resources: Collection[str] | None = None) -> NodeInput:
     return node_from_obj(msgspec.convert(obj, Node, strict=False), resources)
+
+
+def reserved_for_patch(pod: str, uid: str) -> dict[str, Any]:
+    """A ResourceClaim status patch (strategic merge, by uid) reserving it for a pod."""
+    return {"status": {"reservedFor": [{"resource": "pods", "name": pod, "uid": uid}]}}

@@ -1,12 +1,15 @@
 """PodGroups (scheduler-plugins' and Volcano's) and what the scheduler says back about pods and
 groups: the codec of the custom resources, and the small outcomes of the gang calls of ``api``.
 
-Two PodGroup kinds name a gang's size, both with ``spec.minMember``:
+Three PodGroup kinds name a gang's size:
 
 - scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` (created by Kubeflow's training operator,
-  JobSet, LeaderWorkerSet), also with ``spec.scheduleTimeoutSeconds``; deploy/optional/ has its
-  CRD for clusters without scheduler-plugins;
-- Volcano's ``scheduling.volcano.sh/v1beta1``.
+  JobSet, LeaderWorkerSet), ``spec.minMember``, also with ``spec.scheduleTimeoutSeconds``;
+  deploy/optional/ has its CRD for clusters without scheduler-plugins;
+- Volcano's ``scheduling.volcano.sh/v1beta1``, ``spec.minMember``;
+- the upstream Workload API's ``scheduling.k8s.io/v1beta1`` (built into kube-apiserver v1.37,
+  served when its GenericWorkload gate and API version are on): ``spec.schedulingPolicy.gang
+  .minCount`` (a ``basic`` policy reads 1) and ``spec.schedulingConstraints.topology[].key``.
 
 Decoding is in two steps, so that one bad PodGroup never stops a watch:
 
@@ -22,7 +25,8 @@ not validated, like every other field the scheduler does not use).
 
 The custom resources ``KubeApi.list_kind`` / ``watch_kind`` serve are named like their CRDs,
 ``<plural>.<group>`` (``CUSTOM_RESOURCES``), so the same string asks whether the CRD exists
-(``KubeApi.crd_established``) and lists and watches its objects.
+(``KubeApi.crd_established``; for the built-in upstream PodGroup, whether the apiserver serves
+its API version) and lists and watches its objects.
 
 No kubernetes-asyncio import here: everything is plain data, unit-tested without a cluster.
 """
@@ -38,6 +42,7 @@ from scheduler.core.objects import NetworkTopologyInput, PodGroupInput
 
 SCHEDULER_PLUGINS_GROUP: Final = "scheduling.x-k8s.io"
 VOLCANO_GROUP: Final = "scheduling.volcano.sh"
+UPSTREAM_GROUP: Final = "scheduling.k8s.io"
 # The pod label that names a pod's scheduler-plugins PodGroup (in the pod's namespace).
 POD_GROUP_LABEL: Final = f"{SCHEDULER_PLUGINS_GROUP}/pod-group"
 
@@ -60,6 +65,7 @@ class CustomResource(msgspec.Struct, frozen=True):
     group: str
     version: str
     plural: str
+    builtin: bool = False  # served by kube-apiserver itself (no CRD): asked by discovery
 
     @property
     def name(self) -> str:
@@ -74,10 +80,11 @@ class CustomResource(msgspec.Struct, frozen=True):
 
 POD_GROUPS: Final = CustomResource(SCHEDULER_PLUGINS_GROUP, "v1alpha1", "podgroups")
 VOLCANO_POD_GROUPS: Final = CustomResource(VOLCANO_GROUP, "v1beta1", "podgroups")
+UPSTREAM_POD_GROUPS: Final = CustomResource(UPSTREAM_GROUP, "v1beta1", "podgroups", builtin=True)
 CUSTOM_RESOURCES: Final[dict[str, CustomResource]] = {
-    r.name: r for r in (POD_GROUPS, VOLCANO_POD_GROUPS)
+    r.name: r for r in (POD_GROUPS, VOLCANO_POD_GROUPS, UPSTREAM_POD_GROUPS)
 }
-POD_GROUP_GROUPS: Final = frozenset({SCHEDULER_PLUGINS_GROUP, VOLCANO_GROUP})
+POD_GROUP_GROUPS: Final = frozenset({SCHEDULER_PLUGINS_GROUP, VOLCANO_GROUP, UPSTREAM_GROUP})
 
 
 # ---- the wire --------------------------------------------------------------------------------
@@ -124,9 +131,47 @@ class VolcanoSpec(msgspec.Struct, rename="camel"):
     network_topology: VolcanoNetworkTopology | None = None
 
 
+class GangPolicyWire(msgspec.Struct, rename="camel"):
+    min_count: Members = 0
+
+
+class SchedulingPolicyWire(msgspec.Struct):
+    basic: dict[str, Any] | None = None
+    gang: GangPolicyWire | None = None
+
+
+class TopologyConstraintWire(msgspec.Struct):
+    key: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
+
+
+class SchedulingConstraintsWire(msgspec.Struct):
+    topology: list[TopologyConstraintWire] | None = None
+
+
+class UpstreamSpec(msgspec.Struct, rename="camel"):
+    """The upstream PodGroup's spec (scheduling.k8s.io/v1beta1): a gang policy's minCount is
+    the minimum; a basic policy (each pod on its own) reads as a gang of 1."""
+
+    scheduling_policy: SchedulingPolicyWire = msgspec.field(default_factory=SchedulingPolicyWire)
+    scheduling_constraints: SchedulingConstraintsWire | None = None
+
+    @property
+    def min_member(self) -> int:
+        gang = self.scheduling_policy.gang
+        return gang.min_count if gang is not None else 1
+
+    @property
+    def topology_keys(self) -> tuple[str, ...]:
+        constraints = self.scheduling_constraints
+        if constraints is None:
+            return ()
+        return tuple(t.key for t in constraints.topology or ())
+
+
 _SPEC_DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
     SCHEDULER_PLUGINS_GROUP: msgspec.json.Decoder(SchedulerPluginsSpec),
     VOLCANO_GROUP: msgspec.json.Decoder(VolcanoSpec),
+    UPSTREAM_GROUP: msgspec.json.Decoder(UpstreamSpec),
 }
 
 
@@ -196,6 +241,7 @@ def pod_group_from_obj(obj: PodGroup) -> PodGroupInput:
         uid=meta.uid,
         status_foreign=group != SCHEDULER_PLUGINS_GROUP or observed_status(obj).foreign,
         network_topology=_network_topology(spec),
+        topology_keys=getattr(spec, "topology_keys", ()),
     )
 
 
@@ -485,3 +531,20 @@ def crd_is_established(body: bytes, name: str) -> bool:
         return established
     served = any(v.name == resource.version and v.served for v in crd.spec.versions)
     return established and served
+
+
+class _ApiResource(msgspec.Struct):
+    name: str = ""
+
+
+class _ApiResourceList(msgspec.Struct, rename="camel"):
+    resources: list[_ApiResource] = msgspec.field(default_factory=list)
+
+
+def serves(body: bytes, plural: str) -> bool:
+    """Whether a discovery document (``GET /apis/<group>/<version>``) lists ``plural``."""
+    try:
+        listed = msgspec.json.decode(body, type=_ApiResourceList)
+    except msgspec.DecodeError:
+        return False
+    return any(r.name == plural for r in listed.resources)

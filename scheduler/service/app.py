@@ -43,14 +43,18 @@ from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.client import POOL_SIZE, api_client
 from scheduler.kube.codec import (
     Claim,
+    DeviceClass,
     Namespace,
     Node,
     Pod,
+    ResourceClaim,
     Volume,
     claim_from_obj,
+    device_class_from_obj,
     namespace_from_obj,
     node_from_obj,
     pod_from_obj,
+    resource_claim_from_obj,
     resource_version,
     volume_from_obj,
 )
@@ -275,6 +279,23 @@ async def run(config: Config, kubeconfig: str | None) -> int:
                 scheduler.replace_namespaces,
                 scheduler.namespace_event,
             )
+        ],
+        # DRA (filters/dra.py): ResourceClaims and DeviceClasses, once a pod uses a claim.
+        "dra": [
+            lazy(
+                "resourceclaims",
+                ResourceClaim,
+                resource_claim_from_obj,
+                scheduler.intake.replace_resource_claims,
+                scheduler.intake.resource_claim_event,
+            ),
+            lazy(
+                "deviceclasses",
+                DeviceClass,
+                device_class_from_obj,
+                scheduler.intake.replace_device_classes,
+                scheduler.intake.device_class_event,
+            ),
         ],
         "volumes": [
             lazy(

@@ -71,6 +71,10 @@ class Cluster(Protocol):
 
     async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write: ...
 
+    async def reserve_claims(
+        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
+    ) -> Write: ...
+
     async def event(
         self,
         namespace: str,
@@ -160,6 +164,8 @@ class Binder:
         # An earlier attempt may have landed without our seeing the answer.
         maybe_sent = uncertain
         async with self._slots:
+            if pod.resource_claims and not await self._reserve(pod):
+                return Event.BIND_FAILED, None
             for attempt in range(1, BIND_ATTEMPTS + 1):
                 if not self.may_send():
                     # A deposed leader must not bind, nor one whose request could outlive its
@@ -194,6 +200,23 @@ class Binder:
         if maybe_sent:
             return await self._read_back(pod, placement, maybe_sent)
         return Event.BIND_FAILED, None
+
+    async def _reserve(self, pod: PodInput) -> bool:
+        """DRA: reserve the pod's (allocated) ResourceClaims for it before its Binding, as
+        kube-scheduler's PreBind does (the kubelet runs a pod only with its claims reserved for
+        it). False when a claim is gone or the apiserver refused: the bind is not sent."""
+        if not self.may_send():
+            return False
+        claims = tuple(c.claim for c in pod.resource_claims)
+        try:
+            written = await asyncio.wait_for(
+                self.cluster.reserve_claims(pod.namespace, claims, pod.name, pod.uid),
+                self.timeout_s,
+            )
+        except Exception as exc:
+            log.warning("could not reserve the pod's ResourceClaims", pod=pod.key, error=repr(exc))
+            return False
+        return written is Write.DONE
 
     async def _read_back(
         self, pod: PodInput, placement: Placement, uncertain: bool

@@ -39,14 +39,16 @@ from scheduler.core.names import (
 )
 from scheduler.core.objects import (
     ClaimInput,
+    DeviceClassInput,
     NamespaceInput,
     NodeInput,
     PodGroupInput,
     PodInput,
+    ResourceClaimInput,
     TopologyInput,
     VolumeInput,
 )
-from scheduler.kube.podgroups import POD_GROUPS, VOLCANO_POD_GROUPS
+from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_POD_GROUPS
 from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES
 
 from .podbook import LISTED_STAGES, Ctx, Event, PodBook, Stage
@@ -121,6 +123,10 @@ class Intake:
             ready = self.watch_needed(KAI_TOPOLOGIES.name) and ready
         if any(key in pod.annotations for key in _KUEUE_TOPOLOGY):
             ready = self.watch_needed(KUEUE_TOPOLOGIES.name) and ready
+        if pod.scheduling_group:
+            ready = self.watch_needed(UPSTREAM_POD_GROUPS.name) and ready
+        if pod.resource_claims:
+            ready = self.watch_needed("dra") and ready
         return ready
 
     def replace_pending(self, pods: list[PodInput]) -> None:
@@ -347,6 +353,34 @@ class Intake:
             self.state.remove_claim(claim.key)
         else:
             self.state.set_claim(claim)
+        self._cluster_event()
+
+    def replace_resource_claims(self, claims: list[ResourceClaimInput]) -> None:
+        for key in set(self.state.resource_claims) - {c.key for c in claims}:
+            self.state.remove_resource_claim(key)
+        for claim in claims:
+            self.state.set_resource_claim(claim)
+        self._cluster_event()
+
+    def resource_claim_event(self, kind: str, claim: ResourceClaimInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_resource_claim(claim.key)
+        else:
+            self.state.set_resource_claim(claim)
+        self._cluster_event()
+
+    def replace_device_classes(self, classes: list[DeviceClassInput]) -> None:
+        for name in set(self.state.device_classes) - {c.name for c in classes}:
+            self.state.remove_device_class(name)
+        for device_class in classes:
+            self.state.set_device_class(device_class)
+        self._cluster_event()
+
+    def device_class_event(self, kind: str, device_class: DeviceClassInput) -> None:
+        if kind == "DELETED":
+            self.state.remove_device_class(device_class.name)
+        else:
+            self.state.set_device_class(device_class)
         self._cluster_event()
 
     def replace_volumes(self, volumes: list[VolumeInput]) -> None:

@@ -57,6 +57,11 @@ class NoApiserver:
     async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
         raise AssertionError("no pod is nominated in these tests")
 
+    async def reserve_claims(
+        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
+    ) -> Write:
+        raise AssertionError("no pod uses a ResourceClaim in these tests")
+
 
 class Replica:
     def __init__(self, url: str, clock: Callable[[], float], timing: LeaseTiming) -> None:

@@ -204,7 +204,7 @@ def test_spec_of_the_wrong_type() -> None:
     ("change", "field", "detail"),
     [
         ({"apiVersion": "v1"}, "apiVersion", "is not a PodGroup of"),
-        ({"apiVersion": "scheduling.k8s.io/v1alpha1"}, "apiVersion", "is not a PodGroup of"),
+        ({"apiVersion": "scheduling.example.com/v1alpha1"}, "apiVersion", "is not a PodGroup of"),
         ({"apiVersion": ""}, "apiVersion", "is not a PodGroup of"),
         ({"kind": "Pod"}, "kind", "expected PodGroup, got 'Pod'"),
         ({"metadata": {"namespace": "train"}}, "metadata.name", "missing"),
@@ -392,7 +392,11 @@ async def test_list_and_watch_custom_resources_by_crd_name() -> None:
     assert watch_args == ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
     assert watch_kwargs["watch"] is True and watch_kwargs["resource_version"] == "77"
     assert watch_kwargs["allow_watch_bookmarks"] is True and watch_kwargs["timeout_seconds"] == 60
-    assert set(CUSTOM_RESOURCES) == {POD_GROUPS.name, VOLCANO_POD_GROUPS.name}
+    assert set(CUSTOM_RESOURCES) == {
+        POD_GROUPS.name,
+        VOLCANO_POD_GROUPS.name,
+        "podgroups.scheduling.k8s.io",
+    }
     with pytest.raises(KeyError):
         await api.list_kind("podgroups.example.com")
 
@@ -572,12 +576,15 @@ def test_scheduler_role_allows_the_gang_calls_and_no_more() -> None:
     assert rules[("scheduling.x-k8s.io", "podgroups/status")]["verbs"] == ["patch"]
     assert ("scheduling.volcano.sh", "podgroups/status") not in rules
     crds = rules[("apiextensions.k8s.io", "customresourcedefinitions")]
-    crd_names = set(CUSTOM_RESOURCES) | set(TOPOLOGY_RESOURCES)
+    with_crds = {name for name, r in CUSTOM_RESOURCES.items() if not r.builtin}
+    crd_names = with_crds | set(TOPOLOGY_RESOURCES)
     assert crds["verbs"] == ["get"] and set(crds["resourceNames"]) == crd_names
     for group in ("kueue.x-k8s.io", "kai.scheduler"):
         assert rules[(group, "topologies")]["verbs"] == ["get", "list", "watch"]
     # The budgets are only read (preemption ranks by them), and the scheduler never deletes pods.
     assert rules[("policy", "poddisruptionbudgets")]["verbs"] == ["list", "watch"]
+    assert rules[("scheduling.k8s.io", "podgroups")]["verbs"] == ["get", "list", "watch"]
+    assert rules[("scheduling.k8s.io", "podgroups/status")]["verbs"] == ["patch"]
     assert "delete" not in rules[("", "pods")]["verbs"]
 
 
@@ -599,3 +606,44 @@ async def test_topology_crds_are_read_in_the_version_they_serve() -> None:
     await api.list_kind(name)
     assert rec.calls[1][1] == ("kueue.x-k8s.io", "v1beta1", "topologies")
     assert not await api.crd_established("topologies.kai.scheduler")
+
+
+UPSTREAM_GROUP: dict[str, Any] = {
+    "apiVersion": "scheduling.k8s.io/v1beta1",
+    "kind": "PodGroup",
+    "metadata": {"name": "trainer", "namespace": "ml", "uid": "up-uid", "resourceVersion": "3"},
+    "spec": {
+        "workloadRef": {"workloadName": "trainer", "templateName": "workers"},
+        "schedulingPolicy": {"gang": {"minCount": 4}},
+        "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/zone"}]},
+        "disruptionMode": "Single",
+    },
+}
+
+
+def test_an_upstream_pod_group_gives_min_count_and_topology_keys() -> None:
+    group = decode_pod_group(raw(UPSTREAM_GROUP))
+    assert group.key == "scheduling.k8s.io/ml/trainer"
+    assert group.min_member == 4
+    assert group.topology_keys == ("topology.kubernetes.io/zone",)
+    basic = with_spec(UPSTREAM_GROUP, schedulingPolicy={"basic": {}}, schedulingConstraints=None)
+    group = decode_pod_group(raw(basic))
+    assert group.min_member == 1 and group.topology_keys == ()
+
+
+def test_an_upstream_min_count_of_the_wrong_type_names_the_field() -> None:
+    bad = with_spec(UPSTREAM_GROUP, schedulingPolicy={"gang": {"minCount": "4"}})
+    error = error_of(bad)
+    assert error.field == "spec.schedulingPolicy.gang.minCount"
+
+
+async def test_the_upstream_pod_group_is_watched_while_the_apiserver_serves_it() -> None:
+    api, rec = fake_api()
+    served = {"resources": [{"name": "podgroups"}, {"name": "workloads"}]}
+    rec.answers = [FakeResponse(200, served), FakeResponse(404, b""), FakeResponse(200, {})]
+    assert await api.crd_established("podgroups.scheduling.k8s.io")
+    assert not await api.crd_established("podgroups.scheduling.k8s.io")
+    assert not await api.crd_established("podgroups.scheduling.k8s.io")
+    assert [(name, args) for name, args, _ in rec.calls] == [
+        ("get_api_resources", ("scheduling.k8s.io", "v1beta1"))
+    ] * 3

@@ -1,0 +1,55 @@
+"""DRA through the live scheduler's own parts (issue 20's small item, issue 25's DRA rule): a
+pod whose ResourceClaim nobody allocated is never bound and says why; a pod whose claim is
+allocated is reserved on the claim, then bound to a node the allocation reaches."""
+
+from __future__ import annotations
+
+import pytest
+from msgspec.structs import replace
+
+from scheduler.core.objects import NodeSelectorTerm, PodClaim, Requirement, ResourceClaimInput
+from scheduler.state.memory import MemoryStore
+from tests.builders import MakePod
+from tests.clock import ManualClock
+from tests.lifecycle import Apiserver, Replica, node, quick_retries
+
+
+@pytest.fixture(autouse=True)
+def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    quick_retries(monkeypatch)
+
+
+def live() -> Replica:
+    clock = ManualClock(0.0)
+    return Replica(Apiserver(), MemoryStore(clock), clock)
+
+
+def claimed(name: str) -> object:
+    pod = MakePod().Name(name).Req(1).Obj()
+    return replace(pod, resource_claims=(PodClaim("net", "nic"),))
+
+
+async def test_an_unallocated_claim_keeps_the_pod_pending_and_unbound() -> None:
+    r = live()
+    await r.elect([node(1)])
+    r.s.intake.replace_resource_claims([ResourceClaimInput("default", "nic", "c1")])
+    r.pending(claimed("p"))  # type: ignore[arg-type]
+    assert await r.step() == "default/p"
+    await r.settle()
+    assert r.api.binds == [] and r.api.reserved == []
+    explained = r.s.explain("default/p")
+    assert explained is not None and explained.result == "unschedulable"
+    assert "topo-scheduler does not allocate ResourceClaims" in str(explained.reason)
+
+
+async def test_an_allocated_claim_is_reserved_for_the_pod_before_its_binding() -> None:
+    r = live()
+    await r.elect([node(1)])
+    here = (NodeSelectorTerm(match_fields=(Requirement("metadata.name", "In", ("n",)),)),)
+    claim = ResourceClaimInput("default", "nic", "c1", allocated=True, node_selector=here)
+    r.s.intake.replace_resource_claims([claim])
+    pod = r.pending(claimed("p"))  # type: ignore[arg-type]
+    assert await r.step() == "default/p"
+    await r.settle()
+    assert r.api.reserved == [("default/nic", pod.uid)]
+    assert r.api.binds == [("default/p", "n", "0")]
