@@ -404,7 +404,7 @@ def test_scheduler_identity_gets_the_gang_rules_and_nothing_more(
         ("DELETE", f"{PG_PATH}/any"),
         ("PUT", f"{PG_PATH}/any/status"),  # the status is patched, never updated
         ("PATCH", f"{VOLCANO_PATH}/any/status"),  # Volcano's controller owns that status
-        ("GET", PDB_PATH),  # eviction needs no access to the budgets
+        ("POST", PDB_PATH),  # the budgets are only read (preemption ranks by them)
         ("DELETE", f"{PODS}/any"),  # pods go through the Eviction API only
     ]
     for method, path in refused:
