@@ -521,6 +521,12 @@ class _Crd(msgspec.Struct):
     status: _CrdStatus = msgspec.field(default_factory=_CrdStatus)
 
 
+def crd_versions_served(body: bytes) -> set[str]:
+    """The versions a CRD read says it serves."""
+    crd = msgspec.json.decode(body, type=_Crd)
+    return {v.name for v in crd.spec.versions if v.served}
+
+
 def crd_is_established(body: bytes, name: str) -> bool:
     """A CRD read: condition Established is True, and, for a custom resource of
     ``CUSTOM_RESOURCES``, the version the scheduler asks for is served."""

@@ -19,7 +19,7 @@ import msgspec
 
 from scheduler.core.objects import TopologyInput, TopologyLevel
 
-from .podgroups import MAX_NAME_LENGTH, CustomResource
+from .podgroups import MAX_NAME_LENGTH, CustomResource, crd_versions_served
 
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
 KAI_GROUP: Final = "kai.scheduler"
@@ -119,22 +119,8 @@ def convert_topology(obj: dict[str, Any]) -> TopologyInput:
         raise TopologyObjectError(KINDS.get(group, group), name, "object", str(exc)) from None
 
 
-class _CrdVersion(msgspec.Struct):
-    name: str = ""
-    served: bool = False
-
-
-class _CrdSpec(msgspec.Struct):
-    versions: list[_CrdVersion] = msgspec.field(default_factory=list)
-
-
-class _Crd(msgspec.Struct):
-    spec: _CrdSpec = msgspec.field(default_factory=_CrdSpec)
-
-
 def served_version(body: bytes, name: str) -> str | None:
     """The version of a Topology CRD to list and watch: the first of ``VERSIONS[name]`` it
     serves, None when it serves none of them."""
-    crd = msgspec.json.decode(body, type=_Crd)
-    served = {v.name for v in crd.spec.versions if v.served}
+    served = crd_versions_served(body)
     return next((v for v in VERSIONS.get(name, ()) if v in served), None)

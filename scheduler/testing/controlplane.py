@@ -598,6 +598,21 @@ class ControlPlane:
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 
+    def delete_crd(self, name: str, timeout_s: float = 30.0) -> None:
+        """Delete a CustomResourceDefinition and wait until it is gone (its objects with it)."""
+        path = f"{CRD_PATH}/{name}"
+        self.delete(path)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self.request("GET", path)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return
+                raise
+            time.sleep(0.1)
+        raise ControlPlaneError(f"CRD {name} was not deleted within {timeout_s:.0f} s")
+
 
 def pod_manifest(
     name: str,

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.error
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,7 +21,6 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.kube.podgroups import POD_GROUPS, VOLCANO_POD_GROUPS
 from scheduler.testing.controlplane import (
-    CRD_PATH,
     ControlPlane,
     ControlPlaneError,
     build_binaries,
@@ -124,16 +121,4 @@ def pod_group_crds(
     try:
         yield names
     finally:
-        path = f"{CRD_PATH}/{VOLCANO_POD_GROUPS.name}"
-        control_plane.delete(path)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                control_plane.request("GET", path)
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    break
-                raise
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"CRD {VOLCANO_POD_GROUPS.name} was not deleted within 30 s")
+        control_plane.delete_crd(VOLCANO_POD_GROUPS.name)

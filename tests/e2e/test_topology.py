@@ -12,8 +12,6 @@ its Topology objects are watched.
 from __future__ import annotations
 
 import json
-import time
-import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ import pytest
 import yaml
 
 from scheduler.kube.topologies import KAI_TOPOLOGIES
-from scheduler.testing.controlplane import CRD_PATH, ControlPlane
+from scheduler.testing.controlplane import ControlPlane
 
 from .live import Scenario, devices_of
 
@@ -80,17 +78,7 @@ def kai_crd(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
     try:
         yield name
     finally:
-        crd = f"{CRD_PATH}/{name}"
-        control_plane.delete(crd)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                control_plane.request("GET", crd)
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    break
-                raise
-            time.sleep(0.1)
+        control_plane.delete_crd(name)
 
 
 def configure(scenario: Scenario) -> None:
