@@ -18,8 +18,8 @@ that does not fit is not a gang failure.
 - The upstream Workload API (Kubernetes v1.37, ``scheduling.k8s.io/v1beta1``): the pod's
   ``spec.schedulingGroup.podGroupName`` names a PodGroup whose
   ``spec.schedulingPolicy.gang.minCount`` is the minimum (a ``basic`` policy reads 1: each pod on
-  its own); its ``spec.schedulingConstraints.topology[].key`` is kept in the gang
-  (``Gang.topology_keys``) for the cross-node topology constraints.
+  its own); its ``spec.schedulingConstraints.topology[].key`` is a required topology
+  constraint of the gang (``topoconstraints.pod_asks``).
 
 A pod may name several sources (a Kueue pod group that also carries ACK's labels, say): they
 must name the same gang with the same sizes where both say one, else the pod stays pending with
@@ -88,9 +88,6 @@ class Gang(Struct, frozen=True):
     # How long its members may wait before a GangTimeout (a PodGroup's scheduleTimeoutSeconds);
     # None: the config's gang.waitTimeoutSeconds.
     timeout_s: int | None = None
-    # Topology keys whose one domain must hold all its members (an upstream PodGroup's
-    # schedulingConstraints.topology); recorded for the cross-node topology constraints.
-    topology_keys: tuple[str, ...] = ()
 
 
 def pod_sources(pod: PodInput) -> tuple[Source, ...]:
@@ -175,7 +172,6 @@ def resolve(pod: PodInput, pod_groups: Mapping[str, PodGroupInput] | None = None
             )
     sized: list[tuple[Source, int, int]] = []
     timeout: int | None = None
-    topology: tuple[str, ...] = ()
     for source in sources:
         minimum, total = source.minimum, source.total
         if source.group and pod_groups is not None:
@@ -197,7 +193,6 @@ def resolve(pod: PodInput, pod_groups: Mapping[str, PodGroupInput] | None = None
             minimum = group.min_member
             if group.schedule_timeout_seconds is not None:
                 timeout = group.schedule_timeout_seconds
-            topology += group.topology_keys
         sized.append((source, minimum, total))
     first, first_min, first_total = sized[0]
     for other, minimum, total in sized[1:]:
@@ -217,7 +212,6 @@ def resolve(pod: PodInput, pod_groups: Mapping[str, PodGroupInput] | None = None
         total=total,
         sources=tuple(s.kind for s in sources),
         timeout_s=timeout,
-        topology_keys=topology,
     )
 
 

@@ -166,7 +166,7 @@ class PodGroupInput(Struct, frozen=True):
     # Volcano's spec.networkTopology (None: not said; scheduler-plugins' PodGroups have none).
     network_topology: NetworkTopologyInput | None = None
     # The upstream PodGroup's spec.schedulingConstraints.topology[].key: all its pods in one
-    # domain of each key (the cross-node topology constraints; recorded in the gang, Gang).
+    # domain of each key (a required constraint: topoconstraints.pod_asks).
     topology_keys: tuple[str, ...] = ()
 
     @property

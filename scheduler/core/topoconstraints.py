@@ -143,6 +143,14 @@ def pod_asks(
             raise TopologyError(f"pod {pod.key}: {exc}") from None
         if ask is not None:
             out.append(ask)
+    if pod.scheduling_group:
+        where = f"PodGroup {pod.namespace}/{pod.scheduling_group} ({names.UPSTREAM_POD_GROUP_API})"
+        group = pod_groups.get(
+            f"{names.UPSTREAM_POD_GROUP_API}/{pod.namespace}/{pod.scheduling_group}"
+        )
+        for i, key in enumerate(group.topology_keys if group is not None else ()):
+            says = f"{where}: spec.schedulingConstraints.topology[{i}].key={key}"
+            out.append(upstream_ask(key, says))
     volcano = pod.annotations.get(names.VOLCANO_GROUP_ANNOTATION)
     if volcano:
         group = pod_groups.get(f"{names.VOLCANO_POD_GROUP_API}/{pod.namespace}/{volcano}")

@@ -1,8 +1,8 @@
 """The sixth gang source: the upstream Workload API's PodGroup (scheduling.k8s.io/v1beta1,
 Kubernetes v1.37), named by a pod's spec.schedulingGroup.podGroupName. Alone it gives the same
 gang as ACK's labels; its minCount is the minimum; a source that disagrees keeps the pod pending
-with both named; a missing PodGroup keeps its pods waiting; its topology keys are recorded in
-the gang."""
+with both named; a missing PodGroup keeps its pods waiting; its topology keys join the gang's
+cross-node topology constraint."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, decide, gang_of
 from scheduler.core.decisions import Placed, Unschedulable, Waiting
 from scheduler.core.gangsources import resolve
-from scheduler.core.objects import PodGroupInput, PodInput
+from scheduler.core.objects import PodGroupInput, PodInput, TopologyLevel
+from scheduler.core.settings import CoreSettings, TopologySettings
 from tests.builders import MakeNode, MakePod, cluster, schedule
 from tests.topologies import DGX1_V100
 
@@ -36,7 +37,7 @@ def two_dgx() -> ClusterState:
     state: ClusterState = cluster(
         MakeNode().Name("dgx-a").Links(DGX1_V100), MakeNode().Name("dgx-b").Links(DGX1_V100)
     )
-    state.set_pod_group(upstream_group("job", 3, ("topology.kubernetes.io/zone",)))
+    state.set_pod_group(upstream_group("job", 3))
     return state
 
 
@@ -49,13 +50,12 @@ def test_an_upstream_pod_group_alone_gives_the_native_gang() -> None:
     assert {p.gang for p in decision.placements} == {"default/job"}
 
 
-def test_its_min_count_is_the_minimum_and_the_gang_keeps_its_topology_keys() -> None:
+def test_its_min_count_is_the_minimum() -> None:
     state = two_dgx()
     gang = resolve(member("w0"), state.pod_groups)
     assert gang is not None and gang.minimum == 3
     assert gang.sources == ("schedulingGroup",)
-    assert gang.topology_keys == ("topology.kubernetes.io/zone",)
-    (waiting,) = schedule(state, member("w0"), member("w1"))
+    (waiting,) = schedule(two_dgx(), member("w0"), member("w1"))
     assert isinstance(waiting, Waiting) and waiting.reason.startswith("gang default/job: 2 of 3 ")
 
 
@@ -85,3 +85,22 @@ def test_a_min_count_out_of_bounds_names_the_field() -> None:
     assert "PodGroup default/job: spec.schedulingPolicy.gang.minCount 0 must be between" in (
         decision.reason
     )
+
+
+def test_its_topology_key_joins_the_cross_node_topology_constraints() -> None:
+    # Two racks of two 4-GPU nodes in one block; the rack level is configured by its label key.
+    rack = "cloud.provider.com/topology-rack"
+    levels = (TopologyLevel(rack, "rack"),)
+    state = ClusterState(CoreSettings(topology=TopologySettings(levels=levels)))
+    for name, value in (("a-0", "r1"), ("b-0", "r2"), ("b-1", "r2")):
+        assert state.set_node(MakeNode().Name(name).GPUs(4).Label(rack, value).Obj()) is None
+    state.set_pod_group(upstream_group("job", 2, (rack,)))
+    pods = tuple(member(f"w{i}", pod=MakePod().Name(f"w{i}").Req(4)) for i in range(2))
+    decision = decide(state, Unit("default/job", pods))
+    assert isinstance(decision, Placed)
+    assert {p.node for p in decision.placements} == {"b-0", "b-1"}  # one rack, not a-0
+    # A level the hierarchy does not have keeps the gang pending, naming the field.
+    state.set_pod_group(upstream_group("job", 2, ("example.com/nowhere",)))
+    refused = decide(state, Unit("default/job", pods))
+    assert not isinstance(refused, Placed)
+    assert "spec.schedulingConstraints.topology[0].key=example.com/nowhere" in refused.reason
