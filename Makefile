@@ -53,6 +53,13 @@ k8s-build:
 helm-build:
 	@bash tools/helm/build.sh
 
+# The README's dashboard picture (docs/dashboard.png): the chart's Grafana dashboard queries
+# evaluated over /metrics scrapes of two replicas under a scripted load on the local plane, drawn
+# with matplotlib (no Grafana here). About 3 minutes.
+.PHONY: dashboard-png
+dashboard-png: deps redis-server k8s-build
+	$(BIN)/python -m benchmarks.dashboard
+
 cluster-up: deps
 	@$(BIN)/python -m scheduler.testing.controlplane detach --state .cluster
 
