@@ -529,6 +529,9 @@ async def test_scheduler_under_the_charts_identity_schedules_the_seed004_gang(
     assert any(
         line.get("event") == "store" and line.get("kind") == "redis" for line in scheduler.lines()
     )
+    # Its leader recorded its epoch in the witness ConfigMap, which only the chart's Role allows.
+    witness = f"/api/v1/namespaces/{NAMESPACE}/configmaps/topo-scheduler-epochs"
+    assert scenario.plane.request("GET", witness)["data"]
 
 
 def _queried_metrics(dashboard: dict[str, Any]) -> set[str]:

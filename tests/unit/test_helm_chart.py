@@ -38,6 +38,7 @@ def test_files_are_links_to_deploys_own() -> None:
         "redis-sentinel-service.yaml",
         "redis-sentinel-statefulset.yaml",
         "scheduler-clusterrole.yaml",
+        "scheduler-role.yaml",
         "start.sh",
     ]
     for link in files:
