@@ -91,30 +91,30 @@ class WatchedApiserver(Apiserver):
         self._loop.call_soon(deliver)
 
     def create(self, pod: PodInput) -> PodInput:
-        super().create(pod)
+        pod = super().create(pod)
         for s in self.replicas:
-            self._send(s.pending_event, "ADDED", pod)
+            self._send(s.intake.pending_event, "ADDED", pod)
         return pod
 
     def bound(self, key: str) -> None:
         self.landed += 1
         pod = self.pods[key]
         for s in self.replicas:
-            self._send(s.pending_event, "DELETED", pod)
-            self._send(s.bound_event, "ADDED", pod)
+            self._send(s.intake.pending_event, "DELETED", pod)
+            self._send(s.intake.bound_event, "ADDED", pod)
 
     def run(self, pod: PodInput) -> None:
         """Another scheduler's pod appears bound (and running)."""
         self.pods[pod.key] = pod
         for s in self.replicas:
-            self._send(s.bound_event, "ADDED", pod)
+            self._send(s.intake.bound_event, "ADDED", pod)
 
     def finish(self, key: str) -> None:
         """It succeeds: it stays in the apiserver, and leaves the bound pods' watch (whose field
         selector excludes finished pods: a DELETED event)."""
         pod = self.pods[key] = msgspec.structs.replace(self.pods[key], phase="Succeeded")
         for s in self.replicas:
-            self._send(s.bound_event, "DELETED", pod)
+            self._send(s.intake.bound_event, "DELETED", pod)
 
     def delete(self, key: str) -> PodInput:
         pod = super().delete(key)
@@ -124,9 +124,10 @@ class WatchedApiserver(Apiserver):
             if pod.finished:
                 continue  # the bound watch saw it leave when it finished
             if pod.node_name:
-                self._send(s.bound_event, "DELETED", pod)
+                self._send(s.intake.bound_event, "DELETED", pod)
             else:
-                self._send(s.pending_event, "DELETED", msgspec.structs.replace(pod, deleting=True))
+                gone = msgspec.structs.replace(pod, deleting=True)
+                self._send(s.intake.pending_event, "DELETED", gone)
         return pod
 
 
@@ -209,9 +210,9 @@ class Replica:
         self.tasks: list[asyncio.Task[None]] = []
 
     def start(self, nodes: list[NodeInput]) -> None:
-        self.s.replace_nodes(nodes)
-        self.s.replace_bound([])
-        self.s.replace_pending([])
+        self.s.intake.replace_nodes(nodes)
+        self.s.intake.replace_bound([])
+        self.s.intake.replace_pending([])
         self.tasks = [
             asyncio.create_task(self.s.run(), name=f"{self.holder}-loop"),
             asyncio.create_task(
@@ -345,7 +346,7 @@ class Soak:
     def gone(self) -> bool:
         """Our pods gone (other schedulers' running pods keep their entries), and every
         replica's snapshot equal to the apiserver's pods."""
-        if any(r.s._tasks or r.s.binder.in_flight for r in self.replicas):
+        if any(r.s.tasks.running or r.s.binder.in_flight for r in self.replicas):
             return False
         entries = (e for r in self.replicas for e in r.s.book.entries.values())
         if any(e.stage is not Stage.OTHER for e in entries):

@@ -149,8 +149,8 @@ async def run(args: argparse.Namespace) -> None:
         # The previous leader: its snapshot holds every pod; its reconcile writes the store.
         old, old_lead = replica(server.url, "old-leader", args.chunk, args.lease)
         t0 = time.perf_counter()
-        old.replace_nodes(nodes)
-        old.replace_bound(pods)
+        old.intake.replace_nodes(nodes)
+        old.intake.replace_bound(pods)
         snapshot_s = time.perf_counter() - t0
         load_s = await elect(old, old_lead)
         records = await old.store.records()
@@ -164,8 +164,8 @@ async def run(args: argparse.Namespace) -> None:
         replaced = args.pods // 100
         fresh = [make_pod(i, "-new") if i % 100 == 0 else p for i, p in enumerate(pods)]
         new, new_lead = replica(server.url, "new-leader", args.chunk, args.lease)
-        new.replace_nodes(nodes)
-        new.replace_bound(fresh)
+        new.intake.replace_nodes(nodes)
+        new.intake.replace_bound(fresh)
         store = new.store
         assert isinstance(store, RedisStore)
         seconds = await elect(new, new_lead)

@@ -25,7 +25,7 @@ from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
 from scheduler.kube.podgroups import Eviction, EvictResult, Write
 from scheduler.service import binder as binder_module
-from scheduler.service import scheduler as scheduler_module
+from scheduler.service import effects as effects_module
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.podbook import Stage
@@ -207,7 +207,7 @@ class Replica:
 
     async def elect(self, nodes: list[NodeInput], bound: list[PodInput] | None = None) -> int:
         """Synced watches, then the lease won (what app.py and Leadership.run do)."""
-        self.s.replace_nodes(nodes)
+        self.s.intake.replace_nodes(nodes)
         self.s.intake.replace_bound(bound or [], self.api.version)
         epoch = await self.store.acquire(self.holder, TTL_MS)
         assert epoch is not None
@@ -223,7 +223,7 @@ class Replica:
 
     def pending(self, pod: PodInput) -> PodInput:
         pod = self.api.create(pod)
-        self.s.pending_event("ADDED", pod)
+        self.s.intake.pending_event("ADDED", pod)
         return pod
 
     def bound_list(self) -> tuple[list[PodInput], int]:
@@ -232,21 +232,21 @@ class Replica:
 
     def bound_seen(self, key: str) -> None:
         """The bound pods' watch delivers the pod as the apiserver has it now."""
-        self.s.pending_event("DELETED", self.api.pods[key])
-        self.s.bound_event("ADDED", self.api.pods[key])
+        self.s.intake.pending_event("DELETED", self.api.pods[key])
+        self.s.intake.bound_event("ADDED", self.api.pods[key])
 
     async def step(self) -> str | None:
         """One turn of the loop: the next pod, decided, reserved and handed to the binder."""
         assert self.s.may_decide()
-        await self.s.reconcile_if_needed()
+        await self.s.sync.if_needed()
         key = self.s.queue.pop()
         if key is not None:
-            await self.s.schedule_one(key)
+            await self.s.cycle.schedule_one(key)
         return key
 
     async def settle(self) -> None:
-        while self.s._tasks:
-            await asyncio.gather(*list(self.s._tasks))
+        while self.s.tasks.running:
+            await asyncio.gather(*list(self.s.tasks.running))
 
     def held(self, key: str) -> tuple[str, list[int]] | None:
         h = self.s.state.holdings.get(key)
@@ -277,8 +277,8 @@ class Replica:
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bind retries, re-sends and pod re-reads without their waits (for an autouse fixture)."""
     monkeypatch.setattr(binder_module, "BIND_RETRY_S", 0.0)
-    monkeypatch.setattr(scheduler_module, "CHECK_RETRY_S", 0.001)
-    monkeypatch.setattr(scheduler_module, "REBIND_S", 0.001)
+    monkeypatch.setattr(effects_module, "CHECK_RETRY_S", 0.001)
+    monkeypatch.setattr(effects_module, "REBIND_S", 0.001)
 
 
 def node(gpus: int = 1) -> NodeInput:
@@ -299,15 +299,15 @@ async def reloaded(r: Replica) -> PodInput:
     p = r.api.create(MakePod().Name("p").Req(1).Obj())
     old = Replica(r.api, r.store, r.clock, "old")
     await old.elect([node(1)])
-    old.s.pending_event("ADDED", p)
+    old.s.intake.pending_event("ADDED", p)
     await old.step()  # reserved; "old" dies before binding
     r.api.gates.clear()
     await r.store.release_lease("old", old.leadership.epoch or 0)
     old.s.accepting = False
-    for t in list(old.s._tasks):
+    for t in list(old.s.tasks.running):
         t.cancel()
-    await asyncio.gather(*list(old.s._tasks), return_exceptions=True)
-    r.s.pending_event("ADDED", p)
+    await asyncio.gather(*list(old.s.tasks.running), return_exceptions=True)
+    r.s.intake.pending_event("ADDED", p)
     await r.elect([node(1)])
     assert r.s.book.stage("default/p") is Stage.RELOADED and r.held("default/p") == ("n", [0])
     return p

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from msgspec import Struct
 
 from .cluster import ClusterState
-from .decisions import Decision, Placed, Unschedulable, Waiting
+from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .filters.chain import PodFilters
 from .gang import plan_gang
 from .gangsources import best_known, gang_key
@@ -125,15 +125,20 @@ def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
     return Placed((placement,))
 
 
+def assume(state: ClusterState, placement: Placement, pod: PodInput) -> None:
+    """Assume one placement of a decision: the one way a decision becomes part of the snapshot,
+    in ``run`` (the pod book's ASSUME, as the cycle places it) and ``simulate`` alike. Its gang's
+    minimum is the one the plan resolved (``Placement.replicas``)."""
+    state.apply(placement, pod, placement.replicas)
+
+
 def apply_decision(state: ClusterState, decision: Decision, unit: Unit) -> None:
-    """Assume a Placed decision in the state (no-op for the others): the one way a decision
-    becomes part of the snapshot, in ``run`` (after the store reservation) and ``simulate``."""
+    """Assume every placement of a Placed decision (no-op for the others)."""
     if not isinstance(decision, Placed):
         return
     pods = {p.key: p for p in unit.pods}
     for placement in decision.placements:
-        pod = pods[placement.pod]
-        state.apply(placement, pod, gang_minimum(state, pod))
+        assume(state, placement, pods[placement.pod])
 
 
 def gated(pod: PodInput) -> Waiting | None:

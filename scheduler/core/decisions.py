@@ -46,6 +46,9 @@ class Placement(Struct, frozen=True):
     # down, and the member's rank; the assignment annotation carries both for launchers.
     topology: tuple[tuple[str, str], ...] = ()
     rank: int | None = None
+    # The minimum of the pod's gang as its plan resolved it (0: no gang): what its holding and
+    # its store claim record, so that nobody resolves the gang again to assume it.
+    replicas: int = 0
 
 
 class Placed(Struct, frozen=True, tag="placed"):

@@ -33,6 +33,7 @@ single pod's placement.
 
 from __future__ import annotations
 
+import msgspec
 from msgspec import Struct
 
 from . import names
@@ -152,7 +153,10 @@ def plan_gang(
                 return _not_together(state, gang, members, ordered, need)
             placements = found
         left = _place_surplus(state, gang, surplus, size.minimum, placements, size.topology)
-    placements.sort(key=lambda p: p.pod)
+    placements = sorted(
+        (msgspec.structs.replace(p, replicas=size.minimum) for p in placements),
+        key=lambda p: p.pod,
+    )
     if not placements:
         return Unschedulable(keys, _surplus_reason(gang, size, left))
     waiting = tuple(sorted(left))

@@ -165,6 +165,22 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     )
     # A store shared by several replicas: a leader may have come before this one.
     shared = bool(run_cfg.redis_url or sentinel.master_name)
+    started: dict[str, list[Reflector[Any]]] = {}
+
+    def watch_needed(kind: str) -> bool:
+        """Start ``kind``'s watches if they are not running; True once they have listed. A
+        PodGroup watch (by CRD name) runs while its CRD exists: True once listed, or when the
+        CRD does not exist. (It reads the watches defined below: it is first called once they
+        run.)"""
+        if kind in CUSTOM_RESOURCES or kind in TOPOLOGY_RESOURCES:
+            return crds.ready(kind)
+        if kind in optional:
+            started[kind] = optional.pop(kind)
+            for reflector in started[kind]:
+                log.info("starting watch", watch=reflector.name)
+                tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
+        return all(r.synced.is_set() for r in started.get(kind, ()))
+
     scheduler = Scheduler(
         config.to_core(),
         config.scheduler_name,
@@ -181,6 +197,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         # The embedded store serves one replica: no other leader can have come before.
         wait_for_unknown_leader=shared,
         witness=Witness(api, config.scheduler_name) if shared else None,
+        watch_needed=watch_needed,
     )
 
     # scheduler-plugins PodGroups' status, written by the leader when nobody else writes it.
@@ -211,7 +228,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
 
     def bound_event(kind: str, p: Pod) -> None:
         pod = pod_from_obj(p)
-        scheduler.bound_event(kind, pod)
+        scheduler.intake.bound_event(kind, pod)
         statuses.pod_event(kind, pod)
 
     pending_selector = f"spec.schedulerName={config.scheduler_name},spec.nodeName="
@@ -222,8 +239,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             Node,
             api.list_nodes,
             api.watch_nodes,
-            lambda nodes: scheduler.replace_nodes([node_from_obj(n) for n in nodes]),
-            lambda kind, n: scheduler.node_event(kind, node_from_obj(n)),
+            lambda nodes: scheduler.intake.replace_nodes([node_from_obj(n) for n in nodes]),
+            lambda kind, n: scheduler.intake.node_event(kind, node_from_obj(n)),
             lambda n: n.metadata.resource_version,
         ),
         Reflector(
@@ -243,8 +260,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             Pod,
             lambda: api.list_pods(pending_selector),
             lambda rv, t: api.watch_pods(rv, t, pending_selector),
-            scheduler.replace_pending,
-            lambda kind, p: scheduler.pending_event(kind, pod_from_obj(p)),
+            scheduler.intake.replace_pending,
+            lambda kind, p: scheduler.intake.pending_event(kind, pod_from_obj(p)),
             pods_version,
             page_call=lambda token: api.list_pods_page(pending_selector, token),
             convert=pod_from_obj,
@@ -276,8 +293,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
                 "namespaces",
                 Namespace,
                 namespace_from_obj,
-                scheduler.replace_namespaces,
-                scheduler.namespace_event,
+                scheduler.intake.replace_namespaces,
+                scheduler.intake.namespace_event,
             )
         ],
         # DRA (filters/dra.py): ResourceClaims and DeviceClasses, once a pod uses a claim.
@@ -302,15 +319,15 @@ async def run(config: Config, kubeconfig: str | None) -> int:
                 "persistentvolumeclaims",
                 Claim,
                 claim_from_obj,
-                scheduler.replace_claims,
-                scheduler.claim_event,
+                scheduler.intake.replace_claims,
+                scheduler.intake.claim_event,
             ),
             lazy(
                 "persistentvolumes",
                 Volume,
                 volume_from_obj,
-                scheduler.replace_volumes,
-                scheduler.volume_event,
+                scheduler.intake.replace_volumes,
+                scheduler.intake.volume_event,
             ),
         ],
     }
@@ -321,12 +338,12 @@ async def run(config: Config, kubeconfig: str | None) -> int:
 
         def replace(items: list[PodGroup]) -> None:
             read = [read_group(item) for item in items]
-            scheduler.replace_pod_groups(resource.group, [group for group, _ in read])
+            scheduler.intake.replace_pod_groups(resource.group, [group for group, _ in read])
             statuses.groups_replaced(resource.group, read)
 
         def event(change: str, item: PodGroup) -> None:
             group, observed = read_group(item)
-            scheduler.pod_group_event(change, group)
+            scheduler.intake.pod_group_event(change, group)
             if change == "DELETED":
                 statuses.group_removed(group.key)
             else:
@@ -356,14 +373,16 @@ async def run(config: Config, kubeconfig: str | None) -> int:
 
         def replace(items: list[Topology]) -> None:
             found = [usable(item) for item in items]
-            scheduler.replace_topologies(project, [t for t in found if t is not None])
+            scheduler.intake.replace_topologies(project, [t for t in found if t is not None])
 
         def event(change: str, item: Topology) -> None:
             found = usable(item)
             if found is not None:
-                scheduler.topology_event(change, found)
+                scheduler.intake.topology_event(change, found)
             elif change == "DELETED":
-                scheduler.topology_event(change, TopologyInput(project, item.metadata.name, ()))
+                scheduler.intake.topology_event(
+                    change, TopologyInput(project, item.metadata.name, ())
+                )
 
         return Reflector(
             kind,
@@ -377,10 +396,10 @@ async def run(config: Config, kubeconfig: str | None) -> int:
 
     def crd_cleared(kind: str) -> None:
         if kind in TOPOLOGY_RESOURCES:
-            scheduler.replace_topologies(TOPOLOGY_KINDS[TOPOLOGY_RESOURCES[kind].group], [])
+            scheduler.intake.replace_topologies(TOPOLOGY_KINDS[TOPOLOGY_RESOURCES[kind].group], [])
             return
         resource = CUSTOM_RESOURCES[kind]
-        scheduler.replace_pod_groups(resource.group, [])
+        scheduler.intake.replace_pod_groups(resource.group, [])
         statuses.groups_replaced(resource.group, [])
 
     def maker(resource: CustomResource) -> Callable[[], Reflector[Any]]:
@@ -395,23 +414,6 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         | {name: topology_maker(resource) for name, resource in TOPOLOGY_RESOURCES.items()},
         crd_cleared,
     )
-
-    started: dict[str, list[Reflector[Any]]] = {}
-
-    def watch_needed(kind: str) -> bool:
-        """Start ``kind``'s watches if they are not running; True once they have listed. A
-        PodGroup watch (by CRD name) runs while its CRD exists: True once listed, or when the
-        CRD does not exist."""
-        if kind in CUSTOM_RESOURCES or kind in TOPOLOGY_RESOURCES:
-            return crds.ready(kind)
-        if kind in optional:
-            started[kind] = optional.pop(kind)
-            for reflector in started[kind]:
-                log.info("starting watch", watch=reflector.name)
-                tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
-        return all(r.synced.is_set() for r in started.get(kind, ()))
-
-    scheduler.watch_needed = watch_needed
 
     def readiness() -> tuple[bool, str]:
         if stopping.is_set():

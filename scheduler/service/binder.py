@@ -1,5 +1,5 @@
-"""The binding cycle: Bindings with the device annotations, several in flight, each pod's
-outcome reported back through a callback (the service turns it into a pod book event).
+"""The binding cycle: Bindings with the device annotations, several in flight; each pod's
+outcome is returned (effects.py turns it into a pod book event).
 
 Fencing rule (README, "State and HA"): a Binding is sent only while this replica's lease has
 more than the bind timeout left, and is abandoned when that timeout runs out. So every Binding
@@ -18,25 +18,23 @@ The outcome of one pod:
 - ``BIND_UNKNOWN``: it may be bound: a Binding was sent without an answer (abandoned at the
   timeout, or its answer lost) and nothing has settled it since. A read-back that finds the pod
   still pending settles nothing (the abandoned request may yet commit, after an etcd stall): the
-  book keeps its GPUs and has the same Binding sent again (``start(..., uncertain=True)``), until
+  book keeps its GPUs and has the same Binding sent again (``bind_all(..., uncertain=True)``), until
   an answer says: 201, 404, or a 409 whose pod is bound as we asked (then it is ours).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import structlog
 
 from scheduler.core.decisions import Placement
 from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.objects import PodInput
-from scheduler.kube.api import BindResult
-from scheduler.kube.podgroups import EvictResult, Write
+from scheduler.kube.podgroups import Write
 
+from .apiserver import Cluster
 from .leader import Leadership
 from .metrics import Metrics
 from .podbook import Event
@@ -50,41 +48,6 @@ BIND_RETRY_S = 0.5
 def bind_timeout_for(lease_s: float, renew_s: float) -> float:
     """The bind timeout: half the time a lease has left just before its renewal."""
     return max(0.05, (lease_s - renew_s) / 2)
-
-
-class Cluster(Protocol):
-    """What the loop needs from the apiserver (scheduler.kube.api.KubeApi + the codec)."""
-
-    async def bind(
-        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
-    ) -> BindResult: ...
-
-    async def get_pod(self, namespace: str, name: str) -> PodInput | None: ...
-
-    async def set_unschedulable(
-        self, namespace: str, name: str, uid: str, message: str
-    ) -> None: ...
-
-    async def evict(
-        self, namespace: str, name: str, uid: str, dry_run: bool = False
-    ) -> EvictResult: ...
-
-    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write: ...
-
-    async def reserve_claims(
-        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
-    ) -> Write: ...
-
-    async def event(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        reason: str,
-        message: str,
-        kind: str,
-        timestamp: str,
-    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -101,41 +64,26 @@ class Binder:
         cluster: Cluster,
         leadership: Leadership,
         metrics: Metrics,
-        spawn: Callable[[Coroutine[Any, Any, None]], None],
-        on_results: Callable[[list[Outcome]], None],
         concurrency: int = 64,
         timeout_s: float = 5.0,
     ) -> None:
         self.cluster = cluster
         self.leadership = leadership
         self.metrics = metrics
-        self._spawn = spawn
-        self._on_results = on_results
         self._slots = asyncio.Semaphore(concurrency)
         self.timeout_s = timeout_s
-        self.in_flight = 0  # pods handed over whose outcome has not been reported back yet
-        self._unit: list[tuple[PodInput, Placement]] = []  # BIND effects of the unit being answered
+        self.in_flight = 0  # pods handed over whose outcome has not been returned yet
 
-    def add(self, pod: PodInput, placement: Placement) -> None:
-        """One pod of the unit whose reservation is being answered (effect BIND)."""
-        self._unit.append((pod, placement))
-
-    def send_unit(self) -> None:
-        """The unit's reservation is answered: bind the pods ``add`` collected, together."""
-        if self._unit:
-            pods, self._unit = self._unit, []
-            self.start(pods)
-
-    def start(self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False) -> None:
-        """Bind ``pods`` (one unit: their outcomes are reported together). ``uncertain``: an
+    async def bind_all(
+        self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False
+    ) -> list[Outcome]:
+        """Bind one unit's pods, concurrently; their outcomes, in order. ``uncertain``: an
         earlier Binding of theirs may have landed (a re-send)."""
         self.in_flight += len(pods)
-        self._spawn(self._bind_all(pods, uncertain))
-
-    async def _bind_all(self, pods: list[tuple[PodInput, Placement]], uncertain: bool) -> None:
         try:
-            outcomes = await asyncio.gather(*(self.bind_one(pod, p, uncertain) for pod, p in pods))
-            self._on_results(list(outcomes))
+            return list(
+                await asyncio.gather(*(self.bind_one(pod, p, uncertain) for pod, p in pods))
+            )
         finally:
             self.in_flight -= len(pods)
 

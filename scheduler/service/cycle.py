@@ -28,23 +28,22 @@ from typing import Any
 
 import structlog
 
-from scheduler.core.cluster import ClusterState, holding_of
-from scheduler.core.cycle import Unit, decide, gang_minimum, gang_of, gang_timeout
+from scheduler.core.cluster import holding_of
+from scheduler.core.cycle import Unit, decide, gang_minimum, gang_timeout
 from scheduler.core.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from scheduler.core.objects import PodInput
 from scheduler.state.base import Claim, Fenced, Store, StoreError
 
-from .binder import Binder
+from .effects import Effects
+from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
-from .podbook import SCHEDULABLE_STAGES, Ctx, Event, PodBook
+from .podbook import SCHEDULABLE_STAGES, Ctx, Entry, Event, PodBook
 from .preemption import Preemptions
 from .queue import SchedulingQueue
 from .storesync import StoreSync
 
 log = structlog.get_logger("scheduler")
-
-Dispatch = Callable[[str, str, Event, Ctx | None], None]
 
 # The most pods decided in one batch (whose claims go to the store in one call): enough that a
 # backlog's store calls are few, few enough that watch events wait for a batch's decisions
@@ -55,36 +54,32 @@ BATCH_PODS = 32
 class Cycle:
     def __init__(
         self,
-        state: ClusterState,
         book: PodBook,
         queue: SchedulingQueue,
         store: Store,
         leadership: Leadership,
         metrics: Metrics,
         clock: Callable[[], float],
-        dispatch: Dispatch,
+        effects: Effects,
+        intake: Intake,
         sync: StoreSync,
-        binder: Binder,
+        preemptions: Preemptions,
         on_fenced: Callable[[], Awaitable[None]],
-        gang_wait_timeout: float = 600.0,
+        gang_wait_timeout: float,
     ) -> None:
-        self.state = state
+        self.state = sync.state
         self.book = book
         self.queue = queue
         self.store = store
         self.leadership = leadership
         self.metrics = metrics
         self.clock = clock
-        self._dispatch = dispatch
+        self.effects = effects
+        self.intake = intake  # whether the watches a pod's filters read have listed
         self.sync = sync
-        self.binder = binder
+        self.preemptions = preemptions  # for units found unschedulable
         self._on_fenced = on_fenced
         self.gang_wait_timeout = gang_wait_timeout  # 0: wait forever, say nothing
-        # Whether the watches a pod's filters read (claims, volumes, namespaces) have listed;
-        # the service sets it to Intake.watches_ready.
-        self.watches_ready: Callable[[PodInput], bool] = lambda pod: True
-        # Preemption for units found unschedulable (the service sets it; None: never).
-        self.preemptions: Preemptions | None = None
         self._metric_children: dict[str, tuple[Any, Any]] = {}
 
     def _by_result(self, result: str) -> tuple[Any, Any]:
@@ -99,8 +94,11 @@ class Cycle:
             self._metric_children[result] = pair
         return pair
 
-    def _unit_for(self, pod: PodInput) -> Unit:
-        gang = gang_of(pod)
+    def _dispatch(self, key: str, uid: str, event: Event, ctx: Ctx | None) -> None:
+        self.effects.dispatch(key, uid, event, ctx)
+
+    def _unit_for(self, entry: Entry, pod: PodInput) -> Unit:
+        gang = entry.gang  # resolved once, when the book kept the pod
         if gang is None:
             return Unit(None, (pod,))
         members = [
@@ -151,8 +149,8 @@ class Cycle:
     def _crashed(self, key: str, attempt: _Attempt | None) -> None:
         """The unit's own failure: what it placed is forgotten, every pod of it backs off."""
         if attempt is not None:
-            for pod, placement, minimum in attempt.placed:
-                ctx = Ctx(pod=pod, placement=placement, replicas=minimum)
+            for pod, placement in attempt.placed:
+                ctx = Ctx(pod=pod, placement=placement)
                 self._dispatch(pod.key, pod.uid, Event.RESERVE_FAILED, ctx)
         entry = self.book.get(key)
         unit = [entry] if entry is not None else []
@@ -167,8 +165,8 @@ class Cycle:
         if entry is None or entry.stage not in SCHEDULABLE_STAGES or entry.pod is None:
             return None
         start = self.clock()
-        unit = self._unit_for(entry.pod)
-        if not all(self.watches_ready(p) for p in unit.pods):
+        unit = self._unit_for(entry, entry.pod)
+        if not all(self.intake.watches_ready(p) for p in unit.pods):
             # Its claims or namespaces are not known yet (their watch just started): deciding
             # now would say "not found". Retry after the backoff; the LIST wakes it sooner.
             for p in unit.pods:
@@ -204,7 +202,7 @@ class Cycle:
     async def _not_placed(self, unit: Unit, decision: Decision) -> str:
         result = "waiting" if isinstance(decision, Waiting) else "unschedulable"
         reason, retry_by, timed_out = decision.reason, None, False
-        if isinstance(decision, Unschedulable) and self.preemptions is not None:
+        if isinstance(decision, Unschedulable):
             self.metrics.preemption_attempts.inc()
             reason = await self.preemptions.after_unschedulable(unit, reason)
         timeout, what = self._gang_timeout(unit)
@@ -257,12 +255,12 @@ class Cycle:
             self._dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
         for placement in decision.placements:
             pod = pods[placement.pod]
-            minimum = gang_minimum(self.state, pod)
-            claim = self.sync.claim_of(holding_of(placement, minimum))
+            # The decision carries the gang's minimum its plan resolved (placement.replicas).
+            claim = self.sync.claim_of(holding_of(placement, placement.replicas))
             assert claim is not None
             attempt.claims.append(claim)
-            attempt.placed.append((pod, placement, minimum))
-            ctx = Ctx(pod=pod, placement=placement, replicas=minimum)
+            attempt.placed.append((pod, placement))
+            ctx = Ctx(pod=pod, placement=placement)
             self._dispatch(pod.key, pod.uid, Event.PLACED, ctx)
 
     async def _reserve(self, batch: list[_Attempt]) -> None:
@@ -274,14 +272,14 @@ class Cycle:
             events = await self._reserve_each(epoch, batch)
         for attempt, event in zip(batch, events, strict=True):
             try:
-                for pod, placement, minimum in attempt.placed:
-                    ctx = Ctx(pod=pod, placement=placement, replicas=minimum)
+                for pod, placement in attempt.placed:
+                    ctx = Ctx(pod=pod, placement=placement)
                     self._dispatch(pod.key, pod.uid, event, ctx)
                 self._summarize(attempt, "scheduled" if event is Event.RESERVE_OK else "error")
             except Exception:
                 log.exception("reservation answer crashed", pod=attempt.key)
             finally:
-                self.binder.send_unit()  # the unit's BIND effects: one start, outcomes together
+                self.effects.send_unit()  # the unit's BIND effects: its Bindings go together
 
     async def _reserve_each(self, epoch: int, batch: list[_Attempt]) -> list[Event]:
         try:
@@ -322,4 +320,4 @@ class _Attempt:
     decision: Decision
     start: float
     claims: list[Claim] = field(default_factory=list)
-    placed: list[tuple[PodInput, Placement, int]] = field(default_factory=list)
+    placed: list[tuple[PodInput, Placement]] = field(default_factory=list)

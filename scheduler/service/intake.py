@@ -25,6 +25,7 @@ an entry newer than the LIST (the watch that follows the LIST reports what happe
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -52,6 +53,11 @@ from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_PO
 from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES
 
 from .podbook import LISTED_STAGES, Ctx, Event, PodBook, Stage
+from .queue import SchedulingQueue
+from .tasks import Tasks
+
+if TYPE_CHECKING:
+    from .effects import Effects
 
 log = structlog.get_logger("scheduler")
 
@@ -62,9 +68,6 @@ _KUEUE_TOPOLOGY = (
     KUEUE_SLICE_TOPOLOGY_ANNOTATION,
 )
 
-# dispatch(key, uid, event, ctx): one pod book event, its effects run by the service.
-Dispatch = Callable[[str, str, Event, Ctx | None], None]
-
 
 class Intake:
     def __init__(
@@ -72,10 +75,11 @@ class Intake:
         scheduler_name: str,
         state: ClusterState,
         book: PodBook,
-        dispatch: Dispatch,
+        effects: Effects,
         node_changed: Callable[[str], None],
-        cluster_event: Callable[[], None],
-        watch_needed: Callable[[str], bool] = lambda kind: True,
+        queue: SchedulingQueue,
+        tasks: Tasks,
+        watch_needed: Callable[[str], bool],
     ) -> None:
         self.name = scheduler_name
         # Starts the namespace ("namespaces") or claim and volume ("volumes") watches the first
@@ -85,9 +89,10 @@ class Intake:
         self.watch_needed = watch_needed
         self.state = state
         self.book = book
-        self._dispatch = dispatch
+        self.effects = effects
         self._node_changed = node_changed  # the store's inventories follow (inventories.py)
-        self._cluster_event = cluster_event  # waiting pods retry
+        self.queue = queue
+        self.tasks = tasks
         self.bound_synced = False
         self._listed: dict[str, str] = {}  # pod key -> UID of a bound LIST under way
 
@@ -158,7 +163,10 @@ class Intake:
         elif self.ours_pending(pod):
             self._replaced(pod)
             self.watches_ready(pod)  # start what it needs now: it lists while the pod queues
-            self._dispatch(pod.key, pod.uid, Event.PENDING_SEEN, Ctx(pod=pod))
+            entry = self.book.get(pod.key)
+            same = entry is not None and entry.uid == pod.uid and pod.same_as(entry.pod)
+            event = Event.PENDING_SAME if same else Event.PENDING_SEEN
+            self._dispatch(pod.key, pod.uid, event, Ctx(pod=pod))
         elif pod.deleting or pod.finished:
             self._dispatch(pod.key, pod.uid, Event.PENDING_ENDED, None)
         else:
@@ -217,7 +225,7 @@ class Intake:
         self._replaced(pod)
         entry = self.book.get(pod.key)
         before = self.state.holdings.get(pod.key)
-        self.charge(pod)
+        charge(self.state, pod)
         after = self.state.holdings.get(pod.key)
         if (entry is None or entry.stage is Stage.OTHER) and not self.charged(pod.key):
             # Another scheduler's, holding no GPU we track: its record is charged all the same.
@@ -236,21 +244,17 @@ class Intake:
         else:
             self._dispatch(pod.key, pod.uid, Event.BOUND_SEEN, Ctx(pod=pod))
 
-    def charge(self, pod: PodInput) -> None:
-        """The snapshot holds what a bound pod's annotations say it holds."""
-        warning = self.state.add_bound_pod(pod)
-        if warning:
-            log.warning("bound pod", pod=pod.key, warning=warning)
-
     def charged(self, key: str) -> bool:
         """The snapshot charges something for ``key`` (on its node, or waiting for the node)."""
         return self.state.held(key) is not None
 
-    def free(self, key: str) -> None:
-        """The pod left: nothing of it stays in the snapshot (a holding whose node was deleted
-        first included), nor among its gang's bound members."""
-        self.state.remove_pod(key)  # orphaned holdings and gang membership included
-        self._cluster_event()
+    def _dispatch(self, key: str, uid: str, event: Event, ctx: Ctx | None) -> None:
+        self.effects.dispatch(key, uid, event, ctx)
+
+    def _cluster_event(self) -> None:
+        """Something the filters read changed: every waiting pod retries."""
+        self.queue.on_cluster_event()
+        self.tasks.wake()
 
     # ---- nodes -------------------------------------------------------------------------------
 
@@ -405,3 +409,10 @@ def uses_namespace_selector(pod: PodInput) -> bool:
     terms = [*affinity.pod_required, *affinity.anti_required]
     terms += [w.term for w in (*affinity.pod_preferred, *affinity.anti_preferred)]
     return any(t.namespace_selector is not None for t in terms)
+
+
+def charge(state: ClusterState, pod: PodInput) -> None:
+    """The snapshot holds what a bound pod's annotations say it holds."""
+    warning = state.add_bound_pod(pod)
+    if warning:
+        log.warning("bound pod", pod=pod.key, warning=warning)

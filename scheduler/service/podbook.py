@@ -5,9 +5,10 @@ Everything that can happen to a pod is an event: the watches (pending or bound p
 ended, missing from a re-list), the scheduling cycle (taken, placed, not placed), the store
 (reservation written or refused), the binder (bound, refused, gone, bound elsewhere, unknown) and
 a re-read of the pod from the apiserver (still pending, bound, gone). ``TABLE`` maps (stage,
-event) to the next stage and the effects to run; the book only moves entries, the service runs
-the effects (scheduler.py). A pair missing from the table is a bug: it is logged, counted and
-leaves the entry as it was.
+event) to the next stage and the effects to run; the book only moves entries, effects.py runs
+the effects, each exactly what its name says: no condition outside the table decides what
+happens to a pod. A pair missing from the table is a bug: it is logged, counted and leaves the
+entry as it was. docs/architecture.md shows the table (a unit test checks it is this one).
 
 Stages (a pod the book does not hold is GONE):
 
@@ -38,6 +39,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
+import msgspec
 import structlog
 
 from scheduler.core.cluster import Holding
@@ -62,7 +64,8 @@ class Stage(enum.Enum):
 
 class Event(enum.Enum):
     # pending pods' watch
-    PENDING_SEEN = "pending-seen"  # added, modified or listed: ours and unbound
+    PENDING_SEEN = "pending-seen"  # added, modified or listed: ours and unbound, new or changed
+    PENDING_SAME = "pending-same"  # the same object again (a re-list, a status write of ours)
     PENDING_LEFT = "pending-left"  # deleted from the watch or missing from a re-list: bound or gone
     PENDING_ENDED = "pending-ended"  # being deleted or finished before it was bound
     # bound pods' watch (the snapshot is charged before the event)
@@ -96,35 +99,54 @@ class Event(enum.Enum):
 
 
 class Effect(enum.Enum):
+    # the entry and the queue
     KEEP_POD = "keep-pod"  # the entry keeps the pending object the event carries
-    ENQUEUE = "enqueue"  # the queue takes it (ready now) if it changed or is new
-    WAKE_GANG = "wake-gang"  # a gang member arrived: waiting pods retry
+    ENQUEUE = "enqueue"  # the queue takes it (ready now unless backing off)
     DEQUEUE = "dequeue"  # out of the queue (it is bound)
     BACKOFF = "backoff"
     PARK = "park"  # unschedulable or waiting: queue, explanation, report
-    HOLD = "hold"  # hold the reloaded reservation in the snapshot
-    FORGET = "forget"  # drop what the snapshot holds for it (ours, not the truth)
-    FREE = "free"  # the pod left: snapshot and store let its GPUs go, waiting pods retry
-    UNCHARGE = "uncharge"  # a pod of others left: its record leaves the snapshot; pods retry
-    WAKE = "wake"  # a pod appeared bound: waiting pods it may help retry (core/requeue.py)
+    LEAVE = "leave"  # the pod left the book: out of the queue too
+    # waking waiting pods
+    WAKE_GANG = "wake-gang"  # a member arrived: its gang's waiting members retry
+    WAKE = "wake"  # a pod appeared bound: the waiting pods it may help retry (core/requeue.py)
+    RETRY = "retry"  # GPUs or resources were let go: every waiting pod retries
+    # the snapshot
+    HOLD = "hold"  # hold the reloaded or inherited reservation
+    ASSUME = "assume"  # hold the placement (the core's assume)
+    FORGET = "forget"  # drop what the snapshot assumed for it (ours, not the truth)
     CHARGE = "charge"  # the pod read back is bound: the snapshot holds its truth
-    ASSUME = "assume"  # hold the placement in the snapshot
-    BIND = "bind"  # done with the queue; hand it to the binder
-    MARK_BOUND = "mark-bound"  # store: the reservation is bound
-    RELEASE_STORE = "release-store"  # store: drop its reservation
-    SCHEDULED = "scheduled"  # report the bind (event, latency, explanation)
+    FREE = "free"  # the pod left: the snapshot lets its GPUs, record and gang membership go
+    # the store
+    MARK_BOUND = "mark-bound"  # its reservation is bound
+    RELEASE_STORE = "release-store"  # drop its reservation or record
     RECONCILE = "reconcile"  # the store must follow the snapshot: reconcile (rate-limited)
-    CHECK = "check"  # re-read the pod from the apiserver until it answers
-    REBIND = "rebind"  # re-send the same Binding: the last one's outcome is unknown
+    # the apiserver
+    BIND = "bind"  # done with the queue; its unit's Bindings go out together
+    REBIND = "rebind"  # send the same Binding again: the last one's outcome is unknown
+    CHECK = "check"  # re-read the pod until the apiserver answers (one re-read at a time)
+    SCHEDULED = "scheduled"  # report the bind (event, latency, explanation)
+    # the other parts' per-pod state
+    END_NOMINATION = "end-nomination"  # bound or gone: preemption holds nothing for it now
+    RESTORE_NOMINATION = "restore-nomination"  # pending again: its nomination holds again
+    VICTIM_LEFT = "victim-left"  # preemptors whose last victim it was are tried at once
+    MEMBER_LEFT = "member-left"  # its gang may have fallen below its minimum (stale gangs)
 
 
 S, E, F = Stage, Event, Effect
 _ = ()
+# A pod of ours left (deleted, finished, replaced, gone on a re-read) while it held something:
+# the snapshot and the store let it go, waiting pods retry, and nothing of it stays.
+_LEFT = (F.FREE, F.RELEASE_STORE, F.RETRY, F.VICTIM_LEFT, F.END_NOMINATION, F.LEAVE)
+# The same for a pod that was bound (its gang may be below its minimum now); told before FREE.
+_BOUND_LEFT = (F.MEMBER_LEFT, F.FREE, F.RELEASE_STORE, F.RETRY, F.VICTIM_LEFT, F.LEAVE)
+# A pending pod of ours that left, holding nothing.
+_PENDING_LEFT = (F.END_NOMINATION, F.LEAVE)
 
 # (stage, event) -> (next stage, effects in order). Anything else is an error.
 TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # ---- not in the book -------------------------------------------------------------------
     (S.GONE, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.ENQUEUE, F.WAKE_GANG)),
+    (S.GONE, E.PENDING_SAME): (S.PENDING, (F.KEEP_POD, F.ENQUEUE, F.WAKE_GANG)),
     (S.GONE, E.PENDING_LEFT): (S.GONE, _),
     (S.GONE, E.PENDING_ENDED): (S.GONE, _),
     (S.GONE, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
@@ -145,90 +167,112 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.CHECKED_GONE): (S.GONE, _),
     # ---- pending, holding nothing ----------------------------------------------------------
     (S.PENDING, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.ENQUEUE)),
-    (S.PENDING, E.PENDING_LEFT): (S.GONE, _),
-    (S.PENDING, E.PENDING_ENDED): (S.GONE, _),
-    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.WAKE)),
-    (S.PENDING, E.BOUND_ENDED): (S.GONE, _),
-    (S.PENDING, E.REPLACED): (S.GONE, _),
+    (S.PENDING, E.PENDING_SAME): (S.PENDING, _),  # a re-delivery: nothing new to try
+    (S.PENDING, E.PENDING_LEFT): (S.GONE, _PENDING_LEFT),
+    (S.PENDING, E.PENDING_ENDED): (S.GONE, _PENDING_LEFT),
+    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
+    (S.PENDING, E.BOUND_ENDED): (S.GONE, _PENDING_LEFT),
+    (S.PENDING, E.REPLACED): (S.GONE, _PENDING_LEFT),
     (S.PENDING, E.RELOAD): (S.RELOADED, (F.HOLD,)),
     (S.PENDING, E.TAKEN): (S.PENDING, _),
     (S.PENDING, E.PLACED): (S.RESERVING, (F.ASSUME,)),
     (S.PENDING, E.NOT_PLACED): (S.PENDING, (F.PARK,)),
     (S.PENDING, E.CHECKED_PENDING): (S.PENDING, _),
     (S.PENDING, E.CHECKED_BOUND): (S.PENDING, _),  # the bound watch will say so
-    (S.PENDING, E.CHECKED_GONE): (S.GONE, _),
+    (S.PENDING, E.CHECKED_GONE): (S.GONE, _PENDING_LEFT),
     # ---- pending, holding a previous leader's reservation ----------------------------------
     (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
+    (S.RELOADED, E.PENDING_SAME): (S.RELOADED, _),
     # Bound by the previous leader's late Binding, or deleted: read it back before freeing.
     (S.RELOADED, E.PENDING_LEFT): (S.RELOADED, (F.CHECK,)),
-    (S.RELOADED, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
-    (S.RELOADED, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.RECONCILE, F.WAKE)),
-    (S.RELOADED, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
-    (S.RELOADED, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.RELOADED, E.PENDING_ENDED): (S.GONE, _LEFT),
+    (S.RELOADED, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE)),
+    (S.RELOADED, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.RELOADED, E.REPLACED): (S.GONE, _LEFT),
     (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
-    # Decided afresh: the snapshot lets the old reservation go; the new one replaces it in the
-    # store, and if there is none, the reconcile frees it.
+    # Decided afresh: the snapshot lets the old reservation go (quietly: it is being decided);
+    # the new one replaces it in the store, and if there is none, the reconcile frees it.
     (S.RELOADED, E.TAKEN): (S.PENDING, (F.FORGET, F.RECONCILE)),
     (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),
-    (S.RELOADED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.DEQUEUE, F.RECONCILE)),
-    (S.RELOADED, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
+    (S.RELOADED, E.CHECKED_BOUND): (
+        S.BOUND,
+        (F.CHARGE, F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE),
+    ),
+    (S.RELOADED, E.CHECKED_GONE): (S.GONE, _LEFT),
     # ---- assumed; the store reservation is being written ------------------------------------
     (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, (F.KEEP_POD,)),
+    (S.RESERVING, E.PENDING_SAME): (S.RESERVING, _),
     (S.RESERVING, E.PENDING_LEFT): (S.RESERVING, _),  # the bind will tell (404: BIND_GONE)
     # Gone: the assumption goes; the store's answer for a pod no longer in the book (GONE,
     # RESERVE_OK) releases whatever the reservation wrote.
-    (S.RESERVING, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
-    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.WAKE)),
-    (S.RESERVING, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
-    (S.RESERVING, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.RESERVING, E.PENDING_ENDED): (S.GONE, _LEFT),
+    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
+    (S.RESERVING, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.RESERVING, E.REPLACED): (S.GONE, _LEFT),
     (S.RESERVING, E.RESERVE_OK): (S.BINDING, (F.BIND,)),
-    (S.RESERVING, E.RESERVE_FAILED): (S.PENDING, (F.FORGET, F.BACKOFF)),
-    (S.RESERVING, E.RESERVE_FENCED): (S.PENDING, (F.FORGET, F.ENQUEUE)),
+    (S.RESERVING, E.RESERVE_FAILED): (
+        S.PENDING,
+        (F.FORGET, F.RETRY, F.BACKOFF, F.RESTORE_NOMINATION),
+    ),
+    (S.RESERVING, E.RESERVE_FENCED): (
+        S.PENDING,
+        (F.FORGET, F.RETRY, F.ENQUEUE, F.RESTORE_NOMINATION),
+    ),
     (S.RESERVING, E.CHECKED_PENDING): (S.RESERVING, _),
     (S.RESERVING, E.CHECKED_BOUND): (S.RESERVING, _),
     (S.RESERVING, E.CHECKED_GONE): (S.RESERVING, _),
     # ---- the Binding is in flight ----------------------------------------------------------
     (S.BINDING, E.PENDING_SEEN): (S.BINDING, _),  # older than our bind
+    (S.BINDING, E.PENDING_SAME): (S.BINDING, _),
     (S.BINDING, E.PENDING_LEFT): (S.BINDING, _),  # our bind moved it off the pending watch
-    (S.BINDING, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
-    (S.BINDING, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
-    (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.BINDING, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
-    (S.BINDING, E.REPLACED): (S.GONE, (F.FREE,)),
-    (S.BINDING, E.BIND_OK): (S.ASSUMED, (F.MARK_BOUND, F.SCHEDULED)),
-    # Not bound: let the assumption and the reservation go; re-read it in case it left.
-    (S.BINDING, E.BIND_FAILED): (S.PENDING, (F.FORGET, F.RELEASE_STORE, F.BACKOFF, F.CHECK)),
-    (S.BINDING, E.BIND_GONE): (S.GONE, (F.FREE,)),
+    (S.BINDING, E.PENDING_ENDED): (S.GONE, _LEFT),
+    (S.BINDING, E.BOUND_SEEN): (S.BOUND, (F.END_NOMINATION, F.WAKE)),
+    (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE, F.END_NOMINATION)),
+    (S.BINDING, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.BINDING, E.REPLACED): (S.GONE, _LEFT),
+    (S.BINDING, E.BIND_OK): (S.ASSUMED, (F.MARK_BOUND, F.SCHEDULED, F.END_NOMINATION)),
+    # Not bound: let the assumption and the reservation go; re-read it in case it left. A
+    # preemptor holds its nominated GPUs again (a Binding may fail: they were kept for it).
+    (S.BINDING, E.BIND_FAILED): (
+        S.PENDING,
+        (F.FORGET, F.RELEASE_STORE, F.RETRY, F.BACKOFF, F.CHECK, F.RESTORE_NOMINATION),
+    ),
+    (S.BINDING, E.BIND_GONE): (S.GONE, _LEFT),
     # Bound by someone else (a previous leader): where it is bound is the truth.
-    (S.BINDING, E.BIND_ELSEWHERE): (S.BOUND, (F.CHARGE, F.RECONCILE)),
+    (S.BINDING, E.BIND_ELSEWHERE): (S.BOUND, (F.CHARGE, F.RECONCILE, F.END_NOMINATION)),
     # Maybe bound (a Binding abandoned at its timeout may still commit): hold everything and
     # send the same Binding again until an answer says (201, or 409 on a pod bound as we asked).
     (S.BINDING, E.BIND_UNKNOWN): (S.BINDING, (F.REBIND,)),
-    (S.BINDING, E.CHECKED_PENDING): (S.PENDING, (F.FORGET, F.RELEASE_STORE, F.BACKOFF)),
-    (S.BINDING, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE)),
-    (S.BINDING, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
+    (S.BINDING, E.CHECKED_PENDING): (
+        S.PENDING,
+        (F.FORGET, F.RELEASE_STORE, F.RETRY, F.BACKOFF, F.RESTORE_NOMINATION),
+    ),
+    (S.BINDING, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE, F.END_NOMINATION)),
+    (S.BINDING, E.CHECKED_GONE): (S.GONE, _LEFT),
     # ---- bound by us, not yet seen by the bound watch --------------------------------------
     (S.ASSUMED, E.PENDING_SEEN): (S.ASSUMED, _),  # a pending re-list older than our bind
+    (S.ASSUMED, E.PENDING_SAME): (S.ASSUMED, _),
     (S.ASSUMED, E.PENDING_LEFT): (S.ASSUMED, _),
-    (S.ASSUMED, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
+    (S.ASSUMED, E.PENDING_ENDED): (S.GONE, _LEFT),
     (S.ASSUMED, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
     (S.ASSUMED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.ASSUMED, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
+    (S.ASSUMED, E.BOUND_ENDED): (S.GONE, _LEFT),
     # A re-list that started before our bind landed: read the pod rather than free it.
     (S.ASSUMED, E.BOUND_MISSING): (S.ASSUMED, (F.CHECK,)),
-    (S.ASSUMED, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.ASSUMED, E.REPLACED): (S.GONE, _LEFT),
     (S.ASSUMED, E.CHECKED_PENDING): (S.ASSUMED, _),
     (S.ASSUMED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE,)),
-    (S.ASSUMED, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
+    (S.ASSUMED, E.CHECKED_GONE): (S.GONE, _LEFT),
     # ---- bound: the apiserver's truth ------------------------------------------------------
     (S.BOUND, E.PENDING_SEEN): (S.BOUND, _),  # a node name is never unset: a stale event
+    (S.BOUND, E.PENDING_SAME): (S.BOUND, _),
     (S.BOUND, E.PENDING_LEFT): (S.BOUND, _),
     (S.BOUND, E.PENDING_ENDED): (S.BOUND, _),  # the bound watch says when it ends
     (S.BOUND, E.BOUND_SEEN): (S.BOUND, _),
     (S.BOUND, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.BOUND, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
-    (S.BOUND, E.BOUND_MISSING): (S.GONE, (F.FREE,)),
-    (S.BOUND, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.BOUND, E.BOUND_ENDED): (S.GONE, _BOUND_LEFT),
+    (S.BOUND, E.BOUND_MISSING): (S.GONE, _BOUND_LEFT),
+    (S.BOUND, E.REPLACED): (S.GONE, _BOUND_LEFT),
     # Our bind's answer came after the watch showed the pod bound.
     (S.BOUND, E.BIND_OK): (S.BOUND, (F.MARK_BOUND, F.SCHEDULED)),
     (S.BOUND, E.BIND_FAILED): (S.BOUND, (F.RECONCILE,)),
@@ -244,30 +288,33 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BOUND, E.CHECKED_GONE): (S.BOUND, _),  # the bound watch says when it ends
     # ---- bound, another scheduler's, holding no GPU we track --------------------------------
     (S.OTHER, E.PENDING_SEEN): (S.OTHER, _),  # older than its bind
+    (S.OTHER, E.PENDING_SAME): (S.OTHER, _),
     (S.OTHER, E.PENDING_LEFT): (S.OTHER, _),
     (S.OTHER, E.PENDING_ENDED): (S.OTHER, _),  # the bound watch says when it ends
     (S.OTHER, E.OTHER_SEEN): (S.OTHER, _),
     (S.OTHER, E.BOUND_SEEN): (S.BOUND, _),  # it holds GPUs now (annotated later)
-    (S.OTHER, E.BOUND_ENDED): (S.GONE, (F.UNCHARGE,)),
-    (S.OTHER, E.BOUND_MISSING): (S.GONE, (F.UNCHARGE,)),
-    (S.OTHER, E.REPLACED): (S.GONE, (F.UNCHARGE,)),
+    # Nothing of it is in the store, nor queued: the snapshot lets its record go.
+    (S.OTHER, E.BOUND_ENDED): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
+    (S.OTHER, E.BOUND_MISSING): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
+    (S.OTHER, E.REPLACED): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
     (S.OTHER, E.CHECKED_PENDING): (S.OTHER, _),
     (S.OTHER, E.CHECKED_BOUND): (S.OTHER, _),
     (S.OTHER, E.CHECKED_GONE): (S.OTHER, _),
     # ---- a previous leader's record, no watch has shown its pod yet -------------------------
     # Its GPUs stay held (the reconcile keeps the record as bound) until a re-read or a watch
-    # says: bound (the truth is charged), pending again (a reservation to decide afresh), gone.
+    # says: bound (the truth is charged), pending (a reservation to decide afresh), gone.
     (S.INHERITED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
+    (S.INHERITED, E.PENDING_SAME): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     (S.INHERITED, E.PENDING_LEFT): (S.INHERITED, _),
-    (S.INHERITED, E.PENDING_ENDED): (S.GONE, (F.FREE,)),
+    (S.INHERITED, E.PENDING_ENDED): (S.GONE, _BOUND_LEFT),
     (S.INHERITED, E.BOUND_SEEN): (S.BOUND, (F.RECONCILE, F.WAKE)),
     (S.INHERITED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.INHERITED, E.BOUND_ENDED): (S.GONE, (F.FREE,)),
-    (S.INHERITED, E.REPLACED): (S.GONE, (F.FREE,)),
+    (S.INHERITED, E.BOUND_ENDED): (S.GONE, _BOUND_LEFT),
+    (S.INHERITED, E.REPLACED): (S.GONE, _BOUND_LEFT),
     (S.INHERITED, E.INHERIT): (S.INHERITED, (F.HOLD,)),
     (S.INHERITED, E.CHECKED_PENDING): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     (S.INHERITED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE, F.WAKE)),
-    (S.INHERITED, E.CHECKED_GONE): (S.GONE, (F.FREE,)),
+    (S.INHERITED, E.CHECKED_GONE): (S.GONE, _BOUND_LEFT),
 }
 
 # Stages whose reservation the store must keep at a reconcile (not the truth yet, not free).
@@ -280,6 +327,18 @@ LISTED_STAGES = frozenset({S.ASSUMED, S.BOUND, S.OTHER})
 SCHEDULABLE_STAGES = frozenset({S.PENDING, S.RELOADED})
 
 
+class Explanation(msgspec.Struct):
+    """A pod's last decision, as /debug/pods shows it."""
+
+    pod: str
+    result: str
+    reason: str = ""
+    node: str = ""
+    devices: tuple[int, ...] = ()
+    gang: str | None = None
+    attempts: int = 0
+
+
 @dataclass(slots=True)
 class Entry:
     key: str
@@ -290,7 +349,8 @@ class Entry:
     placement: Placement | None = None  # while reserving, binding or assumed
     reported: str | None = None  # the last reason written to the pod, to not repeat it
     timed_out: bool = False  # its gang's GangTimeout event was sent
-    explanation: object | None = None  # the last decision, for /debug
+    explanation: Explanation | None = None  # the last decision, for /debug
+    checking: bool = False  # a re-read (effect CHECK) is under way
     gang: str | None = None  # the pending object's gang (PodBook.set_pod)
     version: int = 0  # the newest resourceVersion any event or read showed of this pod
 
@@ -300,10 +360,8 @@ class Ctx:
     """What an event carries for its effects (each effect reads the fields it needs)."""
 
     pod: PodInput | None = None  # the pod as the event saw it
-    changed: bool = True  # PENDING_SEEN: the pod differs from the one the book had
     placement: Placement | None = None
-    holding: Holding | None = None  # RELOAD: the previous leader's reservation
-    replicas: int = 0  # the gang's replica count of the placement
+    holding: Holding | None = None  # RELOAD, INHERIT: the previous leader's reservation
     result: str = ""  # NOT_PLACED: "waiting" or "unschedulable"
     reason: str = ""
     retry_by: float | None = None

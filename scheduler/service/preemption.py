@@ -53,8 +53,9 @@ from scheduler.core.preemption import NoPreemption, Preemption, preempt
 from scheduler.kube.podgroups import Eviction
 from scheduler.state.base import Fenced, Nomination, Store, StoreError
 
-from .binder import Cluster
+from .apiserver import Cluster
 from .leader import Leadership
+from .podbook import SCHEDULABLE_STAGES, PodBook
 
 log = structlog.get_logger("scheduler")
 
@@ -102,6 +103,7 @@ class Preemptions:
     def __init__(
         self,
         state: ClusterState,
+        book: PodBook,
         store: Store,
         leadership: Leadership,
         cluster: Cluster,
@@ -115,6 +117,7 @@ class Preemptions:
         evictions: Counter,
     ) -> None:
         self.state = state
+        self.book = book  # whether a pod is still pending here
         self.store = store
         self.leadership = leadership
         self.cluster = cluster
@@ -125,8 +128,6 @@ class Preemptions:
         self.on_fenced = on_fenced
         self.hold_s = hold_s
         self.evictions = evictions  # scheduler_evictions{reason, outcome}
-        # Whether the pod book still has this pod (key, UID) pending; set by the service.
-        self.still_pending: Callable[[str, str], bool] = lambda key, uid: True
         # Preemptor pod key -> its nomination.
         self.held: dict[str, Held] = {}
         # Unit pods whose last search found nothing -> (when to search again, what it said).
@@ -161,7 +162,9 @@ class Preemptions:
         if not await self._write(result, epoch):
             return f"{reason} preemption: postponed, the store did not take the nominations"
         pods = {p.key: p for p in unit.pods}
-        if not all(self.still_pending(key, pod.uid) for key, pod in pods.items()):
+        if not all(
+            self.book.stage(key, pod.uid) in SCHEDULABLE_STAGES for key, pod in pods.items()
+        ):
             # A pod of the unit left (or was bound) while the store wrote: evict nobody.
             self.spawn(self._drop([n.uid for n in result.nominations]))
             return reason

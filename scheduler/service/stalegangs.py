@@ -22,19 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from prometheus_client import Counter
 
 from scheduler.core.cluster import ClusterState, Holding
-from scheduler.kube.podgroups import EvictResult
+
+from .apiserver import Evictor
 
 log = structlog.get_logger("scheduler")
-
-
-class Evictor(Protocol):
-    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult: ...
 
 
 # An event on a pod: (key, uid, reason, message, kind).
@@ -73,14 +70,15 @@ class StaleGangs:
         self.pending: dict[str, _Stale] = {}  # gang -> its eviction deadline (policy evict)
 
     def member_left(self, holding: Holding | None, phase: str) -> None:
-        """A bound pod left the snapshot (already freed there); ``holding`` is what it held
-        before, ``phase`` its last phase ("" when it was deleted)."""
+        """A bound pod is leaving (the snapshot frees it next); ``holding`` is what it holds,
+        ``phase`` its last phase ("" when it was deleted). Its gang's members left running are
+        counted without it."""
         if holding is None or not holding.gang or not holding.replicas:
             return
         if phase == "Succeeded":
             return
         gang, minimum = holding.gang, holding.replicas
-        left = self._running(gang)
+        left = [h for h in self._running(gang) if h.pod != holding.pod]
         if not left or len(left) >= minimum or not self.leading():
             return
         how = "failed" if phase == "Failed" else "was deleted"

@@ -35,11 +35,12 @@ import structlog
 
 from scheduler.core.cluster import ClusterState, Holding, bits
 from scheduler.core.decisions import Share
-from scheduler.state.base import Claim, ShareClaim, Store, StoreError
+from scheduler.state.base import Claim, Record, ShareClaim, Store, StoreError
 
 from .inventories import NodeInventories
 from .leader import Leadership
-from .podbook import RESERVED_STAGES, Ctx, Event, PodBook, Stage
+from .podbook import RESERVED_STAGES, PodBook, Stage
+from .tasks import Tasks
 
 log = structlog.get_logger("scheduler")
 
@@ -59,15 +60,24 @@ class StoreSync:
         store: Store,
         leadership: Leadership,
         clock: Callable[[], float],
-        dispatch: Callable[[str, str, Event, Ctx | None], None],
+        tasks: Tasks,
+        may_write: Callable[[], bool],
     ) -> None:
         self.state = state
         self.book = book
         self.store = store
         self.leadership = leadership
         self.clock = clock
-        self._dispatch = dispatch
-        self.inventories: NodeInventories | None = None
+        # The nodes' inventories in the store follow the snapshot's; a failed write of them
+        # asks for a reconcile, which writes them all.
+        self.inventories = NodeInventories(
+            store,
+            leadership,
+            lambda: {name: node.inventory for name, node in state.nodes.items()},
+            may_write,
+            tasks.spawn,
+            self.request,
+        )
         # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
         self.needed = False
         self.last = 0.0
@@ -186,13 +196,6 @@ class StoreSync:
             raise
 
     async def _write_truth(self, epoch: int, elected: bool) -> None:
-        assert self.inventories is not None
-        records = await self.store.records() if elected else {}
-        for record in records.values():
-            key = record.claim.pod
-            if self.book.get(key) is None and self.state.held(key) is None:
-                holding = holding_of_claim(record.claim)
-                self._dispatch(key, record.claim.uid, Event.INHERIT, Ctx(holding=holding))
         reserved = {e.key for e in self.book.in_stages(RESERVED_STAGES)}
         truth = [
             c
@@ -203,26 +206,34 @@ class StoreSync:
         keep = [e.uid for e in self.book.in_stages(keep_stages) if e.uid]
         async with self.inventories.reconciling(elected) as nodes:
             report = await self.store.reconcile(self.leadership.holder, epoch, truth, keep, nodes)
-        loaded = 0
-        if elected:
-            # Reservations a previous leader made for pods still pending: keep their GPUs out of
-            # reach until those pods are decided again (their own new reservation replaces them).
-            pending = {e.uid: e for e in self.book.in_stages(frozenset({Stage.PENDING}))}
-            for record in records.values():
-                entry = pending.get(record.claim.uid)
-                if record.state == "reserved" and entry is not None:
-                    ctx = Ctx(holding=holding_of_claim(record.claim))
-                    self._dispatch(entry.key, entry.uid, Event.RELOAD, ctx)
-                    loaded += 1
         log.info(
             "reconciled store",
             epoch=epoch,
             added=report.added,
             freed=report.freed,
             kept=report.kept,
-            loaded_reservations=loaded,
             conflicts=list(report.conflicts),
         )
+
+    def unknown(self, records: dict[str, Record]) -> list[tuple[str, str, Holding]]:
+        """A new leader's inheritance: the records (of ``store.records()``, read before its
+        reconcile) of pods the book does not know, as (pod, UID, holding)."""
+        return [
+            (r.claim.pod, r.claim.uid, holding_of_claim(r.claim))
+            for r in records.values()
+            if self.book.get(r.claim.pod) is None and self.state.held(r.claim.pod) is None
+        ]
+
+    def reloadable(self, records: dict[str, Record]) -> list[tuple[str, str, Holding]]:
+        """Reservations a previous leader made for pods still pending, as (pod, UID, holding):
+        their GPUs stay out of reach until those pods are decided again (their own new
+        reservation replaces them)."""
+        pending = {e.uid: e for e in self.book.in_stages(frozenset({Stage.PENDING}))}
+        return [
+            (entry.key, entry.uid, holding_of_claim(r.claim))
+            for r in records.values()
+            if r.state == "reserved" and (entry := pending.get(r.claim.uid)) is not None
+        ]
 
     def claim_of(self, holding: Holding) -> Claim | None:
         if not holding.uid:

@@ -131,7 +131,7 @@ async def test_1_a_bound_relist_older_than_our_bind_keeps_the_gang(backend: Back
     await r.settle()
     assert len(r.api.binds) == 2
     for key in ("default/a", "default/b"):
-        r.s.pending_event("DELETED", r.api.pods[key])  # our binds moved them off the watch
+        r.s.intake.pending_event("DELETED", r.api.pods[key])  # our binds moved them off the watch
         assert r.s.book.stage(key) is Stage.ASSUMED
     # The bound watch re-lists (410 Gone); the LIST was answered before our Bindings landed.
     r.s.intake.replace_bound([], 0)
@@ -212,7 +212,7 @@ async def test_2_a_pending_relist_older_than_our_bind_does_not_decide_again(
     await r.step()
     await r.settle()
     r.bound_seen("default/a")
-    r.s.replace_pending([stale])  # a LIST answered before our Binding
+    r.s.intake.replace_pending([stale])  # a LIST answered before our Binding
     assert await r.step() is None  # nothing to decide
     await r.settle()
     assert len(r.api.binds) == 1
@@ -276,7 +276,7 @@ async def test_3_after_a_flushed_store_the_new_leader_waits_out_the_old_leaders_
     assert await a.elect([node(1)]) == 2
     assert a.s.may_decide()
     p = a.pending(MakePod().Name("p").Req(1).Obj())
-    b.s.pending_event("ADDED", p)
+    b.s.intake.pending_event("ADDED", p)
     api.gates["default/p"] = gate = asyncio.Event()
     await a.step()  # p's Binding is in flight
     assert await store_of(a) == ({"default/p": "reserved:(0,)"}, {0: "default/p"}, {})
@@ -284,7 +284,7 @@ async def test_3_after_a_flushed_store_the_new_leader_waits_out_the_old_leaders_
     assert await b.elect([node(1)]) == 1
     assert not b.s.may_decide()  # whoever led before is unknown: wait one lease
     q = b.pending(MakePod().Name("q").Req(1).Obj())
-    a.s.pending_event("ADDED", q)
+    a.s.intake.pending_event("ADDED", q)
     gate.set()  # a's Binding lands within its bind timeout, inside that wait
     await a.settle()  # a's store write after the bind is fenced: b holds the lease
     b.bound_seen("default/p")
@@ -302,7 +302,7 @@ async def test_3_after_a_flushed_store_the_new_leader_waits_out_the_old_leaders_
     # writes it to the store, at b's epoch.
     b.s.sync.request()
     backend.clock.now += RECONCILE_MIN_S
-    await b.s.reconcile_if_needed()
+    await b.s.sync.if_needed()
     assert await store_of(b) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
     assert [o.epoch for o in (await backend.store.owners("n")).values()] == [1]
 
@@ -322,10 +322,10 @@ async def test_4_a_gang_deleted_after_its_node_leaves_nothing_behind(backend: Ba
         {0: "default/g0", 1: "default/g1"},
         {"default/job": "bound:default/g0,default/g1"},
     )
-    r.s.node_event("DELETED", node(2))
+    r.s.intake.node_event("DELETED", node(2))
     for m in members:
-        r.s.bound_event("DELETED", r.api.delete(m.key))
-    r.s.node_event("ADDED", node(2))
+        r.s.intake.bound_event("DELETED", r.api.delete(m.key))
+    r.s.intake.node_event("ADDED", node(2))
     assert r.s.state.nodes["n"].free_mask == 0b11 and r.s.state.gang_bound == {}
     await r.settle()  # the store lets g0 and g1 go
     assert await store_of(r) == ({}, {}, {})
@@ -347,10 +347,10 @@ async def test_4_a_bound_relist_removes_pods_whose_node_was_deleted(backend: Bac
     r = backend.live()
     pod = r.api.create(MakePod().Name("g0").Req(1).Bound("n", "0").Obj())
     await r.elect([node(1)], [pod])
-    r.s.replace_nodes([])
+    r.s.intake.replace_nodes([])
     r.api.delete(pod.key)
     r.s.intake.replace_bound(*r.bound_list())
-    r.s.replace_nodes([node(1)])
+    r.s.intake.replace_nodes([node(1)])
     assert r.s.state.nodes["n"].free_mask == 0b1
     assert r.s.book.entries == {}
     await r.settle()
@@ -377,7 +377,7 @@ async def test_5_a_reservation_a_failed_release_left_is_freed_by_the_next_reconc
     assert r.s.book.stage("default/a") is Stage.PENDING and r.held("default/a") is None
     assert await store_of(r) == ({"default/a": "reserved:(0,)"}, {0: "default/a"}, {})
     r.clock.now += RECONCILE_MIN_S
-    await r.s.reconcile_if_needed()
+    await r.s.sync.if_needed()
     # Our own epoch's reservation, but the book holds nothing for it: freed.
     assert not r.s.sync.needed
     assert await store_of(r) == ({}, {}, {})
@@ -396,7 +396,7 @@ async def test_6_a_gang_member_deleted_while_a_sibling_binds_is_freed(backend: B
     await until(lambda: len(r.api.binds) == 1)  # a is bound, b's Binding waits
     assert (await r.gangs()) == {"default/job": "reserved:default/a,default/b"}
     r.bound_seen("default/a")
-    r.s.bound_event("DELETED", r.api.delete("default/a"))
+    r.s.intake.bound_event("DELETED", r.api.delete("default/a"))
     assert r.held("default/a") is None
     gate.set()
     await r.settle()
@@ -418,7 +418,7 @@ async def test_6_a_pod_deleted_while_its_own_bind_is_in_flight(backend: Backend)
     a = r.pending(MakePod().Name("a").Req(1).Obj())
     r.api.gates["default/a"] = gate = asyncio.Event()
     await r.step()
-    r.s.pending_event("MODIFIED", r.api.stamp(msgspec.structs.replace(a, deleting=True)))
+    r.s.intake.pending_event("MODIFIED", r.api.stamp(msgspec.structs.replace(a, deleting=True)))
     assert r.held("default/a") is None
     r.api.delete("default/a")
     gate.set()
@@ -438,14 +438,14 @@ async def test_7_a_reloaded_reservation_of_a_pod_deleted_before_its_turn_is_free
     await reloaded(r)
     assert await store_of(r) == ({"default/p": "reserved:(0,)"}, {0: "default/p"}, {})
     gone = r.api.delete("default/p")
-    r.s.pending_event("MODIFIED", msgspec.structs.replace(gone, deleting=True))
-    r.s.pending_event("DELETED", msgspec.structs.replace(gone, deleting=True))
+    r.s.intake.pending_event("MODIFIED", msgspec.structs.replace(gone, deleting=True))
+    r.s.intake.pending_event("DELETED", msgspec.structs.replace(gone, deleting=True))
     await r.settle()
     assert r.held("default/p") is None and r.s.state.nodes["n"].free_mask == 0b1
     assert await store_of(r) == ({}, {}, {})
     r.clock.now += RECONCILE_MIN_S
     r.s.sync.request()
-    await r.s.reconcile_if_needed()
+    await r.s.sync.if_needed()
     assert await store_of(r) == ({}, {}, {})  # never recorded as bound
 
 
@@ -455,7 +455,7 @@ async def test_7_a_reloaded_pod_that_left_the_pending_watch_is_read_back(
     r = backend.live()
     r.api.gates["default/p"] = asyncio.Event()
     await reloaded(r)
-    r.s.pending_event("DELETED", r.api.delete("default/p"))  # deleted or bound? read it back
+    r.s.intake.pending_event("DELETED", r.api.delete("default/p"))  # deleted or bound? read it back
     await r.settle()
     assert r.held("default/p") is None and r.s.book.entries == {}
     assert await store_of(r) == ({}, {}, {})
@@ -468,11 +468,11 @@ async def test_7_a_reloaded_pod_the_old_leader_did_bind_is_kept_as_bound(
     r.api.gates["default/p"] = asyncio.Event()
     await reloaded(r)
     # The old leader's Binding had landed after all; the pod left the pending watch.
-    r.s.pending_event("DELETED", r.api.land("default/p", "n", "0"))
+    r.s.intake.pending_event("DELETED", r.api.land("default/p", "n", "0"))
     await r.settle()  # read back: bound, and the reconcile it asked for is due
     assert r.s.book.stage("default/p") is Stage.BOUND and r.held("default/p") == ("n", [0])
     r.clock.now += RECONCILE_MIN_S
-    await r.s.reconcile_if_needed()
+    await r.s.sync.if_needed()
     assert await store_of(r) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
 
 
@@ -494,7 +494,7 @@ async def test_a_burst_of_deletes_frees_every_record_without_a_reconcile(
         r.bound_seen(pod.key)
     assert len(await r.records()) == 200
     for pod in pods:
-        r.s.bound_event("DELETED", r.api.delete(pod.key))
+        r.s.intake.bound_event("DELETED", r.api.delete(pod.key))
     await r.settle()
     assert r.s.book.entries == {} and r.s.state.holdings == {}
     assert not r.s.sync.needed  # nothing failed
@@ -505,42 +505,42 @@ async def test_a_burst_of_deletes_frees_every_record_without_a_reconcile(
 async def test_per_pod_structures_shrink_back_after_pods_come_and_go(backend: Backend) -> None:
     r = backend.live()
     standby = backend.replica(r.api, "standby")
-    standby.s.replace_nodes([node(8)])
-    standby.s.replace_bound([])
+    standby.s.intake.replace_nodes([node(8)])
+    standby.s.intake.replace_bound([])
     await r.elect([node(8)])
     for i in range(300):
         pod = r.pending(MakePod().Name(f"p{i}").Req(1).Obj())
-        standby.s.pending_event("ADDED", pod)
+        standby.s.intake.pending_event("ADDED", pod)
         if i % 3 == 0:
             await r.step()
             await r.settle()
             r.bound_seen(pod.key)
             standby.bound_seen(pod.key)
             gone = r.api.delete(pod.key)
-            r.s.bound_event("DELETED", gone)
-            standby.s.bound_event("DELETED", gone)
+            r.s.intake.bound_event("DELETED", gone)
+            standby.s.intake.bound_event("DELETED", gone)
         elif i % 3 == 1:
             gone = r.api.delete(pod.key)
-            r.s.pending_event("DELETED", msgspec.structs.replace(gone, deleting=True))
-            standby.s.pending_event("DELETED", msgspec.structs.replace(gone, deleting=True))
+            r.s.intake.pending_event("DELETED", msgspec.structs.replace(gone, deleting=True))
+            standby.s.intake.pending_event("DELETED", msgspec.structs.replace(gone, deleting=True))
         else:
             # Another scheduler's pod without GPUs comes, runs and finishes beside ours.
             other = job_pod(r.api, f"j{i}")
-            r.s.bound_event("ADDED", other)
-            standby.s.bound_event("ADDED", other)
+            r.s.intake.bound_event("ADDED", other)
+            standby.s.intake.bound_event("ADDED", other)
             gone = msgspec.structs.replace(r.api.delete(pod.key), deleting=True)
-            r.s.pending_event("DELETED", gone)
-            standby.s.pending_event("DELETED", gone)
+            r.s.intake.pending_event("DELETED", gone)
+            standby.s.intake.pending_event("DELETED", gone)
             done = r.api.stamp(msgspec.structs.replace(r.api.pods[other.key], phase="Succeeded"))
-            r.s.bound_event("DELETED", done)
-            standby.s.bound_event("DELETED", done)
+            r.s.intake.bound_event("DELETED", done)
+            standby.s.intake.bound_event("DELETED", done)
             r.api.delete(other.key)
     await r.settle()
     for s in (r.s, standby.s):
         assert s.book.entries == {}
         assert s.state.holdings == {} and s.state.index.records == {}
         assert all(n <= 64 for n in s.queue.sizes().values()), s.queue.sizes()
-        assert s._checking == set()
+        assert s.sizes()["loop"] == {"tasks": 0, "events": 0}
     assert await r.records() == {}
 
 
@@ -566,14 +566,14 @@ async def test_drift1_pods_of_another_scheduler_are_uncharged_when_they_finish_o
     # (it leaves the bound watch's selector: DELETED, phase Succeeded), one is deleted, one
     # finishes while the bound watch is down (the re-list lacks it).
     for name, end in (("j1", "finished"), ("j2", "deleted"), ("j3", "relisted")):
-        r.s.bound_event("ADDED", job_pod(r.api, name))
+        r.s.intake.bound_event("ADDED", job_pod(r.api, name))
         assert r.s.state.nodes["n"].requested["cpu"] == 4000
         if end == "finished":
             done = msgspec.structs.replace(r.api.pods[f"default/{name}"], phase="Succeeded")
-            r.s.bound_event("DELETED", r.api.stamp(done))
+            r.s.intake.bound_event("DELETED", r.api.stamp(done))
             r.api.delete(f"default/{name}")
         elif end == "deleted":
-            r.s.bound_event("DELETED", r.api.delete(f"default/{name}"))
+            r.s.intake.bound_event("DELETED", r.api.delete(f"default/{name}"))
         else:
             r.api.delete(f"default/{name}")
             r.s.intake.replace_bound(*r.bound_list())
@@ -587,9 +587,9 @@ async def test_drift1_pods_of_another_scheduler_are_uncharged_when_they_finish_o
     assert r.api.evictions == []
     assert await store_of(r) == ({"default/a": "bound:(0,)"}, {0: "default/a"}, {})
     # Memory: nothing of the Job pods stays; while one runs, it has its own entry.
-    r.s.bound_event("ADDED", job_pod(r.api, "j4", cpu="1"))
+    r.s.intake.bound_event("ADDED", job_pod(r.api, "j4", cpu="1"))
     assert r.s.book.stage("default/j4") is Stage.OTHER
-    r.s.bound_event("DELETED", r.api.delete("default/j4"))
+    r.s.intake.bound_event("DELETED", r.api.delete("default/j4"))
     assert set(r.s.book.entries) == {"default/a"}
     assert set(r.s.state.index.records) == {"default/a"}
 
@@ -613,7 +613,7 @@ async def relist_with_a_recreated_pod(backend: Backend, bind_it: bool) -> tuple[
         assert await r.step() == "default/w"
         await r.settle()
         assert r.api.binds == [("default/w", "n", "0,1")]
-        r.s.pending_event("DELETED", r.api.pods["default/w"])  # our bind moved it off
+        r.s.intake.pending_event("DELETED", r.api.pods["default/w"])  # our bind moved it off
     r.s.intake.bound_list_page(page)  # uid1, older than uid2
     entry = r.s.book.get("default/w")
     assert entry is not None and entry.uid == "uid2"
@@ -692,14 +692,14 @@ async def test_drift2_news_of_an_old_uid_does_not_end_the_new_pods_nomination(
     for name in ("low-0", "low-1"):
         r.bound_seen(f"default/{name}")
     old = r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
-    r.s.pending_event("DELETED", r.api.delete(old.key))  # deleted before its turn, recreated
+    r.s.intake.pending_event("DELETED", r.api.delete(old.key))  # deleted before its turn, recreated
     new = r.pending(msgspec.structs.replace(old, uid="uid2"))
     await run(r)
     assert r.api.evictions == ["default/low-0", "default/low-1"]
     assert "default/big" in r.s.state.nominations
     # News of the old UID arrive late: its DELETED event again, and a re-read's answer.
-    r.s.pending_event("DELETED", old)
-    r.s.dispatch(old.key, old.uid, Event.CHECKED_GONE)
+    r.s.intake.pending_event("DELETED", old)
+    r.s.effects.dispatch(old.key, old.uid, Event.CHECKED_GONE)
     assert r.s.state.nominations["default/big"].pod == new.key
     assert r.s.preemptions.tracks("default/big")
     assert [n.uid for n in (await backend.store.nominations(0)).values()] == ["uid2"]
@@ -714,16 +714,16 @@ async def test_drift3_the_new_leader_keeps_a_pod_the_old_leader_bound_just_befor
     api = Apiserver()
     a = backend.replica(api, "a")
     b = backend.replica(api, "b")
-    b.s.replace_nodes([node(1)])
-    b.s.replace_bound([])
+    b.s.intake.replace_nodes([node(1)])
+    b.s.intake.replace_bound([])
     await a.elect([node(1)])
     p = a.pending(MakePod().Name("p").Req(1).Obj())
-    b.s.pending_event("ADDED", p)
+    b.s.intake.pending_event("ADDED", p)
     await a.step()
     await a.settle()
     assert api.binds == [("default/p", "n", "0")]
     # b's pending watch drops p (bound); its bound watch has not shown it yet. a hands over.
-    b.s.pending_event("DELETED", api.pods["default/p"])
+    b.s.intake.pending_event("DELETED", api.pods["default/p"])
     assert b.s.book.get("default/p") is None
     await a.s.drain()
     await backend.store.release_lease("a", a.leadership.epoch or 0)
@@ -737,7 +737,7 @@ async def test_drift3_the_new_leader_keeps_a_pod_the_old_leader_bound_just_befor
     assert b.s.book.stage("default/p") is Stage.BOUND  # the re-read said bound
     b.bound_seen("default/p")  # and the bound watch says so later
     b.clock.now += RECONCILE_MIN_S
-    await b.s.reconcile_if_needed()
+    await b.s.sync.if_needed()
     assert await store_of(b) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
 
 
@@ -745,8 +745,8 @@ async def test_drift3_an_inherited_record_whose_pod_is_gone_is_freed(backend: Ba
     api = Apiserver()
     a = backend.replica(api, "a")
     b = backend.replica(api, "b")
-    b.s.replace_nodes([node(1)])
-    b.s.replace_bound([])
+    b.s.intake.replace_nodes([node(1)])
+    b.s.intake.replace_bound([])
     await a.elect([node(1)])
     p = a.pending(MakePod().Name("p").Req(1).Obj())
     await a.step()
@@ -847,7 +847,9 @@ async def test_a_newly_bound_pod_wakes_a_pod_waiting_for_affinity_to_it(backend:
     assert r.s.explain("default/a").result == "unschedulable"  # type: ignore[union-attr]
     assert r.s.queue.counts()["unschedulable"] == 1
     db = MakePod().Name("db").Label("app", "db").Requests(cpu="1").Bound("n").Obj()
-    r.s.bound_event("ADDED", r.api.create(msgspec.structs.replace(db, scheduler_name="other")))
+    r.s.intake.bound_event(
+        "ADDED", r.api.create(msgspec.structs.replace(db, scheduler_name="other"))
+    )
     assert r.s.queue.counts()["unschedulable"] == 0  # woken, not left for the 5-minute cap
     r.clock.now += 1.0  # its backoff since its attempt
     await r.renew()
@@ -861,7 +863,7 @@ async def test_pod_scheduled_false_is_written_only_on_the_pod_of_its_uid(backend
     r.pending(MakePod().Name("big").Req(2).Obj())
     await r.step()  # unschedulable; the report is spawned
     # Before it is sent, the pod is deleted and recreated under the same name.
-    r.s.pending_event("DELETED", r.api.delete("default/big"))
+    r.s.intake.pending_event("DELETED", r.api.delete("default/big"))
     new = r.pending(msgspec.structs.replace(MakePod().Name("big").Req(1).Obj(), uid="uid2"))
     await r.settle()
     assert "default/big" not in r.api.unschedulable  # the new pod is not told it failed

@@ -89,7 +89,7 @@ async def later(r: Replica, seconds: float) -> None:
 
 async def leaves(r: Replica, key: str) -> None:
     """An evicted pod finishes: the bound watch shows it deleted."""
-    r.s.bound_event("DELETED", r.api.delete(key))
+    r.s.intake.bound_event("DELETED", r.api.delete(key))
     await r.settle()
 
 
@@ -247,7 +247,7 @@ async def test_a_preemptor_planning_over_a_lower_nomination_ends_it(live: Live) 
     r.pending(MakePod().Name("mid").Req(1).Priority(500).Obj())
     await run(r)
     assert r.api.evictions == ["default/v"] and r.api.nominated == {"default/mid": "n"}
-    r.s.bound_event("MODIFIED", r.api.pods["default/v"])  # v terminates (slowly)
+    r.s.intake.bound_event("MODIFIED", r.api.pods["default/v"])  # v terminates (slowly)
     r.pending(MakePod().Name("high").Req(1).Priority(1000).Obj())
     await run(r)
     # high waits for the same terminating pod, on the same GPU: mid's nomination is over.
@@ -274,7 +274,7 @@ async def test_a_nomination_that_expired_while_no_one_led_is_cleared_by_the_next
     a.s.accepting = False
     a.clock.now += 301
     b = live("b")
-    b.s.pending_event("ADDED", msgspec.structs.replace(p, nominated_node="n"))
+    b.s.intake.pending_event("ADDED", msgspec.structs.replace(p, nominated_node="n"))
     await b.elect([gpu_node("n")], [b.api.pods["default/v"]])
     await b.settle()
     assert b.api.nominated == {}

@@ -23,7 +23,8 @@ from scheduler.kube.api import BindResult
 from scheduler.kube.podgroups import EvictResult, Write
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
-from scheduler.service.scheduler import RECONCILE_MIN_S, Scheduler
+from scheduler.service.scheduler import Scheduler
+from scheduler.service.storesync import RECONCILE_MIN_S
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
@@ -82,8 +83,8 @@ class Replica:
 
     async def settle(self) -> None:
         """Wait for the scheduler's background tasks (the inventory flush)."""
-        while self.scheduler._tasks:
-            await asyncio.gather(*list(self.scheduler._tasks))
+        while self.scheduler.tasks.running:
+            await asyncio.gather(*list(self.scheduler.tasks.running))
 
     async def stored_nodes(self) -> dict[str, str]:
         return cast(dict[str, str], await self.redis.hgetall("F:nodes"))
@@ -128,8 +129,8 @@ async def elect(r: Replica) -> int:
 
 async def elected_with(r: Replica, *nodes: NodeInput) -> int:
     """The replica has synced ``nodes`` and no bound pod, and has just won the lease."""
-    r.scheduler.replace_nodes(list(nodes))
-    r.scheduler.replace_bound([])
+    r.scheduler.intake.replace_nodes(list(nodes))
+    r.scheduler.intake.replace_bound([])
     return await elect(r)
 
 
@@ -142,13 +143,13 @@ async def test_a_failed_reconcile_keeps_inventory_writes_pending_and_is_tried_ag
     await elected_with(r, a)
     assert await r.stored_nodes() == stored(a)
     async with busy(r.url):
-        r.scheduler.node_event("ADDED", b)  # the flush fails: BUSY
+        r.scheduler.intake.node_event("ADDED", b)  # the flush fails: BUSY
         await r.settle()
         clock.now += RECONCILE_MIN_S
-        await r.scheduler.reconcile_if_needed()  # fails as well
+        await r.scheduler.sync.if_needed()  # fails as well
     assert await r.stored_nodes() == stored(a)
     clock.now += RECONCILE_MIN_S
-    await r.scheduler.reconcile_if_needed()  # still needed, and it writes b
+    await r.scheduler.sync.if_needed()  # still needed, and it writes b
     assert await r.stored_nodes() == stored(a, b)
 
 
@@ -164,18 +165,18 @@ async def test_later_reconciles_send_the_inventories_only_after_a_failed_write(
     await r.redis.hset("F:nodes", "stray", "{}")
     # The device plugin reported other GPUs than the store holds: a (rate-limited) reconcile.
     pod = MakePod().Name("p").Req(1)
-    r.scheduler.bound_event("ADDED", pod.Bound("a", "0").Obj())
-    r.scheduler.bound_event("MODIFIED", pod.Bound("a", "1").Obj())
+    r.scheduler.intake.bound_event("ADDED", pod.Bound("a", "0").Obj())
+    r.scheduler.intake.bound_event("MODIFIED", pod.Bound("a", "1").Obj())
     clock.now += RECONCILE_MIN_S
-    await r.scheduler.reconcile_if_needed()
+    await r.scheduler.sync.if_needed()
     assert set(await r.redis.hgetall("F:pods")) == {"uid-default-p"}  # it did reconcile
     assert await r.stored_nodes() == {**stored(a), "stray": "{}"}  # without the inventories
     # A failed inventory write: the reconcile it asks for writes them all.
     async with busy(r.url):
-        r.scheduler.node_event("ADDED", b)
+        r.scheduler.intake.node_event("ADDED", b)
         await r.settle()
     clock.now += RECONCILE_MIN_S
-    await r.scheduler.reconcile_if_needed()
+    await r.scheduler.sync.if_needed()
     assert await r.stored_nodes() == stored(a, b)
 
 
@@ -197,13 +198,13 @@ async def test_a_leader_whose_first_reconcile_fails_gives_the_lease_up_and_compe
     )
     await r.redis.flushall()
     a = node("a")
-    r.scheduler.replace_nodes([a])
+    r.scheduler.intake.replace_nodes([a])
     task = asyncio.create_task(r.leadership.run(r.scheduler.on_elected, r.scheduler.on_lost))
     try:
         # The lease is won; the reconcile waits for the bound pods' watch to sync.
         await until(lambda: r.leadership.epoch is not None, task, "the lease was won")
         async with busy(r.url):
-            r.scheduler.replace_bound([])  # the reconcile runs now, and fails: BUSY
+            r.scheduler.intake.replace_bound([])  # the reconcile runs now, and fails: BUSY
             await until(lambda: r.leadership.epoch is None, task, "the lease was given up")
             assert not r.scheduler.ready_to_schedule
             assert r.scheduler.metrics.registry.get_sample_value("scheduler_leader") == 0

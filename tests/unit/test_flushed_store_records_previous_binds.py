@@ -41,7 +41,7 @@ async def test_a_previous_leaders_bind_seen_after_the_reconcile_is_recorded() ->
     await store.release_lease("x", 1)
     await a.elect([node(2)])
     p = a.pending(MakePod().Name("p").Req(1).Obj())
-    b.s.pending_event("ADDED", p)
+    b.s.intake.pending_event("ADDED", p)
     api.gates["default/p"] = gate = asyncio.Event()
     await a.step()  # p's Binding is in flight
     store.__init__(clock)  # type: ignore[misc]  # FLUSHALL

@@ -111,7 +111,7 @@ async def test_a_gang_below_its_minimum_is_reported_at_once_and_nothing_is_evict
     await r.elect([node(2)])
     await bound_gang(r, "a", "b")
     failed = msgspec.structs.replace(r.api.pods["default/a"], phase="Failed")
-    r.s.bound_event("MODIFIED", failed)
+    r.s.intake.bound_event("MODIFIED", failed)
     await r.settle()
     assert events(r, "GangBelowMinimum") == ["default/b"]
     (message,) = [m for _, why, m in r.api.events if why == "GangBelowMinimum"]
@@ -127,7 +127,7 @@ async def test_a_succeeded_member_is_not_a_gang_failure() -> None:
     await r.elect([node(2)])
     await bound_gang(r, "a", "b")
     done = msgspec.structs.replace(r.api.pods["default/a"], phase="Succeeded")
-    r.s.bound_event("MODIFIED", done)
+    r.s.intake.bound_event("MODIFIED", done)
     await r.settle()
     assert events(r, "GangBelowMinimum") == []
 
@@ -137,7 +137,7 @@ async def test_policy_evict_evicts_the_remaining_members_after_the_grace_period(
     r.s.stale.policy, r.s.stale.grace_s = "evict", 60.0
     await r.elect([node(3)])
     await bound_gang(r, "a", "b", "c")
-    r.s.bound_event("DELETED", r.api.delete("default/a"))
+    r.s.intake.bound_event("DELETED", r.api.delete("default/a"))
     await r.settle()
     assert events(r, "GangBelowMinimum") == ["default/b", "default/c"]
     await later(r, 59)
@@ -158,7 +158,7 @@ async def test_policy_evict_spares_a_gang_that_is_back_at_its_minimum() -> None:
     r.s.stale.policy, r.s.stale.grace_s = "evict", 60.0
     await r.elect([node(2)])
     await bound_gang(r, "a", "b")
-    r.s.bound_event("DELETED", r.api.delete("default/a"))
+    r.s.intake.bound_event("DELETED", r.api.delete("default/a"))
     await r.settle()
     # The job's controller recreates the member: it is scheduled next to its sibling.
     r.pending(member("a2").Obj())

@@ -19,11 +19,11 @@ async def test_an_event_the_table_does_not_have_is_an_error_logged_and_counted()
     assert book.unexpected[(Stage.GONE, Event.TAKEN)] == 1
     clock = ManualClock(0.0)
     r = Replica(Apiserver(), MemoryStore(clock), clock)
-    r.s.dispatch("default/p", "u", Event.BIND_OK)  # GONE: the table says release the store
+    r.s.effects.dispatch("default/p", "u", Event.BIND_OK)  # GONE: the table says release the store
     assert r.s.metrics.registry.get_sample_value(
         "scheduler_pod_book_unexpected_events_total", {"stage": "gone", "event": "bind-ok"}
     ) in (None, 0.0)
-    r.s.dispatch("default/p", "u", Event.PLACED)
+    r.s.effects.dispatch("default/p", "u", Event.PLACED)
     assert (
         r.s.metrics.registry.get_sample_value(
             "scheduler_pod_book_unexpected_events_total", {"stage": "gone", "event": "placed"}

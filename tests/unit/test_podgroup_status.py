@@ -41,6 +41,8 @@ from scheduler.service.podgroups import (
     read_group,
     snapshot_group,
 )
+from scheduler.service.queue import SchedulingQueue
+from scheduler.service.tasks import Tasks
 from tests.builders import MakeNode, MakePod
 
 PLUGINS = names.POD_GROUP_API
@@ -439,18 +441,27 @@ class IntakeHarness:
             self.asked.append(kind)
             return self.needed.get(kind, True)
 
+        harness = self
+
+        class Queue(SchedulingQueue):
+            def on_cluster_event(self) -> int:
+                harness.wakes += 1
+                return super().on_cluster_event()
+
+        class NoEffects:
+            def dispatch(self, *args: object) -> None:
+                pass
+
         self.intake = Intake(
             "topo-scheduler",
             self.state,
             PodBook(),
-            lambda *args: None,
+            NoEffects(),  # type: ignore[arg-type]
             lambda name: None,
-            self.wake,
+            Queue(lambda: 0.0),
+            Tasks(),
             watch_needed,
         )
-
-    def wake(self) -> None:
-        self.wakes += 1
 
 
 def test_pod_group_events_set_the_snapshot_and_wake_waiting_pods() -> None:

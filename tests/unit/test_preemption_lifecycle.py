@@ -65,7 +65,7 @@ async def with_low_gang_bound(r: Replica) -> None:
 
 async def leaves(r: Replica, key: str) -> None:
     """The kubelet (KWOK) finishes an evicted pod: it is deleted (and the store lets it go)."""
-    r.s.bound_event("DELETED", r.api.delete(key))
+    r.s.intake.bound_event("DELETED", r.api.delete(key))
     await r.settle()
 
 
@@ -99,7 +99,7 @@ async def test_a_high_priority_pod_evicts_the_whole_low_gang_and_binds_once_it_i
     )
     # The victims terminate (the eviction marked them deleting), then leave one by one.
     for name in ("low-0", "low-1"):
-        r.s.bound_event("MODIFIED", r.api.pods[f"default/{name}"])
+        r.s.intake.bound_event("MODIFIED", r.api.pods[f"default/{name}"])
     await leaves(r, "default/low-0")
     await later(r, 11)  # past the preemptor's backoff: it is attempted again
     # A low-priority pod that arrives meanwhile cannot take the freed GPUs.
@@ -138,7 +138,7 @@ async def test_a_new_leader_keeps_the_gpus_held_for_the_preemptor() -> None:
     r.clock.now += 16  # a's lease lapses
     pending = [p for p in r.api.pods.values() if not p.node_name]
     for pod in pending:
-        b.s.pending_event("ADDED", pod)
+        b.s.intake.pending_event("ADDED", pod)
     await b.elect([node(8)], [p for p in r.api.pods.values() if p.node_name])
     assert b.s.state.nominations["default/big"].devices == (0, 1, 2, 3, 4, 5, 6, 7)
     # A low-priority pod first in the queue does not get the held GPUs.
@@ -171,7 +171,7 @@ async def test_a_nomination_expires_when_the_preemptor_cannot_bind() -> None:
     assert await r.store.nominations(int(r.clock.now * 1000)) == {}
     # The freed half goes back to everyone (once the preemptor is gone: else its next attempt
     # would nominate it again).
-    r.s.pending_event("DELETED", r.api.delete("default/big"))
+    r.s.intake.pending_event("DELETED", r.api.delete("default/big"))
     r.pending(MakePod().Name("small").Req(4).Priority(10).Obj())
     await run(r)
     assert r.held("default/small") is not None
@@ -205,7 +205,7 @@ async def test_a_search_that_found_nothing_is_not_repeated_for_a_while() -> None
     )
     assert r.api.evictions == []
     assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 1, "refused": 0}
-    r.s.pending_event("DELETED", r.api.delete("default/huge"))
+    r.s.intake.pending_event("DELETED", r.api.delete("default/huge"))
     # It went with the pod.
     assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 0, "refused": 0}
 
@@ -228,7 +228,7 @@ async def test_a_deleted_preemptor_lets_its_nomination_go() -> None:
     await run(r)
     assert r.s.state.nominations
     r.api.delete("default/big")
-    r.s.pending_event("DELETED", msgspec.structs.replace(big, deleting=True))
+    r.s.intake.pending_event("DELETED", msgspec.structs.replace(big, deleting=True))
     await r.settle()
     assert r.s.state.nominations == {}
     assert await r.store.nominations(0) == {}
@@ -239,20 +239,20 @@ async def test_a_new_leader_evicts_again_when_the_old_one_died_before_evicting()
     await with_low_gang_bound(r)
     r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
     assert await r.step() == "default/big"
-    for task in list(r.s._tasks):  # the leader dies before its evictions go out
+    for task in list(r.s.tasks.running):  # the leader dies before its evictions go out
         task.cancel()
-    await asyncio.gather(*r.s._tasks, return_exceptions=True)
+    await asyncio.gather(*r.s.tasks.running, return_exceptions=True)
     assert r.api.evictions == []
     assert await r.store.nominations(0)  # the nomination was written first
     b = Replica(r.api, r.store, r.clock, holder="b")
     r.clock.now += 16
-    b.s.pending_event("ADDED", r.api.pods["default/big"])
+    b.s.intake.pending_event("ADDED", r.api.pods["default/big"])
     await b.elect([node(8)], [p for p in r.api.pods.values() if p.node_name])
     assert "default/big" in b.s.state.nominations
     await run(b)  # nothing is terminating on the node: it preempts again
     assert r.api.evictions == ["default/low-0", "default/low-1"]
     for name in ("low-0", "low-1"):
-        b.s.bound_event("DELETED", r.api.delete(f"default/{name}"))
+        b.s.intake.bound_event("DELETED", r.api.delete(f"default/{name}"))
     await b.settle()
     await later(b, 11)
     await run(b)
@@ -349,7 +349,7 @@ async def test_a_preemptor_that_leaves_while_its_nomination_is_written_evicts_no
     big = r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
     step = asyncio.create_task(r.step())
     await asyncio.sleep(0)
-    r.s.pending_event(
+    r.s.intake.pending_event(
         "DELETED", msgspec.structs.replace(r.api.delete("default/big"), deleting=True)
     )
     store.gate.set()

@@ -40,7 +40,7 @@ async def test_a_burst_of_deletes_is_one_release_call() -> None:
     for pod in pods:
         r.bound_seen(pod.key)
     for pod in pods:
-        r.s.bound_event("DELETED", r.api.delete(pod.key))
+        r.s.intake.bound_event("DELETED", r.api.delete(pod.key))
     assert r.s.sizes()["sync"] == {
         "marks": 0,
         "releases": 8,

@@ -58,11 +58,12 @@ async def test_a_reloaded_reservation_is_charged_to_the_allocatable() -> None:
     # The new leader sees p still pending and reloads its reservation.
     new = scheduler(store, "new")
     new.state.set_node(node)
-    new.pending_event("ADDED", pod)
-    new.replace_bound([])
+    new.intake.pending_event("ADDED", pod)
+    new.intake.replace_bound([])
     epoch = await store.acquire("new", TTL)
     assert epoch is not None
-    await new.sync.reconcile(epoch, elected=True)
+    new.leadership.epoch = epoch
+    await new.on_elected(epoch)  # inherits, reconciles, reloads
     assert new.state.holdings[pod.key].resources == (("nvidia.com/gpu", 3),)
     assert new.state.nodes["n"].used[new.state.resource_index["nvidia.com/gpu"]] == 3
     other = MakePod().Name("q").Req(2).Obj()

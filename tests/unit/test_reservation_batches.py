@@ -116,7 +116,7 @@ async def test_a_pod_that_ends_while_its_batch_is_reserved_leaves_nothing_behind
     assert store.calls and r.held("default/a") is not None  # assumed while reserving
     assert r.s.book.stage("default/a") is Stage.RESERVING
     # a is deleted meanwhile: the pending watch shows it terminating.
-    r.s.pending_event("MODIFIED", msgspec.structs.replace(a, deleting=True))
+    r.s.intake.pending_event("MODIFIED", msgspec.structs.replace(a, deleting=True))
     assert r.s.book.get("default/a") is None and r.held("default/a") is None
     store.gate.set()
     await turn

@@ -58,8 +58,8 @@ async def test_per_pod_structures_are_back_to_their_sizes_after_2000_pods() -> N
     leader = Replica(api, store, clock, "leader")
     standby = Replica(api, store, clock, "standby")
     both = (leader, standby)
-    standby.s.replace_nodes(NODES)
-    standby.s.replace_bound([])
+    standby.s.intake.replace_nodes(NODES)
+    standby.s.intake.replace_bound([])
     await leader.elect(NODES)
     await leader.settle()
     before = {r.holder: r.s.sizes() for r in both}
@@ -73,18 +73,18 @@ async def test_per_pod_structures_are_back_to_their_sizes_after_2000_pods() -> N
         for pod in pods:
             api.create(pod)
             for r in both:
-                r.s.pending_event("ADDED", pod)
+                r.s.intake.pending_event("ADDED", pod)
         for pod in (p for p in pods if kinds[p.key] == 5):  # deleted before its turn
             api.delete(pod.key)
             for r in both:
-                r.s.pending_event("DELETED", msgspec.structs.replace(pod, deleting=True))
+                r.s.intake.pending_event("DELETED", msgspec.structs.replace(pod, deleting=True))
         while await leader.step() is not None:
             pass
         for pod in (p for p in pods if kinds[p.key] == 6):  # deleted while it binds
             if pod.key in api.pods:
                 api.delete(pod.key)
             for r in both:
-                r.s.pending_event("MODIFIED", msgspec.structs.replace(pod, deleting=True))
+                r.s.intake.pending_event("MODIFIED", msgspec.structs.replace(pod, deleting=True))
             api.gates.pop(pod.key).set()
         await leader.settle()
         for pod in pods:
@@ -101,9 +101,11 @@ async def test_per_pod_structures_are_back_to_their_sizes_after_2000_pods() -> N
             refused += pod.key in api.refuse
             for r in both:
                 if current.node_name:
-                    r.s.bound_event("DELETED", current)
+                    r.s.intake.bound_event("DELETED", current)
                 else:
-                    r.s.pending_event("DELETED", msgspec.structs.replace(current, deleting=True))
+                    r.s.intake.pending_event(
+                        "DELETED", msgspec.structs.replace(current, deleting=True)
+                    )
         for r in both:
             await r.settle()
     assert len(api.binds) > PODS // 2 and refused == PODS // 20

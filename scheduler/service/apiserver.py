@@ -1,0 +1,52 @@
+"""What the service needs from the apiserver, in one place: the Protocols the running parts are
+written against (scheduler.kube.api.KubeApi with the codec implements them; the tests' fake
+apiserver does too)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from scheduler.core.objects import PodInput
+from scheduler.kube.api import BindResult
+from scheduler.kube.podgroups import EvictResult, Write
+
+
+class Cluster(Protocol):
+    """What the loop needs from the apiserver (scheduler.kube.api.KubeApi + the codec)."""
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> BindResult: ...
+
+    async def get_pod(self, namespace: str, name: str) -> PodInput | None: ...
+
+    async def set_unschedulable(
+        self, namespace: str, name: str, uid: str, message: str
+    ) -> None: ...
+
+    async def evict(
+        self, namespace: str, name: str, uid: str, dry_run: bool = False
+    ) -> EvictResult: ...
+
+    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write: ...
+
+    async def reserve_claims(
+        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
+    ) -> Write: ...
+
+    async def event(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        kind: str,
+        timestamp: str,
+    ) -> None: ...
+
+
+class Evictor(Protocol):
+    """What stale gangs need: evictions."""
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictResult: ...
