@@ -108,6 +108,8 @@ def plan_in_domains(
     c = ctx.constraint
     if c is not None and c.slice_size and n % c.slice_size:
         return f"gang {gang}: {n} pods cannot be cut into slices of {c.slice_size} ({c.says})"
+    if c is not None and c.required == ctx.hierarchy.host:
+        return _on_one_node(state, gang, ranked, vendor, spread, minimum, ctx, ranked_pods)
     index = state.domain_index(ctx.hierarchy)
     for plan in islice(plans(tree, c, n, ctx.compact, sticky), MAX_PLANS):
         out: list[Placement] = []
@@ -127,6 +129,32 @@ def plan_in_domains(
     if ctx.hard and c is not None:
         return f"gang {gang}: {shortfall(tree, c, n)}"
     return ""
+
+
+def _on_one_node(
+    state: ClusterState,
+    gang: str,
+    ranked: list[Member],
+    vendor: str,
+    spread: bool,
+    minimum: int,
+    ctx: Context,
+    ranked_pods: list[PodInput],
+) -> list[Placement] | str:
+    """A required hostname level: the whole gang on one node, the tightest that holds it
+    (fewest free GPUs after), then by name."""
+    need = sum(m.request.gpus for m in ranked)
+    candidates = sorted(
+        (free - need, name)
+        for cls in state.iter_classes(vendor)
+        if (free := cls.key[3].bit_count()) >= need
+        for name in cls.names
+    )
+    for _, name in candidates[: 4 * MAX_PLANS]:
+        placed = pack_nodes(state, gang, ranked, [state.nodes[name]], vendor, spread, minimum)
+        if placed is not None:
+            return annotate(state, placed, ctx, ranked_pods)
+    return f"gang {gang}: needs {len(ranked)} pods on one node; no node holds them"
 
 
 def pack_nodes(

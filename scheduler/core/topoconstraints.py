@@ -199,6 +199,10 @@ def resolve(
     top = required if required is not None else preferred
     if slice_level is not None and top is not None and slice_level < top:
         raise TopologyError(f"{ask.says}: the slice level is wider than the gang's level")
+    if slice_level is not None and slice_level == hierarchy.host:
+        raise TopologyError(
+            f"{ask.says}: slices of the hostname level are not supported (a level above it is)"
+        )
     return Constraint(
         hierarchy=hierarchy,
         required=required,

@@ -428,3 +428,29 @@ def test_preemption_chooses_victims_within_one_rack_and_keeps_to_it() -> None:
     assert isinstance(decide(state, unit), Unschedulable)
     state.remove_pod("default/low-a")
     assert set(placed_nodes(decide(state, unit)).values()) == {"b1-r1-0", "b1-r1-1"}
+
+
+def test_required_hostname_keeps_the_gang_on_one_node_the_tightest() -> None:
+    state = ClusterState(settings())
+    state.set_node(node("small", "b1", "r1", gpus=4).Obj())
+    state.set_node(node("big", "b1", "r1", gpus=8).Obj())
+    host = required("kubernetes.io/hostname")
+    pairs = [annotated(member(i, n=2, gpus=2), host) for i in range(2)]
+    assert set(placed_nodes(decide(state, gang_unit(*pairs))).values()) == {"small"}
+    fours = [annotated(member(i, job="big", n=2, gpus=4), host) for i in range(2)]
+    assert set(placed_nodes(decide(state, gang_unit(*fours))).values()) == {"big"}
+    eights = [annotated(member(i, job="huge", n=2, gpus=8), host) for i in range(2)]
+    d = decide(state, gang_unit(*eights))
+    assert isinstance(d, Unschedulable)
+    assert d.reason == "gang default/huge: needs 2 pods on one node; no node holds them"
+
+
+def test_slices_of_the_hostname_level_are_refused_not_ignored() -> None:
+    state = topo_cluster({("b1", "r1"): 2})
+    ask = {
+        "topo-scheduler.io/topology-slice-required": "kubernetes.io/hostname",
+        "topo-scheduler.io/topology-slice-size": "2",
+    }
+    d = decide(state, gang_unit(*(annotated(member(i, n=2), ask) for i in range(2))))
+    assert isinstance(d, Unschedulable)
+    assert "slices of the hostname level are not supported" in d.reason
