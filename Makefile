@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-soak clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-failover bench-soak clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -104,6 +104,12 @@ bench-topology: deps
 # Election to ready with 100,000 bound pods in a local redis-server (no control plane needed).
 bench-takeover: deps redis-server
 	$(BIN)/python -m benchmarks.bench_takeover
+
+# Redis master failover through Sentinel (a master, two replicas, three Sentinels) under a stream
+# of pods, two replicas on the local plane: the time without binding beside down-after and the
+# lease (issue 22). About 5 minutes on 2 cores.
+bench-failover: deps redis-server k8s-build
+	$(BIN)/python -m benchmarks.bench_failover
 
 # 50,000 pods created and deleted through a leader and a standby in one process (a local
 # redis-server, a fake apiserver): RSS and every per-pod structure's size before, at the peak

@@ -628,9 +628,19 @@ class RedisStore(ReservesUnits):
             # BUSY, OOM, READONLY, a script's runtime error...: the call failed on Redis's side.
             # Callers see one family, StoreError, as for a lost connection; the leader's next
             # reconcile repairs whatever the call did or did not write.
-            raise Unavailable(f"redis: {text}") from exc
+            raise await self._unavailable(text) from exc
         except (RedisError, OSError) as exc:
             raise Unavailable(f"redis: {exc}") from exc
+
+    async def _unavailable(self, text: str, cut_off: bool = False) -> Unavailable:
+        """The error for a failed call. Through Sentinels, a master that refuses writes for
+        want of replicas (NOREPLICAS), or whose write no replica acknowledged (``cut_off``), may
+        be an old master (paused, partitioned) that the Sentinels have replaced: the client's
+        connections to it are dropped, so the next call asks the Sentinels again. (redis-py
+        does so itself only for READONLY, once the old master has been made a replica.)"""
+        if self._sentinels is not None and (cut_off or "NOREPLICAS" in text):
+            await self._r.connection_pool.disconnect()
+        return Unavailable(f"redis: {text}")
 
     async def _acked(self, script: Any, args: list[Any], what: str) -> Any:
         """``script``, then (with ``replicas_to_ack``) ``WAIT`` on the same connection: the
@@ -644,11 +654,12 @@ class RedisStore(ReservesUnits):
                 pipe.wait(self.replicas_to_ack, self.ack_timeout_ms)
                 result, acked = await pipe.execute()
         except (RedisError, OSError) as exc:  # NOREPLICAS, READONLY, a lost connection...
-            raise Unavailable(f"redis: {exc}") from exc
+            raise await self._unavailable(str(exc)) from exc
         if int(acked) < self.replicas_to_ack:
-            raise Unavailable(
-                f"redis: the lease {what} reached {acked} replicas within {self.ack_timeout_ms} "
-                f"ms (WAIT {self.replicas_to_ack}): it does not count"
+            raise await self._unavailable(
+                f"the lease {what} reached {acked} replicas within {self.ack_timeout_ms} ms "
+                f"(WAIT {self.replicas_to_ack}): it does not count",
+                cut_off=True,
             )
         return result
 
