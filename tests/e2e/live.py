@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
+import yaml
 
 from scheduler.kube.podgroups import VOLCANO_POD_GROUPS
 from scheduler.testing.controlplane import ControlPlane, die_with_parent, free_port
@@ -340,3 +341,57 @@ def redis_like(statefulset: dict[str, Any], workdir: Path) -> Iterator[tuple[str
         proc.kill()
         proc.wait(timeout=10)
         log.close()
+
+
+EXAMPLES = REPO / "configs" / "examples"
+
+
+def seed004_nodes(scenario: Scenario) -> dict[str, dict[str, Any]]:
+    """configs/examples/dgx1-v100.yaml's DGX-1 nodes as the scenario's own (aliyun.com/gpu
+    allocatable); their inventories by the example's node name."""
+    inventories = {
+        n["metadata"]["name"]: json.loads(n["metadata"]["annotations"]["topo-scheduler.io/gpus"])
+        for n in yaml.safe_load_all((EXAMPLES / "dgx1-v100.yaml").read_text())
+        if n
+    }
+    for node, inventory in inventories.items():
+        scenario.node(node, inventory, 8, "aliyun.com/gpu")
+    return inventories
+
+
+def submit_seed004_gang(scenario: Scenario) -> list[str]:
+    """Seed 004's 2-replica PyTorch gang from configs/examples/workload-gang.yaml, renamed into
+    the scenario (its scheduler name, nodes and gang labels); the pods' names in the example."""
+    gang = [
+        p
+        for p in yaml.safe_load_all((EXAMPLES / "workload-gang.yaml").read_text())
+        if p and p["metadata"]["labels"]["gpu-topology"] == "pytorch-dist-nccl"
+    ]
+    assert len(gang) == 2
+    names = []
+    for pod in gang:
+        short = pod["metadata"]["name"]
+        names.append(short)
+        pod["metadata"]["name"] = f"{scenario.id}-{short}"
+        labels = pod["metadata"]["labels"]
+        labels.update(
+            scenario.gang_labels("pytorch-dist-nccl", int(labels["gpu-topology-replica"]))
+        )
+        labels["test"] = scenario.id
+        pod["spec"]["schedulerName"] = scenario.name
+        pod["spec"]["nodeSelector"] = {"test": scenario.id}
+        scenario.plane.apply(pod)
+    return names
+
+
+async def assert_seed004_gang_on_an_nv2_pair(
+    scenario: Scenario, names: list[str], inventories: dict[str, dict[str, Any]]
+) -> None:
+    """Both members bound to one node, on GPUs linked by NV2 (the DGX-1's best pair)."""
+    pods = await scenario.wait_bound(names)
+    first, second = (pods[n] for n in names)
+    node = first["spec"]["nodeName"]
+    assert second["spec"]["nodeName"] == node
+    a, b = devices_of(first) + devices_of(second)
+    links = inventories[node.removeprefix(f"{scenario.id}-")]["links"]
+    assert links[a][b] == "NV2"

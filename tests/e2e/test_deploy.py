@@ -35,7 +35,13 @@ from scheduler.testing.controlplane import (
 )
 from tests.manifests import CLUSTER_SCOPED, NAMESPACE
 
-from .live import Scenario, devices_of, redis_like
+from .live import (
+    Scenario,
+    assert_seed004_gang_on_an_nv2_pair,
+    redis_like,
+    seed004_nodes,
+    submit_seed004_gang,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ("deploy/", "deploy/with-redis/", "deploy/with-redis-sentinel/")
@@ -412,44 +418,12 @@ async def test_scheduler_with_deploys_role_schedules_the_seed004_gang(
     control_plane: ControlPlane, scenario: Scenario, component_redis: tuple[str, int]
 ) -> None:
     control_plane.kubectl("apply", "-k", "deploy/")  # the role and binding, as rendered
-    examples = REPO / "configs" / "examples"
-    inventories = {
-        n["metadata"]["name"]: json.loads(n["metadata"]["annotations"]["topo-scheduler.io/gpus"])
-        for n in yaml.safe_load_all((examples / "dgx1-v100.yaml").read_text())
-        if n
-    }
-    for node, inventory in inventories.items():
-        scenario.node(node, inventory, 8, "aliyun.com/gpu")
+    inventories = seed004_nodes(scenario)
     password, port = component_redis
     url = f"redis://:{password}@127.0.0.1:{port}/0"  # the README's URL form
     scheduler = scenario.start_scheduler(env={"TOPO_SCHEDULER_REDIS_URL": url})
-    # Seed 004's PyTorch gang from the example file, renamed into this scenario.
-    gang = [
-        p
-        for p in yaml.safe_load_all((examples / "workload-gang.yaml").read_text())
-        if p and p["metadata"]["labels"]["gpu-topology"] == "pytorch-dist-nccl"
-    ]
-    assert len(gang) == 2
-    names = []
-    for pod in gang:
-        short = pod["metadata"]["name"]
-        names.append(short)
-        pod["metadata"]["name"] = f"{scenario.id}-{short}"
-        labels = pod["metadata"]["labels"]
-        labels.update(
-            scenario.gang_labels("pytorch-dist-nccl", int(labels["gpu-topology-replica"]))
-        )
-        labels["test"] = scenario.id
-        pod["spec"]["schedulerName"] = scenario.name
-        pod["spec"]["nodeSelector"] = {"test": scenario.id}
-        control_plane.apply(pod)
-    pods = await scenario.wait_bound(names)
-    first, second = (pods[n] for n in names)
-    node = first["spec"]["nodeName"]
-    assert second["spec"]["nodeName"] == node
-    a, b = devices_of(first) + devices_of(second)
-    links = inventories[node.removeprefix(f"{scenario.id}-")]["links"]
-    assert links[a][b] == "NV2"  # the best-connected pair of the DGX-1
+    names = submit_seed004_gang(scenario)
+    await assert_seed004_gang_on_an_nv2_pair(scenario, names, inventories)
     # It kept its state in the password-protected Redis it was given through the environment.
     assert any(
         line.get("event") == "store" and line.get("kind") == "redis" for line in scheduler.lines()

@@ -35,7 +35,14 @@ from scheduler.testing.controlplane import (
 )
 from tests.manifests import NAMESPACE
 
-from .live import Scenario, SchedulerProcess, devices_of, redis_like
+from .live import (
+    Scenario,
+    SchedulerProcess,
+    assert_seed004_gang_on_an_nv2_pair,
+    redis_like,
+    seed004_nodes,
+    submit_seed004_gang,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "topo-scheduler"
@@ -494,38 +501,9 @@ async def test_scheduler_under_the_charts_identity_schedules_the_seed004_gang(
     installed: tuple[Installed, Scenario, SchedulerProcess],
 ) -> None:
     _, scenario, scheduler = installed
-    examples = REPO / "configs" / "examples"
-    inventories = {
-        n["metadata"]["name"]: json.loads(n["metadata"]["annotations"]["topo-scheduler.io/gpus"])
-        for n in yaml.safe_load_all((examples / "dgx1-v100.yaml").read_text())
-        if n
-    }
-    for node, inventory in inventories.items():
-        scenario.node(node, inventory, 8, "aliyun.com/gpu")
-    gang = [
-        p
-        for p in yaml.safe_load_all((examples / "workload-gang.yaml").read_text())
-        if p and p["metadata"]["labels"]["gpu-topology"] == "pytorch-dist-nccl"
-    ]
-    names = []
-    for pod in gang:
-        short = pod["metadata"]["name"]
-        names.append(short)
-        pod["metadata"]["name"] = f"{scenario.id}-{short}"
-        labels = pod["metadata"]["labels"]
-        labels.update(
-            scenario.gang_labels("pytorch-dist-nccl", int(labels["gpu-topology-replica"]))
-        )
-        labels["test"] = scenario.id
-        assert pod["spec"]["schedulerName"] == scenario.name  # the chart's default name
-        pod["spec"]["nodeSelector"] = {"test": scenario.id}
-        scenario.plane.apply(pod)
-    pods = await scenario.wait_bound(names)
-    first, second = (pods[n] for n in names)
-    node = first["spec"]["nodeName"]
-    assert second["spec"]["nodeName"] == node
-    a, b = devices_of(first) + devices_of(second)
-    assert inventories[node.removeprefix(f"{scenario.id}-")]["links"][a][b] == "NV2"
+    inventories = seed004_nodes(scenario)
+    names = submit_seed004_gang(scenario)  # with the chart's default scheduler name
+    await assert_seed004_gang_on_an_nv2_pair(scenario, names, inventories)
     assert any(
         line.get("event") == "store" and line.get("kind") == "redis" for line in scheduler.lines()
     )
