@@ -241,7 +241,7 @@ class Replica:
         await self.s.sync.if_needed()
         key = self.s.queue.pop()
         if key is not None:
-            await self.s.cycle.schedule_one(key)
+            await self.s.cycle.schedule(key)
         return key
 
     async def settle(self) -> None:

@@ -94,9 +94,6 @@ class Cycle:
             self._metric_children[result] = pair
         return pair
 
-    def _dispatch(self, key: str, uid: str, event: Event, ctx: Ctx | None) -> None:
-        self.effects.dispatch(key, uid, event, ctx)
-
     def _unit_for(self, entry: Entry, pod: PodInput) -> Unit:
         gang = entry.gang  # resolved once, when the book kept the pod
         if gang is None:
@@ -108,10 +105,6 @@ class Cycle:
             if m.key != pod.key:
                 self.queue.take(m.key)
         return Unit(gang, tuple(members))
-
-    async def schedule_one(self, key: str) -> None:
-        """One unit: ``key``'s (the tests' step)."""
-        await self.schedule(key)
 
     async def schedule(self, key: str, more: Callable[[], str | None] = lambda: None) -> None:
         """Decide ``key``'s unit, then the units of the keys ``more`` pops while it has some and
@@ -151,7 +144,7 @@ class Cycle:
         if attempt is not None:
             for pod, placement in attempt.placed:
                 ctx = Ctx(pod=pod, placement=placement)
-                self._dispatch(pod.key, pod.uid, Event.RESERVE_FAILED, ctx)
+                self.effects.dispatch(pod.key, pod.uid, Event.RESERVE_FAILED, ctx)
         entry = self.book.get(key)
         unit = [entry] if entry is not None else []
         if entry is not None and entry.gang is not None:
@@ -175,7 +168,7 @@ class Cycle:
         for member in unit.pods:
             # A pod holding a previous leader's reservation is decided afresh: TAKEN lets the
             # snapshot's copy of that reservation go.
-            self._dispatch(member.key, member.uid, Event.TAKEN, None)
+            self.effects.dispatch(member.key, member.uid, Event.TAKEN, None)
         return _Attempt(key, unit, decide(self.state, unit), start)
 
     def _summarize(self, attempt: _Attempt, result: str) -> None:
@@ -226,7 +219,7 @@ class Cycle:
                 gang=unit.gang,
                 timed_out=timed_out,
             )
-            self._dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
+            self.effects.dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
         return result
 
     def _gang_timeout(self, unit: Unit) -> tuple[float, str]:
@@ -252,7 +245,7 @@ class Cycle:
             ctx = Ctx(
                 pod=pod, result="unschedulable", reason=decision.reason, gang=attempt.unit.gang
             )
-            self._dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
+            self.effects.dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
         for placement in decision.placements:
             pod = pods[placement.pod]
             # The decision carries the gang's minimum its plan resolved (placement.replicas).
@@ -261,7 +254,7 @@ class Cycle:
             attempt.claims.append(claim)
             attempt.placed.append((pod, placement))
             ctx = Ctx(pod=pod, placement=placement)
-            self._dispatch(pod.key, pod.uid, Event.PLACED, ctx)
+            self.effects.dispatch(pod.key, pod.uid, Event.PLACED, ctx)
 
     async def _reserve(self, batch: list[_Attempt]) -> None:
         """One store call for the batch's claims, then each pod's answer: RESERVE_OK (the
@@ -274,7 +267,7 @@ class Cycle:
             try:
                 for pod, placement in attempt.placed:
                     ctx = Ctx(pod=pod, placement=placement)
-                    self._dispatch(pod.key, pod.uid, event, ctx)
+                    self.effects.dispatch(pod.key, pod.uid, event, ctx)
                 self._summarize(attempt, "scheduled" if event is Event.RESERVE_OK else "error")
             except Exception:
                 log.exception("reservation answer crashed", pod=attempt.key)

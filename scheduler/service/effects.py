@@ -77,6 +77,10 @@ class Effects:
         self.accepting = True  # False once the service drains: no new background work
         self._unit: list[tuple[PodInput, Placement]] = []  # BIND effects of the unit answered
 
+    def stop(self) -> None:
+        """The service drains: no new re-reads, no Binding sent again."""
+        self.accepting = False
+
     def dispatch(self, key: str, uid: str, event: Event, ctx: Ctx | None = None) -> None:
         ctx = ctx or Ctx()
         version = ctx.pod.version if ctx.pod is not None else 0

@@ -141,7 +141,7 @@ class Intake:
                 continue  # a pending re-list says nothing about a bound pod
             pod = fresh.get(key)
             if pod is None or (entry.uid and pod.uid != entry.uid):
-                self._dispatch(key, entry.uid, Event.PENDING_LEFT, None)
+                self.effects.dispatch(key, entry.uid, Event.PENDING_LEFT, None)
         # A LIST returns pods in name order; the queue wants them in creation order.
         for pod in sorted(fresh.values(), key=lambda p: (p.created, p.key)):
             self.pending_event("ADDED", pod)
@@ -157,7 +157,7 @@ class Intake:
         if kind == "DELETED":
             # The pod left the pending selector: bound (its node is set) or deleted.
             ended = pod.deleting and not pod.node_name
-            self._dispatch(
+            self.effects.dispatch(
                 pod.key, pod.uid, Event.PENDING_ENDED if ended else Event.PENDING_LEFT, None
             )
         elif self.ours_pending(pod):
@@ -166,17 +166,17 @@ class Intake:
             entry = self.book.get(pod.key)
             same = entry is not None and entry.uid == pod.uid and pod.same_as(entry.pod)
             event = Event.PENDING_SAME if same else Event.PENDING_SEEN
-            self._dispatch(pod.key, pod.uid, event, Ctx(pod=pod))
+            self.effects.dispatch(pod.key, pod.uid, event, Ctx(pod=pod))
         elif pod.deleting or pod.finished:
-            self._dispatch(pod.key, pod.uid, Event.PENDING_ENDED, None)
+            self.effects.dispatch(pod.key, pod.uid, Event.PENDING_ENDED, None)
         else:
-            self._dispatch(pod.key, pod.uid, Event.PENDING_LEFT, None)
+            self.effects.dispatch(pod.key, pod.uid, Event.PENDING_LEFT, None)
 
     def _replaced(self, pod: PodInput) -> None:
         """Another UID under a tracked name: the tracked pod was deleted."""
         entry = self.book.get(pod.key)
         if entry is not None and entry.uid and pod.uid and entry.uid != pod.uid:
-            self._dispatch(pod.key, entry.uid, Event.REPLACED, None)
+            self.effects.dispatch(pod.key, entry.uid, Event.REPLACED, None)
 
     # ---- bound pods --------------------------------------------------------------------------
 
@@ -212,7 +212,7 @@ class Intake:
                 continue
             if 0 < version < entry.version:
                 continue  # newer than the LIST: the watch from the LIST's version tells
-            self._dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
+            self.effects.dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
         self.bound_synced = True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
@@ -220,7 +220,7 @@ class Intake:
             log.info("older than what is known: dropped", pod=pod.key, uid=pod.uid)
             return
         if kind == "DELETED" or pod.finished or not pod.node_name:
-            self._dispatch(pod.key, pod.uid, Event.BOUND_ENDED, Ctx(pod=pod))
+            self.effects.dispatch(pod.key, pod.uid, Event.BOUND_ENDED, Ctx(pod=pod))
             return
         self._replaced(pod)
         entry = self.book.get(pod.key)
@@ -229,7 +229,7 @@ class Intake:
         after = self.state.holdings.get(pod.key)
         if (entry is None or entry.stage is Stage.OTHER) and not self.charged(pod.key):
             # Another scheduler's, holding no GPU we track: its record is charged all the same.
-            self._dispatch(pod.key, pod.uid, Event.OTHER_SEEN, Ctx(pod=pod))
+            self.effects.dispatch(pod.key, pod.uid, Event.OTHER_SEEN, Ctx(pod=pod))
             return
         moved = before is not None and after is not None and before.whole != after.whole
         stage = self.book.stage(pod.key, pod.uid)
@@ -240,16 +240,13 @@ class Intake:
             log.info(
                 "bound pod moved GPUs", pod=pod.key, node=after.node, devices=bits(after.whole)
             )
-            self._dispatch(pod.key, pod.uid, Event.BOUND_MOVED, Ctx(pod=pod))
+            self.effects.dispatch(pod.key, pod.uid, Event.BOUND_MOVED, Ctx(pod=pod))
         else:
-            self._dispatch(pod.key, pod.uid, Event.BOUND_SEEN, Ctx(pod=pod))
+            self.effects.dispatch(pod.key, pod.uid, Event.BOUND_SEEN, Ctx(pod=pod))
 
     def charged(self, key: str) -> bool:
         """The snapshot charges something for ``key`` (on its node, or waiting for the node)."""
         return self.state.held(key) is not None
-
-    def _dispatch(self, key: str, uid: str, event: Event, ctx: Ctx | None) -> None:
-        self.effects.dispatch(key, uid, event, ctx)
 
     def _cluster_event(self) -> None:
         """Something the filters read changed: every waiting pod retries."""

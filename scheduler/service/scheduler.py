@@ -281,7 +281,7 @@ class Scheduler:
     async def drain(self) -> None:
         """Stop taking pods, wait for the binds in flight, send the queued events."""
         self.accepting = False
-        self.effects.accepting = False
+        self.effects.stop()
         await self.tasks.settle()
         await self.effects.events.close()
 

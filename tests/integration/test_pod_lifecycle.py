@@ -708,25 +708,31 @@ async def test_drift2_news_of_an_old_uid_does_not_end_the_new_pods_nomination(
 # ---- issue 20, drift 3: a graceful handover keeps the old leader's last binds -------------------
 
 
-async def test_drift3_the_new_leader_keeps_a_pod_the_old_leader_bound_just_before_handing_over(
-    backend: Backend,
-) -> None:
+async def handover(backend: Backend) -> tuple[Apiserver, Replica]:
+    """Leader a binds p on GPU 0 of node n; standby b's pending watch drops p (bound), its bound
+    watch has not shown it yet; a drains and hands its lease over (a graceful handover)."""
     api = Apiserver()
     a = backend.replica(api, "a")
     b = backend.replica(api, "b")
     b.s.intake.replace_nodes([node(1)])
-    b.s.intake.replace_bound([])
+    b.s.intake.replace_bound([], 0)
     await a.elect([node(1)])
     p = a.pending(MakePod().Name("p").Req(1).Obj())
     b.s.intake.pending_event("ADDED", p)
     await a.step()
     await a.settle()
     assert api.binds == [("default/p", "n", "0")]
-    # b's pending watch drops p (bound); its bound watch has not shown it yet. a hands over.
     b.s.intake.pending_event("DELETED", api.pods["default/p"])
     assert b.s.book.get("default/p") is None
     await a.s.drain()
     await backend.store.release_lease("a", a.leadership.epoch or 0)
+    return api, b
+
+
+async def test_drift3_the_new_leader_keeps_a_pod_the_old_leader_bound_just_before_handing_over(
+    backend: Backend,
+) -> None:
+    api, b = await handover(backend)
     c = b.pending(MakePod().Name("c").Req(1).Obj())
     await b.elect([node(1)], [])
     assert b.held("default/p") == ("n", [0])  # inherited from the store, until a read says
@@ -742,18 +748,8 @@ async def test_drift3_the_new_leader_keeps_a_pod_the_old_leader_bound_just_befor
 
 
 async def test_drift3_an_inherited_record_whose_pod_is_gone_is_freed(backend: Backend) -> None:
-    api = Apiserver()
-    a = backend.replica(api, "a")
-    b = backend.replica(api, "b")
-    b.s.intake.replace_nodes([node(1)])
-    b.s.intake.replace_bound([])
-    await a.elect([node(1)])
-    p = a.pending(MakePod().Name("p").Req(1).Obj())
-    await a.step()
-    await a.settle()
-    await a.s.drain()
-    await backend.store.release_lease("a", a.leadership.epoch or 0)
-    api.delete(p.key)  # deleted before b's bound watch ever showed it
+    api, b = await handover(backend)
+    api.delete("default/p")  # deleted before b's bound watch ever showed it
     await b.elect([node(1)], [])
     await b.settle()  # the re-read: gone
     assert b.s.book.entries == {} and b.held("default/p") is None
