@@ -454,3 +454,18 @@ def test_slices_of_the_hostname_level_are_refused_not_ignored() -> None:
     d = decide(state, gang_unit(*(annotated(member(i, n=2), ask) for i in range(2))))
     assert isinstance(d, Unschedulable)
     assert "slices of the hostname level are not supported" in d.reason
+
+
+def test_volcano_soft_is_preferred_and_a_soft_tier_beyond_the_levels_is_dropped() -> None:
+    from scheduler.core.domains import configured as hierarchy_of
+    from scheduler.core.topoconstraints import volcano_ask
+
+    group = PodGroupInput("scheduling.volcano.sh", "default", "job", min_member=2)
+    hierarchy = hierarchy_of(settings().topology)
+    soft = volcano_ask(group, NetworkTopologyInput("soft", highest_tier_name="rack"), hierarchy)
+    assert soft is not None and (soft.required, soft.preferred) == (None, "rack")
+    assert (
+        volcano_ask(group, NetworkTopologyInput("soft", highest_tier_allowed=9), hierarchy) is None
+    )
+    hard = volcano_ask(group, NetworkTopologyInput("hard", highest_tier_allowed=1), hierarchy)
+    assert hard is not None and hard.required == "nvlink"  # tier 1: the narrowest above hostname
