@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.testing.redisserver import RedisServer, RedisServerError
+from scheduler.testing.redisserver import RedisServer, RedisServerError, SentinelSet
 
 
 @contextlib.contextmanager
@@ -33,6 +33,23 @@ def started_redis(folder: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@contextlib.contextmanager
+def started_sentinels(
+    folder: Path, down_after_ms: int = 2000, max_lag_s: int = 1
+) -> Iterator[SentinelSet]:
+    """A master, two replicas and three Sentinels in ``folder`` (SentinelSet), every process
+    killed whatever happens; a failed start fails the test."""
+    group = SentinelSet(folder, down_after_ms=down_after_ms, max_lag_s=max_lag_s)
+    try:
+        group.start()
+    except RedisServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield group
+    finally:
+        group.close()
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.state.redis_store import RedisStore
-from scheduler.testing.redisserver import RedisServerError, SentinelSet
+from scheduler.testing.redisserver import SentinelSet
+from tests.conftest import started_sentinels
 
 from .live import Scenario, SchedulerProcess
 from .test_chaos import (
@@ -39,15 +40,8 @@ from .test_chaos import (
 def sentinels(tmp_path: Path) -> Iterator[SentinelSet]:
     folder = tmp_path / "sentinels"
     folder.mkdir()
-    group = SentinelSet(folder, down_after_ms=2000, max_lag_s=1)
-    try:
-        group.start()
-    except RedisServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with started_sentinels(folder, down_after_ms=2000, max_lag_s=1) as group:
         yield group
-    finally:
-        group.close()
 
 
 def sentinel_env(sentinels: SentinelSet) -> dict[str, str]:

@@ -22,7 +22,8 @@ import redis.asyncio as aioredis
 
 from scheduler.state.base import Claim, Fenced, StoreError, Unavailable
 from scheduler.state.redis_store import RedisStore
-from scheduler.testing.redisserver import RedisServerError, SentinelSet
+from scheduler.testing.redisserver import SentinelSet
+from tests.conftest import started_sentinels
 
 T = TypeVar("T")
 TTL_MS = 30_000
@@ -30,15 +31,8 @@ TTL_MS = 30_000
 
 @pytest.fixture
 def sentinels(tmp_path: Path) -> Iterator[SentinelSet]:
-    group = SentinelSet(tmp_path)
-    try:
-        group.start()
-    except RedisServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with started_sentinels(tmp_path) as group:
         yield group
-    finally:
-        group.close()
 
 
 @pytest.fixture
