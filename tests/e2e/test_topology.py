@@ -178,3 +178,39 @@ async def test_gangs_of_ours_kueue_and_kai_stay_in_their_racks(
     late = members(scenario, "late", 2, 4, {"topo-scheduler.io/topology-required": "rack"})
     reason = await scenario.wait_condition(late[0], "needs 2 pods in one rack")
     assert "needs 2 pods in one rack; no rack fits one" in reason, reason
+
+
+async def test_a_gang_preempts_within_one_rack(scenario: Scenario) -> None:
+    # Two racks of two 4-GPU nodes, every node held by a low-priority pod, then r1's second pod
+    # gone: a high-priority gang of 2 x 4 GPUs in one rack costs one eviction in r1, two in r2.
+    configure(scenario)
+    r1 = [node(scenario, "r1", i, 4) for i in range(2)]
+    r2 = [node(scenario, "r2", i, 4) for i in range(2)]
+    low, high = f"{scenario.id}-low", f"{scenario.id}-high"
+    scenario.plane.create_priority_class(low, 10)
+    scenario.plane.create_priority_class(high, 1000)
+    scenario.start_scheduler()
+    for i in range(4):
+        scenario.pod(f"low-{i}", 4, priority_class=low)
+    pods = await scenario.wait_bound([f"low-{i}" for i in range(4)])
+    where = {pods[f"low-{i}"]["spec"]["nodeName"]: f"low-{i}" for i in range(4)}
+    assert set(where) == set(r1 + r2)
+    scenario.delete_pod(where[r1[1]])
+    labels = scenario.gang_labels("high", 2)
+    required = {"topo-scheduler.io/topology-required": "rack"}
+    for rank in range(2):
+        scenario.pod(
+            f"high-{rank}",
+            4,
+            labels={**labels, INDEX: str(rank)},
+            annotations=required,
+            priority_class=high,
+        )
+    pods = await scenario.wait_bound(["high-0", "high-1"], tries=300)
+    assert {pods[f"high-{r}"]["spec"]["nodeName"] for r in range(2)} == set(r1)
+    left = scenario.pods()
+    # r1's low pod was evicted; r2's two were not touched.
+    assert where[r1[0]] not in left or left[where[r1[0]]]["metadata"].get("deletionTimestamp")
+    for name in (r2[0], r2[1]):
+        pod = left[where[name]]
+        assert pod["spec"]["nodeName"] == name and not pod["metadata"].get("deletionTimestamp")
