@@ -343,6 +343,9 @@ async def test_evict_honours_disruption_budgets(
             },
             content_type="application/merge-patch+json",
         )
+        # A dry run gets the same answer (preemption asks one before evicting anything).
+        dry = await api.evict("default", victim, uids[victim], dry_run=True)
+        assert (dry.outcome, dry.status) == (Eviction.BLOCKED, 429)
         blocked = await api.evict("default", victim, uids[victim])
         assert (blocked.outcome, blocked.status) == (Eviction.BLOCKED, 429)
         assert (
@@ -362,6 +365,11 @@ async def test_evict_honours_disruption_budgets(
         assert (stale.outcome, stale.status) == (Eviction.GONE, 409), stale
         assert ready(victim)
 
+        dry = await api.evict("default", victim, uids[victim], dry_run=True)
+        assert dry.outcome is Eviction.EVICTED, dry
+        assert ready(victim) and "deletionTimestamp" not in plane.request(
+            "GET", f"{PODS}/{victim}"
+        ).get("metadata", {})  # a dry run deletes nothing
         evicted = await api.evict("default", victim, uids[victim])
         assert (evicted.outcome, evicted.status) == (Eviction.EVICTED, 201), evicted
 

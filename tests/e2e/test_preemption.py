@@ -154,3 +154,45 @@ async def test_a_new_leader_honours_the_nomination_after_the_leader_is_killed(
         assert settled.clean, settled.report()
     finally:
         await store.close()
+
+
+async def test_a_victim_its_disruption_budget_protects_is_passed_over(
+    scenario: Scenario, redis_server: RedisServer
+) -> None:
+    """Issue 20's drift 5 on the real apiserver: two nodes of one GPU, each held by a pod of low
+    priority; a PodDisruptionBudget (no controller computes its status here, so it allows no
+    disruption) covers the younger one, the better candidate otherwise. The scheduler watches
+    the budget (under deploy/'s ClusterRole) and evicts the other pod: no eviction is refused,
+    none is tried on the protected pod."""
+    for name in ("a", "b"):
+        one = {"vendor": "nvidia", "devices": [{"index": 0, "uuid": f"GPU-{scenario.id}-{name}"}]}
+        scenario.node(name, one, 1)
+    low, high = priorities(scenario)
+    guarded = f"{scenario.id}-guarded"
+    scenario.plane.request(
+        "POST",
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": guarded, "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": guarded}}},
+        },
+    )
+    scheduler = scenario.start_scheduler(redis_server.url)
+    scenario.pod("older", 1, priority_class=low)
+    await scenario.wait_bound(["older"])
+    await asyncio.sleep(1.1)  # creationTimestamps are in seconds: "guarded" is younger
+    scenario.pod("guarded", 1, labels={"app": guarded}, priority_class=low)
+    pods = await scenario.wait_bound(["guarded"])
+    free_node = pods["older"]["spec"]["nodeName"]
+    scenario.pod("big", 1, priority_class=high)
+    pods = await scenario.wait_bound(["big"], tries=150)
+    assert pods["big"]["spec"]["nodeName"] == free_node
+    assert [pod for pod, _ in events(scenario, "Preempted")] == ["older"]
+    assert events(scenario, "PreemptionBlocked") == []
+    (line,) = logged(scheduler, "preempting")
+    assert line["victims"] == [f"default/{scenario.id}-older"]
+    assert "guarded" in scenario.pods() and not scenario.pods()["guarded"]["metadata"].get(
+        "deletionTimestamp"
+    )
