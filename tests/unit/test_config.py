@@ -197,3 +197,36 @@ def test_the_environment_overrides_the_sentinels_and_is_checked_too(
     monkeypatch.setenv("TOPO_SCHEDULER_REDIS_SENTINEL_ADDRESSES", "a")
     with pytest.raises(ConfigError, match=r"addresses\[0\]: 'a' is not host:port"):
         settings_from(Config(), None, None)
+
+
+def test_topology_section_reaches_the_core_and_bad_levels_are_named() -> None:
+    from scheduler.core.objects import TopologyLevel
+
+    config = parse_config(
+        {
+            "topology": {
+                "levels": [{"nodeLabel": "x/block", "alias": "block"}, {"nodeLabel": "x/rack"}],
+                "acceleratorLabel": "",
+                "compactGangs": False,
+            }
+        }
+    )
+    core = config.to_core().topology
+    assert core.levels == (TopologyLevel("x/block", "block"), TopologyLevel("x/rack"))
+    assert core.accelerator_label == "" and not core.compact_gangs
+    with pytest.raises(ConfigError) as exc:
+        parse_config(
+            {
+                "topology": {
+                    "levels": [
+                        {"nodeLabel": "kubernetes.io/hostname"},
+                        {"nodeLabel": "x/rack", "alias": "nvlink"},
+                        {"nodeLabel": "x/rack"},
+                    ]
+                }
+            }
+        )
+    text = str(exc.value)
+    assert "topology.levels[0].nodeLabel: hostname is always the last level, implied" in text
+    assert "topology.levels[2]: x/rack names two levels" in text
+    assert "topology.levels: nvlink is a built-in level's name" in text
