@@ -194,8 +194,8 @@ def _plan_together(
         found = plan_in_domains(state, gang, ordered, minimum, topology)
         if isinstance(found, list):  # applied to the open scope already
             return found
-        if topology.hard:
-            return found or f"gang {gang}: no domain holds it ({topology.constraint})"
+        if topology.hard:  # its shortfall: never placed outside its domains
+            return found
     vendor = gpu_members[0].request.vendor
     assert vendor is not None
     spread = gpu_members[0].request.node_policy == "spread"
