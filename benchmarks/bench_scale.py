@@ -26,8 +26,9 @@ qps/burst 5000) and for topo-scheduler ``run`` with Redis (deploy/'s configurati
   <= lease + 5 s = 20 s).
 
 topo-scheduler's start-up is a restart on a Redis that a previous leader used (a short-lived
-replica is elected once, on the empty nodes, before the pods exist): on a brand-new or flushed
-Redis (epoch 1) the first leader waits one lease (15 s) before its first decision, by design.
+replica is elected once, on the empty nodes, before the pods exist): on a Redis that lost its
+history (flushed, restarted, promoted) the first leader waits one lease (15 s) before its first
+decision, by design; a brand-new installation does not (the epoch witness, README "State and HA").
 
 Objects are created through one pool of keep-alive connections, 48 requests in flight
 (benchmarks/liveplane.py). Every wait has a limit and every process started here is stopped
