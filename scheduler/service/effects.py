@@ -137,9 +137,9 @@ class Effects:
             if ready:  # its last victim left: no backoff to wait out, once the store freed it
                 self.tasks.spawn(self._activate_when_released(ready))
         elif effect is Effect.END_NOMINATION:
-            self.preemptions.done(key)  # bound or gone: nothing to hold for it now
+            self.preemptions.done(entry)  # bound or gone: nothing to hold for it now
         elif effect is Effect.RESTORE_NOMINATION:
-            self.preemptions.restore(key)  # pending again: it holds its GPUs again
+            self.preemptions.restore(entry)  # pending again: it holds its GPUs again
         elif effect is Effect.CHARGE:
             assert ctx.pod is not None
             charge(self.state, ctx.pod)

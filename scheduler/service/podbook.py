@@ -29,8 +29,8 @@ Stages (a pod the book does not hold is GONE):
   watch). The snapshot holds its GPUs until a re-read or a watch says where the pod is.
 
 An entry leaves when its pod leaves; everything per pod (first sighting, last reported reason,
-explanation) lives in the entry, so it leaves with it, and the service removes the pod from its
-queue in the same step.
+explanation, a preemptor's nomination and its last fruitless search) lives in the entry, so it
+leaves with it, and the service removes the pod from its queue in the same step.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import msgspec
 import structlog
 
-from scheduler.core.cluster import Holding
+from scheduler.core.cluster import Holding, Nominated
 from scheduler.core.cycle import gang_of
 from scheduler.core.decisions import Placement
 from scheduler.core.objects import PodInput
@@ -340,6 +340,17 @@ class Explanation(msgspec.Struct):
 
 
 @dataclass(slots=True)
+class Held:
+    """A preemptor's nomination as this replica holds it (preemption.py)."""
+
+    nominated: Nominated  # what the snapshot holds for it (again after a failed bind)
+    deadline: float  # by the service's clock
+    # The pods it waits for, key -> UID: its victims and the pods already terminating that its
+    # plan counts on.
+    victims: dict[str, str]
+
+
+@dataclass(slots=True)
 class Entry:
     key: str
     uid: str
@@ -353,6 +364,10 @@ class Entry:
     checking: bool = False  # a re-read (effect CHECK) is under way
     gang: str | None = None  # the pending object's gang (PodBook.set_pod)
     version: int = 0  # the newest resourceVersion any event or read showed of this pod
+    # Preemption's (preemption.py): the nomination held for this preemptor, and when a search
+    # that found no victims may be repeated, with what it said.
+    nomination: Held | None = None
+    searched: tuple[float, str] | None = None
 
 
 @dataclass

@@ -55,7 +55,7 @@ from scheduler.state.base import Fenced, Nomination, Store, StoreError
 
 from .apiserver import Cluster
 from .leader import Leadership
-from .podbook import SCHEDULABLE_STAGES, PodBook
+from .podbook import SCHEDULABLE_STAGES, Entry, Held, PodBook
 
 log = structlog.get_logger("scheduler")
 
@@ -78,17 +78,6 @@ class NominationView(msgspec.Struct, frozen=True, kw_only=True):
     devices: tuple[int, ...]
     priority: int
     expires_in_s: float
-
-
-@dataclass
-class Held:
-    """A preemptor's nomination as this replica holds it."""
-
-    nominated: Nominated  # what the snapshot holds for it (again after a failed bind)
-    deadline: float  # by ``clock``
-    # The pods it waits for, key -> UID: its victims and the pods already terminating that its
-    # plan counts on.
-    victims: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -117,7 +106,9 @@ class Preemptions:
         evictions: Counter,
     ) -> None:
         self.state = state
-        self.book = book  # whether a pod is still pending here
+        # The pods' entries: whether a pod is still pending, and each preemptor's nomination
+        # and last fruitless search (Entry.nomination, Entry.searched), which leave with it.
+        self.book = book
         self.store = store
         self.leadership = leadership
         self.cluster = cluster
@@ -128,10 +119,9 @@ class Preemptions:
         self.on_fenced = on_fenced
         self.hold_s = hold_s
         self.evictions = evictions  # scheduler_evictions{reason, outcome}
-        # Preemptor pod key -> its nomination.
-        self.held: dict[str, Held] = {}
-        # Unit pods whose last search found nothing -> (when to search again, what it said).
-        self.quiet: dict[str, tuple[float, str]] = {}
+        # The preemptors whose entry holds a nomination (an index of the book: the timers and
+        # the victims' departures walk these, not every entry).
+        self.nominated: set[str] = set()
         # Victim UID -> its refused eviction, while it stands.
         self.refused: dict[str, Refusal] = {}
         # A nomination ended off the cycle (refused, planned over): waiting pods may retry.
@@ -139,7 +129,8 @@ class Preemptions:
 
     async def after_unschedulable(self, unit: Unit, reason: str) -> str:
         """Preempt for ``unit`` if that lets it fit; the reason its pods report."""
-        held = [self.held[p.key] for p in unit.pods if p.key in self.held]
+        entries = [e for p in unit.pods if (e := self.book.get(p.key)) is not None]
+        held = [e.nomination for e in entries if e.nomination is not None]
         waiting = self._waiting(held)
         if waiting is not None:
             return f"{reason} preemption: nominated to node {held[0].nominated.node}, {waiting}"
@@ -147,18 +138,18 @@ class Preemptions:
         if epoch is None or not self.leadership.leading:
             return reason
         now = self.clock()
-        quiet = [self.quiet[p.key] for p in unit.pods if p.key in self.quiet]
+        quiet = [e.searched for e in entries if e.searched is not None]
         if quiet and all(until > now for until, _ in quiet):
             return f"{reason} preemption: {quiet[0][1]}"
         result = preempt(self.state, unit, self._standing())
         if isinstance(result, NoPreemption):
             if not result.weighed:
                 return reason
-            for pod in unit.pods:
-                self.quiet[pod.key] = (now + RETRY_S, result.reason)
+            for entry in entries:
+                entry.searched = (now + RETRY_S, result.reason)
             return f"{reason} preemption: {result.reason}"
-        for pod in unit.pods:
-            self.quiet.pop(pod.key, None)
+        for entry in entries:
+            entry.searched = None
         if not await self._write(result, epoch):
             return f"{reason} preemption: postponed, the store did not take the nominations"
         pods = {p.key: p for p in unit.pods}
@@ -176,8 +167,11 @@ class Preemptions:
             if record is not None:
                 victims[key] = record.uid
         for nominated in result.nominations:
+            preemptor = self.book.get(nominated.pod)
+            assert preemptor is not None  # pending, checked above
             self.state.nominate(nominated)
-            self.held[nominated.pod] = Held(nominated, deadline, dict(victims))
+            preemptor.nomination = Held(nominated, deadline, dict(victims))
+            self.nominated.add(nominated.pod)
         self.spawn(self._carry_out(result))
         log.info(
             "preempting",
@@ -221,7 +215,7 @@ class Preemptions:
         nominations on the node it preempts on)."""
         mine = set(result.pods)
         for n in result.nominations:
-            for key, held in list(self.held.items()):
+            for key, held in list(self._held()):
                 other = held.nominated
                 if (
                     key not in mine
@@ -232,11 +226,23 @@ class Preemptions:
                     log.info("nomination planned over", pod=key, by=n.pod, node=n.node)
                     self._end(key)
 
+    def _held(self) -> list[tuple[str, Held]]:
+        """Every nomination held, by preemptor (their entries', through the index)."""
+        out = []
+        for key in sorted(self.nominated):
+            entry = self.book.get(key)
+            if entry is not None and entry.nomination is not None:
+                out.append((key, entry.nomination))
+        return out
+
     def _end(self, key: str) -> None:
         """End ``key``'s nomination now (it stays pending): the snapshot's, the store's and its
         nominatedNodeName; its next attempt searches afresh."""
-        held = self.held.pop(key, None)
-        self.quiet.pop(key, None)
+        entry = self.book.get(key)
+        if entry is None:
+            return
+        held, entry.nomination, entry.searched = entry.nomination, None, None
+        self.nominated.discard(key)
         if held is None:
             return
         self.state.unnominate(key)
@@ -328,7 +334,8 @@ class Preemptions:
         log.info("eviction refused", pod=victim, preemptors=list(keys), reason=why)
         self.refused[uid] = Refusal(victim, self.clock() + self.hold_s)
         for key in keys:
-            held = self.held.get(key)
+            entry = self.book.get(key)
+            held = entry.nomination if entry is not None else None
             if held is None:
                 continue
             self._end(key)
@@ -340,7 +347,7 @@ class Preemptions:
         for: they can bind now. O(preemptors held), a handful."""
         out = []
         records = self.state.index.records
-        for key, held in self.held.items():
+        for key, held in self._held():
             if left not in held.victims:
                 continue
             if all(
@@ -349,9 +356,6 @@ class Preemptions:
             ):
                 out.append(key)
         return out
-
-    def tracks(self, key: str) -> bool:
-        return key in self.held or key in self.quiet
 
     # ---- PodDisruptionBudgets (the policy/v1 watch): the core's input ----------------------
 
@@ -377,21 +381,23 @@ class Preemptions:
                 del self.refused[uid]
                 self._ended = True
 
-    def done(self, key: str) -> None:
-        """The pod was bound, or left: its nomination ends (the snapshot's too), and nothing
-        of it stays here."""
-        self.quiet.pop(key, None)
-        held = self.held.pop(key, None)
+    def done(self, entry: Entry | None) -> None:
+        """The pod was bound, or left (``entry`` is the one the transition moved, in the book
+        or just out of it): its nomination ends (the snapshot's and the store's too)."""
+        if entry is None:
+            return
+        held, entry.nomination, entry.searched = entry.nomination, None, None
         if held is None:
             return
-        self.state.unnominate(key)
+        self.nominated.discard(entry.key)
+        self.state.unnominate(entry.key)
         self.spawn(self._drop([held.nominated.uid]))
 
-    def restore(self, key: str) -> None:
+    def restore(self, entry: Entry | None) -> None:
         """The pod is pending again (its Binding failed after the snapshot used its nomination
         up): it holds its GPUs again until it binds or its nomination expires."""
-        held = self.held.get(key)
-        if held is not None and key not in self.state.nominations:
+        held = entry.nomination if entry is not None else None
+        if held is not None and held.nominated.pod not in self.state.nominations:
             self.state.nominate(held.nominated)
 
     def tick(self) -> bool:
@@ -399,12 +405,15 @@ class Preemptions:
         since the last tick (waiting pods may retry)."""
         ended, self._ended = self._ended, False
         self._standing()  # refusals leave with their pods
-        if not self.held:
+        if not self.nominated:
             return ended
         now = self.clock()
-        expired = [(key, h.nominated.uid) for key, h in self.held.items() if now >= h.deadline]
+        expired = [(key, h.nominated.uid) for key, h in self._held() if now >= h.deadline]
         for key, _ in expired:
-            del self.held[key]
+            entry = self.book.get(key)
+            assert entry is not None  # _held gave it
+            entry.nomination = None
+            self.nominated.discard(key)
             self.state.unnominate(key)
             log.info("nomination expired", pod=key)
             self.spawn(self._clear(key))
@@ -433,9 +442,12 @@ class Preemptions:
         pending here (``pending`` by UID), and finish their preemption: the previous leader may
         have died before its evictions went out, so victims still running are evicted again
         (a pod already terminating is left to go). The other nominations are dropped."""
-        for key in list(self.held):
+        for key, _ in self._held():
             self.state.unnominate(key)
-        self.held.clear()
+            entry = self.book.get(key)
+            assert entry is not None  # _held gave it
+            entry.nomination = None
+        self.nominated.clear()
         now_ms = self.wall_ms()
         try:
             live = await self.store.nominations(now_ms)
@@ -465,22 +477,27 @@ class Preemptions:
                 devices=n.devices,
                 requests=pod_requests(pod, self.state.gpu_names),
             )
+            entry = self.book.get(n.pod)
+            if entry is None or entry.uid != uid:
+                stale.append(uid)  # ``pending`` is the book's: not reached
+                continue
             self.state.nominate(nominated)
             victims = {by_uid[v].key: v for v in n.victims if v in by_uid}
             deadline = self.clock() + (n.expires_ms - now_ms) / 1000
-            self.held[n.pod] = Held(nominated, deadline, victims)
+            entry.nomination = Held(nominated, deadline, victims)
+            self.nominated.add(n.pod)
             for key, victim in victims.items():
                 record = by_uid[victim]
                 if not record.terminating:
                     self.spawn(self._evict(key, victim, record.node, n.pod, n.priority, (n.pod,)))
-        log.info("nominations reloaded", held=len(self.held), dropped=len(stale))
+        log.info("nominations reloaded", held=len(self.nominated), dropped=len(stale))
         if stale:
             await self._drop(stale)
 
     def view(self) -> list[NominationView]:
         now = self.clock()
         out = []
-        for key, held in sorted(self.held.items()):
+        for key, held in self._held():
             deadline = held.deadline
             n = held.nominated
             if n is not None:
@@ -496,4 +513,4 @@ class Preemptions:
         return out
 
     def sizes(self) -> dict[str, int]:
-        return {"held": len(self.held), "quiet": len(self.quiet), "refused": len(self.refused)}
+        return {"held": len(self.nominated), "refused": len(self.refused)}

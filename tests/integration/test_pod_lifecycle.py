@@ -701,7 +701,8 @@ async def test_drift2_news_of_an_old_uid_does_not_end_the_new_pods_nomination(
     r.s.intake.pending_event("DELETED", old)
     r.s.effects.dispatch(old.key, old.uid, Event.CHECKED_GONE)
     assert r.s.state.nominations["default/big"].pod == new.key
-    assert r.s.preemptions.tracks("default/big")
+    entry = r.s.book.get("default/big")
+    assert entry is not None and entry.uid == "uid2" and entry.nomination is not None
     assert [n.uid for n in (await backend.store.nominations(0)).values()] == ["uid2"]
 
 

@@ -122,7 +122,7 @@ async def test_a_high_priority_pod_evicts_the_whole_low_gang_and_binds_once_it_i
     assert await r.store.nominations(0) == {}
     assert r.s.state.nominations == {}
     # sneak (priority 10) never weighed preemption: no pod had a lower priority.
-    assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 0, "refused": 0}
+    assert r.s.sizes()["preemptions"] == {"held": 0, "refused": 0}
 
 
 async def test_a_new_leader_keeps_the_gpus_held_for_the_preemptor() -> None:
@@ -204,10 +204,11 @@ async def test_a_search_that_found_nothing_is_not_repeated_for_a_while() -> None
         "preemption: no node where evicting pods of lower priority than 1000 makes room"
     )
     assert r.api.evictions == []
-    assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 1, "refused": 0}
+    entry = r.s.book.get("default/huge")
+    assert entry is not None and entry.searched is not None  # kept in the pod's entry
     r.s.intake.pending_event("DELETED", r.api.delete("default/huge"))
-    # It went with the pod.
-    assert r.s.sizes()["preemptions"] == {"held": 0, "quiet": 0, "refused": 0}
+    assert r.s.book.get("default/huge") is None  # it went with the pod
+    assert r.s.sizes()["preemptions"] == {"held": 0, "refused": 0}
 
 
 async def test_equal_priority_evicts_nothing() -> None:
