@@ -108,19 +108,18 @@ class ProbeServer:
 
     async def _debug_nominations(self, request: web.Request) -> web.Response:
         """The GPUs held for preemptors while their victims leave (the leader's view)."""
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        body = msgspec.json.encode(self._nominations())
-        return web.Response(body=body, content_type="application/json")
+        return self._local_json(request, self._nominations)
 
     async def _debug_nodes(self, request: web.Request) -> web.Response:
         """The snapshot's sums per node (this replica's, leader or standby)."""
+        return self._local_json(request, self._nodes)
+
+    def _local_json(self, request: web.Request, read: Callable[[], Any]) -> web.Response:
+        """``read()`` as JSON, for a client this endpoint answers (``_refused``)."""
         refused = self._refused(request)
         if refused is not None:
             return refused
-        body = msgspec.json.encode(self._nodes())
-        return web.Response(body=body, content_type="application/json")
+        return web.Response(body=msgspec.json.encode(read()), content_type="application/json")
 
     async def _debug_pod(self, request: web.Request) -> web.Response:
         refused = self._refused(request)

@@ -10,7 +10,8 @@ memory and no GPU:
 - a DaemonSet-like rollout: one pod per node with a hostPort, then each replaced by its next
   version (deleted, and created again under a new name with the same port).
 
-Every pod's creation and deletion is retried through an apiserver outage. None of these pods
+Every pod's creation and deletion is retried through an apiserver outage (``through_outage``,
+which test_chaos.py's stream of our pods uses too). None of these pods
 carries the scenario's ``test`` label: the scenario's own pod counts stay its own.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import http.client
 import time
 import urllib.error
+from collections.abc import Callable
 from typing import Any
 
 from scheduler.testing.controlplane import ControlPlane
@@ -60,7 +62,8 @@ class OtherSchedulers:
                 self._create(f"{self.prefix}-ds-{node}-v{version}", node, port=PORT)
 
     def delete(self, name: str) -> None:
-        self._retry(lambda: self.plane.delete(f"/api/v1/namespaces/default/pods/{name}"), 404)
+        path = f"/api/v1/namespaces/default/pods/{name}"
+        self.retries += through_outage(lambda: self.plane.delete(path), 404)
         self.deleted += 1
 
     def _create(
@@ -86,23 +89,26 @@ class OtherSchedulers:
                 "containers": [container],
             },
         }
-        self._retry(lambda: self.plane.apply(pod), 409)
+        self.retries += through_outage(lambda: self.plane.apply(pod), 409)
         self.created += 1
 
-    def _retry(self, call: Any, done: int) -> None:
-        """``call`` until it answers (``done``, 409 or 404: an earlier try landed unseen)."""
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                call()
-                return
-            except urllib.error.HTTPError as exc:
-                if exc.code == done:
-                    return
-                if time.monotonic() > deadline:
-                    raise
-            except (OSError, http.client.HTTPException):
-                if time.monotonic() > deadline:
-                    raise
-            self.retries += 1
-            time.sleep(0.1)
+
+def through_outage(call: Callable[[], Any], done: int) -> int:
+    """``call`` until it answers, for 60 s at most; ``done`` (409 for a create, 404 for a
+    delete) means an earlier try landed unseen. Returns how many tries failed."""
+    deadline = time.monotonic() + 60
+    failed = 0
+    while True:
+        try:
+            call()
+            return failed
+        except urllib.error.HTTPError as exc:
+            if exc.code == done:
+                return failed
+            if time.monotonic() > deadline:
+                raise
+        except (OSError, http.client.HTTPException):
+            if time.monotonic() > deadline:
+                raise
+        failed += 1
+        time.sleep(0.1)

@@ -22,10 +22,9 @@ Lease 3 s, renewed every 1 s (live.py): a bind times out after 1 s, a standby ta
 from __future__ import annotations
 
 import asyncio
-import http.client
+import functools
 import json
 import time
-import urllib.error
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from scheduler.testing.redisserver import RedisServer
 from tests.conftest import started_redis
 from tests.topologies import DGX1_V100
 
-from .churn import OtherSchedulers
+from .churn import OtherSchedulers, through_outage
 from .live import Scenario, SchedulerProcess, begin_history
 
 # Every scenario settles in a few seconds; this is the bound beyond which it never did.
@@ -85,26 +84,10 @@ class PodStream:
         self.specs = specs
         self.retries = 0
 
-    def _create(self, spec: PodSpec) -> None:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.scenario.pod(spec.name, spec.gpus, labels=spec.labels)
-                return
-            except urllib.error.HTTPError as exc:
-                if exc.code == 409:
-                    return
-                if time.monotonic() > deadline:
-                    raise
-            except (OSError, http.client.HTTPException):
-                if time.monotonic() > deadline:
-                    raise
-            self.retries += 1
-            time.sleep(0.1)
-
     def run(self) -> None:
         for spec in self.specs:
-            self._create(spec)
+            create = functools.partial(self.scenario.pod, spec.name, spec.gpus, labels=spec.labels)
+            self.retries += through_outage(create, 409)
 
     def start(self) -> asyncio.Task[None]:
         return asyncio.create_task(asyncio.to_thread(self.run), name="pod-stream")
