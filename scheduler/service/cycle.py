@@ -28,7 +28,6 @@ from typing import Any
 
 import structlog
 
-from scheduler.core.cluster import holding_of
 from scheduler.core.cycle import Unit, decide, gang_minimum, gang_timeout
 from scheduler.core.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from scheduler.core.objects import PodInput
@@ -248,13 +247,14 @@ class Cycle:
             self.effects.dispatch(pod.key, pod.uid, Event.NOT_PLACED, ctx)
         for placement in decision.placements:
             pod = pods[placement.pod]
-            # The decision carries the gang's minimum its plan resolved (placement.replicas).
-            claim = self.sync.claim_of(holding_of(placement, placement.replicas))
-            assert claim is not None
-            attempt.claims.append(claim)
             attempt.placed.append((pod, placement))
             ctx = Ctx(pod=pod, placement=placement)
             self.effects.dispatch(pod.key, pod.uid, Event.PLACED, ctx)
+            # The store claims what the core's assume holds (the gang's minimum included, as
+            # the plan resolved it): nothing is rebuilt here.
+            claim = self.sync.claim_of(self.state.holdings[pod.key])
+            assert claim is not None
+            attempt.claims.append(claim)
 
     async def _reserve(self, batch: list[_Attempt]) -> None:
         """One store call for the batch's claims, then each pod's answer: RESERVE_OK (the
