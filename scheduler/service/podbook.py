@@ -30,7 +30,8 @@ Stages (a pod the book does not hold is GONE):
 
 An entry leaves when its pod leaves; everything per pod (first sighting, last reported reason,
 explanation, a preemptor's nomination and its last fruitless search) lives in the entry, so it
-leaves with it, and the service removes the pod from its queue in the same step.
+leaves with it, and the table's ``leave`` effect takes the pod out of the queue in the same
+step.
 """
 
 from __future__ import annotations
