@@ -857,6 +857,10 @@ async def test_a_newly_bound_pod_wakes_a_pod_waiting_for_affinity_to_it(backend:
 async def test_pod_scheduled_false_is_written_only_on_the_pod_of_its_uid(backend: Backend) -> None:
     r = backend.live()
     await r.elect([node(1)])
+    r.pending(MakePod().Name("huge").Req(4).Obj())
+    await r.step()
+    await r.settle()
+    assert r.api.unschedulable["default/huge"].startswith("0/1 nodes are available")
     r.pending(MakePod().Name("big").Req(2).Obj())
     await r.step()  # unschedulable; the report is spawned
     # Before it is sent, the pod is deleted and recreated under the same name.
@@ -864,6 +868,7 @@ async def test_pod_scheduled_false_is_written_only_on_the_pod_of_its_uid(backend
     new = r.pending(msgspec.structs.replace(MakePod().Name("big").Req(1).Obj(), uid="uid2"))
     await r.settle()
     assert "default/big" not in r.api.unschedulable  # the new pod is not told it failed
-    await run(r)
+    await r.step()
+    await r.settle()
     assert r.api.binds == [("default/big", "n", "0")] and r.api.pods[new.key].uid == "uid2"
     assert "default/big" not in r.api.unschedulable
