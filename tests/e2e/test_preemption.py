@@ -11,6 +11,8 @@ Each test prints the preemption's events and timings (the closing note of issue 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from typing import Any
 
@@ -64,6 +66,13 @@ async def low_gang_bound(scenario: Scenario, low: str) -> None:
     for name in ("low-0", "low-1"):
         scenario.pod(name, 4, labels=labels, priority_class=low)
     await scenario.wait_bound(["low-0", "low-1"])
+
+
+def kwok_paused(scenario: Scenario, paused: bool) -> None:
+    """Stop (SIGSTOP) or resume KWOK: while it is stopped, pods being deleted stay (KWOK is
+    their kubelet, which finishes a deletion)."""
+    (kwok,) = [p for p in scenario.plane.processes if p.name == "kwok"]
+    os.killpg(kwok.proc.pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
 
 def logged(s: SchedulerProcess, event: str) -> list[dict[str, Any]]:
@@ -122,16 +131,22 @@ async def test_a_new_leader_honours_the_nomination_after_the_leader_is_killed(
     low, high = priorities(scenario)
     first = scenario.start_scheduler(redis_server.url)
     await low_gang_bound(scenario, low)
-    second = scenario.start_scheduler(redis_server.url)
-    start = time.monotonic()
-    scenario.pod("big", 8, priority_class=high)
-    # The moment the first eviction is answered, the leader dies: its preemptor is not bound.
-    await until("a victim is evicted", lambda: bool(logged(first, "preemption victim")), 30)
-    first.kill9()
-    killed = time.monotonic() - start
-    assert not scenario.pods()["big"]["spec"].get("nodeName")
-    # A lower-priority pod that fits in the freed GPUs arrives while no one leads.
-    scenario.pod("sneak", 4, priority_class=low)
+    # KWOK is paused, so the evicted victims stay terminating until the leader is dead: it
+    # cannot bind the preemptor first (KWOK would otherwise finish them within milliseconds).
+    kwok_paused(scenario, True)
+    try:
+        second = scenario.start_scheduler(redis_server.url)
+        start = time.monotonic()
+        scenario.pod("big", 8, priority_class=high)
+        # The moment the first eviction is answered, the leader dies: its preemptor is not bound.
+        await until("a victim is evicted", lambda: bool(logged(first, "preemption victim")), 30)
+        first.kill9()
+        killed = time.monotonic() - start
+        assert not scenario.pods()["big"]["spec"].get("nodeName")
+        # A lower-priority pod that fits in the freed GPUs arrives while no one leads.
+        scenario.pod("sneak", 4, priority_class=low)
+    finally:
+        kwok_paused(scenario, False)
     pods = await scenario.wait_bound(["big"])
     bound = time.monotonic() - start
     reloaded = logged(second, "nominations reloaded")
