@@ -330,7 +330,11 @@ class Soak:
         for key in jobs:
             api.delete(key)  # the Job's TTL
         await wait_for("wave gone", self.gone, self.describe)
+        # The fake keeps what it was told (binds, events, PodScheduled messages) for tests to
+        # read: forgotten here, or the soak would measure the fake's memory growing.
         api.binds.clear()
+        api.events.clear()
+        api.unschedulable.clear()
         self.waves += 1
 
     def bound(self, keys: list[str]) -> bool:
