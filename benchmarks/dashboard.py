@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import random
 import signal
 import subprocess
@@ -202,6 +203,9 @@ def render(scrapes: list[Scrape], out: Path) -> None:
         }
         right = left.twinx() if right_ids else None
         drawn = 0
+        # A stacked panel draws each series on top of the ones before (a missing value counts 0).
+        stacked = panel["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+        base = [0.0] * len(times)
         for target in panel["targets"]:
             ax = left
             if right is not None and target["refId"] in right_ids:
@@ -216,6 +220,12 @@ def render(scrapes: list[Scrape], out: Path) -> None:
                     legend = legend.replace("{{" + k + "}}", v)
                 if ax is right:
                     legend += " (right)"
+                if stacked:
+                    top = [
+                        b + (0.0 if math.isnan(v) else v) for b, v in zip(base, values, strict=True)
+                    ]
+                    ax.fill_between(times, base, top, alpha=0.35, color=f"C{drawn % 10}")
+                    values, base = top, top
                 ax.plot(times, values, label=legend, linewidth=1.2, color=f"C{drawn % 10}")
                 drawn += 1
         for axis in (left, right):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -115,6 +115,14 @@ class Metrics:
             ["reason", "outcome"],
             registry=r,
         )
+        self.pending_reasons = Gauge(
+            "scheduler_pending_pods_by_reason",
+            "Pending pods by why they wait: untried, unschedulable, waiting (gang members or "
+            "room), preempting (victims leaving), error, scheduled (a failed bind; set when "
+            "/metrics is scraped).",
+            ["reason"],
+            registry=r,
+        )
         self.gangs_waiting = Gauge(
             "scheduler_gangs_waiting",
             "Gangs with at least one member pending (set when /metrics is scraped).",
@@ -135,9 +143,11 @@ class Metrics:
             registry=r,
         )
 
-    def observe_cluster(self, state: ClusterState, gangs_waiting: int) -> None:
-        """Set the cluster-wide gauges from the snapshot (one pass over the nodes). A node class
-        that left the cluster leaves the gauges too."""
+    def observe_cluster(
+        self, state: ClusterState, gangs_waiting: int, pending: Mapping[str, int]
+    ) -> None:
+        """Set the cluster-wide gauges from the snapshot (one pass over the nodes) and the pod
+        book's counts. A node class, or a reason, that is gone leaves the gauges too."""
         total: dict[tuple[str, str], int] = {}
         free: dict[tuple[str, str], int] = {}
         for node in state.gpu_nodes():
@@ -152,6 +162,9 @@ class Metrics:
             self.gpus.labels(vendor=vendor, model=model).set(n)
             self.free_gpus.labels(vendor=vendor, model=model).set(free[(vendor, model)])
         self.gangs_waiting.set(gangs_waiting)
+        self.pending_reasons.clear()
+        for reason, n in pending.items():
+            self.pending_reasons.labels(reason=reason).set(n)
 
 
 class TimedStore:

@@ -436,6 +436,20 @@ class PodBook:
             any(self.entries[k].stage in stages for k in keys) for keys in self._gangs.values()
         )
 
+    def pending_reasons(self, stages: frozenset[Stage]) -> Counter[str]:
+        """The entries in ``stages`` by why they wait (for the metrics): ``preempting`` while a
+        nomination is held for them, else their last decision's result (``unschedulable``,
+        ``waiting`` for gang members or room, ``error``, ``scheduled`` when a bind failed and it
+        is pending again), ``untried`` before their first attempt."""
+        reasons: Counter[str] = Counter()
+        for e in self.entries.values():
+            if e.stage in stages:
+                if e.nomination is not None:
+                    reasons["preempting"] += 1
+                else:
+                    reasons[e.explanation.result if e.explanation else "untried"] += 1
+        return reasons
+
     def stage(self, key: str, uid: str | None = None) -> Stage:
         entry = self.entries.get(key)
         if entry is None or (uid is not None and uid and entry.uid and entry.uid != uid):

@@ -274,7 +274,11 @@ class Scheduler:
 
     def observe_cluster(self) -> None:
         """The cluster-wide gauges, as of now (the /metrics handler calls it before a scrape)."""
-        self.metrics.observe_cluster(self.state, self.book.gangs_in(SCHEDULABLE_STAGES))
+        self.metrics.observe_cluster(
+            self.state,
+            self.book.gangs_in(SCHEDULABLE_STAGES),
+            self.book.pending_reasons(SCHEDULABLE_STAGES),
+        )
 
     # ---- shutdown ----------------------------------------------------------------------------
 

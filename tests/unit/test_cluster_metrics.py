@@ -1,5 +1,6 @@
 """The gauges /metrics computes at scrape time from the snapshot (Metrics.observe_cluster): whole
-GPUs and free GPUs per node class (vendor, model), and the gangs waiting (PodBook.gangs_in)."""
+GPUs and free GPUs per node class (vendor, model), the gangs waiting (PodBook.gangs_in) and the
+pending pods by reason (PodBook.pending_reasons)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_free_gpus_per_node_class_and_a_class_that_leaves() -> None:
         ),
     )
     metrics = Metrics()
-    metrics.observe_cluster(state, 0)
+    metrics.observe_cluster(state, 0, {})
     assert gauge(metrics, "scheduler_node_gpus") == {
         ("nvidia", "V100"): 16,
         ("nvidia", "unknown"): 4,
@@ -50,7 +51,7 @@ def test_free_gpus_per_node_class_and_a_class_that_leaves() -> None:
         ("nvidia", "unknown"): 3,
     }
     state.remove_node("c")
-    metrics.observe_cluster(state, 0)
+    metrics.observe_cluster(state, 0, {})
     assert gauge(metrics, "scheduler_node_free_gpus") == {("nvidia", "V100"): 14}
 
 
@@ -69,7 +70,7 @@ def test_gangs_waiting_counts_gangs_with_a_pending_member() -> None:
     assert {e.stage for e in book.entries.values()} <= SCHEDULABLE_STAGES
     assert book.gangs_in(SCHEDULABLE_STAGES) == 2
     metrics = Metrics()
-    metrics.observe_cluster(cluster(), book.gangs_in(SCHEDULABLE_STAGES))
+    metrics.observe_cluster(cluster(), book.gangs_in(SCHEDULABLE_STAGES), {})
     assert metrics.registry.get_sample_value("scheduler_gangs_waiting") == 2
     # Gang b's only member leaves: one gang waits.
     book.handle("default/b-0", pods["default/b-0"].uid, E.PENDING_LEFT, 0.0)
@@ -88,8 +89,19 @@ async def test_leader_epoch_is_the_epoch_it_leads_under_and_zero_once_lost() -> 
     assert registry.get_sample_value("scheduler_leader") == 1
     # The cluster gauges the scrape sets, through the scheduler's own snapshot and book.
     r.pending(MakePod().Name("g-0").Req(1).Gang("g", 2).Obj())
+    r.pending(MakePod().Name("big").Req(16).Obj())
     r.s.observe_cluster()
     assert registry.get_sample_value("scheduler_gangs_waiting") == 1
+    by_reason = "scheduler_pending_pods_by_reason"
+    assert registry.get_sample_value(by_reason, {"reason": "untried"}) == 2
+    # One attempt each: the gang waits for its second member, the big pod fits no node.
+    await r.step()
+    await r.step()
+    await r.settle()
+    r.s.observe_cluster()
+    assert registry.get_sample_value(by_reason, {"reason": "untried"}) is None  # none left
+    assert registry.get_sample_value(by_reason, {"reason": "waiting"}) == 1
+    assert registry.get_sample_value(by_reason, {"reason": "unschedulable"}) == 1
     free = registry.get_sample_value(
         "scheduler_node_free_gpus", {"vendor": "nvidia", "model": "unknown"}
     )
