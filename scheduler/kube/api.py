@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -35,12 +36,14 @@ from .codec import decode_pod, reserved_for_patch
 from .podgroups import (
     CUSTOM_RESOURCES,
     POD_GROUPS,
+    UPSTREAM_POD_GROUPS,
     EvictResult,
     PodGroupPhase,
     Write,
     crd_is_established,
     eviction_body,
     eviction_result,
+    initially_scheduled_patch,
     nominated_node_patch,
     pod_group_status_patch,
     serves,
@@ -378,6 +381,23 @@ class KubeApi:
             namespace,
             nominated_node_patch(node),
             _content_type="application/merge-patch+json",
+        )
+        return _written(status, raw)
+
+    async def mark_initially_scheduled(self, namespace: str, name: str, message: str) -> Write:
+        """Set condition PodGroupInitiallyScheduled True on an upstream PodGroup
+        (scheduling.k8s.io/v1beta1, its status subresource), as kube-scheduler does once a
+        group's minimum is scheduled."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status, raw = await self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            UPSTREAM_POD_GROUPS.group,
+            UPSTREAM_POD_GROUPS.version,
+            namespace,
+            UPSTREAM_POD_GROUPS.plural,
+            name,
+            initially_scheduled_patch(message, now),
+            _content_type="application/strategic-merge-patch+json",
         )
         return _written(status, raw)
 

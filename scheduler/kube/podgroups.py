@@ -239,7 +239,10 @@ def pod_group_from_obj(obj: PodGroup) -> PodGroupInput:
         min_member=spec.min_member,
         schedule_timeout_seconds=getattr(spec, "schedule_timeout_seconds", None),
         uid=meta.uid,
-        status_foreign=group != SCHEDULER_PLUGINS_GROUP or observed_status(obj).foreign,
+        # Volcano's controller writes its status; scheduler-plugins' may; the upstream one's
+        # condition is written by the scheduler of its pods (kube-scheduler for its own).
+        status_foreign=group == VOLCANO_GROUP
+        or (group == SCHEDULER_PLUGINS_GROUP and observed_status(obj).foreign),
         network_topology=_network_topology(spec),
         topology_keys=getattr(spec, "topology_keys", ()),
     )
@@ -261,6 +264,11 @@ def _network_topology(spec: object) -> NetworkTopologyInput | None:
 OUR_PHASES: Final = frozenset({"", "Pending", "Scheduled", "Running", "Finished", "Failed"})
 
 
+class _StatusCondition(msgspec.Struct):
+    type: str = ""
+    status: str = ""
+
+
 class _GroupStatus(msgspec.Struct, rename="camel"):
     """A scheduler-plugins PodGroup's status, leniently: unknown fields are skipped and a field
     of the wrong type makes the whole status someone else's (``observed_status``)."""
@@ -268,6 +276,7 @@ class _GroupStatus(msgspec.Struct, rename="camel"):
     phase: str | None = None
     scheduled: int | None = None
     running: int | None = None
+    conditions: list[_StatusCondition] | None = None  # the upstream PodGroup's
     occupied_by: str | None = None
     succeeded: int | None = None
     failed: int | None = None
@@ -285,6 +294,8 @@ class ObservedStatus(msgspec.Struct, frozen=True):
     scheduled: int = 0
     running: int = 0
     foreign: bool = False
+    # The upstream PodGroup's condition PodGroupInitiallyScheduled is True (terminal).
+    initially_scheduled: bool = False
 
 
 def observed_status(obj: PodGroup) -> ObservedStatus:
@@ -309,7 +320,10 @@ def observed_status(obj: PodGroup) -> ObservedStatus:
         or status.schedule_start_time
         or phase not in OUR_PHASES
     )
-    return ObservedStatus(phase, status.scheduled or 0, status.running or 0, foreign)
+    initially = any(
+        c.type == INITIALLY_SCHEDULED and c.status == "True" for c in status.conditions or ()
+    )
+    return ObservedStatus(phase, status.scheduled or 0, status.running or 0, foreign, initially)
 
 
 def _where(exc: msgspec.ValidationError) -> tuple[str, str]:
@@ -426,6 +440,22 @@ def pod_group_status_patch(phase: PodGroupPhase, scheduled: int, running: int) -
     return {
         "status": {"phase": PodGroupPhase(phase).value, "scheduled": scheduled, "running": running}
     }
+
+
+INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
+
+
+def initially_scheduled_patch(message: str, now: str) -> dict[str, Any]:
+    """The strategic merge patch (conditions merge by type) of an upstream PodGroup's status
+    that sets PodGroupInitiallyScheduled True, reason Scheduled, as kube-scheduler writes it."""
+    condition = {
+        "type": INITIALLY_SCHEDULED,
+        "status": "True",
+        "reason": "Scheduled",
+        "message": message,
+        "lastTransitionTime": now,
+    }
+    return {"status": {"conditions": [condition]}}
 
 
 def nominated_node_patch(node: str | None) -> dict[str, Any]:

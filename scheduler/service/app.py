@@ -206,6 +206,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         api.patch_pod_group_status,
         lambda: leadership.leading,
         lambda: [e.pod for e in scheduler.book.in_stages(assumed_stage) if e.pod is not None],
+        api.mark_initially_scheduled,
     )
 
     def pods_version(p: Pod) -> str:

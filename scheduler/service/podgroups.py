@@ -1,5 +1,6 @@
 """PodGroups in the live scheduler: what the watches hand the snapshot, and the status that
-topo-scheduler writes back on scheduler-plugins PodGroups nobody else writes.
+topo-scheduler writes back on scheduler-plugins PodGroups nobody else writes (and the upstream
+PodGroup's PodGroupInitiallyScheduled condition).
 
 **Into the snapshot** (``snapshot_group``): a usable PodGroup is the core's ``PodGroupInput``. An
 unusable one (``PodGroupError``: a minMember beyond the scheduler's bounds, a negative timeout)
@@ -25,6 +26,12 @@ placed them):
   reach it; Scheduled when ``scheduled`` reaches it; else Pending. A PodGroup whose phase is
   Finished or Failed is not written again (scheduler-plugins' controller stops there too).
 
+For the upstream Workload API's PodGroups (``scheduling.k8s.io``, whose pods name them in
+``spec.schedulingGroup``) it writes only the condition ``PodGroupInitiallyScheduled`` True
+(reason ``Scheduled``), once, when ``scheduled`` first reaches minCount, as kube-scheduler does for
+the groups of its own pods (the pods are ours, so no other scheduler writes it); a condition
+already True is terminal and left alone.
+
 It writes only what changed (against the status read from the watch, and against its own last
 write, so that a field a CRD prunes is not written again and again), only as the leader, from
 its own task (never on a pod's scheduling path), at most ``PATCHES_IN_FLIGHT`` at a time, and
@@ -41,7 +48,7 @@ from typing import Any, Final
 import msgspec
 import structlog
 
-from scheduler.core.names import POD_GROUP_API, POD_GROUP_LABEL
+from scheduler.core.names import POD_GROUP_API, POD_GROUP_LABEL, UPSTREAM_POD_GROUP_API
 from scheduler.core.objects import PodGroupInput, PodInput
 from scheduler.kube.podgroups import (
     MAX_MEMBERS,
@@ -68,6 +75,9 @@ _TERMINAL: Final = frozenset({PodGroupPhase.FINISHED.value, PodGroupPhase.FAILED
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})  # pod phases
 
 Patch = Callable[[str, str, PodGroupPhase, int, int], Awaitable[Write]]
+# An upstream PodGroup's condition PodGroupInitiallyScheduled set True (namespace, name, message).
+MarkScheduled = Callable[[str, str, str], Awaitable[Write]]
+_WRITTEN_GROUPS: Final = frozenset({POD_GROUP_API, UPSTREAM_POD_GROUP_API})
 
 
 # ---- into the snapshot -----------------------------------------------------------------------
@@ -156,7 +166,10 @@ def count_members(phases: Iterable[str], assumed: int = 0) -> Counts:
 
 
 def group_of_pod(pod: PodInput) -> str | None:
-    """The key (PodGroupInput.key) of the scheduler-plugins PodGroup the pod names."""
+    """The key (PodGroupInput.key) of the PodGroup whose status is written for the pod: the
+    upstream one of its spec.schedulingGroup, else the scheduler-plugins one it names."""
+    if pod.scheduling_group:
+        return f"{UPSTREAM_POD_GROUP_API}/{pod.namespace}/{pod.scheduling_group}"
     name = pod.labels.get(POD_GROUP_LABEL)
     return f"{POD_GROUP_API}/{pod.namespace}/{name}" if name else None
 
@@ -169,8 +182,10 @@ class PodGroupStatuses:
         patch: Patch,
         leading: Callable[[], bool],
         assumed: Callable[[], Iterable[PodInput]] = tuple,
+        mark_scheduled: MarkScheduled | None = None,
     ) -> None:
         self._patch = patch
+        self._mark_scheduled = mark_scheduled
         self._leading = leading
         self._assumed = assumed  # pods whose Binding succeeded, not yet seen bound
         self.groups: dict[str, PodGroupInput] = {}
@@ -187,7 +202,7 @@ class PodGroupStatuses:
     # ---- PodGroups (the PodGroup watch) ------------------------------------------------------
 
     def group_set(self, group: PodGroupInput, observed: ObservedStatus) -> None:
-        if group.group != POD_GROUP_API:
+        if group.group not in _WRITTEN_GROUPS:
             return  # Volcano's: read, never written
         key = group.key
         previous = self.groups.get(key)
@@ -308,7 +323,7 @@ class PodGroupStatuses:
             return None
         if not 1 <= group.min_member <= MAX_MEMBERS:  # unusable: its pods wait, nothing to say
             return None
-        if self.observed[key].phase in _TERMINAL:
+        if self.observed[key].phase in _TERMINAL or self.observed[key].initially_scheduled:
             return None
         members = self.members.get(key, {})
         counts = count_members(members.values(), assumed)
@@ -329,6 +344,12 @@ class PodGroupStatuses:
             if desired is None:
                 continue
             group, observed = self.groups[key], self.observed[key]
+            if group.group == UPSTREAM_POD_GROUP_API:
+                # Only the condition, once, when the minimum is first scheduled.
+                if desired.phase is PodGroupPhase.PENDING or key in self._sent:
+                    continue
+                out.append((group, desired))
+                continue
             if (observed.phase, observed.scheduled, observed.running) == (
                 desired.phase.value,
                 desired.scheduled,
@@ -350,10 +371,7 @@ class PodGroupStatuses:
                     self._mark(group.key)
                     return
                 try:
-                    result = await self._patch(
-                        group.namespace, group.name, desired.phase, desired.scheduled,
-                        desired.running,
-                    )  # fmt: skip
+                    result = await self._send(group, desired)
                 except Exception as exc:
                     log.warning("PodGroup status not written", group=group.key, error=str(exc))
                     self._mark(group.key)  # tried again at the next pass
@@ -366,6 +384,19 @@ class PodGroupStatuses:
                     )  # fmt: skip
 
         await asyncio.gather(*(one(g, d) for g, d in writes))
+
+    async def _send(self, group: PodGroupInput, desired: Desired) -> Write:
+        if group.group == UPSTREAM_POD_GROUP_API:
+            if self._mark_scheduled is None:
+                return Write.GONE
+            message = (
+                f"{desired.scheduled} pods scheduled by topo-scheduler "
+                f"(minCount {group.min_member})"
+            )
+            return await self._mark_scheduled(group.namespace, group.name, message)
+        return await self._patch(
+            group.namespace, group.name, desired.phase, desired.scheduled, desired.running
+        )
 
     async def run(self) -> None:
         """The writer's own task: a pass whenever something changed (or every IDLE_PASS_S)."""

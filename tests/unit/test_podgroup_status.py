@@ -604,3 +604,48 @@ async def test_a_failed_crd_read_is_retried_sooner() -> None:
 
 def test_desired_is_plain_data() -> None:
     assert Desired(P.RUNNING, 2, 2) == Desired(PodGroupPhase("Running"), 2, 2)
+
+
+# ---- the upstream PodGroup's condition (scheduling.k8s.io/v1beta1) ----------------------------
+
+
+async def test_the_upstream_condition_is_written_once_when_the_minimum_is_scheduled() -> None:
+    marked: list[tuple[str, str, str]] = []
+
+    async def mark(namespace: str, name: str, message: str) -> Write:
+        marked.append((namespace, name, message))
+        return Write.DONE
+
+    w = Writer()
+    w.s = PodGroupStatuses(w.api, lambda: w.leading, lambda: w.assumed, mark)
+    upstream = PodGroupInput(names.UPSTREAM_POD_GROUP_API, "default", "job", 2, uid="u1")
+    w.s.group_set(upstream, ObservedStatus())
+
+    def in_group(name: str) -> PodInput:
+        pod = msgspec.structs.replace(member(name), labels={})
+        return msgspec.structs.replace(pod, scheduling_group="job")
+
+    w.s.pod_event("ADDED", in_group("a"))
+    assert await w.one_pass() == [] and marked == []  # 1 of 2: nothing to say yet
+    w.s.pod_event("ADDED", in_group("b"))
+    await w.one_pass()
+    assert marked == [("default", "job", "2 pods scheduled by topo-scheduler (minCount 2)")]
+    assert w.api.calls == []  # no scheduler-plugins phase on an upstream group
+    w.s.pod_event("MODIFIED", msgspec.structs.replace(in_group("a"), phase="Running"))
+    await w.one_pass()
+    assert len(marked) == 1  # terminal: written once
+    # A group whose condition someone already set True is left alone.
+    w.s.group_set(
+        msgspec.structs.replace(upstream, uid="u2"), ObservedStatus(initially_scheduled=True)
+    )
+    w.s.pod_event("ADDED", in_group("c"))
+    await w.one_pass()
+    assert len(marked) == 1
+
+
+def test_the_upstream_condition_is_read_from_the_status() -> None:
+    status = {"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "True"}]}
+    up = obj(status, {"schedulingPolicy": {"gang": {"minCount": 2}}}, "scheduling.k8s.io/v1beta1")
+    group, observed = read_group(up)
+    assert observed.initially_scheduled and not observed.foreign
+    assert not group.status_foreign and group.min_member == 2
