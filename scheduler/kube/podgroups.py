@@ -584,3 +584,11 @@ def serves(body: bytes, plural: str) -> bool:
     except msgspec.DecodeError:
         return False
     return any(r.name == plural for r in listed.resources)
+
+
+def listed_as(obj: PodGroup, resource: CustomResource) -> PodGroup:
+    """An item of ``resource``'s LIST: a built-in API (the upstream PodGroup) leaves out its
+    items' apiVersion and kind, which are the resource's (custom resources keep them)."""
+    if obj.api_version:
+        return obj
+    return msgspec.structs.replace(obj, api_version=resource.api_version, kind="PodGroup")

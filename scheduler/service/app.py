@@ -58,7 +58,7 @@ from scheduler.kube.codec import (
     resource_version,
     volume_from_obj,
 )
-from scheduler.kube.podgroups import CUSTOM_RESOURCES, CustomResource, PodGroup
+from scheduler.kube.podgroups import CUSTOM_RESOURCES, CustomResource, PodGroup, listed_as
 from scheduler.kube.topologies import KINDS as TOPOLOGY_KINDS
 from scheduler.kube.topologies import (
     TOPOLOGY_RESOURCES,
@@ -338,7 +338,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         kind = resource.name
 
         def replace(items: list[PodGroup]) -> None:
-            read = [read_group(item) for item in items]
+            read = [read_group(listed_as(item, resource)) for item in items]
             scheduler.intake.replace_pod_groups(resource.group, [group for group, _ in read])
             statuses.groups_replaced(resource.group, read)
 

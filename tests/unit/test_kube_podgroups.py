@@ -647,3 +647,14 @@ async def test_the_upstream_pod_group_is_watched_while_the_apiserver_serves_it()
     assert [(name, args) for name, args, _ in rec.calls] == [
         ("get_api_resources", ("scheduling.k8s.io", "v1beta1"))
     ] * 3
+
+
+def test_a_built_in_list_item_gets_the_resource_api_version() -> None:
+    from scheduler.kube.podgroups import UPSTREAM_POD_GROUPS, listed_as
+
+    item = copy.deepcopy(UPSTREAM_GROUP)
+    del item["apiVersion"], item["kind"]
+    bare = msgspec.json.decode(raw(item), type=PodGroup)
+    assert isinstance(pod_group_or_error(bare), PodGroupError)
+    group = pod_group_or_error(listed_as(bare, UPSTREAM_POD_GROUPS))
+    assert not isinstance(group, PodGroupError) and group.min_member == 4
