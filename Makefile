@@ -81,7 +81,7 @@ bench-live: deps redis-server k8s-build
 	$(BIN)/python -m benchmarks.bench_live
 
 # 5,000 KWOK nodes of 8 GPUs, 50,000 bound pods, a backlog of 5,000 pending pods: start-up to
-# first bind, the backlog's binds, peak RSS beside kube-scheduler v1.33, and topo-scheduler's
+# first bind, the backlog's binds, peak RSS beside kube-scheduler v1.37, and topo-scheduler's
 # failover between two replicas (Redis). 5 to 7 minutes on 2 cores.
 bench-scale: deps redis-server k8s-build
 	$(BIN)/python -m benchmarks.bench_scale

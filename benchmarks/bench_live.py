@@ -4,7 +4,7 @@ One plane (kube-apiserver, etcd, KWOK) with 500 KWOK nodes of 8 GPUs (DGX-1 V100
 ``nvidia.com/gpu`` allocatable, 64 cpu). The contenders, alternated over ``--rounds`` rounds so
 that the machine's load hits them alike:
 
-- kube-scheduler v1.33 (the binary tools/k8s builds) with its own profile, client qps/burst 5000,
+- kube-scheduler v1.37 (the binary tools/k8s builds) with its own profile, client qps/burst 5000,
   as its scheduler_perf runs it (scheduler/testing/kubescheduler.py);
 - a decide-nothing binder (benchmarks/binder.py: 64 Bindings in flight, round robin): what this
   apiserver can take;
@@ -249,7 +249,7 @@ def main() -> None:
             current["p"] = None
 
         contenders = [
-            Contender("kube-scheduler v1.33", KUBE_NAME, start_kube, stop_kube),
+            Contender("kube-scheduler v1.37", KUBE_NAME, start_kube, stop_kube),
             Contender("decide-nothing binder", BINDER_NAME, start_binder, stop_current),
             Contender("topo-scheduler, Redis", TOPO_NAME, start_topo_with(redis.url), stop_current),
             Contender("topo-scheduler, embedded", TOPO_NAME, start_topo_with(None), stop_current),

@@ -325,6 +325,9 @@ class ControlPlane:
             f"--secure-port={port}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # v1.37 refuses a loopback address for the default/kubernetes Endpoints it keeps;
+            # nothing here reaches the apiserver through that Service.
+            "--endpoint-reconciler-type=none",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             # No controller-manager runs: no default service accounts to admit against, and
@@ -338,6 +341,10 @@ class ControlPlane:
             f"--service-account-signing-key-file={sa_key}",
             # Tests of the 410 path compact etcd themselves; keep the apiserver from doing it.
             "--etcd-compaction-interval=0",
+            # The upstream Workload API (Workload, PodGroup; beta and off by default in v1.37),
+            # which the sixth gang source reads. DRA's resource.k8s.io/v1 is served by default.
+            "--feature-gates=GenericWorkload=true",
+            "--runtime-config=scheduling.k8s.io/v1beta1=true",
             "--profiling=false",
             "--v=0",
         ]
@@ -408,6 +415,9 @@ class ControlPlane:
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 "--cidr=10.0.0.1/16",
                 "--node-lease-duration-seconds=40",
+                # KWOK >= v0.8 has no built-in stages: tools/k8s/build.sh puts its "fast" ones
+                # beside the binary.
+                f"--config={self.bin_dir / 'kwok-stages.yaml'}",
                 f"--server-address={address}",
             ],
             env={"HOME": str(home)},
@@ -499,7 +509,7 @@ class ControlPlane:
         self.request("PUT", path, updated)
 
     def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run the kubectl built with the plane (same version, kustomize v5.6) as the admin, from
+        """Run the kubectl built with the plane (same version, kustomize v5.8) as the admin, from
         the repository's top folder; a non-zero exit fails with its output."""
         done = subprocess.run(
             [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.admin_kubeconfig), *args],

@@ -1,11 +1,11 @@
 """topo-scheduler against the real kube-scheduler: the same probe pods, the same cluster.
 
-The oracle is kube-scheduler v1.33 (the plane's version; scheduler/testing/kubescheduler.py) with
-its own profile ``kube-oracle``. The cluster is KWOK GPU nodes with zones, instance types, racks,
-taints, a cordon, small allocatables and background pods bound directly (labels, host ports,
-cpu/memory/GPU/extended requests, required anti-affinity for symmetry, a pod in a labelled
-namespace), a RuntimeClass with overhead, and a PersistentVolume with node affinity bound to a
-claim.
+The oracle is kube-scheduler v1.37 (the plane's version, its default feature gates;
+scheduler/testing/kubescheduler.py) with its own profile ``kube-oracle``. The cluster is KWOK GPU
+nodes with zones, instance types, racks, taints, a cordon, small allocatables and background pods
+bound directly (labels, host ports, cpu/memory/GPU/extended requests, required anti-affinity for
+symmetry, a pod in a labelled namespace), a RuntimeClass with overhead, and a PersistentVolume
+with node affinity bound to a claim.
 
 Each probe asks for GPUs plus Kubernetes constraints, and runs alone (the cluster is the same for
 every probe):
@@ -26,6 +26,14 @@ counting.
 probes were written); the assertion is only the differential. A probe with an unbound claim must
 stay pending under ours with a reason that names it, and is not compared (kube-scheduler would
 provision or bind a volume).
+
+v1.37's defaults have probes of their own, on two nodes tainted ``v137`` that no other probe
+tolerates (and without a zone, so that no spread probe counts them): ``r1``, whose background pod
+is being resized in place (its spec asks 1 cpu, its kubelet actuated 3: the node is charged 3);
+``f1``, which declares the node feature ``RestartAllContainersOnContainerExits``. Pod-level
+``spec.resources`` probes run on a2; the DRA probes use a ResourceClaim kube-scheduler allocated
+(a device of a ResourceSlice on b3, for a seed pod it bound there: the allocation's node selector
+is b3), and one nobody allocated (the only device is taken).
 
 Every disagreement is collected and reported at the end, in one failure: a to-do list.
 """
@@ -97,6 +105,10 @@ class World:
     def runtime_class(self) -> str:
         return f"{self.id}-kata"
 
+    @property
+    def device_class(self) -> str:
+        return f"{self.id}-{NIC_CLASS}"
+
     def claim(self, name: str) -> str:
         return f"{self.id}-{name}"
 
@@ -122,7 +134,14 @@ NODES: dict[str, tuple[Any, ...]] = {
            [{"key": "gpu", "value": "shared", "effect": "NoExecute"}], False, {}),
     "c3": ("zone-c", "a100", "4", 8, "32", "128Gi", "110", [], False, {}),
     "plain": (None, None, "spare", 8, "64", "256Gi", "110", [], False, {}),
+    "r1": (None, "l4", "20", 2, "4", "16Gi", "110",
+           [{"key": "v137", "value": "resize", "effect": "NoSchedule"}], False, {}),
+    "f1": (None, "l4", "21", 2, "8", "32Gi", "110",
+           [{"key": "v137", "value": "features", "effect": "NoSchedule"}], False, {}),
 }  # fmt: skip
+# status.declaredFeatures (NodeDeclaredFeatures; KWOK nodes declare none of their own).
+DECLARED = {"f1": ["RestartAllContainersOnContainerExits"]}
+NIC_CLASS = "nic.example.com"
 
 
 def create_node(world: World, short: str) -> None:
@@ -153,7 +172,11 @@ def create_node(world: World, short: str) -> None:
                 },
             },
             "spec": spec,
-            "status": {"capacity": capacity, "allocatable": capacity},
+            "status": {
+                "capacity": capacity,
+                "allocatable": capacity,
+                **({"declaredFeatures": DECLARED[short]} if short in DECLARED else {}),
+            },
         }
     )
     world.nodes[short] = name
@@ -302,6 +325,104 @@ def bound_claim(world: World, name: str, node_terms: list[dict[str, Any]]) -> No
     )
 
 
+def resource_claim(world: World, name: str) -> None:
+    """A ResourceClaim asking one device of the test's DeviceClass, not allocated."""
+    world.plane.request(
+        "POST",
+        "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default", "labels": {"test": world.id}},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "nic", "exactly": {"deviceClassName": world.device_class}}
+                    ]
+                }
+            },
+        },
+    )
+
+
+def dra_on_b3(world: World) -> None:
+    """A DRA driver's ResourceSlice with one device on b3, the DeviceClass, and two claims:
+    ``nic-b3``, which kube-scheduler allocates (for a seed pod it binds to b3: a real allocation,
+    node selector and all), and ``nic-free``, which nobody allocates (the one device is taken)."""
+    plane = world.plane
+    plane.request(
+        "POST",
+        "/apis/resource.k8s.io/v1/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": world.device_class},
+            "spec": {},
+        },
+    )
+    plane.request(
+        "POST",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{world.id}-b3-nics"},
+            "spec": {
+                "driver": NIC_CLASS,
+                "pool": {"name": world.n("b3"), "generation": 1, "resourceSliceCount": 1},
+                "nodeName": world.n("b3"),
+                "devices": [{"name": "nic-0"}],
+            },
+        },
+    )
+    resource_claim(world, world.claim("nic-b3"))
+    resource_claim(world, world.claim("nic-free"))
+    seed = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{world.id}-nic-seed",
+            "namespace": "default",
+            "labels": {"test": world.id, "app": "nic-seed"},
+        },
+        "spec": {
+            "schedulerName": ORACLE,
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {"test": world.id, HOST: world.n("b3")},
+            "containers": [container("main", gpus=0)],
+            "resourceClaims": [{"name": "nic", "resourceClaimName": world.claim("nic-b3")}],
+        },
+    }
+    plane.apply(seed)
+
+
+async def wait_allocated(world: World, name: str) -> None:
+    path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}"
+    deadline = time.monotonic() + ORACLE_TIMEOUT_S
+    while not world.plane.request("GET", path).get("status", {}).get("allocation"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"kube-scheduler did not allocate ResourceClaim {name}")
+        await asyncio.sleep(0.2)
+
+
+def resize_in_place(world: World, name: str, actuated: dict[str, str]) -> None:
+    """What a kubelet reports while it resizes a Running pod: its container ``main`` runs (and
+    was allocated) with ``actuated``, whatever the spec asks now."""
+    path = pod_path("default", f"{world.id}-{name}")
+    pod = world.plane.request("GET", path)
+    statuses = pod["status"]["containerStatuses"]
+    for status in statuses:
+        if status["name"] == "main":
+            status["resources"] = {"requests": actuated}
+            status["allocatedResources"] = actuated
+    world.plane.request(
+        "PATCH",
+        f"{path}/status",
+        {"status": {"containerStatuses": statuses}},
+        content_type="application/merge-patch+json",
+    )
+
+
 def build_world(plane: ControlPlane, test_id: str) -> World:
     world = World(plane, test_id)
     for team in ("a", "b"):
@@ -372,6 +493,9 @@ def build_world(plane: ControlPlane, test_id: str) -> World:
             world.pin_claim(node),
             [{"matchExpressions": [{"key": HOST, "operator": "In", "values": [node]}]}],
         )
+    # r1: a pod asking 1 cpu, resized in place to 3 (resize_in_place, once it runs).
+    background_pod(world, "resized", "r1", {"app": "resized"}, [container("main", 0, cpu="1")])
+    dra_on_b3(world)
     plane.request(
         "POST",
         "/api/v1/namespaces/default/persistentvolumeclaims",
@@ -473,6 +597,16 @@ def probes(w: World) -> list[Probe]:
     def vol(claim: str) -> list[dict[str, Any]]:
         return [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
 
+    def claim(name: str) -> list[dict[str, Any]]:
+        return [{"name": "nic", "resourceClaimName": name}]
+
+    def restart_all() -> dict[str, Any]:
+        """A container whose exit with code 42 restarts the whole pod in place."""
+        rule = {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}
+        return {**container("main"), "restartPolicy": "Never", "restartPolicyRules": [rule]}
+
+    resize = tol("v137", "resize", "NoSchedule")
+    features = tol("v137", "features", "NoSchedule")
     dedicated = tol("dedicated", "ml", "NoSchedule")
     shared = tol("gpu", "shared", "NoExecute")
     C = container
@@ -660,6 +794,31 @@ def probes(w: World) -> list[Probe]:
         P("spread-schedule-anyway", {"containers": main(), "topologySpreadConstraints": [
             {**spread(ZONE, 1)[0], "whenUnsatisfiable": "ScheduleAnyway"}]}, BASE,
           labels={"app": "spread", "version": "v1"}),
+        # ---- v1.37: pod-level resources (a2: 4 cpus, 16Gi free) -------------------------------
+        P("pod-level-cpu-3-on-a2", {"containers": main(), "affinity": on("a2"),
+                                    "resources": {"requests": {"cpu": "3"}}}, ("a2",)),
+        P("pod-level-cpu-5-on-a2", {"containers": main(), "affinity": on("a2"),
+                                    "resources": {"requests": {"cpu": "5"}}}, ()),
+        P("pod-level-mem-20gi-on-a2", {
+            "containers": main(memory="1Gi"), "affinity": on("a2"),
+            "resources": {"requests": {"memory": "20Gi"}}}, ()),
+        # ---- v1.37: a bound pod resized in place (r1: 4 cpus, the resized pod runs at 3) -------
+        P("resized-cpu-1-on-r1", {"containers": main(cpu="1"), "tolerations": [resize]},
+          ("r1",)),
+        P("resized-cpu-2-on-r1", {"containers": main(cpu="2"), "affinity": on("r1"),
+                                  "tolerations": [resize]}, ()),
+        # ---- v1.37: DRA (an allocated claim for b3; one nobody allocated) ----------------------
+        P("claim-allocated-for-b3", {"containers": main(),
+                                     "resourceClaims": claim(w.claim("nic-b3"))}, ("b3",)),
+        P("claim-allocated-for-b3-on-a1", {
+            "containers": main(), "affinity": on("a1"),
+            "resourceClaims": claim(w.claim("nic-b3"))}, ()),
+        P("claim-unallocated", {"containers": main(),
+                                "resourceClaims": claim(w.claim("nic-free"))}, ()),
+        # ---- v1.37: NodeDeclaredFeatures (f1 declares RestartAllContainersOnContainerExits) -----
+        P("restart-all-on-f1", {"containers": [restart_all()], "tolerations": [features]},
+          ("f1",)),
+        P("restart-all-undeclared", {"containers": [restart_all()]}, ()),
         # ---- volumes --------------------------------------------------------------------------
         P("claim-zone-c", {"containers": main(), "volumes": vol(w.claim("data"))}, ("c3",)),
         P("claim-zone-c-h100", {"containers": main(), "volumes": vol(w.claim("data")),
@@ -834,7 +993,9 @@ async def test_kube_scheduler_agrees_with_ours_on_every_probe(
     control_plane: ControlPlane, scenario: Scenario, oracle: KubeScheduler
 ) -> None:
     world = build_world(control_plane, scenario.id)
+    await wait_allocated(world, world.claim("nic-b3"))
     await wait_background_running(world)
+    resize_in_place(world, "resized", {"cpu": "3"})
     ours = scenario.start_scheduler()
     disagreements: list[str] = []
     silent = 0  # probes in a row ours gave no answer for

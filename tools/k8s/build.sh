@@ -17,7 +17,7 @@ key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/topo-scheduler/k8s/$key"
 
 need_go() {
-  local msg="Go >= 1.24 is needed to build the local Kubernetes control plane (tools/k8s)."
+  local msg="Go >= 1.26 is needed to build the local Kubernetes control plane (tools/k8s)."
   # The official tarball installs into /usr/local/go without touching PATH: look there too.
   if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
     export PATH="/usr/local/go/bin:$PATH"
@@ -29,7 +29,7 @@ need_go() {
   fi
   local minor
   minor="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
-  if [ "${minor:-0}" -lt 24 ]; then
+  if [ "${minor:-0}" -lt 26 ]; then
     echo "ERROR: $msg Found $(go env GOVERSION)." >&2
     exit 1
   fi
@@ -37,8 +37,8 @@ need_go() {
 
 mkdir -p "$cache"
 missing=()
-for bin in kube-apiserver etcd kube-scheduler kwok kubectl; do
-  [ -x "$cache/$bin" ] || missing+=("$bin")
+for bin in kube-apiserver etcd kube-scheduler kwok kwok-stages.yaml kubectl; do
+  [ -e "$cache/$bin" ] || missing+=("$bin")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "control plane binaries cached in $cache"
@@ -70,6 +70,21 @@ build() {  # build <name> <module dir> <package> <ldflags>
   echo "$(date +%T) built $name in $((SECONDS - start)) s"
 }
 
+# KWOK >= v0.8 has no built-in stages: its own "fast" stages (the ones v0.7 used by default:
+# nodes initialized and heartbeating with a lease, pods ready at once, completed, deleted), read
+# from the module KWOK is built from, into one --config file beside the binary.
+kwok_stages() {
+  local dir stages="node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"
+  stages+=" pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml"
+  dir="$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+  for stage in $stages; do
+    cat "$dir/kustomize/stage/$stage"
+    echo "---"
+  done > "$cache/kwok-stages.yaml.tmp.$$"
+  mv "$cache/kwok-stages.yaml.tmp.$$" "$cache/kwok-stages.yaml"
+  echo "$(date +%T) wrote kwok-stages.yaml"
+}
+
 # One at a time: linking kube-apiserver alone takes 2-4 GB of memory.
 for bin in "${missing[@]}"; do
   case "$bin" in
@@ -80,6 +95,7 @@ for bin in "${missing[@]}"; do
     kubectl) build kubectl apiserver k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags" ;;
     etcd) build etcd apiserver go.etcd.io/etcd/server/v3 "$etcd_ldflags" ;;
     kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok "$kwok_ldflags" ;;
+    kwok-stages.yaml) kwok_stages ;;
   esac
 done
 echo "control plane binaries cached in $cache ($(du -sh "$cache" | cut -f1))"
