@@ -18,21 +18,27 @@ import yaml
 
 from scheduler.core.objects import (
     ClaimInput,
+    DeviceClassInput,
     NamespaceInput,
     NodeInput,
     PodGroupInput,
     PodInput,
+    ResourceClaimInput,
     TopologyInput,
     VolumeInput,
 )
 from scheduler.kube.codec import (
     Claim,
+    DeviceClass,
     Namespace,
+    ResourceClaim,
     Volume,
     claim_from_obj,
     convert_node,
     convert_pod,
+    device_class_from_obj,
     namespace_from_obj,
+    resource_claim_from_obj,
     volume_from_obj,
 )
 from scheduler.kube.podgroups import POD_GROUP_GROUPS, PodGroupError, convert_pod_group
@@ -72,6 +78,9 @@ class Loaded(msgspec.Struct):
     namespaces: list[NamespaceInput] = msgspec.field(default_factory=list)
     claims: list[ClaimInput] = msgspec.field(default_factory=list)
     volumes: list[VolumeInput] = msgspec.field(default_factory=list)
+    # DRA: ResourceClaims (allocated or not, as written) and DeviceClasses.
+    resource_claims: list[ResourceClaimInput] = msgspec.field(default_factory=list)
+    device_classes: list[DeviceClassInput] = msgspec.field(default_factory=list)
     # PodGroups of scheduler-plugins (scheduling.x-k8s.io) and Volcano (scheduling.volcano.sh).
     pod_groups: list[PodGroupInput] = msgspec.field(default_factory=list)
     # Kueue's (kueue.x-k8s.io) and KAI's (kai.scheduler) Topology objects.
@@ -148,6 +157,12 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
             out.claims.append(claim_from_obj(msgspec.convert(obj, Claim, strict=False)))
         elif kind == "PersistentVolume":
             out.volumes.append(volume_from_obj(msgspec.convert(obj, Volume, strict=False)))
+        elif kind == "ResourceClaim":
+            claim = msgspec.convert(obj, ResourceClaim, strict=False)
+            out.resource_claims.append(resource_claim_from_obj(claim))
+        elif kind == "DeviceClass":
+            device_class = msgspec.convert(obj, DeviceClass, strict=False)
+            out.device_classes.append(device_class_from_obj(device_class))
         else:
             name = str(kind) if kind else "(no kind)"
             out.skipped[name] = out.skipped.get(name, 0) + 1
@@ -168,6 +183,8 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
         "Namespace": out.namespaces,
         "PersistentVolumeClaim": out.claims,
         "PersistentVolume": out.volumes,
+        "ResourceClaim": out.resource_claims,
+        "DeviceClass": out.device_classes,
     }
     if not by_kind[str(kind)][-1].name:
         raise LoadError(f"{path}:{line}: {kind} {prefix}metadata.name: missing")

@@ -69,6 +69,10 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         state.set_namespace(namespace)
     for claim in loaded.claims:
         state.set_claim(claim)
+    for resource_claim in loaded.resource_claims:
+        state.set_resource_claim(resource_claim)
+    for device_class in loaded.device_classes:
+        state.set_device_class(device_class)
     for volume in loaded.volumes:
         state.set_volume(volume)
     for group in loaded.pod_groups:

@@ -452,3 +452,45 @@ def test_the_kubernetes_example_reads_like_kube_scheduler(
     code, out, _ = run(capsys, "simulate", *files)
     assert "      p4d-a: node(s) didn't match PersistentVolume's node affinity\n" in out
     assert "      g5-c: has fewer than 1 free GPU\n" in out
+
+
+def test_resource_claims_restrict_or_hold_pods_as_live(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claims = """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: nic-n2}
+status:
+  allocation:
+    devices: {results: []}
+    nodeSelector:
+      nodeSelectorTerms:
+      - matchFields: [{key: metadata.name, operator: In, values: [n2]}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: nic-free}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: nic.example.com}
+"""
+    n2 = NODE.replace("name: n1", "name: n2")
+
+    def with_claim(name: str, claim: str) -> str:
+        return pod(name, 1).replace(
+            "  containers:",
+            f"  resourceClaims: [{{name: nic, resourceClaimName: {claim}}}]\n  containers:",
+        )
+
+    f = write(
+        tmp_path, "c.yaml", NODE, n2, claims, with_claim("a", "nic-n2"), with_claim("b", "nic-free")
+    )
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0
+    doc = json.loads(out)
+    assert [(p["pod"], p["node"]) for p in doc["placements"]] == [("default/a", "n2")]
+    (pending,) = doc["pending"]
+    assert pending["pod"] == "default/b"
+    assert "topo-scheduler does not allocate ResourceClaims" in pending["reason"]
