@@ -34,6 +34,7 @@ from typing import Protocol
 from .cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
 from .decisions import ContainerDevices, Placement, Share
 from .filters.chain import PodFilters
+from .filters.dra import dra_backed_reason
 from .inventory import Inventory
 from .names import CORES_PER_CARD
 from .objects import PodInput
@@ -357,13 +358,14 @@ def refusals(state: ClusterState, pod: PodInput) -> list[tuple[str, str]]:
         return []
     out: list[tuple[str, str]] = []
     demand = [(state.resource_index[r], r, n) for r, n in req.resources]
+    dra = _dra_backed(state, demand)
     for name in sorted(state.nodes):
         node = state.nodes[name]
         if filters.problem is not None:
             out.append((name, filters.problem))
             continue
         if req.gpus or req.shared is not None:
-            reasons = _node_reasons(node, filters, req, req.gpus, demand, demand)
+            reasons = _node_reasons(node, filters, req, req.gpus, demand, demand, dra)
         else:
             reasons = list(filters.check(node))
         if reasons:
@@ -418,8 +420,9 @@ def unschedulable_reason(
     together = demand
     if joint is not None:
         together = [(index, state.resources[index], n) for index, n in state.demand(joint)]
+    dra = _dra_backed(state, demand)
     for node in state.nodes.values():
-        counts.update(_node_reasons(node, filters, req, k, demand, together))
+        counts.update(_node_reasons(node, filters, req, k, demand, together, dra))
     return _histogram(len(state.nodes), counts)
 
 
@@ -436,6 +439,14 @@ def _histogram(total: int, counts: Counter[Reason]) -> str:
     return f"0/{total} nodes are available: {', '.join(parts)}."
 
 
+def _dra_backed(
+    state: ClusterState, demand: list[tuple[int, str, int]]
+) -> list[tuple[int, str, str]]:
+    """The whole-GPU resources asked for that a DeviceClass backs (DRA-backed extended
+    resources, v1.37 GA), with that class."""
+    return [(i, r, state.dra_extended[r]) for i, r, _ in demand if r in state.dra_extended]
+
+
 def _node_reasons(
     node: NodeState,
     filters: Filter,
@@ -443,12 +454,25 @@ def _node_reasons(
     k: int,
     demand: list[tuple[int, str, int]],
     together: list[tuple[int, str, int]],
+    dra: list[tuple[int, str, str]],
 ) -> list[Reason]:
-    if node.inventory is None:
+    # A node with none of a GPU resource that a DeviceClass backs would get it from DRA (an
+    # allocation kube-scheduler would make; we make none): say so, once the filters pass.
+    backed = next(
+        (
+            dra_backed_reason(resource, device_class)
+            for index, resource, device_class in dra
+            if node.allocatable is not None and node.allocatable[index] == 0
+        ),
+        None,
+    )
+    if node.inventory is None and backed is None:
         return [_PHRASES["invalid" if node.error else "not-gpu"]]
     reasons: list[Reason] = list(filters.check(node))
     if reasons:
         return reasons
+    if backed is not None:
+        return [backed]
     return [_gpu_reason(node, req, k, demand, together)]
 
 

@@ -153,3 +153,20 @@ def test_a_pod_needing_a_feature_goes_only_where_it_is_declared() -> None:
     assert nowhere.reason == (
         "0/2 nodes are available: 2 node(s) didn't match Pod's required features."
     )
+
+
+def test_a_dra_backed_gpu_on_nodes_without_it_says_we_do_not_allocate() -> None:
+    # One GPU node (all 2 GPUs busy) and one node whose GPUs only DRA offers (allocatable 0).
+    gpu = MakeNode().Name("gpu").GPUs(2).Allocatable({"nvidia.com/gpu": 2})
+    dra_node = MakeNode().Name("dra").NoGPUs().Allocatable({"cpu": "8"})
+    busy = MakePod().Name("busy").Req(2).Bound("gpu", "0,1")
+    state = cluster(gpu, dra_node, running=(busy,))
+    (plain,) = schedule(state, MakePod().Name("p").Req(1))
+    assert "1 is not a GPU node" in plain.reason
+    state.set_device_class(DeviceClassInput("gpu.nvidia.com", "nvidia.com/gpu"))
+    (backed,) = schedule(state, MakePod().Name("q").Req(1))
+    assert isinstance(backed, Unschedulable)
+    assert "1 nvidia.com/gpu is offered by DRA there (DeviceClass gpu.nvidia.com): " in (
+        backed.reason
+    )
+    assert "1 has fewer than 1 free GPU" in backed.reason
