@@ -121,6 +121,7 @@ class NodeState:
         "allocatable",
         "cards",
         "error",
+        "healthy",
         "inventory",
         "name",
         "node",
@@ -144,6 +145,9 @@ class NodeState:
         self.name = node.name
         self.node = node
         self.inventory = inventory
+        # The healthy GPUs as a mask, read by every free_mask: the inventory never changes
+        # for a NodeState (a new node object makes a new one).
+        self.healthy = inventory.healthy_mask if inventory is not None else 0
         self.error = error
         self.whole = 0  # GPUs held whole
         self.cards: dict[int, CardUse] = {}  # shared use by card index
@@ -173,9 +177,10 @@ class NodeState:
     def free_mask(self) -> int:
         """Healthy GPUs held by nobody, whole or shared, nor nominated for a preemptor: what a
         whole-GPU pod can take."""
-        if self.inventory is None:
-            return 0
-        return self.inventory.healthy_mask & ~self.whole & ~self.shared_mask & ~self.nominated
+        taken = self.whole | self.nominated
+        if self.cards:
+            taken |= self.shared_mask
+        return self.healthy & ~taken
 
     @property
     def total(self) -> int:

@@ -111,6 +111,8 @@ def plan_in_domains(
     if c is not None and c.required == ctx.hierarchy.host:
         return _on_one_node(state, gang, ranked, vendor, spread, minimum, ctx, ranked_pods)
     index = state.domain_index(ctx.hierarchy)
+    # The members' filters, kept across chunks and plans when no member can change another's.
+    kept = None if _dynamic(ranked) else dict[str, PodFilters]()
     for plan in islice(plans(tree, c, n, ctx.compact, sticky), MAX_PLANS):
         out: list[Placement] = []
         pos = 0
@@ -118,7 +120,7 @@ def plan_in_domains(
             part = ranked[pos : pos + chunk.count]
             pos += chunk.count
             nodes = [state.nodes[name] for name in sorted(index.names.get(chunk.path, ()))]
-            placed = pack_nodes(state, gang, part, nodes, vendor, spread, minimum)
+            placed = pack_nodes(state, gang, part, nodes, vendor, spread, minimum, kept)
             if placed is None:
                 for placement in out:  # this plan's part so far goes (the scope logs it)
                     state.forget(placement.pod)
@@ -150,8 +152,9 @@ def _on_one_node(
         if (free := cls.key[3].bit_count()) >= need
         for name in cls.names
     )
+    kept = None if _dynamic(ranked) else dict[str, PodFilters]()
     for _, name in candidates[: 4 * MAX_PLANS]:
-        placed = pack_nodes(state, gang, ranked, [state.nodes[name]], vendor, spread, minimum)
+        placed = pack_nodes(state, gang, ranked, [state.nodes[name]], vendor, spread, minimum, kept)
         if placed is not None:
             return annotate(state, placed, ctx, ranked_pods)
     return f"gang {gang}: needs {len(ranked)} pods on one node; no node holds them"
@@ -165,15 +168,19 @@ def pack_nodes(
     vendor: str,
     spread: bool,
     minimum: int,
+    kept: dict[str, PodFilters] | None = None,
 ) -> list[Placement] | None:
     """Consecutive runs of ``members`` on ``nodes`` (see the module's docstring), applied to the
-    open tentative scope; None when they do not all fit."""
+    open tentative scope; None when they do not all fit. ``kept``: the filters of a gang none
+    of whose members has inter-pod terms or spread (``_dynamic``), from earlier calls of its
+    plan, reused and added to."""
     remaining = list(members)
     out: list[Placement] = []
-    # The members placed so far change another member's filters only through inter-pod
-    # (anti-)affinity and topology spread: without those they are computed once.
-    dynamic = any(m.pod.affinity is not None or m.pod.spread for m in members)
-    filters = {m.pod.key: PodFilters(state, m.pod) for m in remaining}
+    dynamic = _dynamic(members)
+    filters = {} if kept is None or dynamic else kept
+    for m in remaining:
+        if m.pod.key not in filters:
+            filters[m.pod.key] = PodFilters(state, m.pod)
     usable = [n for n in nodes if n.inventory is not None and n.inventory.vendor == vendor]
     free_of = {node.name: node.free_mask.bit_count() for node in usable}
     while remaining:
@@ -217,6 +224,13 @@ def pack_nodes(
         free_of[node.name] = node.free_mask.bit_count()
         remaining = remaining[len(part) :]
     return out
+
+
+def _dynamic(members: list[Member]) -> bool:
+    """Whether placing some of the members can change the others' filters: only through
+    inter-pod (anti-)affinity and topology spread. Without those a member's filters are the
+    same before and after its siblings are placed (or taken back): computed once per gang."""
+    return any(m.pod.affinity is not None or m.pod.spread for m in members)
 
 
 def annotate(

@@ -30,6 +30,8 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from decimal import ROUND_CEILING, Decimal
 
+import msgspec
+
 from ..objects import ContainerInput, PodInput
 from ..podindex import Amounts
 from ..requests import RequestError, parse_quantity
@@ -174,6 +176,16 @@ def finish(pod: PodInput, total: dict[str, int], strict: bool, skip: tuple[str, 
     return tuple(sorted((r, n) for r, n in total.items() if n > 0))
 
 
+# pod_requests' answers by what they are computed from (the spec's containers, init containers,
+# overhead and pod-level requests, encoded; the skipped names; strictness): the members of a gang,
+# a Deployment's replicas and the same pod applied, rolled back and applied again share one spec,
+# so one parse serves them all. An answer is a tuple, immutable; an error is never kept (it names
+# its pod). Bounded: the oldest answer goes first.
+_SPEC = msgspec.json.Encoder()
+_REQUESTS: dict[tuple[bytes, frozenset[str], bool], Amounts] = {}
+_REQUESTS_MAX = 1024
+
+
 def pod_requests(pod: PodInput, skip: Iterable[str] = (), strict: bool = False) -> Amounts:
     """The pod's effective request of every checked resource but ``skip`` (sorted by name), as
     its spec asks (an incoming pod; a bound one is charged by ``resize.bound_requests``).
@@ -181,7 +193,19 @@ def pod_requests(pod: PodInput, skip: Iterable[str] = (), strict: bool = False) 
     ``strict``: a malformed quantity raises RequestError naming pod and field (the incoming pod);
     otherwise it counts as 0 (a pod already admitted by the apiserver).
     """
-    skip = tuple(skip)
+    skipped = skip if isinstance(skip, frozenset) else frozenset(skip)
+    spec = (pod.containers, pod.init_containers, pod.overhead, pod.level_requests)
+    key = (_SPEC.encode(spec), skipped, strict)
+    found = _REQUESTS.get(key)
+    if found is None:
+        found = _pod_requests(pod, tuple(skipped), strict)
+        if len(_REQUESTS) >= _REQUESTS_MAX:
+            del _REQUESTS[next(iter(_REQUESTS))]
+        _REQUESTS[key] = found
+    return found
+
+
+def _pod_requests(pod: PodInput, skip: tuple[str, ...], strict: bool) -> Amounts:
     total = aggregate(pod, spec_values, strict, skip)
     if pod.level_requests:
         level = _parse(pod, "spec.resources.requests", pod.level_requests, strict, skip)
