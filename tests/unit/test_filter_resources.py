@@ -81,6 +81,20 @@ def test_a_malformed_request_names_pod_and_field_only_when_strict() -> None:
     assert pod_requests(pod) == ()
 
 
+def test_pods_of_one_spec_share_an_answer_and_each_error_names_its_own_pod() -> None:
+    a = _pod(c("main", cpu="1", memory="1Gi"))
+    b = PodInput("other", "q", containers=a.containers)
+    assert pod_requests(a, skip={"nvidia.com/gpu"}) == pod_requests(b, skip=("nvidia.com/gpu",))
+    # Another skip, or another spec, is another answer.
+    assert pod_requests(a, skip=("memory",)) == (("cpu", 1000),)
+    assert pod_requests(_pod(c("main", cpu="2"))) == (("cpu", 2000),)
+    bad = _pod(c("main", cpu="lots"))
+    assert pod_requests(bad) == ()  # kept: the same spec, not strict
+    for pod in (bad, PodInput("other", "q", containers=bad.containers)):
+        with pytest.raises(RequestError, match=f"pod {pod.key}: "):
+            pod_requests(pod, strict=True)
+
+
 def test_fits_request_reports_every_short_resource_and_the_pod_count() -> None:
     alloc = node_allocatable({"cpu": "4", "memory": "8Gi", "pods": "3", "example.com/fpga": "1"})
     used = {"cpu": 3500, "memory": 2**33}
