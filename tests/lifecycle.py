@@ -30,6 +30,7 @@ from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.podbook import Stage
 from scheduler.service.scheduler import Scheduler
+from scheduler.service.witness import Witness
 from scheduler.state.base import Store
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
@@ -190,9 +191,11 @@ class Replica:
         holder: str = "a",
         wait_for_unknown_leader: bool = False,
         bind_timeout: float = 5.0,
+        witness: Witness | None = None,
     ) -> None:
         self.api, self.store, self.clock, self.holder = api, store, clock, holder
-        self.leadership = Leadership(store, holder, LeaseTiming(), clock)
+        superseded = None if witness is None else witness.superseded
+        self.leadership = Leadership(store, holder, LeaseTiming(), clock, superseded=superseded)
         self.s = Scheduler(
             CoreSettings(),
             "topo-scheduler",
@@ -203,6 +206,7 @@ class Replica:
             clock,
             bind_timeout=bind_timeout,
             wait_for_unknown_leader=wait_for_unknown_leader,
+            witness=witness,
         )
 
     async def elect(self, nodes: list[NodeInput], bound: list[PodInput] | None = None) -> int:

@@ -157,14 +157,17 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         store, metrics.store_latency, metrics.store_errors
     )  # timed, failures counted
     lease = run_cfg.lease
+    # A store shared by several replicas: a leader may have come before this one, and the
+    # apiserver's epoch witness records who leads (witness.py).
+    shared = bool(run_cfg.redis_url or sentinel.master_name)
+    witness = Witness(api, config.scheduler_name) if shared else None
     leadership = Leadership(
         store,
         holder,
         LeaseTiming(lease.duration_seconds, lease.renew_seconds, lease.retry_seconds),
         time.monotonic,
+        superseded=None if witness is None else witness.superseded,
     )
-    # A store shared by several replicas: a leader may have come before this one.
-    shared = bool(run_cfg.redis_url or sentinel.master_name)
     started: dict[str, list[Reflector[Any]]] = {}
 
     def watch_needed(kind: str) -> bool:
@@ -196,7 +199,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         preemption_hold=config.preemption.hold_seconds,
         # The embedded store serves one replica: no other leader can have come before.
         wait_for_unknown_leader=shared,
-        witness=Witness(api, config.scheduler_name) if shared else None,
+        witness=witness,
         watch_needed=watch_needed,
     )
 

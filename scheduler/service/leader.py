@@ -14,6 +14,11 @@ or unreachable, say), the replica gives the lease up at once (``on_lost`` is cal
 back to trying to acquire it: whoever wins next, this replica or another, prepares afresh. A
 replica never keeps a lease it cannot lead with, and never stops competing for it. Time comes
 from the injected clock; sleeping from the injected sleep.
+
+With ``superseded`` (the epoch witness in the apiserver, witness.py), a renewal Redis accepted
+counts only if the witness, read after the renewal was sent, holds no newer leader's record: a
+Redis that still takes this replica's renewals (an old master after a failover) cannot outvote
+the apiserver's record of a newer leader. The replica then stops leading, as when Redis refuses.
 """
 
 from __future__ import annotations
@@ -45,8 +50,10 @@ class Leadership:
         timing: LeaseTiming,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        superseded: Callable[[str, int], Awaitable[bool]] | None = None,
     ) -> None:
         self.store = store
+        self._superseded = superseded
         self.holder = holder
         self.timing = timing
         self._clock = clock
@@ -104,6 +111,7 @@ class Leadership:
             sent = self._clock()
             try:
                 ok = await self.store.renew(self.holder, self.epoch, ttl_ms)
+                ok = ok and await self._still_ours(self.epoch)
             except StoreError as exc:
                 log.warning("lease renew failed", error=str(exc), epoch=self.epoch)
                 ok = self.leading  # keep trying while the lease may still be ours
@@ -141,6 +149,7 @@ class Leadership:
                 sent = self._clock()
                 try:
                     ok = await self.store.renew(self.holder, epoch, ttl_ms)
+                    ok = ok and await self._still_ours(epoch)
                 except StoreError as exc:
                     log.warning("lease renew failed", error=str(exc), epoch=epoch)
                     continue
@@ -157,6 +166,13 @@ class Leadership:
             done.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
+
+    async def _still_ours(self, epoch: int) -> bool:
+        """After a renewal Redis accepted: False when the epoch witness holds a newer leader."""
+        if self._superseded is None or not await self._superseded(self.holder, epoch):
+            return True
+        log.warning("a newer leader is recorded in the apiserver: the renewal does not count")
+        return False
 
     async def _give_up(self, on_lost: Callable[[], Awaitable[None]]) -> None:
         # The scheduler stops leading before the lease is handed back, never after: no moment

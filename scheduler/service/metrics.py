@@ -24,6 +24,7 @@ from scheduler.core.cluster import ClusterState
 from scheduler.state.base import (
     Claim,
     GangRecord,
+    History,
     Nomination,
     Owner,
     ReconcileReport,
@@ -207,7 +208,7 @@ class TimedStore:
         with self._timed("release_lease"):
             await self.inner.release_lease(holder, epoch)
 
-    async def kept_history(self, holder: str, epoch: int) -> bool:
+    async def kept_history(self, holder: str, epoch: int) -> History:
         with self._timed("kept_history"):
             return await self.inner.kept_history(holder, epoch)
 

@@ -191,19 +191,20 @@ class Scheduler:
         await self.preemptions.reload(pending)  # GPUs held for preemptors survive a failover
         self.stale.rescan()  # a gang that fell below its minimum while no one led
         self.first_decision_at = 0.0
-        kept = await self.store.kept_history(self.leadership.holder, epoch)
-        # A store without history at its first epoch, and nobody ever recorded as leading:
-        # a new installation, no predecessor to wait for (witness.py).
-        witness = self.witness
-        new = not kept and epoch == 1 and witness is not None and await witness.never_led()
-        if witness is not None and not await witness.record(epoch):
-            new = False  # unrecorded, a later flushed store could pass for new: wait
+        history = await self.store.kept_history(self.leadership.holder, epoch)
+        # The apiserver's record (witness.py): a new installation need not wait, and a store
+        # whose history does not end with the leader recorded there must (a failure to read or
+        # write it fails the election).
+        new, chained = False, history.kept
+        if self.witness is not None:
+            new, chained = await self.witness.elected(self.leadership.holder, epoch, history)
         if new:
             log.info("new installation: no leader was ever recorded; no wait", epoch=epoch)
-        elif not kept and self.wait_for_unknown_leader:
+        elif not chained and self.wait_for_unknown_leader:
             # The store may have lost its last writes: new or flushed (its epochs started
-            # afresh), restarted from disk, or a replica promoted over its master. Whoever led
-            # before is unknown (or its lease was lost) and may still have Bindings in flight
+            # afresh), restarted from disk, or a replica promoted over its master; or a newer
+            # leader than its history knows is recorded in the apiserver. Whoever led last is
+            # unknown to the store (or its lease was lost) and may still have Bindings in flight
             # that the store does not know of. They end within one lease.
             wait = self.leadership.timing.lease_s
             self.first_decision_at = self.clock() + wait

@@ -90,6 +90,14 @@ class ShareClaim(Struct, frozen=True, array_like=True):
     cap_sgpu: int
 
 
+class History(Struct, frozen=True):
+    """What ``kept_history`` says of the store's past: whether it kept every write since the
+    last election it recorded, and that election's ``holder|epoch``."""
+
+    kept: bool
+    previous: str = ""
+
+
 class Claim(Struct, frozen=True):
     """What one pod holds or is about to hold."""
 
@@ -170,12 +178,14 @@ class Store(Protocol):
 
     async def release_lease(self, holder: str, epoch: int) -> None: ...
 
-    async def kept_history(self, holder: str, epoch: int) -> bool:
-        """Fenced, once per election: True when the store provably kept every write since the
-        lease was last acquired (the same Redis process has served them all), False when it
-        may have lost some (new or flushed, restarted, or a replica promoted over a master that
-        had writes it never replicated). The caller then treats the previous leader as unknown
-        (README "State and HA"). Records the serving process for the next election."""
+    async def kept_history(self, holder: str, epoch: int) -> History:
+        """Fenced, once per election. ``kept``: True when the store provably kept every write
+        since the last election it recorded (the same Redis process has served them all), False
+        when it may have lost some (new or flushed, restarted, or a replica promoted over a
+        master that had writes it never replicated); the caller then treats the previous leader
+        as unknown (README "State and HA"). ``previous``: that election's ``holder|epoch``
+        ("" without one). Records this election (the serving process, ``holder|epoch``) for the
+        next one."""
         ...
 
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:

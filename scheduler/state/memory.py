@@ -13,6 +13,7 @@ from .base import (
     Claim,
     Fenced,
     GangRecord,
+    History,
     Nomination,
     Owner,
     ReconcileReport,
@@ -39,6 +40,7 @@ class MemoryStore(ReservesUnits):
         self._gangs: dict[str, GangRecord] = {}
         self._nodes: dict[str, str] = {}
         self._nominations: dict[str, Nomination] = {}  # preemptor UID -> its nomination
+        self._last_election = ""  # holder|epoch that kept_history recorded last
 
     # ---- lease -----------------------------------------------------------------------------
 
@@ -67,10 +69,11 @@ class MemoryStore(ReservesUnits):
         if self._held_by(holder, epoch):
             self._holder = None
 
-    async def kept_history(self, holder: str, epoch: int) -> bool:
+    async def kept_history(self, holder: str, epoch: int) -> History:
         # One process, nothing to lose; but the first epoch has no history behind it to keep.
         self._fence(holder, epoch)
-        return epoch > 1
+        previous, self._last_election = self._last_election, f"{holder}|{epoch}"
+        return History(epoch > 1, previous)
 
     def _fence(self, holder: str, epoch: int) -> None:
         if not self._held_by(holder, epoch):

@@ -7,6 +7,7 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
 | ``P:lease`` | string, PX ttl | ``<holder>|<epoch>`` of the current leader |
 | ``P:epoch`` | integer | the last epoch handed out; INCR on every new leader |
 | ``P:server`` | string | ``run_id`` of the Redis process that served the last election |
+| ``P:leader`` | string | ``<holder>|<epoch>`` of the last election |
 | ``P:pods`` | hash | pod UID -> the claim as JSON, exactly as Python encoded it |
 | ``P:pstate`` | hash | pod UID -> ``reserved|<epoch>`` or ``bound|<epoch>`` |
 | ``P:gpu:<node>`` | hash | GPU index -> ``<uid>|<gang>|<epoch>`` of the pod holding it whole |
@@ -44,7 +45,8 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
   Redis's), and a FLUSHALL loses them (the service derives them again). Both keys vanish when the
   last nomination goes.
 
-- ``P:server``: written by ``kept_history`` (once per election, fenced) with the ``run_id`` of
+- ``P:server`` and ``P:leader``: written by ``kept_history`` (once per election, fenced) with
+  the election's ``holder|epoch`` and the ``run_id`` of
   the Redis process the script runs on (``INFO server``); a different one there means the data
   outlived the process that wrote them (a restart from disk, or a replica promoted by Sentinel),
   so the last writes before the change may be lost: the caller waits as after a FLUSHALL.
@@ -97,6 +99,7 @@ from .base import (
     Claim,
     Fenced,
     GangRecord,
+    History,
     Nomination,
     Owner,
     ReconcileReport,
@@ -531,16 +534,18 @@ return 1
 """
 )
 
-# True when P:server names this Redis process; then it does.
+# {1 when P:server names this Redis process, else 0; P:leader}; then both name this election.
 _KEPT_HISTORY = (
     _PRELUDE
     + r"""
 if not held() then return fenced() end
 local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 local before = redis.call('GET', P .. ':server')
+local previous = redis.call('GET', P .. ':leader') or ''
 redis.call('SET', P .. ':server', id)
-if before == id then return 1 end
-return 0
+redis.call('SET', P .. ':leader', HOLDER .. '|' .. EPOCH)
+if before == id then return {1, previous} end
+return {0, previous}
 """
 )
 
@@ -671,8 +676,9 @@ class RedisStore(ReservesUnits):
         args = [self.prefix, holder, epoch, ttl_ms]
         return bool(await self._acked(self._renew, args, "renewal"))
 
-    async def kept_history(self, holder: str, epoch: int) -> bool:
-        return bool(await self._call(self._kept_history, [self.prefix, holder, epoch]))
+    async def kept_history(self, holder: str, epoch: int) -> History:
+        kept, previous = await self._call(self._kept_history, [self.prefix, holder, epoch])
+        return History(bool(kept), _text(previous))
 
     async def release_lease(self, holder: str, epoch: int) -> None:
         await self._call(self._release_lease, [self.prefix, holder, epoch])

@@ -11,7 +11,8 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from scheduler.kube.api import KubeApi
-from scheduler.service.witness import NAME, Witness
+from scheduler.service.witness import NAME, NEVER, Witness
+from scheduler.state.base import History
 from scheduler.testing.controlplane import ControlPlane
 from scheduler.testing.redisserver import RedisServer
 from tests.conftest import started_redis
@@ -28,22 +29,26 @@ async def fresh_redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
         yield server
 
 
-async def test_the_witness_records_epochs_per_scheduler_under_deploys_role(
+async def test_the_witness_records_elections_per_scheduler_under_deploys_role(
     scheduler_api: ApiClient, control_plane: ControlPlane, name: str
 ) -> None:
     api = KubeApi(scheduler_api)
     mine, other = Witness(api, f"{name}-a"), Witness(api, f"{name}-b")
-    assert await mine.never_led() and await other.never_led()
-    assert await mine.record(1)
-    assert not await mine.never_led()
-    assert await other.never_led()  # one key per scheduler name
-    assert await other.record(7) and await mine.record(2)
+    assert await mine.elected("h1", 1, History(False, "")) == (True, False)
+    assert await other.read() == NEVER  # one key per scheduler name
+    assert await other.elected("h9", 1, History(False, "")) == (True, False)
+    assert await mine.elected("h2", 2, History(True, "h1|1")) == (False, True)
     stored = control_plane.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps/{NAME}")
-    assert stored["data"][f"{name}-a"] == "2" and stored["data"][f"{name}-b"] == "7"
-    # Outside its namespace the Role grants nothing: any doubt reads as "someone led".
+    assert stored["data"][f"{name}-a"] == "h2|2" and stored["data"][f"{name}-b"] == "h9|1"
+    # A newer leader recorded: the older one's renewals stop counting.
+    newer = Witness(api, f"{name}-a")
+    assert not await mine.superseded("h2", 2)
+    assert await newer.elected("h3", 2, History(False, "")) == (False, False)
+    assert await mine.superseded("h2", 2)
+    # Outside its namespace the Role grants nothing: the witness is off, the store decides.
     elsewhere = Witness(api, f"{name}-c", namespace="default")
-    assert not await elsewhere.never_led()
-    assert not await elsewhere.record(1)
+    assert await elsewhere.elected("h1", 1, History(False, "")) == (False, False)
+    assert elsewhere.off
 
 
 async def test_a_new_installation_does_not_wait_and_a_flushed_redis_does(

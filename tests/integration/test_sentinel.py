@@ -20,7 +20,7 @@ from typing import TypeVar
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.state.base import Claim, Fenced, StoreError, Unavailable
+from scheduler.state.base import Claim, Fenced, History, StoreError, Unavailable
 from scheduler.state.redis_store import RedisStore
 from scheduler.testing.redisserver import SentinelSet
 from tests.conftest import started_sentinels
@@ -90,8 +90,8 @@ async def test_the_store_follows_a_failover_to_the_new_master(
     assert await eventually(lambda: store.renew("a", 1, TTL_MS))
     assert set(await store.records()) == {"p1"}
     # ...but it is another Redis process: the next election must not trust its history.
-    assert await store.kept_history("a", 1) is False
-    assert await store.kept_history("a", 1) is True  # recorded for the next one
+    assert (await store.kept_history("a", 1)).kept is False
+    assert (await store.kept_history("a", 1)).kept is True  # recorded for the next one
 
 
 async def test_a_sentinel_that_is_down_is_skipped(
@@ -158,7 +158,7 @@ async def test_a_promotion_that_lost_the_last_writes_is_recognised(
     first decision (README "State and HA")."""
     store = stores()
     assert await store.acquire("first", TTL_MS) == 1
-    assert await store.kept_history("first", 1) is False  # a new store: no history yet
+    assert (await store.kept_history("first", 1)).kept is False  # a new store: no history
     await store.release_lease("first", 1)
     old = sentinels.master_index()
     replicas = [i for i in range(3) if i != old]
@@ -184,7 +184,7 @@ async def test_a_promotion_that_lost_the_last_writes_is_recognised(
     assert await store.gangs() == {}  # ...and its gang record
     with pytest.raises(Fenced):  # a still believes it leads at epoch 2: refused
         await store.reserve_each("a", 2, [[claim("x", (4,))]])
-    assert await store.kept_history("b", 2) is False
+    assert await store.kept_history("b", 2) == History(False, "first|1")
 
 
 async def test_an_old_master_that_resumes_after_a_pause_cannot_renew(

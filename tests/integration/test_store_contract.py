@@ -17,6 +17,7 @@ from scheduler.state.base import (
     Conflict,
     Fenced,
     GangRecord,
+    History,
     Owner,
     ShareClaim,
     StoreError,
@@ -100,15 +101,17 @@ async def test_kept_history_is_fenced_and_false_until_an_election_recorded_it(
 ) -> None:
     s = h.store
     assert await s.acquire("a", TTL) == 1
-    assert await s.kept_history("a", 1) is False  # a new store: nothing before to keep
+    # A new store: nothing before to keep, no election before.
+    assert await s.kept_history("a", 1) == History(False, "")
     with pytest.raises(Fenced):
         await s.kept_history("b", 1)
     await h.expire()
     assert await s.acquire("b", TTL) == 2
-    assert await s.kept_history("b", 2) is True  # the same store served both elections
+    # The same store served both elections; the last one was a's.
+    assert await s.kept_history("b", 2) == History(True, "a|1")
     await h.flush()
     assert await h.store.acquire("c", TTL) == 1
-    assert await h.store.kept_history("c", 1) is False  # flushed: lost whatever came before
+    assert await h.store.kept_history("c", 1) == History(False, "")  # flushed: all lost
 
 
 async def test_a_deposed_leader_cannot_write(h: Harness) -> None:

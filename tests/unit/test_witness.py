@@ -1,0 +1,161 @@
+"""The epoch witness (scheduler/service/witness.py) stepped by hand against an in-memory
+ConfigMap with resourceVersions: what an election concludes from the store's history and the
+witness, and when a renewal stops counting (tests/e2e/test_witness.py runs it on the apiserver).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from scheduler.kube.api import ConfigMapData
+from scheduler.kube.watch import HttpError
+from scheduler.service.leader import Leadership, LeaseTiming
+from scheduler.service.witness import NEVER, Witness, WitnessError
+from scheduler.state.base import History
+from scheduler.state.memory import MemoryStore
+from tests.clock import ManualClock
+from tests.lifecycle import TTL_MS, Apiserver, Replica, node
+
+
+class ConfigMaps:
+    """One namespace's ConfigMaps; ``failure`` makes every call raise it."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, tuple[int, dict[str, str]]] = {}
+        self.failure: Exception | None = None
+
+    async def read_config_map(self, namespace: str, name: str) -> ConfigMapData | None:
+        if self.failure is not None:
+            raise self.failure
+        if name not in self.maps:
+            return None
+        version, data = self.maps[name]
+        return msgspec.convert(
+            {"metadata": {"resourceVersion": str(version)}, "data": dict(data)}, ConfigMapData
+        )
+
+    async def write_config_map(
+        self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
+    ) -> bool:
+        if self.failure is not None:
+            raise self.failure
+        current = self.maps.get(name)
+        if (current is None) != (resource_version is None):
+            return False  # created meanwhile, or gone
+        if current is not None and str(current[0]) != resource_version:
+            return False  # changed since it was read
+        version = 0 if current is None else current[0]
+        self.maps[name] = (version + 1, {**(current[1] if current else {}), **data})
+        return True
+
+
+async def test_an_election_tells_a_new_installation_from_a_lost_history() -> None:
+    api = ConfigMaps()
+    a = Witness(api, "topo", namespace="ns")
+    # Epoch 1, no history, no record: nobody ever led. Recorded before the first decision.
+    assert await a.elected("a", 1, History(False, "")) == (True, False)
+    assert await a.read() == "a|1"
+    # The store flushed (epoch 1 again), but the witness remembers a: wait.
+    assert await a.elected("b", 1, History(False, "")) == (False, False)
+    # An ordinary takeover on the same Redis: the history ends with the recorded leader.
+    assert await a.elected("c", 2, History(True, "b|1")) == (False, True)
+    # A store that kept its history, but a newer leader is recorded than the one it ends with
+    # (an old master after a failover): wait.
+    assert await a.elected("d", 3, History(True, "a|1")) == (False, False)
+    # Other schedulers' keys live beside this one.
+    other = Witness(api, "other", namespace="ns")
+    assert await other.read() == NEVER
+    assert await other.elected("x", 1, History(False, "")) == (True, False)
+    assert await a.read() == "d|3"
+
+
+async def test_a_renewal_stops_counting_once_a_newer_leader_is_recorded() -> None:
+    api = ConfigMaps()
+    old, new = Witness(api, "topo", "ns"), Witness(api, "topo", "ns")
+    await old.elected("a", 5, History(True, ""))
+    assert not await old.superseded("a", 5)
+    await new.elected("b", 5, History(False, ""))  # the same number, after a lost increment
+    assert await old.superseded("a", 5)
+    assert not await new.superseded("b", 5)
+    # Before a term's record (its election under way), nothing is superseded yet.
+    assert not await old.superseded("a", 6)
+    # A witness that cannot be read: the renewal does not count, nor does an election.
+    api.failure = OSError("connection refused")
+    with pytest.raises(WitnessError):
+        await new.superseded("b", 5)
+    with pytest.raises(WitnessError):
+        await new.elected("b", 6, History(True, "b|5"))  # the election fails: no lead
+
+
+async def test_without_permission_the_witness_plays_no_part() -> None:
+    api = ConfigMaps()
+    api.failure = HttpError(403, "forbidden")
+    w = Witness(api, "topo", "ns")
+    assert await w.elected("a", 1, History(False, "")) == (False, False)  # no shortcut
+    assert await w.elected("b", 2, History(True, "a|1")) == (False, True)  # the store's word
+    assert not await w.superseded("b", 2)
+
+
+async def test_a_leader_whose_renewal_is_superseded_stops_leading() -> None:
+    clock = ManualClock(0.0)
+    store = MemoryStore(clock)
+    api = ConfigMaps()
+    witness = Witness(api, "topo", "ns")
+    rival = Witness(api, "topo", "ns")
+    lost = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        clock.now += seconds
+        await asyncio.sleep(0)
+
+    leadership = Leadership(
+        store, "a", LeaseTiming(15, 5, 2), clock, sleep, superseded=witness.superseded
+    )
+
+    async def on_elected(epoch: int) -> None:
+        await witness.elected("a", epoch, History(epoch > 1, ""))
+
+    async def on_lost() -> None:
+        lost.set()
+
+    task = asyncio.create_task(leadership.run(on_elected, on_lost))
+    try:
+        while leadership.epoch is None or not witness.recorded:
+            await asyncio.sleep(0)
+        for _ in range(10):  # renewals count: the witness holds a's record
+            await asyncio.sleep(0)
+        assert leadership.leading and not lost.is_set()
+        # A newer leader elected on another Redis (a failover that left a's master taking
+        # writes) records itself: a's next renewal, which its own Redis accepts, does not count.
+        await rival.elected("b", 9, History(False, ""))
+        await asyncio.wait_for(lost.wait(), 5)
+    finally:
+        await leadership.release()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_deposed_leader_that_takes_the_lease_again_on_the_old_master_waits() -> None:
+    """A partition: leader a keeps an old master (m1) that still takes its writes, while the
+    Sentinels promoted a replica (m2, which lost a's last writes) and b is elected there. b
+    waits one lease (its store's history is cut); a's renewals on m1 stop counting once b is
+    recorded; and when a takes its lease on m1 again, its election finds b recorded, not the
+    leader m1's history ends with, so a waits out b's lease too."""
+    clock = ManualClock(0.0)
+    api, maps = Apiserver(), ConfigMaps()
+    m1, m2 = MemoryStore(clock), MemoryStore(clock)
+    wa, wb = Witness(maps, "topo", "ns"), Witness(maps, "topo", "ns")
+    a = Replica(api, m1, clock, "a", wait_for_unknown_leader=True, witness=wa)
+    b = Replica(api, m2, clock, "b", wait_for_unknown_leader=True, witness=wb)
+    assert await a.elect([node(2)]) == 1
+    assert a.s.may_decide()  # a new installation: no wait
+    assert await b.elect([node(2)]) == 1  # the promoted replica: a's lease and epoch lost
+    assert not b.s.may_decide()  # its history is cut: one lease first
+    assert await m1.renew("a", 1, TTL_MS)  # the old master still takes a's renewal...
+    assert await wa.superseded("a", 1)  # ...which does not count: b is recorded
+    assert await a.elect([node(2)]) == 1  # a takes its lease on m1 again
+    assert not a.s.may_decide()  # m1's history ends with a, the witness names b: wait
+    assert await wb.superseded("b", 1)  # and b, deposed in turn, stops (no overlap)
