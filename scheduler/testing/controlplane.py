@@ -664,7 +664,7 @@ def pod_manifest(
 
 
 def _established(crd: dict[str, Any]) -> bool:
-    conditions = crd.get("status", {}).get("conditions", [])
+    conditions = (crd.get("status") or {}).get("conditions") or []  # null right after creation
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
