@@ -191,8 +191,12 @@ class NodeState:
         if self.allocatable is None:
             return None
         free = self.free_mask.bit_count()
+        # min(free, max(0, a - u)) per resource, spelled out: every hold and release asks.
         return tuple(
-            min(free, max(0, a - u)) for a, u in zip(self.allocatable, self.used, strict=True)
+            [
+                free if (left := a - u) > free else left if left > 0 else 0
+                for a, u in zip(self.allocatable, self.used, strict=True)
+            ]
         )
 
 

@@ -14,6 +14,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Final
 
+import msgspec
 from msgspec import Struct
 
 from . import names
@@ -127,8 +128,63 @@ def gpu_resource_names(settings: CoreSettings) -> frozenset[str]:
     return frozenset(settings.gpu_resources) | frozenset(_SHARED_NAMES)
 
 
+# What the containers ask for, as _containers_ask reads it: whole GPUs per resource, shared-GPU
+# amounts, shared memory in MiB, GPUs per container.
+_Ask = tuple[
+    tuple[tuple[str, int], ...], tuple[tuple[str, int], ...], int, tuple[tuple[str, int], ...]
+]
+
+# _containers_ask's answers by what they are read from (the containers, the init containers and
+# the GPU resource names, encoded): a gang's members and a Deployment's replicas share them. An
+# error is never kept (it names its pod). Bounded: the oldest answer goes first.
+_SPEC = msgspec.json.Encoder()
+_ASKS: dict[bytes, _Ask] = {}
+_ASKS_MAX = 1024
+
+
 def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
     """Parse what ``pod`` asks for; raises RequestError with a reason naming pod and field."""
+    key = _SPEC.encode((pod.containers, pod.init_containers, settings.gpu_resources))
+    ask = _ASKS.get(key)
+    if ask is None:
+        ask = _containers_ask(pod, settings)
+        if len(_ASKS) >= _ASKS_MAX:
+            del _ASKS[next(iter(_ASKS))]
+        _ASKS[key] = ask
+    whole = dict(ask[0])
+    shared = dict(ask[1])
+    memory_mib = ask[2]
+    vendors = sorted({settings.gpu_resources[r] for r in whole})
+    if len(vendors) > 1:
+        raise RequestError(
+            f"pod {pod.key}: resources: asks for GPUs of several vendors "
+            f"({', '.join(sorted(whole))})"
+        )
+    gpu_policy, node_policy = _policies(pod, settings)
+    shared_req = None
+    if any(shared.values()):
+        if whole:
+            raise RequestError(
+                f"pod {pod.key}: resources: asks for whole GPUs ({', '.join(sorted(whole))}) and "
+                "shared GPUs at once; use one or the other"
+            )
+        shared_req = _shared(pod, shared, memory_mib)
+        if names.GPU_POLICY_ANNOTATION not in pod.annotations or gpu_policy == "topology-aware":
+            gpu_policy = settings.shared_gpu_policy
+    return PodRequest(
+        gpus=sum(whole.values()),
+        containers=ask[3],
+        resources=tuple(sorted(whole.items())),
+        vendor=vendors[0] if vendors else None,
+        shared=shared_req,
+        gang=parse_gang(pod),
+        gpu_policy=gpu_policy,
+        node_policy=node_policy,
+    )
+
+
+def _containers_ask(pod: PodInput, settings: CoreSettings) -> _Ask:
+    """What the containers ask for (RequestError naming pod and field when malformed)."""
     whole: dict[str, int] = {}
     shared: dict[str, int] = {}
     memory_mib = 0
@@ -169,34 +225,8 @@ def parse_request(pod: PodInput, settings: CoreSettings) -> PodRequest:
                 shared[resource] = shared.get(resource, 0) + _count(pod, where, resource, text)
         if mine:
             per_container.append((c.name, mine))
-    whole = {r: n for r, n in whole.items() if n > 0}
-    vendors = sorted({settings.gpu_resources[r] for r in whole})
-    if len(vendors) > 1:
-        raise RequestError(
-            f"pod {pod.key}: resources: asks for GPUs of several vendors "
-            f"({', '.join(sorted(whole))})"
-        )
-    gpu_policy, node_policy = _policies(pod, settings)
-    shared_req = None
-    if any(shared.values()):
-        if whole:
-            raise RequestError(
-                f"pod {pod.key}: resources: asks for whole GPUs ({', '.join(sorted(whole))}) and "
-                "shared GPUs at once; use one or the other"
-            )
-        shared_req = _shared(pod, shared, memory_mib)
-        if names.GPU_POLICY_ANNOTATION not in pod.annotations or gpu_policy == "topology-aware":
-            gpu_policy = settings.shared_gpu_policy
-    return PodRequest(
-        gpus=sum(whole.values()),
-        containers=tuple(per_container),
-        resources=tuple(sorted(whole.items())),
-        vendor=vendors[0] if vendors else None,
-        shared=shared_req,
-        gang=parse_gang(pod),
-        gpu_policy=gpu_policy,
-        node_policy=node_policy,
-    )
+    positive = tuple((r, n) for r, n in whole.items() if n > 0)
+    return positive, tuple(shared.items()), memory_mib, tuple(per_container)
 
 
 def kubelet_request(pod: PodInput, settings: CoreSettings) -> tuple[tuple[str, int], ...]:
