@@ -68,7 +68,7 @@ def workload(scenario: Scenario) -> list[PodSpec]:
 
 async def failover_under_load(
     scenario: Scenario, sentinels: SentinelSet, fault: Callable[[int], None]
-) -> tuple[list[SchedulerProcess], int]:
+) -> int:
     for n in range(4):
         scenario.node(f"dgx-{n}", dgx(f"{scenario.id}-{n}"), 8)
     specs = workload(scenario)
@@ -89,8 +89,13 @@ async def failover_under_load(
     assert settled.clean, verdict(settled, replicas)
     assert sentinels.master_index() != old  # the Sentinels did promote a replica
     assert not unexpected_book_events(replicas), unexpected_book_events(replicas)
-    print(f"settled in {settled.seconds:.1f} s, {settled.rounds} audits")
-    return replicas, old
+    # Whether the leader's lease outlived the promotion (lease 3 s, promotion about 3.5 s after
+    # the fault: usually not) or a new election on the promoted replica waited one lease.
+    print(
+        f"settled in {settled.seconds:.1f} s, {settled.rounds} audits; an election waited: "
+        f"{promoted_over(replicas)}"
+    )
+    return old
 
 
 def promoted_over(schedulers: list[SchedulerProcess]) -> bool:
@@ -109,8 +114,7 @@ async def test_master_sigkilled_under_pods_and_gangs(
         sentinels.signal_node(old, signal.SIGKILL)
         sentinels.wait_failover(old)
 
-    replicas, _ = await failover_under_load(scenario, sentinels, kill)
-    assert promoted_over(replicas)
+    await failover_under_load(scenario, sentinels, kill)
 
 
 async def test_master_paused_past_down_after_then_resumed(
@@ -123,8 +127,7 @@ async def test_master_paused_past_down_after_then_resumed(
         finally:
             sentinels.signal_node(old, signal.SIGCONT)  # it resumes, still a master
 
-    replicas, old = await failover_under_load(scenario, sentinels, pause)
-    assert promoted_over(replicas)
+    old = await failover_under_load(scenario, sentinels, pause)
     # The Sentinels turn the resumed master into a replica of the new one (within their
     # 10 s INFO period).
     await asyncio.to_thread(sentinels.wait_demoted, old)
