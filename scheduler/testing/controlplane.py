@@ -53,6 +53,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -103,10 +104,35 @@ def build_binaries() -> Path:
     return Path(lines[-1])
 
 
+_LOWEST_PORT = 10_000  # below: well-known and registered services' habits
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out as an outgoing connection's source port."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32_768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nobody listens on, for a server started a moment later.
+
+    The port is drawn below the kernel's ephemeral range: a port from bind(0) comes from that
+    range, so any outgoing connection on the machine (a client of another test, a Redis replica
+    dialling its master) could take it as its source port before our server binds it, and the
+    server then fails with "Address already in use". Below the range only another free_port
+    caller can collide, and a random draw over ~20,000 ports makes that unlikely."""
+    high = _ephemeral_low()
+    draw = random.Random()
+    for _ in range(100):
+        port = draw.randrange(_LOWEST_PORT, high) if high > _LOWEST_PORT + 1_000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise ControlPlaneError("no free loopback port below the ephemeral range after 100 draws")
 
 
 def _load_prctl() -> Any:
