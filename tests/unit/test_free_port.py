@@ -22,4 +22,3 @@ def test_ports_are_below_the_ephemeral_range_and_free() -> None:
     for port in list(ports)[:5]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", port))  # free when it was handed out
-
