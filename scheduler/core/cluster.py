@@ -53,6 +53,7 @@ from .filters.resources import node_allocatable
 from .formats import allocated as allocated_format
 from .formats import assignment as assignment_format
 from .formats import devices as devices_format
+from .fragmentation import Profile, Shape, request_class
 from .gangsources import best_known
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
@@ -122,6 +123,7 @@ class NodeState:
         "cards",
         "error",
         "healthy",
+        "frag_shape",
         "inventory",
         "name",
         "node",
@@ -164,6 +166,8 @@ class NodeState:
         self.requested: dict[str, int] = {}
         self.pod_count = 0
         self.ports: PortUse = {}
+        # fragmentation.shape_of's answer, until the next charge changes the node.
+        self.frag_shape: Shape | None = None
 
     @property
     def shared_mask(self) -> int:
@@ -276,6 +280,9 @@ class ClusterState:
         self.gpu_names = gpu_resource_names(self.settings)
         self.nodes: dict[str, NodeState] = {}
         self.holdings: dict[str, Holding] = {}
+        # The request class of every GPU pod held on a known node: the target workload the
+        # fragmentation measure weighs placements by (fragmentation.py).
+        self.profile = Profile()
         # Holdings whose node is not known yet (a pod event that beat its node's event).
         self._orphans: dict[str, Holding] = {}
         self.classes: dict[ClassKey, NodeClass] = {}
@@ -402,6 +409,7 @@ class ClusterState:
             holding = self.holdings.pop(key, None)
             if holding is not None:
                 self._orphans[key] = holding
+                self.profile.charge(key, None)
 
     # ---- pods ------------------------------------------------------------------------------
 
@@ -495,6 +503,7 @@ class ClusterState:
             self._charge_record(node, record, -1)
 
     def _charge_record(self, node: NodeState, record: PodRecord, sign: int) -> None:
+        node.frag_shape = None
         node.pod_count += sign
         requested = node.requested
         for resource, n in record.requests:
@@ -649,8 +658,9 @@ class ClusterState:
         the pod's record on the node for the Kubernetes filters. A nomination of the pod is used
         up: it holds what it was placed on now (a forget does not bring the nomination back)."""
         self.unnominate(placement.pod)
-        self.hold(holding_of(placement, replicas))
+        # The record first: the profile reads the pod's cpu request from it when it is held.
         self.put_record(record_of(pod, placement.node, self.gpu_names, placement.gang, replicas))
+        self.hold(holding_of(placement, replicas))
 
     @contextmanager
     def tentative(self) -> Iterator[None]:
@@ -794,6 +804,7 @@ class ClusterState:
             "nominations": len(self._nominations),
             "nominated_on": sum(len(keys) for keys in self._nominated_on.values()),
             "nominated_gpus": sum(s.nominated.bit_count() for s in self.nodes.values()),
+            "profile": len(self.profile),
             **{f"index.{name}": n for name, n in self.index.sizes().items()},
         }
 
@@ -841,6 +852,7 @@ class ClusterState:
             index.discard(name, key)
 
     def _charge(self, state: NodeState, holding: Holding, sign: int) -> None:
+        state.frag_shape = None
         if sign > 0:
             state.whole |= holding.whole
             state.pods.add(holding.pod)
@@ -863,6 +875,12 @@ class ClusterState:
                 use.qos = share.qos if use.qos_pods else None
             if not use.pods:
                 del state.cards[share.index]
+        self.profile.charge(holding.pod, self._request_class(holding) if sign > 0 else None)
+
+    def _request_class(self, holding: Holding) -> tuple[int, int, int] | None:
+        record = self.index.records.get(holding.pod)
+        cpu = next((n for r, n in record.requests if r == "cpu"), 0) if record else 0
+        return request_class(cpu, holding.whole.bit_count(), (s.core for s in holding.shares))
 
     def _holding_from_annotations(
         self, pod: PodInput, gang_key: str | None, replicas: int

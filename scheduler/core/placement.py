@@ -35,6 +35,8 @@ from .cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
 from .decisions import ContainerDevices, Placement, Share
 from .filters.chain import PodFilters
 from .filters.dra import dra_backed_reason
+from .filters.resources import pod_requests
+from .fragmentation import Target, shape_of
 from .inventory import Inventory
 from .names import CORES_PER_CARD
 from .objects import PodInput
@@ -70,6 +72,9 @@ class WholeChoice:
         self.key = key
 
 
+# Nodes of one key a whole-GPU pod's fragmentation tie-break looks at one by one (bench-core).
+FRAG_SCAN = 128
+
 _Ranked = tuple[tuple[int, int, int, int], SetChoice] | None
 
 
@@ -101,9 +106,12 @@ def best_whole_node(
     vendor: str,
     spread: bool,
     demand: Demand = (),
+    frag: tuple[Target, int] | None = None,
 ) -> WholeChoice | None:
     """Rule 2: the best node for k whole GPUs of ``vendor`` that the filter chain accepts, whose
-    allocatable headroom covers ``demand`` (the pods' GPUs per resource name)."""
+    allocatable headroom covers ``demand`` (the pods' GPUs per resource name). With ``frag``
+    (the target workload and the pod's cpu), the nodes of the best key are told apart by the
+    fragmentation the pod would leave on each, then by name."""
     if filters.problem is not None or filters.nowhere:
         return None
     ranked: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
@@ -129,6 +137,12 @@ def best_whole_node(
         group_end = pos
         while group_end < len(ranked) and ranked[group_end][0] == key:
             group_end += 1
+        if frag is not None:
+            picked = _least_fragmenting_node(state, ranked[pos:group_end], filters, k, *frag)
+            if picked is not None:
+                return WholeChoice(picked[0], picked[1], key)
+            pos = group_end
+            continue
         best: tuple[str, NodeClass, SetChoice] | None = None
         for _, cls, choice in ranked[pos:group_end]:
             name = _first_accepting(state, cls, filters, best[0] if best else None)
@@ -138,6 +152,39 @@ def best_whole_node(
             return WholeChoice(state.nodes[best[0]], best[2], key)
         pos = group_end
     return None
+
+
+def _least_fragmenting_node(
+    state: ClusterState,
+    group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]],
+    filters: Filter,
+    k: int,
+    target: Target,
+    cpu: int,
+) -> tuple[NodeState, SetChoice] | None:
+    """Among the accepting nodes of equal key, the one whose fragmentation gain ranks highest
+    (fragmentation.gain_rank), then the smallest name. A group of more than FRAG_SCAN nodes is
+    told apart by the first node of each class only (the cost stays that of ranking classes);
+    when none of those passes the filter chain, the smallest accepting name wins."""
+    take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
+    whole_group = sum(len(cls.names) for _, cls, _ in group) <= FRAG_SCAN
+    ordered: list[tuple[int, str, SetChoice]] = []
+    for _, cls, choice in group:
+        for name in cls.names if whole_group else (cls.first(),):
+            rank = target.rank(shape_of(state.nodes[name]), cpu, take)
+            ordered.append((-rank, name, choice))
+    ordered.sort(key=lambda item: item[:2])
+    # The filter chain is asked in that order, and only until one node passes.
+    for _, name, choice in ordered:
+        node = state.nodes[name]
+        if not filters.check(node):
+            return node, choice
+    best: tuple[str, SetChoice] | None = None
+    for _, cls, choice in group:
+        found = _first_accepting(state, cls, filters, best[0] if best else None)
+        if found is not None and (best is None or found < best[0]):
+            best = (found, choice)
+    return None if best is None else (state.nodes[best[0]], best[1])
 
 
 def _best_preferred(
@@ -229,13 +276,16 @@ def place_whole(
     state: ClusterState, pod: PodInput, req: PodRequest, filters: Filter
 ) -> Placement | None:
     assert req.vendor is not None
+    spread = req.node_policy == "spread"
+    target = None if spread else state.profile.target()
     found = best_whole_node(
         state,
         filters,
         req.gpus,
         req.vendor,
-        req.node_policy == "spread",
+        spread,
         state.demand(req.resources),
+        None if target is None else (target, _cpu(state, pod)),
     )
     if found is None:
         return None
@@ -244,14 +294,21 @@ def place_whole(
 
 def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> Placement | None:
     """A pod of ours that asks for no GPU: non-GPU nodes first, so GPU nodes stay for GPU pods;
-    then the preference score, then the name."""
+    then the preference score, then (on GPU nodes) the fragmentation its cpu would add, then
+    the name."""
     if filters.problem is not None:
         return None
-    best: tuple[tuple[bool, int, str], NodeState] | None = None
+    target = state.profile.target()
+    cpu = _cpu(state, pod)
+    best: tuple[tuple[bool, int, int, str], NodeState] | None = None
     for node in state.nodes.values():
         if filters.check(node):
             continue
-        key = (node.inventory is not None, -filters.score(node), node.name)
+        # On a GPU node, the cpu it takes may leave the held workload's classes no room.
+        frag = 0
+        if target is not None and node.inventory is not None:
+            frag = -target.rank(shape_of(node), cpu, ())
+        key = (node.inventory is not None, -filters.score(node), frag, node.name)
         if best is None or key < best[0]:
             best = (key, node)
     if best is None:
@@ -260,6 +317,11 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> P
 
 
 # ---- shared GPUs (rule 4) --------------------------------------------------------------------
+
+
+def _cpu(state: ClusterState, pod: PodInput) -> int:
+    """The pod's cpu request in millicores (what the fragmentation measure weighs)."""
+    return next((n for r, n in pod_requests(pod, state.gpu_names) if r == "cpu"), 0)
 
 
 def _card_fit(node: NodeState, index: int, req: SharedRequest) -> tuple[int, int] | None:
@@ -294,7 +356,10 @@ def place_shared(
         return None
     spread_cards = req.gpu_policy == "spread"
     spread_nodes = req.node_policy == "spread"
-    best: tuple[tuple[int, int, int, str], NodeState, list[tuple[int, int]]] | None = None
+    # Binpack weighs fragmentation first; spread asks for idle cards and nodes, and gets them.
+    target = None if spread_cards or spread_nodes else state.profile.target()
+    cpu = _cpu(state, pod)
+    best: tuple[tuple[int, int, int, int, str], NodeState, list[tuple[int, int]]] | None = None
     for node in state.gpu_nodes():
         inv = node.inventory
         assert inv is not None
@@ -313,9 +378,13 @@ def place_shared(
             continue
         fits.sort(key=lambda f: (-f[0] if spread_cards else f[0], f[1]))
         chosen = fits[: shared.cards]
+        frag = 0
+        if target is not None:
+            frag, chosen = _least_fragmenting(target, node, cpu, shared, fits, chosen)
         free_after = sum(f[0] for f in chosen)
         key = (
             -filters.score(node),
+            frag,
             -free_after if spread_nodes else free_after,
             node.free_mask.bit_count(),
             node.name,
@@ -338,6 +407,31 @@ def place_shared(
         for i, memory in sorted(best[2])
     )
     return Placement(pod.key, pod.uid, node.name, (), (), shares, None)
+
+
+def _least_fragmenting(
+    target: Target,
+    node: NodeState,
+    cpu: int,
+    shared: SharedRequest,
+    fits: list[tuple[int, int, int]],
+    busiest: list[tuple[int, int, int]],
+) -> tuple[int, list[tuple[int, int, int]]]:
+    """(minus the gain rank, the cards) of a share on ``node``: one card, the one whose gain
+    ranks highest (the busiest of those on ties: ``fits`` is in busiest-first order); several
+    cards, the busiest, ranked by their gain together."""
+    shape = shape_of(node)
+    core = shared.core
+    if shared.cards > 1:
+        take = tuple((f[0] + core, core) for f in busiest)
+        return -target.rank(shape, cpu, take), busiest
+    best: tuple[int, tuple[int, int, int]] | None = None
+    for fit in fits:
+        rank = target.rank(shape, cpu, ((fit[0] + core, core),))
+        if best is None or rank > best[0]:
+            best = (rank, fit)
+    assert best is not None
+    return -best[0], [best[1]]
 
 
 # ---- reasons (rule 5) ------------------------------------------------------------------------

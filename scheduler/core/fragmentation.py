@@ -1,0 +1,206 @@
+"""Fragmentation: how much of a node's free GPU capacity the pods the cluster runs could not use.
+
+The measure is the FGD paper's F_n(M) (Weng et al., "Beware of Fragmentation", USENIX ATC 2023).
+M, the target workload, is what the cluster holds now: the request classes of the GPU pods on
+its nodes (cpu millicores, cards, percent of each card), most common first until they cover 95%
+of those pods, each weighted by its share of them in whole percent. So the measure follows the
+workload as it changes, shrinks with it when pods leave, and is a function of the snapshot. For
+one class m on a node whose cards have f_1 >= f_2 >= ... percent free:
+
+- m cannot run there (fewer than its count of cards with its percent free, or less cpu left than
+  it asks): all the node's free GPU percent counts;
+- m fits: the free percent of the cards with less free than m asks counts (slivers it cannot use).
+
+F_n(M) is the weighted sum. A placement's *gain* on a node is F_n(M) before minus after it: the
+fragmentation it removes (negative: what it adds). It depends on the node's shape (cpu left, the
+cards' free percent as a multiset) alone, so each Target remembers it by shape, and only a node
+whose shape changed is measured again. A node whose status has no cpu counts as having enough.
+
+How placement uses it (placement.py): the gain, in steps of one card's percent-of-a-percent
+(``gain_step``), ranks nodes after the rules that come first (a multi-GPU pod's set score, a pod's
+node preferences) and before the rules it refines (smallest fitting node, busiest card, name).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .names import CORES_PER_CARD
+
+if TYPE_CHECKING:  # cluster.py holds a Profile: a runtime import would be circular
+    from .cluster import NodeState
+
+# A request class: (cpu millicores, cards, percent of each card).
+RequestClass = tuple[int, int, int]
+# A node as the measure sees it: cpu millicores left (-1: not known, enough for any class) and
+# its cards' free percent, largest first, idle and shared cards only (a card held whole, or
+# unhealthy, or held for a preemptor, has nothing free).
+Shape = tuple[int, tuple[int, ...]]
+
+COVERAGE = 95  # percent of the held GPU pods the target workload's classes cover
+MIN_PODS = 32  # held GPU pods below which there is no target workload
+_MEMO_LIMIT = 1 << 16  # shapes remembered per target before the memo starts over
+
+
+class Target:
+    """One target workload M and the fragmentation of every node shape measured under it."""
+
+    __slots__ = ("classes", "key", "memo", "ranks")
+
+    def __init__(self, key: tuple[tuple[RequestClass, int], ...]) -> None:
+        self.key = key
+        self.classes = key
+        self.memo: dict[Shape, int] = {}
+        self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
+
+    def rank(self, shape: Shape, cpu: int, take: tuple[tuple[int, int], ...]) -> int:
+        """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered."""
+        key = (shape, cpu, take)
+        found = self.ranks.get(key)
+        if found is None:
+            if len(self.ranks) >= _MEMO_LIMIT:
+                self.ranks.clear()
+            found = self.ranks[key] = gain_rank(gain(self, shape, cpu, take))
+        return found
+
+    def frag(self, shape: Shape) -> int:
+        """F_n(M) of a node of this shape, in percent-of-a-card x percent of the workload."""
+        found = self.memo.get(shape)
+        if found is None:
+            if len(self.memo) >= _MEMO_LIMIT:
+                self.memo.clear()
+            found = self.memo[shape] = _frag(self.classes, shape)
+        return found
+
+
+def _frag(classes: Iterable[tuple[RequestClass, int]], shape: Shape) -> int:
+    cpu, cards = shape
+    idle = sum(cards)
+    if not idle:
+        return 0
+    total = 0
+    for (need_cpu, k, core), weight in classes:
+        if (0 <= cpu < need_cpu) or len(cards) < k or cards[k - 1] < core:
+            total += weight * idle
+        else:
+            total += weight * sum(f for f in cards if f < core)
+    return total
+
+
+class Profile:
+    """The request class of every GPU pod the cluster holds, and the Target they make.
+
+    ClusterState charges a pod here when it holds GPUs (its class: its cpu request, its whole
+    GPUs or its shares) and forgets it when the holding is released; an entry lives exactly as
+    long as the holding.
+    """
+
+    __slots__ = ("_counts", "_pods", "_target")
+
+    def __init__(self) -> None:
+        self._pods: dict[str, RequestClass] = {}
+        self._counts: dict[RequestClass, int] = {}
+        self._target: Target | None = None
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def charge(self, pod: str, request: RequestClass | None) -> None:
+        """The pod holds ``request`` now (None: nothing any more)."""
+        previous = self._pods.pop(pod, None)
+        if previous is not None:
+            left = self._counts[previous] - 1
+            if left:
+                self._counts[previous] = left
+            else:
+                del self._counts[previous]
+        if request is not None:
+            self._pods[pod] = request
+            self._counts[request] = self._counts.get(request, 0) + 1
+
+    def target(self) -> Target | None:
+        """M for the pods held now; None while fewer than MIN_PODS are held (too few to say
+        what the workload is: the other rules decide alone). The same Target object (and its
+        memo) as long as the classes and whole-percent weights stay the same."""
+        if len(self._pods) < MIN_PODS:
+            return None
+        ranked = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        wanted = COVERAGE * len(self._pods)
+        kept: list[tuple[RequestClass, int]] = []
+        covered = 0
+        for request, n in ranked:
+            if 100 * covered >= wanted:
+                break
+            kept.append((request, n))
+            covered += n
+        key = tuple(
+            (request, weight)
+            for request, n in kept
+            if (weight := (200 * n + covered) // (2 * covered)) > 0
+        )
+        if self._target is None or self._target.key != key:
+            self._target = Target(key)
+        return self._target
+
+
+def request_class(cpu: int, whole: int, shares: Iterable[int]) -> RequestClass | None:
+    """The class of a pod holding ``whole`` GPUs or cards shared at the given percents (one
+    entry per card), asking for ``cpu`` millicores; None for a pod without GPUs."""
+    cores = list(shares)
+    if whole:
+        return (cpu, whole, CORES_PER_CARD)
+    if cores:
+        return (cpu, len(cores), max(cores))
+    return None
+
+
+def cpu_left(node: NodeState) -> int:
+    """Millicores of cpu the node has left (-1: its status says nothing of cpu)."""
+    if node.resources is None or "cpu" not in node.resources:
+        return -1
+    return max(0, node.resources["cpu"] - node.requested.get("cpu", 0))
+
+
+def shape_of(node: NodeState) -> Shape:
+    """The node as the measure sees it (kept on the node until a charge changes it)."""
+    if node.frag_shape is None:
+        node.frag_shape = _shape(node)
+    return node.frag_shape
+
+
+def _shape(node: NodeState) -> Shape:
+    inv = node.inventory
+    assert inv is not None
+    taken = node.whole | node.nominated
+    free = []
+    for device in inv.devices:
+        if not device.healthy or taken >> device.index & 1:
+            continue
+        use = node.cards.get(device.index)
+        free.append(CORES_PER_CARD - use.core if use is not None else CORES_PER_CARD)
+    return (cpu_left(node), _cards(free))
+
+
+def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]) -> int:
+    """F_n(M) before minus after placing, on a node of ``shape``, a pod asking for ``cpu``
+    millicores and, per card it takes, (that card's free percent, the percent it takes)."""
+    left, cards = shape
+    after = list(cards)
+    for free, core in take:
+        after.remove(free)
+        after.append(free - core)
+    changed: Shape = (left if left < 0 else max(0, left - cpu), _cards(after))
+    return target.frag(shape) - target.frag(changed)
+
+
+def gain_rank(value: int) -> int:
+    """A gain as FGD scores it: 100 x sigmoid(gain / (1000 milli-GPU x 100% x 1/10)),
+    truncated to a whole number, so nodes whose gains differ by less than about 4% of a GPU
+    tie and the rules after it decide between them."""
+    return int(100 / (1 + math.exp(-value / 10_000)))
+
+
+def _cards(free: Iterable[int]) -> tuple[int, ...]:
+    return tuple(sorted((f for f in free if f > 0), reverse=True))

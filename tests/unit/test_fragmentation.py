@@ -1,0 +1,149 @@
+"""Fragmentation in the core (issue 23): the measure F_n(M) stepped by hand, the target
+workload learned from the held pods, and how placement weighs it beside the other rules."""
+
+from __future__ import annotations
+
+from scheduler.core.decisions import Placed
+from scheduler.core.fragmentation import (
+    MIN_PODS,
+    Profile,
+    Target,
+    gain,
+    gain_rank,
+    shape_of,
+)
+from tests.builders import MakeNode, MakePod, cluster, schedule
+
+SHARE_30 = (4000, 1, 30)  # 4 cpu, 30% of one card
+TWO_GPUS = (8000, 2, 100)
+
+
+def test_frag_of_a_shape_steps_every_case() -> None:
+    target = Target(((SHARE_30, 50), (TWO_GPUS, 30)))
+    # cards 100, 100, 25, 10 (idle 235): both classes fit; the cards below what each asks for
+    # count: 35 for both
+    assert target.frag((64_000, (100, 100, 25, 10))) == 50 * 35 + 30 * 35
+    # one idle card: two GPUs no longer fit, all 135 idle counts for that class
+    assert target.frag((64_000, (100, 25, 10))) == 50 * 35 + 30 * 135
+    # 6 cpu left: the 2-GPU class (8 cpu) cannot run; the share (4 cpu) can
+    assert target.frag((6000, (100, 100, 25, 10))) == 50 * 35 + 30 * 235
+    # a node whose status says nothing of cpu has enough
+    assert target.frag((-1, (100, 100, 25, 10))) == 50 * 35 + 30 * 35
+    assert target.frag((0, ())) == 0
+
+
+def test_gain_is_frag_before_minus_after_and_ranks_like_fgd() -> None:
+    target = Target((((0, 1, 30), 100),))
+    shape = (-1, (100, 40))
+    # 30% on the 40% card leaves a 10% sliver no 30% pod can use
+    assert gain(target, shape, 0, ((40, 30),)) == -10 * 100
+    # on the idle card it leaves 70%: nothing lost
+    assert gain(target, shape, 0, ((100, 30),)) == 0
+    # FGD's score: int(100 x sigmoid(gain in milli-GPU / 1000)); ours counts percent x percent
+    assert gain_rank(0) == 50
+    assert gain_rank(-1000) == 47  # 0.1 GPU of fragment
+    assert gain_rank(-300) == 49  # differences below ~0.04 GPU tie
+    assert target.rank(shape, 0, ((40, 30),)) == 47
+
+
+def test_profile_learns_the_target_from_held_pods_and_forgets_them() -> None:
+    profile = Profile()
+    for i in range(MIN_PODS - 1):
+        profile.charge(f"a{i}", SHARE_30)
+    assert profile.target() is None  # too few pods to say what the workload is
+    profile.charge("b0", TWO_GPUS)
+    target = profile.target()
+    assert target is not None
+    # 31 of 32 pods (97%) already cover 95%: the 2-GPU class is left out
+    assert target.key == ((SHARE_30, 100),)
+    assert profile.target() is target  # the same target (and memo) while nothing changed
+    for i in range(1, 11):
+        profile.charge(f"b{i}", TWO_GPUS)
+    target = profile.target()
+    assert target is not None
+    assert target.key == ((SHARE_30, 74), (TWO_GPUS, 26))  # 31 / 42 and 11 / 42, rounded
+    for i in range(MIN_PODS - 1):
+        profile.charge(f"a{i}", None)
+    assert len(profile) == 11
+    assert profile.target() is None
+
+
+def gpu_node(name: str, gpus: int, cpu: str = "64", pool: str = "") -> MakeNode:
+    node = MakeNode().Name(name).GPUs(gpus)
+    node = node.Allocatable({"cpu": cpu, "memory": "256Gi", "nvidia.com/gpu": gpus})
+    return node.Label("pool", pool) if pool else node
+
+
+def whole(name: str, cpu: str = "8", pool: str = "") -> MakePod:
+    pod = MakePod().Name(name).Req(1).Requests(cpu=cpu, memory="1Gi")
+    return pod.NodeSelector("pool", pool) if pool else pod
+
+
+def placed(decision: object) -> tuple[str, tuple[int, ...]]:
+    assert isinstance(decision, Placed), decision
+    (p,) = decision.placements
+    return p.node, p.devices or tuple(s.index for s in p.shares)
+
+
+def test_shape_of_a_node_counts_idle_and_shared_cards_and_cpu_left() -> None:
+    state = cluster(gpu_node("n", 4))
+    schedule(
+        state,
+        whole("w", cpu="8"),
+        MakePod().Name("s").Shared(core=30).Requests(cpu="2", memory="1Gi"),
+    )
+    node = state.nodes["n"]
+    assert shape_of(node) == (54_000, (100, 100, 70))
+    assert state.sizes()["profile"] == 2
+    state.remove_pod("default/w")
+    assert shape_of(node) == (62_000, (100, 100, 100, 70))
+    assert state.sizes()["profile"] == 1
+
+
+def filled(*nodes: MakeNode) -> object:
+    """``nodes`` and four full filler nodes whose 32 one-GPU pods (8 cpu each) make the
+    target workload: one class, one GPU and 8 cpu."""
+    fillers = [gpu_node(f"z{i}", 8, pool="fill") for i in range(4)]
+    state = cluster(*nodes, *fillers)
+    decisions = schedule(state, *(whole(f"f{i}", pool="fill") for i in range(MIN_PODS)))
+    assert all(isinstance(d, Placed) for d in decisions)
+    assert state.profile.target() is not None
+    return state
+
+
+def test_whole_gpus_among_equally_small_nodes_go_where_they_strand_nothing() -> None:
+    # a and b both have two free GPUs (the same smallest fit); on a, the pod's 8 cpu would leave
+    # 4: its other GPU could not take another pod of the workload
+    state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2))
+    (d,) = schedule(state, whole("p"))
+    assert placed(d)[0] == "b"
+
+
+def test_whole_gpus_still_go_to_the_smallest_fitting_node_first() -> None:
+    # c has one free GPU: it fits exactly, though taking it leaves c with 4 cpu
+    state = filled(gpu_node("b", 2), gpu_node("c", 1, cpu="12"))
+    (d,) = schedule(state, whole("p"))
+    assert placed(d)[0] == "c"
+
+
+def test_a_pod_without_gpus_goes_where_its_cpu_strands_no_gpu() -> None:
+    state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2))
+    (d,) = schedule(state, MakePod().Name("cpu-only").Requests(cpu="8", memory="1Gi"))
+    assert placed(d)[0] == "b"
+
+
+def test_a_share_takes_the_card_it_leaves_no_sliver_on() -> None:
+    # the workload is 50% shares; card 0 of t has 60% free: 20% more there would leave 40%,
+    # which no 50% share can use; an idle card keeps 80%, so the share goes there, not to the
+    # busiest card
+    shares = [gpu_node(f"z{i}", 8, pool="fill") for i in range(2)]
+    state = cluster(gpu_node("t", 2), *shares)
+    first = MakePod().Name("first").Shared(core=40).Requests(cpu="1")
+    fillers = [
+        MakePod().Name(f"f{i}").Shared(core=50).Requests(cpu="1").NodeSelector("pool", "fill")
+        for i in range(MIN_PODS)
+    ]
+    assert placed(schedule(state, first)[0]) == ("t", (0,))
+    assert all(isinstance(d, Placed) for d in schedule(state, *fillers))
+    (d,) = schedule(state, MakePod().Name("p").Shared(core=20).Requests(cpu="1"))
+    assert placed(d) == ("t", (1,))
