@@ -47,16 +47,23 @@ _MEMO_LIMIT = 1 << 16  # shapes remembered per target before the memo starts ove
 class Target:
     """One target workload M and the fragmentation of every node shape measured under it."""
 
-    __slots__ = ("classes", "key", "memo", "ranks")
+    __slots__ = ("classes", "cpu_cap", "key", "memo", "ranks")
 
     def __init__(self, key: tuple[tuple[RequestClass, int], ...]) -> None:
         self.key = key
         self.classes = key
+        # No class asks for more cpu: above it, nodes differing in cpu left measure the same.
+        self.cpu_cap = max((request[0] for request, _ in key), default=0)
         self.memo: dict[Shape, int] = {}
         self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
 
     def rank(self, shape: Shape, cpu: int, take: tuple[tuple[int, int], ...]) -> int:
-        """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered."""
+        """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered. The cpu left
+        is capped at what the pod and any class could ask (the same gain above it), so nodes
+        with cpu to spare share their answers."""
+        left, cards = shape
+        if left > self.cpu_cap + cpu:
+            shape = (self.cpu_cap + cpu, cards)
         key = (shape, cpu, take)
         found = self.ranks.get(key)
         if found is None:

@@ -46,6 +46,17 @@ def test_gain_is_frag_before_minus_after_and_ranks_like_fgd() -> None:
     assert target.rank(shape, 0, ((40, 30),)) == 47
 
 
+def test_rank_takes_cpu_beyond_what_any_class_asks_as_the_same() -> None:
+    target = Target(((TWO_GPUS, 100),))  # 8 cpu
+    cards = (100, 100, 100)
+    one = ((100, 100),)
+    plenty = target.rank((64_000, cards), 4000, one)
+    assert plenty == target.rank((12_000, cards), 4000, one) == 50
+    # 11 cpu left: after the pod's 4, 7 are left, less than the class asks: two GPUs stranded
+    assert target.rank((11_000, cards), 4000, one) < plenty
+    assert len(target.ranks) == 2  # 64 and 12 cpu left were one question
+
+
 def test_profile_learns_the_target_from_held_pods_and_forgets_them() -> None:
     profile = Profile()
     for i in range(MIN_PODS - 1):
