@@ -181,6 +181,14 @@ class Apiserver:
         """The pod is deleted; returns it as the DELETED event shows it (a new version)."""
         return self.stamp(self.pods.pop(key))
 
+    def forget(self) -> None:
+        """Empty the logs kept for tests to read (binds, evictions, claims reserved, events,
+        PodScheduled messages): they grow with every pod, so a run that measures memory over
+        many pods (the soak, the structure sizes test) forgets them between waves."""
+        for log in (self.binds, self.evictions, self.reserved, self.events):
+            log.clear()
+        self.unschedulable.clear()
+
 
 class Replica:
     def __init__(
