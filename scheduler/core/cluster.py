@@ -286,6 +286,8 @@ class ClusterState:
         # Holdings whose node is not known yet (a pod event that beat its node's event).
         self._orphans: dict[str, Holding] = {}
         self.classes: dict[ClassKey, NodeClass] = {}
+        # The same classes per vendor, in the same order: placement ranks one vendor's.
+        self._vendor_classes: dict[str, dict[ClassKey, NodeClass]] = {}
         self._class_of: dict[str, ClassKey] = {}
         # The open tentative scope's undo log; None outside one (see ``tentative``).
         self._undo: list[tuple[str, Holding | PodRecord | Nominated | str]] | None = None
@@ -817,7 +819,7 @@ class ClusterState:
         return None if key is None else self.classes[key]
 
     def iter_classes(self, vendor: str) -> Iterator[NodeClass]:
-        return (c for c in self.classes.values() if c.key[1] == vendor)
+        return iter(self._vendor_classes.get(vendor, {}).values())
 
     # ---- internals -------------------------------------------------------------------------
 
@@ -835,6 +837,7 @@ class ClusterState:
         cls = self.classes.get(key)
         if cls is None:
             cls = self.classes[key] = NodeClass(key)
+            self._vendor_classes.setdefault(inv.vendor, {})[key] = cls
         cls.add(state.name)
         self._class_of[state.name] = key
         for hierarchy, index in self._domains.items():
@@ -848,6 +851,10 @@ class ClusterState:
         cls.names.discard(name)
         if not cls.names:
             del self.classes[key]
+            same_vendor = self._vendor_classes[key[1]]
+            del same_vendor[key]
+            if not same_vendor:
+                del self._vendor_classes[key[1]]
         for index in self._domains.values():
             index.discard(name, key)
 

@@ -27,6 +27,7 @@ allocatable.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterable
 from typing import Protocol
@@ -114,9 +115,12 @@ def best_whole_node(
     fragmentation the pod would leave on each, then by name."""
     if filters.problem is not None or filters.nowhere:
         return None
-    ranked: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
+    # (rank, position, class, set): the position makes every entry unique, so entries order
+    # by rank without a key function and never compare classes.
+    ranked: list[tuple[tuple[int, int, int, int], int, NodeClass, SetChoice]] = []
     # The usual demand is one resource name: checked inline, it costs next to nothing per class.
     index, n = demand[0] if len(demand) == 1 else (-1, 0)
+    memo_key = (k, spread)
     for cls in state.iter_classes(vendor):
         headroom = cls.key[4]
         if headroom is not None and demand:
@@ -125,32 +129,35 @@ def best_whole_node(
                     continue
             elif any(headroom[i] < m for i, m in demand):
                 continue
-        found = _class_key(cls, k, spread)
+        # _class_key's memo read inline: this loop runs over every class for every pod.
+        found = cls.memo[memo_key] if memo_key in cls.memo else _class_key(cls, k, spread)
         if found is not None:
-            ranked.append((found[0], cls, found[1]))
-    ranked.sort(key=lambda item: item[0])
+            ranked.append((found[0], len(ranked), cls, found[1]))  # type: ignore[index]
     if filters.has_preferences:
-        return _best_preferred(state, ranked, filters)
-    pos = 0
-    while pos < len(ranked):
-        key = ranked[pos][0]
-        group_end = pos
-        while group_end < len(ranked) and ranked[group_end][0] == key:
-            group_end += 1
+        ranked.sort()
+        return _best_preferred(state, [(r, c, s) for r, _, c, s in ranked], filters)
+    # Best rank first, one group of equal ranks at a time (in the order the classes came);
+    # usually the first group takes the pod, so a heap (linear to build) serves instead of
+    # sorting every class.
+    heapq.heapify(ranked)
+    while ranked:
+        key = ranked[0][0]
+        group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
+        while ranked and ranked[0][0] == key:
+            _, _, cls, choice = heapq.heappop(ranked)
+            group.append((key, cls, choice))
         if frag is not None:
-            picked = _least_fragmenting_node(state, ranked[pos:group_end], filters, k, *frag)
+            picked = _least_fragmenting_node(state, group, filters, k, *frag)
             if picked is not None:
                 return WholeChoice(picked[0], picked[1], key)
-            pos = group_end
             continue
         best: tuple[str, NodeClass, SetChoice] | None = None
-        for _, cls, choice in ranked[pos:group_end]:
+        for _, cls, choice in group:
             name = _first_accepting(state, cls, filters, best[0] if best else None)
             if name is not None and (best is None or name < best[0]):
                 best = (name, cls, choice)
         if best is not None:
             return WholeChoice(state.nodes[best[0]], best[2], key)
-        pos = group_end
     return None
 
 
