@@ -9,14 +9,17 @@ symmetric half of InterPodAffinity). No model objects, no containers.
 inverted index (label key, value) -> pod keys, intersected over the selector's equality
 requirements (matchLabels and single-value In), then checked in full. A selector with no equality
 requirement scans the namespaces named (or every pod). Pods with required anti-affinity are kept
-apart: every candidate node is checked against all of them (kube-scheduler's symmetry).
+apart (kube-scheduler's symmetry: an incoming pod must not be where their terms match it), by one
+equality requirement of each term: a term can match an incoming pod only if the pod carries that
+label pair, so only the pods under the incoming pod's own pairs are read, besides those with a
+term that has no equality requirement.
 
 Records leave the index when their pod leaves; every structure here shrinks with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 from msgspec import Struct, field
@@ -51,13 +54,26 @@ class PodRecord(Struct, frozen=True):
 
 
 class PodIndex:
-    __slots__ = ("_by_label", "_by_namespace", "_priorities", "records", "terminating", "with_anti")
+    __slots__ = (
+        "_anti_by_pair",
+        "_anti_unkeyed",
+        "_by_label",
+        "_by_namespace",
+        "_priorities",
+        "records",
+        "terminating",
+        "with_anti",
+    )
 
     def __init__(self) -> None:
         self.records: dict[str, PodRecord] = {}
         self._by_label: dict[tuple[str, str], set[str]] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self.with_anti: set[str] = set()
+        # The pods with required anti-affinity by one (key, value) each term requires (_pairs),
+        # and those with a term that requires none.
+        self._anti_by_pair: dict[tuple[str, str], set[str]] = {}
+        self._anti_unkeyed: set[str] = set()
         # How many records of each priority, and how many are terminating: preemption knows in
         # O(1) that no pod could be a victim (the common case: one priority everywhere).
         self._priorities: dict[int, int] = {}
@@ -79,6 +95,9 @@ class PodIndex:
             "by_namespace": len(self._by_namespace),
             "by_namespace_pods": sum(len(keys) for keys in self._by_namespace.values()),
             "with_anti": len(self.with_anti),
+            "anti_by_pair": len(self._anti_by_pair),
+            "anti_by_pair_pods": sum(len(keys) for keys in self._anti_by_pair.values()),
+            "anti_unkeyed": len(self._anti_unkeyed),
             "priorities": len(self._priorities),
             "terminating": self.terminating,
         }
@@ -92,6 +111,12 @@ class PodIndex:
             self._by_label.setdefault(pair, set()).add(key)
         if record.anti_required:
             self.with_anti.add(key)
+            pairs = _pairs(record.anti_required)
+            if pairs is None:
+                self._anti_unkeyed.add(key)
+            else:
+                for pair in pairs:
+                    self._anti_by_pair.setdefault(pair, set()).add(key)
         self._priorities[record.priority] = self._priorities.get(record.priority, 0) + 1
         self.terminating += record.terminating
 
@@ -102,7 +127,14 @@ class PodIndex:
         _discard(self._by_namespace, record.namespace, key)
         for pair in record.labels.items():
             _discard(self._by_label, pair, key)
-        self.with_anti.discard(key)
+        if record.anti_required:
+            self.with_anti.discard(key)
+            pairs = _pairs(record.anti_required)
+            if pairs is None:
+                self._anti_unkeyed.discard(key)
+            else:
+                for pair in pairs:
+                    _discard(self._anti_by_pair, pair, key)
         left = self._priorities[record.priority] - 1
         if left:
             self._priorities[record.priority] = left
@@ -146,9 +178,42 @@ class PodIndex:
             if selector_matches(selector, record.labels):
                 yield record
 
-    def anti_affinity_pods(self) -> Iterator[PodRecord]:
+    def anti_affinity_pods(self, labels: Mapping[str, str]) -> Iterator[PodRecord]:
+        """The pods with required anti-affinity that might match a pod with these labels: every
+        one with a term whose chosen pair the labels hold, or with a term that has no pair."""
+        keys = set(self._anti_unkeyed)
+        by_pair = self._anti_by_pair
+        for pair in labels.items():
+            found = by_pair.get(pair)
+            if found:
+                keys |= found
         records = self.records
-        return (records[k] for k in list(self.with_anti))
+        return (records[k] for k in keys)
+
+
+def _pairs(terms: tuple[PodAffinityTerm, ...]) -> list[tuple[str, str]] | None:
+    """One (key, value) each term's selector requires (matchLabels first, else a single-value
+    In); None when some term requires none (it may match any labels). A term without a selector
+    matches no pod and needs none."""
+    out = []
+    for term in terms:
+        selector = term.label_selector
+        if selector is None:
+            continue
+        pair = next(iter(selector.match_labels.items()), None)
+        if pair is None:
+            pair = next(
+                (
+                    (r.key, r.values[0])
+                    for r in selector.match_expressions
+                    if r.operator == "In" and len(r.values) == 1
+                ),
+                None,
+            )
+        if pair is None:
+            return None
+        out.append(pair)
+    return out
 
 
 K = TypeVar("K", bound=Hashable)

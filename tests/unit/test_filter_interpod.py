@@ -788,3 +788,46 @@ def test_preferences_do_not_filter() -> None:
     assert state is not None
     assert [state.check(n) for n in SCORE_NODES] == [None, None, None]
     assert state.score(SCORE_NODES[0]) == -100
+
+
+def test_existing_pods_anti_affinity_is_read_by_the_pairs_its_terms_require() -> None:
+    """PodIndex keeps the pods with required anti-affinity by one label pair each term
+    requires: the incoming pod reads only those under its own pairs, and those with a term
+    that requires none (NotIn, Exists), whatever its labels."""
+    index = PodIndex()
+
+    def anti(key: str, *terms: LabelSelector) -> None:
+        index.add(
+            PodRecord(
+                key=f"{NS}/{key}",
+                namespace=NS,
+                node="n1",
+                anti_required=tuple(PodAffinityTerm("zone", s) for s in terms),
+            )
+        )
+
+    anti("a", LabelSelector(match_labels={"app": "web"}))
+    anti(
+        "b",
+        LabelSelector(match_expressions=(Requirement("app", "In", ("db",)),)),
+        LabelSelector(match_labels={"tier": "x"}),
+    )
+    anti("c", LabelSelector(match_expressions=(Requirement("app", "NotIn", ("web",)),)))
+
+    def read(**labels: str) -> set[str]:
+        return {r.key.split("/")[1] for r in index.anti_affinity_pods(labels)}
+
+    assert read(app="web") == {"a", "c"}
+    assert read(app="db") == {"b", "c"}
+    assert read(tier="x", app="web") == {"a", "b", "c"}
+    assert read() == {"c"}
+    nodes = {"n1": node("n1", zone="z1")}
+    # The filter's answer is unchanged: c's NotIn term matches a pod labelled app=db.
+    found = prefilter_interpod(PodInput(NS, "p", labels={"app": "db"}), index, nodes, {})
+    assert found is not None and found.check(nodes["n1"]) == EXISTING_ANTI_AFFINITY
+    sizes = index.sizes()
+    for key in ("a", "b", "c"):
+        index.remove(f"{NS}/{key}")
+    assert read(app="web", tier="x") == set()
+    assert sizes["anti_by_pair"] == 3 and index.sizes()["anti_by_pair"] == 0
+    assert index.sizes()["anti_unkeyed"] == 0
