@@ -55,8 +55,7 @@ class PodRecord(Struct, frozen=True):
 
 class PodIndex:
     __slots__ = (
-        "_anti_by_pair",
-        "_anti_unkeyed",
+        "_anti",
         "_by_label",
         "_by_namespace",
         "_priorities",
@@ -70,10 +69,9 @@ class PodIndex:
         self._by_label: dict[tuple[str, str], set[str]] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self.with_anti: set[str] = set()
-        # The pods with required anti-affinity by one (key, value) each term requires (_pairs),
-        # and those with a term that requires none.
-        self._anti_by_pair: dict[tuple[str, str], set[str]] = {}
-        self._anti_unkeyed: set[str] = set()
+        # The pods with required anti-affinity by one (key, value) each term requires, under
+        # None those with a term that requires none (_anti_keys).
+        self._anti: dict[tuple[str, str] | None, set[str]] = {}
         # How many records of each priority, and how many are terminating: preemption knows in
         # O(1) that no pod could be a victim (the common case: one priority everywhere).
         self._priorities: dict[int, int] = {}
@@ -95,9 +93,8 @@ class PodIndex:
             "by_namespace": len(self._by_namespace),
             "by_namespace_pods": sum(len(keys) for keys in self._by_namespace.values()),
             "with_anti": len(self.with_anti),
-            "anti_by_pair": len(self._anti_by_pair),
-            "anti_by_pair_pods": sum(len(keys) for keys in self._anti_by_pair.values()),
-            "anti_unkeyed": len(self._anti_unkeyed),
+            "anti_by_pair": len(self._anti),
+            "anti_by_pair_pods": sum(len(keys) for keys in self._anti.values()),
             "priorities": len(self._priorities),
             "terminating": self.terminating,
         }
@@ -111,12 +108,8 @@ class PodIndex:
             self._by_label.setdefault(pair, set()).add(key)
         if record.anti_required:
             self.with_anti.add(key)
-            pairs = _pairs(record.anti_required)
-            if pairs is None:
-                self._anti_unkeyed.add(key)
-            else:
-                for pair in pairs:
-                    self._anti_by_pair.setdefault(pair, set()).add(key)
+            for at in _anti_keys(record.anti_required):
+                self._anti.setdefault(at, set()).add(key)
         self._priorities[record.priority] = self._priorities.get(record.priority, 0) + 1
         self.terminating += record.terminating
 
@@ -129,12 +122,8 @@ class PodIndex:
             _discard(self._by_label, pair, key)
         if record.anti_required:
             self.with_anti.discard(key)
-            pairs = _pairs(record.anti_required)
-            if pairs is None:
-                self._anti_unkeyed.discard(key)
-            else:
-                for pair in pairs:
-                    _discard(self._anti_by_pair, pair, key)
+            for at in _anti_keys(record.anti_required):
+                _discard(self._anti, at, key)
         left = self._priorities[record.priority] - 1
         if left:
             self._priorities[record.priority] = left
@@ -181,21 +170,21 @@ class PodIndex:
     def anti_affinity_pods(self, labels: Mapping[str, str]) -> Iterator[PodRecord]:
         """The pods with required anti-affinity that might match a pod with these labels: every
         one with a term whose chosen pair the labels hold, or with a term that has no pair."""
-        keys = set(self._anti_unkeyed)
-        by_pair = self._anti_by_pair
+        anti = self._anti
+        keys = set(anti.get(None, ()))
         for pair in labels.items():
-            found = by_pair.get(pair)
+            found = anti.get(pair)
             if found:
                 keys |= found
         records = self.records
         return (records[k] for k in keys)
 
 
-def _pairs(terms: tuple[PodAffinityTerm, ...]) -> list[tuple[str, str]] | None:
+def _anti_keys(terms: tuple[PodAffinityTerm, ...]) -> list[tuple[str, str] | None]:
     """One (key, value) each term's selector requires (matchLabels first, else a single-value
-    In); None when some term requires none (it may match any labels). A term without a selector
-    matches no pod and needs none."""
-    out = []
+    In); [None] when some term requires none (it may match any labels). A term without a
+    selector matches no pod and needs none."""
+    out: list[tuple[str, str] | None] = []
     for term in terms:
         selector = term.label_selector
         if selector is None:
@@ -211,7 +200,7 @@ def _pairs(terms: tuple[PodAffinityTerm, ...]) -> list[tuple[str, str]] | None:
                 None,
             )
         if pair is None:
-            return None
+            return [None]
         out.append(pair)
     return out
 

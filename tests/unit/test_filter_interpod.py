@@ -829,5 +829,6 @@ def test_existing_pods_anti_affinity_is_read_by_the_pairs_its_terms_require() ->
     for key in ("a", "b", "c"):
         index.remove(f"{NS}/{key}")
     assert read(app="web", tier="x") == set()
-    assert sizes["anti_by_pair"] == 3 and index.sizes()["anti_by_pair"] == 0
-    assert index.sizes()["anti_unkeyed"] == 0
+    # app=web, app=db, tier=x, and c's under no pair; then nothing.
+    assert sizes["anti_by_pair"] == 4 and index.sizes()["anti_by_pair"] == 0
+    assert index.sizes()["anti_by_pair_pods"] == 0
