@@ -73,8 +73,9 @@ class WholeChoice:
         self.key = key
 
 
-# Nodes of one key a whole-GPU pod's fragmentation tie-break looks at one by one (bench-core).
-FRAG_SCAN = 128
+# Nodes of one key that a whole-GPU pod's fragmentation tie-break ranks one by one; past it,
+# each class's first node only (bench-core's 5,000-node groups; openb's largest is 617).
+FRAG_SCAN = 1024
 
 _Ranked = tuple[tuple[int, int, int, int], SetChoice] | None
 
@@ -170,20 +171,20 @@ def _least_fragmenting_node(
     cpu: int,
 ) -> tuple[NodeState, SetChoice] | None:
     """Among the accepting nodes of equal key, the one whose fragmentation gain ranks highest
-    (fragmentation.gain_rank), then the smallest name. A group of more than FRAG_SCAN nodes is
-    told apart by the first node of each class only (the cost stays that of ranking classes);
-    when none of those passes the filter chain, the smallest accepting name wins."""
+    (fragmentation.gain_rank), then the smallest name. Ranks are looked up by node shape (most
+    nodes share a few), and the filter chain is asked best first, only until one node passes.
+    A group of more than FRAG_SCAN nodes is told apart by each class's first node only (what
+    ranking costs stays bounded); when none of those passes, the smallest accepting name."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
-    whole_group = sum(len(cls.names) for _, cls, _ in group) <= FRAG_SCAN
-    ordered: list[tuple[int, str, SetChoice]] = []
+    nodes = state.nodes
+    every = sum(len(cls.names) for _, cls, _ in group) <= FRAG_SCAN
+    ranked: list[tuple[int, str, SetChoice]] = []
     for _, cls, choice in group:
-        for name in cls.names if whole_group else (cls.first(),):
-            rank = target.rank(shape_of(state.nodes[name]), cpu, take)
-            ordered.append((-rank, name, choice))
-    ordered.sort(key=lambda item: item[:2])
-    # The filter chain is asked in that order, and only until one node passes.
-    for _, name, choice in ordered:
-        node = state.nodes[name]
+        for name in cls.names if every else (cls.first(),):
+            ranked.append((-target.rank(shape_of(nodes[name]), cpu, take), name, choice))
+    ranked.sort(key=lambda item: item[:2])
+    for _, name, choice in ranked:
+        node = nodes[name]
         if not filters.check(node):
             return node, choice
     best: tuple[str, SetChoice] | None = None
@@ -191,7 +192,7 @@ def _least_fragmenting_node(
         found = _first_accepting(state, cls, filters, best[0] if best else None)
         if found is not None and (best is None or found < best[0]):
             best = (found, choice)
-    return None if best is None else (state.nodes[best[0]], best[1])
+    return None if best is None else (nodes[best[0]], best[1])
 
 
 def _best_preferred(
@@ -393,7 +394,9 @@ def place_shared(
             -filters.score(node),
             frag,
             -free_after if spread_nodes else free_after,
-            node.free_mask.bit_count(),
+            # Without a target: keep idle cards whole on the nodes with most of them. With one,
+            # the measure already weighs that, and the names spread the ties (bench-frag).
+            0 if target is not None else node.free_mask.bit_count(),
             node.name,
         )
         if best is None or key < best[0]:
