@@ -37,7 +37,7 @@ from .decisions import ContainerDevices, Placement, Share
 from .filters.chain import PodFilters
 from .filters.dra import dra_backed_reason
 from .filters.resources import pod_requests
-from .fragmentation import Target, shape_of
+from .fragmentation import Shape, Target, shape_of
 from .inventory import Inventory
 from .names import CORES_PER_CARD
 from .objects import PodInput
@@ -75,7 +75,7 @@ class WholeChoice:
 
 # Nodes of one key that a whole-GPU pod's fragmentation tie-break ranks one by one; past it,
 # each class's first node only (bench-core's 5,000-node groups; openb's largest is 617).
-FRAG_SCAN = 1024
+FRAG_SCAN = 640
 
 _Ranked = tuple[tuple[int, int, int, int], SetChoice] | None
 
@@ -178,10 +178,20 @@ def _least_fragmenting_node(
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
     nodes = state.nodes
     every = sum(len(cls.names) for _, cls, _ in group) <= FRAG_SCAN
+    seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
     ranked: list[tuple[int, str, SetChoice]] = []
     for _, cls, choice in group:
         for name in cls.names if every else (cls.first(),):
-            ranked.append((-target.rank(shape_of(nodes[name]), cpu, take), name, choice))
+            node = nodes[name]
+            shape = node.frag_shape or shape_of(node)
+            rank = seen.get(shape)
+            if rank is None:
+                rank = seen[shape] = target.rank(shape, cpu, take)
+            ranked.append((-rank, name, choice))
+    # Best first: the highest rank, then the name; the chain is asked in that order.
+    top = min(ranked, default=None, key=lambda item: item[:2])
+    if top is not None and not filters.check(nodes[top[1]]):
+        return nodes[top[1]], top[2]
     ranked.sort(key=lambda item: item[:2])
     for _, name, choice in ranked:
         node = nodes[name]
