@@ -3,6 +3,9 @@ workload learned from the held pods, and how placement weighs it beside the othe
 
 from __future__ import annotations
 
+import pytest
+
+from scheduler.core import placement
 from scheduler.core.decisions import Placed
 from scheduler.core.fragmentation import (
     MIN_PODS,
@@ -158,3 +161,14 @@ def test_a_share_takes_the_card_it_leaves_no_sliver_on() -> None:
     assert all(isinstance(d, Placed) for d in schedule(state, *fillers))
     (d,) = schedule(state, MakePod().Name("p").Shared(core=20).Requests(cpu="1"))
     assert placed(d) == ("t", (1,))
+
+
+def test_a_key_group_past_the_scan_bound_is_told_apart_by_each_class_first_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a and b are one class (same GPUs, same free mask); with the bound below the group's size
+    # only the class's first node, a, is ranked: the cost stays that of ranking classes
+    monkeypatch.setattr(placement, "FRAG_SCAN", 1)
+    state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2))
+    (d,) = schedule(state, whole("p"))
+    assert placed(d)[0] == "a"
