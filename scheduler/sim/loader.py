@@ -10,8 +10,9 @@ skipped. JSON is YAML, so one reader serves both.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import yaml
@@ -44,6 +45,8 @@ from scheduler.kube.codec import (
 from scheduler.kube.podgroups import POD_GROUP_GROUPS, PodGroupError, convert_pod_group
 from scheduler.kube.topologies import KINDS as TOPOLOGY_GROUPS
 from scheduler.kube.topologies import TopologyObjectError, convert_topology
+
+T = TypeVar("T")
 
 try:
     _Base: Any = yaml.CSafeLoader
@@ -141,10 +144,16 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
         raise LoadError(f"{path}:{line}: {prefix or 'document'}: expected an object")
     kind = obj.get("kind")
     if kind == "PodGroup":
-        _add_pod_group(path, line, prefix, obj, out)
+        _add_grouped(
+            "PodGroup", POD_GROUP_GROUPS, convert_pod_group, PodGroupError, out.pod_groups,
+            f"{path}:{line}: {prefix}", obj, out,
+        )  # fmt: skip
         return
     if kind == "Topology":
-        _add_topology(path, line, prefix, obj, out)
+        _add_grouped(
+            "Topology", TOPOLOGY_GROUPS, convert_topology, TopologyObjectError, out.topologies,
+            f"{path}:{line}: {prefix}", obj, out,
+        )  # fmt: skip
         return
     try:
         if kind == "Node":
@@ -190,33 +199,29 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
         raise LoadError(f"{path}:{line}: {kind} {prefix}metadata.name: missing")
 
 
-def _add_pod_group(path: str, line: int, prefix: str, obj: dict[str, Any], out: Loaded) -> None:
-    """A PodGroup of one of the two API groups the scheduler reads (others are skipped), checked
-    as the live scheduler checks a watched one."""
+def _add_grouped(
+    kind: str,
+    groups: Collection[str],
+    convert: Callable[[dict[str, Any]], T],
+    errors: type[Exception],
+    into: list[T],
+    where: str,
+    obj: dict[str, Any],
+    out: Loaded,
+) -> None:
+    """An object of a kind several projects define (PodGroup, Topology): one of the API groups
+    the scheduler reads is checked as the live scheduler checks a watched one; another project's
+    is counted as skipped."""
     api_version = obj.get("apiVersion")
     group = api_version.partition("/")[0] if isinstance(api_version, str) else ""
-    if group not in POD_GROUP_GROUPS:
-        name = f"PodGroup ({api_version})"
+    if group not in groups:
+        name = f"{kind} ({api_version})"
         out.skipped[name] = out.skipped.get(name, 0) + 1
         return
     try:
-        out.pod_groups.append(convert_pod_group(obj))
-    except PodGroupError as exc:
-        raise LoadError(f"{path}:{line}: {prefix}{exc}") from None
-
-
-def _add_topology(path: str, line: int, prefix: str, obj: dict[str, Any], out: Loaded) -> None:
-    """A Kueue or KAI Topology (other projects' are skipped), checked as a watched one."""
-    api_version = obj.get("apiVersion")
-    group = api_version.partition("/")[0] if isinstance(api_version, str) else ""
-    if group not in TOPOLOGY_GROUPS:
-        name = f"Topology ({api_version})"
-        out.skipped[name] = out.skipped.get(name, 0) + 1
-        return
-    try:
-        out.topologies.append(convert_topology(obj))
-    except TopologyObjectError as exc:
-        raise LoadError(f"{path}:{line}: {prefix}{exc}") from None
+        into.append(convert(obj))
+    except errors as exc:
+        raise LoadError(f"{where}{exc}") from None
 
 
 _SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
