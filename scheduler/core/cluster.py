@@ -280,7 +280,7 @@ class ClusterState:
         self.gpu_names = gpu_resource_names(self.settings)
         self.nodes: dict[str, NodeState] = {}
         self.holdings: dict[str, Holding] = {}
-        # The request class of every GPU pod held on a known node: the target workload the
+        # The request class of every pod held on a known GPU node: the target workload the
         # fragmentation measure weighs placements by (fragmentation.py).
         self.profile = Profile()
         # Holdings whose node is not known yet (a pod event that beat its node's event).
@@ -882,12 +882,15 @@ class ClusterState:
                 use.qos = share.qos if use.qos_pods else None
             if not use.pods:
                 del state.cards[share.index]
-        self.profile.charge(holding.pod, self._request_class(holding) if sign > 0 else None)
+        self.profile.charge(holding.pod, self._request_class(state, holding) if sign > 0 else None)
 
-    def _request_class(self, holding: Holding) -> tuple[int, int, int] | None:
+    def _request_class(self, state: NodeState, holding: Holding) -> tuple[int, int, int] | None:
         record = self.index.records.get(holding.pod)
         cpu = next((n for r, n in record.requests if r == "cpu"), 0) if record else 0
-        return request_class(cpu, holding.whole.bit_count(), (s.core for s in holding.shares))
+        found = request_class(cpu, holding.whole.bit_count(), (s.core for s in holding.shares))
+        if found is None and state.inventory is not None:
+            return (cpu, 0, 0)  # its cpu competes with the GPU pods' (FGD's cpu-only classes)
+        return found
 
     def _holding_from_annotations(
         self, pod: PodInput, gang_key: str | None, replicas: int

@@ -1,14 +1,15 @@
 """Fragmentation: how much of a node's free GPU capacity the pods the cluster runs could not use.
 
 The measure is the FGD paper's F_n(M) (Weng et al., "Beware of Fragmentation", USENIX ATC 2023).
-M, the target workload, is what the cluster holds now: the request classes of the GPU pods on
-its nodes (cpu millicores, cards, percent of each card), most common first until they cover 95%
-of those pods, each weighted by its share of them in whole percent. So the measure follows the
-workload as it changes, shrinks with it when pods leave, and is a function of the snapshot. For
-one class m on a node whose cards have f_1 >= f_2 >= ... percent free:
+M, the target workload, is what the cluster holds now: the request classes of the pods on its
+GPU nodes (cpu millicores, cards, percent of each card; a pod without GPUs is a class of no
+cards), most common first until they cover 95% of those pods, each weighted by its share of
+them in whole percent. So the measure follows the workload as it changes, shrinks with it when
+pods leave, and is a function of the snapshot. For one class m on a node whose cards have
+f_1 >= f_2 >= ... percent free:
 
-- m cannot run there (fewer than its count of cards with its percent free, or less cpu left than
-  it asks): all the node's free GPU percent counts;
+- m asks for no GPU, or cannot run there (fewer than its count of cards with its percent free,
+  or less cpu left than it asks): all the node's free GPU percent counts;
 - m fits: the free percent of the cards with less free than m asks counts (slivers it cannot use).
 
 F_n(M) is the weighted sum. A placement's *gain* on a node is F_n(M) before minus after it: the
@@ -16,9 +17,10 @@ fragmentation it removes (negative: what it adds). It depends on the node's shap
 cards' free percent as a multiset) alone, so each Target remembers it by shape, and only a node
 whose shape changed is measured again. A node whose status has no cpu counts as having enough.
 
-How placement uses it (placement.py): the gain, in steps of one card's percent-of-a-percent
-(``gain_step``), ranks nodes after the rules that come first (a multi-GPU pod's set score, a pod's
-node preferences) and before the rules it refines (smallest fitting node, busiest card, name).
+How placement uses it (placement.py): the gain, ranked as FGD scores it (``gain_rank``), orders
+nodes after the rules that come first (a multi-GPU pod's set score, a pod's
+node preferences) and before the rules it replaces while there is a target (smallest fitting
+node, busiest card); its ties go to a node some GPU pod uses already, then by name.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def _frag(classes: Iterable[tuple[RequestClass, int]], shape: Shape) -> int:
         return 0
     total = 0
     for (need_cpu, k, core), weight in classes:
-        if (0 <= cpu < need_cpu) or len(cards) < k or cards[k - 1] < core:
+        if not k or (0 <= cpu < need_cpu) or len(cards) < k or cards[k - 1] < core:
             total += weight * idle
         else:
             total += weight * sum(f for f in cards if f < core)
@@ -97,11 +99,11 @@ def _frag(classes: Iterable[tuple[RequestClass, int]], shape: Shape) -> int:
 
 
 class Profile:
-    """The request class of every GPU pod the cluster holds, and the Target they make.
+    """The request class of every pod held on a GPU node, and the Target they make.
 
     ClusterState charges a pod here when it holds GPUs (its class: its cpu request, its whole
-    GPUs or its shares) and forgets it when the holding is released; an entry lives exactly as
-    long as the holding.
+    GPUs or its shares) or is held on a GPU node without any (its cpu request, no cards), and
+    forgets it when the holding is released; an entry lives exactly as long as the holding.
     """
 
     __slots__ = ("_counts", "_pods", "_target")

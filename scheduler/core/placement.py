@@ -7,14 +7,21 @@ The set score is rule 1's internal score of the best k-set on that node, so a mu
 the best-connected set first (that is why it asked us); for k = 1 it is always 0 and the key reduces
 to "smallest fitting node, then least damage". Ranking runs over ClusterState's node classes, not
 nodes; only the winning class is searched for a name, and only a pod with a node selector or a
-node with a taint costs a scan of that class. A class fits only when its allocatable headroom
+node with a taint costs a scan of that class. Binpack with a target workload (fragmentation.py,
+a cluster holding at least MIN_PODS pods on GPU nodes) keeps the set score first and then ranks
+the nodes by the fragmentation the pod would remove, not by their free GPUs:
+  (-set score, -gain rank, used before untouched, damage, name)
+"smallest fitting node" is the measure's own answer whenever the workload has pods a larger
+node must be kept whole for, and a fixed preference for it leaves more GPUs idle (bench-frag).
+A class fits only when its allocatable headroom
 covers what the pod asks for of each resource name (a node whose object has no status is not
 checked), so the kubelet never refuses a pod for want of allocatable GPUs.
 
 Rule 4, shared GPUs. A card fits when its free core percent, memory and sGPU slots cover the request
 and its QoS matches (an idle card takes any). GPU policy binpack takes the busiest fitting cards,
 spread the idlest; between nodes, binpack prefers the node whose chosen cards are busiest (keeping
-idle cards whole for whole-GPU pods), spread the idlest.
+idle cards whole for whole-GPU pods), spread the idlest. Binpack with a target workload takes the
+card, and the node, whose fragmentation gain ranks highest instead; ties as for whole GPUs.
 
 Rule 5. When nothing fits, every node is counted under the first filter it failed and the counts
 read like kube-scheduler's: "0/12 nodes are available: 8 have fewer than 4 free GPUs, 4 are not GPU
@@ -73,9 +80,10 @@ class WholeChoice:
         self.key = key
 
 
-# Nodes of one key that a whole-GPU pod's fragmentation tie-break ranks one by one; past it,
-# each class's first node only (bench-core's 5,000-node groups; openb's largest is 617).
-FRAG_SCAN = 640
+# Nodes of one set score that a whole-GPU pod's fragmentation rank is computed for one by one
+# (openb's 1,213 nodes: about 0.3 ms); past it, each class's first node only (bench-core's
+# 5,000-node groups, whose p99 goal is 1 ms).
+FRAG_SCAN = 2048
 
 _Ranked = tuple[tuple[int, int, int, int], SetChoice] | None
 
@@ -144,13 +152,15 @@ def best_whole_node(
     while ranked:
         key = ranked[0][0]
         group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
-        while ranked and ranked[0][0] == key:
-            _, _, cls, choice = heapq.heappop(ranked)
-            group.append((key, cls, choice))
+        # With a target workload, a group is every class of the same set score: the measure
+        # ranks its nodes, not the free count (see _least_fragmenting_node).
+        while ranked and (ranked[0][0] == key or (frag is not None and ranked[0][0][0] == key[0])):
+            entry_key, _, cls, choice = heapq.heappop(ranked)
+            group.append((entry_key, cls, choice))
         if frag is not None:
             picked = _least_fragmenting_node(state, group, filters, k, *frag)
             if picked is not None:
-                return WholeChoice(picked[0], picked[1], key)
+                return WholeChoice(*picked)
             continue
         best: tuple[str, NodeClass, SetChoice] | None = None
         for _, cls, choice in group:
@@ -169,40 +179,43 @@ def _least_fragmenting_node(
     k: int,
     target: Target,
     cpu: int,
-) -> tuple[NodeState, SetChoice] | None:
-    """Among the accepting nodes of equal key, the one whose fragmentation gain ranks highest
-    (fragmentation.gain_rank), then the smallest name. Ranks are looked up by node shape (most
-    nodes share a few), and the filter chain is asked best first, only until one node passes.
-    A group of more than FRAG_SCAN nodes is told apart by each class's first node only (what
-    ranking costs stays bounded); when none of those passes, the smallest accepting name."""
+) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
+    """Among the accepting nodes of one set score, the best by (the fragmentation gain's rank
+    (fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched one;
+    the damage the set does; the name). Ranks are looked up by node shape (most nodes share a
+    few), and the filter chain is asked best first, only until one node passes. A group of
+    more than FRAG_SCAN nodes is told apart by each class's first node only (what ranking
+    costs stays bounded); when none of those passes, by the rest of the key, then the name."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
     nodes = state.nodes
     every = sum(len(cls.names) for _, cls, _ in group) <= FRAG_SCAN
     seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
-    ranked: list[tuple[int, str, SetChoice]] = []
-    for _, cls, choice in group:
+    ranked: list[tuple[int, int, int, str, SetChoice, tuple[int, int, int, int]]] = []
+    for key, cls, choice in group:
         for name in cls.names if every else (cls.first(),):
             node = nodes[name]
             shape = node.frag_shape or shape_of(node)
             rank = seen.get(shape)
             if rank is None:
                 rank = seen[shape] = target.rank(shape, cpu, take)
-            ranked.append((-rank, name, choice))
-    # Best first: the highest rank, then the name; the chain is asked in that order.
-    top = min(ranked, default=None, key=lambda item: item[:2])
-    if top is not None and not filters.check(nodes[top[1]]):
-        return nodes[top[1]], top[2]
-    ranked.sort(key=lambda item: item[:2])
-    for _, name, choice in ranked:
+            ranked.append((-rank, _untouched(node), choice.damage, name, choice, key))
+    # Best first; the chain is asked in that order.
+    top = min(ranked, default=None, key=lambda item: item[:4])
+    if top is not None and not filters.check(nodes[top[3]]):
+        return nodes[top[3]], top[4], top[5]
+    ranked.sort(key=lambda item: item[:4])
+    for _, _, _, name, choice, key in ranked:
         node = nodes[name]
         if not filters.check(node):
-            return node, choice
-    best: tuple[str, SetChoice] | None = None
-    for _, cls, choice in group:
-        found = _first_accepting(state, cls, filters, best[0] if best else None)
-        if found is not None and (best is None or found < best[0]):
-            best = (found, choice)
-    return None if best is None else (nodes[best[0]], best[1])
+            return node, choice, key
+    best: tuple[tuple[int, int, int, int], str, SetChoice] | None = None
+    for key, cls, choice in sorted(group, key=lambda entry: entry[0]):
+        if best is not None and key > best[0]:
+            break
+        found = _first_accepting(state, cls, filters, best[1] if best else None)
+        if found is not None and (best is None or found < best[1]):
+            best = (key, found, choice)
+    return None if best is None else (nodes[best[1]], best[2], best[0])
 
 
 def _best_preferred(
@@ -312,26 +325,33 @@ def place_whole(
 
 def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> Placement | None:
     """A pod of ours that asks for no GPU: non-GPU nodes first, so GPU nodes stay for GPU pods;
-    then the preference score, then (on GPU nodes) the fragmentation its cpu would add, then
-    the name."""
+    then the preference score, then (on GPU nodes) the fragmentation its cpu would add and a
+    node some GPU pod uses before an untouched one, then the name."""
     if filters.problem is not None:
         return None
     target = state.profile.target()
     cpu = _cpu(state, pod)
-    best: tuple[tuple[bool, int, int, str], NodeState] | None = None
+    best: tuple[tuple[bool, int, int, int, str], NodeState] | None = None
     for node in state.nodes.values():
         if filters.check(node):
             continue
         # On a GPU node, the cpu it takes may leave the held workload's classes no room.
-        frag = 0
+        frag = untouched = 0
         if target is not None and node.inventory is not None:
             frag = -target.rank(shape_of(node), cpu, ())
-        key = (node.inventory is not None, -filters.score(node), frag, node.name)
+            untouched = _untouched(node)
+        key = (node.inventory is not None, -filters.score(node), frag, untouched, node.name)
         if best is None or key < best[0]:
             best = (key, node)
     if best is None:
         return None
     return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
+
+
+def _untouched(node: NodeState) -> int:
+    """1 for a GPU node no GPU pod uses (every card idle), else 0: among nodes the measure
+    ranks equal, an untouched node is kept for whatever comes next."""
+    return int(not node.whole and not node.cards)
 
 
 # ---- shared GPUs (rule 4) --------------------------------------------------------------------
@@ -399,16 +419,14 @@ def place_shared(
         frag = 0
         if target is not None:
             frag, chosen = _least_fragmenting(target, node, cpu, shared, fits, chosen)
-        free_after = sum(f[0] for f in chosen)
-        key = (
-            -filters.score(node),
-            frag,
-            -free_after if spread_nodes else free_after,
-            # Without a target: keep idle cards whole on the nodes with most of them. With one,
-            # the measure already weighs that, and the names spread the ties (bench-frag).
-            0 if target is not None else node.free_mask.bit_count(),
-            node.name,
-        )
+            # The measure weighs what the free counts below would; its ties go to a node some
+            # GPU pod uses already, then by name (bench-frag: any finer order leaves more idle).
+            rest = (_untouched(node), 0)
+        else:
+            free_after = sum(f[0] for f in chosen)
+            # Busiest (spread: idlest) cards, then idle cards kept whole on the nodes with most.
+            rest = (-free_after if spread_nodes else free_after, node.free_mask.bit_count())
+        key = (-filters.score(node), frag, *rest, node.name)
         if best is None or key < best[0]:
             best = (key, node, [(f[1], f[2]) for f in chosen])
     if best is None:

@@ -133,11 +133,28 @@ def test_whole_gpus_among_equally_small_nodes_go_where_they_strand_nothing() -> 
     assert placed(d)[0] == "b"
 
 
-def test_whole_gpus_still_go_to_the_smallest_fitting_node_first() -> None:
-    # c has one free GPU: it fits exactly, though taking it leaves c with 4 cpu
-    state = filled(gpu_node("b", 2), gpu_node("c", 1, cpu="12"))
+def test_with_a_target_whole_gpus_go_by_the_measure_before_the_smallest_fit() -> None:
+    # c (2 GPUs) is the smallest fit, but the pod's 8 cpu would leave it 4: its other GPU could
+    # not take another pod of the workload. b (4 GPUs) strands nothing: the measure decides.
+    state = filled(gpu_node("b", 4), gpu_node("c", 2, cpu="12"))
+    (d,) = schedule(state, whole("p"))
+    assert placed(d)[0] == "b"
+
+
+def test_without_a_target_whole_gpus_go_to_the_smallest_fitting_node() -> None:
+    # the same nodes before the cluster holds MIN_PODS GPU pods: no measure, the seeds' rule
+    state = cluster(gpu_node("b", 4), gpu_node("c", 2, cpu="12"))
     (d,) = schedule(state, whole("p"))
     assert placed(d)[0] == "c"
+
+
+def test_ties_of_the_measure_go_to_a_used_node_before_an_untouched_one() -> None:
+    # a and b rank the same (8 free GPUs, cpu to spare); b holds a share already, a is
+    # untouched and first by name: the pod goes to b, a stays whole for what comes next
+    state = filled(gpu_node("a", 8), gpu_node("b", 8, pool="b"))
+    share = MakePod().Name("s").Shared(core=100).Requests(cpu="1").NodeSelector("pool", "b")
+    assert placed(schedule(state, share)[0])[0] == "b"
+    assert placed(schedule(state, whole("p"))[0])[0] == "b"
 
 
 def test_a_pod_without_gpus_goes_where_its_cpu_strands_no_gpu() -> None:
@@ -172,3 +189,20 @@ def test_a_key_group_past_the_scan_bound_is_told_apart_by_each_class_first_node(
     state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2))
     (d,) = schedule(state, whole("p"))
     assert placed(d)[0] == "a"
+
+
+def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count() -> None:
+    # FGD's target workload has its cpu-only classes: for them every idle GPU is lost
+    target = Target((((8000, 0, 0), 40), (SHARE_30, 60)))
+    assert target.frag((64_000, (100, 25))) == 40 * 125 + 60 * 25
+    # the profile counts such a pod on a GPU node, not on a node without GPUs
+    plain = MakeNode().Name("cpu").NoGPUs().Allocatable({"cpu": "64", "memory": "64Gi"})
+    state = cluster(gpu_node("g", 2, pool="g"), plain.Label("pool", "cpu"))
+    only = MakePod().Requests(cpu="8", memory="1Gi")
+    schedule(state, only.Name("on-gpu").NodeSelector("pool", "g"))
+    schedule(state, only.Name("on-cpu").NodeSelector("pool", "cpu"))
+    assert state.nodes["g"].pods == {"default/on-gpu"}
+    assert state.nodes["cpu"].pods == {"default/on-cpu"}
+    assert state.sizes()["profile"] == 1
+    state.remove_pod("default/on-gpu")
+    assert state.sizes()["profile"] == 0
