@@ -43,6 +43,7 @@ Shape = tuple[int, tuple[int, ...]]
 
 COVERAGE = 95  # percent of the held GPU pods the target workload's classes cover
 MIN_PODS = 32  # held GPU pods below which there is no target workload
+DRIFT = 32  # the target is worked out again when the pods held change by 1/DRIFT
 _MEMO_LIMIT = 1 << 16  # shapes remembered per target before the memo starts over
 
 
@@ -106,12 +107,13 @@ class Profile:
     forgets it when the holding is released; an entry lives exactly as long as the holding.
     """
 
-    __slots__ = ("_counts", "_pods", "_target")
+    __slots__ = ("_built_at", "_counts", "_pods", "_target")
 
     def __init__(self) -> None:
         self._pods: dict[str, RequestClass] = {}
         self._counts: dict[RequestClass, int] = {}
         self._target: Target | None = None
+        self._built_at = 0  # pods held when the target was last worked out
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -132,9 +134,19 @@ class Profile:
     def target(self) -> Target | None:
         """M for the pods held now; None while fewer than MIN_PODS are held (too few to say
         what the workload is: the other rules decide alone). The same Target object (and its
-        memo) as long as the classes and whole-percent weights stay the same."""
-        if len(self._pods) < MIN_PODS:
+        memo) until the pods held differ by more than 1/DRIFT from those it was worked out for,
+        and after that as long as the classes and whole-percent weights stay the same. So it
+        follows the charges in order: ``run`` and ``simulate`` fed the same events agree, and a
+        restarted scheduler may weigh by a target a few pods apart until the next change."""
+        held = len(self._pods)
+        if held < MIN_PODS:
+            self._target = None
             return None
+        # The workload is worked out again once the pods held have changed by 1/32: a new
+        # target re-ranks every node (fragboard.py), and a few pods do not change what it is.
+        if self._target is not None and DRIFT * abs(held - self._built_at) < self._built_at:
+            return self._target
+        self._built_at = held
         ranked = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))
         wanted = COVERAGE * len(self._pods)
         kept: list[tuple[RequestClass, int]] = []
@@ -177,6 +189,13 @@ def shape_of(node: NodeState) -> Shape:
     if node.frag_shape is None:
         node.frag_shape = _shape(node)
     return node.frag_shape
+
+
+def untouched(node: NodeState) -> int:
+    """1 for a GPU node no GPU pod uses (every card idle), else 0: among nodes the measure ranks
+    equal, placement keeps an untouched node for whatever comes next (bench-frag: any finer
+    order of the ties, by free GPUs or cpu or the exact gain, leaves more GPUs idle)."""
+    return int(not node.whole and not node.cards)
 
 
 def _shape(node: NodeState) -> Shape:

@@ -8,11 +8,12 @@ the best-connected set first (that is why it asked us); for k = 1 it is always 0
 to "smallest fitting node, then least damage". Ranking runs over ClusterState's node classes, not
 nodes; only the winning class is searched for a name, and only a pod with a node selector or a
 node with a taint costs a scan of that class. Binpack with a target workload (fragmentation.py,
-a cluster holding at least MIN_PODS pods on GPU nodes) keeps the set score first and then ranks
-the nodes by the fragmentation the pod would remove, not by their free GPUs:
-  (-set score, -gain rank, used before untouched, damage, name)
-"smallest fitting node" is the measure's own answer whenever the workload has pods a larger
-node must be kept whole for, and a fixed preference for it leaves more GPUs idle (bench-frag).
+a cluster holding at least MIN_PODS pods on GPU nodes) of at most FRAG_SCAN nodes keeps the set
+score first and then ranks the nodes by the fragmentation the pod would remove, not by their
+free GPUs: (-set score, -gain rank, used before untouched, damage, name). "Smallest fitting
+node" is the measure's own answer whenever the workload has pods a larger node must be kept
+whole for, and a fixed preference for it leaves more GPUs idle (bench-frag). In a larger
+cluster the free count stays first and the measure orders nodes of an equal key.
 A class fits only when its allocatable headroom
 covers what the pod asks for of each resource name (a node whose object has no status is not
 checked), so the kubelet never refuses a pod for want of allocatable GPUs.
@@ -44,7 +45,7 @@ from .decisions import ContainerDevices, Placement, Share
 from .filters.chain import PodFilters
 from .filters.dra import dra_backed_reason
 from .filters.resources import pod_requests
-from .fragmentation import Shape, Target, shape_of
+from .fragmentation import Shape, Target, shape_of, untouched
 from .inventory import Inventory
 from .names import CORES_PER_CARD
 from .objects import PodInput
@@ -80,10 +81,12 @@ class WholeChoice:
         self.key = key
 
 
-# Nodes of one set score that a whole-GPU pod's fragmentation rank is computed for one by one
-# (openb's 1,213 nodes: about 0.3 ms); past it, each class's first node only (bench-core's
-# 5,000-node groups, whose p99 goal is 1 ms).
+# A cluster of at most FRAG_SCAN nodes has a whole-GPU pod's fragmentation rank computed for
+# every node of a set score (openb's 1,213: about 0.5 ms a pod); a larger one ranks by the free
+# count first (see best_whole_node), and a group of equal keys of more than GROUP_SCAN nodes by
+# each class's first node only (bench-core's 5,000-node groups).
 FRAG_SCAN = 2048
+GROUP_SCAN = 640
 
 _Ranked = tuple[tuple[int, int, int, int], SetChoice] | None
 
@@ -149,12 +152,16 @@ def best_whole_node(
     # usually the first group takes the pod, so a heap (linear to build) serves instead of
     # sorting every class.
     heapq.heapify(ranked)
+    # Up to FRAG_SCAN nodes, the measure ranks every node of a set score; past it, ranking them
+    # all would cost more than a decision may (bench-core's 5,000 nodes: 1 ms), and the free
+    # count comes first again, the measure telling apart nodes of an equal key.
+    by_score = frag is not None and len(state.nodes) <= FRAG_SCAN
     while ranked:
         key = ranked[0][0]
         group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
         # With a target workload, a group is every class of the same set score: the measure
         # ranks its nodes, not the free count (see _least_fragmenting_node).
-        while ranked and (ranked[0][0] == key or (frag is not None and ranked[0][0][0] == key[0])):
+        while ranked and (ranked[0][0] == key or (by_score and ranked[0][0][0] == key[0])):
             entry_key, _, cls, choice = heapq.heappop(ranked)
             group.append((entry_key, cls, choice))
         if frag is not None:
@@ -183,12 +190,13 @@ def _least_fragmenting_node(
     """Among the accepting nodes of one set score, the best by (the fragmentation gain's rank
     (fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched one;
     the damage the set does; the name). Ranks are looked up by node shape (most nodes share a
-    few), and the filter chain is asked best first, only until one node passes. A group of
-    more than FRAG_SCAN nodes is told apart by each class's first node only (what ranking
-    costs stays bounded); when none of those passes, by the rest of the key, then the name."""
+    few), and the filter chain is asked best first, only until one node passes. In a cluster
+    of more than FRAG_SCAN nodes, a group of more than GROUP_SCAN is told apart by each class's
+    first node only (what ranking costs stays bounded); when none of those passes, by the rest
+    of the key, then the name."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
     nodes = state.nodes
-    every = sum(len(cls.names) for _, cls, _ in group) <= FRAG_SCAN
+    every = len(state.nodes) <= FRAG_SCAN or sum(len(c.names) for _, c, _ in group) <= GROUP_SCAN
     seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
     ranked: list[tuple[int, int, int, str, SetChoice, tuple[int, int, int, int]]] = []
     for key, cls, choice in group:
@@ -198,7 +206,7 @@ def _least_fragmenting_node(
             rank = seen.get(shape)
             if rank is None:
                 rank = seen[shape] = target.rank(shape, cpu, take)
-            ranked.append((-rank, _untouched(node), choice.damage, name, choice, key))
+            ranked.append((-rank, untouched(node), choice.damage, name, choice, key))
     # Best first; the chain is asked in that order.
     top = min(ranked, default=None, key=lambda item: item[:4])
     if top is not None and not filters.check(nodes[top[3]]):
@@ -336,22 +344,16 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> P
         if filters.check(node):
             continue
         # On a GPU node, the cpu it takes may leave the held workload's classes no room.
-        frag = untouched = 0
+        frag = fresh = 0
         if target is not None and node.inventory is not None:
             frag = -target.rank(shape_of(node), cpu, ())
-            untouched = _untouched(node)
-        key = (node.inventory is not None, -filters.score(node), frag, untouched, node.name)
+            fresh = untouched(node)
+        key = (node.inventory is not None, -filters.score(node), frag, fresh, node.name)
         if best is None or key < best[0]:
             best = (key, node)
     if best is None:
         return None
     return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
-
-
-def _untouched(node: NodeState) -> int:
-    """1 for a GPU node no GPU pod uses (every card idle), else 0: among nodes the measure
-    ranks equal, an untouched node is kept for whatever comes next."""
-    return int(not node.whole and not node.cards)
 
 
 # ---- shared GPUs (rule 4) --------------------------------------------------------------------
@@ -421,7 +423,7 @@ def place_shared(
             frag, chosen = _least_fragmenting(target, node, cpu, shared, fits, chosen)
             # The measure weighs what the free counts below would; its ties go to a node some
             # GPU pod uses already, then by name (bench-frag: any finer order leaves more idle).
-            rest = (_untouched(node), 0)
+            rest = (untouched(node), 0)
         else:
             free_after = sum(f[0] for f in chosen)
             # Busiest (spread: idlest) cards, then idle cards kept whole on the nodes with most.

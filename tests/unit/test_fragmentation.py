@@ -76,6 +76,10 @@ def test_profile_learns_the_target_from_held_pods_and_forgets_them() -> None:
     target = profile.target()
     assert target is not None
     assert target.key == ((SHARE_30, 74), (TWO_GPUS, 26))  # 31 / 42 and 11 / 42, rounded
+    # one pod more (1/42 < 1/DRIFT) leaves the target as it was: 12 / 43 would round to 28
+    profile.charge("b11", TWO_GPUS)
+    assert profile.target() is target
+    profile.charge("b11", None)
     for i in range(MIN_PODS - 1):
         profile.charge(f"a{i}", None)
     assert len(profile) == 11
@@ -180,12 +184,24 @@ def test_a_share_takes_the_card_it_leaves_no_sliver_on() -> None:
     assert placed(d) == ("t", (1,))
 
 
+def test_a_cluster_past_the_scan_bound_keeps_the_free_count_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the nodes of test_with_a_target_whole_gpus_go_by_the_measure_before_the_smallest_fit, in
+    # a cluster larger than FRAG_SCAN: the free count first (c), the measure between equals
+    monkeypatch.setattr(placement, "FRAG_SCAN", 4)
+    state = filled(gpu_node("b", 4), gpu_node("c", 2, cpu="12"))
+    (d,) = schedule(state, whole("p"))
+    assert placed(d)[0] == "c"
+
+
 def test_a_key_group_past_the_scan_bound_is_told_apart_by_each_class_first_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a and b are one class (same GPUs, same free mask); with the bound below the group's size
     # only the class's first node, a, is ranked: the cost stays that of ranking classes
     monkeypatch.setattr(placement, "FRAG_SCAN", 1)
+    monkeypatch.setattr(placement, "GROUP_SCAN", 1)
     state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2))
     (d,) = schedule(state, whole("p"))
     assert placed(d)[0] == "a"
