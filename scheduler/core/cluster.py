@@ -352,6 +352,8 @@ class ClusterState:
             self._count_labels(old.node, -1)
         self._count_labels(node, +1)
         self.nodes[node.name] = state
+        for key in self._on_node.get(node.name, ()):
+            self._reprofile(key)
         pods = set(old.pods) if old else set()
         pods |= {k for k, h in self._orphans.items() if h.node == node.name}
         guessed = []
@@ -411,7 +413,8 @@ class ClusterState:
             holding = self.holdings.pop(key, None)
             if holding is not None:
                 self._orphans[key] = holding
-                self.profile.charge(key, None)
+        for key in state.pods | self._on_node.get(name, set()):
+            self._reprofile(key)
 
     # ---- pods ------------------------------------------------------------------------------
 
@@ -516,6 +519,8 @@ class ClusterState:
                 del requested[resource]
         if record.host_ports:
             charge_ports(node.ports, record.host_ports, sign)
+        if self.nodes.get(node.name) is node:  # set_node re-profiles a new node's pods itself
+            self._reprofile(record.key)
 
     def _count_labels(self, node: NodeInput, sign: int) -> None:
         counts = self.label_keys
@@ -882,15 +887,24 @@ class ClusterState:
                 use.qos = share.qos if use.qos_pods else None
             if not use.pods:
                 del state.cards[share.index]
-        self.profile.charge(holding.pod, self._request_class(state, holding) if sign > 0 else None)
+        self._reprofile(holding.pod)
 
-    def _request_class(self, state: NodeState, holding: Holding) -> tuple[int, int, int] | None:
-        record = self.index.records.get(holding.pod)
+    def _reprofile(self, key: str) -> None:
+        """The pod's request class in the target workload, from what is known of it now: its
+        GPUs when it holds some on a known node; else, when it is recorded on a known GPU node
+        asking for cpu, a class of no cards (its cpu competes with the GPU pods', as in FGD's
+        target workload); else none. Whoever bound it, so a restart reads the same."""
+        record = self.index.records.get(key)
         cpu = next((n for r, n in record.requests if r == "cpu"), 0) if record else 0
-        found = request_class(cpu, holding.whole.bit_count(), (s.core for s in holding.shares))
-        if found is None and state.inventory is not None:
-            return (cpu, 0, 0)  # its cpu competes with the GPU pods' (FGD's cpu-only classes)
-        return found
+        holding = self.holdings.get(key)
+        found = None
+        if holding is not None:
+            found = request_class(cpu, holding.whole.bit_count(), (s.core for s in holding.shares))
+        if found is None and record is not None and cpu > 0:
+            node = self.nodes.get(record.node)
+            if node is not None and node.inventory is not None:
+                found = (cpu, 0, 0)
+        self.profile.charge(key, found)
 
     def _holding_from_annotations(
         self, pod: PodInput, gang_key: str | None, replicas: int

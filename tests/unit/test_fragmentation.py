@@ -219,6 +219,17 @@ def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count()
     schedule(state, only.Name("on-cpu").NodeSelector("pool", "cpu"))
     assert state.nodes["g"].pods == {"default/on-gpu"}
     assert state.nodes["cpu"].pods == {"default/on-cpu"}
+    assert state.profile.target() is None  # one pod: too few to say what the workload is
     assert state.sizes()["profile"] == 1
+    # a restart reads it back bound, with the other scheduler's pods: the same profile
+    again = cluster(gpu_node("g", 2, pool="g"), plain.Label("pool", "cpu"))
+    bound = only.Name("on-gpu").Bound("g").Obj()
+    assert again.add_bound_pod(bound) is None
+    assert again.sizes()["profile"] == 1
+    # it leaves; so does the node of a pod: its class goes with either
     state.remove_pod("default/on-gpu")
     assert state.sizes()["profile"] == 0
+    again.remove_node("g")
+    assert again.sizes()["profile"] == 0
+    again.set_node(gpu_node("g", 2, pool="g").Obj())
+    assert again.sizes()["profile"] == 1
