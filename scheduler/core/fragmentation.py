@@ -41,7 +41,7 @@ RequestClass = tuple[int, int, int]
 # unhealthy, or held for a preemptor, has nothing free).
 Shape = tuple[int, tuple[int, ...]]
 
-COVERAGE = 95  # percent of the held GPU pods the target workload's classes cover
+COVERAGE = 95  # percent of the pods held that the target workload's classes cover
 MIN_PODS = 32  # held GPU pods below which there is no target workload
 DRIFT = 32  # the target is worked out again when the pods held change by 1/DRIFT
 _MEMO_LIMIT = 1 << 16  # shapes remembered per target before the memo starts over
@@ -103,15 +103,16 @@ class Profile:
     """The request class of every pod held on a GPU node, and the Target they make.
 
     ClusterState charges a pod here when it holds GPUs (its class: its cpu request, its whole
-    GPUs or its shares) or is held on a GPU node without any (its cpu request, no cards), and
-    forgets it when the holding is released; an entry lives exactly as long as the holding.
+    GPUs or its shares) or is recorded on a GPU node without any (its cpu request, no cards),
+    and forgets it when it leaves; an entry lives exactly as long as the pod is there.
     """
 
-    __slots__ = ("_built_at", "_counts", "_pods", "_target")
+    __slots__ = ("_built_at", "_counts", "_gpu_pods", "_pods", "_target")
 
     def __init__(self) -> None:
         self._pods: dict[str, RequestClass] = {}
         self._counts: dict[RequestClass, int] = {}
+        self._gpu_pods = 0  # entries with cards: only these make a target exist
         self._target: Target | None = None
         self._built_at = 0  # pods held when the target was last worked out
 
@@ -122,28 +123,31 @@ class Profile:
         """The pod holds ``request`` now (None: nothing any more)."""
         previous = self._pods.pop(pod, None)
         if previous is not None:
+            self._gpu_pods -= previous[1] > 0
             left = self._counts[previous] - 1
             if left:
                 self._counts[previous] = left
             else:
                 del self._counts[previous]
         if request is not None:
+            self._gpu_pods += request[1] > 0
             self._pods[pod] = request
             self._counts[request] = self._counts.get(request, 0) + 1
 
     def target(self) -> Target | None:
-        """M for the pods held now; None while fewer than MIN_PODS are held (too few to say
-        what the workload is: the other rules decide alone). The same Target object (and its
+        """M for the pods held now; None while fewer than MIN_PODS of them hold GPUs (too few
+        to say what the workload is: the other rules decide alone; pods without GPUs, however
+        many, weigh in a target but do not make one). The same Target object (and its
         memo) until the pods held differ by more than 1/DRIFT from those it was worked out for,
         and after that as long as the classes and whole-percent weights stay the same. So it
         follows the charges in order: ``run`` and ``simulate`` fed the same events agree, and a
         restarted scheduler may weigh by a target a few pods apart until the next change."""
         held = len(self._pods)
-        if held < MIN_PODS:
+        if self._gpu_pods < MIN_PODS:
             self._target = None
             return None
         # The workload is worked out again once the pods held have changed by 1/32: a new
-        # target re-ranks every node (fragboard.py), and a few pods do not change what it is.
+        # target starts its memo of ranks afresh, and a few pods do not change what it is.
         if self._target is not None and DRIFT * abs(held - self._built_at) < self._built_at:
             return self._target
         self._built_at = held

@@ -99,12 +99,14 @@ def name() -> str:
 
 @pytest.fixture
 def scenario(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Scenario]:
-    """A test's own scheduler name, nodes, pods and Redis prefix; its schedulers die with it."""
+    """A test's own scheduler name, nodes, pods and Redis prefix; its schedulers die with it,
+    and its pods and nodes leave the plane."""
     s = Scenario(control_plane, tmp_path)
     try:
         yield s
     finally:
         s.stop_all()
+        s.remove_objects()
 
 
 @pytest.fixture(scope="module")

@@ -219,7 +219,12 @@ def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count()
     schedule(state, only.Name("on-cpu").NodeSelector("pool", "cpu"))
     assert state.nodes["g"].pods == {"default/on-gpu"}
     assert state.nodes["cpu"].pods == {"default/on-cpu"}
-    assert state.profile.target() is None  # one pod: too few to say what the workload is
+    # pods without GPUs weigh in a target but do not make one
+    for i in range(MIN_PODS):
+        state.profile.charge(f"cpu-only-{i}", (1000, 0, 0))
+    assert state.profile.target() is None
+    for i in range(MIN_PODS):
+        state.profile.charge(f"cpu-only-{i}", None)
     assert state.sizes()["profile"] == 1
     # a restart reads it back bound, with the other scheduler's pods: the same profile
     again = cluster(gpu_node("g", 2, pool="g"), plain.Label("pool", "cpu"))
