@@ -28,8 +28,12 @@ def test_frag_of_a_shape_steps_every_case() -> None:
     assert target.frag((64_000, (100, 100, 25, 10))) == 50 * 35 + 30 * 35
     # one idle card: two GPUs no longer fit, all 135 idle counts for that class
     assert target.frag((64_000, (100, 25, 10))) == 50 * 35 + 30 * 135
-    # 6 cpu left: the 2-GPU class (8 cpu) cannot run; the share (4 cpu) can
-    assert target.frag((6000, (100, 100, 25, 10))) == 50 * 35 + 30 * 235
+    # 6 cpu left: the 2-GPU class (8 cpu) cannot run; the share (4 cpu) can. And the workload
+    # asks 440 cpu-millicores for every 7.5 card percent (50 x 4000 against 50 x 30, plus
+    # 30 x 8000 against 30 x 2 x 100): 6 cpu feed 102 percent, so 133 of the 235 free are
+    # stranded, counted 4 times the workload's weight (80)
+    assert target.stranded((6000, (100, 100, 25, 10))) == 235 - 6000 * 7500 // 440_000 == 133
+    assert target.frag((6000, (100, 100, 25, 10))) == 50 * 35 + 30 * 235 + 4 * 80 * 133
     # a node whose status says nothing of cpu has enough
     assert target.frag((-1, (100, 100, 25, 10))) == 50 * 35 + 30 * 35
     assert target.frag((0, ())) == 0
@@ -42,22 +46,41 @@ def test_gain_is_frag_before_minus_after_and_ranks_like_fgd() -> None:
     assert gain(target, shape, 0, ((40, 30),)) == -10 * 100
     # on the idle card it leaves 70%: nothing lost
     assert gain(target, shape, 0, ((100, 30),)) == 0
-    # FGD's score: int(100 x sigmoid(gain in milli-GPU / 1000)); ours counts percent x percent
+    # FGD's score twice as steep: int(100 x sigmoid(gain in milli-GPU / 500)); ours counts
+    # percent x percent
     assert gain_rank(0) == 50
-    assert gain_rank(-1000) == 47  # 0.1 GPU of fragment
-    assert gain_rank(-300) == 49  # differences below ~0.04 GPU tie
-    assert target.rank(shape, 0, ((40, 30),)) == 47
+    assert gain_rank(-1000) == 45  # 0.1 GPU of fragment
+    assert gain_rank(-150) == 49  # differences below ~0.02 GPU tie
+    assert target.rank(shape, 0, ((40, 30),)) == 45
 
 
-def test_rank_takes_cpu_beyond_what_any_class_asks_as_the_same() -> None:
-    target = Target(((TWO_GPUS, 100),))  # 8 cpu
+def test_rank_takes_cpu_beyond_what_any_class_asks_or_the_cards_need_as_the_same() -> None:
+    target = Target(((TWO_GPUS, 100),))  # 8 cpu, 4 for each GPU
     cards = (100, 100, 100)
     one = ((100, 100),)
+    # beyond 12 cpu (three free GPUs' 4 each) and the pod's 4, nothing changes
     plenty = target.rank((64_000, cards), 4000, one)
-    assert plenty == target.rank((12_000, cards), 4000, one) == 50
+    assert plenty == target.rank((20_000, cards), 4000, one) == 50
+    assert len(target.ranks) == 1  # 64 and 20 cpu left were one question
+    # 12 cpu: after the pod's 4, 8 feed the two GPUs left
+    assert target.rank((12_000, cards), 4000, one) == 50
     # 11 cpu left: after the pod's 4, 7 are left, less than the class asks: two GPUs stranded
     assert target.rank((11_000, cards), 4000, one) < plenty
-    assert len(target.ranks) == 2  # 64 and 12 cpu left were one question
+
+
+def test_gpus_the_cpu_left_cannot_feed_are_stranded() -> None:
+    target = Target(((TWO_GPUS, 100),))  # the workload asks 40 cpu-millicores per card percent
+    assert target.stranded((64_000, (100, 100, 100))) == 0
+    assert target.stranded((8_000, (100, 100, 100))) == 100  # 8 cpu feed two of the three
+    assert target.stranded((-1, (100, 100, 100))) == 0  # no cpu in the node's status
+    # 10 cpu and two free GPUs: the class runs there, both are fed
+    assert target.frag((10_000, (100, 100))) == 0
+    # 6 cpu: the class cannot run (all 200 count), and 6 cpu feed 150 of them: 50 stranded,
+    # counted 4 times the workload's weight (100)
+    assert target.frag((6_000, (100, 100))) == 100 * 200 + 4 * 100 * 50
+    # a workload of shares only: cpu per percent from what the shares ask
+    shares = Target(((SHARE_30, 100),))  # 4 cpu for 30%
+    assert shares.stranded((4_000, (100, 100))) == 200 - 4000 * 30 // 4000
 
 
 def test_profile_learns_the_target_from_held_pods_and_forgets_them() -> None:
@@ -135,6 +158,14 @@ def test_whole_gpus_among_equally_small_nodes_go_where_they_strand_nothing() -> 
     state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2))
     (d,) = schedule(state, whole("p"))
     assert placed(d)[0] == "b"
+
+
+def test_whole_gpus_go_where_the_cpu_left_still_feeds_the_other_gpus() -> None:
+    # the workload asks 8 cpu per GPU; this pod 16. On a (32 cpu) it leaves 16: one more pod
+    # of the workload fits, but the third GPU left would wait for cpu; b keeps cpu for all of
+    # them. Without the stranded term both rank the same and a, first by name, takes it.
+    state = filled(gpu_node("a", 4, cpu="32"), gpu_node("b", 4))
+    assert placed(schedule(state, whole("p", cpu="16"))[0])[0] == "b"
 
 
 def test_with_a_target_whole_gpus_go_by_the_measure_before_the_smallest_fit() -> None:
