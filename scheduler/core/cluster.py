@@ -893,7 +893,11 @@ class ClusterState:
         """The pod's request class in the target workload, from what is known of it now: its
         GPUs when it holds some on a known node; else, when it is recorded on a known GPU node
         asking for cpu, a class of no cards (its cpu competes with the GPU pods', as in FGD's
-        target workload); else none. Whoever bound it, so a restart reads the same."""
+        target workload); else none. Whoever bound it, so a restart reads the same. Not in a
+        tentative scope: it is undone on exit, and the profile stays as it was (gang planning
+        places and takes back every member of every candidate domain)."""
+        if self._undo is not None:
+            return
         record = self.index.records.get(key)
         cpu = next((n for r, n in record.requests if r == "cpu"), 0) if record else 0
         holding = self.holdings.get(key)

@@ -269,3 +269,14 @@ def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count()
     assert again.sizes()["profile"] == 0
     again.set_node(gpu_node("g", 2, pool="g").Obj())
     assert again.sizes()["profile"] == 1
+
+
+def test_a_tentative_scope_leaves_the_profile_as_it_was() -> None:
+    state = filled(gpu_node("a", 8, pool="a"))
+    before = state.sizes()["profile"]
+    with state.tentative():
+        schedule(state, whole("p", pool="a"))
+        assert state.sizes()["profile"] == before  # not charged while planning
+    assert state.sizes()["profile"] == before
+    schedule(state, whole("q", pool="a"))
+    assert state.sizes()["profile"] == before + 1
