@@ -352,8 +352,6 @@ class ClusterState:
             self._count_labels(old.node, -1)
         self._count_labels(node, +1)
         self.nodes[node.name] = state
-        for key in self._on_node.get(node.name, ()):
-            self._reprofile(key)
         pods = set(old.pods) if old else set()
         pods |= {k for k, h in self._orphans.items() if h.node == node.name}
         guessed = []
@@ -370,6 +368,8 @@ class ClusterState:
             self.holdings[holding.pod] = holding
             self._charge(state, holding, +1)
         self._index(state)
+        for key in state.pods | self._on_node.get(node.name, set()):
+            self._reprofile(key)
         return "; ".join(warnings) or None
 
     def _read_allocatable(self, node: NodeInput, warnings: list[str]) -> tuple[int, ...] | None:
@@ -488,6 +488,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             self._charge_record(node, record, +1)
+        self._reprofile(record.key)
 
     def drop_record(self, key: str) -> None:
         previous = self.index.records.get(key)
@@ -506,6 +507,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             self._charge_record(node, record, -1)
+        self._reprofile(record.key)
 
     def _charge_record(self, node: NodeState, record: PodRecord, sign: int) -> None:
         node.frag_shape = None
@@ -519,8 +521,6 @@ class ClusterState:
                 del requested[resource]
         if record.host_ports:
             charge_ports(node.ports, record.host_ports, sign)
-        if self.nodes.get(node.name) is node:  # set_node re-profiles a new node's pods itself
-            self._reprofile(record.key)
 
     def _count_labels(self, node: NodeInput, sign: int) -> None:
         counts = self.label_keys
@@ -643,6 +643,7 @@ class ClusterState:
         self._unindex(state.name)
         self._charge(state, holding, +1)
         self._index(state)
+        self._reprofile(holding.pod)
         return warning
 
     def release(self, holding: Holding) -> None:
@@ -651,6 +652,7 @@ class ClusterState:
             return
         self._log(("release", holding))
         del self.holdings[holding.pod]
+        self._reprofile(holding.pod)
         if holding.gang:
             self._leave_gang(holding.gang, holding.pod)
         state = self.nodes.get(holding.node)
@@ -887,15 +889,15 @@ class ClusterState:
                 use.qos = share.qos if use.qos_pods else None
             if not use.pods:
                 del state.cards[share.index]
-        self._reprofile(holding.pod)
 
     def _reprofile(self, key: str) -> None:
-        """The pod's request class in the target workload, from what is known of it now: its
-        GPUs when it holds some on a known node; else, when it is recorded on a known GPU node
-        asking for cpu, a class of no cards (its cpu competes with the GPU pods', as in FGD's
-        target workload); else none. Whoever bound it, so a restart reads the same. Not in a
-        tentative scope: it is undone on exit, and the profile stays as it was (gang planning
-        places and takes back every member of every candidate domain)."""
+        """The pod's request class in the target workload, from what is known of it now (asked
+        wherever its record, its holding or its node comes or goes): its GPUs when it holds
+        some on a known node; else, when it is recorded on a known GPU node asking for cpu, a
+        class of no cards (its cpu competes with the GPU pods', as in FGD's target workload);
+        else none. Whoever bound it, so a restart reads the same. Not in a tentative scope: it
+        is undone on exit, and the profile stays as it was (gang planning places and takes back
+        every member of every candidate domain)."""
         if self._undo is not None:
             return
         record = self.index.records.get(key)
