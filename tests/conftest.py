@@ -14,42 +14,47 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import pytest
 
 from scheduler.testing.redisserver import RedisServer, RedisServerError, SentinelSet
 
 
+class _Process(Protocol):
+    def start(self) -> object: ...
+
+    def close(self) -> None: ...
+
+
+P = TypeVar("P", bound=_Process)
+
+
 @contextlib.contextmanager
-def started_redis(folder: Path) -> Iterator[RedisServer]:
-    """A local redis-server in ``folder``, stopped whatever happens; a failed start fails the
-    test (never a skip)."""
-    server = RedisServer(folder)
+def _running(process: P) -> Iterator[P]:
+    """``process`` started, and closed whatever happens; a failed start fails the test (never
+    a skip)."""
     try:
-        server.start()
+        process.start()
     except RedisServerError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
-        yield server
+        yield process
     finally:
-        server.close()
+        process.close()
 
 
-@contextlib.contextmanager
+def started_redis(folder: Path) -> contextlib.AbstractContextManager[RedisServer]:
+    """A local redis-server in ``folder``, stopped whatever happens."""
+    return _running(RedisServer(folder))
+
+
 def started_sentinels(
     folder: Path, down_after_ms: int = 2000, max_lag_s: int = 1
-) -> Iterator[SentinelSet]:
+) -> contextlib.AbstractContextManager[SentinelSet]:
     """A master, two replicas and three Sentinels in ``folder`` (SentinelSet), every process
-    killed whatever happens; a failed start fails the test."""
-    group = SentinelSet(folder, down_after_ms=down_after_ms, max_lag_s=max_lag_s)
-    try:
-        group.start()
-    except RedisServerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield group
-    finally:
-        group.close()
+    killed whatever happens."""
+    return _running(SentinelSet(folder, down_after_ms=down_after_ms, max_lag_s=max_lag_s))
 
 
 @pytest.fixture(scope="session")
