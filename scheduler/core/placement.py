@@ -165,7 +165,7 @@ def best_whole_node(
             entry_key, _, cls, choice = heapq.heappop(ranked)
             group.append((entry_key, cls, choice))
         if frag is not None:
-            picked = _least_fragmenting_node(state, group, filters, k, *frag)
+            picked = _least_fragmenting_node(state, group, filters, k, by_score, *frag)
             if picked is not None:
                 return WholeChoice(*picked)
             continue
@@ -184,19 +184,20 @@ def _least_fragmenting_node(
     group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]],
     filters: Filter,
     k: int,
+    by_score: bool,
     target: Target,
     cpu: int,
 ) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
     """Among the accepting nodes of one set score, the best by (the fragmentation gain's rank
     (fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched one;
     the damage the set does; the name). Ranks are looked up by node shape (most nodes share a
-    few), and the filter chain is asked best first, only until one node passes. In a cluster
-    of more than FRAG_SCAN nodes, a group of more than GROUP_SCAN is told apart by each class's
+    few), and the filter chain is asked best first, only until one node passes. A group of
+    equal keys (not ``by_score``) of more than GROUP_SCAN nodes is told apart by each class's
     first node only (what ranking costs stays bounded); when none of those passes, by the rest
     of the key, then the name."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
     nodes = state.nodes
-    every = len(state.nodes) <= FRAG_SCAN or sum(len(c.names) for _, c, _ in group) <= GROUP_SCAN
+    every = by_score or sum(len(cls.names) for _, cls, _ in group) <= GROUP_SCAN
     seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
     ranked: list[tuple[int, int, int, str, SetChoice, tuple[int, int, int, int]]] = []
     for key, cls, choice in group:
