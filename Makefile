@@ -54,7 +54,7 @@ k8s-build:
 helm-build:
 	@bash tools/helm/build.sh
 
-# The README's dashboard picture (docs/dashboard.png): the chart's Grafana dashboard queries
+# The dashboard picture of docs/operations.md (docs/dashboard.png): the chart's Grafana dashboard queries
 # evaluated over /metrics scrapes of two replicas under a scripted load on the local plane, drawn
 # with matplotlib (no Grafana here). About 3 minutes.
 .PHONY: dashboard-png

@@ -3,7 +3,7 @@
 Issue 22's figure: the time without binding when the Redis master dies, beside the Sentinels'
 ``down-after-milliseconds`` and the lease duration; goal <= down-after + lease + 5 s. Also the
 start-up of a new installation (process start to the first bind on a Redis nobody led before:
-the epoch witness lets it skip the one-lease wait, README "State and HA").
+the epoch witness lets it skip the one-lease wait, docs/operations.md "State and HA").
 
 One local control plane (kube-apiserver, etcd, KWOK) with 100 KWOK nodes of 8 GPUs; per case a
 fresh Redis master with two replicas and three Sentinels (SentinelSet, with deploy/'s settings:

@@ -15,9 +15,9 @@ One local control plane (kube-apiserver, etcd, KWOK; scheduler/testing/controlpl
   scheduler name, created before it starts and deleted after it, so the second contender sees
   the same cluster as the first.
 
-Measured for kube-scheduler (the plane's version: v1.37 now, v1.33 when the README's figures were
-taken; scheduler/testing/kubescheduler.py: its own profile, client qps/burst 5000) and for
-topo-scheduler ``run`` with Redis (deploy/'s configuration):
+Measured for kube-scheduler (the plane's version: v1.37 now, v1.33 when docs/benchmarks.md's
+figures were taken; scheduler/testing/kubescheduler.py: its own profile, client qps/burst 5000)
+and for topo-scheduler ``run`` with Redis (deploy/'s configuration):
 
 - start-up: process start to the first bind (goal <= 10 s), and to the whole backlog bound;
 - the backlog's pods/s between its first and last bind;
@@ -29,7 +29,8 @@ topo-scheduler ``run`` with Redis (deploy/'s configuration):
 topo-scheduler's start-up is a restart on a Redis that a previous leader used (a short-lived
 replica is elected once, on the empty nodes, before the pods exist): on a Redis that lost its
 history (flushed, restarted, promoted) the first leader waits one lease (15 s) before its first
-decision, by design; a brand-new installation does not (the epoch witness, README "State and HA").
+decision, by design; a brand-new installation does not (the epoch witness, docs/operations.md
+"State and HA").
 
 Objects are created through one pool of keep-alive connections, 48 requests in flight
 (benchmarks/liveplane.py). Every wait has a limit and every process started here is stopped

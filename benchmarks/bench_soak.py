@@ -331,7 +331,7 @@ class Soak:
             api.delete(key)  # the Job's TTL
         await wait_for("wave gone", self.gone, self.describe)
         # The fake keeps what it was told for tests to read: forgotten here, or the soak would
-        # measure the fake's memory growing (2 MB per 10,000 pods: README bench-soak).
+        # measure the fake's memory growing (2 MB per 10,000 pods: docs/benchmarks.md, bench-soak).
         api.forget()
         self.waves += 1
 

@@ -1,4 +1,5 @@
-"""The README's dashboard picture: the chart's Grafana dashboard drawn from a real run's metrics.
+"""docs/operations.md's dashboard picture: the chart's Grafana dashboard drawn from a real run's
+metrics.
 
 There is no Grafana (nor Prometheus) on our machines. This runs topo-scheduler on the local
 control plane the way bench-live does (etcd, kube-apiserver, KWOK, a redis-server), as two

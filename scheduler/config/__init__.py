@@ -66,7 +66,7 @@ class Lease(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=T
 class RedisSentinel(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
     # Non-empty: find the Redis master through these Sentinels (redis-py's Sentinel client);
     # the password and database then come from redisUrl (redis://:PASSWORD@ignored/0), whose
-    # host is not used. README "State and HA".
+    # host is not used. docs/operations.md "State and HA".
     master_name: str = ""
     # host:port of each Sentinel, e.g. [redis-0.redis:26379, ...]. One that is down is skipped.
     addresses: tuple[str, ...] = ()
@@ -91,7 +91,7 @@ class Level(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=T
 
 
 class Topology(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
-    # Cross-node topology (issue 21; README "Topology"): node-label keys, widest first
+    # Cross-node topology (issue 21; docs/topology.md): node-label keys, widest first
     # (hostname is always the last level, implied); the label of the built-in levels nvlink and
     # nvlink-domain ("" turns them off); whether gangs without a constraint prefer the fewest
     # domains.

@@ -2,7 +2,7 @@
 the pod's in-cluster service account when none is given.
 
 Two of kubernetes-asyncio's defaults cost the scheduler throughput (measured with py-spy under a
-backlog, see the README's Benchmarks):
+backlog, see docs/benchmarks.md):
 
 - its connection pool holds ``cpu_count * 5`` connections (10 on a 2-core node), and every
   watch keeps one for its whole life, so binds, events and status patches queued behind a

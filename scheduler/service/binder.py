@@ -1,11 +1,11 @@
 """The binding cycle: Bindings with the device annotations, several in flight; each pod's
 outcome is returned (effects.py turns it into a pod book event).
 
-Fencing rule (README, "State and HA"): a Binding is sent only while this replica's lease has
-more than the bind timeout left, and is abandoned when that timeout runs out. So every Binding
-of a leader completes before its local lease ends, and its local lease ends before the store's
-lease (renewals are timed from before the request). A replica that takes over after the lease
-lapsed cannot race a Binding of the previous leader; one that cannot know who led before (the
+Fencing rule (docs/operations.md, "State and HA"): a Binding is sent only while this replica's lease
+has more than the bind timeout left, and is abandoned when that timeout runs out. So every Binding
+of a leader completes before its local lease ends, and its local lease ends before the store's lease
+(renewals are timed from before the request). A replica that takes over after the lease lapsed
+cannot race a Binding of the previous leader; one that cannot know who led before (the
 store's epochs started afresh: a flushed or new Redis) waits one lease duration before its
 first decision (scheduler.py), by which time any previous leader's Binding has completed.
 

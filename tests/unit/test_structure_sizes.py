@@ -117,8 +117,8 @@ async def test_per_pod_structures_are_back_to_their_sizes_after_2000_pods() -> N
     assert [await store.owners(n.name) for n in NODES] == [{}] * len(NODES)
     assert await store.gangs() == {}
     # The fake apiserver too holds nothing of them once it forgets its logs for tests to read:
-    # a log it keeps and does not forget grows the soak's memory (2 MB per 10,000 pods, README
-    # bench-soak), which would pass for the scheduler's.
+    # a log it keeps and does not forget grows the soak's memory (2 MB per 10,000 pods,
+    # docs/benchmarks.md, bench-soak), which would pass for the scheduler's.
     api.forget()
     kept = {k: len(v) for k, v in vars(api).items() if isinstance(v, list | dict | set) and v}
     assert kept == {}

@@ -13,7 +13,7 @@ Whole GPUs are not in the chain: the GPU rules (``placement``) rank node classes
 first and ask the chain only about the candidate nodes, so a node that fails here costs one
 check, not a ranking. ``score(node)`` sums the preferences (preferred node affinity weights,
 preferred inter-pod affinity, ScheduleAnyway spread); placement ranks by it right after the
-GPU-set score (README, "How GPUs and nodes are chosen").
+GPU-set score (docs/placement.md).
 
 ``GroupFilters`` checks several pods that would share one node (a gang's part on that node): each
 member passes on its own, their requests fit together, their host ports do not collide, and no
