@@ -43,7 +43,7 @@ integration: deps redis-server
 
 # ---- the local control plane (issue 4): tools/k8s + scheduler/testing --------------------------
 # Binaries are built from tools/k8s into ~/.cache/topo-scheduler/k8s/<versions>/ (only what is
-# missing; a cold build takes about 8 minutes on 2 cores). Under CI=true a missing Go fails the run.
+# missing; a cold build takes about 8 minutes on 2 cores). A missing Go fails the build, never skips it.
 k8s-build:
 	@bash tools/k8s/build.sh
 

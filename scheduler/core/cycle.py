@@ -1,10 +1,11 @@
 """Entry points of the core: group pending pods into units, decide a unit, replay a sequence.
 
 A unit is one pod, or every pending member of one gang. ``decide`` never mutates the state it is
-given (gang planning rolls back its own tentative placements); the caller applies a Placed decision
-with ``apply_decision`` once it has taken it (the simulator at once, the live scheduler after its
-store reservation succeeds). ``schedule_in_order`` is the simulator's loop, kept here so that the
-live scheduler and the simulator share every rule.
+given (gang planning rolls back its own tentative placements); the caller assumes a Placed
+decision's placements once it has taken it: the simulator at once with ``apply_decision``, the live
+scheduler with ``assume`` per placement as the cycle places the unit, before its store reservation
+(the pod book forgets them again if the reservation is refused). ``schedule_in_order`` is the
+simulator's loop, kept here so that the live scheduler and the simulator share every rule.
 """
 
 from __future__ import annotations
