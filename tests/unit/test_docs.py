@@ -2,7 +2,8 @@
 
 The README is an index that fits on a screen or two; everything else is a page of docs/, each
 reachable from the README in one link. Where a page states what the code does by name (the
-annotation and label names, the make targets, the metrics, the supported Kubernetes versions),
+annotation and label names, the make targets, the metrics, the scheduler's permissions, the
+supported Kubernetes versions),
 this module holds the page and the code to the same list, so that neither can drift alone. Every
 link of the README and of docs/ must lead to a file that exists and, for a markdown page, to a
 heading it has (GitHub's anchors). The pod book's table (docs/architecture.md) is checked by
@@ -15,6 +16,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import yaml
 from prometheus_client.metrics_core import Metric
 
 from scheduler.core import names
@@ -195,3 +197,31 @@ def test_supported_versions_name_the_version_every_test_runs() -> None:
     assert f"kube-scheduler **{minor}**" in kubernetes
     assert full in kubernetes
     assert full in (DOCS / "control-plane.md").read_text()
+
+
+def granted(*manifests: str) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every rule of the ClusterRoles and Roles in deploy/base/."""
+    out: set[tuple[str, str, str]] = set()
+    for name in manifests:
+        for doc in yaml.safe_load_all((REPO / "deploy" / "base" / name).read_text()):
+            if doc["kind"] not in ("ClusterRole", "Role"):
+                continue
+            for rule in doc["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        out.update((group, resource, verb) for verb in rule["verbs"])
+    return out
+
+
+def test_operations_page_grants_exactly_what_the_scheduler_roles_grant() -> None:
+    table = section(DOCS / "operations.md", "Permissions")
+    documented = set()
+    for line in table.splitlines()[1:]:
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) != 4 or cells[0] in ("API group", "---"):
+            continue
+        groups = ["" if g == "core" else g.strip("`") for g in cells[0].split(", ")]
+        resources = [r.strip("`") for r in cells[1].split(", ")]
+        verbs = cells[2].split(", ")
+        documented |= {(g, r, v) for g in groups for r in resources for v in verbs}
+    assert documented == granted("scheduler-clusterrole.yaml", "scheduler-role.yaml")
