@@ -3,7 +3,7 @@
 The README is an index that fits on a screen or two; everything else is a page of docs/, each
 reachable from the README in one link. Where a page states what the code does by name (the
 annotation and label names, the make targets, the metrics, the scheduler's permissions, the
-supported Kubernetes versions),
+supported Kubernetes versions, the config fields and chart values they name),
 this module holds the page and the code to the same list, so that neither can drift alone. Every
 link of the README and of docs/ must lead to a file that exists and, for a markdown page, to a
 heading it has (GitHub's anchors). The pod book's table (docs/architecture.md) is checked by
@@ -225,3 +225,35 @@ def test_operations_page_grants_exactly_what_the_scheduler_roles_grant() -> None
         verbs = cells[2].split(", ")
         documented |= {(g, r, v) for g in groups for r in resources for v in verbs}
     assert documented == granted("scheduler-clusterrole.yaml", "scheduler-role.yaml")
+
+
+CONFIG = REPO / "configs" / "scheduler.yaml"
+VALUES = REPO / "deploy" / "helm" / "topo-scheduler" / "values.yaml"
+# A dotted name that ends like this is a file, not a setting (``agent.py``, ``admin.kubeconfig``).
+FILE_SUFFIXES = (".py", ".kubeconfig", ".yaml", ".json", ".md")
+
+
+def resolves(tree: object, path: str) -> bool:
+    for part in path.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
+
+
+def test_every_setting_the_docs_name_exists() -> None:
+    """A backticked ``section.field`` whose section is one of the config file's (or the chart's
+    values) is a setting: it must exist in configs/scheduler.yaml, whose every field is written
+    out, or in the chart's values.yaml (``config.`` there is the same file)."""
+    config = yaml.safe_load(CONFIG.read_text())
+    values = yaml.safe_load(VALUES.read_text())
+    sections = "|".join(sorted(set(config) | set(values)))
+    pattern = re.compile(rf"`((?:{sections})\.[A-Za-z][\w.]*)(?=[`:= ])")
+    unknown = []
+    for page in [README, *PAGES]:
+        for path in pattern.findall(page.read_text()):
+            if path.endswith(FILE_SUFFIXES):
+                continue
+            if not (resolves(config, path) or resolves(values, path)):
+                unknown.append(f"{page.name}: {path}")
+    assert unknown == []
