@@ -3,7 +3,8 @@
 The README is an index that fits on a screen or two; everything else is a page of docs/, each
 reachable from the README in one link. Where a page states what the code does by name (the
 annotation and label names, the make targets, the metrics, the scheduler's permissions, the
-supported Kubernetes versions, the config fields and chart values they name),
+supported Kubernetes versions, the config fields and chart values they name, the README's
+simulate example),
 this module holds the page and the code to the same list, so that neither can drift alone. Every
 link of the README and of docs/ must lead to a file that exists and, for a markdown page, to a
 heading it has (GitHub's anchors). The pod book's table (docs/architecture.md) is checked by
@@ -16,9 +17,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import yaml
 from prometheus_client.metrics_core import Metric
 
+from scheduler.cli import main
 from scheduler.core import names
 from scheduler.service.metrics import Metrics
 
@@ -257,3 +260,14 @@ def test_every_setting_the_docs_name_exists() -> None:
             if not (resolves(config, path) or resolves(values, path)):
                 unknown.append(f"{page.name}: {path}")
     assert unknown == []
+
+
+def test_the_readme_simulate_example_is_what_simulate_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = section(README, "Simulate")
+    match = re.search(r"```sh\ntopo-scheduler simulate (.+)\n```\n\n```\n(.*?)\n```", text, re.S)
+    assert match is not None
+    files = [str(REPO / f) for f in match.group(1).split()]
+    assert main(["simulate", *files]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == match.group(2)
