@@ -53,9 +53,9 @@ from typing import Any
 import msgspec
 import structlog
 
-from scheduler.core import nodesums
-from scheduler.core.objects import ContainerInput, HostPort, NodeInput, PodInput
+from scheduler.core.model.objects import ContainerInput, HostPort, NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot import nodesums
 from scheduler.service import binder as binder_module
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics

@@ -13,21 +13,21 @@ from collections.abc import Callable, Sequence
 
 from msgspec import Struct
 
-from .cluster import ClusterState
-from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .filters.chain import PodFilters
-from .gang import plan_gang
-from .gangsources import best_known, gang_key
-from .members import Member
-from .objects import PodInput
-from .placement import (
+from .gangs.members import Member
+from .gangs.planning import plan_gang
+from .model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
+from .model.gangsources import best_known, gang_key
+from .model.objects import PodInput
+from .placement.nodes import (
     no_node_reason,
     place_shared,
     place_whole,
     place_without_gpus,
     unschedulable_reason,
 )
-from .requests import RequestError, parse_request
+from .resources.requests import RequestError, parse_request
+from .snapshot.cluster import ClusterState
 
 
 class Unit(Struct, frozen=True):

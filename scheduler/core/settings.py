@@ -10,7 +10,7 @@ from typing import Literal
 
 from msgspec import Struct, field
 
-from .objects import TopologyLevel
+from .model.objects import TopologyLevel
 
 GpuPolicy = Literal["topology-aware", "binpack", "spread"]
 NodePolicy = Literal["binpack", "spread"]

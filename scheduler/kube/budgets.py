@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.core.objects import DisruptionBudgetInput
+from scheduler.core.model.objects import DisruptionBudgetInput
 
 from .codec import LabelSelectorWire, ObjectMeta, _selector
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from scheduler.core.inventory import Inventory, inventory_json
+from scheduler.core.resources.inventory import Inventory, inventory_json
 from scheduler.state.base import Store
 
 from .leader import Leadership

@@ -45,11 +45,11 @@ import msgspec
 import structlog
 from prometheus_client import Counter
 
-from scheduler.core.cluster import ClusterState, Nominated
 from scheduler.core.cycle import Unit
-from scheduler.core.filters.resources import pod_requests
-from scheduler.core.objects import DisruptionBudgetInput, PodInput
-from scheduler.core.preemption import NoPreemption, Preemption, preempt
+from scheduler.core.model.objects import DisruptionBudgetInput, PodInput
+from scheduler.core.preemption.preempt import NoPreemption, Preemption, preempt
+from scheduler.core.resources.accounting import pod_requests
+from scheduler.core.snapshot.cluster import ClusterState, Nominated
 from scheduler.kube.podgroups import Eviction
 from scheduler.state.base import Fenced, Nomination, Store, StoreError
 

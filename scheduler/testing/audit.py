@@ -54,13 +54,14 @@ from typing import Any, Final
 
 import msgspec
 
-from scheduler.core import names, nodesums
 from scheduler.core.formats import FormatError
 from scheduler.core.formats import assignment as assignment_format
 from scheduler.core.formats import devices as devices_format
 from scheduler.core.formats import gpus as gpus_format
-from scheduler.core.nodesums import NodeSums
+from scheduler.core.model import names
 from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot import nodesums
+from scheduler.core.snapshot.nodesums import NodeSums
 from scheduler.kube.codec import convert_pod
 from scheduler.state.base import GangRecord, Owner, Record, Store
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.core.requeue import helped_by_added
+from scheduler.core.filters.requeue import helped_by_added
 from tests.builders import MakePod
 
 HOST = "kubernetes.io/hostname"

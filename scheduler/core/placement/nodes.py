@@ -40,17 +40,18 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Protocol
 
-from .cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
-from .decisions import ContainerDevices, Placement, Share
-from .filters.chain import PodFilters
-from .filters.dra import dra_backed_reason
-from .filters.resources import pod_requests
-from .fragmentation import Shape, Target, shape_of, untouched
-from .inventory import Inventory
-from .names import CORES_PER_CARD
-from .objects import PodInput
-from .requests import PodRequest, RequestError, SharedRequest, parse_request
-from .topology import SetChoice
+from ..filters.chain import PodFilters
+from ..filters.dra import dra_backed_reason
+from ..model.decisions import ContainerDevices, Placement, Share
+from ..model.names import CORES_PER_CARD
+from ..model.objects import PodInput
+from ..resources.accounting import pod_requests
+from ..resources.gpusets import SetChoice
+from ..resources.inventory import Inventory
+from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
+from ..snapshot.cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
+from ..snapshot.fragmentation import Shape, Target
+from .shapes import shape_of, untouched
 
 
 class Filter(Protocol):

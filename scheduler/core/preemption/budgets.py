@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from .labels import selector_matches
-from .objects import DisruptionBudgetInput
-from .podindex import PodRecord
+from ..model.labels import selector_matches
+from ..model.objects import DisruptionBudgetInput
+from ..snapshot.podindex import PodRecord
 
 
 class Budgets:

@@ -22,14 +22,14 @@ from itertools import islice
 
 from msgspec import Struct, structs
 
-from .cluster import ClusterState, NodeState
-from .decisions import Placement
-from .domains import Hierarchy, Path, configured, in_use
-from .filters.chain import GroupFilters, PodFilters
+from ..filters.chain import GroupFilters, PodFilters
+from ..model.decisions import Placement
+from ..model.objects import PodInput
+from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.domains import Hierarchy, Path, configured, in_use
+from .constraints import Constraint, gang_constraint, rank_of, rank_order
+from .domainchoice import MAX_PLANS, Tree, path_fits, plans, shortfall
 from .members import Member, split_joint
-from .objects import PodInput
-from .topoconstraints import Constraint, gang_constraint, rank_of, rank_order
-from .topoplace import MAX_PLANS, Tree, path_fits, plans, shortfall
 
 
 class Context(Struct, frozen=True):

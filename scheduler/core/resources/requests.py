@@ -17,10 +17,10 @@ from typing import Final
 import msgspec
 from msgspec import Struct
 
-from . import names
-from .gangsources import Gang, GangError, resolve
-from .objects import ContainerInput, PodInput
-from .settings import GPU_POLICIES, NODE_POLICIES, CoreSettings, GpuPolicy, NodePolicy
+from ..model import names
+from ..model.gangsources import Gang, GangError, resolve
+from ..model.objects import ContainerInput, PodInput
+from ..settings import GPU_POLICIES, NODE_POLICIES, CoreSettings, GpuPolicy, NodePolicy
 
 
 class RequestError(ValueError):

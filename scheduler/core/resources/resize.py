@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..objects import ContainerInput, ContainerStatusInput, PodInput
-from ..podindex import Amounts
-from .resources import (
+from ..model.objects import ContainerInput, ContainerStatusInput, PodInput
+from .accounting import (
+    Amounts,
     ContainerValues,
     aggregate,
     apply_pod_level,
@@ -39,7 +39,7 @@ from .resources import (
     pod_requests,
     spec_values,
 )
-from .resources import parse_values as parse
+from .accounting import parse_values as parse
 
 
 def bound_requests(pod: PodInput, skip: Iterable[str] = ()) -> Amounts:

@@ -66,15 +66,15 @@ from collections.abc import Collection
 
 from msgspec import Struct
 
+from ..cycle import Unit, decide, unit_priority
+from ..gangs.members import Member
+from ..gangs.planning import Size, check_gang
+from ..model.decisions import Placed, Placement, Waiting
+from ..resources.accounting import pod_requests
+from ..resources.requests import PodRequest, RequestError, parse_request
+from ..snapshot.cluster import ClusterState, Nominated
+from ..snapshot.podindex import PodRecord
 from .candidates import fits, in_cluster, in_domains, on_nodes
-from .cluster import ClusterState, Nominated
-from .cycle import Unit, decide, unit_priority
-from .decisions import Placed, Placement, Waiting
-from .filters.resources import pod_requests
-from .gang import Size, check_gang
-from .members import Member
-from .podindex import PodRecord
-from .requests import PodRequest, RequestError, parse_request
 from .victims import Pool
 
 

@@ -31,9 +31,9 @@ from collections.abc import Iterator
 
 from msgspec import Struct
 
-from .cluster import ClusterState, Demand, NodeClass
-from .domains import Hierarchy, Path
-from .topoconstraints import Constraint
+from ..snapshot.cluster import ClusterState, Demand, NodeClass
+from ..snapshot.domains import Hierarchy, Path
+from .constraints import Constraint
 
 # How many plans gang.py tries before it gives the reason (each costs a node-level plan).
 MAX_PLANS = 8

@@ -35,10 +35,10 @@ from typing import NamedTuple
 
 from msgspec import Struct
 
-from . import names
+from ..model import names
+from ..snapshot.cluster import ClusterState, Holding
+from ..snapshot.podindex import PodRecord
 from .budgets import Budgets
-from .cluster import ClusterState, Holding
-from .podindex import PodRecord
 
 
 class Option(Struct, frozen=True):
