@@ -179,7 +179,7 @@ class Effects:
             self.tasks.wake()
 
     def _wake_helped(self, added: PodInput | None) -> None:
-        """A pod appeared bound: the waiting pods it may help retry (core/requeue.py)."""
+        """A pod appeared bound: the waiting pods it may help retry (core/filters/requeue.py)."""
         if added is None:
             return
         self._retry(

@@ -1,8 +1,8 @@
 """Preemption in the running scheduler (issue 14): the shell around the core's ``preempt``.
 
 When the cycle finds a unit (a pod, or a gang's pending members) unschedulable, the leader asks
-the core which lower-priority pods to evict (``core/preemption.py``: whole gangs or an elastic
-gang's surplus, never one member alone; only if the unit then fits, checked with the same
+the core which lower-priority pods to evict (``core/preemption/preempt.py``: whole gangs or an
+elastic gang's surplus, never one member alone; only if the unit then fits, checked with the same
 core). If there are victims, in this order:
 
 1. The nominations are written to the store (fenced, one per preemptor pod: the node and the

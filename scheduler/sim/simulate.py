@@ -8,8 +8,8 @@ its members are in, at its last member's position). Gated pods (``spec.schedulin
 without an attempt. Pods of other schedulers, finished pods and pods being deleted are ignored; a
 pod defined twice counts once, as its last definition. An unschedulable pod's table entry lists
 why each node refuses it, against the cluster as the run leaves it. A unit that cannot be placed
-preempts as the live leader would (``core/preemption.py``): its victims leave the cluster at once
-and it takes their place; the output lists each preemption with its victims.
+preempts as the live leader would (``core/preemption/preempt.py``): its victims leave the cluster at
+once and it takes their place; the output lists each preemption with its victims.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ the store (per-GPU owners, pod records, gang records), and returns the violation
 - ``store-disagrees``: a record that contradicts the apiserver (another node or other GPUs than
   the pod's annotations, ``bound`` for a pod that is not, a reservation with nothing in flight);
 - ``snapshot-drift``: a replica's snapshot whose running sums of a node (cpu, memory and other
-  requests, pod count, host ports, GPU holders: ``core/nodesums.py``, read from its
+  requests, pod count, host ports, GPU holders: ``core/snapshot/nodesums.py``, read from its
   ``/debug/nodes``) differ from the same sums computed afresh from the LIST of every pod, ours
   and other schedulers' (a pod that left unseen and is still charged, say).
 

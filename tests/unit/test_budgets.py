@@ -1,4 +1,4 @@
-"""PodDisruptionBudgets as preemption weighs them (core/budgets.py: kube-scheduler's
+"""PodDisruptionBudgets as preemption weighs them (core/preemption/budgets.py: kube-scheduler's
 filterPodsWithPDBViolation), and their decoding from policy/v1 JSON (kube/budgets.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""core/requeue.py: which waiting pods a pod appearing bound may help (queueing hints)."""
+"""core/filters/requeue.py: which waiting pods a pod appearing bound may help (queueing hints)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Gang planning (rule 3): a gang's pending members placed in one pass, all or nothing.
 
-A gang (``gangsources.py``: ACK's labels, a PodGroup, Kueue, Volcano or Koordinator) has a
+A gang (``model/gangsources.py``: ACK's labels, a PodGroup, Kueue, Volcano or Koordinator) has a
 minimum, the members that must run together, and may have more (an elastic gang's surplus).
 Planning starts only when at least the minimum exists (pending or already bound). Then:
 
@@ -54,7 +54,7 @@ class Size(Struct, frozen=True):
     minimum: int
     total: int  # 0: not said
     bound: int
-    # Planned through topology domains (gangtopo.py); None: as without topology.
+    # Planned through topology domains (gangs/indomains.py); None: as without topology.
     topology: Context | None = None
 
 

@@ -13,7 +13,7 @@ A violation matters more here than in kube-scheduler, which deletes its victims:
 the Eviction API, which refuses an eviction that would break a budget (429). So preemption ranks
 candidates by violations first (a violating victim is a plan that will stall), and never offers a
 gang whose whole eviction breaks a budget: the apiserver would evict members until the budget
-ran out and refuse the rest, leaving a gang below its minimum (victims.py).
+ran out and refuse the rest, leaving a gang below its minimum (preemption/victims.py).
 """
 
 from __future__ import annotations

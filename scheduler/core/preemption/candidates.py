@@ -2,7 +2,7 @@
 gang), the shortest prefix of victim options that fits, the reprieve, and the cheap necessary
 conditions asked before ``decide`` so that a 5,000-node cluster is not ranked for every trial.
 
-preemption.py's docstring says what the search does and why; this is how it stays bounded:
+preemption/preempt.py's docstring says what the search does and why; this is how it stays bounded:
 
 - per node, a lower bound on the candidate's rank (``_bound``, from GPU counts and the options'
   priorities and ages): nodes are tried in that order and the search stops at the first whose

@@ -358,7 +358,7 @@ def _policies(pod: PodInput, settings: CoreSettings) -> tuple[GpuPolicy, NodePol
 
 
 def parse_gang(pod: PodInput) -> Gang | None:
-    """The pod's gang as the pod alone says it (gangsources.resolve without PodGroups: the
+    """The pod's gang as the pod alone says it (model/gangsources.resolve without PodGroups: the
     minimum a PodGroup holds reads 0); RequestError when its sources are malformed or disagree."""
     try:
         return resolve(pod)

@@ -25,7 +25,7 @@ removes (negative: what it adds). It depends on the node's shape (cpu left, the
 cards' free percent as a multiset) alone, so each Target remembers it by shape, and only a node
 whose shape changed is measured again. A node whose status has no cpu counts as having enough.
 
-How placement uses it (placement.py): the gain, ranked as FGD scores it but twice as steep
+How placement uses it (placement/nodes.py): the gain, ranked as FGD scores it but twice as steep
 (``gain_rank``), orders nodes after the rules that come first (a multi-GPU pod's set score, a pod's
 node preferences) and before the rules it replaces while there is a target (smallest fitting
 node, busiest card); its ties go to a node some GPU pod uses already, then by name.

@@ -40,7 +40,7 @@ class PodRecord(Struct, frozen=True):
     # Deleting: still on its node (its resources and ports stay taken) but not counted by
     # topology spread, as in kube-scheduler; never chosen again as a preemption victim.
     terminating: bool = False
-    # What preemption (preemption.py) weighs a victim by: spec.priority, metadata.uid and
+    # What preemption (preemption/preempt.py) weighs a victim by: spec.priority, metadata.uid and
     # creationTimestamp (RFC 3339, sorts as text), and the gang it belongs to with that gang's
     # minimum as far as it is known (0: unknown, so the gang is evicted whole).
     priority: int = 0
