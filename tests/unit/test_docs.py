@@ -22,7 +22,7 @@ import yaml
 from prometheus_client.metrics_core import Metric
 
 from scheduler.cli import main
-from scheduler.core import names
+from scheduler.core.model import names
 from scheduler.service.metrics import Metrics
 
 REPO = Path(__file__).parents[2]
@@ -33,7 +33,7 @@ PAGES = sorted(DOCS.glob("*.md"))
 README_MAX_LINES = 250
 # Link targets that are not files of this repository.
 EXTERNAL = ("http://", "https://", "mailto:")
-# names.py constants that are values of a name, not names: the sGPU QoS row lists them.
+# model/names.py constants that are values of a name, not names: the sGPU QoS row lists them.
 QOS_VALUES = ("SGPU_QOS_POLICIES", "DEFAULT_SGPU_QOS")
 
 
@@ -126,7 +126,7 @@ def test_every_link_leads_to_a_file_and_a_heading() -> None:
 
 
 def names_in_code() -> set[str]:
-    """Every name names.py spells: its string constants and tuples of strings."""
+    """Every name model/names.py spells: its string constants and tuples of strings."""
     found: set[str] = set()
     for constant, value in vars(names).items():
         if not constant.isupper() or constant in QOS_VALUES:
