@@ -41,11 +41,11 @@ from scheduler.state.base import Store
 from .apiserver import Cluster
 from .binder import Binder, bind_timeout_for
 from .cycle import Cycle
-from .effects import Effects, rank, report
+from .effects import Effects, report
 from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
-from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook
+from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook, Transition
 from .preemption import HOLD_S, Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
@@ -129,6 +129,7 @@ class Scheduler:
             wall_ms,
             self.on_lost,
             preemption_hold,
+            dispatch=self._dispatch,
             evictions=metrics.evictions,
         )
         self.effects = Effects(
@@ -167,6 +168,13 @@ class Scheduler:
             self.on_lost,
             gang_wait_timeout,
         )
+
+    def _dispatch(
+        self, key: str, uid: str, event: Event, ctx: Ctx | None = None
+    ) -> Transition | None:
+        """Preemption feeds the book through the effects, which are built after it (they reach
+        preemption for a nomination's store and pod copies)."""
+        return self.effects.dispatch(key, uid, event, ctx)
 
     def _may_write(self) -> bool:
         return self.accepting and self.leadership.leading
@@ -215,7 +223,7 @@ class Scheduler:
             self.sync.request()
         self.ready_to_schedule = True
         for entry in self.book.in_stages(SCHEDULABLE_STAGES):
-            self.queue.add(entry.key, *rank(entry.pod))
+            self.effects.dispatch(entry.key, entry.uid, Event.ELECTED)
         self.tasks.wake()
 
     async def on_lost(self) -> None:
@@ -256,8 +264,7 @@ class Scheduler:
                 await self.cycle.schedule(key, self._next_ready)
             except Exception:
                 log.exception("scheduling attempt crashed", pod=key)
-                if self.book.stage(key) in SCHEDULABLE_STAGES:
-                    self.queue.backoff(key)
+                self.effects.dispatch(key, "", Event.CRASHED)
             await asyncio.sleep(0)  # let watch events in between attempts
 
     def _next_ready(self) -> str | None:
