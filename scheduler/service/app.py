@@ -13,8 +13,8 @@ still schedules, and an eviction a budget refuses is still handled (preemption.p
 
 Optional ones: namespaces, claims and volumes once a pending pod needs them, and PodGroups
 (scheduler-plugins' and Volcano's) while their CRD exists (podgroups.py: checked at start and
-every minute). The PodGroup watches also feed the PodGroup status writer (podgroups.py), as does
-the bound-pods watch (which members are placed, running, finished).
+every minute). The PodGroup watches also feed the PodGroup status writer (podgroups.py), whose
+members follow the pod book (which members are placed, running, finished).
 
 Shutdown on SIGTERM or SIGINT, in this order: readiness turns off, the loop stops taking pods,
 binds in flight finish, the lease is released (a standby takes over at once), watches and
@@ -75,8 +75,7 @@ from . import heap
 from .http import ProbeServer
 from .leader import Leadership, LeaseTiming
 from .metrics import Metrics, TimedStore
-from .podbook import Stage
-from .podgroups import CrdWatches, PodGroupStatuses, read_group
+from .podgroups import CrdWatches, read_group
 from .scheduler import Scheduler
 from .witness import Witness
 
@@ -201,16 +200,10 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         wait_for_unknown_leader=shared,
         witness=witness,
         watch_needed=watch_needed,
+        patch_pod_group=api.patch_pod_group_status,
+        mark_initially_scheduled=api.mark_initially_scheduled,
     )
-
-    # scheduler-plugins PodGroups' status, written by the leader when nobody else writes it.
-    assumed_stage = frozenset({Stage.ASSUMED})
-    statuses = PodGroupStatuses(
-        api.patch_pod_group_status,
-        lambda: leadership.leading,
-        lambda: [e.pod for e in scheduler.book.in_stages(assumed_stage) if e.pod is not None],
-        api.mark_initially_scheduled,
-    )
+    statuses = scheduler.statuses
 
     def pods_version(p: Pod) -> str:
         return p.metadata.resource_version
@@ -220,20 +213,15 @@ async def run(config: Config, kubeconfig: str | None) -> int:
 
         def begin(self) -> None:
             scheduler.intake.bound_list_begin()
-            statuses.pods_list_begin()
 
         def page(self, pods: list[PodInput]) -> None:
             scheduler.intake.bound_list_page(pods)
-            statuses.pods_list_page(pods)
 
         def end(self, version: str) -> None:
             scheduler.intake.bound_list_end(resource_version(version))
-            statuses.pods_list_end()
 
     def bound_event(kind: str, p: Pod) -> None:
-        pod = pod_from_obj(p)
-        scheduler.intake.bound_event(kind, pod)
-        statuses.pod_event(kind, pod)
+        scheduler.intake.bound_event(kind, pod_from_obj(p))
 
     pending_selector = f"spec.schedulerName={config.scheduler_name},spec.nodeName="
     bound_selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"

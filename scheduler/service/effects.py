@@ -7,8 +7,8 @@ what its name says (docs/architecture.md explains each). No condition outside th
 what happens to a pod: where two cases differ, they are two events or two effects.
 
 The effects reach the queue, the snapshot, the store (storesync.py), the binder, preemption's
-nominations, stale gangs, and the apiserver (re-reads, Bindings sent again, reports); the
-background work they start runs on the loop's ``Tasks``.
+nominations, stale gangs, the PodGroup statuses' members, and the apiserver (re-reads, Bindings
+sent again, reports); the background work they start runs on the loop's ``Tasks``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from .binder import Binder, Outcome
 from .events import EventLane
 from .metrics import Metrics
 from .podbook import Ctx, Effect, Event, Explanation, PodBook, Stage, Transition
+from .podgroups import PodGroupStatuses
 from .preemption import Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
@@ -60,6 +61,7 @@ class Effects:
         binder: Binder,
         preemptions: Preemptions,
         stale: StaleGangs,
+        statuses: PodGroupStatuses,
         cluster: Cluster,
         metrics: Metrics,
         clock: Callable[[], float],
@@ -72,6 +74,7 @@ class Effects:
         self.binder = binder
         self.preemptions = preemptions
         self.stale = stale
+        self.statuses = statuses
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
@@ -111,6 +114,8 @@ class Effects:
             Effect.RETRY_NEXT_TURN: self._retry_next_turn,
             Effect.VICTIM_LEFT: self._victim_left,
             Effect.MEMBER_LEFT: self._member_left,
+            Effect.GROUP_COUNT: self._group_count,
+            Effect.GROUP_DROP: self._group_drop,
         }
 
     def stop(self) -> None:
@@ -260,6 +265,17 @@ class Effects:
     def _member_left(self, t: Transition, ctx: Ctx) -> None:
         phase = ctx.pod.phase if ctx.pod is not None and ctx.pod.finished else ""
         self.stale.member_left(self.state.held(t.key), phase)
+
+    def _group_count(self, t: Transition, ctx: Ctx) -> None:
+        assert ctx.pod is not None
+        self.statuses.member_seen(ctx.pod)
+
+    def _group_drop(self, t: Transition, ctx: Ctx) -> None:
+        """Deleted or finished (the bound watch's last object), or missing from a re-list."""
+        if ctx.pod is not None:
+            self.statuses.member_ended(ctx.pod)
+        else:
+            self.statuses.member_missing(t.key)
 
     # ---- waking waiting pods -----------------------------------------------------------------
 

@@ -151,6 +151,8 @@ class Effect(enum.Enum):
     # the other parts' per-pod state
     VICTIM_LEFT = "victim-left"  # preemptors whose last victim it was are tried at once
     MEMBER_LEFT = "member-left"  # its gang may have fallen below its minimum (stale gangs)
+    GROUP_COUNT = "group-count"  # its PodGroup's status counts it as the bound watch shows it
+    GROUP_DROP = "group-drop"  # its PodGroup's status drops it (a finished one is kept)
 
 
 S, E, F = Stage, Event, Effect
@@ -176,9 +178,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.PENDING_SAME): (S.PENDING, (F.KEEP_POD, F.ENQUEUE, F.WAKE_GANG)),
     (S.GONE, E.PENDING_LEFT): (S.GONE, _),
     (S.GONE, E.PENDING_ENDED): (S.GONE, _),
-    (S.GONE, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
-    (S.GONE, E.OTHER_SEEN): (S.OTHER, (F.WAKE,)),
-    (S.GONE, E.BOUND_ENDED): (S.GONE, _),
+    (S.GONE, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.WAKE)),
+    (S.GONE, E.OTHER_SEEN): (S.OTHER, (F.GROUP_COUNT, F.WAKE)),
+    (S.GONE, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP,)),
     (S.GONE, E.INHERIT): (S.INHERITED, (F.HOLD, F.CHECK)),
     # Results about a pod that left meanwhile: whatever the store holds for it goes.
     (S.GONE, E.RESERVE_OK): (S.GONE, (F.RELEASE_STORE,)),
@@ -199,8 +201,8 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.PENDING, E.PENDING_SAME): (S.PENDING, _),  # a re-delivery: nothing new to try
     (S.PENDING, E.PENDING_LEFT): (S.GONE, _PENDING_LEFT),
     (S.PENDING, E.PENDING_ENDED): (S.GONE, _PENDING_LEFT),
-    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
-    (S.PENDING, E.BOUND_ENDED): (S.GONE, _PENDING_LEFT),
+    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
+    (S.PENDING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_PENDING_LEFT)),
     (S.PENDING, E.REPLACED): (S.GONE, _PENDING_LEFT),
     (S.PENDING, E.RELOAD): (S.RELOADED, (F.HOLD,)),
     (S.PENDING, E.TAKEN): (S.PENDING, (F.TAKE,)),
@@ -225,8 +227,11 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # Bound by the previous leader's late Binding, or deleted: read it back before freeing.
     (S.RELOADED, E.PENDING_LEFT): (S.RELOADED, (F.CHECK,)),
     (S.RELOADED, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.RELOADED, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE)),
-    (S.RELOADED, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.RELOADED, E.BOUND_SEEN): (
+        S.BOUND,
+        (F.GROUP_COUNT, F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE),
+    ),
+    (S.RELOADED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.RELOADED, E.REPLACED): (S.GONE, _LEFT),
     (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
     # Decided afresh: the snapshot lets the old reservation go (quietly: it is being decided);
@@ -254,8 +259,8 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # Gone: the assumption goes; the store's answer for a pod no longer in the book (GONE,
     # RESERVE_OK) releases whatever the reservation wrote.
     (S.RESERVING, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
-    (S.RESERVING, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
+    (S.RESERVING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.RESERVING, E.REPLACED): (S.GONE, _LEFT),
     (S.RESERVING, E.RESERVE_OK): (S.BINDING, (F.BIND,)),
     (S.RESERVING, E.RESERVE_FAILED): (
@@ -280,9 +285,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BINDING, E.PENDING_SAME): (S.BINDING, _),
     (S.BINDING, E.PENDING_LEFT): (S.BINDING, _),  # our bind moved it off the pending watch
     (S.BINDING, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.BINDING, E.BOUND_SEEN): (S.BOUND, (F.END_NOMINATION, F.WAKE)),
-    (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE, F.END_NOMINATION)),
-    (S.BINDING, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.BINDING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.END_NOMINATION, F.WAKE)),
+    (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE, F.END_NOMINATION)),
+    (S.BINDING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.BINDING, E.REPLACED): (S.GONE, _LEFT),
     (S.BINDING, E.BIND_OK): (S.ASSUMED, (F.MARK_BOUND, F.SCHEDULED, F.END_NOMINATION)),
     # Not bound: let the assumption and the reservation go; re-read it in case it left. A
@@ -313,9 +318,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.ASSUMED, E.PENDING_SAME): (S.ASSUMED, _),
     (S.ASSUMED, E.PENDING_LEFT): (S.ASSUMED, _),
     (S.ASSUMED, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.ASSUMED, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
-    (S.ASSUMED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.ASSUMED, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.ASSUMED, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.WAKE)),
+    (S.ASSUMED, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE)),
+    (S.ASSUMED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     # A re-list that started before our bind landed: read the pod rather than free it.
     (S.ASSUMED, E.BOUND_MISSING): (S.ASSUMED, (F.CHECK,)),
     (S.ASSUMED, E.REPLACED): (S.GONE, _LEFT),
@@ -329,10 +334,10 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BOUND, E.PENDING_SAME): (S.BOUND, _),
     (S.BOUND, E.PENDING_LEFT): (S.BOUND, _),
     (S.BOUND, E.PENDING_ENDED): (S.BOUND, _),  # the bound watch says when it ends
-    (S.BOUND, E.BOUND_SEEN): (S.BOUND, _),
-    (S.BOUND, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.BOUND, E.BOUND_ENDED): (S.GONE, _BOUND_LEFT),
-    (S.BOUND, E.BOUND_MISSING): (S.GONE, _BOUND_LEFT),
+    (S.BOUND, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT,)),
+    (S.BOUND, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE)),
+    (S.BOUND, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_BOUND_LEFT)),
+    (S.BOUND, E.BOUND_MISSING): (S.GONE, (F.GROUP_DROP, *_BOUND_LEFT)),
     (S.BOUND, E.REPLACED): (S.GONE, _BOUND_LEFT),
     # Our bind's answer came after the watch showed the pod bound.
     (S.BOUND, E.BIND_OK): (S.BOUND, (F.MARK_BOUND, F.SCHEDULED)),
@@ -354,11 +359,11 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.OTHER, E.PENDING_SAME): (S.OTHER, _),
     (S.OTHER, E.PENDING_LEFT): (S.OTHER, _),
     (S.OTHER, E.PENDING_ENDED): (S.OTHER, _),  # the bound watch says when it ends
-    (S.OTHER, E.OTHER_SEEN): (S.OTHER, _),
-    (S.OTHER, E.BOUND_SEEN): (S.BOUND, _),  # it holds GPUs now (annotated later)
+    (S.OTHER, E.OTHER_SEEN): (S.OTHER, (F.GROUP_COUNT,)),
+    (S.OTHER, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT,)),  # it holds GPUs now (annotated later)
     # Nothing of it is in the store, nor queued: the snapshot lets its record go.
-    (S.OTHER, E.BOUND_ENDED): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
-    (S.OTHER, E.BOUND_MISSING): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
+    (S.OTHER, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, F.FREE, F.RETRY, F.VICTIM_LEFT)),
+    (S.OTHER, E.BOUND_MISSING): (S.GONE, (F.GROUP_DROP, F.FREE, F.RETRY, F.VICTIM_LEFT)),
     (S.OTHER, E.REPLACED): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
     (S.OTHER, E.CHECKED_PENDING): (S.OTHER, _),
     (S.OTHER, E.CHECKED_BOUND): (S.OTHER, _),
@@ -372,9 +377,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.INHERITED, E.PENDING_SAME): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     (S.INHERITED, E.PENDING_LEFT): (S.INHERITED, _),
     (S.INHERITED, E.PENDING_ENDED): (S.GONE, _BOUND_LEFT),
-    (S.INHERITED, E.BOUND_SEEN): (S.BOUND, (F.RECONCILE, F.WAKE)),
-    (S.INHERITED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.INHERITED, E.BOUND_ENDED): (S.GONE, _BOUND_LEFT),
+    (S.INHERITED, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE, F.WAKE)),
+    (S.INHERITED, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE)),
+    (S.INHERITED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_BOUND_LEFT)),
     (S.INHERITED, E.REPLACED): (S.GONE, _BOUND_LEFT),
     (S.INHERITED, E.INHERIT): (S.INHERITED, (F.HOLD,)),
     (S.INHERITED, E.CHECKED_PENDING): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),

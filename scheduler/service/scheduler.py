@@ -45,7 +45,8 @@ from .effects import Effects, report
 from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
-from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook, Transition
+from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook, Stage, Transition
+from .podgroups import MarkScheduled, Patch, PodGroupStatuses
 from .preemption import HOLD_S, Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
@@ -79,6 +80,10 @@ class Scheduler:
         # those watches (tests) everything is known.
         watch_needed: Callable[[str], bool] = lambda kind: True,
         witness: Witness | None = None,
+        # The PodGroup status writes (app.py: the apiserver's); without them (tests) the
+        # statuses are kept and never written.
+        patch_pod_group: Patch | None = None,
+        mark_initially_scheduled: MarkScheduled | None = None,
     ) -> None:
         self.name = scheduler_name
         self.cluster = cluster
@@ -132,6 +137,15 @@ class Scheduler:
             dispatch=self._dispatch,
             evictions=metrics.evictions,
         )
+        # scheduler-plugins PodGroups' status, written by the leader when nobody else writes it;
+        # its members follow the book (effects GROUP_COUNT, GROUP_DROP).
+        assumed = frozenset({Stage.ASSUMED})
+        self.statuses = PodGroupStatuses(
+            patch_pod_group,
+            lambda: leadership.leading,
+            lambda: [e.pod for e in self.book.in_stages(assumed) if e.pod is not None],
+            mark_initially_scheduled,
+        )
         self.effects = Effects(
             self.book,
             self.queue,
@@ -139,6 +153,7 @@ class Scheduler:
             self.binder,
             self.preemptions,
             self.stale,
+            self.statuses,
             cluster,
             metrics,
             clock,
