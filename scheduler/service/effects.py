@@ -117,6 +117,7 @@ class Effects:
             Effect.GROUP_COUNT: self._group_count,
             Effect.GROUP_DROP: self._group_drop,
         }
+        assert set(self._handlers) == set(Effect), "every effect has its handler"
 
     def stop(self) -> None:
         """The service drains: no new re-reads, no Binding sent again."""

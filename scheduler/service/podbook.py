@@ -2,12 +2,15 @@
 transition table that says what every event does to it (in the spirit of h11's ``_state.py``).
 
 Everything that can happen to a pod is an event: the watches (pending or bound pod seen, left,
-ended, missing from a re-list), the scheduling cycle (taken, placed, not placed), the store
-(reservation written or refused), the binder (bound, refused, gone, bound elsewhere, unknown) and
-a re-read of the pod from the apiserver (still pending, bound, gone). ``TABLE`` maps (stage,
-event) to the next stage and the effects to run; the book only moves entries, effects.py runs
-the effects, each exactly what its name says: no condition outside the table decides what
-happens to a pod. A pair missing from the table is a bug: it is logged, counted and leaves the
+ended, missing from a re-list), the loop and the scheduling cycle (elected, taken, placed, not
+placed, not ready, crashed), the store (reservation written or refused), the binder (bound,
+refused, gone, bound elsewhere, unknown), a re-read of the pod from the apiserver (still
+pending, bound, gone) and preemption (searched, nominated, its nomination ended, expired or
+reset, its victims gone). ``TABLE`` maps (stage, event) to the next stage and the effects to
+run; the book only moves entries, effects.py runs the effects, each exactly what its name says:
+no condition outside the table decides what happens to a pod, every move of a pod in the
+queue is an effect, and so is every write of a preemptor's nomination and of the PodGroup
+status's members. A pair missing from the table is a bug: it is logged, counted and leaves the
 entry as it was. docs/architecture.md shows the table (a unit test checks it is this one).
 
 Stages (a pod the book does not hold is GONE):

@@ -8,8 +8,9 @@ core). If there are victims, in this order:
 1. The nominations are written to the store (fenced, one per preemptor pod: the node and the
    GPUs the plan gives it, the victims' UIDs, an expiry ``preemptionHoldSeconds`` ahead). A store
    that refuses (fenced, unavailable) means nothing is evicted: the unit is retried later.
-2. The snapshot holds the same nominations (``ClusterState.nominate``): pods of equal or lower
-   priority cannot take those GPUs; the preemptor itself and higher-priority pods can.
+2. The pod book's NOMINATED event: the preemptor's entry and the snapshot hold the same
+   nominations (``ClusterState.nominate``): pods of equal or lower priority cannot take those
+   GPUs; the preemptor itself and higher-priority pods can.
 3. Off the cycle's path: each preemptor pod's ``status.nominatedNodeName`` is set; every victim's
    eviction is first asked as a dry run, and only when none is refused are they all evicted
    through the Eviction API, so a plan (a gang above all) is carried out whole or not at all;
@@ -23,6 +24,10 @@ preemptor plans again at its next attempt: a victim elsewhere that can be evicte
 instead of waiting on the refused one. The budgets themselves are watched (``replace_budgets``,
 ``budget_event``) and the core ranks candidates by the violations they would cause first, so a
 refusal is only met when the snapshot's budgets were stale.
+
+Preemption reads the nominations and feeds the book the events that change them (SEARCHED,
+NOMINATED, NOMINATION_ENDED, NOMINATION_EXPIRED, NOMINATION_RESET); the effects of the book's
+table write them (podbook.py), here only the store's copy before NOMINATED.
 
 A preemptor with a live nomination is not preempted for again: it waits for its victims, and is
 retried each time a pod leaves. Its nomination ends when it is placed (the core lets it go in
