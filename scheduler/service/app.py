@@ -32,7 +32,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 
 from scheduler.config import Config, ConfigError, RedisSentinel, Run, sentinel_problems
-from scheduler.core import nodesums
+from scheduler.core.snapshot import nodesums
 from scheduler.kube.api import KubeApi
 from scheduler.kube.client import POOL_SIZE, api_client
 from scheduler.state.base import Store

@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import structlog
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import assume
-from scheduler.core.decisions import Placement
-from scheduler.core.objects import PodInput
-from scheduler.core.requeue import helped_by_added
+from scheduler.core.filters.requeue import helped_by_added
+from scheduler.core.model.decisions import Placement
+from scheduler.core.model.objects import PodInput
+from scheduler.core.snapshot.cluster import ClusterState
 
 from .apiserver import Cluster
 from .binder import Binder, Outcome
@@ -295,7 +295,7 @@ class Effects:
         self._retry([m.key for m in members])
 
     def _wake(self, t: Transition, ctx: Ctx) -> None:
-        """A pod appeared bound: the waiting pods it may help retry (core/requeue.py)."""
+        """A pod appeared bound: the waiting pods it may help retry (core/filters/requeue.py)."""
         added = ctx.pod
         if added is None:
             return

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from scheduler.core.objects import PodInput, TopologyInput
+from scheduler.core.model.objects import PodInput, TopologyInput
 from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.codec import (
