@@ -1,6 +1,6 @@
 """Watch events into the snapshot and the pod book (synchronous and cheap: no I/O here).
 
-Three reflectors call in (app.py): pending pods of this scheduler, pods bound to nodes (which
+Three reflectors call in (watches.py): pending pods of this scheduler, pods bound to nodes (which
 GPUs are in use), and nodes; and the optional ones: namespaces, claims and volumes once a pod
 needs them, PodGroups of either API group while their CRD exists. Nodes and PodGroups go to the
 snapshot directly. A bound pod is charged to the snapshot first (the bound watch is the truth),

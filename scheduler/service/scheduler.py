@@ -7,11 +7,14 @@ store reservation -> bind -> confirmation by the bound watch (docs/architecture.
 - podbook.py: one entry per pod with its stage, and the one transition table;
 - effects.py: what each transition does (queue, snapshot, store, Bindings, re-reads, reports);
 - cycle.py: the scheduling cycle (serial): pop, decide, assume, reserve;
-- binder.py: the Bindings (concurrent), each pod's outcome returned;
-- storesync.py: claims from holdings, the writes after binds, reconcile.
+- binder.py: the binding cycle (concurrent): a unit's Bindings, handed over by the cycle once
+  its reservation is answered, each pod's outcome returned;
+- storesync.py: claims from holdings, the writes after binds, reconcile;
+- preemption.py: victims for an unschedulable unit; its nominations are the book's events;
+- podgroups.py: the PodGroup statuses, whose members follow the book.
 
 The parts are built in the order they need each other and handed to each other whole; nothing
-is set on a part after it is built. The watches call ``intake`` directly (app.py), the loop
+is set on a part after it is built. The watches call ``intake`` directly (watches.py), the loop
 below calls ``cycle``.
 
 Leadership: only the leader schedules. On election it inherits the store records of pods it
@@ -76,8 +79,8 @@ class Scheduler:
         preemption_hold: float = HOLD_S,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         # Starts the namespace ("namespaces"), claim and volume ("volumes") or PodGroup watches
-        # the first time a pending pod needs them; True once they have listed (app.py). Without
-        # those watches (tests) everything is known.
+        # the first time a pending pod needs them; True once they have listed (watches.py).
+        # Without those watches (tests) everything is known.
         watch_needed: Callable[[str], bool] = lambda kind: True,
         witness: Witness | None = None,
         # The PodGroup status writes (app.py: the apiserver's); without them (tests) the
