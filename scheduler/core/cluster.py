@@ -57,21 +57,11 @@ from .fragmentation import Profile, Shape, request_class
 from .gangsources import best_known
 from .inventory import Inventory, InventoryError, read_inventory
 from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
-from .objects import (
-    ClaimInput,
-    DeviceClassInput,
-    DisruptionBudgetInput,
-    NamespaceInput,
-    NodeInput,
-    PodGroupInput,
-    PodInput,
-    ResourceClaimInput,
-    TopologyInput,
-    VolumeInput,
-)
+from .objects import NodeInput, PodInput
 from .podindex import Amounts, PodIndex, PodRecord, host_ports
 from .requests import gpu_resource_names, kubelet_request, parse_count
 from .settings import CoreSettings
+from .snapshot.watched import Inputs
 from .topology import Topology
 
 
@@ -299,28 +289,21 @@ class ClusterState:
         # How many nodes carry each label key: a gang whose members repel each other on a key
         # every node has cannot share any node, which is known without scanning them.
         self.label_keys: dict[str, int] = {}
-        self.namespaces: dict[str, NamespaceInput] = {}
-        self.claims: dict[str, ClaimInput] = {}
-        self.volumes: dict[str, VolumeInput] = {}
-        # PodDisruptionBudgets by namespace/name: which victims preemption would rather spare.
-        self.budgets: dict[str, DisruptionBudgetInput] = {}
-        # DRA (filters/dra.py): ResourceClaims by namespace/name, DeviceClasses by name, and
-        # the extended resources the DeviceClasses back (resource -> class).
-        self.resource_claims: dict[str, ResourceClaimInput] = {}
-        self.device_classes: dict[str, DeviceClassInput] = {}
+        # The watched inputs (namespaces, claims, volumes, budgets, DRA objects, PodGroups,
+        # Topologies), and what is derived from them: the extended resources the DeviceClasses
+        # back (resource -> class), and each node's path in each topology hierarchy (below).
+        self.inputs = Inputs()
         self.dra_extended: dict[str, str] = {}
-        # PodGroup objects by PodGroupInput.key (gang sizes for pods that name one).
-        self.pod_groups: dict[str, PodGroupInput] = {}
+        self.inputs.device_classes.on_change = self._read_device_classes
+        self.inputs.topologies.on_change = self._forget_hierarchies
         # Bound gang members: gang key -> pod keys (for "k of N present" and conflicts).
         self.gang_bound: dict[str, set[str]] = {}
         # Nominations by preemptor pod key, and which are on each node (also nodes not known
         # yet: charged when the node arrives).
         self._nominations: dict[str, Nominated] = {}
         self._nominated_on: dict[str, set[str]] = {}
-        # Kueue and KAI Topology objects by TopologyInput.key (issue 21), and each node's path
-        # in each hierarchy asked about (dropped with the node's object, or all of them when a
-        # Topology changes: there are a few hierarchies, not one per pod).
-        self.topologies: dict[str, TopologyInput] = {}
+        # Each node's path in each hierarchy asked about (dropped with the node's object, or
+        # all of them when a Topology changes: there are a few hierarchies, not one per pod).
         self._paths: dict[Hierarchy, dict[str, Path]] = {}
         self._domains: dict[Hierarchy, DomainIndex] = {}
 
@@ -423,7 +406,7 @@ class ClusterState:
         if not pod.node_name or pod.finished:
             self.remove_pod(pod.key)
             return None
-        gang = best_known(pod, self.pod_groups)  # once, for the record and the holding
+        gang = best_known(pod, self.inputs.pod_groups)  # once, for the record and the holding
         gang_key, minimum = (gang.key, gang.minimum) if gang is not None else (None, 0)
         self.put_record(record_of(pod, pod.node_name, self.gpu_names, gang_key, minimum))
         try:
@@ -534,31 +517,8 @@ class ClusterState:
     def on_every_node(self, key: str) -> bool:
         return self.label_keys.get(key, 0) == len(self.nodes)
 
-    def set_namespace(self, namespace: NamespaceInput) -> None:
-        self.namespaces[namespace.name] = namespace
-
-    def remove_namespace(self, name: str) -> None:
-        self.namespaces.pop(name, None)
-
-    def set_claim(self, claim: ClaimInput) -> None:
-        self.claims[claim.key] = claim
-
-    def remove_claim(self, key: str) -> None:
-        self.claims.pop(key, None)
-
-    def set_volume(self, volume: VolumeInput) -> None:
-        self.volumes[volume.name] = volume
-
-    def remove_volume(self, name: str) -> None:
-        self.volumes.pop(name, None)
-
-    def set_topology(self, topology: TopologyInput) -> None:
-        self.topologies[topology.key] = topology
-        self._forget_hierarchies()
-
-    def remove_topology(self, key: str) -> None:
-        if self.topologies.pop(key, None) is not None:
-            self._forget_hierarchies()
+    def _read_device_classes(self) -> None:
+        self.dra_extended = extended_resources(self.inputs.device_classes.values())
 
     def _forget_hierarchies(self) -> None:
         """A Topology object changed: the hierarchies built from the old one are not asked
@@ -582,32 +542,6 @@ class ClusterState:
         if found is None:
             found = paths[name] = hierarchy.path(self.nodes[name].node)
         return found
-
-    def set_budget(self, budget: DisruptionBudgetInput) -> None:
-        self.budgets[budget.key] = budget
-
-    def remove_budget(self, key: str) -> None:
-        self.budgets.pop(key, None)
-
-    def set_resource_claim(self, claim: ResourceClaimInput) -> None:
-        self.resource_claims[claim.key] = claim
-
-    def remove_resource_claim(self, key: str) -> None:
-        self.resource_claims.pop(key, None)
-
-    def set_device_class(self, device_class: DeviceClassInput) -> None:
-        self.device_classes[device_class.name] = device_class
-        self.dra_extended = extended_resources(self.device_classes.values())
-
-    def remove_device_class(self, name: str) -> None:
-        if self.device_classes.pop(name, None) is not None:
-            self.dra_extended = extended_resources(self.device_classes.values())
-
-    def set_pod_group(self, group: PodGroupInput) -> None:
-        self.pod_groups[group.key] = group
-
-    def remove_pod_group(self, key: str) -> None:
-        self.pod_groups.pop(key, None)
 
     def hold(self, holding: Holding) -> str | None:
         """Charge a holding to its node (assume). Returns a warning on a double claim.

@@ -66,7 +66,7 @@ def check_gang(
     gangs: list[Gang] = []
     for m in members:
         try:
-            resolved = resolve(m.pod, state.pod_groups)
+            resolved = resolve(m.pod, state.inputs.pod_groups)
         except GangPending as exc:
             return Waiting(keys, f"gang {gang}: {exc}")
         except GangError as exc:

@@ -53,7 +53,7 @@ def context(
     """How the gang of these pods is planned through domains; None: as without topology.
     TopologyError / TopologyPending when its constraint is malformed or disputed."""
     settings = state.settings.topology
-    constraint = gang_constraint(pods, state.pod_groups, settings, state.topologies)
+    constraint = gang_constraint(pods, state.inputs.pod_groups, settings, state.inputs.topologies)
     if constraint is not None:
         return Context(constraint.hierarchy, constraint, settings.compact_gangs, within)
     hierarchy = configured(settings)

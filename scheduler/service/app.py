@@ -38,6 +38,16 @@ import structlog
 from scheduler.config import Config, ConfigError, RedisSentinel, sentinel_problems
 from scheduler.core import nodesums
 from scheduler.core.objects import PodInput, TopologyInput
+from scheduler.core.snapshot.watched import (
+    CLAIMS,
+    DEVICE_CLASSES,
+    NAMESPACES,
+    POD_GROUPS,
+    RESOURCE_CLAIMS,
+    TOPOLOGIES,
+    VOLUMES,
+    Kind,
+)
 from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.client import POOL_SIZE, api_client
@@ -280,14 +290,14 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     # Namespaces (for namespaceSelector) and claims and volumes (for the volume filter) are
     # watched only once a pending pod needs them: most clusters' GPU pods use neither, and a
     # scheduler that never needs them asks the apiserver for nothing more.
-    def lazy(kind: str, struct: Any, convert: Any, replace: Any, event: Any) -> Reflector[Any]:
+    def lazy(kind: str, struct: Any, convert: Any, watched: Kind[Any]) -> Reflector[Any]:
         return Reflector(
             kind,
             struct,
             lambda: api.list_kind(kind),
             lambda rv, t: api.watch_kind(kind, rv, t),
-            lambda items: replace([convert(item) for item in items]),
-            lambda change, item: event(change, convert(item)),
+            lambda items: scheduler.intake.replace(watched, [convert(item) for item in items]),
+            lambda change, item: scheduler.intake.event(watched, change, convert(item)),
             version,
         )
 
@@ -297,8 +307,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
                 "namespaces",
                 Namespace,
                 namespace_from_obj,
-                scheduler.intake.replace_namespaces,
-                scheduler.intake.namespace_event,
+                NAMESPACES,
             )
         ],
         # DRA (filters/dra.py): ResourceClaims and DeviceClasses, once a pod uses a claim.
@@ -307,15 +316,13 @@ async def run(config: Config, kubeconfig: str | None) -> int:
                 "resourceclaims",
                 ResourceClaim,
                 resource_claim_from_obj,
-                scheduler.intake.replace_resource_claims,
-                scheduler.intake.resource_claim_event,
+                RESOURCE_CLAIMS,
             ),
             lazy(
                 "deviceclasses",
                 DeviceClass,
                 device_class_from_obj,
-                scheduler.intake.replace_device_classes,
-                scheduler.intake.device_class_event,
+                DEVICE_CLASSES,
             ),
         ],
         "volumes": [
@@ -323,15 +330,13 @@ async def run(config: Config, kubeconfig: str | None) -> int:
                 "persistentvolumeclaims",
                 Claim,
                 claim_from_obj,
-                scheduler.intake.replace_claims,
-                scheduler.intake.claim_event,
+                CLAIMS,
             ),
             lazy(
                 "persistentvolumes",
                 Volume,
                 volume_from_obj,
-                scheduler.intake.replace_volumes,
-                scheduler.intake.volume_event,
+                VOLUMES,
             ),
         ],
     }
@@ -342,12 +347,12 @@ async def run(config: Config, kubeconfig: str | None) -> int:
 
         def replace(items: list[PodGroup]) -> None:
             read = [read_group(listed_as(item, resource)) for item in items]
-            scheduler.intake.replace_pod_groups(resource.group, [group for group, _ in read])
+            scheduler.intake.replace(POD_GROUPS, [group for group, _ in read], resource.group)
             statuses.groups_replaced(resource.group, read)
 
         def event(change: str, item: PodGroup) -> None:
             group, observed = read_group(item)
-            scheduler.intake.pod_group_event(change, group)
+            scheduler.intake.event(POD_GROUPS, change, group)
             if change == "DELETED":
                 statuses.group_removed(group.key)
             else:
@@ -377,15 +382,15 @@ async def run(config: Config, kubeconfig: str | None) -> int:
 
         def replace(items: list[Topology]) -> None:
             found = [usable(item) for item in items]
-            scheduler.intake.replace_topologies(project, [t for t in found if t is not None])
+            scheduler.intake.replace(TOPOLOGIES, [t for t in found if t is not None], project)
 
         def event(change: str, item: Topology) -> None:
             found = usable(item)
             if found is not None:
-                scheduler.intake.topology_event(change, found)
+                scheduler.intake.event(TOPOLOGIES, change, found)
             elif change == "DELETED":
-                scheduler.intake.topology_event(
-                    change, TopologyInput(project, item.metadata.name, ())
+                scheduler.intake.event(
+                    TOPOLOGIES, change, TopologyInput(project, item.metadata.name, ())
                 )
 
         return Reflector(
@@ -400,10 +405,11 @@ async def run(config: Config, kubeconfig: str | None) -> int:
 
     def crd_cleared(kind: str) -> None:
         if kind in TOPOLOGY_RESOURCES:
-            scheduler.intake.replace_topologies(TOPOLOGY_KINDS[TOPOLOGY_RESOURCES[kind].group], [])
+            project = TOPOLOGY_KINDS[TOPOLOGY_RESOURCES[kind].group]
+            scheduler.intake.replace(TOPOLOGIES, [], project)
             return
         resource = CUSTOM_RESOURCES[kind]
-        scheduler.intake.replace_pod_groups(resource.group, [])
+        scheduler.intake.replace(POD_GROUPS, [], resource.group)
         statuses.groups_replaced(resource.group, [])
 
     def maker(resource: CustomResource) -> Callable[[], Reflector[Any]]:

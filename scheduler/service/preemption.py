@@ -360,17 +360,11 @@ class Preemptions:
     # ---- PodDisruptionBudgets (the policy/v1 watch): the core's input ----------------------
 
     def replace_budgets(self, budgets: list[DisruptionBudgetInput]) -> None:
-        for key in set(self.state.budgets) - {b.key for b in budgets}:
-            self.state.remove_budget(key)
-        for budget in budgets:
-            self.state.set_budget(budget)
+        self.state.inputs.budgets.replace(budgets)
         self._budgets_changed({b.namespace for b in budgets})
 
     def budget_event(self, kind: str, budget: DisruptionBudgetInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_budget(budget.key)
-        else:
-            self.state.set_budget(budget)
+        self.state.inputs.budgets.event(kind, budget)
         self._budgets_changed({budget.namespace})
 
     def _budgets_changed(self, namespaces: set[str]) -> None:

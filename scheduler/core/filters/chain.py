@@ -97,10 +97,10 @@ class PodFilters:
         self.pod = pod
         self.requests: Amounts = pod_requests(pod, state.gpu_names, strict=True)
         self.ports: tuple[HostPort, ...] = host_ports(pod)
-        volumes = prefilter_volumes(pod, state.claims, state.volumes)
+        volumes = prefilter_volumes(pod, state.inputs.claims, state.inputs.volumes)
         self.problem: str | None = volumes if isinstance(volumes, str) else None
         self.volumes: VolumeCheck | None = volumes if isinstance(volumes, VolumeCheck) else None
-        dra = prefilter_dra(pod, state.resource_claims)
+        dra = prefilter_dra(pod, state.inputs.resource_claims)
         if self.problem is None and isinstance(dra, str):
             self.problem = dra
         self.dra: DraCheck | None = dra if isinstance(dra, DraCheck) else None
@@ -110,7 +110,7 @@ class PodFilters:
         self.features = required_features(pod)
         nodes = NodeInputs(state.nodes)
         self.interpod: InterPod | None = prefilter_interpod(
-            pod, state.index, nodes, state.namespaces
+            pod, state.index, nodes, state.inputs.namespaces
         )
         self.spread: Spread | None = prefilter_spread(
             pod, state.index, nodes, lambda node: affinity_matches(pod, node)
@@ -256,7 +256,7 @@ def _in_namespaces(term: PodAffinityTerm, own: str, namespace: str, state: Clust
         return True
     if term.namespace_selector is None:
         return False
-    ns = state.namespaces.get(namespace)
+    ns = state.inputs.namespaces.get(namespace)
     return selector_matches(term.namespace_selector, ns.labels if ns is not None else {})
 
 
