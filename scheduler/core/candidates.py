@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .cluster import ClusterState, NodeState
+from .cluster import ClusterState
 from .cycle import Unit, decide, unit_priority
 from .decisions import Placed
 from .domains import Path
@@ -30,6 +30,7 @@ from .gang import Size
 from .names import CORES_PER_CARD
 from .podindex import PodRecord
 from .requests import PodRequest, RequestError
+from .snapshot.nodes import NodeState
 from .victims import Later, Option, Pool, Rank, gpu_mask, rank
 
 # kube-scheduler's DefaultPreemption bounds: at least this many candidate nodes, or this percent.

@@ -35,12 +35,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from .names import CORES_PER_CARD
-
-if TYPE_CHECKING:  # cluster.py holds a Profile: a runtime import would be circular
-    from .cluster import NodeState
+from .snapshot.nodes import NodeState
 
 # A request class: (cpu millicores, cards, percent of each card).
 RequestClass = tuple[int, int, int]

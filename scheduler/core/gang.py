@@ -37,7 +37,7 @@ import msgspec
 from msgspec import Struct
 
 from . import names
-from .cluster import ClusterState, Demand, NodeState
+from .cluster import ClusterState
 from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .filters.chain import GroupFilters, PodFilters
 from .gangsources import Gang, GangError, GangPending, resolve
@@ -45,6 +45,7 @@ from .gangtopo import Context, annotate, context, plan_in_domains, surplus_scope
 from .members import Member, split_joint
 from .placement import best_whole_node, unschedulable_reason, whole_placement
 from .requests import RequestError
+from .snapshot.nodes import Demand, NodeState
 from .topoconstraints import TopologyError, TopologyPending, rank_order
 
 

@@ -22,12 +22,13 @@ from itertools import islice
 
 from msgspec import Struct, structs
 
-from .cluster import ClusterState, NodeState
+from .cluster import ClusterState
 from .decisions import Placement
 from .domains import Hierarchy, Path, configured, in_use
 from .filters.chain import GroupFilters, PodFilters
 from .members import Member, split_joint
 from .objects import PodInput
+from .snapshot.nodes import NodeState
 from .topoconstraints import Constraint, gang_constraint, rank_of, rank_order
 from .topoplace import MAX_PLANS, Tree, path_fits, plans, shortfall
 

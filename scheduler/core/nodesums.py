@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable
 
 from msgspec import Struct, field
 
-from .cluster import ClusterState, bits
+from .cluster import ClusterState
 from .filters.resources import pod_requests
 from .formats import FormatError
 from .formats import devices as devices_format
@@ -29,6 +29,7 @@ from .objects import HostPort, PodInput
 from .podindex import host_ports
 from .requests import gpu_resource_names, kubelet_request
 from .settings import CoreSettings
+from .snapshot.holdings import bits
 
 
 class NodeSums(Struct, frozen=True, kw_only=True):

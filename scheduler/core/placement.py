@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Protocol
 
-from .cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
+from .cluster import ClusterState
 from .decisions import ContainerDevices, Placement, Share
 from .filters.chain import PodFilters
 from .filters.dra import dra_backed_reason
@@ -50,6 +50,7 @@ from .inventory import Inventory
 from .names import CORES_PER_CARD
 from .objects import PodInput
 from .requests import PodRequest, RequestError, SharedRequest, parse_request
+from .snapshot.nodes import CardUse, Demand, NodeClass, NodeState
 from .topology import SetChoice
 
 

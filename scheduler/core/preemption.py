@@ -67,7 +67,7 @@ from collections.abc import Collection
 from msgspec import Struct
 
 from .candidates import fits, in_cluster, in_domains, on_nodes
-from .cluster import ClusterState, Nominated
+from .cluster import ClusterState
 from .cycle import Unit, decide, unit_priority
 from .decisions import Placed, Placement, Waiting
 from .filters.resources import pod_requests
@@ -75,6 +75,7 @@ from .gang import Size, check_gang
 from .members import Member
 from .podindex import PodRecord
 from .requests import PodRequest, RequestError, parse_request
+from .snapshot.nominations import Nominated
 from .victims import Pool
 
 

@@ -31,8 +31,9 @@ from collections.abc import Iterator
 
 from msgspec import Struct
 
-from .cluster import ClusterState, Demand, NodeClass
+from .cluster import ClusterState
 from .domains import Hierarchy, Path
+from .snapshot.nodes import Demand, NodeClass
 from .topoconstraints import Constraint
 
 # How many plans gang.py tries before it gives the reason (each costs a node-level plan).

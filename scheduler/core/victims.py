@@ -37,8 +37,9 @@ from msgspec import Struct
 
 from . import names
 from .budgets import Budgets
-from .cluster import ClusterState, Holding
+from .cluster import ClusterState
 from .podindex import PodRecord
+from .snapshot.holdings import Holding
 
 
 class Option(Struct, frozen=True):

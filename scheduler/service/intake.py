@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
-from scheduler.core.cluster import ClusterState, bits
+from scheduler.core.cluster import ClusterState
 from scheduler.core.names import (
     KAI_TOPOLOGY_ANNOTATION,
     KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
@@ -39,6 +39,7 @@ from scheduler.core.names import (
     VOLCANO_GROUP_ANNOTATION,
 )
 from scheduler.core.objects import NodeInput, PodInput
+from scheduler.core.snapshot.holdings import bits
 from scheduler.core.snapshot.watched import Kind
 from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_POD_GROUPS
 from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES

@@ -43,10 +43,11 @@ from dataclasses import dataclass, field
 import msgspec
 import structlog
 
-from scheduler.core.cluster import Holding, Nominated
 from scheduler.core.cycle import gang_of
 from scheduler.core.decisions import Placement
 from scheduler.core.objects import PodInput
+from scheduler.core.snapshot.holdings import Holding
+from scheduler.core.snapshot.nominations import Nominated
 
 log = structlog.get_logger("podbook")
 

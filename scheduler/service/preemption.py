@@ -45,11 +45,12 @@ import msgspec
 import structlog
 from prometheus_client import Counter
 
-from scheduler.core.cluster import ClusterState, Nominated
+from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit
 from scheduler.core.filters.resources import pod_requests
 from scheduler.core.objects import DisruptionBudgetInput, PodInput
 from scheduler.core.preemption import NoPreemption, Preemption, preempt
+from scheduler.core.snapshot.nominations import Nominated
 from scheduler.kube.podgroups import Eviction
 from scheduler.state.base import Fenced, Nomination, Store, StoreError
 

@@ -33,8 +33,9 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from scheduler.core.cluster import ClusterState, Holding, bits
+from scheduler.core.cluster import ClusterState
 from scheduler.core.decisions import Share
+from scheduler.core.snapshot.holdings import Holding, bits
 from scheduler.state.base import Claim, Record, ShareClaim, Store, StoreError
 
 from .inventories import NodeInventories

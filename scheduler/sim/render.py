@@ -6,8 +6,9 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.cluster import NodeState, bits
 from scheduler.core.decisions import Placement
+from scheduler.core.snapshot.holdings import bits
+from scheduler.core.snapshot.nodes import NodeState
 
 from .simulate import SimResult
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import msgspec
 
 from scheduler.config import Config
-from scheduler.core.cluster import ClusterState, bits
+from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, schedule_in_order
 from scheduler.core.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from scheduler.core.objects import PodInput
 from scheduler.core.placement import refusals
 from scheduler.core.preemption import NoPreemption, preempt
+from scheduler.core.snapshot.holdings import bits
 
 from .loader import Loaded
 

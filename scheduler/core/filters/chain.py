@@ -49,7 +49,8 @@ from .spread import Spread, prefilter_spread
 from .volumes import VolumeCheck, prefilter_volumes
 
 if TYPE_CHECKING:
-    from ..cluster import ClusterState, NodeState
+    from ..cluster import ClusterState
+    from ..snapshot.nodes import NodeState
 
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 
