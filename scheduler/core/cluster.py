@@ -278,6 +278,16 @@ class ClusterState:
         state.charge(holding, self.resource_index, -1)
         self.node_index.index(state)
 
+    def unhold(self, holding: Holding) -> None:
+        """Take a hold back (a tentative scope's undo): release it from its node, or drop it
+        where it waits for its node."""
+        if self._holdings.orphans.get(holding.pod) == holding:
+            del self._holdings.orphans[holding.pod]
+            if holding.gang:
+                self._holdings.leave_gang(holding.gang, holding.pod)
+            return
+        self.release(holding)
+
     def apply(self, placement: Placement, pod: PodInput, replicas: int = 0) -> None:
         """Assume a placement the core decided (before the shell has bound it): its GPUs, and
         the pod's record on the node for the Kubernetes filters. A nomination of the pod is used

@@ -29,6 +29,8 @@ class Target(Protocol):
 
     def release(self, holding: Holding) -> None: ...
 
+    def unhold(self, holding: Holding) -> None: ...
+
     def put_record(self, record: PodRecord) -> None: ...
 
     def drop_record(self, key: str) -> None: ...
@@ -39,12 +41,12 @@ class Target(Protocol):
 
 
 class Held(Struct, frozen=True):
-    """A holding was charged: undone by releasing it."""
+    """A holding was charged (or waits for its node): undone by taking it back."""
 
     holding: Holding
 
     def undo(self, target: Target) -> None:
-        target.release(self.holding)
+        target.unhold(self.holding)
 
 
 class Released(Struct, frozen=True):
