@@ -14,6 +14,7 @@ It composes the parts in ``core/snapshot/``, each with one job, and keeps them c
 - ``watched``: the watched inputs (namespaces, claims, volumes, budgets, DRA objects, PodGroups,
   Topologies), one keyed collection each;
 - ``undo``: the typed operations a ``tentative()`` scope reverts;
+- ``memos``: what is remembered between decisions (parsed specs and quantities, topologies);
 - and the fragmentation ``profile`` (fragmentation.py), the request class of every pod held.
 
 The methods here are the changes that touch several parts at once (a holding charges its node,
@@ -52,6 +53,7 @@ from .requests import gpu_resource_names, parse_count
 from .settings import CoreSettings
 from .snapshot.bound import allocated_mask, annotated_holding, guess
 from .snapshot.holdings import Holding, Holdings, bits, holding_of, share_mask
+from .snapshot.memos import Memos
 from .snapshot.nodes import Demand, DomainIndex, NodeClass, NodeIndex, NodeState
 from .snapshot.nominations import Nominated, Nominations
 from .snapshot.records import Records, record_of
@@ -83,6 +85,8 @@ class ClusterState:
         # fragmentation measure weighs placements by (fragmentation.py).
         self.profile = Profile()
         self._undo = UndoLog()
+        # What is remembered between decisions (parsed specs and quantities, topologies).
+        self.memos = Memos()
         # The watched inputs, and what is derived from them: the extended resources the
         # DeviceClasses back (resource -> class), and the nodes' paths in the hierarchies.
         self.inputs = Inputs()
@@ -97,7 +101,7 @@ class ClusterState:
         amount of a whole-GPU resource is malformed (several are joined by "; ")."""
         warnings: list[str] = []
         try:
-            inventory = read_inventory(node)
+            inventory = read_inventory(node, self.memos.topologies)
             error = None
         except InventoryError as exc:
             inventory, error = None, str(exc)
@@ -105,7 +109,9 @@ class ClusterState:
         allocatable = self._read_allocatable(node, warnings)
         state = NodeState(node, inventory, error, allocatable)
         if node.allocatable is not None:
-            state.resources = node_allocatable(node.allocatable, self.gpu_names)
+            state.resources = node_allocatable(
+                node.allocatable, self.gpu_names, self.memos.quantities
+            )
         for key in self._records.on(node.name):
             state.charge_record(self.index.records[key], +1)
         for key in self._nominations.on(node.name):
@@ -143,7 +149,7 @@ class ClusterState:
             count = 0
             if text is not None:
                 try:
-                    count = parse_count(text)
+                    count = parse_count(text, self.memos.quantities)
                 except ValueError as exc:
                     warnings.append(
                         f"node {node.name}: status.allocatable[{resource}]: {exc}; "
@@ -181,10 +187,12 @@ class ClusterState:
             return None
         gang = best_known(pod, self.inputs.pod_groups)  # once, for the record and the holding
         gang_key, minimum = (gang.key, gang.minimum) if gang is not None else (None, 0)
-        self.put_record(record_of(pod, pod.node_name, self.gpu_names, gang_key, minimum))
+        self.put_record(
+            record_of(pod, pod.node_name, self.gpu_names, gang_key, minimum, self.memos.requests)
+        )
         try:
             holding = annotated_holding(
-                pod, gang_key, minimum, self.settings, self.holdings.get(pod.key)
+                pod, gang_key, minimum, self.settings, self.holdings.get(pod.key), self.memos
             )
         except ValueError as exc:
             return f"pod {pod.key}: {exc}; its GPUs are not tracked"
@@ -294,7 +302,10 @@ class ClusterState:
         up: it holds what it was placed on now (a forget does not bring the nomination back)."""
         self.unnominate(placement.pod)
         # The record first: the profile reads the pod's cpu request from it when it is held.
-        self.put_record(record_of(pod, placement.node, self.gpu_names, placement.gang, replicas))
+        record = record_of(
+            pod, placement.node, self.gpu_names, placement.gang, replicas, self.memos.requests
+        )
+        self.put_record(record)
         self.hold(holding_of(placement, replicas))
 
     # ---- records (every pod on a node, for the Kubernetes filters) -----------------------

@@ -99,7 +99,7 @@ def _decide_unit(state: ClusterState, unit: Unit, within: frozenset[str]) -> Dec
     members = []
     for pod in unit.pods:
         try:
-            members.append(Member(pod, parse_request(pod, state.settings)))
+            members.append(Member(pod, parse_request(pod, state.settings, state.memos.asks)))
         except RequestError as exc:
             keys = tuple(sorted(p.key for p in unit.pods))
             return Unschedulable(keys, f"gang {unit.gang}: {exc}")
@@ -108,7 +108,7 @@ def _decide_unit(state: ClusterState, unit: Unit, within: frozenset[str]) -> Dec
 
 def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
     try:
-        req = parse_request(pod, state.settings)
+        req = parse_request(pod, state.settings, state.memos.asks)
         filters = PodFilters(state, pod)
     except RequestError as exc:
         return Unschedulable((pod.key,), str(exc))

@@ -134,7 +134,7 @@ def preempt(
     requests: list[PodRequest] = []
     for pod in unit.pods:
         try:
-            requests.append(parse_request(pod, state.settings))
+            requests.append(parse_request(pod, state.settings, state.memos.asks))
         except RequestError as exc:
             return NoPreemption(pods=keys, reason=f"not a preemptor: {exc}")
     now = decide(state, unit)
@@ -234,7 +234,7 @@ def _preemption(
                 priority=priority,
                 node=placement.node,
                 devices=devices,
-                requests=pod_requests(pod, state.gpu_names),
+                requests=pod_requests(pod, state.gpu_names, memo=state.memos.requests),
             )
         )
     plan_nodes = {p.node for p in placed.placements}

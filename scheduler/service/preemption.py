@@ -470,7 +470,7 @@ class Preemptions:
                 priority=n.priority,
                 node=n.node,
                 devices=n.devices,
-                requests=pod_requests(pod, self.state.gpu_names),
+                requests=pod_requests(pod, self.state.gpu_names, memo=self.state.memos.requests),
             )
             entry = self.book.get(n.pod)
             if entry is None or entry.uid != uid:

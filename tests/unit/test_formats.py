@@ -36,6 +36,7 @@ from scheduler.core.names import (
     GPUS_ANNOTATION,
     HAMI_REGISTER_ANNOTATION,
 )
+from scheduler.core.topology import Topologies
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 
@@ -161,10 +162,11 @@ def test_gpus_encode_is_canonical_and_read_back() -> None:
         '{"vendor":"nvidia","devices":[{"index":0,"uuid":"GPU-a"},{"index":1,"uuid":"GPU-b"}],'
         '"links":[["X","NV2"],["NV2","X"]]}'
     )
-    inventory = check_annotation(text, "n")
+    topologies = Topologies()  # one snapshot's: the same matrix is the same Topology
+    inventory = check_annotation(text, "n", topologies)
     # The store's copy reads back to the same inventory.
     stored = inventory_json(inventory)
-    again = read_inventory(MakeNode().Name("n").RawInventory(stored).Obj())
+    again = read_inventory(MakeNode().Name("n").RawInventory(stored).Obj(), topologies)
     assert again == inventory
 
 

@@ -96,7 +96,9 @@ class PodFilters:
     def __init__(self, state: ClusterState, pod: PodInput) -> None:
         """Raises RequestError (naming pod and field) for a malformed resource quantity."""
         self.pod = pod
-        self.requests: Amounts = pod_requests(pod, state.gpu_names, strict=True)
+        self.requests: Amounts = pod_requests(
+            pod, state.gpu_names, strict=True, memo=state.memos.requests
+        )
         self.ports: tuple[HostPort, ...] = host_ports(pod)
         volumes = prefilter_volumes(pod, state.inputs.claims, state.inputs.volumes)
         self.problem: str | None = volumes if isinstance(volumes, str) else None

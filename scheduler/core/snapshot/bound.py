@@ -14,6 +14,7 @@ from ..objects import PodInput
 from ..requests import kubelet_request
 from ..settings import CoreSettings
 from .holdings import Holding
+from .memos import Memos
 from .nodes import NodeState
 
 
@@ -23,6 +24,7 @@ def annotated_holding(
     replicas: int,
     settings: CoreSettings,
     previous: Holding | None,
+    memos: Memos,
 ) -> Holding | None:
     """What the pod's assignment and devices annotations say it holds (None: no GPUs); a pod
     without them is ``unannotated`` (``previous``: what it is held as now). Raises ValueError
@@ -36,8 +38,8 @@ def annotated_holding(
     if raw_devices is not None and raw_devices.strip():
         whole = devices_format.mask(devices_format.decode(raw_devices))
     elif not shares:
-        return unannotated(pod, gang_key, replicas, settings, previous)
-    resources = kubelet_request(pod, settings)
+        return unannotated(pod, gang_key, replicas, settings, previous, memos)
+    resources = kubelet_request(pod, settings, memos.quantities)
     return Holding(pod.key, pod.node_name, whole, shares, gang_key, replicas, pod.uid, resources)
 
 
@@ -68,6 +70,7 @@ def unannotated(
     replicas: int,
     settings: CoreSettings,
     previous: Holding | None,
+    memos: Memos,
 ) -> Holding | None:
     """A bound pod with GPUs but none of our annotations (bound by another scheduler).
 
@@ -78,7 +81,7 @@ def unannotated(
     the count stays right, which is what keeps us from over-committing the node. A pod already
     held keeps its guess while that still fits.
     """
-    resources = kubelet_request(pod, settings)
+    resources = kubelet_request(pod, settings, memos.quantities)
     if not resources:
         return None
     whole = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..filters.resize import bound_requests
+from ..filters.resources import RequestsMemo
 from ..objects import PodInput
 from ..podindex import PodIndex, PodRecord, host_ports
 
@@ -55,18 +56,20 @@ def record_of(
     gpu_names: frozenset[str],
     gang: str | None = None,
     minimum: int = 0,
+    memo: RequestsMemo | None = None,
 ) -> PodRecord:
     """What the Kubernetes filters keep of a pod on ``node``: labels, requests (GPU resources
     left out: the GPU rules charge those), host ports, required anti-affinity; and what
     preemption weighs it by: priority, uid, creation time, its gang and that gang's minimum
-    (as the caller knows them: from the pod's sources, or the placement)."""
+    (as the caller knows them: from the pod's sources, or the placement). ``memo``: the
+    caller's requests by spec."""
     anti = pod.affinity.anti_required if pod.affinity is not None else ()
     return PodRecord(
         key=pod.key,
         namespace=pod.namespace,
         node=node,
         labels=pod.labels,
-        requests=bound_requests(pod, gpu_names),
+        requests=bound_requests(pod, gpu_names, memo),
         host_ports=host_ports(pod),
         anti_required=anti,
         terminating=pod.deleting,
