@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
-from scheduler.core.cluster import ClusterState
-from scheduler.core.names import (
+from scheduler.core.model.names import (
     KAI_TOPOLOGY_ANNOTATION,
     KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
     KUEUE_REQUIRED_TOPOLOGY_ANNOTATION,
@@ -38,7 +37,11 @@ from scheduler.core.names import (
     POD_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATION,
 )
-from scheduler.core.objects import NodeInput, PodInput
+from scheduler.core.model.objects import (
+    NodeInput,
+    PodInput,
+)
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.holdings import bits
 from scheduler.core.snapshot.watched import Kind
 from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_POD_GROUPS

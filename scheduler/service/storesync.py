@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from scheduler.core.cluster import ClusterState
-from scheduler.core.decisions import Share
+from scheduler.core.model.decisions import Share
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.holdings import Holding, bits
 from scheduler.state.base import Claim, Record, ShareClaim, Store, StoreError
 

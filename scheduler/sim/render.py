@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.decisions import Placement
+from scheduler.core.model.decisions import Placement
 from scheduler.core.snapshot.holdings import bits
 from scheduler.core.snapshot.nodes import NodeState
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.memo import Memo
-from scheduler.core.names import GPU_POLICY_ANNOTATION
-from scheduler.core.objects import ContainerInput, PodInput
-from scheduler.core.requests import AskMemo, RequestError, parse_request
+from scheduler.core.model.names import GPU_POLICY_ANNOTATION
+from scheduler.core.model.objects import ContainerInput, PodInput
+from scheduler.core.resources.memo import Memo
+from scheduler.core.resources.requests import AskMemo, RequestError, parse_request
 from scheduler.core.settings import CoreSettings
 
 SETTINGS = CoreSettings()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 
 from scheduler.core.cycle import Unit, decide
-from scheduler.core.decisions import Placed, Unschedulable
+from scheduler.core.model.decisions import Placed, Unschedulable
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.holdings import holding_of
 from scheduler.service.leader import Leadership, LeaseTiming

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import decide, group_units
-from scheduler.core.memo import Memo
+from scheduler.core.resources.memo import Memo
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.memos import Memos
 from tests.builders import MakeNode, MakePod, cluster
 from tests.topologies import DGX1_V100

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from scheduler.core.cluster import ClusterState
-from scheduler.core.decisions import Share
-from scheduler.core.podindex import PodRecord
+from scheduler.core.model.decisions import Share
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.holdings import Holding
 from scheduler.core.snapshot.nominations import Nominated
+from scheduler.core.snapshot.podindex import PodRecord
 from scheduler.core.snapshot.undo import Held, Operation, Recorded, Released, Renominated
 from tests.builders import MakeNode, cluster
 from tests.topologies import DGX1_V100

@@ -3,8 +3,13 @@ whether anything changed, a LIST of one part leaves the others alone, derived st
 
 from __future__ import annotations
 
-from scheduler.core.cluster import ClusterState
-from scheduler.core.objects import DeviceClassInput, NamespaceInput, TopologyInput, TopologyLevel
+from scheduler.core.model.objects import (
+    DeviceClassInput,
+    NamespaceInput,
+    TopologyInput,
+    TopologyLevel,
+)
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.watched import NAMESPACES, TOPOLOGIES, Inputs, Keyed
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import msgspec
 
-from ..decisions import Share
 from ..formats import allocated as allocated_format
 from ..formats import assignment as assignment_format
 from ..formats import devices as devices_format
-from ..names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
-from ..objects import PodInput
-from ..requests import kubelet_request
+from ..model.decisions import Share
+from ..model.names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
+from ..model.objects import PodInput
+from ..resources.requests import kubelet_request
 from ..settings import CoreSettings
 from .holdings import Holding
 from .memos import Memos

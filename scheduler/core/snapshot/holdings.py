@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..decisions import Placement, Share
+from ..model.decisions import Placement, Share
 
 
 class Holding(msgspec.Struct, frozen=True):

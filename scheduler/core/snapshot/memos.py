@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from ..filters.resources import RequestsMemo
-from ..memo import Memo
-from ..requests import AskMemo
-from ..topology import Topologies
+from ..resources.accounting import RequestsMemo
+from ..resources.gpusets import Topologies
+from ..resources.memo import Memo
+from ..resources.requests import AskMemo
 
 
 class Memos:

@@ -27,13 +27,14 @@ from collections.abc import Iterator, Mapping
 
 import msgspec
 
-from ..domains import Hierarchy, Path
-from ..filters.node import PortUse, charge_ports
-from ..inventory import Inventory
-from ..objects import NodeInput
-from ..podindex import PodRecord
-from ..topology import Topology
+from ..model.objects import NodeInput
+from ..resources.gpusets import Topology
+from ..resources.inventory import Inventory
+from ..resources.ports import PortUse, charge_ports
+from .domains import Hierarchy, Path
+from .fragmentation import Shape
 from .holdings import Holding
+from .podindex import PodRecord
 
 
 class CardUse(msgspec.Struct):
@@ -98,8 +99,8 @@ class NodeState:
         self.requested: dict[str, int] = {}
         self.pod_count = 0
         self.ports: PortUse = {}
-        # fragmentation.shape_of's answer (a fragmentation.Shape), until the next charge.
-        self.frag_shape: tuple[int, tuple[int, ...]] | None = None
+        # placement.shapes.shape_of's answer, until the next charge changes the node.
+        self.frag_shape: Shape | None = None
 
     @property
     def shared_mask(self) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from msgspec import Struct
 
-from ..podindex import Amounts
+from ..resources.accounting import Amounts
 
 
 class Nominated(Struct, frozen=True, kw_only=True):

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..filters.resize import bound_requests
-from ..filters.resources import RequestsMemo
-from ..objects import PodInput
-from ..podindex import PodIndex, PodRecord, host_ports
+from ..model.objects import PodInput
+from ..resources.accounting import RequestsMemo
+from ..resources.ports import host_ports
+from ..resources.resize import bound_requests
+from .podindex import PodIndex, PodRecord
 
 
 class Records:

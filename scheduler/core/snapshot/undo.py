@@ -17,9 +17,9 @@ from typing import Protocol
 
 from msgspec import Struct
 
-from ..podindex import PodRecord
 from .holdings import Holding
 from .nominations import Nominated
+from .podindex import PodRecord
 
 
 class Target(Protocol):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-from ..objects import (
+from ..model.objects import (
     ClaimInput,
     DeviceClassInput,
     DisruptionBudgetInput,

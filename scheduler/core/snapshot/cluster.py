@@ -3,7 +3,7 @@
 It is the core's snapshot, fed by the shell (watch events in the live scheduler, manifests in the
 simulator) and read by the placement functions. It does no I/O and never reads a clock.
 
-It composes the parts in ``core/snapshot/``, each with one job, and keeps them consistent:
+It composes the parts beside it in ``core/snapshot/``, each with one job, and keeps them consistent:
 
 - ``nodes``: every node's ``NodeState`` (its accounting) and the indexes over them (``NodeIndex``:
   equivalence classes, topology domains, label keys);
@@ -15,7 +15,7 @@ It composes the parts in ``core/snapshot/``, each with one job, and keeps them c
   Topologies), one keyed collection each;
 - ``undo``: the typed operations a ``tentative()`` scope reverts;
 - ``memos``: what is remembered between decisions (parsed specs and quantities, topologies);
-- and the fragmentation ``profile`` (fragmentation.py), the request class of every pod held.
+- and the fragmentation ``profile`` (``fragmentation``), the request class of every pod held.
 
 The methods here are the changes that touch several parts at once (a holding charges its node,
 moves the node to another class, joins a gang, re-reads the pod's profile entry), and are the
@@ -40,25 +40,24 @@ from types import MappingProxyType
 
 import msgspec
 
-from .decisions import Placement
+from ..model.decisions import Placement
+from ..model.gangsources import best_known
+from ..model.objects import NodeInput, PodInput
+from ..resources.accounting import extended_resources, node_allocatable
+from ..resources.inventory import InventoryError, read_inventory
+from ..resources.requests import gpu_resource_names, parse_count
+from ..settings import CoreSettings
+from .bound import allocated_mask, annotated_holding, guess
 from .domains import Hierarchy, Path
-from .filters.dra import extended_resources
-from .filters.resources import node_allocatable
 from .fragmentation import Profile, request_class
-from .gangsources import best_known
-from .inventory import InventoryError, read_inventory
-from .objects import NodeInput, PodInput
+from .holdings import Holding, Holdings, bits, holding_of, share_mask
+from .memos import Memos
+from .nodes import Demand, DomainIndex, NodeClass, NodeIndex, NodeState
+from .nominations import Nominated, Nominations
 from .podindex import PodRecord
-from .requests import gpu_resource_names, parse_count
-from .settings import CoreSettings
-from .snapshot.bound import allocated_mask, annotated_holding, guess
-from .snapshot.holdings import Holding, Holdings, bits, holding_of, share_mask
-from .snapshot.memos import Memos
-from .snapshot.nodes import Demand, DomainIndex, NodeClass, NodeIndex, NodeState
-from .snapshot.nominations import Nominated, Nominations
-from .snapshot.records import Records, record_of
-from .snapshot.undo import Held, Recorded, Released, Renominated, UndoLog
-from .snapshot.watched import Inputs
+from .records import Records, record_of
+from .undo import Held, Recorded, Released, Renominated, UndoLog
+from .watched import Inputs
 
 
 class ClusterState:
