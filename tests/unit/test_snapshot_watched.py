@@ -73,3 +73,18 @@ def test_the_snapshot_derives_from_its_inputs() -> None:
     assert state.dra_extended["example.com/gpu"] == "gpu.example.com"
     state.inputs.device_classes.replace([])
     assert state.dra_extended == {}
+
+
+def test_intake_wakes_waiting_pods_on_every_list_and_on_events_that_change_something() -> None:
+    from tests.unit.test_podgroup_status import IntakeHarness
+
+    h = IntakeHarness()
+    h.intake.replace(NAMESPACES, [ns("a")])
+    h.intake.replace(NAMESPACES, [ns("a")])  # the same LIST: pods may have waited for it
+    assert h.wakes == 2
+    h.intake.event(NAMESPACES, "MODIFIED", ns("a"))  # nothing the filters read changed
+    h.intake.event(NAMESPACES, "DELETED", ns("b"))  # never known
+    assert h.wakes == 2
+    h.intake.event(NAMESPACES, "MODIFIED", ns("a", team="x"))
+    h.intake.event(NAMESPACES, "DELETED", ns("a"))
+    assert h.wakes == 4 and h.state.inputs.namespaces == {}

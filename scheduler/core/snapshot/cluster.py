@@ -45,14 +45,14 @@ from ..model.gangsources import best_known
 from ..model.objects import NodeInput, PodInput
 from ..resources.accounting import extended_resources, node_allocatable
 from ..resources.inventory import InventoryError, read_inventory
-from ..resources.requests import gpu_resource_names, parse_count
+from ..resources.requests import gpu_resource_names
 from ..settings import CoreSettings
 from .bound import allocated_mask, annotated_holding, guess
 from .domains import Hierarchy, Path
 from .fragmentation import Profile, request_class
 from .holdings import Holding, Holdings, bits, holding_of, share_mask
 from .memos import Memos
-from .nodes import Demand, DomainIndex, NodeClass, NodeIndex, NodeState
+from .nodes import Demand, DomainIndex, NodeClass, NodeIndex, NodeState, read_allocatable
 from .nominations import Nominated, Nominations
 from .podindex import PodRecord
 from .records import Records, record_of
@@ -105,7 +105,7 @@ class ClusterState:
         except InventoryError as exc:
             inventory, error = None, str(exc)
             warnings.append(f"{exc}; node excluded from GPU scheduling")
-        allocatable = self._read_allocatable(node, warnings)
+        allocatable = read_allocatable(node, self.resources, self.memos.quantities, warnings)
         state = NodeState(node, inventory, error, allocatable)
         if node.allocatable is not None:
             state.resources = node_allocatable(
@@ -136,26 +136,6 @@ class ClusterState:
         for key in state.pods | set(self._records.on(node.name)):
             self._reprofile(key)
         return "; ".join(warnings) or None
-
-    def _read_allocatable(self, node: NodeInput, warnings: list[str]) -> tuple[int, ...] | None:
-        """The node's allocatable count of each whole-GPU resource; a malformed one is 0 (the
-        node does not offer that resource) with a warning naming node and field."""
-        if node.allocatable is None:
-            return None
-        counts = []
-        for resource in self.resources:
-            text = node.allocatable.get(resource)
-            count = 0
-            if text is not None:
-                try:
-                    count = parse_count(text, self.memos.quantities)
-                except ValueError as exc:
-                    warnings.append(
-                        f"node {node.name}: status.allocatable[{resource}]: {exc}; "
-                        f"the node is treated as not offering {resource}"
-                    )
-            counts.append(count)
-        return tuple(counts)
 
     def demand(self, resources: Iterable[tuple[str, int]]) -> Demand:
         """Whole GPUs per resource name (several requests are summed) as a Demand."""

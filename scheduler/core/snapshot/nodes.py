@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping
+from decimal import Decimal
 
 import msgspec
 
 from ..model.objects import NodeInput
 from ..resources.gpusets import Topology
 from ..resources.inventory import Inventory
+from ..resources.memo import Memo
 from ..resources.ports import PortUse, charge_ports
+from ..resources.requests import parse_count
 from .domains import Hierarchy, Path
 from .fragmentation import Shape
 from .holdings import Holding
@@ -46,6 +49,33 @@ class CardUse(msgspec.Struct):
     pods: int = 0
     qos: str | None = None  # the sGPU QoS policy the card serves while it has sGPU pods
     qos_pods: int = 0
+
+
+def read_allocatable(
+    node: NodeInput,
+    resources: tuple[str, ...],
+    quantities: Memo[str, Decimal] | None,
+    warnings: list[str],
+) -> tuple[int, ...] | None:
+    """The node's allocatable count of each whole-GPU resource (in ``resources``' order; None
+    without a status); a malformed one is 0 (the node does not offer that resource) with a
+    warning naming node and field. ``quantities``: the caller's memo of parsed quantities."""
+    if node.allocatable is None:
+        return None
+    counts = []
+    for resource in resources:
+        text = node.allocatable.get(resource)
+        count = 0
+        if text is not None:
+            try:
+                count = parse_count(text, quantities)
+            except ValueError as exc:
+                warnings.append(
+                    f"node {node.name}: status.allocatable[{resource}]: {exc}; "
+                    f"the node is treated as not offering {resource}"
+                )
+        counts.append(count)
+    return tuple(counts)
 
 
 class NodeState:
