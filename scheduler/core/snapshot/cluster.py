@@ -81,7 +81,7 @@ class ClusterState:
         self.index = self._records.index
         self._nominations = Nominations()
         # The request class of every pod held on a known GPU node: the target workload the
-        # fragmentation measure weighs placements by (fragmentation.py).
+        # fragmentation measure weighs placements by (``fragmentation``).
         self.profile = Profile()
         self._undo = UndoLog()
         # What is remembered between decisions (parsed specs and quantities, topologies).
@@ -326,7 +326,7 @@ class ClusterState:
         with self._undo.scope(self):
             yield
 
-    # ---- nominations (preemption.py) -------------------------------------------------------
+    # ---- nominations (preemption/preempt.py) -----------------------------------------------
 
     def nominate(self, nomination: Nominated) -> None:
         """Hold ``nomination.devices`` (and its requests) on its node for the preemptor while

@@ -3,14 +3,14 @@
 Each memo is bounded and belongs to one snapshot (so two simulations, or two tests, never share
 an answer); the functions that use one take it as an argument and work without it:
 
-- ``asks``: what a spec's containers ask for (``requests.parse_request``), and ``requests``: a
-  spec's effective requests (``filters.resources.pod_requests``): a gang's members and a
-  Deployment's replicas share one spec, so one parse serves them all (a decision is about
-  0.3 ms; parsing a spec again costs a good part of it);
-- ``quantities``: parsed Kubernetes quantities (``requests.parse_quantity``): every node's
-  allocatable and every bound pod's GPU counts are parsed when listed;
-- ``topologies``: the interned topology matrices (``topology.Topologies``): identical nodes share
-  one Topology, its memo of best sets and their node class.
+- ``asks``: what a spec's containers ask for (``resources.requests.parse_request``), and
+  ``requests``: a spec's effective requests (``resources.accounting.pod_requests``): a gang's
+  members and a Deployment's replicas share one spec, so one parse serves them all (a decision
+  is about 0.3 ms; parsing a spec again costs a good part of it);
+- ``quantities``: parsed Kubernetes quantities (``resources.requests.parse_quantity``): every
+  node's allocatable and every bound pod's GPU counts are parsed when listed;
+- ``topologies``: the interned topology matrices (``resources.gpusets.Topologies``): identical
+  nodes share one Topology, its memo of best sets and their node class.
 """
 
 from __future__ import annotations

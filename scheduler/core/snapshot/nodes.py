@@ -124,7 +124,7 @@ class NodeState:
         self.used = [0] * (len(allocatable) if allocatable is not None else 0)
         # Every other checked resource (cpu, memory, pods, extended...) of status.allocatable in
         # kube-scheduler's units; None without a status. ``requested``, ``pod_count`` and
-        # ``ports`` sum the records of the pods on the node (filters.resources, filters.node).
+        # ``ports`` sum the records of the pods on the node (resources.accounting, resources.ports).
         self.resources: dict[str, int] | None = None
         self.requested: dict[str, int] = {}
         self.pod_count = 0

@@ -1,4 +1,4 @@
-"""The nominations part of the snapshot (issue 14's preemption, ``preemption.py``).
+"""The nominations part of the snapshot (issue 14's preemption, ``preemption/preempt.py``).
 
 While a preemptor's victims terminate, the GPUs (and the cpu, memory... on the node) planned for
 it are held for it. A nomination is not a holding: no pod holds it, the store never sees it as a
@@ -19,14 +19,14 @@ from ..resources.accounting import Amounts
 
 
 class Nominated(Struct, frozen=True, kw_only=True):
-    """What is held on a node for a preemptor while its victims terminate (preemption.py)."""
+    """What is held on a node for a preemptor while its victims terminate."""
 
     pod: str  # the preemptor's namespace/name
     uid: str = ""
     priority: int  # its spec.priority: pods of this priority or lower cannot take what it holds
     node: str  # the node nominated for it (its status.nominatedNodeName)
     devices: tuple[int, ...] = ()  # whole GPUs (or shared cards) held for it, by index
-    requests: Amounts = ()  # its cpu, memory... (filters.resources' units), held on the node
+    requests: Amounts = ()  # its cpu, memory... (resources.accounting's units), held on the node
 
 
 class Nominations:
