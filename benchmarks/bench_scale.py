@@ -37,9 +37,9 @@ in ``finally`` (the plane's own layers besides); the whole run took 4.5 to 7 min
 cores. KWOK runs with 16 stage workers (``~/.kwok/kwok.yaml`` in the home the plane gives it).
 Never fails on a figure.
 
-``--quick`` (bench-smoke) runs it all on 500 nodes, 5,000 bound pods and backlogs of 500 (about
-70 s), and fails (exit status 1) when a backlog or the failover's pods are not all bound: the run
-is broken, whatever its figures.
+``--quick`` (bench-smoke) runs it all on 200 nodes, 2,000 bound pods and backlogs of 200 (about
+a minute), and fails (exit status 1) when a backlog or the failover's pods are not all bound: the
+run is broken, whatever its figures.
 
 Usage: python -m benchmarks.bench_scale [--quick] [--nodes 5000] [--pods-per-node 10]
        [--backlog 5000] [--kube-verbosity 2] [--kwok-runs-background] [--no-kube]
@@ -324,7 +324,7 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="500 nodes, 5,000 pods, 500 pending")
+    parser.add_argument("--quick", action="store_true", help="200 nodes, 2,000 pods, 200 pending")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods-per-node", type=int, default=10)
     parser.add_argument("--backlog", type=int, default=5000)
@@ -344,7 +344,7 @@ def main() -> None:
     parser.add_argument("--py-spy-seconds", type=int, default=15)
     args = parser.parse_args()
     if args.quick:
-        args.nodes, args.backlog = 500, 500
+        args.nodes, args.backlog = 200, 200
     t_begin = time.monotonic()
 
     plane = ControlPlane(build_binaries())
