@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scheduler.core.objects import (
+from scheduler.core.model.objects import (
     Affinity,
     ContainerInput,
     HostPort,
@@ -407,7 +407,7 @@ def _pod_term(topology_key: str, labels: dict[str, str]) -> PodAffinityTerm:
 
 def cluster(*nodes: NodeInput | MakeNode, running: tuple[PodInput | MakePod, ...] = ()) -> Any:
     """A ClusterState with these nodes and running pods; fails the test on any warning."""
-    from scheduler.core.cluster import ClusterState
+    from scheduler.core.snapshot.cluster import ClusterState
 
     state = ClusterState()
     for node in nodes:

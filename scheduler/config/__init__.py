@@ -18,7 +18,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from scheduler.core.objects import TopologyLevel
+from scheduler.core.model.objects import TopologyLevel
 from scheduler.core.settings import (
     DEFAULT_ACCELERATOR_LABEL,
     VENDORS,

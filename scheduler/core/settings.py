@@ -10,7 +10,7 @@ from typing import Literal
 
 from msgspec import Struct, field
 
-from .objects import TopologyLevel
+from .model.objects import TopologyLevel
 
 GpuPolicy = Literal["topology-aware", "binpack", "spread"]
 NodePolicy = Literal["binpack", "spread"]
@@ -33,7 +33,7 @@ DEFAULT_ACCELERATOR_LABEL = "nvidia.com/gpu.clique"
 
 
 class TopologySettings(Struct, frozen=True):
-    """Cross-node topology (issue 21, ``core/domains.py``): the configured levels, widest first
+    """Cross-node topology (issue 21, ``snapshot/domains.py``): the configured levels, widest first
     (hostname is always the last level, implied), the label of the built-in NVLink levels (""
     turns them off), and whether gangs without a constraint still prefer the fewest domains."""
 

@@ -34,8 +34,8 @@ from collections.abc import Callable
 
 import structlog
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.state.base import Store
 
 from .apiserver import Cluster

@@ -21,8 +21,8 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.core.decisions import Decision
-from scheduler.core.objects import PodInput
+from scheduler.core.model.decisions import Decision
+from scheduler.core.model.objects import PodInput
 from scheduler.service import cycle as cycle_module
 from scheduler.service.podbook import Event, Stage
 from scheduler.service.storesync import RECONCILE_MIN_S

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import placement
-from scheduler.core.decisions import Placed
-from scheduler.core.fragmentation import (
-    MIN_PODS,
-    Profile,
-    Target,
-    gain,
-    gain_rank,
-    shape_of,
-)
+from scheduler.core.model.decisions import Placed
+from scheduler.core.placement import nodes as placement_nodes
+from scheduler.core.placement.shapes import shape_of
+from scheduler.core.snapshot.fragmentation import MIN_PODS, Profile, Target, gain, gain_rank
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 SHARE_30 = (4000, 1, 30)  # 4 cpu, 30% of one card
@@ -220,7 +214,7 @@ def test_a_cluster_past_the_scan_bound_keeps_the_free_count_first(
 ) -> None:
     # the nodes of test_with_a_target_whole_gpus_go_by_the_measure_before_the_smallest_fit, in
     # a cluster larger than FRAG_SCAN: the free count first (c), the measure between equals
-    monkeypatch.setattr(placement, "FRAG_SCAN", 4)
+    monkeypatch.setattr(placement_nodes, "FRAG_SCAN", 4)
     state = filled(gpu_node("b", 4), gpu_node("c", 2, cpu="12"))
     (d,) = schedule(state, whole("p"))
     assert placed(d)[0] == "c"
@@ -231,8 +225,8 @@ def test_a_key_group_past_the_scan_bound_is_told_apart_by_each_class_first_node(
 ) -> None:
     # a and b are one class (same GPUs, same free mask); with the bound below the group's size
     # only the class's first node, a, is ranked: the cost stays that of ranking classes
-    monkeypatch.setattr(placement, "FRAG_SCAN", 1)
-    monkeypatch.setattr(placement, "GROUP_SCAN", 1)
+    monkeypatch.setattr(placement_nodes, "FRAG_SCAN", 1)
+    monkeypatch.setattr(placement_nodes, "GROUP_SCAN", 1)
     state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2))
     (d,) = schedule(state, whole("p"))
     assert placed(d)[0] == "a"

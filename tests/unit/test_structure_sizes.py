@@ -15,7 +15,7 @@ import asyncio
 import msgspec
 import pytest
 
-from scheduler.core.objects import PodInput
+from scheduler.core.model.objects import PodInput
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
