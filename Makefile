@@ -122,7 +122,7 @@ bench-soak: deps redis-server
 
 # Every bench above (and dashboard-png) in its quick mode, the same code path on small sizes: each
 # must exit 0 and print its table; no figure is checked (benchmarks/smoke.py). .ci/run calls it
-# after `make test`, so no benchmark breaks silently. About 5 minutes on 2 cores, most of it the
+# after `make test`, so no benchmark breaks silently. About 3.5 minutes on 2 cores, most of it the
 # four that run on the local plane.
 bench-smoke: deps redis-server k8s-build
 	$(BIN)/python -m benchmarks.smoke
