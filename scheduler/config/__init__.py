@@ -8,6 +8,13 @@ lease renewed after it expires), on the sections that were well-typed.
 
 Settings of the running scheduler can also come from the environment (``TOPO_SCHEDULER_*``), and
 command-line flags override both; see ``Config.with_overrides``.
+
+Every tuning value (a number that trades a decision's quality, or the scheduler's speed, against
+its cost or the time it waits) is a field here with today's value as its default, never a module
+constant: the core's are CoreSettings' (``to_core``), the running scheduler's are ``run.tuning``,
+handed to the parts that use them (service/scheduler.py, service/app.py). Values fixed by an
+outside contract (a Kubernetes API limit, a wire format's size) stay named constants beside their
+use. docs/configuration.md documents every field (a unit test checks it against these Structs).
 """
 
 from __future__ import annotations
@@ -23,11 +30,17 @@ from scheduler.core.settings import (
     DEFAULT_ACCELERATOR_LABEL,
     VENDORS,
     CoreSettings,
+    FragmentationSettings,
+    PreemptionSettings,
     TopologySettings,
 )
-from scheduler.state.sentinel import sentinel_address, sentinel_credentials
+from scheduler.kube.api import LIST_PAGE, REQUEST_TIMEOUT_S
+from scheduler.kube.client import POOL_SIZE
+from scheduler.state.redis_store import RECONCILE_CHUNK, REDIS_TIMEOUT_S
+from scheduler.state.sentinel import SENTINEL_TIMEOUT_S, sentinel_address, sentinel_credentials
 
 from .agent import AgentConfig, check_agent
+from .ranges import check_ranges
 
 
 class ConfigError(ValueError):
@@ -51,10 +64,21 @@ class Gang(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tr
     stale_gang_grace_seconds: int = 60
 
 
+# The core's defaults, which the sections below that fill CoreSettings start from.
+_CORE = CoreSettings()
+
+
 class Preemption(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
     # How long the GPUs freed for a preemptor stay held for it (its nomination) if it does not
     # bind: its victims may be slow to leave, or a PodDisruptionBudget may refuse one.
     hold_seconds: int = 300
+    # After a search found no victims, the unit is not searched for again before this long
+    # (service/preemption.py): a search weighs every pod of lower priority.
+    retry_seconds: float = 30.0
+    # The core's search bounds (CoreSettings.preemption, core/candidates.py).
+    min_candidate_nodes: int = _CORE.preemption.min_candidate_nodes
+    min_candidate_nodes_percent: int = _CORE.preemption.min_candidate_nodes_percent
+    max_candidate_domains: int = _CORE.preemption.max_candidate_domains
 
 
 class Lease(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -72,6 +96,47 @@ class RedisSentinel(msgspec.Struct, forbid_unknown_fields=True, rename="camel", 
     addresses: tuple[str, ...] = ()
 
 
+class Tuning(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    """The running scheduler's speed against its load and its waits (``run.tuning``); each is
+    handed to the one part that uses it. docs/configuration.md says what each one trades."""
+
+    # service/cycle.py: the most pods decided back to back before their claims go to the store
+    # in one call (a backlog's store calls against how long watch events wait for a batch).
+    batch_pods: int = 32
+    # service/binder.py: tries of a Binding that failed for a reason worth retrying, the n-th
+    # retry waiting n times bindRetrySeconds.
+    bind_attempts: int = 3
+    bind_retry_seconds: float = 0.5
+    # service/effects.py: a failed re-read of a pod (effect CHECK) is tried again after this
+    # long; an uncertain Binding (effect REBIND) is sent again after rebindSeconds.
+    check_retry_seconds: float = 1.0
+    rebind_seconds: float = 1.0
+    # service/queue.py (kube-scheduler's podInitialBackoffSeconds, podMaxBackoffSeconds,
+    # podMaxInUnschedulablePodsDuration): a failed pod's backoff doubles from the first to the
+    # second; an unschedulable pod is retried after the third at the latest.
+    pod_initial_backoff_seconds: float = 1.0
+    pod_max_backoff_seconds: float = 10.0
+    pod_max_unschedulable_seconds: float = 300.0
+    # service/storesync.py: after a failed store write the store is reconciled with the
+    # apiserver at most this often; writes queued meanwhile go at most storeWriteBatch per call.
+    store_reconcile_seconds: float = 2.0
+    store_write_batch: int = 1000
+    # state/redis_store.py: items per fenced reconcile call; how long a Redis call may take
+    # before it counts as failed.
+    store_reconcile_chunk: int = RECONCILE_CHUNK
+    redis_timeout_seconds: float = REDIS_TIMEOUT_S
+    # state/sentinel.py: how long a Sentinel may take to answer before the next one is asked.
+    sentinel_timeout_seconds: float = SENTINEL_TIMEOUT_S
+    # service/inventories.py: a burst of node events within this long is one store call.
+    inventory_flush_seconds: float = 0.05
+    # kube/client.py: apiserver connections besides the binds in flight (bindConcurrency).
+    api_connections: int = POOL_SIZE
+    # kube/api.py: how long one apiserver call may take before it counts as failed.
+    api_timeout_seconds: float = REQUEST_TIMEOUT_S
+    # kube/api.py: pods per page of a paged LIST.
+    list_page_size: int = LIST_PAGE
+
+
 class Run(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
     # Empty: the embedded in-memory store (one replica only), unless redisSentinel is set.
     redis_url: str = ""
@@ -83,6 +148,7 @@ class Run(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tru
     debug_from_anywhere: bool = False
     bind_concurrency: int = 64
     lease: Lease = msgspec.field(default_factory=Lease)
+    tuning: Tuning = msgspec.field(default_factory=Tuning)
 
 
 class Level(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -98,6 +164,8 @@ class Topology(msgspec.Struct, forbid_unknown_fields=True, rename="camel", froze
     levels: list[Level] = msgspec.field(default_factory=list)
     accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
     compact_gangs: bool = True
+    # Domain plans a gang tries (each costs a node-level plan) before it gives the reason.
+    max_plans: int = _CORE.topology.max_plans
 
 
 def _check_topology(topology: Topology, problems: list[str]) -> None:
@@ -135,6 +203,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     # The node agent (`topo-scheduler agent`); its Structs live in scheduler/config/agent.py.
     agent: AgentConfig = msgspec.field(default_factory=AgentConfig)
     topology: Topology = msgspec.field(default_factory=Topology)
+    # The fragmentation measure: the core's own Struct (core/settings.py), camelCase here.
+    fragmentation: FragmentationSettings = msgspec.field(default_factory=FragmentationSettings)
 
     def to_core(self) -> CoreSettings:
         return CoreSettings(
@@ -146,6 +216,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
                 levels=tuple(TopologyLevel(lv.node_label, lv.alias) for lv in self.topology.levels),
                 accelerator_label=self.topology.accelerator_label,
                 compact_gangs=self.topology.compact_gangs,
+                max_plans=self.topology.max_plans,
+            ),
+            fragmentation=self.fragmentation,
+            preemption=PreemptionSettings(
+                min_candidate_nodes=self.preemption.min_candidate_nodes,
+                min_candidate_nodes_percent=self.preemption.min_candidate_nodes_percent,
+                max_candidate_domains=self.preemption.max_candidate_domains,
             ),
         )
 
@@ -163,11 +240,12 @@ _SECTIONS: dict[str, Any] = {
     "run": Run,
     "agent": AgentConfig,
     "topology": Topology,
+    "fragmentation": FragmentationSettings,
 }
 
 
 _NULLABLE_SECTIONS = frozenset(
-    {"resources", "defaults", "gang", "preemption", "run", "agent", "topology"}
+    {"resources", "defaults", "gang", "preemption", "run", "agent", "topology", "fragmentation"}
 )
 
 
@@ -261,24 +339,20 @@ def parse_config(data: Any, source: str = "config") -> Config:
             continue
         if _check(value, _SECTIONS[key], key, problems):
             values[key] = msgspec.convert(value, _SECTIONS[key])
+    check_ranges(values, problems)
     run = values.get("run")
     if isinstance(run, Run):
-        if run.bind_concurrency < 1:
-            problems.append("run.bindConcurrency: must be at least 1")
         lease = run.lease
         if not 0 < lease.renew_seconds < lease.duration_seconds:
             problems.append("run.lease.renewSeconds: must be above 0 and below durationSeconds")
         if ":" not in run.http_address:
             problems.append(f"run.httpAddress: {run.http_address!r} is not host:port")
+        tuning = run.tuning
+        if tuning.pod_max_backoff_seconds < tuning.pod_initial_backoff_seconds:
+            problems.append(
+                "run.tuning.podMaxBackoffSeconds: must not be below podInitialBackoffSeconds"
+            )
         problems += sentinel_problems(run)
-    gang = values.get("gang")
-    if isinstance(gang, Gang) and gang.wait_timeout_seconds < 0:
-        problems.append("gang.waitTimeoutSeconds: must not be negative")
-    preemption = values.get("preemption")
-    if isinstance(preemption, Preemption) and preemption.hold_seconds < 1:
-        problems.append("preemption.holdSeconds: must be at least 1")
-    if isinstance(gang, Gang) and gang.stale_gang_grace_seconds < 0:
-        problems.append("gang.staleGangGraceSeconds: must not be negative")
     agent = values.get("agent")
     if isinstance(agent, AgentConfig):
         # A broken resources section is reported on its own; do not judge the agent by it.

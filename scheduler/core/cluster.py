@@ -282,7 +282,7 @@ class ClusterState:
         self.holdings: dict[str, Holding] = {}
         # The request class of every pod held on a known GPU node: the target workload the
         # fragmentation measure weighs placements by (fragmentation.py).
-        self.profile = Profile()
+        self.profile = Profile(self.settings.fragmentation)
         # Holdings whose node is not known yet (a pod event that beat its node's event).
         self._orphans: dict[str, Holding] = {}
         self.classes: dict[ClassKey, NodeClass] = {}

@@ -35,9 +35,6 @@ from .cluster import ClusterState, Demand, NodeClass
 from .domains import Hierarchy, Path
 from .topoconstraints import Constraint
 
-# How many plans gang.py tries before it gives the reason (each costs a node-level plan).
-MAX_PLANS = 8
-
 
 class Chunk(Struct, frozen=True):
     """``count`` consecutive members (by rank) placed on the nodes whose path is ``path``."""

@@ -40,7 +40,7 @@ from scheduler.core import nodesums
 from scheduler.core.objects import PodInput, TopologyInput
 from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
-from scheduler.kube.client import POOL_SIZE, api_client
+from scheduler.kube.client import api_client
 from scheduler.kube.codec import (
     Claim,
     DeviceClass,
@@ -130,7 +130,13 @@ async def run(config: Config, kubeconfig: str | None) -> int:
     sentinel = run_cfg.redis_sentinel
     if sentinel.master_name:
         store = RedisStore.from_sentinels(
-            sentinel.master_name, sentinel.addresses, run_cfg.redis_url, run_cfg.redis_prefix
+            sentinel.master_name,
+            sentinel.addresses,
+            run_cfg.redis_url,
+            run_cfg.redis_prefix,
+            run_cfg.tuning.redis_timeout_seconds,
+            run_cfg.tuning.store_reconcile_chunk,
+            run_cfg.tuning.sentinel_timeout_seconds,
         )
         log.info(
             "store",
@@ -141,7 +147,12 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             holder=holder,
         )
     elif run_cfg.redis_url:
-        store = RedisStore.from_url(run_cfg.redis_url, prefix=run_cfg.redis_prefix)
+        store = RedisStore.from_url(
+            run_cfg.redis_url,
+            run_cfg.redis_prefix,
+            run_cfg.tuning.redis_timeout_seconds,
+            run_cfg.tuning.store_reconcile_chunk,
+        )
         log.info("store", kind="redis", prefix=run_cfg.redis_prefix, holder=holder)
     else:
         store = MemoryStore(time.monotonic)
@@ -150,8 +161,9 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             kind="memory",
             detail="no Redis URL: embedded in-memory store; run a single replica only",
         )
-    client = await api_client(kubeconfig, POOL_SIZE + run_cfg.bind_concurrency)
-    api = KubeApi(client)
+    tuning = run_cfg.tuning
+    client = await api_client(kubeconfig, tuning.api_connections + run_cfg.bind_concurrency)
+    api = KubeApi(client, tuning.list_page_size, tuning.api_timeout_seconds)
     metrics = Metrics()
     store = TimedStore(
         store, metrics.store_latency, metrics.store_errors
@@ -196,7 +208,8 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         gang_wait_timeout=config.gang.wait_timeout_seconds,
         stale_gang_policy=config.gang.stale_gang_policy,
         stale_gang_grace=config.gang.stale_gang_grace_seconds,
-        preemption_hold=config.preemption.hold_seconds,
+        preemption=config.preemption,
+        tuning=run_cfg.tuning,
         # The embedded store serves one replica: no other leader can have come before.
         wait_for_unknown_leader=shared,
         witness=witness,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import structlog
 
+from scheduler.config import Preemption, Tuning
 from scheduler.core.cluster import ClusterState
 from scheduler.core.settings import CoreSettings
 from scheduler.state.base import Store
@@ -46,7 +47,7 @@ from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
 from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook
-from .preemption import HOLD_S, Preemptions
+from .preemption import Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
 from .storesync import StoreSync
@@ -72,7 +73,10 @@ class Scheduler:
         wait_for_unknown_leader: bool = True,
         stale_gang_policy: str = "report",
         stale_gang_grace: float = 60.0,
-        preemption_hold: float = HOLD_S,
+        # The config file's preemption section and run.tuning (None: their defaults); each
+        # value goes to the part that uses it.
+        preemption: Preemption | None = None,
+        tuning: Tuning | None = None,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         # Starts the namespace ("namespaces"), claim and volume ("volumes") or PodGroup watches
         # the first time a pending pod needs them; True once they have listed (app.py). Without
@@ -95,16 +99,42 @@ class Scheduler:
         self.witness = witness
         self.first_decision_at = 0.0
         self._gauged: dict[str, int] = {}  # the queue sizes the pending gauge shows
+        preemption = preemption or Preemption()
+        tuning = tuning or Tuning()
         self.tasks = Tasks()
         self.state = ClusterState(settings)
-        self.queue = SchedulingQueue(clock)
+        self.queue = SchedulingQueue(
+            clock,
+            initial_backoff_s=tuning.pod_initial_backoff_seconds,
+            max_backoff_s=tuning.pod_max_backoff_seconds,
+            max_unschedulable_s=tuning.pod_max_unschedulable_seconds,
+        )
         self.book = PodBook()
         leading = self._may_write
-        self.sync = StoreSync(self.state, self.book, store, leadership, clock, self.tasks, leading)
+        self.sync = StoreSync(
+            self.state,
+            self.book,
+            store,
+            leadership,
+            clock,
+            self.tasks,
+            leading,
+            reconcile_min_s=tuning.store_reconcile_seconds,
+            write_batch=tuning.store_write_batch,
+            inventory_flush_s=tuning.inventory_flush_seconds,
+        )
         timing = leadership.timing
         if bind_timeout is None:
             bind_timeout = bind_timeout_for(timing.lease_s, timing.renew_s)
-        self.binder = Binder(cluster, leadership, metrics, bind_concurrency, bind_timeout)
+        self.binder = Binder(
+            cluster,
+            leadership,
+            metrics,
+            bind_concurrency,
+            bind_timeout,
+            attempts=tuning.bind_attempts,
+            retry_s=tuning.bind_retry_seconds,
+        )
         events = functools.partial(report, cluster)
         self.stale = StaleGangs(
             self.state,
@@ -128,7 +158,8 @@ class Scheduler:
             clock,
             wall_ms,
             self.on_lost,
-            preemption_hold,
+            preemption.hold_seconds,
+            preemption.retry_seconds,
             evictions=metrics.evictions,
         )
         self.effects = Effects(
@@ -142,6 +173,8 @@ class Scheduler:
             metrics,
             clock,
             self.tasks,
+            tuning.check_retry_seconds,
+            tuning.rebind_seconds,
         )
         self.intake = Intake(
             scheduler_name,
@@ -166,6 +199,7 @@ class Scheduler:
             self.preemptions,
             self.on_lost,
             gang_wait_timeout,
+            tuning.batch_pods,
         )
 
     def _may_write(self) -> bool:

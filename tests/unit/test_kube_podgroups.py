@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from scheduler.core.objects import PodGroupInput
-from scheduler.kube.api import KubeApi
+from scheduler.kube.api import LIST_PAGE, REQUEST_TIMEOUT_S, KubeApi
 from scheduler.kube.podgroups import (
     CUSTOM_RESOURCES,
     MAX_MEMBERS,
@@ -378,6 +378,8 @@ def fake_api() -> tuple[KubeApi, Recorder]:
     api = KubeApi.__new__(KubeApi)
     api.core = api.custom = api.extensions = api.policy = recorder
     api.served_versions = {}
+    api.request_timeout_s = REQUEST_TIMEOUT_S
+    api.list_page = LIST_PAGE
     return api, recorder
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from scheduler.config import Tuning
 from scheduler.core import names
 from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, decide
@@ -442,6 +443,7 @@ class IntakeHarness:
             return self.needed.get(kind, True)
 
         harness = self
+        tuning = Tuning()
 
         class Queue(SchedulingQueue):
             def on_cluster_event(self) -> int:
@@ -458,7 +460,12 @@ class IntakeHarness:
             PodBook(),
             NoEffects(),  # type: ignore[arg-type]
             lambda name: None,
-            Queue(lambda: 0.0),
+            Queue(
+                lambda: 0.0,
+                initial_backoff_s=tuning.pod_initial_backoff_seconds,
+                max_backoff_s=tuning.pod_max_backoff_seconds,
+                max_unschedulable_s=tuning.pod_max_unschedulable_seconds,
+            ),
             Tasks(),
             watch_needed,
         )

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.config import Tuning
 from scheduler.core.inventory import Inventory, inventory_json, read_inventory
 from scheduler.core.names import GPUS_ANNOTATION
 from scheduler.core.objects import NodeInput
@@ -133,6 +134,7 @@ class Harness:
             lambda: self.writing and self.leadership.leading,
             self.spawn,
             self.failed,
+            Tuning().inventory_flush_seconds,
         )
 
     def read(self) -> dict[str, Inventory | None]:
