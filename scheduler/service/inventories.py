@@ -56,7 +56,7 @@ class NodeInventories:
         self._on_failure = on_failure
         # A burst of node events (a re-list, a rolling agent update) within this long becomes
         # one store call (run.tuning.inventoryFlushSeconds).
-        self._flush_delay_s = flush_delay_s
+        self.flush_delay_s = flush_delay_s
         self._dirty: set[str] = set()
         self._written: dict[str, str] = {}  # what the store holds, as far as we know
         # The store may lack some of our inventories (nothing written yet, or a write failed):
@@ -102,7 +102,7 @@ class NodeInventories:
 
     async def _flush(self) -> None:
         try:
-            await asyncio.sleep(self._flush_delay_s)
+            await asyncio.sleep(self.flush_delay_s)
             while self._dirty and self._may_write():
                 async with self.lock:
                     epoch = self._leadership.epoch
