@@ -36,10 +36,9 @@ import resource
 import statistics
 import time
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, apply_decision, decide
-from scheduler.core.decisions import Placed
-from scheduler.core.objects import (
+from scheduler.core.model.decisions import Placed
+from scheduler.core.model.objects import (
     Affinity,
     ContainerInput,
     LabelSelector,
@@ -50,6 +49,7 @@ from scheduler.core.objects import (
     Requirement,
     SpreadConstraint,
 )
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.service import heap
 from tests.topologies import DGX1_V100, PCIE8
 

@@ -23,8 +23,8 @@ Other schedulers' pods churn beside ours (issue 20, drift 1): every wave, ``--jo
 ``default-scheduler`` Jobs (cpu and memory, no GPU) appear bound across the nodes, finish (the
 bound watch sees them leave as Succeeded) and are deleted; and a DaemonSet-like rollout replaces
 its pod on every node (a hostPort) by the next version. The drift auditor's sums
-(core/nodesums.py: each replica's snapshot, node by node, against the same sums computed from
-the fake apiserver's pods) are compared as the soak goes.
+(core/snapshot/nodesums.py: each replica's snapshot, node by node, against the same sums computed
+from the fake apiserver's pods) are compared as the soak goes.
 
 Printed: RSS (the peak, ``ru_maxrss``, and the current one, from /proc/self/statm) and the
 snapshots' drift (nodes whose sums differ, and by how many pods) as the soak goes; the size of
@@ -54,9 +54,9 @@ import msgspec
 import structlog
 
 from scheduler.config import Tuning
-from scheduler.core import nodesums
-from scheduler.core.objects import ContainerInput, HostPort, NodeInput, PodInput
+from scheduler.core.model.objects import ContainerInput, HostPort, NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot import nodesums
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.podbook import Stage

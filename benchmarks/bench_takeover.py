@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from scheduler.core.objects import ContainerInput, NodeInput, PodInput
+from scheduler.core.model.objects import ContainerInput, NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
 from scheduler.kube.podgroups import EvictResult, Write

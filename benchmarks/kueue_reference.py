@@ -20,11 +20,11 @@ it (``members.split_joint``); the plan is applied through the core's ``apply_dec
 
 from __future__ import annotations
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import apply_decision
-from scheduler.core.decisions import Placed, Placement
-from scheduler.core.members import Member, split_joint
-from scheduler.core.requests import parse_request
+from scheduler.core.gangs.members import Member, split_joint
+from scheduler.core.model.decisions import Placed, Placement
+from scheduler.core.resources.requests import parse_request
+from scheduler.core.snapshot.cluster import ClusterState
 
 from .topology_workload import BLOCK, RACK, Job, ours
 

@@ -21,11 +21,11 @@ from collections.abc import Callable
 
 from msgspec import Struct
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, apply_decision, decide
-from scheduler.core.decisions import Placed, Placement
-from scheduler.core.objects import ContainerInput, NodeInput, PodInput, TopologyLevel
+from scheduler.core.model.decisions import Placed, Placement
+from scheduler.core.model.objects import ContainerInput, NodeInput, PodInput, TopologyLevel
 from scheduler.core.settings import CoreSettings, TopologySettings
+from scheduler.core.snapshot.cluster import ClusterState
 
 BLOCK = "example.com/topology-block"
 RACK = "example.com/topology-rack"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scheduler.core.objects import (
+from scheduler.core.model.objects import (
     Affinity,
     ContainerInput,
     HostPort,
@@ -413,7 +413,7 @@ def cluster(
 ) -> Any:
     """A ClusterState with these nodes and running pods (and ``settings``, None: the defaults);
     fails the test on any warning."""
-    from scheduler.core.cluster import ClusterState
+    from scheduler.core.snapshot.cluster import ClusterState
 
     state = ClusterState(settings)
     for node in nodes:

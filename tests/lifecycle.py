@@ -20,7 +20,7 @@ from collections.abc import Callable
 import msgspec
 
 from scheduler.config import Tuning
-from scheduler.core.objects import NodeInput, PodInput
+from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
 from scheduler.kube.podgroups import Eviction, EvictResult, Write

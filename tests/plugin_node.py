@@ -21,9 +21,9 @@ from typing import TypeVar
 from scheduler.agent.plugin.decide import Mode
 from scheduler.agent.plugin.identify import GetPod
 from scheduler.agent.plugin.server import DevicePluginServer, Injection, PluginConfig, Publish
-from scheduler.core.inventory import Device, Inventory
-from scheduler.core.names import ASSIGNMENT_ANNOTATION
-from scheduler.core.topology import Topology, link_score
+from scheduler.core.model.names import ASSIGNMENT_ANNOTATION
+from scheduler.core.resources.gpusets import Topology, link_score
+from scheduler.core.resources.inventory import Device, Inventory
 from scheduler.testing.kubelet import Container, Kubelet, Pod
 from tests.topologies import DGX1_V100
 

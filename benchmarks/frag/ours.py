@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, apply_decision, decide
-from scheduler.core.decisions import Placed
-from scheduler.core.names import CORE_RESOURCE, GPUS_ANNOTATION
-from scheduler.core.objects import (
+from scheduler.core.model.decisions import Placed
+from scheduler.core.model.names import CORE_RESOURCE, GPUS_ANNOTATION
+from scheduler.core.model.objects import (
     Affinity,
     ContainerInput,
     NodeInput,
@@ -27,6 +26,7 @@ from scheduler.core.objects import (
     PodInput,
     Requirement,
 )
+from scheduler.core.snapshot.cluster import ClusterState
 
 from .measure import Cluster
 from .references import Choice

@@ -26,7 +26,7 @@ from typing import Final
 
 import msgspec
 
-from scheduler.core.names import ALLOCATED_ANNOTATION, GPUS_ANNOTATION
+from scheduler.core.model.names import ALLOCATED_ANNOTATION, GPUS_ANNOTATION
 from scheduler.kube.api import COMPONENT, KubeApi, raise_for_status
 from scheduler.kube.codec import Node
 

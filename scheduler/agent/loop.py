@@ -37,13 +37,13 @@ from typing import Final, Protocol
 import structlog
 
 from scheduler.core.formats.gpus import encode
-from scheduler.core.inventory import (
+from scheduler.core.model.names import GPUS_ANNOTATION
+from scheduler.core.resources.inventory import (
     Inventory,
     InventoryError,
     check_annotation,
     strip_inventory_prefix,
 )
-from scheduler.core.names import GPUS_ANNOTATION
 
 from .kube import NodeView
 from .nvidia import ProbeError

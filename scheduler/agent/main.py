@@ -32,7 +32,11 @@ from scheduler.config import ConfigError, load_config
 from scheduler.config.agent import AgentConfig
 from scheduler.config.logs import configure_logging
 from scheduler.core.formats.gpus import encode
-from scheduler.core.inventory import InventoryError, check_annotation, strip_inventory_prefix
+from scheduler.core.resources.inventory import (
+    InventoryError,
+    check_annotation,
+    strip_inventory_prefix,
+)
 from scheduler.kube.client import api_client
 
 from .nvidia import ProbeError

@@ -32,7 +32,7 @@ from typing import Final
 
 import msgspec
 
-from scheduler.core.topology import link_score
+from scheduler.core.resources.gpusets import link_score
 
 
 class ProbeError(Exception):

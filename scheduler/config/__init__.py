@@ -25,7 +25,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from scheduler.core.objects import TopologyLevel
+from scheduler.core.model.objects import TopologyLevel
 from scheduler.core.settings import (
     DEFAULT_ACCELERATOR_LABEL,
     VENDORS,
@@ -75,7 +75,7 @@ class Preemption(msgspec.Struct, forbid_unknown_fields=True, rename="camel", fro
     # After a search found no victims, the unit is not searched for again before this long
     # (service/preemption.py): a search weighs every pod of lower priority.
     retry_seconds: float = 30.0
-    # The core's search bounds (CoreSettings.preemption, core/candidates.py).
+    # The core's search bounds (CoreSettings.preemption, core/preemption/candidates.py).
     min_candidate_nodes: int = _CORE.preemption.min_candidate_nodes
     min_candidate_nodes_percent: int = _CORE.preemption.min_candidate_nodes_percent
     max_candidate_domains: int = _CORE.preemption.max_candidate_domains

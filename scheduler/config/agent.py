@@ -19,7 +19,11 @@ import msgspec
 from msgspec import Struct, field
 
 from scheduler.core.formats.gpus import GpuAnnotation, encode
-from scheduler.core.inventory import InventoryError, check_annotation, strip_inventory_prefix
+from scheduler.core.resources.inventory import (
+    InventoryError,
+    check_annotation,
+    strip_inventory_prefix,
+)
 
 NVIDIA_SMI = ("nvidia-smi",)
 

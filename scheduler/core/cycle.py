@@ -1,10 +1,12 @@
 """Entry points of the core: group pending pods into units, decide a unit, replay a sequence.
 
 A unit is one pod, or every pending member of one gang. ``decide`` never mutates the state it is
-given (gang planning rolls back its own tentative placements); the caller applies a Placed decision
-with ``apply_decision`` once it has taken it (the simulator at once, the live scheduler after its
-store reservation succeeds). ``schedule_in_order`` is the simulator's loop, kept here so that the
-live scheduler and the simulator share every rule.
+given (gang planning rolls back its own tentative placements); the caller assumes a Placed
+decision's placements once it has taken it: the simulator at once (``apply_decision``), the live
+scheduler before it reserves the claims in the store (``assume``, service/cycle.py), so that the
+next unit of a batch sees them, and forgets them when the reservation is refused or fenced.
+``schedule_in_order`` is the simulator's loop, kept here so that the live scheduler and the
+simulator share every rule.
 """
 
 from __future__ import annotations
@@ -13,21 +15,21 @@ from collections.abc import Callable, Sequence
 
 from msgspec import Struct
 
-from .cluster import ClusterState
-from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .filters.chain import PodFilters
-from .gang import plan_gang
-from .gangsources import best_known, gang_key
-from .members import Member
-from .objects import PodInput
-from .placement import (
+from .gangs.members import Member
+from .gangs.planning import plan_gang
+from .model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
+from .model.gangsources import best_known, gang_key
+from .model.objects import PodInput
+from .placement.nodes import (
     no_node_reason,
     place_shared,
     place_whole,
     place_without_gpus,
     unschedulable_reason,
 )
-from .requests import RequestError, parse_request
+from .resources.requests import RequestError, parse_request
+from .snapshot.cluster import ClusterState
 
 
 class Unit(Struct, frozen=True):
@@ -86,7 +88,7 @@ def decide(state: ClusterState, unit: Unit, within: frozenset[str] = frozenset()
     A gang placed through topology domains keeps to the domain its bound members, the nodes
     its own members are nominated to (a preemption's domain, while its victims leave) and
     ``within`` (nodes: preemption's search, one candidate domain at a time) share
-    (gangtopo.py, sticky)."""
+    (gangs/indomains.py, sticky)."""
     nominated = {state.nominations[p.key].node for p in unit.pods if p.key in state.nominations}
     with state.lifted_nominations((p.key for p in unit.pods), unit_priority(unit)):
         return _decide_unit(state, unit, within | nominated)

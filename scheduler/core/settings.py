@@ -14,7 +14,7 @@ from typing import Literal
 
 from msgspec import Struct, field
 
-from .objects import TopologyLevel
+from .model.objects import TopologyLevel
 
 GpuPolicy = Literal["topology-aware", "binpack", "spread"]
 NodePolicy = Literal["binpack", "spread"]
@@ -37,11 +37,11 @@ DEFAULT_ACCELERATOR_LABEL = "nvidia.com/gpu.clique"
 
 
 class TopologySettings(Struct, frozen=True):
-    """Cross-node topology (issue 21, ``core/domains.py``): the configured levels, widest first
+    """Cross-node topology (issue 21, ``snapshot/domains.py``): the configured levels, widest first
     (hostname is always the last level, implied), the label of the built-in NVLink levels (""
     turns them off), whether gangs without a constraint still prefer the fewest domains, and how
-    many domain plans a gang tries (gangtopo.py; each costs a node-level plan) before it gives
-    the reason."""
+    many domain plans a gang tries (gangs/indomains.py; each costs a node-level plan) before it
+    gives the reason."""
 
     levels: tuple[TopologyLevel, ...] = ()
     accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
@@ -50,8 +50,8 @@ class TopologySettings(Struct, frozen=True):
 
 
 class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
-    """The fragmentation measure (fragmentation.py) and when placement ranks by it
-    (placement.py). All of it is the core's, so this Struct is also the config file's
+    """The fragmentation measure (snapshot/fragmentation.py) and when placement ranks by it
+    (placement/nodes.py). All of it is the core's, so this Struct is also the config file's
     ``fragmentation`` section as it stands (camelCase there)."""
 
     # Percent of the pods held that the target workload's request classes cover.
@@ -74,9 +74,10 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
 
 
 class PreemptionSettings(Struct, frozen=True):
-    """How widely preemption searches (candidates.py): kube-scheduler's DefaultPreemption bounds
-    (minCandidateNodesAbsolute, minCandidateNodesPercentage) on the nodes a single pod's
-    candidates are tried on, and the domains a gang with a required topology level is tried in."""
+    """How widely preemption searches (preemption/candidates.py): kube-scheduler's
+    DefaultPreemption bounds (minCandidateNodesAbsolute, minCandidateNodesPercentage) on the
+    nodes a single pod's candidates are tried on, and the domains a gang with a required topology
+    level is tried in."""
 
     min_candidate_nodes: int = 100
     min_candidate_nodes_percent: int = 10

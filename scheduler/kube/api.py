@@ -30,7 +30,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from scheduler.core.objects import PodInput
+from scheduler.core.model.objects import PodInput
 
 from .codec import decode_pod, reserved_for_patch
 from .podgroups import (

@@ -1,4 +1,4 @@
-"""policy/v1 PodDisruptionBudgets, decoded for preemption (core/budgets.py weighs them).
+"""policy/v1 PodDisruptionBudgets, decoded for preemption (core/preemption/budgets.py weighs them).
 
 Only what kube-scheduler's preemption reads: the namespace, the selector, ``status
 .disruptionsAllowed`` and the names in ``status.disruptedPods`` (evictions the apiserver has
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.core.objects import DisruptionBudgetInput
+from scheduler.core.model.objects import DisruptionBudgetInput
 
 from .codec import LabelSelectorWire, ObjectMeta, _selector
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.objects import (
+from scheduler.core.model.objects import (
     Affinity,
     ClaimInput,
     ContainerInput,

@@ -38,7 +38,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from scheduler.core.objects import NetworkTopologyInput, PodGroupInput
+from scheduler.core.model.objects import NetworkTopologyInput, PodGroupInput
 
 SCHEDULER_PLUGINS_GROUP: Final = "scheduling.x-k8s.io"
 VOLCANO_GROUP: Final = "scheduling.volcano.sh"

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import msgspec
 
-from scheduler.core.objects import TopologyInput, TopologyLevel
+from scheduler.core.model.objects import TopologyInput, TopologyLevel
 
 from .podgroups import MAX_NAME_LENGTH, CustomResource, crd_versions_served
 

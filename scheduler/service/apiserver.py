@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from scheduler.core.objects import PodInput
+from scheduler.core.model.objects import PodInput
 from scheduler.kube.api import BindResult
 from scheduler.kube.podgroups import EvictResult, Write
 

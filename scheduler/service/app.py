@@ -36,8 +36,8 @@ from typing import Any
 import structlog
 
 from scheduler.config import Config, ConfigError, RedisSentinel, sentinel_problems
-from scheduler.core import nodesums
-from scheduler.core.objects import PodInput, TopologyInput
+from scheduler.core.model.objects import PodInput, TopologyInput
+from scheduler.core.snapshot import nodesums
 from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.client import api_client

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from scheduler.core.decisions import Placement
 from scheduler.core.formats.assignment import assignment_annotations
-from scheduler.core.objects import PodInput
+from scheduler.core.model.decisions import Placement
+from scheduler.core.model.objects import PodInput
 from scheduler.kube.podgroups import Write
 
 from .apiserver import Cluster

@@ -30,8 +30,8 @@ from typing import Any
 import structlog
 
 from scheduler.core.cycle import Unit, decide, gang_minimum, gang_timeout
-from scheduler.core.decisions import Decision, Placed, Placement, Unschedulable, Waiting
-from scheduler.core.objects import PodInput
+from scheduler.core.model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
+from scheduler.core.model.objects import PodInput
 from scheduler.state.base import Claim, Fenced, Store, StoreError
 
 from .effects import Effects

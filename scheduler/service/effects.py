@@ -20,9 +20,9 @@ from collections.abc import Callable
 import structlog
 
 from scheduler.core.cycle import assume
-from scheduler.core.decisions import Placement
-from scheduler.core.objects import PodInput
-from scheduler.core.requeue import helped_by_added
+from scheduler.core.filters.requeue import helped_by_added
+from scheduler.core.model.decisions import Placement
+from scheduler.core.model.objects import PodInput
 
 from .apiserver import Cluster
 from .binder import Binder, Outcome
@@ -181,7 +181,7 @@ class Effects:
             self.tasks.wake()
 
     def _wake_helped(self, added: PodInput | None) -> None:
-        """A pod appeared bound: the waiting pods it may help retry (core/requeue.py)."""
+        """A pod appeared bound: the waiting pods it may help retry (core/filters/requeue.py)."""
         if added is None:
             return
         self._retry(

@@ -7,7 +7,7 @@
 - ``/debug/nominations``: the GPUs held for preemptors (pod, node, devices, priority, seconds
   left), as JSON.
 - ``/debug/nodes``: the snapshot's running sums per node (pods, requests, host ports, GPU
-  holders: core/nodesums.py), as JSON: what the drift auditor compares with a LIST.
+  holders: core/snapshot/nodesums.py), as JSON: what the drift auditor compares with a LIST.
 - ``/debug/pods/{namespace}/{name}``: the last decision about one pod, as JSON. These name pods,
   nodes and GPUs, so by default it answers clients on this machine only (a loopback peer: a shell
   in the pod, ``kubectl port-forward``) and 403 to anyone else who can reach the port, the way

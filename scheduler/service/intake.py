@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from scheduler.core.cluster import ClusterState, bits
-from scheduler.core.names import (
+from scheduler.core.model.names import (
     KAI_TOPOLOGY_ANNOTATION,
     KUEUE_PREFERRED_TOPOLOGY_ANNOTATION,
     KUEUE_REQUIRED_TOPOLOGY_ANNOTATION,
@@ -38,7 +37,7 @@ from scheduler.core.names import (
     POD_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATION,
 )
-from scheduler.core.objects import (
+from scheduler.core.model.objects import (
     ClaimInput,
     DeviceClassInput,
     NamespaceInput,
@@ -49,6 +48,7 @@ from scheduler.core.objects import (
     TopologyInput,
     VolumeInput,
 )
+from scheduler.core.snapshot.cluster import ClusterState, bits
 from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_POD_GROUPS
 from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES
 

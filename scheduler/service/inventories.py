@@ -12,8 +12,9 @@ inventory again. Whatever failed (the store, or an unexpected error), nothing is
 
 What is stored is the inventory the scheduler read, as JSON in the ``topo-scheduler.io/gpus``
 shape with ``scores`` (whatever annotation it came from, and ``source`` naming that annotation):
-scheduler/core/inventory.py's ``inventory_json``, whose Structs are in core/formats/gpus.py.
-A node without a usable inventory (not a GPU node, or a malformed annotation) has none.
+scheduler/core/resources/inventory.py's ``inventory_json``, whose Structs are in
+core/formats/gpus.py. A node without a usable inventory (not a GPU node, or a malformed annotation)
+has none.
 
 Only the leader writes (the store fences it anyway); a standby drops its changes, since the
 reconcile of whoever leads next writes every inventory. The flush is a task of the scheduler's
@@ -29,7 +30,7 @@ from typing import Any
 
 import structlog
 
-from scheduler.core.inventory import Inventory, inventory_json
+from scheduler.core.resources.inventory import Inventory, inventory_json
 from scheduler.state.base import Store
 
 from .leader import Leadership

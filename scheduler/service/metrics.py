@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from scheduler.core.cluster import ClusterState
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.state.base import (
     Claim,
     GangRecord,

@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 import msgspec
 import structlog
 
-from scheduler.core.cluster import Holding, Nominated
 from scheduler.core.cycle import gang_of
-from scheduler.core.decisions import Placement
-from scheduler.core.objects import PodInput
+from scheduler.core.model.decisions import Placement
+from scheduler.core.model.objects import PodInput
+from scheduler.core.snapshot.cluster import Holding, Nominated
 
 log = structlog.get_logger("podbook")
 
@@ -109,7 +109,7 @@ class Effect(enum.Enum):
     LEAVE = "leave"  # the pod left the book: out of the queue too
     # waking waiting pods
     WAKE_GANG = "wake-gang"  # a member arrived: its gang's waiting members retry
-    WAKE = "wake"  # a pod appeared bound: the waiting pods it may help retry (core/requeue.py)
+    WAKE = "wake"  # a bound pod: the waiting pods it may help retry (core/filters/requeue.py)
     RETRY = "retry"  # GPUs or resources were let go: every waiting pod retries
     # the snapshot
     HOLD = "hold"  # hold the reloaded or inherited reservation

@@ -48,8 +48,8 @@ from typing import Any, Final
 import msgspec
 import structlog
 
-from scheduler.core.names import POD_GROUP_API, POD_GROUP_LABEL, UPSTREAM_POD_GROUP_API
-from scheduler.core.objects import PodGroupInput, PodInput
+from scheduler.core.model.names import POD_GROUP_API, POD_GROUP_LABEL, UPSTREAM_POD_GROUP_API
+from scheduler.core.model.objects import PodGroupInput, PodInput
 from scheduler.kube.podgroups import (
     MAX_MEMBERS,
     ObservedStatus,

@@ -1,8 +1,8 @@
 """Preemption in the running scheduler (issue 14): the shell around the core's ``preempt``.
 
 When the cycle finds a unit (a pod, or a gang's pending members) unschedulable, the leader asks
-the core which lower-priority pods to evict (``core/preemption.py``: whole gangs or an elastic
-gang's surplus, never one member alone; only if the unit then fits, checked with the same
+the core which lower-priority pods to evict (``core/preemption/preempt.py``: whole gangs or an
+elastic gang's surplus, never one member alone; only if the unit then fits, checked with the same
 core). If there are victims, in this order:
 
 1. The nominations are written to the store (fenced, one per preemptor pod: the node and the
@@ -45,11 +45,11 @@ import msgspec
 import structlog
 from prometheus_client import Counter
 
-from scheduler.core.cluster import ClusterState, Nominated
 from scheduler.core.cycle import Unit
-from scheduler.core.filters.resources import pod_requests
-from scheduler.core.objects import DisruptionBudgetInput, PodInput
-from scheduler.core.preemption import NoPreemption, Preemption, preempt
+from scheduler.core.model.objects import DisruptionBudgetInput, PodInput
+from scheduler.core.preemption.preempt import NoPreemption, Preemption, preempt
+from scheduler.core.resources.accounting import pod_requests
+from scheduler.core.snapshot.cluster import ClusterState, Nominated
 from scheduler.kube.podgroups import Eviction
 from scheduler.state.base import Fenced, Nomination, Store, StoreError
 

@@ -35,8 +35,8 @@ from collections.abc import Callable
 import structlog
 
 from scheduler.config import Preemption, Tuning
-from scheduler.core.cluster import ClusterState
 from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.state.base import Store
 
 from .apiserver import Cluster

@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 from prometheus_client import Counter
 
-from scheduler.core.cluster import ClusterState, Holding
+from scheduler.core.snapshot.cluster import ClusterState, Holding
 
 from .apiserver import Evictor
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
-from scheduler.core.objects import (
+from scheduler.core.model.objects import (
     ClaimInput,
     DeviceClassInput,
     NamespaceInput,

@@ -6,8 +6,8 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.cluster import NodeState, bits
-from scheduler.core.decisions import Placement
+from scheduler.core.model.decisions import Placement
+from scheduler.core.snapshot.cluster import NodeState, bits
 
 from .simulate import SimResult
 

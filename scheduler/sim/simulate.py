@@ -8,8 +8,8 @@ its members are in, at its last member's position). Gated pods (``spec.schedulin
 without an attempt. Pods of other schedulers, finished pods and pods being deleted are ignored; a
 pod defined twice counts once, as its last definition. An unschedulable pod's table entry lists
 why each node refuses it, against the cluster as the run leaves it. A unit that cannot be placed
-preempts as the live leader would (``core/preemption.py``): its victims leave the cluster at once
-and it takes their place; the output lists each preemption with its victims.
+preempts as the live leader would (``core/preemption/preempt.py``): its victims leave the cluster at
+once and it takes their place; the output lists each preemption with its victims.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from __future__ import annotations
 import msgspec
 
 from scheduler.config import Config
-from scheduler.core.cluster import ClusterState, bits
 from scheduler.core.cycle import Unit, schedule_in_order
-from scheduler.core.decisions import Decision, Placed, Placement, Unschedulable, Waiting
-from scheduler.core.objects import PodInput
-from scheduler.core.placement import refusals
-from scheduler.core.preemption import NoPreemption, preempt
+from scheduler.core.model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
+from scheduler.core.model.objects import PodInput
+from scheduler.core.placement.nodes import refusals
+from scheduler.core.preemption.preempt import NoPreemption, preempt
+from scheduler.core.snapshot.cluster import ClusterState, bits
 
 from .loader import Loaded
 

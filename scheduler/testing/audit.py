@@ -19,7 +19,7 @@ the store (per-GPU owners, pod records, gang records), and returns the violation
 - ``store-disagrees``: a record that contradicts the apiserver (another node or other GPUs than
   the pod's annotations, ``bound`` for a pod that is not, a reservation with nothing in flight);
 - ``snapshot-drift``: a replica's snapshot whose running sums of a node (cpu, memory and other
-  requests, pod count, host ports, GPU holders: ``core/nodesums.py``, read from its
+  requests, pod count, host ports, GPU holders: ``core/snapshot/nodesums.py``, read from its
   ``/debug/nodes``) differ from the same sums computed afresh from the LIST of every pod, ours
   and other schedulers' (a pod that left unseen and is still charged, say).
 
@@ -54,13 +54,14 @@ from typing import Any, Final
 
 import msgspec
 
-from scheduler.core import names, nodesums
 from scheduler.core.formats import FormatError
 from scheduler.core.formats import assignment as assignment_format
 from scheduler.core.formats import devices as devices_format
 from scheduler.core.formats import gpus as gpus_format
-from scheduler.core.nodesums import NodeSums
+from scheduler.core.model import names
 from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot import nodesums
+from scheduler.core.snapshot.nodesums import NodeSums
 from scheduler.kube.codec import convert_pod
 from scheduler.state.base import GangRecord, Owner, Record, Store
 

@@ -180,7 +180,7 @@ class Scenario:
     def remove_objects(self) -> None:
         """Delete this scenario's pods (at once) and nodes. Every later scheduler sees the whole
         shared plane, and what it weighs placements by (the workload the cluster holds, core/
-        fragmentation.py) must not depend on what earlier tests left there."""
+        snapshot/fragmentation.py) must not depend on what earlier tests left there."""
         selector = f"labelSelector=test%3D{self.id}"
         self.plane.delete(f"/api/v1/namespaces/default/pods?{selector}&gracePeriodSeconds=0")
         self.plane.delete(f"/api/v1/nodes?{selector}")

@@ -28,9 +28,9 @@ from scheduler.agent.kube import FIELD_MANAGER, AgentApi
 from scheduler.agent.loop import PROBE_FAILED_REASON, Agent, Outcome
 from scheduler.agent.probe import Probed, Prober
 from scheduler.config import parse_config
-from scheduler.core.inventory import Inventory, read_inventory
-from scheduler.core.names import GPUS_ANNOTATION
-from scheduler.core.objects import NodeInput
+from scheduler.core.model.names import GPUS_ANNOTATION
+from scheduler.core.model.objects import NodeInput
+from scheduler.core.resources.inventory import Inventory, read_inventory
 from scheduler.kube.client import api_client
 from scheduler.testing.controlplane import ControlPlane
 from tests.topologies import METAX8

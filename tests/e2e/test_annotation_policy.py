@@ -29,7 +29,11 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.agent.kube import AgentApi
-from scheduler.core.names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
+from scheduler.core.model.names import (
+    ALLOCATED_ANNOTATION,
+    ASSIGNMENT_ANNOTATION,
+    DEVICES_ANNOTATION,
+)
 from scheduler.testing.controlplane import ControlPlane
 from tests.topologies import DGX1_V100
 

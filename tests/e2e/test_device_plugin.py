@@ -22,7 +22,7 @@ import yaml
 from kubernetes_asyncio.client import ApiClient
 
 from scheduler.agent.plugin.decide import Mode
-from scheduler.core.names import ALLOCATED_ANNOTATION
+from scheduler.core.model.names import ALLOCATED_ANNOTATION
 from scheduler.kube.api import KubeApi
 from scheduler.testing.controlplane import die_with_parent
 from scheduler.testing.kubelet import Container, Kubelet, Pod

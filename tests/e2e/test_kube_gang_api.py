@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler.core.objects import PodGroupInput
+from scheduler.core.model.objects import PodGroupInput
 from scheduler.kube.api import KubeApi
 from scheduler.kube.client import api_client
 from scheduler.kube.podgroups import (

@@ -22,8 +22,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from scheduler.config import Tuning
-from scheduler.core.decisions import Decision
-from scheduler.core.objects import PodInput
+from scheduler.core.model.decisions import Decision
+from scheduler.core.model.objects import PodInput
 from scheduler.service import cycle as cycle_module
 from scheduler.service.podbook import Event, Stage
 from scheduler.state.base import Store, StoreError

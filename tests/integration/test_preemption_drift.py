@@ -19,7 +19,7 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.core.objects import DisruptionBudgetInput, LabelSelector, NodeInput, PodInput
+from scheduler.core.model.objects import DisruptionBudgetInput, LabelSelector, NodeInput, PodInput
 from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore

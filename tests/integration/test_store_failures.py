@@ -17,8 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from scheduler.config import Tuning
-from scheduler.core.inventory import inventory_json, read_inventory
-from scheduler.core.objects import NodeInput, PodInput
+from scheduler.core.model.objects import NodeInput, PodInput
+from scheduler.core.resources.inventory import inventory_json, read_inventory
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
 from scheduler.kube.podgroups import EvictResult, Write

@@ -16,7 +16,7 @@ import yaml
 from scheduler.cli import build_parser, main
 from scheduler.config import load_config, parse_config
 from scheduler.config.agent import AgentConfig
-from scheduler.core.inventory import check_annotation
+from scheduler.core.resources.inventory import check_annotation
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
 REPO = Path(__file__).resolve().parents[2]

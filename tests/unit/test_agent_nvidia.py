@@ -12,7 +12,7 @@ import pytest
 from scheduler.agent.annotation import from_nvidia
 from scheduler.agent.nvidia import ProbeError, parse_query, parse_topo
 from scheduler.core.formats.gpus import encode
-from scheduler.core.inventory import check_annotation
+from scheduler.core.resources.inventory import check_annotation
 from tests.topologies import DGX1_V100, PCIE8
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"

@@ -20,7 +20,7 @@ from scheduler.agent.probe import Prober
 from scheduler.config import ConfigError, parse_config
 from scheduler.config.agent import AgentConfig, NvidiaSettings
 from scheduler.core.formats.gpus import encode
-from scheduler.core.inventory import check_annotation
+from scheduler.core.resources.inventory import check_annotation
 from tests.topologies import METAX8
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"

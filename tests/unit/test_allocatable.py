@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, decide
-from scheduler.core.decisions import Placed, Unschedulable
+from scheduler.core.model.decisions import Placed, Unschedulable
+from scheduler.core.snapshot.cluster import ClusterState
 from tests.builders import MakeNode, MakePod, cluster, schedule
 from tests.topologies import DGX1_V100, PCIE8
 
@@ -415,7 +415,7 @@ def test_another_schedulers_pod_without_gpus_is_not_held() -> None:
 def test_kubelet_request_is_the_kubelets_effective_request(
     init: list[tuple[str, int, bool]], containers: list[int], want: int
 ) -> None:
-    from scheduler.core.requests import kubelet_request
+    from scheduler.core.resources.requests import kubelet_request
     from scheduler.core.settings import CoreSettings
 
     pod = MakePod().Name("p")
@@ -427,7 +427,7 @@ def test_kubelet_request_is_the_kubelets_effective_request(
 
 
 def test_kubelet_request_is_per_resource_and_skips_what_the_apiserver_refuses() -> None:
-    from scheduler.core.requests import kubelet_request
+    from scheduler.core.resources.requests import kubelet_request
     from scheduler.core.settings import CoreSettings
 
     pod = (

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.core import nodesums
-from scheduler.core.cluster import ClusterState
+from scheduler.core.snapshot import nodesums
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.kube.codec import convert_node, convert_pod
 from scheduler.state.base import Claim, GangRecord, Owner, Record
 from scheduler.testing.audit import (

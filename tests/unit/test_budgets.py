@@ -1,13 +1,13 @@
-"""PodDisruptionBudgets as preemption weighs them (core/budgets.py: kube-scheduler's
+"""PodDisruptionBudgets as preemption weighs them (core/preemption/budgets.py: kube-scheduler's
 filterPodsWithPDBViolation), and their decoding from policy/v1 JSON (kube/budgets.py)."""
 
 from __future__ import annotations
 
 import msgspec
 
-from scheduler.core.budgets import Budgets
-from scheduler.core.objects import DisruptionBudgetInput, LabelSelector, Requirement
-from scheduler.core.podindex import PodRecord
+from scheduler.core.model.objects import DisruptionBudgetInput, LabelSelector, Requirement
+from scheduler.core.preemption.budgets import Budgets
+from scheduler.core.snapshot.podindex import PodRecord
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.podgroups import eviction_body
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from scheduler.core.objects import (
+from scheduler.core.model.objects import (
     HostPort,
     LabelSelector,
     NodeSelectorTerm,

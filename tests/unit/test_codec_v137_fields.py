@@ -8,7 +8,12 @@ import json
 
 import msgspec
 
-from scheduler.core.objects import ContainerStatusInput, NodeSelectorTerm, PodClaim, Requirement
+from scheduler.core.model.objects import (
+    ContainerStatusInput,
+    NodeSelectorTerm,
+    PodClaim,
+    Requirement,
+)
 from scheduler.kube.codec import (
     DeviceClass,
     ResourceClaim,

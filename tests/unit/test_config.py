@@ -200,7 +200,7 @@ def test_the_environment_overrides_the_sentinels_and_is_checked_too(
 
 
 def test_topology_section_reaches_the_core_and_bad_levels_are_named() -> None:
-    from scheduler.core.objects import TopologyLevel
+    from scheduler.core.model.objects import TopologyLevel
 
     config = parse_config(
         {

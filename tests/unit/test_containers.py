@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from scheduler.core.decisions import Placed, Placement
 from scheduler.core.formats.assignment import assignment_annotations
+from scheduler.core.model.decisions import Placed, Placement
 from tests.builders import MakeNode, MakePod, cluster, schedule
 from tests.topologies import DGX1_V100
 

@@ -13,7 +13,11 @@ import yaml
 
 from scheduler.cli import build_parser
 from scheduler.config import load_config
-from scheduler.core.names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
+from scheduler.core.model.names import (
+    ALLOCATED_ANNOTATION,
+    ASSIGNMENT_ANNOTATION,
+    DEVICES_ANNOTATION,
+)
 from tests.manifests import CLUSTER_SCOPED, NAMESPACE
 
 REPO = Path(__file__).resolve().parents[2]

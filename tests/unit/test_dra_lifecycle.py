@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from scheduler.core.objects import NodeSelectorTerm, PodClaim, Requirement, ResourceClaimInput
+from scheduler.core.model.objects import NodeSelectorTerm, PodClaim, Requirement, ResourceClaimInput
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
 from tests.clock import ManualClock

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from scheduler.core.decisions import Placed, Unschedulable
-from scheduler.core.filters.dra import RESERVED_FOR_MAX, extended_resources
+from scheduler.core.filters.dra import RESERVED_FOR_MAX
 from scheduler.core.filters.features import required_features
-from scheduler.core.objects import (
+from scheduler.core.model.decisions import Placed, Unschedulable
+from scheduler.core.model.objects import (
     DeviceClassInput,
     NodeSelectorTerm,
     PodClaim,
@@ -19,6 +19,7 @@ from scheduler.core.objects import (
     Requirement,
     ResourceClaimInput,
 )
+from scheduler.core.resources.accounting import extended_resources
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 

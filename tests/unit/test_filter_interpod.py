@@ -17,7 +17,7 @@ from scheduler.core.filters.interpod import (
     InterPod,
     prefilter_interpod,
 )
-from scheduler.core.objects import (
+from scheduler.core.model.objects import (
     Affinity,
     LabelSelector,
     NamespaceInput,
@@ -27,7 +27,7 @@ from scheduler.core.objects import (
     Requirement,
     WeightedPodAffinityTerm,
 )
-from scheduler.core.podindex import PodIndex, PodRecord
+from scheduler.core.snapshot.podindex import PodIndex, PodRecord
 
 NS = "default"
 

@@ -8,14 +8,13 @@ from scheduler.core.filters.node import (
     PORTS,
     UNSCHEDULABLE,
     affinity_score,
-    charge_ports,
     node_affinity,
     port_conflict,
     unschedulable,
     untolerated_taint,
 )
-from scheduler.core.labels import requirement_holds
-from scheduler.core.objects import (
+from scheduler.core.model.labels import requirement_holds
+from scheduler.core.model.objects import (
     HostPort,
     NodeInput,
     NodeSelectorTerm,
@@ -23,6 +22,7 @@ from scheduler.core.objects import (
     Taint,
     Toleration,
 )
+from scheduler.core.resources.ports import charge_ports
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from scheduler.core.filters.resize import bound_requests
-from scheduler.core.filters.resources import pod_requests
-from scheduler.core.objects import ContainerInput, ContainerStatusInput, PodInput, ResizeStatus
+from scheduler.core.model.objects import (
+    ContainerInput,
+    ContainerStatusInput,
+    PodInput,
+    ResizeStatus,
+)
+from scheduler.core.resources.accounting import pod_requests
+from scheduler.core.resources.resize import bound_requests
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 GIB = 2**30

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.filters.resources import (
-    insufficient,
-    is_checked,
-    node_allocatable,
-    pod_requests,
-)
-from scheduler.core.objects import ContainerInput, PodInput
-from scheduler.core.requests import RequestError
+from scheduler.core.filters.resources import insufficient
+from scheduler.core.model.objects import ContainerInput, PodInput
+from scheduler.core.resources.accounting import is_checked, node_allocatable, pod_requests
+from scheduler.core.resources.requests import RequestError
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from scheduler.core.filters.node import affinity_matches
 from scheduler.core.filters.spread import MISSING_LABEL, SPREAD, Spread, prefilter_spread
-from scheduler.core.objects import (
+from scheduler.core.model.objects import (
     Affinity,
     LabelSelector,
     NodeInput,
@@ -25,7 +25,7 @@ from scheduler.core.objects import (
     Taint,
     Toleration,
 )
-from scheduler.core.podindex import PodIndex, PodRecord
+from scheduler.core.snapshot.podindex import PodIndex, PodRecord
 
 NS = "default"
 

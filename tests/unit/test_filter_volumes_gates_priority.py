@@ -4,13 +4,8 @@ tentative transaction, stepped by hand through the core."""
 from __future__ import annotations
 
 from scheduler.core.cycle import schedule_in_order
-from scheduler.core.decisions import Placed, Unschedulable, Waiting
-from scheduler.core.objects import (
-    ClaimInput,
-    NodeSelectorTerm,
-    Requirement,
-    VolumeInput,
-)
+from scheduler.core.model.decisions import Placed, Unschedulable, Waiting
+from scheduler.core.model.objects import ClaimInput, NodeSelectorTerm, Requirement, VolumeInput
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 

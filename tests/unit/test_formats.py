@@ -13,8 +13,6 @@ import json
 import pytest
 
 from scheduler.agent.plugin.decide import AssignmentError, read_assignment
-from scheduler.core.cluster import ClusterState
-from scheduler.core.decisions import Placed
 from scheduler.core.formats import FormatError
 from scheduler.core.formats import allocated as allocated_format
 from scheduler.core.formats import assignment as assignment_format
@@ -23,19 +21,21 @@ from scheduler.core.formats import gpus as gpus_format
 from scheduler.core.formats.allocated import AllocatedContainer, AllocatedRecord
 from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.formats.gpus import MAX_DEVICES, DeviceEntry, GpuAnnotation
-from scheduler.core.inventory import (
-    InventoryError,
-    check_annotation,
-    inventory_json,
-    read_inventory,
-)
-from scheduler.core.names import (
+from scheduler.core.model.decisions import Placed
+from scheduler.core.model.names import (
     ALLOCATED_ANNOTATION,
     ASSIGNMENT_ANNOTATION,
     DEVICES_ANNOTATION,
     GPUS_ANNOTATION,
     HAMI_REGISTER_ANNOTATION,
 )
+from scheduler.core.resources.inventory import (
+    InventoryError,
+    check_annotation,
+    inventory_json,
+    read_inventory,
+)
+from scheduler.core.snapshot.cluster import ClusterState
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 

@@ -3,9 +3,10 @@ workload learned from the held pods, and how placement weighs it beside the othe
 
 from __future__ import annotations
 
-from scheduler.core.decisions import Placed
-from scheduler.core.fragmentation import Profile, Target, gain, gain_rank, shape_of
+from scheduler.core.model.decisions import Placed
+from scheduler.core.placement.shapes import shape_of
 from scheduler.core.settings import CoreSettings, FragmentationSettings
+from scheduler.core.snapshot.fragmentation import Profile, Target, gain, gain_rank
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 DEFAULTS = FragmentationSettings()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.core.cycle import Unit, decide
-from scheduler.core.decisions import Placed, Unschedulable, Waiting
+from scheduler.core.model.decisions import Placed, Unschedulable, Waiting
 from tests.builders import MakeNode, MakePod, cluster, schedule
 from tests.topologies import DGX1_V100, PCIE8
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.core import names
-from scheduler.core.objects import PodGroupInput
+from scheduler.core.model import names
+from scheduler.core.model.objects import PodGroupInput
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import names
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, decide, gang_of
-from scheduler.core.decisions import Placed, Unschedulable, Waiting
-from scheduler.core.gangsources import GangError, resolve
-from scheduler.core.objects import PodGroupInput
+from scheduler.core.model import names
+from scheduler.core.model.decisions import Placed, Unschedulable, Waiting
+from scheduler.core.model.gangsources import GangError, resolve
+from scheduler.core.model.objects import PodGroupInput
+from scheduler.core.snapshot.cluster import ClusterState
 from tests.builders import MakeNode, MakePod, cluster, schedule
 from tests.topologies import DGX1_V100
 

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from scheduler.core.cluster import ClusterState
-from scheduler.core.decisions import Placed, Unschedulable
-from scheduler.core.inventory import InventoryError, read_inventory
+from scheduler.core.model.decisions import Placed, Unschedulable
+from scheduler.core.resources.inventory import InventoryError, read_inventory
+from scheduler.core.snapshot.cluster import ClusterState
 from tests.builders import MakeNode, MakePod, cluster, schedule
 from tests.topologies import DGX1_V100, PCIE8
 

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 import yaml
 
-from scheduler.core.objects import PodGroupInput
+from scheduler.core.model.objects import PodGroupInput
 from scheduler.kube.api import LIST_PAGE, REQUEST_TIMEOUT_S, KubeApi
 from scheduler.kube.podgroups import (
     CUSTOM_RESOURCES,

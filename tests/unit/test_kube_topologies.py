@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.core.objects import NetworkTopologyInput, TopologyInput, TopologyLevel
+from scheduler.core.model.objects import NetworkTopologyInput, TopologyInput, TopologyLevel
 from scheduler.kube.podgroups import convert_pod_group
 from scheduler.kube.topologies import TopologyObjectError, convert_topology
 

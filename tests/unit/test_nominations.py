@@ -7,9 +7,9 @@ is undone by ``tentative()``, and leaves no trace once removed.
 
 from __future__ import annotations
 
-from scheduler.core.cluster import ClusterState, Nominated
 from scheduler.core.cycle import Unit, apply_decision, decide, group_units
-from scheduler.core.decisions import Placed, Unschedulable
+from scheduler.core.model.decisions import Placed, Unschedulable
+from scheduler.core.snapshot.cluster import ClusterState, Nominated
 from tests.builders import MakeNode, MakePod, cluster
 from tests.topologies import DGX1_V100, PCIE8
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.names import GPU_POLICY_ANNOTATION
-from scheduler.core.objects import ContainerInput, PodInput
-from scheduler.core.requests import RequestError, parse_request
+from scheduler.core.model.names import GPU_POLICY_ANNOTATION
+from scheduler.core.model.objects import ContainerInput, PodInput
+from scheduler.core.resources.requests import RequestError, parse_request
 from scheduler.core.settings import CoreSettings
 
 SETTINGS = CoreSettings()

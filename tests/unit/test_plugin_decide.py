@@ -20,7 +20,7 @@ from scheduler.agent.plugin.decide import (
     read_assignment,
     topology_choice,
 )
-from scheduler.core.names import ASSIGNMENT_ANNOTATION
+from scheduler.core.model.names import ASSIGNMENT_ANNOTATION
 from tests.plugin_node import UUIDS, dgx1_inventory
 
 A, B, C, D = UUIDS[:4]

@@ -19,7 +19,7 @@ import pytest
 from scheduler.agent.plugin.host import PluginHost, plugin_config
 from scheduler.agent.plugin.server import Injection
 from scheduler.config.agent import DevicePluginSettings
-from scheduler.core.inventory import Device, Inventory
+from scheduler.core.resources.inventory import Device, Inventory
 from scheduler.testing.kubelet import Kubelet
 from tests.plugin_node import RESOURCE, UUIDS, bounded, dgx1_inventory, write_cdi_spec
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from scheduler.agent.kube import AgentApi
 from scheduler.agent.plugin.decide import Mode
-from scheduler.core.objects import PodInput
+from scheduler.core.model.objects import PodInput
 from scheduler.testing.kubelet import AdmissionError
 from tests.plugin_node import UUIDS, bounded, gpu_node, pod
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.core.objects import PodInput
+from scheduler.core.model.objects import PodInput
 from scheduler.service.podbook import SCHEDULABLE_STAGES, Event, PodBook
 from tests.builders import MakePod
 

@@ -12,11 +12,11 @@ import msgspec
 import pytest
 
 from scheduler.config import Tuning
-from scheduler.core import names
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, decide
-from scheduler.core.decisions import Placed
-from scheduler.core.objects import PodGroupInput, PodInput
+from scheduler.core.model import names
+from scheduler.core.model.decisions import Placed
+from scheduler.core.model.objects import PodGroupInput, PodInput
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.kube.podgroups import (
     POD_GROUPS,
     VOLCANO_POD_GROUPS,

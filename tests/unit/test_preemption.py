@@ -11,14 +11,15 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from scheduler.core import candidates, names
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, apply_decision, decide, group_units
-from scheduler.core.decisions import Placed, Placement, Share, Unschedulable
 from scheduler.core.formats.assignment import assignment_annotations
-from scheduler.core.objects import PodGroupInput, PodInput
-from scheduler.core.preemption import NoPreemption, Preemption, preempt
+from scheduler.core.model import names
+from scheduler.core.model.decisions import Placed, Placement, Share, Unschedulable
+from scheduler.core.model.objects import PodGroupInput, PodInput
+from scheduler.core.preemption import candidates
+from scheduler.core.preemption.preempt import NoPreemption, Preemption, preempt
 from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot.cluster import ClusterState
 from tests.builders import MakeNode, MakePod, cluster
 from tests.topologies import DGX1_V100, PCIE8
 

@@ -1,10 +1,10 @@
-"""core/requeue.py: which waiting pods a pod appearing bound may help (queueing hints)."""
+"""core/filters/requeue.py: which waiting pods a pod appearing bound may help (queueing hints)."""
 
 from __future__ import annotations
 
 import msgspec
 
-from scheduler.core.requeue import helped_by_added
+from scheduler.core.filters.requeue import helped_by_added
 from tests.builders import MakePod
 
 HOST = "kubernetes.io/hostname"

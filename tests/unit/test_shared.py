@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.core.decisions import Placed, Unschedulable
+from scheduler.core.model.decisions import Placed, Unschedulable
 from tests.builders import MakeNode, MakePod, cluster, schedule
 from tests.topologies import METAX8, PCIE8
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from scheduler.config import Tuning
-from scheduler.core.inventory import Inventory, inventory_json, read_inventory
-from scheduler.core.names import GPUS_ANNOTATION
-from scheduler.core.objects import NodeInput
+from scheduler.core.model.names import GPUS_ANNOTATION
+from scheduler.core.model.objects import NodeInput
+from scheduler.core.resources.inventory import Inventory, inventory_json, read_inventory
 from scheduler.service.inventories import NodeInventories
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics, TimedStore

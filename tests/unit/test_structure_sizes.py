@@ -14,7 +14,7 @@ import asyncio
 
 import msgspec
 
-from scheduler.core.objects import PodInput
+from scheduler.core.model.objects import PodInput
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.inventory import Inventory
-from scheduler.core.topology import Topology, brute_force_best_set, link_score
+from scheduler.core.resources.gpusets import Topology, brute_force_best_set, link_score
+from scheduler.core.resources.inventory import Inventory
 from tests.builders import MakeNode
 from tests.topologies import DGX1_V100, METAX8, NVSWITCH8, PCIE8, SEED003
 
@@ -117,7 +117,7 @@ def test_nvswitch_symmetric_machine_is_fast_and_lowest_indices() -> None:
 def test_interned_topologies_share_one_memo() -> None:
     a = MakeNode().Name("a").Links(DGX1_V100).Obj()
     b = MakeNode().Name("b").Links(DGX1_V100).Obj()
-    from scheduler.core.inventory import read_inventory
+    from scheduler.core.resources.inventory import read_inventory
 
     inv_a, inv_b = read_inventory(a), read_inventory(b)
     assert isinstance(inv_a, Inventory) and isinstance(inv_b, Inventory)
@@ -160,7 +160,7 @@ def test_search_equals_brute_force_on_random_topologies(
 def test_a_topology_no_node_uses_is_forgotten_with_its_memo() -> None:
     import gc
 
-    from scheduler.core.cluster import ClusterState
+    from scheduler.core.snapshot.cluster import ClusterState
     from tests.builders import MakeNode
 
     scores = [[0, 7, 1, 1], [7, 0, 1, 1], [1, 1, 0, 9], [1, 1, 9, 0]]

@@ -10,20 +10,20 @@ import json
 
 import pytest
 
-from scheduler.core.cluster import ClusterState
 from scheduler.core.cycle import Unit, decide
-from scheduler.core.decisions import Placed, Unschedulable, Waiting
-from scheduler.core.domains import configured, kueue_hierarchy, of_topology
 from scheduler.core.formats.assignment import assignment_annotations
-from scheduler.core.objects import (
+from scheduler.core.gangs.constraints import rank_order
+from scheduler.core.gangs.domainchoice import Tree, plans, shortfall
+from scheduler.core.model.decisions import Placed, Unschedulable, Waiting
+from scheduler.core.model.objects import (
     NetworkTopologyInput,
     PodGroupInput,
     TopologyInput,
     TopologyLevel,
 )
 from scheduler.core.settings import CoreSettings, TopologySettings
-from scheduler.core.topoconstraints import rank_order
-from scheduler.core.topoplace import Tree, plans, shortfall
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.domains import configured, kueue_hierarchy, of_topology
 from tests.builders import MakeNode, MakePod, schedule
 
 BLOCK = "cloud.provider.com/topology-block"
@@ -353,7 +353,7 @@ def test_a_replaced_member_sticks_to_the_bound_members_rack() -> None:
 def test_shortfall_is_arithmetic_on_the_tree() -> None:
     hierarchy = configured(settings().topology)
     tree = Tree(hierarchy, [(("b", "r07"), 12, 3), (("b", "r01"), 8, 2)], None)
-    from scheduler.core.topoconstraints import Constraint
+    from scheduler.core.gangs.constraints import Constraint
 
     c = Constraint(hierarchy=hierarchy, required=1)
     assert shortfall(tree, c, 16) == (
@@ -403,7 +403,7 @@ def test_bad_slice_size_is_a_reason(size: str) -> None:
 
 
 def test_preemption_chooses_victims_within_one_rack_and_keeps_to_it() -> None:
-    from scheduler.core.preemption import Preemption, preempt
+    from scheduler.core.preemption.preempt import Preemption, preempt
 
     # Rack r1: one node busy with one low pod, one free. Rack r2: both nodes busy with one low
     # pod each. The gang (2 x 4 GPUs, one rack) needs one eviction in r1, two in r2.
@@ -457,8 +457,8 @@ def test_slices_of_the_hostname_level_are_refused_not_ignored() -> None:
 
 
 def test_volcano_soft_is_preferred_and_a_soft_tier_beyond_the_levels_is_dropped() -> None:
-    from scheduler.core.domains import configured as hierarchy_of
-    from scheduler.core.topoconstraints import volcano_ask
+    from scheduler.core.gangs.constraints import volcano_ask
+    from scheduler.core.snapshot.domains import configured as hierarchy_of
 
     group = PodGroupInput("scheduling.volcano.sh", "default", "job", min_member=2)
     hierarchy = hierarchy_of(settings().topology)

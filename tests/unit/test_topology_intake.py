@@ -3,8 +3,8 @@ re-lists set it and wake the pods that wait; a pod naming a Topology waits for t
 
 from __future__ import annotations
 
-from scheduler.core import names
-from scheduler.core.objects import TopologyInput, TopologyLevel
+from scheduler.core.model import names
+from scheduler.core.model.objects import TopologyInput, TopologyLevel
 from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES
 from tests.builders import MakePod
 from tests.unit.test_podgroup_status import IntakeHarness

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 from scheduler.core.formats import FormatError
 from scheduler.core.formats import assignment as assignment_format
-from scheduler.core.inventory import Inventory
-from scheduler.core.names import ASSIGNMENT_ANNOTATION
+from scheduler.core.model.names import ASSIGNMENT_ANNOTATION
+from scheduler.core.resources.inventory import Inventory
 
 
 class Mode(enum.StrEnum):

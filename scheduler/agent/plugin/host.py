@@ -26,7 +26,7 @@ from pathlib import Path
 import structlog
 
 from scheduler.config.agent import DevicePluginSettings
-from scheduler.core.inventory import Inventory
+from scheduler.core.resources.inventory import Inventory
 
 from .decide import Mode
 from .identify import GetPod

@@ -37,7 +37,7 @@ import structlog
 
 from scheduler.core.formats import allocated as allocated_format
 from scheduler.core.formats.allocated import AllocatedContainer, AllocatedRecord
-from scheduler.core.inventory import Inventory
+from scheduler.core.resources.inventory import Inventory
 
 from . import cdi, decide, rpc
 from .identify import GetPod, Identifier, ListPods, pod_devices

@@ -27,11 +27,12 @@ nobody allocated): no node can help.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
 
-from ..labels import selector_matches
-from ..objects import HostPort, NodeInput, PodAffinityTerm, PodInput
-from ..podindex import Amounts, host_ports
+from ..model.labels import selector_matches
+from ..model.objects import HostPort, NodeInput, PodAffinityTerm, PodInput
+from ..resources.accounting import Amounts, pod_requests
+from ..resources.ports import host_ports
+from ..snapshot.cluster import ClusterState, NodeState
 from .dra import DraCheck, dra_backed_reason, prefilter_dra
 from .features import missing_features, required_features
 from .interpod import InterPod, prefilter_interpod
@@ -44,12 +45,9 @@ from .node import (
     unschedulable,
     untolerated_taint,
 )
-from .resources import insufficient, pod_requests
+from .resources import insufficient
 from .spread import Spread, prefilter_spread
 from .volumes import VolumeCheck, prefilter_volumes
-
-if TYPE_CHECKING:
-    from ..cluster import ClusterState, NodeState
 
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 

@@ -27,11 +27,10 @@ there and topo-scheduler does not allocate claims (``extended_resources``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from ..labels import terms_match
-from ..objects import (
-    DeviceClassInput,
+from ..model.labels import terms_match
+from ..model.objects import (
     NodeInput,
     NodeSelectorTerm,
     PodInput,
@@ -42,7 +41,6 @@ NOT_AVAILABLE = "resourceclaim not available on the node"
 IN_USE = "resourceclaim in use"
 # ResourceClaimReservedForMaxSize: how many consumers a claim may be reserved for.
 RESERVED_FOR_MAX = 256
-IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 NOT_ALLOCATED = "topo-scheduler does not allocate ResourceClaims"
 
 
@@ -95,18 +93,6 @@ def prefilter_dra(pod: PodInput, claims: Mapping[str, ResourceClaimInput]) -> Dr
         if claim.node_selector is not None:
             terms.append(claim.node_selector)
     return DraCheck(terms)
-
-
-def extended_resources(classes: Iterable[DeviceClassInput]) -> dict[str, str]:
-    """Extended resource name -> the DeviceClass that backs it: each class's
-    ``extendedResourceName`` and its implicit ``deviceclass.resource.kubernetes.io/<class>``
-    (the smallest class name when several declare the same resource)."""
-    out: dict[str, str] = {}
-    for c in sorted(classes, key=lambda c: c.name):
-        out.setdefault(IMPLICIT_PREFIX + c.name, c.name)
-        if c.extended_resource_name:
-            out.setdefault(c.extended_resource_name, c.name)
-    return out
 
 
 def dra_backed_reason(resource: str, device_class: str) -> str:

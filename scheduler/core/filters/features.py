@@ -16,7 +16,7 @@ PreFilter does.
 
 from __future__ import annotations
 
-from ..objects import NodeInput, PodInput
+from ..model.objects import NodeInput, PodInput
 
 FEATURES = "node(s) didn't match Pod's required features"
 RESTART_ALL_CONTAINERS = "RestartAllContainersOnContainerExits"

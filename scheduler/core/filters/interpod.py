@@ -55,8 +55,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..labels import selector_matches
-from ..objects import (
+from ..model.labels import selector_matches
+from ..model.objects import (
     LabelSelector,
     NamespaceInput,
     NodeInput,
@@ -64,7 +64,7 @@ from ..objects import (
     PodInput,
     WeightedPodAffinityTerm,
 )
-from ..podindex import PodIndex, PodRecord
+from ..snapshot.podindex import PodIndex, PodRecord
 
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..labels import term_matches, terms_match
-from ..objects import HostPort, NodeInput, PodInput, Taint, Toleration
+from ..model.labels import term_matches, terms_match
+from ..model.objects import HostPort, NodeInput, PodInput, Taint, Toleration
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
@@ -67,9 +67,6 @@ def affinity_score(pod: PodInput, node: NodeInput) -> int:
     )
 
 
-# Ports in use on a node: (protocol, port) -> {host IP: how many pods use it}.
-PortUse = dict[tuple[str, int], dict[str, int]]
-
 _ANY_IPS = ("", "0.0.0.0")
 
 
@@ -83,14 +80,3 @@ def port_conflict(
         if p.host_ip in _ANY_IPS or any(ip in _ANY_IPS for ip in ips) or p.host_ip in ips:
             return PORTS
     return None
-
-
-def charge_ports(used: PortUse, ports: tuple[HostPort, ...], sign: int) -> None:
-    for p in ports:
-        key = (p.protocol, p.port)
-        ips = used.setdefault(key, {})
-        ips[p.host_ip] = ips.get(p.host_ip, 0) + sign
-        if ips[p.host_ip] <= 0:
-            del ips[p.host_ip]
-        if not ips:
-            del used[key]

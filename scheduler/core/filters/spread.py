@@ -49,9 +49,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ..labels import selector_matches
-from ..objects import NodeInput, PodInput, SpreadConstraint
-from ..podindex import PodIndex
+from ..model.labels import selector_matches
+from ..model.objects import NodeInput, PodInput, SpreadConstraint
+from ..snapshot.podindex import PodIndex
 
 SPREAD = "node(s) didn't match pod topology spread constraints"
 MISSING_LABEL = SPREAD + " (missing required label)"

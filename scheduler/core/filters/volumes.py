@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..labels import terms_match
-from ..objects import ClaimInput, NodeInput, NodeSelectorTerm, PodInput, VolumeInput
+from ..model.labels import terms_match
+from ..model.objects import ClaimInput, NodeInput, NodeSelectorTerm, PodInput, VolumeInput
 
 VOLUME_NODE_AFFINITY = "node(s) didn't match PersistentVolume's node affinity"
 MISSING_VOLUME = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"

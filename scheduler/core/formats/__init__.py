@@ -2,7 +2,7 @@
 
 | annotation | module | written by | read by |
 |---|---|---|---|
-| ``topo-scheduler.io/gpus`` | ``gpus`` | the node agent (or a person) | core (inventory.py) |
+| ``topo-scheduler.io/gpus`` | ``gpus`` | node agent or a person | core (resources/inventory.py) |
 | ``topo-scheduler.io/devices`` | ``devices`` | the scheduler, at bind | core |
 | ``topo-scheduler.io/assignment`` | ``assignment`` | the scheduler, at bind | core, device plugin |
 | ``topo-scheduler.io/allocated`` | ``allocated`` | the device plugin | core |

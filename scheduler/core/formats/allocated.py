@@ -12,7 +12,7 @@ from typing import Final
 
 import msgspec
 
-from ..names import ALLOCATED_ANNOTATION
+from ..model.names import ALLOCATED_ANNOTATION
 from . import FormatError, check_size
 from .gpus import MAX_DEVICES
 

@@ -19,8 +19,8 @@ from typing import Final
 
 import msgspec
 
-from ..decisions import Placement, Share
-from ..names import ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
+from ..model.decisions import Placement, Share
+from ..model.names import ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from . import FormatError, check_size
 from . import devices as devices_format
 from .gpus import MAX_DEVICES

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from ..names import DEVICES_ANNOTATION
+from ..model.names import DEVICES_ANNOTATION
 from . import FormatError, check_size
 from .gpus import MAX_DEVICES
 

@@ -22,7 +22,7 @@ from typing import Final
 
 import msgspec
 
-from ..names import GPUS_ANNOTATION
+from ..model.names import GPUS_ANNOTATION
 from . import FormatError, check_size
 
 MAX_DEVICES: Final = 64

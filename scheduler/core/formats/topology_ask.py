@@ -3,7 +3,7 @@
 Each source has its own module, which reads its annotations (or object) into a ``TopologyAsk``:
 ours (``topology_ours``), Kueue's (``topology_kueue``), KAI's (``topology_kai``); Volcano's
 PodGroup ``spec.networkTopology`` and the upstream PodGroup's ``schedulingConstraints`` are read by
-``core/topoconstraints.py`` from their objects. ``core/topoconstraints.py`` resolves the level
+``core/gangs/constraints.py`` from their objects. ``core/gangs/constraints.py`` resolves the level
 names against a hierarchy and checks that the sources agree.
 """
 

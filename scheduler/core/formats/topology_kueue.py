@@ -14,8 +14,8 @@ in its domain; the scheduler chooses only nodes and GPUs inside it.
 
 from __future__ import annotations
 
-from .. import names
-from ..objects import PodInput
+from ..model import names
+from ..model.objects import PodInput
 from .topology_ask import TopologyAsk, level_value, says, slices
 
 SOURCE = "Kueue"

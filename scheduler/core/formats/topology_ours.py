@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
-from .. import names
-from ..objects import PodInput
+from ..model import names
+from ..model.objects import PodInput
 from .topology_ask import TopologyAsk, level_value, says, slices
 
 SOURCE = "topo-scheduler.io"

@@ -7,14 +7,14 @@ The set score is rule 1's internal score of the best k-set on that node, so a mu
 the best-connected set first (that is why it asked us); for k = 1 it is always 0 and the key reduces
 to "smallest fitting node, then least damage". Ranking runs over ClusterState's node classes, not
 nodes; only the winning class is searched for a name, and only a pod with a node selector or a
-node with a taint costs a scan of that class. Binpack with a target workload (fragmentation.py,
-a cluster holding at least ``min_pods`` pods on GPU nodes) of at most ``scan_nodes`` nodes (both
-FragmentationSettings, settings.py) keeps the set
-score first and then ranks the nodes by the fragmentation the pod would remove, not by their
-free GPUs: (-set score, -gain rank, used before untouched, damage, name). "Smallest fitting
-node" is the measure's own answer whenever the workload has pods a larger node must be kept
-whole for, and a fixed preference for it leaves more GPUs idle (bench-frag). In a larger
-cluster the free count stays first and the measure orders nodes of an equal key.
+node with a taint costs a scan of that class. Binpack with a target workload
+(snapshot/fragmentation.py, a cluster holding at least ``min_pods`` pods on GPU nodes) of at most
+``scan_nodes`` nodes (both FragmentationSettings, core/settings.py) keeps the set score first and
+then ranks the nodes by the fragmentation the pod would remove, not by their free GPUs: (-set
+score, -gain rank, used before untouched, damage, name). "Smallest fitting node" is the measure's
+own answer whenever the workload has pods a larger node must be kept whole for, and a fixed
+preference for it leaves more GPUs idle (bench-frag). In a larger cluster the free count stays
+first and the measure orders nodes of an equal key.
 A class fits only when its allocatable headroom
 covers what the pod asks for of each resource name (a node whose object has no status is not
 checked), so the kubelet never refuses a pod for want of allocatable GPUs.
@@ -41,17 +41,18 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Protocol
 
-from .cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
-from .decisions import ContainerDevices, Placement, Share
-from .filters.chain import PodFilters
-from .filters.dra import dra_backed_reason
-from .filters.resources import pod_requests
-from .fragmentation import Shape, Target, shape_of, untouched
-from .inventory import Inventory
-from .names import CORES_PER_CARD
-from .objects import PodInput
-from .requests import PodRequest, RequestError, SharedRequest, parse_request
-from .topology import SetChoice
+from ..filters.chain import PodFilters
+from ..filters.dra import dra_backed_reason
+from ..model.decisions import ContainerDevices, Placement, Share
+from ..model.names import CORES_PER_CARD
+from ..model.objects import PodInput
+from ..resources.accounting import pod_requests
+from ..resources.gpusets import SetChoice
+from ..resources.inventory import Inventory
+from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
+from ..snapshot.cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
+from ..snapshot.fragmentation import Shape, Target
+from .shapes import shape_of, untouched
 
 
 class Filter(Protocol):
@@ -183,8 +184,8 @@ def _least_fragmenting_node(
     cpu: int,
 ) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
     """Among the accepting nodes of one set score, the best by (the fragmentation gain's rank
-    (fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched one;
-    the damage the set does; the name). Ranks are looked up by node shape (most nodes share a
+    (snapshot/fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched
+    one; the damage the set does; the name). Ranks are looked up by node shape (most nodes share a
     few), and the filter chain is asked best first, only until one node passes. A group of
     equal keys (not ``by_score``) of more than ``group_scan_nodes`` nodes is told apart by each
     class's

@@ -19,7 +19,7 @@ that does not fit is not a gang failure.
   ``spec.schedulingGroup.podGroupName`` names a PodGroup whose
   ``spec.schedulingPolicy.gang.minCount`` is the minimum (a ``basic`` policy reads 1: each pod on
   its own); its ``spec.schedulingConstraints.topology[].key`` is a required topology
-  constraint of the gang (``topoconstraints.pod_asks``).
+  constraint of the gang (``gangs/constraints.pod_asks``).
 
 A pod may name several sources (a Kueue pod group that also carries ACK's labels, say): they
 must name the same gang with the same sizes where both say one, else the pod stays pending with

@@ -8,7 +8,7 @@ v1.37's rule (component-helpers' ``AggregateContainerRequests`` with status reso
 
     max( Σspec, Σactuated, Σallocated )   per resource
 
-where each Σ runs the sidecar/init formula of ``resources.aggregate`` over all containers, plain
+where each Σ runs the sidecar/init formula of ``accounting.aggregate`` over all containers, plain
 init containers included, and per container
 
 - spec: its requests;
@@ -21,7 +21,7 @@ and Σactuated as they are. A pod-level ``spec.resources`` then counts as the la
 the pod-level status lists. A resize the kubelet found Infeasible (condition PodResizePending,
 reason Infeasible) will never happen: the spec term is dropped, and so are the fallbacks to it.
 Overhead is added last, as for a pending pod. A pod the kubelet reported nothing for is charged
-its spec (``resources.pod_requests``). Quantities the apiserver let through but that do not parse
+its spec (``accounting.pod_requests``). Quantities the apiserver let through but that do not parse
 count as 0, as elsewhere for bound pods.
 """
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ..objects import ContainerInput, ContainerStatusInput, PodInput
-from ..podindex import Amounts
-from .resources import (
+from ..model.objects import ContainerInput, ContainerStatusInput, PodInput
+from .accounting import (
+    Amounts,
     ContainerValues,
     aggregate,
     apply_pod_level,
@@ -39,7 +39,7 @@ from .resources import (
     pod_requests,
     spec_values,
 )
-from .resources import parse_values as parse
+from .accounting import parse_values as parse
 
 
 def bound_requests(pod: PodInput, skip: Iterable[str] = ()) -> Amounts:

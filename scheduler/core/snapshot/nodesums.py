@@ -20,15 +20,15 @@ from collections.abc import Collection, Iterable
 
 from msgspec import Struct, field
 
+from ..formats import FormatError
+from ..formats import devices as devices_format
+from ..model.names import DEVICES_ANNOTATION
+from ..model.objects import HostPort, PodInput
+from ..resources.accounting import pod_requests
+from ..resources.ports import host_ports
+from ..resources.requests import gpu_resource_names, kubelet_request
+from ..settings import CoreSettings
 from .cluster import ClusterState, bits
-from .filters.resources import pod_requests
-from .formats import FormatError
-from .formats import devices as devices_format
-from .names import DEVICES_ANNOTATION
-from .objects import HostPort, PodInput
-from .podindex import host_ports
-from .requests import gpu_resource_names, kubelet_request
-from .settings import CoreSettings
 
 
 class NodeSums(Struct, frozen=True, kw_only=True):

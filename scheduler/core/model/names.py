@@ -24,7 +24,7 @@ NODE_POLICY_ANNOTATION: Final = "hami.io/node-scheduler-policy"
 # Gang labels (Alibaba ACK's names).
 GANG_LABEL: Final = "gpu-topology"
 GANG_REPLICA_LABEL: Final = "gpu-topology-replica"
-# Other gang sources read as the same gang (core/gangsources.py).
+# Other gang sources read as the same gang (core/model/gangsources.py).
 # scheduler-plugins' coscheduling: the pod's PodGroup (its spec.minMember is the gang's minimum).
 POD_GROUP_API: Final = "scheduling.x-k8s.io"
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
@@ -56,7 +56,7 @@ DEFAULT_SGPU_QOS: Final = "best-effort"
 
 CORES_PER_CARD: Final = 100
 
-# Cross-node topology constraints (issue 21, core/topoconstraints.py). A level is named by its
+# Cross-node topology constraints (issue 21, core/gangs/constraints.py). A level is named by its
 # node-label key or its alias. Ours:
 TOPOLOGY_REQUIRED_ANNOTATION: Final = "topo-scheduler.io/topology-required"
 TOPOLOGY_PREFERRED_ANNOTATION: Final = "topo-scheduler.io/topology-preferred"

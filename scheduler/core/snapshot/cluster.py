@@ -44,20 +44,13 @@ from types import MappingProxyType
 import msgspec
 from msgspec import Struct
 
-from .decisions import Placement, Share
-from .domains import Hierarchy, Path
-from .filters.dra import extended_resources
-from .filters.node import PortUse, charge_ports
-from .filters.resize import bound_requests
-from .filters.resources import node_allocatable
-from .formats import allocated as allocated_format
-from .formats import assignment as assignment_format
-from .formats import devices as devices_format
-from .fragmentation import Profile, Shape, request_class
-from .gangsources import best_known
-from .inventory import Inventory, InventoryError, read_inventory
-from .names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
-from .objects import (
+from ..formats import allocated as allocated_format
+from ..formats import assignment as assignment_format
+from ..formats import devices as devices_format
+from ..model.decisions import Placement, Share
+from ..model.gangsources import best_known
+from ..model.names import ALLOCATED_ANNOTATION, ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
+from ..model.objects import (
     ClaimInput,
     DeviceClassInput,
     DisruptionBudgetInput,
@@ -69,10 +62,16 @@ from .objects import (
     TopologyInput,
     VolumeInput,
 )
-from .podindex import Amounts, PodIndex, PodRecord, host_ports
-from .requests import gpu_resource_names, kubelet_request, parse_count
-from .settings import CoreSettings
-from .topology import Topology
+from ..resources.accounting import Amounts, extended_resources, node_allocatable
+from ..resources.gpusets import Topology
+from ..resources.inventory import Inventory, InventoryError, read_inventory
+from ..resources.ports import PortUse, charge_ports, host_ports
+from ..resources.requests import gpu_resource_names, kubelet_request, parse_count
+from ..resources.resize import bound_requests
+from ..settings import CoreSettings
+from .domains import Hierarchy, Path
+from .fragmentation import Profile, Shape, request_class
+from .podindex import PodIndex, PodRecord
 
 
 class CardUse(msgspec.Struct):

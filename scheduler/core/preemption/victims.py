@@ -1,4 +1,5 @@
-"""Who a preemptor may evict, in which units, and how a set of victims is ranked (preemption.py).
+"""Who a preemptor may evict, in which units, and how a set of victims is ranked
+(preemption/preempt.py).
 
 A victim is a pod bound (or assumed) to a node, ours or not, GPU or not: a ``PodRecord`` of the
 snapshot, whose GPUs are its holding. Only pods of strictly lower priority than the preemptor,
@@ -15,9 +16,9 @@ adds and drops whole:
   (``victims`` expands it). So the search keeps the gang at its minimum when that is enough,
   and never takes it below its minimum without taking all of it.
 
-PodDisruptionBudgets (budgets.py) and refusals: a pod whose eviction the apiserver refused
-(``refused``, by UID, while the shell says the refusal stands) is no candidate at all, nor is a
-gang with such a member, nor a gang whose whole eviction would break a budget (the Eviction API
+PodDisruptionBudgets (preemption/budgets.py) and refusals: a pod whose eviction the apiserver
+refused (``refused``, by UID, while the shell says the refusal stands) is no candidate at all, nor
+is a gang with such a member, nor a gang whose whole eviction would break a budget (the Eviction API
 would stop partway and leave the gang below its minimum). A lone pod whose eviction alone breaks
 a budget stays a candidate, tried after every option that breaks none, as kube-scheduler reprieves
 violating victims first; the rank counts the violations of the whole set first.
@@ -35,10 +36,10 @@ from typing import NamedTuple
 
 from msgspec import Struct
 
-from . import names
+from ..model import names
+from ..snapshot.cluster import ClusterState, Holding
+from ..snapshot.podindex import PodRecord
 from .budgets import Budgets
-from .cluster import ClusterState, Holding
-from .podindex import PodRecord
 
 
 class Option(Struct, frozen=True):
@@ -201,9 +202,9 @@ class Pool:
 
 
 class Rank(NamedTuple):
-    """A victim set's rank, smallest best: the order preemption.py documents."""
+    """A victim set's rank, smallest best: the order preemption/preempt.py documents."""
 
-    violations: int  # victims whose eviction breaks a PodDisruptionBudget (budgets.py)
+    violations: int  # victims whose eviction breaks a PodDisruptionBudget (preemption/budgets.py)
     units: int
     pods: int
     priorities: tuple[int, ...]  # highest first

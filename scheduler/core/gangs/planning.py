@@ -1,6 +1,6 @@
 """Gang planning (rule 3): a gang's pending members placed in one pass, all or nothing.
 
-A gang (``gangsources.py``: ACK's labels, a PodGroup, Kueue, Volcano or Koordinator) has a
+A gang (``model/gangsources.py``: ACK's labels, a PodGroup, Kueue, Volcano or Koordinator) has a
 minimum, the members that must run together, and may have more (an elastic gang's surplus).
 Planning starts only when at least the minimum exists (pending or already bound). Then:
 
@@ -36,16 +36,16 @@ from __future__ import annotations
 import msgspec
 from msgspec import Struct
 
-from . import names
-from .cluster import ClusterState, Demand, NodeState
-from .decisions import Decision, Placed, Placement, Unschedulable, Waiting
-from .filters.chain import GroupFilters, PodFilters
-from .gangsources import Gang, GangError, GangPending, resolve
-from .gangtopo import Context, annotate, context, plan_in_domains, surplus_scopes
+from ..filters.chain import GroupFilters, PodFilters
+from ..model import names
+from ..model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
+from ..model.gangsources import Gang, GangError, GangPending, resolve
+from ..placement.nodes import best_whole_node, unschedulable_reason, whole_placement
+from ..resources.requests import RequestError
+from ..snapshot.cluster import ClusterState, Demand, NodeState
+from .constraints import TopologyError, TopologyPending, rank_order
+from .indomains import Context, annotate, context, plan_in_domains, surplus_scopes
 from .members import Member, split_joint
-from .placement import best_whole_node, unschedulable_reason, whole_placement
-from .requests import RequestError
-from .topoconstraints import TopologyError, TopologyPending, rank_order
 
 
 class Size(Struct, frozen=True):
@@ -54,7 +54,7 @@ class Size(Struct, frozen=True):
     minimum: int
     total: int  # 0: not said
     bound: int
-    # Planned through topology domains (gangtopo.py); None: as without topology.
+    # Planned through topology domains (gangs/indomains.py); None: as without topology.
     topology: Context | None = None
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from msgspec import Struct
 
-from .cluster import ClusterState, NodeState
-from .decisions import Placement
-from .objects import PodInput
-from .placement import whole_placement
-from .requests import PodRequest
+from ..model.decisions import Placement
+from ..model.objects import PodInput
+from ..placement.nodes import whole_placement
+from ..resources.requests import PodRequest
+from ..snapshot.cluster import ClusterState, NodeState
 
 
 class Member(Struct, frozen=True):

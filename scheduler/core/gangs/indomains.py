@@ -2,11 +2,11 @@
 set chosen together.
 
 ``context`` says whether a gang is planned this way: when its members ask for a constraint
-(``topoconstraints``), or, with ``topology.compactGangs`` (the default), when some node carries
+(``constraints``), or, with ``topology.compactGangs`` (the default), when some node carries
 a label of a level above hostname. A cluster without topology labels and gangs without
 constraints are planned exactly as before.
 
-``plan_in_domains`` takes ``topoplace.plans`` best first and realises each at the node level:
+``plan_in_domains`` takes ``domainchoice.plans`` best first and realises each at the node level:
 inside each leaf domain the members (consecutive ranks) are packed onto its nodes, the node that
 takes the longest run of the next ranks first (then fewest free GPUs, binpack; most, spread; then
 name), each node's share a joint best set (rule 1) split among them, every Kubernetes filter
@@ -22,14 +22,14 @@ from itertools import islice
 
 from msgspec import Struct, structs
 
-from .cluster import ClusterState, NodeState
-from .decisions import Placement
-from .domains import Hierarchy, Path, configured, in_use
-from .filters.chain import GroupFilters, PodFilters
+from ..filters.chain import GroupFilters, PodFilters
+from ..model.decisions import Placement
+from ..model.objects import PodInput
+from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.domains import Hierarchy, Path, configured, in_use
+from .constraints import Constraint, gang_constraint, rank_of, rank_order
+from .domainchoice import Tree, path_fits, plans, shortfall
 from .members import Member, split_joint
-from .objects import PodInput
-from .topoconstraints import Constraint, gang_constraint, rank_of, rank_order
-from .topoplace import Tree, path_fits, plans, shortfall
 
 
 class Context(Struct, frozen=True):

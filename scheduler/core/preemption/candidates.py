@@ -2,7 +2,7 @@
 gang), the shortest prefix of victim options that fits, the reprieve, and the cheap necessary
 conditions asked before ``decide`` so that a 5,000-node cluster is not ranked for every trial.
 
-preemption.py's docstring says what the search does and why; this is how it stays bounded:
+preemption/preempt.py's docstring says what the search does and why; this is how it stays bounded:
 
 - per node, a lower bound on the candidate's rank (``_bound``, from GPU counts and the options'
   priorities and ages): nodes are tried in that order and the search stops at the first whose
@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .cluster import ClusterState, NodeState
-from .cycle import Unit, decide, unit_priority
-from .decisions import Placed
-from .domains import Path
-from .filters.chain import PodFilters
-from .gang import Size
-from .names import CORES_PER_CARD
-from .podindex import PodRecord
-from .requests import PodRequest, RequestError
+from ..cycle import Unit, decide, unit_priority
+from ..filters.chain import PodFilters
+from ..gangs.planning import Size
+from ..model.decisions import Placed
+from ..model.names import CORES_PER_CARD
+from ..resources.requests import PodRequest, RequestError
+from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.domains import Path
+from ..snapshot.podindex import PodRecord
 from .victims import Later, Option, Pool, Rank, gpu_mask, rank
 
 # A victim set (as options) -> decide's plan if the unit fits once it is gone.

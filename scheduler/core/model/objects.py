@@ -139,7 +139,7 @@ class ClaimInput(Struct, frozen=True):
 
 class NetworkTopologyInput(Struct, frozen=True):
     """A Volcano PodGroup's ``spec.networkTopology``: how far apart its members may be, in
-    Volcano's tiers (tier 1 nearest the nodes; ``core/topoconstraints.py`` maps them onto the
+    Volcano's tiers (tier 1 nearest the nodes; ``core/gangs/constraints.py`` maps them onto the
     configured levels)."""
 
     mode: str = "hard"  # hard | soft
@@ -166,7 +166,7 @@ class PodGroupInput(Struct, frozen=True):
     # Volcano's spec.networkTopology (None: not said; scheduler-plugins' PodGroups have none).
     network_topology: NetworkTopologyInput | None = None
     # The upstream PodGroup's spec.schedulingConstraints.topology[].key: all its pods in one
-    # domain of each key (a required constraint: topoconstraints.pod_asks).
+    # domain of each key (a required constraint: gangs/constraints.pod_asks).
     topology_keys: tuple[str, ...] = ()
 
     @property
@@ -196,9 +196,10 @@ class TopologyInput(Struct, frozen=True):
 
 
 class DisruptionBudgetInput(Struct, frozen=True):
-    """A policy/v1 PodDisruptionBudget as preemption weighs it (core/budgets.py): which pods of
-    its namespace it covers, how many of them may be disrupted now (``status.disruptionsAllowed``)
-    and the pods whose eviction the apiserver already counted (``status.disruptedPods``, names)."""
+    """A policy/v1 PodDisruptionBudget as preemption weighs it (core/preemption/budgets.py): which
+    pods of its namespace it covers, how many of them may be disrupted now
+    (``status.disruptionsAllowed``) and the pods whose eviction the apiserver already counted
+    (``status.disruptedPods``, names)."""
 
     namespace: str
     name: str
@@ -283,7 +284,7 @@ class ContainerStatusInput(Struct, frozen=True):
 class ResizeStatus(Struct, frozen=True):
     """A bound pod's resources as its kubelet reports them (in-place resize): per container,
     and at pod level (``status.resources.requests``, ``status.allocatedResources``);
-    ``infeasible``: condition PodResizePending has reason Infeasible. filters/resize.py."""
+    ``infeasible``: condition PodResizePending has reason Infeasible. resources/resize.py."""
 
     containers: tuple[ContainerStatusInput, ...] = ()
     pod_actuated: dict[str, str] | None = None
@@ -336,7 +337,7 @@ class PodInput(Struct, frozen=True):
     # resource versions of one resource comparable). Not a scheduling input.
     version: int = 0
     # spec.resources.requests (limits under them, as the apiserver defaults them): pod-level
-    # cpu, memory, hugepages-* replace the containers' sum (filters/resources.py).
+    # cpu, memory, hugepages-* replace the containers' sum (resources/accounting.py).
     level_requests: dict[str, str] = field(default_factory=dict)
     # The kubelet's view of a bound pod's resources (None: it reported none).
     resize: ResizeStatus | None = None

@@ -18,13 +18,13 @@ from typing import Any
 
 import msgspec
 
-from .formats import FormatError, check_size
-from .formats import gpus as gpus_format
-from .formats.gpus import MAX_DEVICES
-from .names import GPUS_ANNOTATION, HAMI_REGISTER_ANNOTATION, HAMI_SCORE_ANNOTATION
-from .objects import NodeInput
-from .settings import VENDORS
-from .topology import Topology, link_score
+from ..formats import FormatError, check_size
+from ..formats import gpus as gpus_format
+from ..formats.gpus import MAX_DEVICES
+from ..model.names import GPUS_ANNOTATION, HAMI_REGISTER_ANNOTATION, HAMI_SCORE_ANNOTATION
+from ..model.objects import NodeInput
+from ..settings import VENDORS
+from .gpusets import Topology, link_score
 
 
 class InventoryError(ValueError):

@@ -27,12 +27,12 @@ from collections.abc import Mapping, Sequence
 
 from msgspec import Struct
 
-from . import names
-from .domains import Hierarchy, configured, kueue_hierarchy, of_topology
-from .formats import FormatError, topology_kai, topology_kueue, topology_ours
-from .formats.topology_ask import TopologyAsk
-from .objects import NetworkTopologyInput, PodGroupInput, PodInput, TopologyInput
-from .settings import TopologySettings
+from ..formats import FormatError, topology_kai, topology_kueue, topology_ours
+from ..formats.topology_ask import TopologyAsk
+from ..model import names
+from ..model.objects import NetworkTopologyInput, PodGroupInput, PodInput, TopologyInput
+from ..settings import TopologySettings
+from ..snapshot.domains import Hierarchy, configured, kueue_hierarchy, of_topology
 
 
 class TopologyError(ValueError):

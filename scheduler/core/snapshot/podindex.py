@@ -24,12 +24,9 @@ from typing import TypeVar
 
 from msgspec import Struct, field
 
-from .labels import selector_matches
-from .objects import HostPort, LabelSelector, PodAffinityTerm, PodInput
-
-# Resource amounts in kube-scheduler's units: cpu in millicores, every other resource in whole
-# units (bytes for memory and storage), rounded up. "pods" is not a request: the pod count is.
-Amounts = tuple[tuple[str, int], ...]
+from ..model.labels import selector_matches
+from ..model.objects import HostPort, LabelSelector, PodAffinityTerm
+from ..resources.accounting import Amounts
 
 
 class PodRecord(Struct, frozen=True):
@@ -43,7 +40,7 @@ class PodRecord(Struct, frozen=True):
     # Deleting: still on its node (its resources and ports stay taken) but not counted by
     # topology spread, as in kube-scheduler; never chosen again as a preemption victim.
     terminating: bool = False
-    # What preemption (preemption.py) weighs a victim by: spec.priority, metadata.uid and
+    # What preemption (preemption/preempt.py) weighs a victim by: spec.priority, metadata.uid and
     # creationTimestamp (RFC 3339, sorts as text), and the gang it belongs to with that gang's
     # minimum as far as it is known (0: unknown, so the gang is evicted whole).
     priority: int = 0
@@ -215,14 +212,3 @@ def _discard(index: dict[K, set[str]], at: K, key: str) -> None:
     keys.discard(key)
     if not keys:
         del index[at]
-
-
-def host_ports(pod: PodInput) -> tuple[HostPort, ...]:
-    """The pod's host ports: app containers and sidecars (init containers that keep running)."""
-    out: list[HostPort] = []
-    for c in pod.init_containers:
-        if c.restart_policy == "Always":
-            out.extend(c.host_ports)
-    for c in pod.containers:
-        out.extend(c.host_ports)
-    return tuple(out)

@@ -21,8 +21,8 @@ Then ``plans`` yields the ways to split the gang's members, in rank order, among
   consecutive ranks, recursively, so consecutive ranks share the narrowest domain possible.
 
 The node-level plan inside each leaf domain (nodes packed, the GPU sets chosen jointly) is
-gang.py's; a plan it cannot realise (a Kubernetes filter refuses, counts were per member) is
-skipped for the next. Everything here is arithmetic on counts: stepped by hand in the tests.
+gangs/planning.py's; a plan it cannot realise (a Kubernetes filter refuses, counts were per member)
+is skipped for the next. Everything here is arithmetic on counts: stepped by hand in the tests.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from collections.abc import Iterator
 
 from msgspec import Struct
 
-from .cluster import ClusterState, Demand, NodeClass
-from .domains import Hierarchy, Path
-from .topoconstraints import Constraint
+from ..snapshot.cluster import ClusterState, Demand, NodeClass
+from ..snapshot.domains import Hierarchy, Path
+from .constraints import Constraint
 
 
 class Chunk(Struct, frozen=True):

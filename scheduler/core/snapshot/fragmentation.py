@@ -26,7 +26,7 @@ removes (negative: what it adds). It depends on the node's shape (cpu left, the
 cards' free percent as a multiset) alone, so each Target remembers it by shape, and only a node
 whose shape changed is measured again. A node whose status has no cpu counts as having enough.
 
-How placement uses it (placement.py): the gain, ranked as FGD scores it but twice as steep
+How placement uses it (placement/nodes.py): the gain, ranked as FGD scores it but twice as steep
 (``gain_rank``), orders nodes after the rules that come first (a multi-GPU pod's set score, a pod's
 node preferences) and before the rules it replaces while there is a target (smallest fitting
 node, busiest card); its ties go to a node some GPU pod uses already, then by name.
@@ -36,13 +36,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-from .names import CORES_PER_CARD
-from .settings import FragmentationSettings
-
-if TYPE_CHECKING:  # cluster.py holds a Profile: a runtime import would be circular
-    from .cluster import NodeState
+from ..model.names import CORES_PER_CARD
+from ..settings import FragmentationSettings
 
 # A request class: (cpu millicores, cards, percent of each card).
 RequestClass = tuple[int, int, int]
@@ -225,40 +221,6 @@ def request_class(cpu: int, whole: int, shares: Iterable[int]) -> RequestClass |
     return None
 
 
-def cpu_left(node: NodeState) -> int:
-    """Millicores of cpu the node has left (-1: its status says nothing of cpu)."""
-    if node.resources is None or "cpu" not in node.resources:
-        return -1
-    return max(0, node.resources["cpu"] - node.requested.get("cpu", 0))
-
-
-def shape_of(node: NodeState) -> Shape:
-    """The node as the measure sees it (kept on the node until a charge changes it)."""
-    if node.frag_shape is None:
-        node.frag_shape = _shape(node)
-    return node.frag_shape
-
-
-def untouched(node: NodeState) -> int:
-    """1 for a GPU node no GPU pod uses (every card idle), else 0: among nodes the measure ranks
-    equal, placement keeps an untouched node for whatever comes next (bench-frag: any finer
-    order of the ties, by free GPUs or cpu or the exact gain, leaves more GPUs idle)."""
-    return int(not node.whole and not node.cards)
-
-
-def _shape(node: NodeState) -> Shape:
-    inv = node.inventory
-    assert inv is not None
-    taken = node.whole | node.nominated
-    free = []
-    for device in inv.devices:
-        if not device.healthy or taken >> device.index & 1:
-            continue
-        use = node.cards.get(device.index)
-        free.append(CORES_PER_CARD - use.core if use is not None else CORES_PER_CARD)
-    return (cpu_left(node), _cards(free))
-
-
 def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]) -> int:
     """F_n(M) before minus after placing, on a node of ``shape``, a pod asking for ``cpu``
     millicores and, per card it takes, (that card's free percent, the percent it takes)."""
@@ -267,7 +229,7 @@ def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]
     for free, core in take:
         after.remove(free)
         after.append(free - core)
-    changed: Shape = (left if left < 0 else max(0, left - cpu), _cards(after))
+    changed: Shape = (left if left < 0 else max(0, left - cpu), free_cards(after))
     return target.frag(shape) - target.frag(changed)
 
 
@@ -279,5 +241,6 @@ def gain_rank(value: int) -> int:
     return int(100 / (1 + math.exp(-value / 5_000)))
 
 
-def _cards(free: Iterable[int]) -> tuple[int, ...]:
+def free_cards(free: Iterable[int]) -> tuple[int, ...]:
+    """Cards' free percent as a Shape holds them: largest first, cards with none left out."""
     return tuple(sorted((f for f in free if f > 0), reverse=True))

@@ -13,16 +13,16 @@ A violation matters more here than in kube-scheduler, which deletes its victims:
 the Eviction API, which refuses an eviction that would break a budget (429). So preemption ranks
 candidates by violations first (a violating victim is a plan that will stall), and never offers a
 gang whose whole eviction breaks a budget: the apiserver would evict members until the budget
-ran out and refuse the rest, leaving a gang below its minimum (victims.py).
+ran out and refuse the rest, leaving a gang below its minimum (preemption/victims.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from .labels import selector_matches
-from .objects import DisruptionBudgetInput
-from .podindex import PodRecord
+from ..model.labels import selector_matches
+from ..model.objects import DisruptionBudgetInput
+from ..snapshot.podindex import PodRecord
 
 
 class Budgets:

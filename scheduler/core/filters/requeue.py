@@ -7,8 +7,8 @@ Otherwise every bind in a backlog would send every waiting pod back to the queue
 
 from __future__ import annotations
 
-from scheduler.core.labels import selector_matches
-from scheduler.core.objects import PodAffinityTerm, PodInput
+from ..model.labels import selector_matches
+from ..model.objects import PodAffinityTerm, PodInput
 
 
 def helped_by_added(waiting: PodInput, added: PodInput) -> bool:

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 
 from msgspec import Struct
 
-from .objects import NodeInput, TopologyInput
-from .settings import TopologySettings
+from ..model.objects import NodeInput, TopologyInput
+from ..settings import TopologySettings
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 NVLINK = "nvlink"

@@ -12,13 +12,13 @@ shell's.
 with a pod whose preemptionPolicy is Never evicts nothing: it waits (kube-scheduler's rule). A
 gang still waiting for members, or a pod whose request is malformed, is not a preemptor.
 
-**Who may be evicted.** ``victims.py``: bound pods of strictly lower priority, lone pods one by one,
-gangs whole (or an elastic gang's surplus down to its minimum), never one member of a gang alone;
-never a pod whose eviction the apiserver refused while the shell says that refusal stands
-(``refused``, UIDs: a PodDisruptionBudget the snapshot may not show yet), nor its gang. Pods already
-terminating are not chosen again, and since their resources are coming free (kube-scheduler counts
-them as going) every check below runs with them removed: when that alone makes room the result is a
-Preemption with no victims, so the preemptor is nominated and waits.
+**Who may be evicted.** ``preemption/victims.py``: bound pods of strictly lower priority, lone pods
+one by one, gangs whole (or an elastic gang's surplus down to its minimum), never one member of a
+gang alone; never a pod whose eviction the apiserver refused while the shell says that refusal
+stands (``refused``, UIDs: a PodDisruptionBudget the snapshot may not show yet), nor its gang. Pods
+already terminating are not chosen again, and since their resources are coming free (kube-scheduler
+counts them as going) every check below runs with them removed: when that alone makes room the
+result is a Preemption with no victims, so the preemptor is nominated and waits.
 
 **The one check.** A victim set is good only if the unit fits once it is gone, and that is asked
 of the same core: ``decide`` on the snapshot with the victims (and the terminating pods) removed
@@ -36,17 +36,18 @@ plan returned is what ``decide`` will choose once the victims have left, nothing
   tried in the order of a lower bound on their candidate's rank (a node whose victims and free
   GPUs together cannot hold the pod is no candidate at all), and the search stops at the first
   node whose bound is worse than the best found, or after ``max(100, 10%)`` of the nodes, as
-  kube-scheduler bounds its dry runs (``candidates.py``, with the cheap counts that spare a
-  ``decide`` that could not succeed).
+  kube-scheduler bounds its dry runs (``preemption/candidates.py``, with the cheap counts that spare
+  a ``decide`` that could not succeed).
 - A gang may span nodes, so it has one candidate: the same prefix and reprieve over the whole
   cluster's victim options. Planning a gang is ``decide``'s job; this only decides what to lift.
   An elastic preemptor counts as placed once its minimum is (``Placed`` with surplus waiting).
 
 **The order** among candidates, each key deciding only when the ones before are equal:
 
-0. Fewest victims whose eviction breaks a PodDisruptionBudget (budgets.py), kube-scheduler's first
-   key: the Eviction API refuses those, so such a plan stalls; one that breaks none is always
-   preferred, and a gang whose whole eviction breaks one is never offered (victims.py).
+0. Fewest victims whose eviction breaks a PodDisruptionBudget (preemption/budgets.py),
+   kube-scheduler's first key: the Eviction API refuses those, so such a plan stalls; one that
+   breaks none is always preferred, and a gang whose whole eviction breaks one is never offered
+   (preemption/victims.py).
 1. Fewest units evicted (a gang counts once, whole or its surplus), then fewest pods: every
    eviction costs a restart, and a gang's restart is one job's, however many pods.
 2. Lowest priority, compared highest victim first: the work the cluster values least goes.
@@ -66,15 +67,15 @@ from collections.abc import Collection
 
 from msgspec import Struct
 
+from ..cycle import Unit, decide, unit_priority
+from ..gangs.members import Member
+from ..gangs.planning import Size, check_gang
+from ..model.decisions import Placed, Placement, Waiting
+from ..resources.accounting import pod_requests
+from ..resources.requests import PodRequest, RequestError, parse_request
+from ..snapshot.cluster import ClusterState, Nominated
+from ..snapshot.podindex import PodRecord
 from .candidates import fits, in_cluster, in_domains, on_nodes
-from .cluster import ClusterState, Nominated
-from .cycle import Unit, decide, unit_priority
-from .decisions import Placed, Placement, Waiting
-from .filters.resources import pod_requests
-from .gang import Size, check_gang
-from .members import Member
-from .podindex import PodRecord
-from .requests import PodRequest, RequestError, parse_request
 from .victims import Pool
 
 

@@ -17,10 +17,10 @@ from typing import Final
 import msgspec
 from msgspec import Struct
 
-from . import names
-from .gangsources import Gang, GangError, resolve
-from .objects import ContainerInput, PodInput
-from .settings import GPU_POLICIES, NODE_POLICIES, CoreSettings, GpuPolicy, NodePolicy
+from ..model import names
+from ..model.gangsources import Gang, GangError, resolve
+from ..model.objects import ContainerInput, PodInput
+from ..settings import GPU_POLICIES, NODE_POLICIES, CoreSettings, GpuPolicy, NodePolicy
 
 
 class RequestError(ValueError):
@@ -358,7 +358,7 @@ def _policies(pod: PodInput, settings: CoreSettings) -> tuple[GpuPolicy, NodePol
 
 
 def parse_gang(pod: PodInput) -> Gang | None:
-    """The pod's gang as the pod alone says it (gangsources.resolve without PodGroups: the
+    """The pod's gang as the pod alone says it (model/gangsources.resolve without PodGroups: the
     minimum a PodGroup holds reads 0); RequestError when its sources are malformed or disagree."""
     try:
         return resolve(pod)
