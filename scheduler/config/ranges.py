@@ -74,6 +74,15 @@ RANGES: dict[str, Range] = {
     "run.tuning.apiConnections": AT_LEAST_1,
     "run.tuning.apiTimeoutSeconds": POSITIVE,
     "run.tuning.listPageSize": AT_LEAST_1,
+    "agent.pollSeconds": POSITIVE,
+    "agent.commandTimeoutSeconds": POSITIVE,
+    "agent.eventRepeatSeconds": POSITIVE,
+    "agent.devicePlugin.identifyTimeoutSeconds": POSITIVE,
+    "agent.devicePlugin.socketCheckSeconds": POSITIVE,
+    "agent.devicePlugin.registerTimeoutSeconds": POSITIVE,
+    "agent.devicePlugin.reportIntervalSeconds": POSITIVE,
+    "agent.devicePlugin.reportTries": AT_LEAST_1,
+    "agent.devicePlugin.publishedPods": AT_LEAST_1,
 }
 
 

@@ -12,8 +12,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from scheduler.agent.plugin.host import plugin_config
+from scheduler.agent.plugin.server import PluginConfig
 from scheduler.cli import main
 from scheduler.config import Config, ConfigError, Preemption, Tuning, parse_config
+from scheduler.config.agent import DevicePluginSettings
 from scheduler.config.ranges import RANGES
 from scheduler.core.settings import (
     CoreSettings,
@@ -165,6 +168,21 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
     s.queue.delete("p")
     s.queue.unschedulable("q")
     assert s.queue.next_wakeup() == 60.0
+
+
+def test_the_device_plugins_timings_reach_its_server() -> None:
+    settings = DevicePluginSettings(
+        socket_check_seconds=3.0,
+        register_timeout_seconds=4.0,
+        report_interval_seconds=0.5,
+        report_tries=6,
+        published_pods=7,
+    )
+    config = plugin_config(settings)
+    assert (config.watch_interval, config.register_timeout) == (3.0, 4.0)
+    assert (config.report_interval, config.report_tries, config.published_pods) == (0.5, 6, 7)
+    # The file's defaults are the server's own.
+    assert plugin_config(DevicePluginSettings()) == PluginConfig()
 
 
 def _node(name: str, gpus: int, cpu: str) -> str:
