@@ -36,6 +36,7 @@ from scheduler.core.settings import (
 )
 from scheduler.kube.api import LIST_PAGE, REQUEST_TIMEOUT_S
 from scheduler.kube.client import POOL_SIZE
+from scheduler.kube.watch import WatchTiming
 from scheduler.state.redis_store import RECONCILE_CHUNK, REDIS_TIMEOUT_S
 from scheduler.state.sentinel import SENTINEL_TIMEOUT_S, sentinel_address, sentinel_credentials
 
@@ -64,8 +65,10 @@ class Gang(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tr
     stale_gang_grace_seconds: int = 60
 
 
-# The core's defaults, which the sections below that fill CoreSettings start from.
+# The defaults of the core's and the watches' settings, which the fields below that fill them
+# start from.
 _CORE = CoreSettings()
+_WATCH = WatchTiming()
 
 
 class Preemption(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -135,6 +138,20 @@ class Tuning(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     api_timeout_seconds: float = REQUEST_TIMEOUT_S
     # kube/api.py: pods per page of a paged LIST.
     list_page_size: int = LIST_PAGE
+    # kube/watch.py (WatchTiming): a watch's own timeout; the backoff after a failed LIST or
+    # watch, doubling up to the max; LIST items decoded between two turns of the event loop.
+    watch_timeout_seconds: int = _WATCH.timeout_s
+    watch_backoff_seconds: float = _WATCH.backoff_s
+    watch_backoff_max_seconds: float = _WATCH.backoff_max_s
+    list_decode_slice: int = _WATCH.decode_slice
+
+    def watch_timing(self) -> WatchTiming:
+        return WatchTiming(
+            self.watch_timeout_seconds,
+            self.watch_backoff_seconds,
+            self.watch_backoff_max_seconds,
+            self.list_decode_slice,
+        )
 
 
 class Run(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -351,6 +368,10 @@ def parse_config(data: Any, source: str = "config") -> Config:
         if tuning.pod_max_backoff_seconds < tuning.pod_initial_backoff_seconds:
             problems.append(
                 "run.tuning.podMaxBackoffSeconds: must not be below podInitialBackoffSeconds"
+            )
+        if tuning.watch_backoff_max_seconds < tuning.watch_backoff_seconds:
+            problems.append(
+                "run.tuning.watchBackoffMaxSeconds: must not be below watchBackoffSeconds"
             )
         problems += sentinel_problems(run)
     agent = values.get("agent")

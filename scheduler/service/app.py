@@ -162,6 +162,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             detail="no Redis URL: embedded in-memory store; run a single replica only",
         )
     tuning = run_cfg.tuning
+    watch_timing = tuning.watch_timing()
     client = await api_client(kubeconfig, tuning.api_connections + run_cfg.bind_concurrency)
     api = KubeApi(client, tuning.list_page_size, tuning.api_timeout_seconds)
     metrics = Metrics()
@@ -259,6 +260,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             lambda nodes: scheduler.intake.replace_nodes([node_from_obj(n) for n in nodes]),
             lambda kind, n: scheduler.intake.node_event(kind, node_from_obj(n)),
             lambda n: n.metadata.resource_version,
+            timing=watch_timing,
         ),
         Reflector(
             "bound-pods",
@@ -271,6 +273,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             page_call=lambda token: api.list_pods_page(bound_selector, token),
             convert=pod_from_obj,
             relist=BoundList(),
+            timing=watch_timing,
         ),
         Reflector(
             "pending-pods",
@@ -282,6 +285,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             pods_version,
             page_call=lambda token: api.list_pods_page(pending_selector, token),
             convert=pod_from_obj,
+            timing=watch_timing,
         ),
     ]
     stopping = asyncio.Event()
@@ -302,6 +306,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             lambda items: replace([convert(item) for item in items]),
             lambda change, item: event(change, convert(item)),
             version,
+            timing=watch_timing,
         )
 
     optional: dict[str, list[Reflector[Any]]] = {
@@ -374,6 +379,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             replace,
             event,
             version,
+            timing=watch_timing,
         )
 
     # Kueue's and KAI's Topology objects (issue 21), while their CRD exists.
@@ -409,6 +415,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
             replace,
             event,
             version,
+            timing=watch_timing,
         )
 
     def crd_cleared(kind: str) -> None:
@@ -468,6 +475,7 @@ async def run(config: Config, kubeconfig: str | None) -> int:
         lambda items: scheduler.preemptions.replace_budgets([budget_from_obj(b) for b in items]),
         lambda change, b: scheduler.preemptions.budget_event(change, budget_from_obj(b)),
         version,
+        timing=watch_timing,
     )
     tasks.append(asyncio.create_task(budgets.run(), name="watch-poddisruptionbudgets"))
     # The PodGroup CRDs there are now (before any decision); looked at again every minute.

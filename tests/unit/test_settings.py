@@ -4,8 +4,10 @@ with the field's path, a value set in the file reaches the part that uses it (th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from scheduler.core.settings import (
     PreemptionSettings,
     TopologySettings,
 )
+from scheduler.kube.watch import Reflector, WatchTiming
 from scheduler.state.memory import MemoryStore
 from tests.clock import ManualClock
 from tests.lifecycle import Apiserver, Replica
@@ -64,6 +67,10 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
         api_connections=32,
         api_timeout_seconds=30.0,
         list_page_size=2000,
+        watch_timeout_seconds=300,
+        watch_backoff_seconds=0.5,
+        watch_backoff_max_seconds=10.0,
+        list_decode_slice=250,
     )
     # The config's defaults are the core's.
     assert Config().to_core() == CoreSettings()
@@ -168,6 +175,52 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
     s.queue.delete("p")
     s.queue.unschedulable("q")
     assert s.queue.next_wakeup() == 60.0
+
+
+class Item(msgspec.Struct):
+    name: str
+
+
+async def test_the_watch_timing_reaches_the_reflector() -> None:
+    tuning = Tuning(
+        watch_timeout_seconds=7,
+        watch_backoff_seconds=0.25,
+        watch_backoff_max_seconds=0.4,
+        list_decode_slice=3,
+    )
+    assert tuning.watch_timing() == WatchTiming(7, 0.25, 0.4, 3)
+    naps: list[float] = []
+    timeouts: list[int] = []
+    failures = [3]
+
+    async def sleep(seconds: float) -> None:
+        naps.append(seconds)
+
+    async def list_call() -> bytes:
+        if failures[0]:
+            failures[0] -= 1
+            raise RuntimeError("apiserver down")
+        return b'{"metadata": {"resourceVersion": "1"}, "items": []}'
+
+    async def watch_call(version: str, timeout: int) -> AsyncIterator[bytes]:
+        timeouts.append(timeout)
+        raise asyncio.CancelledError
+
+    reflector = Reflector(
+        "items",
+        Item,
+        list_call,
+        watch_call,
+        lambda items: None,
+        lambda kind, item: None,
+        lambda item: "",
+        sleep=sleep,
+        timing=tuning.watch_timing(),
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await reflector.run()
+    assert naps == [0.25, 0.4, 0.4]  # the backoff doubles, up to its max
+    assert timeouts == [7]
 
 
 def test_the_device_plugins_timings_reach_its_server() -> None:
