@@ -10,11 +10,12 @@ Settings of the running scheduler can also come from the environment (``TOPO_SCH
 command-line flags override both; see ``Config.with_overrides``.
 
 Every tuning value (a number that trades a decision's quality, or the scheduler's speed, against
-its cost or the time it waits) is a field here with today's value as its default, never a module
-constant: the core's are CoreSettings' (``to_core``), the running scheduler's are ``run.tuning``,
-handed to the parts that use them (service/scheduler.py, service/app.py). Values fixed by an
-outside contract (a Kubernetes API limit, a wire format's size) stay named constants beside their
-use. docs/configuration.md documents every field (a unit test checks it against these Structs).
+its cost or the time it waits) is a field here with today's value as its default: the core's are
+CoreSettings' (``to_core``), the running scheduler's are ``run.tuning``, handed to the parts that
+use them (service/scheduler.py, service/app.py); a part of state/ or kube/ keeps its default as a
+parameter default, which the field here starts from. Values fixed by an outside contract (a
+Kubernetes API limit, a wire format's size) stay named constants beside their use.
+docs/configuration.md documents every field (a unit test checks it against these Structs).
 """
 
 from __future__ import annotations
@@ -34,9 +35,7 @@ from scheduler.core.settings import (
     PreemptionSettings,
     TopologySettings,
 )
-from scheduler.kube.api import LIST_PAGE, REQUEST_TIMEOUT_S
-from scheduler.kube.client import POOL_SIZE
-from scheduler.kube.watch import WatchTiming
+from scheduler.kube.tuning import LIST_PAGE, POOL_SIZE, REQUEST_TIMEOUT_S, WatchTiming
 from scheduler.state.redis_store import RECONCILE_CHUNK, REDIS_TIMEOUT_S
 from scheduler.state.sentinel import SENTINEL_TIMEOUT_S, sentinel_address, sentinel_credentials
 

@@ -49,14 +49,9 @@ from .podgroups import (
     serves,
 )
 from .topologies import TOPOLOGY_RESOURCES, served_version
+from .tuning import LIST_PAGE, REQUEST_TIMEOUT_S
 from .watch import Gone, HttpError
 
-# The defaults of the settings run.tuning.apiTimeoutSeconds and run.tuning.listPageSize (KubeApi's
-# arguments). How long one apiserver call may take before it counts as failed:
-REQUEST_TIMEOUT_S: Final = 30.0
-# Pods per page of a paged LIST: big enough that 50,000 pods take 25 round trips, small enough
-# that a page's body is a few MB.
-LIST_PAGE: Final = 2000
 COMPONENT: Final = "topo-scheduler"
 
 

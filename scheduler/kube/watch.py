@@ -11,7 +11,7 @@ small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
 2. WATCH from that version with ``allowWatchBookmarks`` and a server-side timeout; apply each event
    with ``apply`` and advance the version (bookmarks advance it too);
 3. a watch that ends normally (its timeout) resumes from the last version; a 410 Gone (as an HTTP
-   status or as an ERROR event) goes back to 1; any other error backs off (named constants below,
+   status or as an ERROR event) goes back to 1; any other error backs off (``WatchTiming`` below,
    doubling, capped) and goes back to 1. The backoff starts over only once a watch has ended
    normally, not after a LIST: an apiserver that lists fine but
    fails every watch would otherwise be re-listed at the initial backoff forever.
@@ -27,24 +27,11 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 import structlog
 
+from .tuning import WatchTiming
+
 log = structlog.get_logger("watch")
 
 T = TypeVar("T")
-
-
-class WatchTiming(msgspec.Struct, frozen=True):
-    """How a Reflector lists and watches; the config file's run.tuning fills it (these are the
-    defaults of its watch fields)."""
-
-    # A watch asks the apiserver to end it after this long, and is opened again from the last
-    # resourceVersion: a connection that died silently is noticed at the latest then.
-    timeout_s: int = 300
-    # After a failed LIST or watch the reflector lists again after a backoff that starts here and
-    # doubles up to ``backoff_max_s``; a watch that ended normally starts it over.
-    backoff_s: float = 0.5
-    backoff_max_s: float = 10.0
-    # Items of a LIST page decoded between two turns of the event loop.
-    decode_slice: int = 250
 
 
 class ListMeta(msgspec.Struct):

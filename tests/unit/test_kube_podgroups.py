@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from scheduler.core.model.objects import PodGroupInput
-from scheduler.kube.api import LIST_PAGE, REQUEST_TIMEOUT_S, KubeApi
+from scheduler.kube.api import KubeApi
 from scheduler.kube.podgroups import (
     CUSTOM_RESOURCES,
     MAX_MEMBERS,
@@ -43,6 +43,7 @@ from scheduler.kube.podgroups import (
     pod_group_status_patch,
 )
 from scheduler.kube.topologies import TOPOLOGY_RESOURCES
+from scheduler.kube.tuning import LIST_PAGE, REQUEST_TIMEOUT_S
 from scheduler.kube.watch import HttpError, Reflector
 
 REPO = Path(__file__).resolve().parents[2]

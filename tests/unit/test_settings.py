@@ -26,7 +26,8 @@ from scheduler.core.settings import (
     PreemptionSettings,
     TopologySettings,
 )
-from scheduler.kube.watch import Reflector, WatchTiming
+from scheduler.kube.tuning import WatchTiming
+from scheduler.kube.watch import Reflector
 from scheduler.state.memory import MemoryStore
 from tests.clock import ManualClock
 from tests.lifecycle import Apiserver, Replica
