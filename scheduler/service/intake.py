@@ -1,6 +1,6 @@
 """Watch events into the snapshot and the pod book (synchronous and cheap: no I/O here).
 
-Three reflectors call in (app.py): pending pods of this scheduler, pods bound to nodes (which
+Three reflectors call in (watches.py): pending pods of this scheduler, pods bound to nodes (which
 GPUs are in use), and nodes; and the optional ones: namespaces, claims and volumes once a pod
 needs them, PodGroups of either API group while their CRD exists. Nodes and PodGroups go to the
 snapshot directly. A bound pod is charged to the snapshot first (the bound watch is the truth),
@@ -25,7 +25,6 @@ an entry newer than the LIST (the watch that follows the LIST reports what happe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -52,12 +51,10 @@ from scheduler.core.snapshot.cluster import ClusterState, bits
 from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_POD_GROUPS
 from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES
 
+from .effects import Effects, charge
 from .podbook import LISTED_STAGES, Ctx, Event, PodBook, Stage
 from .queue import SchedulingQueue
 from .tasks import Tasks
-
-if TYPE_CHECKING:
-    from .effects import Effects
 
 log = structlog.get_logger("scheduler")
 
@@ -406,10 +403,3 @@ def uses_namespace_selector(pod: PodInput) -> bool:
     terms = [*affinity.pod_required, *affinity.anti_required]
     terms += [w.term for w in (*affinity.pod_preferred, *affinity.anti_preferred)]
     return any(t.namespace_selector is not None for t in terms)
-
-
-def charge(state: ClusterState, pod: PodInput) -> None:
-    """The snapshot holds what a bound pod's annotations say it holds."""
-    warning = state.add_bound_pod(pod)
-    if warning:
-        log.warning("bound pod", pod=pod.key, warning=warning)
