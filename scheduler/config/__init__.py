@@ -137,7 +137,18 @@ class Tuning(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     api_timeout_seconds: float = REQUEST_TIMEOUT_S
     # kube/api.py: pods per page of a paged LIST.
     list_page_size: int = LIST_PAGE
-    # kube/watch.py (WatchTiming): a watch's own timeout; the backoff after a failed LIST or
+    # service/podgroups.py: PodGroup status patches in flight at once; passes of the status
+    # writer at least this far apart; a pass every podGroupIdleSeconds without being woken.
+    pod_group_patches_in_flight: int = 4
+    pod_group_pass_seconds: float = 0.2
+    pod_group_idle_seconds: float = 1.0
+    # service/podgroups.py: the PodGroup and Topology CRDs are looked at again this often (one
+    # GET each); sooner, every crdRetrySeconds, while one cannot be read.
+    crd_check_seconds: float = 60.0
+    crd_retry_seconds: float = 5.0
+    # service/events.py: pod Events waiting to be written, at most; past it they are dropped.
+    event_queue_size: int = 1000
+    # kube/tuning.py (WatchTiming): a watch's own timeout; the backoff after a failed LIST or
     # watch, doubling up to the max; LIST items decoded between two turns of the event loop.
     watch_timeout_seconds: int = _WATCH.timeout_s
     watch_backoff_seconds: float = _WATCH.backoff_s

@@ -64,6 +64,7 @@ class Effects:
         tasks: Tasks,
         check_retry_s: float,
         rebind_s: float,
+        event_queue_size: int,
     ) -> None:
         self.book = book
         self.state = sync.state
@@ -81,7 +82,9 @@ class Effects:
         # an uncertain Binding (effect REBIND) is sent again after ``rebind_s`` (run.tuning).
         self.check_retry_s = check_retry_s
         self.rebind_s = rebind_s
-        self.events = EventLane(metrics.events_dropped)  # Scheduled events, off the pod's path
+        self.events = EventLane(
+            metrics.events_dropped, event_queue_size
+        )  # Scheduled events, off the pod's path
         self.accepting = True  # False once the service drains: no new background work
         self._handlers: dict[Effect, Callable[[Transition, Ctx], None]] = {
             Effect.KEEP_POD: self._keep_pod,

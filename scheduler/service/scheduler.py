@@ -179,6 +179,9 @@ class Scheduler:
             lambda: leadership.leading,
             lambda: [e.pod for e in self.book.in_stages(assumed) if e.pod is not None],
             mark_initially_scheduled,
+            patches_in_flight=tuning.pod_group_patches_in_flight,
+            pass_interval_s=tuning.pod_group_pass_seconds,
+            idle_pass_s=tuning.pod_group_idle_seconds,
         )
         self.effects = Effects(
             self.book,
@@ -194,6 +197,7 @@ class Scheduler:
             self.tasks,
             tuning.check_retry_seconds,
             tuning.rebind_seconds,
+            tuning.event_queue_size,
         )
         self.intake = Intake(
             scheduler_name,

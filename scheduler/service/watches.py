@@ -177,6 +177,8 @@ class Watches:
             {name: self._pod_group_maker(r) for name, r in CUSTOM_RESOURCES.items()}
             | {name: self._topology_maker(r) for name, r in TOPOLOGY_RESOURCES.items()},
             self._crd_cleared,
+            tuning.crd_check_seconds,
+            tuning.crd_retry_seconds,
         )
         self._tasks: list[asyncio.Task[Any]] = []
 

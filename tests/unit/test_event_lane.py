@@ -6,6 +6,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, Counter
 
+from scheduler.config import Tuning
 from scheduler.service.events import EventLane
 
 
@@ -15,7 +16,7 @@ def _dropped() -> Counter:
 
 async def test_events_are_sent_in_order_and_the_writer_stops_when_empty() -> None:
     sent: list[int] = []
-    lane = EventLane(_dropped())
+    lane = EventLane(_dropped(), Tuning().event_queue_size)
 
     def event(n: int):  # type: ignore[no-untyped-def]
         async def send() -> None:

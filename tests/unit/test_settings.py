@@ -68,6 +68,12 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
         api_connections=32,
         api_timeout_seconds=30.0,
         list_page_size=2000,
+        pod_group_patches_in_flight=4,
+        pod_group_pass_seconds=0.2,
+        pod_group_idle_seconds=1.0,
+        crd_check_seconds=60.0,
+        crd_retry_seconds=5.0,
+        event_queue_size=1000,
         watch_timeout_seconds=300,
         watch_backoff_seconds=0.5,
         watch_backoff_max_seconds=10.0,
@@ -161,6 +167,10 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
         store_reconcile_seconds=9.0,
         store_write_batch=11,
         inventory_flush_seconds=0.5,
+        pod_group_patches_in_flight=2,
+        pod_group_pass_seconds=0.3,
+        pod_group_idle_seconds=4.0,
+        event_queue_size=12,
     )
     clock = ManualClock(0.0)
     s = Replica(Apiserver(), MemoryStore(clock), clock, tuning=tuning).s
@@ -170,6 +180,12 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
     assert (s.sync.reconcile_min_s, s.sync.write_batch) == (9.0, 11)
     assert s.sync.inventories.flush_delay_s == 0.5
     assert (s.preemptions.hold_s, s.preemptions.retry_s) == (300, 30.0)
+    assert (
+        s.statuses.patches_in_flight,
+        s.statuses.pass_interval_s,
+        s.statuses.idle_pass_s,
+    ) == (2, 0.3, 4.0)
+    assert s.effects.events.size == 12
     s.queue.add("p")
     assert s.queue.pop() == "p"
     assert [s.queue.backoff("p") for _ in range(5)] == [2.0, 4.0, 8.0, 16.0, 20.0]
