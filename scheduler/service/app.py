@@ -26,7 +26,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any, Final
+from typing import Any
 
 import structlog
 from kubernetes_asyncio.client import ApiClient
@@ -48,13 +48,6 @@ from .watches import Watches
 from .witness import Witness
 
 log = structlog.get_logger("app")
-
-# The shutdown's time bounds, all within the pod's terminationGracePeriodSeconds (30 s, deploy/):
-# the binds in flight (each ends within the bind timeout, binder.py), the lease's release (one
-# store call), and every other step.
-DRAIN_S: Final = 20.0
-RELEASE_S: Final = 3.0
-STOP_S: Final = 1.0
 
 
 def settings_from(
@@ -117,6 +110,12 @@ class Replica:
     ) -> None:
         run_cfg = config.run
         tuning = run_cfg.tuning
+        # The shutdown's time bounds (run.tuning), all within the pod's
+        # terminationGracePeriodSeconds (30 s, deploy/): the binds in flight (each ends within
+        # the bind timeout, binder.py), the lease's release (one store call), every other step.
+        self.drain_s = tuning.shutdown_drain_seconds
+        self.release_s = tuning.shutdown_release_seconds
+        self.stop_s = tuning.shutdown_step_seconds
         self.holder = holder
         self.client = client
         self.metrics = Metrics()
@@ -240,24 +239,25 @@ class Replica:
     async def shut_down(self) -> None:
         """Readiness is off already (``stopping``). The loop stops taking pods and the binds in
         flight finish; then the lease is released, so a standby takes over at once; then the
-        loops, the watches, the probe server and the clients stop. Each step has a time bound,
-        all within the pod's terminationGracePeriodSeconds (30 s). Binds that outlast theirs
-        keep the lease: it lapses on its own, and the fencing rule (binder.py) keeps a successor
-        from racing them."""
+        loops, the watches, the probe server and the clients stop. Each step has a time bound
+        (run.tuning), by default all within the pod's terminationGracePeriodSeconds (30 s). Binds
+        that outlast theirs keep the lease: it lapses on its own, and the fencing rule
+        (binder.py) keeps a successor from racing them."""
         log.info("shutting down: readiness off, finishing binds in flight")
-        drained = await _bounded("drain", self.scheduler.drain(), DRAIN_S)
+        drained = await _bounded("drain", self.scheduler.drain(), self.drain_s)
         if drained:
-            await _bounded("lease release", self.leadership.release(), RELEASE_S)
+            await _bounded("lease release", self.leadership.release(), self.release_s)
         self.metrics.leader.set(0)
         self.metrics.epoch.set(0)
         for task in self.loops:
             task.cancel()
-        await _bounded("loops", asyncio.gather(*self.loops, return_exceptions=True), STOP_S)
-        await _bounded("watches", self.watches.stop(), STOP_S)
-        await _bounded("probe server", self.http.stop(), STOP_S)
+        stop_s = self.stop_s
+        await _bounded("loops", asyncio.gather(*self.loops, return_exceptions=True), stop_s)
+        await _bounded("watches", self.watches.stop(), stop_s)
+        await _bounded("probe server", self.http.stop(), stop_s)
         with contextlib.suppress(Exception):
-            await _bounded("store", self.store.close(), STOP_S)
-        await _bounded("apiserver client", self.client.close(), STOP_S)
+            await _bounded("store", self.store.close(), stop_s)
+        await _bounded("apiserver client", self.client.close(), stop_s)
         log.info("stopped", holder=self.holder)
 
 
