@@ -50,7 +50,8 @@ import structlog
 from scheduler.core.cycle import gang_of
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
-from scheduler.core.snapshot.cluster import Holding, Nominated
+from scheduler.core.snapshot.holdings import Holding
+from scheduler.core.snapshot.nominations import Nominated
 
 log = structlog.get_logger("podbook")
 

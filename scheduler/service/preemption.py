@@ -54,7 +54,8 @@ from scheduler.core.cycle import Unit
 from scheduler.core.model.objects import DisruptionBudgetInput, PodInput
 from scheduler.core.preemption.preempt import NoPreemption, Preemption, preempt
 from scheduler.core.resources.accounting import pod_requests
-from scheduler.core.snapshot.cluster import ClusterState, Nominated
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.nominations import Nominated
 from scheduler.kube.podgroups import Eviction
 from scheduler.state.base import Fenced, Nomination, Store, StoreError
 
@@ -345,17 +346,11 @@ class Preemptions:
     # ---- PodDisruptionBudgets (the policy/v1 watch): the core's input ----------------------
 
     def replace_budgets(self, budgets: list[DisruptionBudgetInput]) -> None:
-        for key in set(self.state.budgets) - {b.key for b in budgets}:
-            self.state.remove_budget(key)
-        for budget in budgets:
-            self.state.set_budget(budget)
+        self.state.inputs.budgets.replace(budgets)
         self._budgets_changed({b.namespace for b in budgets})
 
     def budget_event(self, kind: str, budget: DisruptionBudgetInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_budget(budget.key)
-        else:
-            self.state.set_budget(budget)
+        self.state.inputs.budgets.event(kind, budget)
         self._budgets_changed({budget.namespace})
 
     def _budgets_changed(self, namespaces: set[str]) -> None:
@@ -442,7 +437,7 @@ class Preemptions:
                 priority=n.priority,
                 node=n.node,
                 devices=n.devices,
-                requests=pod_requests(pod, self.state.gpu_names),
+                requests=pod_requests(pod, self.state.gpu_names, memo=self.state.memos.requests),
             )
             entry = self.book.get(n.pod)
             if entry is None or entry.uid != uid:

@@ -29,6 +29,16 @@ import structlog
 
 from scheduler.config import Tuning
 from scheduler.core.model.objects import PodInput, TopologyInput
+from scheduler.core.snapshot.watched import (
+    CLAIMS,
+    DEVICE_CLASSES,
+    NAMESPACES,
+    POD_GROUPS,
+    RESOURCE_CLAIMS,
+    TOPOLOGIES,
+    VOLUMES,
+    Kind,
+)
 from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.codec import (
@@ -133,8 +143,7 @@ class Watches:
                     "namespaces",
                     Namespace,
                     namespace_from_obj,
-                    intake.replace_namespaces,
-                    intake.namespace_event,
+                    NAMESPACES,
                 )
             ],
             # DRA (filters/dra.py): ResourceClaims and DeviceClasses, once a pod uses a claim.
@@ -143,15 +152,13 @@ class Watches:
                     "resourceclaims",
                     ResourceClaim,
                     resource_claim_from_obj,
-                    intake.replace_resource_claims,
-                    intake.resource_claim_event,
+                    RESOURCE_CLAIMS,
                 ),
                 self._lazy(
                     "deviceclasses",
                     DeviceClass,
                     device_class_from_obj,
-                    intake.replace_device_classes,
-                    intake.device_class_event,
+                    DEVICE_CLASSES,
                 ),
             ],
             "volumes": [
@@ -159,15 +166,13 @@ class Watches:
                     "persistentvolumeclaims",
                     Claim,
                     claim_from_obj,
-                    intake.replace_claims,
-                    intake.claim_event,
+                    CLAIMS,
                 ),
                 self._lazy(
                     "persistentvolumes",
                     Volume,
                     volume_from_obj,
-                    intake.replace_volumes,
-                    intake.volume_event,
+                    VOLUMES,
                 ),
             ],
         }
@@ -225,17 +230,15 @@ class Watches:
 
     # ---- the reflectors ----------------------------------------------------------------------
 
-    def _lazy(
-        self, kind: str, struct: Any, convert: Any, replace: Any, event: Any
-    ) -> Reflector[Any]:
-        api = self.api
+    def _lazy(self, kind: str, struct: Any, convert: Any, watched: Kind[Any]) -> Reflector[Any]:
+        api, intake = self.api, self.scheduler.intake
         return Reflector(
             kind,
             struct,
             lambda: api.list_kind(kind),
             lambda rv, t: api.watch_kind(kind, rv, t),
-            lambda items: replace([convert(item) for item in items]),
-            lambda change, item: event(change, convert(item)),
+            lambda items: intake.replace(watched, [convert(item) for item in items]),
+            lambda change, item: intake.event(watched, change, convert(item)),
             _version,
             timing=self.timing,
         )
@@ -253,12 +256,12 @@ class Watches:
 
         def replace(items: list[PodGroup]) -> None:
             read = [read_group(listed_as(item, resource)) for item in items]
-            intake.replace_pod_groups(resource.group, [group for group, _ in read])
+            intake.replace(POD_GROUPS, [group for group, _ in read], resource.group)
             statuses.groups_replaced(resource.group, read)
 
         def event(change: str, item: PodGroup) -> None:
             group, observed = read_group(item)
-            intake.pod_group_event(change, group)
+            intake.event(POD_GROUPS, change, group)
             if change == "DELETED":
                 statuses.group_removed(group.key)
             else:
@@ -290,14 +293,14 @@ class Watches:
 
         def replace(items: list[Topology]) -> None:
             found = [usable(item) for item in items]
-            intake.replace_topologies(project, [t for t in found if t is not None])
+            intake.replace(TOPOLOGIES, [t for t in found if t is not None], project)
 
         def event(change: str, item: Topology) -> None:
             found = usable(item)
             if found is not None:
-                intake.topology_event(change, found)
+                intake.event(TOPOLOGIES, change, found)
             elif change == "DELETED":
-                intake.topology_event(change, TopologyInput(project, item.metadata.name, ()))
+                intake.event(TOPOLOGIES, change, TopologyInput(project, item.metadata.name, ()))
 
         return Reflector(
             kind,
@@ -314,10 +317,11 @@ class Watches:
         """A CRD went away: what its watch had listed goes too."""
         intake = self.scheduler.intake
         if kind in TOPOLOGY_RESOURCES:
-            intake.replace_topologies(TOPOLOGY_KINDS[TOPOLOGY_RESOURCES[kind].group], [])
+            project = TOPOLOGY_KINDS[TOPOLOGY_RESOURCES[kind].group]
+            intake.replace(TOPOLOGIES, [], project)
             return
         resource = CUSTOM_RESOURCES[kind]
-        intake.replace_pod_groups(resource.group, [])
+        intake.replace(POD_GROUPS, [], resource.group)
         self.scheduler.statuses.groups_replaced(resource.group, [])
 
 

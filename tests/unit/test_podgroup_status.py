@@ -17,6 +17,7 @@ from scheduler.core.cycle import Unit, decide
 from scheduler.core.model import names
 from scheduler.core.model.decisions import Placed
 from scheduler.core.model.objects import PodGroupInput, PodInput
+from scheduler.core.snapshot import watched
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.kube.podgroups import (
     POD_GROUPS,
@@ -470,13 +471,13 @@ def test_an_unusable_pod_group_keeps_its_pods_pending(spec: dict[str, Any], reas
     state.set_node(MakeNode().Name("n1").GPUs(8).Obj())
     g = snapshot_group(obj(spec=spec))
     assert g.key == f"{PLUGINS}/default/job" and g.uid == "uid-1"
-    state.set_pod_group(g)
+    state.inputs.pod_groups.put(g)
     pods = [MakePod().Name(n).Req(1).Label(names.POD_GROUP_LABEL, "job").Obj() for n in ("a", "b")]
     decision = decide_gang(state, *pods)
     assert not isinstance(decision, Placed)
     assert f"PodGroup default/job: {reason}" in decision.reason
     # The same group, usable: placed.
-    state.set_pod_group(snapshot_group(obj(spec={"minMember": 2})))
+    state.inputs.pod_groups.put(snapshot_group(obj(spec={"minMember": 2})))
     assert isinstance(decide_gang(state, *pods), Placed)
 
 
@@ -531,26 +532,26 @@ class IntakeHarness:
 def test_pod_group_events_set_the_snapshot_and_wake_waiting_pods() -> None:
     h = IntakeHarness()
     g = group()
-    h.intake.pod_group_event("ADDED", g)
-    assert h.state.pod_groups == {g.key: g} and h.wakes == 1
-    h.intake.pod_group_event("MODIFIED", g)  # a status change: nothing the core reads
+    h.intake.event(watched.POD_GROUPS, "ADDED", g)
+    assert h.state.inputs.pod_groups == {g.key: g} and h.wakes == 1
+    h.intake.event(watched.POD_GROUPS, "MODIFIED", g)  # a status change: nothing the core reads
     assert h.wakes == 1
     bigger = msgspec.structs.replace(g, min_member=3)
-    h.intake.pod_group_event("MODIFIED", bigger)
-    assert h.state.pod_groups[g.key].min_member == 3 and h.wakes == 2
-    h.intake.pod_group_event("DELETED", bigger)
-    assert h.state.pod_groups == {} and h.wakes == 3
+    h.intake.event(watched.POD_GROUPS, "MODIFIED", bigger)
+    assert h.state.inputs.pod_groups[g.key].min_member == 3 and h.wakes == 2
+    h.intake.event(watched.POD_GROUPS, "DELETED", bigger)
+    assert h.state.inputs.pod_groups == {} and h.wakes == 3
 
 
 def test_a_relist_replaces_one_api_groups_pod_groups() -> None:
     h = IntakeHarness()
     volcano = PodGroupInput(names.VOLCANO_POD_GROUP_API, "default", "v", 2)
-    h.intake.replace_pod_groups(names.VOLCANO_POD_GROUP_API, [volcano])
-    h.intake.replace_pod_groups(PLUGINS, [group("a"), group("b")])
-    h.intake.replace_pod_groups(PLUGINS, [group("b")])
-    assert set(h.state.pod_groups) == {volcano.key, f"{PLUGINS}/default/b"}
-    h.intake.replace_pod_groups(PLUGINS, [])  # its CRD went away
-    assert set(h.state.pod_groups) == {volcano.key}
+    h.intake.replace(watched.POD_GROUPS, [volcano], names.VOLCANO_POD_GROUP_API)
+    h.intake.replace(watched.POD_GROUPS, [group("a"), group("b")], PLUGINS)
+    h.intake.replace(watched.POD_GROUPS, [group("b")], PLUGINS)
+    assert set(h.state.inputs.pod_groups) == {volcano.key, f"{PLUGINS}/default/b"}
+    h.intake.replace(watched.POD_GROUPS, [], PLUGINS)  # its CRD went away
+    assert set(h.state.inputs.pod_groups) == {volcano.key}
     assert h.wakes == 4  # every LIST wakes the pods that waited for it
 
 
