@@ -32,6 +32,7 @@ from scheduler.core.settings import (
     VENDORS,
     CoreSettings,
     FragmentationSettings,
+    MemoSettings,
     PreemptionSettings,
     TopologySettings,
 )
@@ -237,6 +238,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     topology: Topology = msgspec.field(default_factory=Topology)
     # The fragmentation measure: the core's own Struct (core/settings.py), camelCase here.
     fragmentation: FragmentationSettings = msgspec.field(default_factory=FragmentationSettings)
+    # How much a snapshot remembers between decisions: the core's own Struct, camelCase here.
+    memos: MemoSettings = msgspec.field(default_factory=MemoSettings)
 
     def to_core(self) -> CoreSettings:
         return CoreSettings(
@@ -251,6 +254,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
                 max_plans=self.topology.max_plans,
             ),
             fragmentation=self.fragmentation,
+            memos=self.memos,
             preemption=PreemptionSettings(
                 min_candidate_nodes=self.preemption.min_candidate_nodes,
                 min_candidate_nodes_percent=self.preemption.min_candidate_nodes_percent,
@@ -273,11 +277,22 @@ _SECTIONS: dict[str, Any] = {
     "agent": AgentConfig,
     "topology": Topology,
     "fragmentation": FragmentationSettings,
+    "memos": MemoSettings,
 }
 
 
 _NULLABLE_SECTIONS = frozenset(
-    {"resources", "defaults", "gang", "preemption", "run", "agent", "topology", "fragmentation"}
+    {
+        "resources",
+        "defaults",
+        "gang",
+        "preemption",
+        "run",
+        "agent",
+        "topology",
+        "fragmentation",
+        "memos",
+    }
 )
 
 

@@ -73,6 +73,24 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
     group_scan_nodes: int = 640
 
 
+class MemoSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """How much a snapshot remembers between decisions (snapshot/memos.py): bounds that trade
+    memory for CPU, never an answer (a memo that starts over only computes again). All of it
+    is the core's, so this Struct is also the config file's ``memos`` section as it stands."""
+
+    # Specs whose containers' asks are remembered (a gang's members and a Deployment's replicas
+    # share one spec).
+    asks: int = 1024
+    # Specs whose effective requests are remembered.
+    requests: int = 1024
+    # Parsed Kubernetes quantities (every node's allocatable, every bound pod's GPU counts).
+    quantities: int = 4096
+    # Best GPU sets remembered per topology matrix (free mask and size): an 8-GPU matrix never
+    # gets near it (256 masks x 8 sizes); a 16-GPU one could reach 65,536 masks per size, and
+    # this keeps it at a few MB.
+    best_sets: int = 20_000
+
+
 class PreemptionSettings(Struct, frozen=True):
     """How widely preemption searches (preemption/candidates.py): kube-scheduler's
     DefaultPreemption bounds (minCandidateNodesAbsolute, minCandidateNodesPercentage) on the
@@ -95,3 +113,4 @@ class CoreSettings(Struct, frozen=True):
     topology: TopologySettings = field(default_factory=TopologySettings)
     fragmentation: FragmentationSettings = field(default_factory=FragmentationSettings)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    memos: MemoSettings = field(default_factory=MemoSettings)

@@ -23,9 +23,11 @@ from scheduler.config.ranges import RANGES
 from scheduler.core.settings import (
     CoreSettings,
     FragmentationSettings,
+    MemoSettings,
     PreemptionSettings,
     TopologySettings,
 )
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.kube.tuning import WatchTiming
 from scheduler.kube.watch import Reflector
 from scheduler.state.memory import MemoryStore
@@ -49,6 +51,9 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
         min_candidate_nodes=100, min_candidate_nodes_percent=10, max_candidate_domains=16
     )
     assert CoreSettings().topology == TopologySettings(max_plans=8)
+    assert CoreSettings().memos == MemoSettings(
+        asks=1024, requests=1024, quantities=4096, best_sets=20_000
+    )
     assert Preemption() == Preemption(hold_seconds=300, retry_seconds=30.0)
     assert Tuning() == Tuning(
         batch_pods=32,
@@ -150,11 +155,15 @@ def test_the_files_core_values_reach_core_settings() -> None:
                 "maxCandidateDomains": 3,
             },
             "topology": {"maxPlans": 2},
+            "memos": {"asks": 5, "requests": 6, "quantities": 7, "bestSets": 8},
         }
     ).to_core()
     assert core.fragmentation == FragmentationSettings(scan_nodes=4, group_scan_nodes=1, min_pods=2)
     assert core.preemption == PreemptionSettings(7, 50, 3)
     assert core.topology.max_plans == 2
+    memos = ClusterState(core).memos
+    assert (memos.asks.limit, memos.requests.limit, memos.quantities.limit) == (5, 6, 7)
+    assert memos.topologies.intern([[0, 1], [1, 0]]).best_set_limit == 8
 
 
 def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:

@@ -85,7 +85,7 @@ class ClusterState:
         self.profile = Profile(self.settings.fragmentation)
         self._undo = UndoLog()
         # What is remembered between decisions (parsed specs and quantities, topologies).
-        self.memos = Memos()
+        self.memos = Memos(self.settings.memos)
         # The watched inputs, and what is derived from them: the extended resources the
         # DeviceClasses back (resource -> class), and the nodes' paths in the hierarchies.
         self.inputs = Inputs()
