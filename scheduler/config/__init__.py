@@ -149,11 +149,16 @@ class Tuning(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     crd_retry_seconds: float = 5.0
     # service/events.py: pod Events waiting to be written, at most; past it they are dropped.
     event_queue_size: int = 1000
+    # service/scheduler.py: the loop wakes at least this often while idle, so its timers
+    # (nominations' and stale gangs' expiry) run at most this late.
+    loop_tick_seconds: float = 1.0
     # service/app.py: the shutdown's time bounds: the binds in flight, the lease's release,
-    # every other step (keep their sum within the pod's terminationGracePeriodSeconds).
+    # every other step (keep their sum within the pod's terminationGracePeriodSeconds); and
+    # within the drain, how long the queued pod Events may take to be written.
     shutdown_drain_seconds: float = 20.0
     shutdown_release_seconds: float = 3.0
     shutdown_step_seconds: float = 1.0
+    shutdown_events_seconds: float = 5.0
     # kube/tuning.py (WatchTiming): a watch's own timeout; the backoff after a failed LIST or
     # watch, doubling up to the max; LIST items decoded between two turns of the event loop.
     watch_timeout_seconds: int = _WATCH.timeout_s

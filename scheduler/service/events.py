@@ -56,7 +56,7 @@ class EventLane:
         finally:
             self._task = None  # no await since the queue was seen empty: put() restarts it
 
-    async def close(self, timeout: float = 5.0) -> None:
+    async def close(self, timeout: float) -> None:
         """Send what is queued (for at most ``timeout``), then stop."""
         task = self._task
         if task is None:

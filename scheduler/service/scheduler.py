@@ -109,6 +109,11 @@ class Scheduler:
         self._gauged: dict[str, int] = {}  # the queue sizes the pending gauge shows
         preemption = preemption or Preemption()
         tuning = tuning or Tuning()
+        # The loop wakes at least this often while idle or not deciding, so its timers
+        # (nominations' and stale gangs' expiry) run at most this late (run.tuning).
+        self.tick_s = tuning.loop_tick_seconds
+        # How long ``drain`` lets the queued events be written (run.tuning).
+        self.events_close_s = tuning.shutdown_events_seconds
         self.tasks = Tasks()
         self.state = ClusterState(settings)
         self.queue = SchedulingQueue(
@@ -300,7 +305,7 @@ class Scheduler:
     async def run(self) -> None:
         while True:
             if not self.may_decide():
-                await self.tasks.sleep(1.0)
+                await self.tasks.sleep(self.tick_s)
                 continue
             await self.sync.if_needed()
             try:
@@ -313,7 +318,8 @@ class Scheduler:
             self._update_gauges()
             if key is None:
                 wake_at = self.queue.next_wakeup()
-                timeout = 1.0 if wake_at is None else max(0.0, min(1.0, wake_at - self.clock()))
+                tick = self.tick_s
+                timeout = tick if wake_at is None else max(0.0, min(tick, wake_at - self.clock()))
                 await self.tasks.sleep(timeout)
                 continue
             try:
@@ -351,7 +357,7 @@ class Scheduler:
         self.accepting = False
         self.effects.stop()
         await self.tasks.settle()
-        await self.effects.events.close()
+        await self.effects.events.close(self.events_close_s)
 
     def sizes(self) -> dict[str, dict[str, int]]:
         """The size of every per-pod structure of this replica, by part (tests, the soak

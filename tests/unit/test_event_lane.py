@@ -28,7 +28,7 @@ async def test_events_are_sent_in_order_and_the_writer_stops_when_empty() -> Non
     for n in range(5):
         lane.put(event(n))
     assert sent == [] and len(lane) == 5  # nothing written on the caller's path
-    await lane.close()
+    await lane.close(Tuning().shutdown_events_seconds)
     assert sent == [0, 1, 2, 3, 4] and len(lane) == 0
     assert lane._task is None
 
@@ -48,5 +48,5 @@ async def test_a_full_lane_drops_and_counts_and_a_failing_event_does_not_stop_it
     lane.put(ok)
     lane.put(ok)  # the third does not fit
     assert dropped._value.get() == 1
-    await lane.close()
+    await lane.close(Tuning().shutdown_events_seconds)
     assert sent == ["ok"]

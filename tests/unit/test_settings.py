@@ -79,9 +79,11 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
         crd_check_seconds=60.0,
         crd_retry_seconds=5.0,
         event_queue_size=1000,
+        loop_tick_seconds=1.0,
         shutdown_drain_seconds=20.0,
         shutdown_release_seconds=3.0,
         shutdown_step_seconds=1.0,
+        shutdown_events_seconds=5.0,
         watch_timeout_seconds=300,
         watch_backoff_seconds=0.5,
         watch_backoff_max_seconds=10.0,
@@ -183,6 +185,8 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
         pod_group_pass_seconds=0.3,
         pod_group_idle_seconds=4.0,
         event_queue_size=12,
+        loop_tick_seconds=0.5,
+        shutdown_events_seconds=2.0,
     )
     clock = ManualClock(0.0)
     s = Replica(Apiserver(), MemoryStore(clock), clock, tuning=tuning).s
@@ -198,6 +202,7 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
         s.statuses.idle_pass_s,
     ) == (2, 0.3, 4.0)
     assert s.effects.events.size == 12
+    assert (s.tick_s, s.events_close_s) == (0.5, 2.0)
     s.queue.add("p")
     assert s.queue.pop() == "p"
     assert [s.queue.backoff("p") for _ in range(5)] == [2.0, 4.0, 8.0, 16.0, 20.0]
