@@ -53,7 +53,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from scheduler.config import Tuning
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import ContainerInput, HostPort, NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot import nodesums

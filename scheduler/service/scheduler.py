@@ -37,7 +37,8 @@ from collections.abc import Callable
 
 import structlog
 
-from scheduler.config import Preemption, Tuning
+from scheduler.config import Preemption
+from scheduler.config.tuning import Tuning
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.state.base import Store

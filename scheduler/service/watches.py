@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from scheduler.config import Tuning
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import PodInput, TopologyInput
 from scheduler.core.snapshot.watched import (
     CLAIMS,

@@ -21,7 +21,7 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.config import Tuning
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.decisions import Decision
 from scheduler.core.model.objects import PodInput
 from scheduler.service import cycle as cycle_module

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 import redis.asyncio as aioredis
 
-from scheduler.config import Tuning
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.resources.inventory import inventory_json, read_inventory
 from scheduler.core.settings import CoreSettings

@@ -6,7 +6,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, Counter
 
-from scheduler.config import Tuning
+from scheduler.config.tuning import Tuning
 from scheduler.service.events import EventLane
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from scheduler.config import Tuning
+from scheduler.config.tuning import Tuning
 from scheduler.core.cycle import Unit, decide
 from scheduler.core.model import names
 from scheduler.core.model.decisions import Placed

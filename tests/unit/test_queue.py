@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.config import Tuning
+from scheduler.config.tuning import Tuning
 from scheduler.service.queue import SchedulingQueue
 from tests.clock import ManualClock
 

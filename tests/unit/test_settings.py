@@ -17,9 +17,10 @@ import pytest
 from scheduler.agent.plugin.host import plugin_config
 from scheduler.agent.plugin.server import PluginConfig
 from scheduler.cli import main
-from scheduler.config import Config, ConfigError, Preemption, Tuning, parse_config
+from scheduler.config import Config, ConfigError, Preemption, parse_config
 from scheduler.config.agent import DevicePluginSettings
 from scheduler.config.ranges import RANGES
+from scheduler.config.tuning import Tuning
 from scheduler.core.settings import (
     CoreSettings,
     FragmentationSettings,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.config import Tuning
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.names import GPUS_ANNOTATION
 from scheduler.core.model.objects import NodeInput
 from scheduler.core.resources.gpusets import Topologies
