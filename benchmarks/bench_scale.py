@@ -86,7 +86,7 @@ from benchmarks.liveplane import (
     wait_nodes_ready,
 )
 from benchmarks.profiler import Profiler, summary
-from scheduler.kube.api import LIST_PAGE
+from scheduler.kube.tuning import LIST_PAGE
 from scheduler.kube.watch import ListMeta
 from scheduler.testing.controlplane import ControlPlane, build_binaries, pod_manifest
 from scheduler.testing.kubescheduler import KubeScheduler
