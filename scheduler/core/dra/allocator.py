@@ -538,6 +538,10 @@ class _Search:
     def _allocation(
         self, ci: int, claim: ResourceClaim, chosen: list[_Chosen], choices: list[int]
     ) -> Allocation:
+        # Each request's devices in pool, slice and device order, whatever order found them.
+        requests = {id(ch.request): n for n, ch in reversed(list(enumerate(chosen)))}
+        place = {c.id: n for n, c in enumerate(self.usable)}
+        chosen = sorted(chosen, key=lambda ch: (requests[id(ch.request)], place[ch.candidate.id]))
         results = []
         for pos, ch in enumerate(chosen):
             c, request = ch.candidate, ch.request
