@@ -233,3 +233,6 @@ def test_the_search_is_bounded_on_a_large_slice() -> None:
     limits = Limits(steps=20_000, solutions=64)
     outcome = run([claim(8), claim(8, name="d")], [many], limits=limits)
     assert len(chosen(outcome)) == 16
+    # Each claim's 8 devices on one PCIe root (devices i and i + 16k share root i % 16).
+    for allocation in outcome.allocations:
+        assert len({int(r.device.removeprefix("gpu-")) % 16 for r in allocation.results}) == 1

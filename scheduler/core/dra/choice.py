@@ -22,10 +22,12 @@ sum of scores between the chosen units and the units left free), then the search
 first found, which is kube-scheduler's first fit when no device maps to a unit). So k devices get
 the best-connected set and a single device the worst-connected unit.
 
-``guide`` orders one request's candidates so the search meets rule 1's best set first, through
-``Topology.best_set`` (exact, memoised), when the request's eligible devices are distinct units
-of at most ``GUIDE_UNITS``; the search then compares further solutions within the budget
-(budget.py), which settles constraints and several requests.
+``guide`` orders one request's candidates so the search meets rule 1's best set first: through
+``Topology.best_set`` (exact, memoised; the inventory's topology is the one the ``nvidia.com/gpu``
+path searches) when the request's eligible devices are distinct units, and the coarse map has at
+most ``GUIDE_UNITS`` units; past that, a linear grouping by PCIe root and NUMA node. The search
+then compares further solutions within the budget (budget.py), which settles constraints and
+several requests; the budget bounds the search, which is exponential in the worst case.
 """
 
 from __future__ import annotations
@@ -97,6 +99,13 @@ class GpuMap:
             )
         return self._guide_topology
 
+    def location(self, device: DeviceId) -> tuple[str, str]:
+        """A coarse unit's (pcieRoot, numaNode) for ``device``; ("", "") when unknown."""
+        unit = self.unit_of.get(device)
+        if unit is None or self.topology is not None:
+            return ("", "")
+        return self._coarse[unit]
+
     @property
     def size(self) -> int:
         return self.topology.n if self.topology is not None else len(self._coarse)
@@ -154,25 +163,62 @@ def rank(gpus: GpuMap, chosen: Sequence[DeviceId], busy: set[int]) -> tuple[int,
 def guide(
     gpus: GpuMap, order: Sequence[Candidate], eligible: Sequence[Candidate], k: int
 ) -> list[Candidate]:
-    """``order`` with rule 1's best ``k`` of ``eligible`` moved to the front (in their own
-    order), when that can be computed exactly; else ``order`` unchanged."""
-    if gpus.empty or k <= 0:
-        return list(order)
+    """``order`` with a good ``k`` of ``eligible`` moved to the front: rule 1's best set
+    (``Topology.best_set``, exact) for an inventory's GPUs or a small coarse map, else the
+    grouping of ``_coarse_pick``; ``order`` unchanged when no two eligible devices map to
+    distinct units (MIG slices of one GPU: the order already groups them)."""
     units = [gpus.unit_of.get(c.id) for c in eligible]
     mapped = [u for u in units if u is not None]
-    if len(mapped) != len(set(mapped)) or not mapped or gpus.size > GUIDE_UNITS:
+    if k <= 0 or not mapped or len(mapped) != len(set(mapped)):
         return list(order)
-    topology = gpus.guide_topology()
-    free = 0
-    for u in mapped:
-        free |= 1 << u
-    best = topology.best_set(free, min(k, len(mapped)))
-    if best is None:
-        return list(order)
-    first = {
-        c.id for c, u in zip(eligible, units, strict=True) if u is not None and best.mask >> u & 1
-    }
+    if gpus.topology is None and gpus.size > GUIDE_UNITS:
+        first = _coarse_pick(
+            gpus, [c for c, u in zip(eligible, units, strict=True) if u is not None], k
+        )
+    else:
+        free = 0
+        for u in mapped:
+            free |= 1 << u
+        best = gpus.guide_topology().best_set(free, min(k, len(mapped)))
+        if best is None:
+            return list(order)
+        first = {
+            c.id
+            for c, u in zip(eligible, units, strict=True)
+            if u is not None and best.mask >> u & 1
+        }
     return [c for c in order if c.id in first] + [c for c in order if c.id not in first]
+
+
+def _coarse_pick(gpus: GpuMap, located: Sequence[Candidate], k: int) -> set[DeviceId]:
+    """A linear-time stand-in for rule 1 on many coarse units (each device its own unit): for
+    k > 1 the smallest PCIe root holding k (else the NUMA node holding k, its roots largest
+    first; else the largest NUMA nodes); for one device, one on the least populated root of the
+    least populated NUMA node."""
+    roots: dict[str, list[Candidate]] = {}
+    numas: dict[str, list[Candidate]] = {}
+    for c in located:
+        root, numa = gpus.location(c.id)
+        roots.setdefault(root or f"device:{c.id}", []).append(c)
+        numas.setdefault(numa or f"device:{c.id}", []).append(c)
+
+    def where(c: Candidate) -> tuple[str, str]:
+        root, numa = gpus.location(c.id)
+        return root or f"device:{c.id}", numa or f"device:{c.id}"
+
+    if k == 1:
+        lonely = min(located, key=lambda c: (len(numas[where(c)[1]]), len(roots[where(c)[0]])))
+        return {lonely.id}
+    fitting = [group for group in roots.values() if len(group) >= k]
+    if fitting:
+        return {c.id for c in min(fitting, key=len)[:k]}
+    pool = next((g for g in sorted(numas.values(), key=len) if len(g) >= k), None)
+    ranked = (
+        sorted(pool, key=lambda c: -len(roots[where(c)[0]]))
+        if pool is not None
+        else [c for g in sorted(numas.values(), key=lambda g: -len(g)) for c in g]
+    )
+    return {c.id for c in ranked[:k]}
 
 
 def busy_units(gpus: GpuMap, in_use: Iterable[DeviceId]) -> set[int]:
