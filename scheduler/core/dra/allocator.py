@@ -357,7 +357,8 @@ class _Search:
             stop = self._slot(ci, ri, request, di + 1, order, 0)
             undo()
             return stop
-        for pos in range(start, len(order)):
+        # Too few candidates left for the request's remaining devices: no need to look.
+        for pos in range(start, len(order) - (size - di) + 1):
             if not self.budget.spend_step():
                 raise _OutOfBudget
             candidate = order[pos]

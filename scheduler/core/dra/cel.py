@@ -56,6 +56,8 @@ MAX_EXPRESSION_BYTES: Final = 10 * 1024
 MAX_COMPREHENSION_DEPTH: Final = 3
 # Memoised verdicts kept before the memo is dropped and rebuilt (a few MB at most).
 MEMO_LIMIT: Final = 200_000
+# Converted devices kept (each a few KB inside the library).
+ACTIVATION_LIMIT: Final = 20_000
 
 QUANTITY_TAG: Final = "__quantity__"
 SEMVER_TAG: Final = "__semver__"
@@ -71,7 +73,7 @@ DeviceKey = tuple[str, str, str, int, str]
 class _Compiled:
     __slots__ = ("domains", "program")
 
-    def __init__(self, program: Any, domains: frozenset[str]) -> None:
+    def __init__(self, program: cel.Expression, domains: frozenset[str]) -> None:
         self.program = program
         self.domains = domains
 
@@ -80,13 +82,15 @@ class Selectors:
     """Compiled selectors and their verdicts per device. Owned by the caller (one per scheduler,
     kept across cycles); not shared between threads."""
 
-    __slots__ = ("_compiled", "_devices", "_env", "_verdicts", "evaluations")
+    __slots__ = ("_activations", "_compiled", "_devices", "_env", "_verdicts", "evaluations")
 
     def __init__(self) -> None:
         self._env = _new_env()
         self._compiled: dict[str, _Compiled | str] = {}
         self._verdicts: dict[tuple[str, DeviceKey], bool | str] = {}
         self._devices: dict[DeviceKey, dict[str, Any] | str] = {}
+        # A device converted once for the library, per set of empty domains its selectors add.
+        self._activations: dict[tuple[DeviceKey, frozenset[str]], cel.Activation] = {}
         # Evaluations done (memo hits excluded), for measurements.
         self.evaluations = 0
 
@@ -119,7 +123,7 @@ class Selectors:
         if isinstance(data, str):
             verdict: bool | str = data
         else:
-            verdict = self._evaluate(compiled, data)
+            verdict = self._evaluate(key, compiled, data)
         self.evaluations += 1
         if len(self._verdicts) >= MEMO_LIMIT:
             self._verdicts.clear()
@@ -174,18 +178,25 @@ class Selectors:
         self._devices[key] = data
         return data
 
-    @staticmethod
-    def _evaluate(compiled: _Compiled, data: dict[str, Any]) -> bool | str:
-        missing = [d for d in compiled.domains if d not in data["attributes"]]
-        missing_capacity = [d for d in compiled.domains if d not in data["capacity"]]
-        if missing or missing_capacity:
-            data = dict(data)
-            data["attributes"] = {**data["attributes"], **{d: {} for d in missing}}
-            data["capacity"] = {**data["capacity"], **{d: {} for d in missing_capacity}}
-        try:
-            value = compiled.program.eval(data={"device": data})
-        except Exception as exc:  # the library raises for values it cannot convert
-            return _clean(str(exc))
+    def _evaluate(self, key: DeviceKey, compiled: _Compiled, data: dict[str, Any]) -> bool | str:
+        # The expression's literals that are not domains of the device become empty maps.
+        extra = frozenset(
+            d for d in compiled.domains if d not in data["attributes"] or d not in data["capacity"]
+        )
+        activation = self._activations.get((key, extra))
+        if activation is None:
+            if extra:
+                data = dict(data)
+                data["attributes"] = {**{d: {} for d in extra}, **data["attributes"]}
+                data["capacity"] = {**{d: {} for d in extra}, **data["capacity"]}
+            try:
+                activation = self._env.Activation({"device": data})
+            except Exception as exc:  # the library raises for values it cannot convert
+                return _clean(str(exc))
+            if len(self._activations) >= ACTIVATION_LIMIT:
+                self._activations.clear()
+            self._activations[(key, extra)] = activation
+        value = compiled.program.eval(activation)
         kind = value.type()
         if kind == cel.Type.ERROR:
             return _runtime_message(str(value.value()))
@@ -375,17 +386,21 @@ def _arith(sign: int) -> Callable[[Any, Any], dict[str, str]]:
     return apply
 
 
-def _new_env() -> Any:
+def _new_env() -> cel.Env:
     t = cel.Type
     tagged = t.Map(t.STRING, t.DYN)
 
-    def member(name: str, result: Any, args: list[Any], impl: Callable[..., Any]) -> Any:
+    def member(
+        name: str, result: cel.Type, args: list[cel.Type], impl: Callable[..., Any]
+    ) -> cel.Overload:
         suffix = "_".join(a.name().lower() for a in args)
         return cel.Overload(
             f"{name}_member_{suffix}", result, [tagged, *args], is_member=True, impl=impl
         )
 
-    def overload(name: str, result: Any, args: list[Any], impl: Callable[..., Any]) -> Any:
+    def overload(
+        name: str, result: cel.Type, args: list[cel.Type], impl: Callable[..., Any]
+    ) -> cel.Overload:
         return cel.Overload(f"{name}_{len(args)}", result, args, impl=impl)
 
     functions = [
