@@ -59,6 +59,7 @@ def node_slice(
     count: int = 1,
     name: str = "",
     pool: str = "",
+    counters: Sequence[CounterSet] = (),
     **selection: object,
 ) -> ResourceSlice:
     placement: dict[str, object] = selection or {"node_name": node}
@@ -67,6 +68,7 @@ def node_slice(
         DRIVER,
         ResourcePool(pool or node, generation, count),
         devices=tuple(devices),
+        shared_counters=tuple(counters),
         **placement,  # type: ignore[arg-type]
     )
 
@@ -352,9 +354,7 @@ def test_taints_need_tolerations_but_effect_none_does_not() -> None:
 def partitioned(node: str = "n1") -> list[ResourceSlice]:
     """One GPU of 4 memory slices, published as the whole GPU and two halves."""
     counters = node_slice(
-        node,
-        name="counters",
-        shared_counters=(CounterSet("gpu-0-counters", {"memory": "4"}),),
+        node, name="counters", count=2, counters=[CounterSet("gpu-0-counters", {"memory": "4"})]
     )
 
     def part(name: str, slices: int) -> Device:
@@ -449,3 +449,13 @@ def test_the_allocation_has_the_v1_shape() -> None:
         config=outcome.allocations[0].config,
         node_selector=outcome.allocations[0].node_selector,
     )
+
+
+def test_a_huge_slice_gets_a_bounded_refusal() -> None:
+    huge = node_slice(devices=[gpu(f"gpu-{i}") for i in range(10_000)])
+    picky = claim(exactly(selectors=(f"device.attributes['{DRIVER}'].model == 'h200'",)))
+    outcome = run([picky], [huge], limits=Limits(evaluations=500))
+    assert outcome.error and "timed out trying to allocate devices" in outcome.reason
+    # Within the budget, a device far down the slice is found.
+    last = node_slice(devices=[*huge.devices[:2000], gpu("wanted", model="h200")])
+    assert devices(run([picky], [last])) == ["wanted"]

@@ -333,11 +333,13 @@ class _Search:
     def _order(self, ci: int, request: _Request) -> list[Candidate]:
         if request.all_devices is not None or self.gpus.empty:
             return self.usable
-        eligible = [
-            c
-            for c in self.usable
-            if not self._held(ci, request, c.id) and self._selectable(ci, request, c, strict=False)
-        ]
+        eligible = []
+        for c in self.usable:
+            # Ordering is search work too: it is paid from the same budget.
+            if not self.budget.spend_step():
+                raise _OutOfBudget
+            if not self._held(ci, request, c.id) and self._selectable(ci, request, c, strict=False):
+                eligible.append(c)
         return guide(self.gpus, self.usable, eligible, request.count)
 
     def _slot(

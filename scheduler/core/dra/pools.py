@@ -4,10 +4,11 @@ A slice reaches the node when its ``node_name`` is the node, it has ``all_nodes`
 ``node_selector`` matches the node, or it has ``per_device_node_selection`` (then each device's
 own ``node_name``/``node_selector``/``all_nodes`` decides, device by device).
 
-A pool is (driver, pool name). Only its highest generation counts: if a newer generation exists
-anywhere (even in slices not reaching this node) the node's older slices are obsolete and the
-pool is ignored; if fewer slices of that generation exist than ``resource_slice_count``, the pool
-is incomplete (its devices are not used, and a request for ``All`` devices is an error). A pool
+A pool is (driver, pool name). Only the highest generation of the slices reaching the node counts.
+When they are as many as ``resource_slice_count`` the pool is complete; when fewer, all of the
+pool's slices decide: a newer generation anywhere makes the node's slices obsolete (the pool is
+ignored), and fewer slices of the generation than the count make it incomplete (its devices are
+not used, and a request for ``All`` devices is an error). A pool
 is invalid with duplicate device names, or a device consuming a counter set or counter the pool
 does not define (or defines twice). Pools are ordered by (driver, name), those with devices
 needing binding conditions last; slices by name; devices keep their order in the slice. That
@@ -72,20 +73,32 @@ class Pool(Struct, frozen=True):
 def gather_pools(
     slices: Iterable[ResourceSlice], node: str, labels: Mapping[str, str]
 ) -> list[Pool]:
-    """The pools whose current generation has a slice reaching ``node``, in allocation order."""
+    """The pools with a slice reaching ``node``, in allocation order.
+
+    ``slices`` must hold every slice of those pools (the snapshot indexes them by pool): a pool
+    whose reaching slices fall short of its count is judged by all of its slices."""
     by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
     for s in slices:
         by_pool.setdefault((s.driver, s.pool.name), []).append(s)
     pools: list[Pool] = []
     for (driver, name), members in by_pool.items():
-        newest = max(s.pool.generation for s in members)
-        current = sorted((s for s in members if s.pool.generation == newest), key=lambda s: s.name)
-        reaching = [s for s in current if _slice_reaches(s, node, labels)]
+        reaching = [s for s in members if _slice_reaches(s, node, labels)]
         if not reaching:
             continue
-        expected = max(s.pool.resource_slice_count for s in current)
+        generation = max(s.pool.generation for s in reaching)
+        reaching = [s for s in reaching if s.pool.generation == generation]
+        expected = reaching[0].pool.resource_slice_count
+        current = [s for s in members if s.pool.generation == generation]
+        if len(reaching) != expected:
+            # Short on this node: a newer generation elsewhere makes these slices obsolete;
+            # otherwise the pool is complete only if all of its slices are there.
+            if any(s.pool.generation > generation for s in members):
+                continue
+            if len(current) != expected:
+                pools.append(Pool(driver, name, generation, (), {}, {}, incomplete=True))
+                continue
         devices: list[Candidate] = []
-        for s in reaching:
+        for s in sorted(reaching, key=lambda s: s.name):
             for d in s.devices:
                 candidate = _candidate(s, d, node, labels)
                 if candidate is not None:
@@ -97,7 +110,7 @@ def gather_pools(
             Pool(
                 driver=driver,
                 name=name,
-                generation=newest,
+                generation=generation,
                 devices=tuple(devices),
                 counters=counters,
                 consumption={
@@ -106,7 +119,6 @@ def gather_pools(
                     for d in s.devices
                     if d.consumes_counters
                 },
-                incomplete=len(current) < expected,
                 invalid=invalid,
             )
         )
@@ -125,7 +137,9 @@ def _slice_reaches(s: ResourceSlice, node: str, labels: Mapping[str, str]) -> bo
         return True
     if s.node_selector is not None:
         return term_matches(s.node_selector, node, labels)
-    return s.per_device_node_selection
+    if s.per_device_node_selection:
+        return any(_candidate(s, d, node, labels) is not None for d in s.devices)
+    return False
 
 
 def _candidate(
