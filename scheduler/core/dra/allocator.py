@@ -202,6 +202,10 @@ class _Search:
             self._claim(0)
         except _OutOfBudget:
             pass  # the best solution so far stands; without one, the node is refused below
+        except RecursionError:
+            # A few frames per device: only claims asking for hundreds of devices get here.
+            if self.best is None:
+                return Outcome(reason=f"node {self.node}: too many devices to search", error=True)
         except _Fatal as exc:
             # After a solution, an error met while looking for a better one ends the looking.
             if self.best is None:

@@ -54,10 +54,11 @@ MAX_EXPRESSION_BYTES: Final = 10 * 1024
 # Comprehensions (all, exists, map, filter...) nested deeper than this are refused: each level
 # multiplies the iterations, and the device's maps alone have up to 32 entries.
 MAX_COMPREHENSION_DEPTH: Final = 3
-# Memoised verdicts kept before the memo is dropped and rebuilt (a few MB at most).
+# Memoised verdicts and compiled expressions kept before the memo is dropped and rebuilt (a few
+# MB at most).
 MEMO_LIMIT: Final = 200_000
-# Converted devices kept (each a few KB inside the library).
-ACTIVATION_LIMIT: Final = 20_000
+# Devices kept converted for the library (a few KB each, as Python maps and inside the library).
+DEVICE_LIMIT: Final = 20_000
 
 QUANTITY_TAG: Final = "__quantity__"
 SEMVER_TAG: Final = "__semver__"
@@ -144,10 +145,7 @@ class Selectors:
         size = len(expression.encode())
         if size > MAX_EXPRESSION_BYTES:
             return f"expression of {size} bytes is longer than the {MAX_EXPRESSION_BYTES} allowed"
-        scan = _scan(expression)
-        if isinstance(scan, str):
-            return scan
-        literals, depth = scan
+        literals, depth = _scan(expression)
         if depth > MAX_COMPREHENSION_DEPTH:
             return (
                 f"comprehensions nested {depth} deep: more than {MAX_COMPREHENSION_DEPTH} "
@@ -155,7 +153,7 @@ class Selectors:
             )
         try:
             program = self._env.compile(expression)
-        except RuntimeError as exc:
+        except Exception as exc:  # RuntimeError with the checker's message
             return _clean(str(exc))
         kind = program.return_type()
         if kind != cel.Type.BOOL and kind != cel.Type.DYN:
@@ -173,7 +171,7 @@ class Selectors:
         if found is not None:
             return found
         data = _to_cel_device(key[0], attributes, capacity, allow_multiple_allocations)
-        if len(self._devices) >= MEMO_LIMIT:
+        if len(self._devices) >= DEVICE_LIMIT:
             self._devices.clear()
         self._devices[key] = data
         return data
@@ -193,10 +191,13 @@ class Selectors:
                 activation = self._env.Activation({"device": data})
             except Exception as exc:  # the library raises for values it cannot convert
                 return _clean(str(exc))
-            if len(self._activations) >= ACTIVATION_LIMIT:
+            if len(self._activations) >= DEVICE_LIMIT:
                 self._activations.clear()
             self._activations[(key, extra)] = activation
-        value = compiled.program.eval(activation)
+        try:
+            value = compiled.program.eval(activation)
+        except Exception as exc:  # errors are values; anything raised is one too
+            return _clean(str(exc))
         kind = value.type()
         if kind == cel.Type.ERROR:
             return _runtime_message(str(value.value()))
@@ -259,7 +260,7 @@ def _clean(text: str) -> str:
     return text.removesuffix(" [INVALID_ARGUMENT]").strip()
 
 
-def _scan(expression: str) -> tuple[frozenset[str], int] | str:
+def _scan(expression: str) -> tuple[frozenset[str], int]:
     """The string literals of ``expression`` and how deep its comprehension macros nest, read
     with a lexer of quotes and brackets (the compiler checks the rest)."""
     literals: set[str] = set()
