@@ -459,3 +459,11 @@ def test_a_huge_slice_gets_a_bounded_refusal() -> None:
     # Within the budget, a device far down the slice is found.
     last = node_slice(devices=[*huge.devices[:2000], gpu("wanted", model="h200")])
     assert devices(run([picky], [last])) == ["wanted"]
+
+
+def test_a_device_toleration_with_no_key_compares_values() -> None:
+    slice_ = node_slice(devices=[Device("sick", taints=(Taint("health", "NoExecute", "xid"),))])
+    any_key = exactly(tolerations=(Toleration("", "Equal", "xid", ""),))
+    assert devices(run([claim(any_key)], [slice_])) == ["sick"]
+    other_value = exactly(tolerations=(Toleration("", "Equal", "ecc", ""),))
+    assert run([claim(other_value)], [slice_]).reason == NO_SOLUTION

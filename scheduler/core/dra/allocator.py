@@ -48,7 +48,7 @@ from typing import Final
 
 from msgspec import Struct
 
-from ..model.objects import NodeSelectorTerm, Requirement
+from ..model.objects import NodeSelectorTerm, Requirement, Taint, Toleration
 from ..resources.inventory import Inventory
 from ..resources.requests import parse_quantity
 from . import capacity as capacity_rules
@@ -481,7 +481,7 @@ class _Search:
             return None
         if any(
             t.effect in ("NoSchedule", "NoExecute")
-            and not any(tol.tolerates(t) for tol in request.spec.tolerations)
+            and not any(_tolerates(tol, t) for tol in request.spec.tolerations)
             for t in c.device.taints
         ):
             if charged:
@@ -582,6 +582,18 @@ class _Search:
             config=_config(claim, chosen_requests),
             node_selector=_node_selector(chosen, self.node),
         )
+
+
+def _tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """A device toleration's rule, which differs from a pod's in one case: an empty key with
+    Equal compares the value of any key."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator == "Exists":
+        return True
+    return toleration.operator in ("", "Equal") and toleration.value == taint.value
 
 
 def _counters_in_use(pools: list[Pool], in_use: InUse) -> dict[tuple[str, str, str, str], Decimal]:

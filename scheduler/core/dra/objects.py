@@ -3,8 +3,9 @@
 Only the fields allocation needs, named as in the v1 API (snake case). Quantities stay strings, as
 the apiserver sends them, and are parsed by the allocator, so a malformed value becomes a reason
 instead of an exception in the shell (the model's rule, model/objects.py). Node selectors and
-device taints reuse the model's ``NodeSelectorTerm``, ``Taint`` and ``Toleration``: their
-semantics are the same in DRA (a device taint's ``None`` effect needs no toleration).
+device taints reuse the model's ``NodeSelectorTerm``, ``Taint`` and ``Toleration`` shapes; a
+device taint's ``None`` effect needs no toleration, and a device toleration with an empty key and
+Equal compares the value of any key (allocator.py applies DRA's rule, not the pod's).
 
 Attribute values are ``int``, ``bool``, ``str`` or ``Version`` (a semantic version string); an
 attribute or capacity name is a qualified name, ``id`` (in the driver's own domain) or
