@@ -33,8 +33,9 @@ capacity ranges (beta but off in a default v1.37 binary), claims reserved for a 
 (DRAWorkloadResourceClaims, beta off), DeviceTaintRules (the caller patches their taints into
 the slices' devices, as kube-scheduler does), and the CEL libraries listed in cel.py.
 
-Where it plugs in (next steps, none done here): the kube codec decodes resource.k8s.io/v1
-objects into ``objects``; the snapshot keeps slices, classes, claims and an ``InUse`` updated by
+Where it plugs in (next steps): scheduler/kube/dracodec.py already decodes resource.k8s.io/v1
+objects into ``objects`` and encodes an ``Allocation`` as ``status.allocation``, but the watch
+does not use it yet; the snapshot keeps slices, classes, claims and an ``InUse`` updated by
 claim events (and by our own in-flight allocations, as kube-scheduler's assumed claims); the
 filters call ``allocate`` per node for the pod's unallocated claims (and for the extended
 resources a DeviceClass backs), replacing filters/dra.py's "does not allocate" reason; the cycle

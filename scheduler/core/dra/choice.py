@@ -61,7 +61,7 @@ def _attribute(attrs: Mapping[str, AttributeValue], driver: str, ident: str) -> 
 class GpuMap:
     """Devices of one node mapped to units, and how units score as pairs."""
 
-    __slots__ = ("_coarse", "_guide_topology", "topology", "unit_of")
+    __slots__ = ("_coarse", "_guide_topology", "present", "topology", "unit_of")
 
     def __init__(
         self,
@@ -70,6 +70,9 @@ class GpuMap:
         coarse: Sequence[tuple[str, str]],
     ) -> None:
         self.unit_of = unit_of
+        # Units some device of the node maps to: a GPU the driver does not publish (or the
+        # inventory lists beyond the slices) is nobody's to take, so it is not "left free".
+        self.present = frozenset(unit_of.values())
         self.topology = topology
         self._coarse = coarse  # per coarse unit: (pcieRoot, numaNode), "" when unknown
         self._guide_topology = topology
@@ -144,19 +147,16 @@ def map_devices(candidates: Iterable[Candidate], inventory: Inventory | None) ->
 
 
 def rank(gpus: GpuMap, chosen: Sequence[DeviceId], busy: set[int]) -> tuple[int, int]:
-    """Rule 1's two keys for the devices ``chosen``: (-internal score, damage). ``busy`` are the
-    units holding a device in use by someone else (not free for damage)."""
+    """Rule 1's two keys for the devices ``chosen``: (-internal score, damage). Damage counts the
+    units left free: present, not chosen, and not ``busy`` (holding a device in use)."""
     units = [gpus.unit_of[d] for d in chosen if d in gpus.unit_of]
     internal = 0
     for pos, a in enumerate(units):
         for b in units[pos + 1 :]:
             internal += gpus.pair(a, b)
     distinct = set(units)
-    damage = 0
-    for a in distinct:
-        for f in range(gpus.size):
-            if f not in distinct and f not in busy:
-                damage += gpus.pair(a, f)
+    left = [f for f in gpus.present if f not in distinct and f not in busy]
+    damage = sum(gpus.pair(a, f) for a in distinct for f in left)
     return (-internal, damage)
 
 
