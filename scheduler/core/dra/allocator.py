@@ -192,6 +192,8 @@ class _Search:
         self.budget = Budget(Limits())
         self.best: tuple[tuple[object, ...], list[list[_Chosen]], list[list[int]]] | None = None
         self.found = 0
+        self.single = sum(len(c.requests) for c in claims) == 1
+        self.optimal: frozenset[DeviceId] | None = None
 
     # ---- the run ----------------------------------------------------------------------------
 
@@ -344,7 +346,16 @@ class _Search:
                 raise _OutOfBudget
             if not self._held(ci, request, c.id) and self._selectable(ci, request, c, strict=False):
                 eligible.append(c)
-        return guide(self.gpus, self.usable, eligible, request.count)
+        order, best = guide(self.gpus, self.usable, eligible, request.count)
+        # With one request in all, the guided set is the optimum when rule 1's damage in
+        # best_set (over the eligible units) is the damage the key counts (over the units
+        # present and not busy): the first solution taking it ends the search.
+        self.optimal = None
+        if best is not None and self.single:
+            units = {self.gpus.unit_of[c.id] for c in eligible}
+            if units == self.gpus.present - self.busy:
+                self.optimal = best
+        return order
 
     def _slot(
         self, ci: int, ri: int, request: _Request, di: int, order: list[Candidate], start: int
@@ -396,6 +407,8 @@ class _Search:
                 [list(c) for c in self.choices],
             )
         if self.gpus.empty or not any(d in self.gpus.unit_of for d in chosen):
+            return True
+        if self.optimal is not None and self.optimal == frozenset(chosen):
             return True
         return not self.budget.spend_solution()
 

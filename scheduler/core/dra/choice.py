@@ -162,15 +162,19 @@ def rank(gpus: GpuMap, chosen: Sequence[DeviceId], busy: set[int]) -> tuple[int,
 
 def guide(
     gpus: GpuMap, order: Sequence[Candidate], eligible: Sequence[Candidate], k: int
-) -> list[Candidate]:
+) -> tuple[list[Candidate], frozenset[DeviceId] | None]:
     """``order`` with a good ``k`` of ``eligible`` moved to the front: rule 1's best set
     (``Topology.best_set``, exact) for an inventory's GPUs or a small coarse map, else the
     grouping of ``_coarse_pick``; ``order`` unchanged when no two eligible devices map to
-    distinct units (MIG slices of one GPU: the order already groups them)."""
+    distinct units (MIG slices of one GPU: the order already groups them).
+
+    With the order, the best set when it is exact over every eligible device (all of them
+    mapped): a solution taking exactly it cannot be beaten on rule 1 by one from ``eligible``."""
     units = [gpus.unit_of.get(c.id) for c in eligible]
     mapped = [u for u in units if u is not None]
     if k <= 0 or not mapped or len(mapped) != len(set(mapped)):
-        return list(order)
+        return list(order), None
+    exact: frozenset[DeviceId] | None = None
     if gpus.topology is None and gpus.size > GUIDE_UNITS:
         first = _coarse_pick(
             gpus, [c for c, u in zip(eligible, units, strict=True) if u is not None], k
@@ -181,13 +185,15 @@ def guide(
             free |= 1 << u
         best = gpus.guide_topology().best_set(free, min(k, len(mapped)))
         if best is None:
-            return list(order)
+            return list(order), None
         first = {
             c.id
             for c, u in zip(eligible, units, strict=True)
             if u is not None and best.mask >> u & 1
         }
-    return [c for c in order if c.id in first] + [c for c in order if c.id not in first]
+        if len(mapped) == len(eligible):
+            exact = frozenset(first)
+    return [c for c in order if c.id in first] + [c for c in order if c.id not in first], exact
 
 
 def _coarse_pick(gpus: GpuMap, located: Sequence[Candidate], k: int) -> set[DeviceId]:
