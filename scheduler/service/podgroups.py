@@ -175,11 +175,13 @@ def group_of_pod(pod: PodInput) -> str | None:
 
 
 class PodGroupStatuses:
-    """Members of scheduler-plugins PodGroups, and the status patches (module doc)."""
+    """Members of scheduler-plugins PodGroups, and the status patches (module doc). The members
+    follow the pod book: its effects tell which pods the bound watch shows placed, running,
+    finished, deleted or missing from a re-list (every bound pod has an entry, ours or not)."""
 
     def __init__(
         self,
-        patch: Patch,
+        patch: Patch | None,
         leading: Callable[[], bool],
         assumed: Callable[[], Iterable[PodInput]] = tuple,
         mark_scheduled: MarkScheduled | None = None,
@@ -195,7 +197,6 @@ class PodGroupStatuses:
         # Members seen bound or finished: group key -> pod key -> phase; and the other way.
         self.members: dict[str, dict[str, str]] = {}
         self._member_of: dict[str, str] = {}
-        self._listed: set[str] = set()  # members shown by a bound LIST under way
         self.dirty: set[str] = set()
         self._wake = asyncio.Event()
 
@@ -238,45 +239,32 @@ class PodGroupStatuses:
         for group, observed in listed:
             self.group_set(group, observed)
 
-    # ---- members (the bound-pods watch) ------------------------------------------------------
+    # ---- members: the pod book's transitions (effects GROUP_COUNT and GROUP_DROP) ----------
 
-    def pod_event(self, kind: str, pod: PodInput) -> None:
+    def member_seen(self, pod: PodInput) -> None:
+        """The bound watch shows ``pod`` on a node (placed, running): counted in its group."""
         key = group_of_pod(pod)
-        old = self._member_of.get(pod.key)
-        if old is not None and old != key:
-            self._drop_member(pod.key)
-        if key is None:
-            return
-        if pod.finished and key in self.groups:
-            self._set_member(key, pod.key, pod.phase)  # counted while its group lives
-        elif kind == "DELETED" or pod.finished or not pod.node_name:
-            if old is not None:
-                self._drop_member(pod.key)
-        else:
+        if self._member_of.get(pod.key) not in (None, key):
+            self._drop_member(pod.key)  # it names another group now
+        if key is not None:
             self._set_member(key, pod.key, pod.phase)
 
-    def pods_replaced(self, pods: Iterable[PodInput]) -> None:
-        self.pods_list_begin()
-        self.pods_list_page(list(pods))
-        self.pods_list_end()
+    def member_ended(self, pod: PodInput) -> None:
+        """``pod`` was deleted or finished: a finished one is counted while its group lives."""
+        key = group_of_pod(pod)
+        if self._member_of.get(pod.key) not in (None, key):
+            self._drop_member(pod.key)
+        if key is not None and pod.finished and key in self.groups:
+            self._set_member(key, pod.key, pod.phase)
+        else:
+            self._drop_member(pod.key)
 
-    # The bound pods' LIST, page by page as it arrives (kube/watch.py's Relist).
-
-    def pods_list_begin(self) -> None:
-        self._listed = set()
-
-    def pods_list_page(self, pods: list[PodInput]) -> None:
-        for pod in pods:
-            self.pod_event("ADDED", pod)
-            if pod.key in self._member_of:  # only members are looked for at the end
-                self._listed.add(pod.key)
-
-    def pods_list_end(self) -> None:
-        present, self._listed = self._listed, set()
-        for pod_key, group in list(self._member_of.items()):
-            phase = self.members.get(group, {}).get(pod_key)
-            if pod_key not in present and phase not in _FINISHED:
-                self._drop_member(pod_key)  # deleted, or finished unseen: not counted
+    def member_missing(self, pod: str) -> None:
+        """A bound re-list lacks the pod: deleted, or finished unseen; a member seen finished
+        stays counted."""
+        group = self._member_of.get(pod)
+        if group is not None and self.members.get(group, {}).get(pod) not in _FINISHED:
+            self._drop_member(pod)
 
     def _set_member(self, group: str, pod: str, phase: str) -> None:
         members = self.members.setdefault(group, {})
@@ -394,6 +382,8 @@ class PodGroupStatuses:
                 f"(minCount {group.min_member})"
             )
             return await self._mark_scheduled(group.namespace, group.name, message)
+        if self._patch is None:
+            return Write.GONE
         return await self._patch(
             group.namespace, group.name, desired.phase, desired.scheduled, desired.running
         )

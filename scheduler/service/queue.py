@@ -7,9 +7,10 @@
 - unschedulable: pods the core found no place for; they wait for a cluster event that could help
   (a node added or changed, GPUs freed, a gang member arrived) and at the latest 5 minutes.
 
-The queue holds pod keys only; the pods themselves live in the service's pending map, so an update
-never leaves a stale copy here. It is synchronous and reads time only through the injected clock,
-so tests step it by hand.
+The queue holds pod keys only; the pods themselves live in the pod book, so an update never
+leaves a stale copy here. A pod moves in it only by the book's effects (effects.py); the loop
+pops, and a cluster event (a node, a budget changed) retries every waiting pod. It is
+synchronous and reads time only through the injected clock, so tests step it by hand.
 """
 
 from __future__ import annotations

@@ -7,11 +7,14 @@ store reservation -> bind -> confirmation by the bound watch (docs/architecture.
 - podbook.py: one entry per pod with its stage, and the one transition table;
 - effects.py: what each transition does (queue, snapshot, store, Bindings, re-reads, reports);
 - cycle.py: the scheduling cycle (serial): pop, decide, assume, reserve;
-- binder.py: the Bindings (concurrent), each pod's outcome returned;
-- storesync.py: claims from holdings, the writes after binds, reconcile.
+- binder.py: the binding cycle (concurrent): a unit's Bindings, handed over by the cycle once
+  its reservation is answered, each pod's outcome returned;
+- storesync.py: claims from holdings, the writes after binds, reconcile;
+- preemption.py: victims for an unschedulable unit; its nominations are the book's events;
+- podgroups.py: the PodGroup statuses, whose members follow the book.
 
 The parts are built in the order they need each other and handed to each other whole; nothing
-is set on a part after it is built. The watches call ``intake`` directly (app.py), the loop
+is set on a part after it is built. The watches call ``intake`` directly (watches.py), the loop
 below calls ``cycle``.
 
 Leadership: only the leader schedules. On election it inherits the store records of pods it
@@ -41,11 +44,12 @@ from scheduler.state.base import Store
 from .apiserver import Cluster
 from .binder import Binder, bind_timeout_for
 from .cycle import Cycle
-from .effects import Effects, rank, report
+from .effects import Effects, report
 from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
-from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook
+from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook, Stage, Transition
+from .podgroups import MarkScheduled, Patch, PodGroupStatuses
 from .preemption import HOLD_S, Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
@@ -75,10 +79,14 @@ class Scheduler:
         preemption_hold: float = HOLD_S,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         # Starts the namespace ("namespaces"), claim and volume ("volumes") or PodGroup watches
-        # the first time a pending pod needs them; True once they have listed (app.py). Without
-        # those watches (tests) everything is known.
+        # the first time a pending pod needs them; True once they have listed (watches.py).
+        # Without those watches (tests) everything is known.
         watch_needed: Callable[[str], bool] = lambda kind: True,
         witness: Witness | None = None,
+        # The PodGroup status writes (app.py: the apiserver's); without them (tests) the
+        # statuses are kept and never written.
+        patch_pod_group: Patch | None = None,
+        mark_initially_scheduled: MarkScheduled | None = None,
     ) -> None:
         self.name = scheduler_name
         self.cluster = cluster
@@ -129,7 +137,17 @@ class Scheduler:
             wall_ms,
             self.on_lost,
             preemption_hold,
+            dispatch=self._dispatch,
             evictions=metrics.evictions,
+        )
+        # scheduler-plugins PodGroups' status, written by the leader when nobody else writes it;
+        # its members follow the book (effects GROUP_COUNT, GROUP_DROP).
+        assumed = frozenset({Stage.ASSUMED})
+        self.statuses = PodGroupStatuses(
+            patch_pod_group,
+            lambda: leadership.leading,
+            lambda: [e.pod for e in self.book.in_stages(assumed) if e.pod is not None],
+            mark_initially_scheduled,
         )
         self.effects = Effects(
             self.book,
@@ -138,6 +156,7 @@ class Scheduler:
             self.binder,
             self.preemptions,
             self.stale,
+            self.statuses,
             cluster,
             metrics,
             clock,
@@ -167,6 +186,13 @@ class Scheduler:
             self.on_lost,
             gang_wait_timeout,
         )
+
+    def _dispatch(
+        self, key: str, uid: str, event: Event, ctx: Ctx | None = None
+    ) -> Transition | None:
+        """Preemption feeds the book through the effects, which are built after it (they reach
+        preemption for a nomination's store and pod copies)."""
+        return self.effects.dispatch(key, uid, event, ctx)
 
     def _may_write(self) -> bool:
         return self.accepting and self.leadership.leading
@@ -215,7 +241,7 @@ class Scheduler:
             self.sync.request()
         self.ready_to_schedule = True
         for entry in self.book.in_stages(SCHEDULABLE_STAGES):
-            self.queue.add(entry.key, *rank(entry.pod))
+            self.effects.dispatch(entry.key, entry.uid, Event.ELECTED)
         self.tasks.wake()
 
     async def on_lost(self) -> None:
@@ -256,8 +282,7 @@ class Scheduler:
                 await self.cycle.schedule(key, self._next_ready)
             except Exception:
                 log.exception("scheduling attempt crashed", pod=key)
-                if self.book.stage(key) in SCHEDULABLE_STAGES:
-                    self.queue.backoff(key)
+                self.effects.dispatch(key, "", Event.CRASHED)
             await asyncio.sleep(0)  # let watch events in between attempts
 
     def _next_ready(self) -> str | None:

@@ -34,7 +34,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from scheduler.core.model.decisions import Share
-from scheduler.core.snapshot.cluster import ClusterState, Holding, bits
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.holdings import Holding, bits
 from scheduler.state.base import Claim, Record, ShareClaim, Store, StoreError
 
 from .inventories import NodeInventories

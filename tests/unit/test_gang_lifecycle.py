@@ -82,7 +82,7 @@ async def test_a_waiting_gang_gets_one_gang_timeout_event_per_member_after_its_t
 async def test_a_pod_groups_schedule_timeout_is_used_and_named() -> None:
     r = live()
     await r.elect([node(1)])
-    r.s.state.set_pod_group(
+    r.s.state.inputs.pod_groups.put(
         PodGroupInput(
             group=names.POD_GROUP_API,
             namespace="default",
@@ -177,7 +177,7 @@ async def test_an_elastic_gangs_surplus_that_fits_nowhere_is_parked_not_failed()
     r = live()
     r.s.cycle.gang_wait_timeout = 10.0
     await r.elect([node(2)])
-    r.s.state.set_pod_group(
+    r.s.state.inputs.pod_groups.put(
         PodGroupInput(group=names.POD_GROUP_API, namespace="default", name="pg", min_member=2)
     )
     for name in ("a", "b", "c"):

@@ -15,6 +15,7 @@ from scheduler.core.cycle import Unit, decide
 from scheduler.core.model import names
 from scheduler.core.model.decisions import Placed
 from scheduler.core.model.objects import PodGroupInput, PodInput
+from scheduler.core.snapshot import watched
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.kube.podgroups import (
     POD_GROUPS,
@@ -43,7 +44,10 @@ from scheduler.service.podgroups import (
 )
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.tasks import Tasks
+from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
+from tests.clock import ManualClock
+from tests.lifecycle import Apiserver, Replica
 
 PLUGINS = names.POD_GROUP_API
 P = PodGroupPhase
@@ -117,6 +121,16 @@ class Writer:
         self.s.group_set(g, ObservedStatus(phase, scheduled, running))
 
 
+def relisted(w: Writer, pods: list[PodInput]) -> None:
+    """A bound re-list, as the pod book tells the statuses: each pod listed is seen (effect
+    group-count of bound-seen), each member it lacks is missing (group-drop of bound-missing)."""
+    for pod in pods:
+        w.s.member_seen(pod)
+    tracked = {key for members in w.s.members.values() for key in members}
+    for key in sorted(tracked - {p.key for p in pods}):
+        w.s.member_missing(key)
+
+
 # ---- the computation --------------------------------------------------------------------------
 
 
@@ -158,16 +172,16 @@ async def test_status_is_written_as_members_are_placed_then_run() -> None:
     assert await w.one_pass() == [("default", "job", "Pending", 0, 0)]
     w.seen(g, "Pending")  # the watch shows our write
     assert await w.one_pass() == []
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == [("default", "job", "Pending", 1, 0)]
     w.seen(g, "Pending", 1)
-    w.s.pod_event("MODIFIED", member("a"))  # no change for a: nothing to do
+    w.s.member_seen(member("a"))  # no change for a: nothing to do
     assert await w.one_pass() == []
-    w.s.pod_event("ADDED", member("b"))  # b's Binding is seen by the bound watch
+    w.s.member_seen(member("b"))  # b's Binding is seen by the bound watch
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 0)]
     w.seen(g, "Scheduled", 2)
-    w.s.pod_event("MODIFIED", member("a", phase="Running"))
-    w.s.pod_event("MODIFIED", member("b", phase="Running"))
+    w.s.member_seen(member("a", phase="Running"))
+    w.s.member_seen(member("b", phase="Running"))
     assert await w.one_pass() == [("default", "job", "Running", 2, 2)]
 
 
@@ -175,7 +189,7 @@ async def test_assumed_members_count_as_scheduled() -> None:
     w = Writer()
     g = group()
     w.seen(g, "Pending")
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     w.assumed = [MakePod().Name("b").Label(names.POD_GROUP_LABEL, "job").Obj()]
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 0)]
 
@@ -185,15 +199,15 @@ async def test_only_on_change_also_when_the_crd_prunes_a_field() -> None:
     g = group()
     w.seen(g, "Pending")
     for name in ("a", "b"):
-        w.s.pod_event("ADDED", member(name))
+        w.s.member_seen(member(name))
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 0)]
     # scheduler-plugins' own CRD has no status.scheduled (dropped in its PR 574): the object
     # shows our phase without it. That is no reason to write the same again.
     w.seen(g, "Scheduled", 0)
-    w.s.pod_event("MODIFIED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == []
     # Until something really changes.
-    w.s.pod_event("MODIFIED", member("a", phase="Running"))
+    w.s.member_seen(member("a", phase="Running"))
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 1)]
 
 
@@ -201,7 +215,7 @@ async def test_the_status_read_is_not_written_again() -> None:
     w = Writer()
     g = group()
     for name in ("a", "b"):
-        w.s.pod_event("ADDED", member(name, phase="Running"))
+        w.s.member_seen(member(name, phase="Running"))
     w.seen(g, "Running", 2, 2)  # a new leader finds it as it should be
     assert await w.one_pass() == []
 
@@ -210,7 +224,7 @@ async def test_only_the_leader_writes_and_a_standby_writes_once_elected() -> Non
     w = Writer()
     w.leading = False
     w.seen(group())
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == []
     assert w.s.dirty == {f"{PLUGINS}/default/job"}  # kept for when it leads
     w.leading = True
@@ -251,11 +265,11 @@ async def test_a_status_another_controller_writes_is_left_alone_for_good() -> No
     # scheduler-plugins' controller moved it to Scheduling (a phase topo-scheduler never writes).
     w.s.group_set(g, observed_status(obj({"phase": "Scheduling"})))
     for name in ("a", "b"):
-        w.s.pod_event("ADDED", member(name, phase="Running"))
+        w.s.member_seen(member(name, phase="Running"))
     assert await w.one_pass() == []
     # Later it says Running with counts that look like ours: still its status.
     w.s.group_set(g, observed_status(obj({"phase": "Running", "running": 2})))
-    w.s.pod_event("MODIFIED", member("a", phase="Pending"))
+    w.s.member_seen(member("a", phase="Pending"))
     assert await w.one_pass() == []
     # Recreated under the same name (a new UID) with an empty status: ours again.
     w.seen(group(uid="uid-2"))
@@ -307,7 +321,7 @@ async def test_volcano_pod_groups_are_never_written() -> None:
     )
     assert volcano.status_foreign
     w.s.group_set(volcano, ObservedStatus())
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == []
     assert w.s.sizes()["groups"] == 0
 
@@ -315,7 +329,7 @@ async def test_volcano_pod_groups_are_never_written() -> None:
 async def test_a_finished_group_is_not_written_again() -> None:
     w = Writer()
     w.seen(group(), "Finished")
-    w.s.pod_event("ADDED", member("a", phase="Running"))
+    w.s.member_seen(member("a", phase="Running"))
     assert await w.one_pass() == []
 
 
@@ -323,7 +337,7 @@ async def test_a_finished_group_is_not_written_again() -> None:
 async def test_an_unusable_group_is_not_written(minimum: int) -> None:
     w = Writer()
     w.seen(group(minimum=minimum))
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == []
 
 
@@ -335,13 +349,13 @@ async def test_finished_members_count_while_their_group_lives_and_leave_with_it(
     g = group()
     w.seen(g, "Running", 2, 2)
     for name in ("a", "b"):
-        w.s.pod_event("ADDED", member(name, phase="Running"))
+        w.s.member_seen(member(name, phase="Running"))
     # Both succeed: they leave the bound watch (its selector drops finished pods) as DELETED.
     for name in ("a", "b"):
-        w.s.pod_event("DELETED", member(name, phase="Succeeded"))
+        w.s.member_ended(member(name, phase="Succeeded"))
     assert await w.one_pass() == [("default", "job", "Finished", 2, 0)]
     # A bound re-list does not show finished pods: they still count.
-    w.s.pods_replaced([])
+    relisted(w, [])
     assert w.s.sizes()["members"] == 2
     w.s.group_removed(g.key)
     assert w.s.sizes() == {
@@ -349,13 +363,37 @@ async def test_finished_members_count_while_their_group_lives_and_leave_with_it(
     }  # fmt: skip
 
 
+async def test_the_members_follow_the_pod_books_transitions() -> None:
+    """No tracker of its own: the book's bound-watch events count a member (group-count) and
+    drop it (group-drop), a re-list included, and news older than the book's is no news."""
+    clock = ManualClock(0.0)
+    r = Replica(Apiserver(), MemoryStore(clock), clock)
+    g = group()
+    r.s.statuses.group_set(g, ObservedStatus("Pending"))
+    a = r.api.create(member("a"))
+    r.s.intake.bound_event("ADDED", a)
+    assert r.s.statuses.members == {g.key: {"default/a": "Pending"}}
+    running = r.api.stamp(msgspec.structs.replace(a, phase="Running"))
+    r.s.intake.bound_event("MODIFIED", running)
+    r.s.intake.bound_event("MODIFIED", a)  # older than what the book knows: dropped
+    assert r.s.statuses.members == {g.key: {"default/a": "Running"}}
+    r.s.intake.replace_bound([], r.api.version)  # a re-list that lacks it: gone
+    assert r.s.statuses.members == {}
+    b = r.api.create(member("b", phase="Running"))
+    r.s.intake.bound_event("ADDED", b)
+    finished = r.api.stamp(msgspec.structs.replace(b, phase="Succeeded"))
+    r.s.intake.bound_event("DELETED", finished)  # finished: counted while its group lives
+    assert r.s.statuses.members == {g.key: {"default/b": "Succeeded"}}
+    await r.settle()
+
+
 async def test_a_long_lived_group_keeps_at_most_its_minimum_of_finished_members() -> None:
     w = Writer()
     g = group()  # minMember 2
     w.seen(g, "Running", 2, 2)
     for i in range(50):  # members come, run and fail one after the other (a restarting job)
-        w.s.pod_event("ADDED", member(f"m{i}", phase="Running"))
-        w.s.pod_event("DELETED", member(f"m{i}", phase="Failed"))
+        w.s.member_seen(member(f"m{i}", phase="Running"))
+        w.s.member_ended(member(f"m{i}", phase="Failed"))
     assert w.s.sizes()["members"] == 2 and w.s.sizes()["member_of"] == 2
     assert sorted(w.s.members[g.key]) == ["default/m48", "default/m49"]  # the latest
 
@@ -364,20 +402,20 @@ async def test_deleted_members_and_relists() -> None:
     w = Writer()
     g = group()
     w.seen(g, "Pending")
-    w.s.pods_replaced([member("a"), member("b"), member("x", pg="other")])
+    relisted(w, [member("a"), member("b"), member("x", pg="other")])
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 0)]
     w.seen(g, "Scheduled", 2)
-    w.s.pod_event("DELETED", member("b"))  # deleted while pending on its node
+    w.s.member_ended(member("b"))  # deleted while pending on its node
     assert await w.one_pass() == [("default", "job", "Pending", 1, 0)]
     w.seen(g, "Pending", 1)
-    w.s.pods_replaced([])  # a re-list without a: gone
+    relisted(w, [])  # a re-list without a: gone
     assert await w.one_pass() == [("default", "job", "Pending", 0, 0)]
     # A pod whose label moves to another group leaves the first.
-    w.s.pod_event("ADDED", member("c"))
-    w.s.pod_event("MODIFIED", member("c", pg="other"))
+    w.s.member_seen(member("c"))
+    w.s.member_seen(member("c", pg="other"))
     assert w.s.members.get(g.key) is None
     # Members of a group that does not exist are tracked (it may come), and finished ones not.
-    w.s.pod_event("DELETED", member("d", pg="nowhere", phase="Failed"))
+    w.s.member_ended(member("d", pg="nowhere", phase="Failed"))
     assert f"{PLUGINS}/default/nowhere" not in w.s.members
 
 
@@ -412,13 +450,13 @@ def test_an_unusable_pod_group_keeps_its_pods_pending(spec: dict[str, Any], reas
     state.set_node(MakeNode().Name("n1").GPUs(8).Obj())
     g = snapshot_group(obj(spec=spec))
     assert g.key == f"{PLUGINS}/default/job" and g.uid == "uid-1"
-    state.set_pod_group(g)
+    state.inputs.pod_groups.put(g)
     pods = [MakePod().Name(n).Req(1).Label(names.POD_GROUP_LABEL, "job").Obj() for n in ("a", "b")]
     decision = decide_gang(state, *pods)
     assert not isinstance(decision, Placed)
     assert f"PodGroup default/job: {reason}" in decision.reason
     # The same group, usable: placed.
-    state.set_pod_group(snapshot_group(obj(spec={"minMember": 2})))
+    state.inputs.pod_groups.put(snapshot_group(obj(spec={"minMember": 2})))
     assert isinstance(decide_gang(state, *pods), Placed)
 
 
@@ -467,26 +505,26 @@ class IntakeHarness:
 def test_pod_group_events_set_the_snapshot_and_wake_waiting_pods() -> None:
     h = IntakeHarness()
     g = group()
-    h.intake.pod_group_event("ADDED", g)
-    assert h.state.pod_groups == {g.key: g} and h.wakes == 1
-    h.intake.pod_group_event("MODIFIED", g)  # a status change: nothing the core reads
+    h.intake.event(watched.POD_GROUPS, "ADDED", g)
+    assert h.state.inputs.pod_groups == {g.key: g} and h.wakes == 1
+    h.intake.event(watched.POD_GROUPS, "MODIFIED", g)  # a status change: nothing the core reads
     assert h.wakes == 1
     bigger = msgspec.structs.replace(g, min_member=3)
-    h.intake.pod_group_event("MODIFIED", bigger)
-    assert h.state.pod_groups[g.key].min_member == 3 and h.wakes == 2
-    h.intake.pod_group_event("DELETED", bigger)
-    assert h.state.pod_groups == {} and h.wakes == 3
+    h.intake.event(watched.POD_GROUPS, "MODIFIED", bigger)
+    assert h.state.inputs.pod_groups[g.key].min_member == 3 and h.wakes == 2
+    h.intake.event(watched.POD_GROUPS, "DELETED", bigger)
+    assert h.state.inputs.pod_groups == {} and h.wakes == 3
 
 
 def test_a_relist_replaces_one_api_groups_pod_groups() -> None:
     h = IntakeHarness()
     volcano = PodGroupInput(names.VOLCANO_POD_GROUP_API, "default", "v", 2)
-    h.intake.replace_pod_groups(names.VOLCANO_POD_GROUP_API, [volcano])
-    h.intake.replace_pod_groups(PLUGINS, [group("a"), group("b")])
-    h.intake.replace_pod_groups(PLUGINS, [group("b")])
-    assert set(h.state.pod_groups) == {volcano.key, f"{PLUGINS}/default/b"}
-    h.intake.replace_pod_groups(PLUGINS, [])  # its CRD went away
-    assert set(h.state.pod_groups) == {volcano.key}
+    h.intake.replace(watched.POD_GROUPS, [volcano], names.VOLCANO_POD_GROUP_API)
+    h.intake.replace(watched.POD_GROUPS, [group("a"), group("b")], PLUGINS)
+    h.intake.replace(watched.POD_GROUPS, [group("b")], PLUGINS)
+    assert set(h.state.inputs.pod_groups) == {volcano.key, f"{PLUGINS}/default/b"}
+    h.intake.replace(watched.POD_GROUPS, [], PLUGINS)  # its CRD went away
+    assert set(h.state.inputs.pod_groups) == {volcano.key}
     assert h.wakes == 4  # every LIST wakes the pods that waited for it
 
 
@@ -625,20 +663,20 @@ async def test_the_upstream_condition_is_written_once_when_the_minimum_is_schedu
         pod = msgspec.structs.replace(member(name), labels={})
         return msgspec.structs.replace(pod, scheduling_group="job")
 
-    w.s.pod_event("ADDED", in_group("a"))
+    w.s.member_seen(in_group("a"))
     assert await w.one_pass() == [] and marked == []  # 1 of 2: nothing to say yet
-    w.s.pod_event("ADDED", in_group("b"))
+    w.s.member_seen(in_group("b"))
     await w.one_pass()
     assert marked == [("default", "job", "2 pods scheduled by topo-scheduler (minCount 2)")]
     assert w.api.calls == []  # no scheduler-plugins phase on an upstream group
-    w.s.pod_event("MODIFIED", msgspec.structs.replace(in_group("a"), phase="Running"))
+    w.s.member_seen(msgspec.structs.replace(in_group("a"), phase="Running"))
     await w.one_pass()
     assert len(marked) == 1  # terminal: written once
     # A group whose condition someone already set True is left alone.
     w.s.group_set(
         msgspec.structs.replace(upstream, uid="u2"), ObservedStatus(initially_scheduled=True)
     )
-    w.s.pod_event("ADDED", in_group("c"))
+    w.s.member_seen(in_group("c"))
     await w.one_pass()
     assert len(marked) == 1
 

@@ -122,7 +122,7 @@ def test_a_16_gpu_preemptor_on_an_8_gpu_cluster_evicts_nothing_and_says_why() ->
 
 
 def elastic_gang(state: ClusterState, minimum: int) -> None:
-    state.set_pod_group(
+    state.inputs.pod_groups.put(
         PodGroupInput(group=names.POD_GROUP_API, namespace="default", name="el", min_member=minimum)
     )
     for i, devices in enumerate(["0,3", "1,2", "4,7", "5,6"]):

@@ -25,8 +25,9 @@ from msgspec import Struct, structs
 from ..filters.chain import GroupFilters, PodFilters
 from ..model.decisions import Placement
 from ..model.objects import PodInput
-from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.cluster import ClusterState
 from ..snapshot.domains import Hierarchy, Path, configured, in_use
+from ..snapshot.nodes import NodeState
 from .constraints import Constraint, gang_constraint, rank_of, rank_order
 from .domainchoice import MAX_PLANS, Tree, path_fits, plans, shortfall
 from .members import Member, split_joint
@@ -53,7 +54,7 @@ def context(
     """How the gang of these pods is planned through domains; None: as without topology.
     TopologyError / TopologyPending when its constraint is malformed or disputed."""
     settings = state.settings.topology
-    constraint = gang_constraint(pods, state.pod_groups, settings, state.topologies)
+    constraint = gang_constraint(pods, state.inputs.pod_groups, settings, state.inputs.topologies)
     if constraint is not None:
         return Context(constraint.hierarchy, constraint, settings.compact_gangs, within)
     hierarchy = configured(settings)

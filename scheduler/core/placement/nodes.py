@@ -49,8 +49,9 @@ from ..resources.accounting import pod_requests
 from ..resources.gpusets import SetChoice
 from ..resources.inventory import Inventory
 from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
-from ..snapshot.cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
+from ..snapshot.cluster import ClusterState
 from ..snapshot.fragmentation import Shape, Target
+from ..snapshot.nodes import CardUse, Demand, NodeClass, NodeState
 from .shapes import shape_of, untouched
 
 
@@ -363,7 +364,10 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> P
 
 def _cpu(state: ClusterState, pod: PodInput) -> int:
     """The pod's cpu request in millicores (what the fragmentation measure weighs)."""
-    return next((n for r, n in pod_requests(pod, state.gpu_names) if r == "cpu"), 0)
+    return next(
+        (n for r, n in pod_requests(pod, state.gpu_names, memo=state.memos.requests) if r == "cpu"),
+        0,
+    )
 
 
 def _card_fit(node: NodeState, index: int, req: SharedRequest) -> tuple[int, int] | None:
@@ -488,7 +492,7 @@ def refusals(state: ClusterState, pod: PodInput) -> list[tuple[str, str]]:
     """Why each node refuses ``pod`` on its own (node, reason), by node name: what simulate's
     table shows under a pending pod. Empty when the pod cannot be parsed (its reason says why)."""
     try:
-        req = parse_request(pod, state.settings)
+        req = parse_request(pod, state.settings, state.memos.asks)
         filters = PodFilters(state, pod)
     except RequestError:
         return []

@@ -27,8 +27,9 @@ from ..gangs.planning import Size
 from ..model.decisions import Placed
 from ..model.names import CORES_PER_CARD
 from ..resources.requests import PodRequest, RequestError
-from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.cluster import ClusterState
 from ..snapshot.domains import Path
+from ..snapshot.nodes import NodeState
 from ..snapshot.podindex import PodRecord
 from .victims import Later, Option, Pool, Rank, gpu_mask, rank
 

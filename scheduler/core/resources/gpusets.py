@@ -18,9 +18,9 @@ The search is a depth-first branch and bound over subsets in lexicographic order
 found with a given (internal, degree-sum) is also the one with the lowest indices; a branch is cut
 when an upper bound on its internal score and a lower bound on its degree sum cannot beat the best
 so far. On symmetric machines (NVSwitch: every pair NV12) that cuts everything after the first leaf.
-Results are memoised per (topology, free mask, k); topologies are interned (weakly) so that
-thousands of identical nodes share one memo, and a topology no node uses any more is gone with its
-memo.
+Results are memoised per (topology, free mask, k); a snapshot interns topologies (weakly, in its
+``Topologies``) so that thousands of identical nodes share one memo (and one node class), and a
+topology no node uses any more is gone with its memo.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Sequence
-from typing import ClassVar, Final
+from typing import Final
 
 LINK_SCORES: Final[dict[str, int]] = {
     "PIX": 50,
@@ -78,15 +78,10 @@ class SetChoice:
 
 
 class Topology:
-    """An immutable N x N symmetric score matrix with a memo of best sets. Use ``intern``."""
+    """An immutable N x N symmetric score matrix with a memo of best sets. Compared by identity
+    (node classes hash it on every charge): a snapshot interns them (``Topologies``)."""
 
     __slots__ = ("__weakref__", "_memo", "key", "n", "scores")
-
-    # Weak: a topology (and its memo) lives while some node's inventory uses it, so nodes with
-    # matrices of their own that come and go leave nothing behind.
-    _interned: ClassVar[weakref.WeakValueDictionary[tuple[tuple[int, ...], ...], Topology]] = (
-        weakref.WeakValueDictionary()
-    )
 
     def __init__(self, scores: tuple[tuple[int, ...], ...]) -> None:
         self.scores = scores
@@ -95,13 +90,9 @@ class Topology:
         self._memo: dict[tuple[int, int], SetChoice | None] = {}
 
     @classmethod
-    def intern(cls, scores: Sequence[Sequence[int]]) -> Topology:
-        key = tuple(tuple(row) for row in scores)
-        found = cls._interned.get(key)
-        if found is None:
-            found = cls(key)
-            cls._interned[key] = found
-        return found
+    def of(cls, scores: Sequence[Sequence[int]]) -> Topology:
+        """A topology of its own (not interned), with a memo of its own."""
+        return cls(tuple(tuple(row) for row in scores))
 
     def best_set(self, free: int, k: int) -> SetChoice | None:
         """Rule 1: the best k GPUs inside mask ``free``, or None when fewer than k are free."""
@@ -196,6 +187,30 @@ class Topology:
         descend(0, 0, 0, [0] * m)
         damage = best_deg - 2 * best_internal
         return SetChoice(best, best_internal, damage)
+
+
+class Topologies:
+    """One Topology per distinct score matrix, for one snapshot: identical nodes share its memo
+    and its node class. Weak: a topology (and its memo) lives while some node's inventory uses
+    it, so nodes with matrices of their own that come and go leave nothing behind."""
+
+    __slots__ = ("_interned",)
+
+    def __init__(self) -> None:
+        self._interned: weakref.WeakValueDictionary[tuple[tuple[int, ...], ...], Topology] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def intern(self, scores: Sequence[Sequence[int]]) -> Topology:
+        key = tuple(tuple(row) for row in scores)
+        found = self._interned.get(key)
+        if found is None:
+            found = Topology(key)
+            self._interned[key] = found
+        return found
+
+    def __len__(self) -> int:
+        return len(self._interned)
 
 
 def brute_force_best_set(topology: Topology, free: int, k: int) -> SetChoice | None:
