@@ -467,3 +467,50 @@ def test_a_device_toleration_with_no_key_compares_values() -> None:
     assert devices(run([claim(any_key)], [slice_])) == ["sick"]
     other_value = exactly(tolerations=(Toleration("", "Equal", "ecc", ""),))
     assert run([claim(other_value)], [slice_]).reason == NO_SOLUTION
+
+
+def test_a_malformed_counter_makes_the_pool_invalid_not_the_allocator_fail() -> None:
+    counters, devices_ = partitioned()
+    broken = Device(
+        "gpu-0", consumes_counters=(CounterConsumption("gpu-0-counters", {"memory": "lots"}),)
+    )
+    bad = ResourceSlice(devices_.name, DRIVER, devices_.pool, node_name="n1", devices=(broken,))
+    held = InUse()
+    held.exclusive.add((DRIVER, "n1", "gpu-0"))
+    assert run([claim(exactly())], [counters, bad], held).reason == INVALID_POOLS
+
+
+def test_first_available_moves_on_when_a_subrequest_overflows_the_claim_limit() -> None:
+    request = first_available(("many", 20, ()), ("few", 2, ()))
+    c = claim(exactly("first", count=20), request)
+    outcome = run([c], [gpus(40)])
+    assert [r.request for r in outcome.allocations[0].results][-2:] == ["req/few", "req/few"]
+    assert len(outcome.allocations[0].results) == 22
+
+
+def test_counters_held_through_a_slice_of_another_node_count() -> None:
+    """A pool shared by two nodes (per-device node selection): a device of node n2 allocated
+    elsewhere takes counters node n1's device needs."""
+    shared = CounterSet("link", {"lanes": "4"})
+
+    def lanes(name: str, node: str) -> Device:
+        return Device(
+            name,
+            node_name=node,
+            consumes_counters=(CounterConsumption("link", {"lanes": "3"}),),
+        )
+
+    fabric = [
+        node_slice(name="counters", pool="fabric", count=2, counters=[shared], all_nodes=True),
+        node_slice(
+            name="devices",
+            pool="fabric",
+            count=2,
+            devices=[lanes("on-n1", "n1"), lanes("on-n2", "n2")],
+            per_device_node_selection=True,
+        ),
+    ]
+    assert devices(run([claim(exactly())], fabric)) == ["on-n1"]
+    held = InUse()
+    held.exclusive.add((DRIVER, "fabric", "on-n2"))
+    assert run([claim(exactly())], fabric, held).reason == NO_SOLUTION

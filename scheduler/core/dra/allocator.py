@@ -171,6 +171,7 @@ class _Search:
         self.claims = claims
         self.classes = classes
         self.pools = pools
+        self.pool_of = {(p.driver, p.name): p for p in pools}
         self.in_use = in_use
         self.node = node
         self.selectors = selectors
@@ -548,10 +549,7 @@ class _Search:
         return undo
 
     def _pool(self, key: tuple[str, str]) -> Pool:
-        for p in self.pools:
-            if (p.driver, p.name) == key:
-                return p
-        raise KeyError(key)
+        return self.pool_of[key]
 
     # ---- the result -------------------------------------------------------------------------
 
@@ -617,10 +615,9 @@ def _counters_in_use(pools: list[Pool], in_use: InUse) -> dict[tuple[str, str, s
             device = (pool.driver, pool.name, name)
             if device not in in_use.exclusive and device not in in_use.shared:
                 continue
-            for use in uses:
-                for counter, amount in use.counters.items():
-                    key = (pool.driver, pool.name, use.counter_set, counter)
-                    used[key] = used.get(key, Decimal(0)) + parse_quantity(amount)
+            for counter_set, counter, amount in uses:
+                key = (pool.driver, pool.name, counter_set, counter)
+                used[key] = used.get(key, Decimal(0)) + amount
     return used
 
 
@@ -630,9 +627,8 @@ def _charge(
     """Charge (sign 1) or refund (-1) ``c``'s counters; False (nothing charged) when the pool's
     counter sets cannot pay."""
     amounts = [
-        ((pool.driver, pool.name, use.counter_set, counter), parse_quantity(amount))
-        for use in c.device.consumes_counters
-        for counter, amount in use.counters.items()
+        ((pool.driver, pool.name, counter_set, counter), amount)
+        for counter_set, counter, amount in pool.consumption[c.device.name]
     ]
     if sign > 0:
         for (driver, name, counter_set, counter), amount in amounts:

@@ -26,7 +26,7 @@ from msgspec import Struct
 from ..model.labels import term_matches
 from ..model.objects import NodeSelectorTerm
 from ..resources.requests import parse_quantity
-from .objects import CounterConsumption, CounterSet, Device, ResourceSlice
+from .objects import CounterSet, Device, ResourceSlice
 
 
 class Candidate(Struct, frozen=True):
@@ -59,9 +59,10 @@ class Pool(Struct, frozen=True):
     devices: tuple[Candidate, ...]  # reaching this node, in allocation order
     # counter set -> counter -> value, from every slice of the generation
     counters: dict[str, dict[str, Decimal]]
-    # device name -> what it consumes, for every device of the generation (reaching the node or
-    # not: counters are shared across the pool)
-    consumption: dict[str, tuple[CounterConsumption, ...]]
+    # device name -> (counter set, counter, amount) it consumes, for every device of the
+    # generation, reaching the node or not: counters are shared across the pool. Empty when the
+    # pool is invalid.
+    consumption: dict[str, tuple[tuple[str, str, Decimal], ...]]
     incomplete: bool = False
     invalid: str = ""  # why the pool is invalid, "" when it is not
 
@@ -113,17 +114,26 @@ def gather_pools(
                 generation=generation,
                 devices=tuple(devices),
                 counters=counters,
-                consumption={
-                    d.name: d.consumes_counters
-                    for s in current
-                    for d in s.devices
-                    if d.consumes_counters
-                },
+                consumption={} if invalid else _consumption(current),
                 invalid=invalid,
             )
         )
     pools.sort(key=lambda p: (_needs_binding(p), p.driver, p.name))
     return pools
+
+
+def _consumption(current: list[ResourceSlice]) -> dict[str, tuple[tuple[str, str, Decimal], ...]]:
+    """What each device consumes, parsed (``_check_devices`` has checked every amount)."""
+    return {
+        d.name: tuple(
+            (use.counter_set, counter, parse_quantity(amount))
+            for use in d.consumes_counters
+            for counter, amount in use.counters.items()
+        )
+        for s in current
+        for d in s.devices
+        if d.consumes_counters
+    }
 
 
 def _needs_binding(pool: Pool) -> bool:
