@@ -150,7 +150,13 @@ def allocate(
     inventory: Inventory | None = None,
     limits: Limits | None = None,
 ) -> Outcome:
-    """Allocate ``claims`` (none allocated yet) together on ``node``; see the module doc."""
+    """Allocate ``claims`` (none allocated yet) together on ``node``; see the module doc.
+
+    ``slices`` must hold every slice of each pool that reaches the node (pools.py judges a pool
+    short on the node by all of its slices); more is harmless but costs a pass over them.
+    ``in_use`` holds the allocations of every claim, ours in flight included. ``selectors`` is
+    the caller's, kept across calls for its memo; ``inventory`` is the node's GPU inventory, for
+    the choice by interconnect (None: by device locations, or first fit)."""
     search = _Search(
         claims, classes, gather_pools(slices, node, labels), in_use, node, selectors, inventory
     )
@@ -189,7 +195,7 @@ class _Search:
         self.shares: dict[DeviceId, dict[str, Decimal]] = {}  # capacity taken by new shares
         self.share_count: dict[DeviceId, int] = {}
         self.counters = _counters_in_use(pools, in_use)
-        self.matches: dict[tuple[int, int, int, DeviceId], bool] = {}
+        self.matches: dict[tuple[int, DeviceId], bool] = {}  # (request, device) -> verdict
         self.budget = Budget(Limits())
         self.best: tuple[tuple[object, ...], list[list[_Chosen]], list[list[int]]] | None = None
         self.found = 0
@@ -425,7 +431,7 @@ class _Search:
         """Whether the class's and the request's selectors match ``c``. A CEL error is fatal
         when ``strict``; otherwise (ordering a request's candidates) it reads as no match, and
         the search meets it in its turn."""
-        memo = (ci, id(request), 0, c.id)
+        memo = (id(request), c.id)
         found = self.matches.get(memo)
         if found is not None:
             return found
