@@ -21,6 +21,7 @@ from scheduler.kube.dracodec import (
     allocation_json,
     convert_device_class,
     convert_resource_claim,
+    convert_resource_slice,
     decode_device_class,
     decode_resource_claim,
     decode_resource_slice,
@@ -124,6 +125,7 @@ def test_a_slice_decodes_with_every_field_allocation_reads() -> None:
     assert d.consumes_counters == (CounterConsumption("gpu-0-counter-set", {"memory": "80Gi"}),)
     assert d.taints == (Taint("health", "NoSchedule", "xid"),)
     assert d.allow_multiple_allocations
+    assert convert_resource_slice(SLICE) == s
 
 
 def test_a_class_and_a_claim_decode() -> None:

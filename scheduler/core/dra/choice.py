@@ -37,6 +37,7 @@ from typing import Final
 
 from ..resources.gpusets import Topology
 from ..resources.inventory import Inventory
+from .inuse import DeviceId
 from .objects import AttributeValue
 from .pools import Candidate
 
@@ -48,8 +49,6 @@ LOCATED_SCORE: Final = 10
 # Above NV18 (1,800), the most links a GPU pair can have.
 SAME_UNIT: Final = 2_000
 GUIDE_UNITS: Final = 16
-
-DeviceId = tuple[str, str, str]
 
 
 def _attribute(attrs: Mapping[str, AttributeValue], driver: str, ident: str) -> AttributeValue:
