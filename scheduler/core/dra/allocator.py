@@ -312,7 +312,7 @@ class _Search:
                 )
             for c in pool.devices:
                 if self._selectable(ci, request, c, strict=True) and (
-                    self._capacity(c, request, {}, {}) is not None
+                    self._capacity(ci, c, request, {}, {}) is not None
                 ):
                     devices.append(c)
         return devices
@@ -469,6 +469,7 @@ class _Search:
 
     def _capacity(
         self,
+        ci: int,
         c: Candidate,
         request: _Request,
         taken: Mapping[str, Decimal],
@@ -478,7 +479,8 @@ class _Search:
             return capacity_rules.take(c.device, request.capacity, taken, allocating)
         except capacity_rules.CapacityError as exc:
             raise _Fatal(
-                f"claim {request.name}: checking capacity for device {c.device.name}: {exc}"
+                f"claim {self.claims[ci].key}, request {request.result_name}: checking capacity "
+                f"for device {'/'.join(c.id)}: {exc}"
             ) from None
 
     def _take(
@@ -490,7 +492,7 @@ class _Search:
         if self._held(ci, request, device):
             return None
         amounts = self._capacity(
-            c, request, self.in_use.shared.get(device, {}), self.shares.get(device, {})
+            ci, c, request, self.in_use.shared.get(device, {}), self.shares.get(device, {})
         )
         if amounts is None:
             return None
