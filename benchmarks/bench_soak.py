@@ -33,7 +33,10 @@ peak (the largest value after any wave had settled) and after the last pod left;
 is not back to its size before, and what the store still holds. A drift left at the end is the
 one thing that fails the run (exit status 1): the snapshot must equal the cluster.
 
-Usage: python -m benchmarks.bench_soak [--pods 50000] [--wave 400] [--nodes 64] [--jobs 32]
+``--quick`` (bench-smoke) soaks 2,000 pods (five waves): seconds, every path and the same table.
+
+Usage: python -m benchmarks.bench_soak [--quick] [--pods 50000] [--wave 400] [--nodes 64]
+       [--jobs 32]
 """
 
 from __future__ import annotations
@@ -451,11 +454,14 @@ async def run(args: argparse.Namespace) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 pods (bench-smoke)")
     parser.add_argument("--pods", type=int, default=50_000)
     parser.add_argument("--wave", type=int, default=400, help="pods created before deleting")
     parser.add_argument("--nodes", type=int, default=64, help="nodes of 8 GPUs")
     parser.add_argument("--jobs", type=int, default=32, help="other schedulers' Job pods per wave")
     args = parser.parse_args()
+    if args.quick:
+        args.pods = 2000
     # Refused binds and pods that fit nowhere warn by design; errors (an event the pod book's
     # table does not have) still show.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
