@@ -96,8 +96,8 @@ class GpuMap:
         """The pair scores as a Topology (for its exact best-set search), built once."""
         if self._guide_topology is None:
             n = self.size
-            self._guide_topology = Topology(
-                tuple(tuple(0 if a == b else self.pair(a, b) for b in range(n)) for a in range(n))
+            self._guide_topology = Topology.of(
+                [[0 if a == b else self.pair(a, b) for b in range(n)] for a in range(n)]
             )
         return self._guide_topology
 
