@@ -1,12 +1,14 @@
 # topo-scheduler: every target does its own set-up, so `make demo` and `make test` work on a fresh
 # machine. Python packages go into .venv (from PyPI); the control plane is built from Go modules.
+# Benchmarks: bench-* (and dashboard-png) each run one in full; bench-smoke runs every one's quick
+# mode (small sizes, seconds to a minute each; .ci/run calls it after `make test`).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-failover bench-soak clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-failover bench-soak bench-smoke clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -117,6 +119,13 @@ bench-failover: deps redis-server k8s-build
 # and after (no control plane needed).
 bench-soak: deps redis-server
 	$(BIN)/python -m benchmarks.bench_soak
+
+# Every bench above (and dashboard-png) in its quick mode, the same code path on small sizes: each
+# must exit 0 and print its table; no figure is checked (benchmarks/smoke.py). .ci/run calls it
+# after `make test`, so no benchmark breaks silently. About 3.5 minutes on 2 cores, most of it the
+# four that run on the local plane.
+bench-smoke: deps redis-server k8s-build
+	$(BIN)/python -m benchmarks.smoke
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -19,9 +19,8 @@ import os
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-# Connections: watches (up to 8, each holding one) + events and status patches + the binds in
-# flight (bindConcurrency), which the scheduler adds (service/app.py).
-POOL_SIZE = 32
+from .tuning import POOL_SIZE
+
 _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")
 
 

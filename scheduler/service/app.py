@@ -26,7 +26,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any, Final
+from typing import Any
 
 import structlog
 from kubernetes_asyncio.client import ApiClient
@@ -34,7 +34,7 @@ from kubernetes_asyncio.client import ApiClient
 from scheduler.config import Config, ConfigError, RedisSentinel, Run, sentinel_problems
 from scheduler.core.snapshot import nodesums
 from scheduler.kube.api import KubeApi
-from scheduler.kube.client import POOL_SIZE, api_client
+from scheduler.kube.client import api_client
 from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
@@ -48,13 +48,6 @@ from .watches import Watches
 from .witness import Witness
 
 log = structlog.get_logger("app")
-
-# The shutdown's time bounds, all within the pod's terminationGracePeriodSeconds (30 s, deploy/):
-# the binds in flight (each ends within the bind timeout, binder.py), the lease's release (one
-# store call), and every other step.
-DRAIN_S: Final = 20.0
-RELEASE_S: Final = 3.0
-STOP_S: Final = 1.0
 
 
 def settings_from(
@@ -116,11 +109,18 @@ class Replica:
         self, config: Config, store: Store, client: ApiClient, holder: str, shared: bool
     ) -> None:
         run_cfg = config.run
+        tuning = run_cfg.tuning
+        # The shutdown's time bounds (run.tuning), all within the pod's
+        # terminationGracePeriodSeconds (30 s, deploy/): the binds in flight (each ends within
+        # the bind timeout, binder.py), the lease's release (one store call), every other step.
+        self.drain_s = tuning.shutdown_drain_seconds
+        self.release_s = tuning.shutdown_release_seconds
+        self.stop_s = tuning.shutdown_step_seconds
         self.holder = holder
         self.client = client
         self.metrics = Metrics()
         self.store = TimedStore(store, self.metrics.store_latency, self.metrics.store_errors)
-        api = KubeApi(client)
+        api = KubeApi(client, tuning.list_page_size, tuning.api_timeout_seconds)
         # A store shared by several replicas: a leader may have come before this one, and the
         # apiserver's epoch witness records who leads (witness.py).
         witness = Witness(api, config.scheduler_name) if shared else None
@@ -144,7 +144,8 @@ class Replica:
             gang_wait_timeout=config.gang.wait_timeout_seconds,
             stale_gang_policy=config.gang.stale_gang_policy,
             stale_gang_grace=config.gang.stale_gang_grace_seconds,
-            preemption_hold=config.preemption.hold_seconds,
+            preemption=config.preemption,
+            tuning=tuning,
             # The embedded store serves one replica: no other leader can have come before.
             wait_for_unknown_leader=shared,
             witness=witness,
@@ -152,7 +153,7 @@ class Replica:
             patch_pod_group=api.patch_pod_group_status,
             mark_initially_scheduled=api.mark_initially_scheduled,
         )
-        self.watches = Watches(api, config.scheduler_name, self.scheduler)
+        self.watches = Watches(api, config.scheduler_name, self.scheduler, tuning)
         host, _, port = run_cfg.http_address.rpartition(":")
         scheduler = self.scheduler
         self.http = ProbeServer(
@@ -192,7 +193,8 @@ class Replica:
         run_cfg = config.run
         holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         store = open_store(run_cfg, holder)
-        client = await api_client(kubeconfig, POOL_SIZE + run_cfg.bind_concurrency)
+        connections = run_cfg.tuning.api_connections + run_cfg.bind_concurrency
+        client = await api_client(kubeconfig, connections)
         shared = bool(run_cfg.redis_url or run_cfg.redis_sentinel.master_name)
         replica = cls(config, store, client, holder, shared)
         await replica.http.start()
@@ -237,30 +239,32 @@ class Replica:
     async def shut_down(self) -> None:
         """Readiness is off already (``stopping``). The loop stops taking pods and the binds in
         flight finish; then the lease is released, so a standby takes over at once; then the
-        loops, the watches, the probe server and the clients stop. Each step has a time bound,
-        all within the pod's terminationGracePeriodSeconds (30 s). Binds that outlast theirs
-        keep the lease: it lapses on its own, and the fencing rule (binder.py) keeps a successor
-        from racing them."""
+        loops, the watches, the probe server and the clients stop. Each step has a time bound
+        (run.tuning), by default all within the pod's terminationGracePeriodSeconds (30 s). Binds
+        that outlast theirs keep the lease: it lapses on its own, and the fencing rule
+        (binder.py) keeps a successor from racing them."""
         log.info("shutting down: readiness off, finishing binds in flight")
-        drained = await _bounded("drain", self.scheduler.drain(), DRAIN_S)
+        drained = await _bounded("drain", self.scheduler.drain(), self.drain_s)
         if drained:
-            await _bounded("lease release", self.leadership.release(), RELEASE_S)
+            await _bounded("lease release", self.leadership.release(), self.release_s)
         self.metrics.leader.set(0)
         self.metrics.epoch.set(0)
         for task in self.loops:
             task.cancel()
-        await _bounded("loops", asyncio.gather(*self.loops, return_exceptions=True), STOP_S)
-        await _bounded("watches", self.watches.stop(), STOP_S)
-        await _bounded("probe server", self.http.stop(), STOP_S)
+        stop_s = self.stop_s
+        await _bounded("loops", asyncio.gather(*self.loops, return_exceptions=True), stop_s)
+        await _bounded("watches", self.watches.stop(), stop_s)
+        await _bounded("probe server", self.http.stop(), stop_s)
         with contextlib.suppress(Exception):
-            await _bounded("store", self.store.close(), STOP_S)
-        await _bounded("apiserver client", self.client.close(), STOP_S)
+            await _bounded("store", self.store.close(), stop_s)
+        await _bounded("apiserver client", self.client.close(), stop_s)
         log.info("stopped", holder=self.holder)
 
 
 def open_store(run_cfg: Run, holder: str) -> Store:
     """Redis through its Sentinels, Redis at a URL, or the embedded in-memory store."""
     sentinel = run_cfg.redis_sentinel
+    tuning = run_cfg.tuning
     if sentinel.master_name:
         log.info(
             "store",
@@ -271,11 +275,22 @@ def open_store(run_cfg: Run, holder: str) -> Store:
             holder=holder,
         )
         return RedisStore.from_sentinels(
-            sentinel.master_name, sentinel.addresses, run_cfg.redis_url, run_cfg.redis_prefix
+            sentinel.master_name,
+            sentinel.addresses,
+            run_cfg.redis_url,
+            run_cfg.redis_prefix,
+            tuning.redis_timeout_seconds,
+            tuning.store_reconcile_chunk,
+            tuning.sentinel_timeout_seconds,
         )
     if run_cfg.redis_url:
         log.info("store", kind="redis", prefix=run_cfg.redis_prefix, holder=holder)
-        return RedisStore.from_url(run_cfg.redis_url, prefix=run_cfg.redis_prefix)
+        return RedisStore.from_url(
+            run_cfg.redis_url,
+            run_cfg.redis_prefix,
+            tuning.redis_timeout_seconds,
+            tuning.store_reconcile_chunk,
+        )
     log.warning(
         "store",
         kind="memory",

@@ -2,7 +2,8 @@
 with the core, assume the placement in the snapshot, and reserve the claims in the store; then
 hand the reserved pods to the binder. Nothing here waits on the apiserver.
 
-Several units are decided back to back while the queue has pods ready (at most BATCH_PODS pods),
+Several units are decided back to back while the queue has pods ready (at most ``batch_pods``, the
+setting run.tuning.batchPods),
 each assumed before the next is decided, and their claims go to the store in one fenced call
 (``Store.reserve_each``: each unit all or nothing on its own). A backlog thus costs one store
 round trip per batch instead of one per pod: the round trip was a wait in the serial cycle, and
@@ -45,11 +46,6 @@ from .storesync import StoreSync
 
 log = structlog.get_logger("scheduler")
 
-# The most pods decided in one batch (whose claims go to the store in one call): enough that a
-# backlog's store calls are few, few enough that watch events wait for a batch's decisions
-# (about 0.2 ms a pod) only a few milliseconds.
-BATCH_PODS = 32
-
 
 class Cycle:
     def __init__(
@@ -66,6 +62,7 @@ class Cycle:
         preemptions: Preemptions,
         on_fenced: Callable[[], Awaitable[None]],
         gang_wait_timeout: float,
+        batch_pods: int,
     ) -> None:
         self.state = sync.state
         self.book = book
@@ -78,6 +75,10 @@ class Cycle:
         self.intake = intake  # whether the watches a pod's filters read have listed
         self.sync = sync
         self.preemptions = preemptions  # for units found unschedulable
+        # The most pods decided in one batch (whose claims go to the store in one call): enough
+        # that a backlog's store calls are few, few enough that watch events wait for a batch's
+        # decisions (about 0.2 ms a pod) only a few milliseconds.
+        self.batch_pods = batch_pods
         self._on_fenced = on_fenced
         self.gang_wait_timeout = gang_wait_timeout  # 0: wait forever, say nothing
         self._metric_children: dict[str, tuple[Any, Any]] = {}
@@ -107,14 +108,14 @@ class Cycle:
 
     async def schedule(self, key: str, more: Callable[[], str | None] = lambda: None) -> None:
         """Decide ``key``'s unit, then the units of the keys ``more`` pops while it has some and
-        the batch is under BATCH_PODS pods; reserve every placed unit in one store call."""
+        the batch is under ``batch_pods`` pods; reserve every placed unit in one store call."""
         batch: list[_Attempt] = []
         pods = 0
         next_key: str | None = key
         try:
             while next_key is not None:
                 pods += await self._attempt(next_key, batch)
-                next_key = more() if pods < BATCH_PODS else None
+                next_key = more() if pods < self.batch_pods else None
         finally:
             if batch:
                 await self._reserve(batch)

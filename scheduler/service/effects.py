@@ -39,10 +39,6 @@ from .tasks import Tasks
 
 log = structlog.get_logger("scheduler")
 
-# A re-read of a pod (effect CHECK) that fails is tried again after this long.
-CHECK_RETRY_S = 1.0
-# An uncertain Binding (effect REBIND) is sent again after this long.
-REBIND_S = 1.0
 # Stages in which a re-read still matters.
 _CHECKED_STAGES = frozenset(
     {Stage.PENDING, Stage.RELOADED, Stage.BINDING, Stage.ASSUMED, Stage.INHERITED}
@@ -66,6 +62,9 @@ class Effects:
         metrics: Metrics,
         clock: Callable[[], float],
         tasks: Tasks,
+        check_retry_s: float,
+        rebind_s: float,
+        event_queue_size: int,
     ) -> None:
         self.book = book
         self.state = sync.state
@@ -79,7 +78,13 @@ class Effects:
         self.metrics = metrics
         self.clock = clock
         self.tasks = tasks
-        self.events = EventLane(metrics.events_dropped)  # Scheduled events, off the pod's path
+        # A re-read of a pod (effect CHECK) that fails is tried again after ``check_retry_s``;
+        # an uncertain Binding (effect REBIND) is sent again after ``rebind_s`` (run.tuning).
+        self.check_retry_s = check_retry_s
+        self.rebind_s = rebind_s
+        self.events = EventLane(
+            metrics.events_dropped, event_queue_size
+        )  # Scheduled events, off the pod's path
         self.accepting = True  # False once the service drains: no new background work
         self._handlers: dict[Effect, Callable[[Transition, Ctx], None]] = {
             Effect.KEEP_POD: self._keep_pod,
@@ -341,7 +346,7 @@ class Effects:
     async def _rebind(self, key: str, uid: str, pod: PodInput, placement: Placement) -> None:
         """Send the same Binding again (same node, same annotations) while its pod is still
         binding: the last one may yet commit, so only an answer settles it (binder.py)."""
-        await asyncio.sleep(REBIND_S)
+        await asyncio.sleep(self.rebind_s)
         if self.accepting and self.book.stage(key, uid) is Stage.BINDING:
             await self._bind([(pod, placement)], uncertain=True)
 
@@ -357,7 +362,7 @@ class Effects:
                 current = await self.cluster.get_pod(namespace, name)
             except Exception as exc:
                 log.warning("could not read pod", pod=key, error=str(exc))
-                await asyncio.sleep(CHECK_RETRY_S)
+                await asyncio.sleep(self.check_retry_s)
                 continue
             if current is None or current.uid != uid or current.finished:
                 event = Event.CHECKED_GONE

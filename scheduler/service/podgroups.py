@@ -34,7 +34,7 @@ already True is terminal and left alone.
 
 It writes only what changed (against the status read from the watch, and against its own last
 write, so that a field a CRD prunes is not written again and again), only as the leader, from
-its own task (never on a pod's scheduling path), at most ``PATCHES_IN_FLIGHT`` at a time, and
+its own task (never on a pod's scheduling path), at most ``patches_in_flight`` at a time, and
 forgets a PodGroup when it is deleted. A standby keeps what changed and writes it once elected.
 """
 
@@ -63,13 +63,6 @@ from scheduler.kube.podgroups import (
 from scheduler.kube.watch import Reflector
 
 log = structlog.get_logger("podgroups")
-
-# Status patches in flight at once, at most.
-PATCHES_IN_FLIGHT: Final = 4
-# A burst of member changes becomes one pass: passes are at least this far apart.
-MIN_PASS_INTERVAL_S: Final = 0.2
-# How often a replica looks again without being woken (leadership gained, failed writes).
-IDLE_PASS_S: Final = 1.0
 
 _TERMINAL: Final = frozenset({PodGroupPhase.FINISHED.value, PodGroupPhase.FAILED.value})
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})  # pod phases
@@ -185,8 +178,18 @@ class PodGroupStatuses:
         leading: Callable[[], bool],
         assumed: Callable[[], Iterable[PodInput]] = tuple,
         mark_scheduled: MarkScheduled | None = None,
+        *,
+        patches_in_flight: int,
+        pass_interval_s: float,
+        idle_pass_s: float,
     ) -> None:
         self._patch = patch
+        # The writer's pace (run.tuning): status patches in flight at once, at most; passes at
+        # least ``pass_interval_s`` apart (a burst of member changes becomes one pass); a look
+        # again every ``idle_pass_s`` without being woken (leadership gained, failed writes).
+        self.patches_in_flight = patches_in_flight
+        self.pass_interval_s = pass_interval_s
+        self.idle_pass_s = idle_pass_s
         self._mark_scheduled = mark_scheduled
         self._leading = leading
         self._assumed = assumed  # pods whose Binding succeeded, not yet seen bound
@@ -351,7 +354,7 @@ class PodGroupStatuses:
         return out
 
     async def write(self, writes: list[tuple[PodGroupInput, Desired]]) -> None:
-        limit = asyncio.Semaphore(PATCHES_IN_FLIGHT)
+        limit = asyncio.Semaphore(self.patches_in_flight)
 
         async def one(group: PodGroupInput, desired: Desired) -> None:
             async with limit:
@@ -389,16 +392,17 @@ class PodGroupStatuses:
         )
 
     async def run(self) -> None:
-        """The writer's own task: a pass whenever something changed (or every IDLE_PASS_S)."""
+        """The writer's own task: a pass whenever something changed (or every
+        ``idle_pass_s``)."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), IDLE_PASS_S)
+                await asyncio.wait_for(self._wake.wait(), self.idle_pass_s)
             self._wake.clear()
             try:
                 await self.write(self.to_write())
             except Exception:
                 log.exception("PodGroup status pass failed")
-            await asyncio.sleep(MIN_PASS_INTERVAL_S)
+            await asyncio.sleep(self.pass_interval_s)
 
     def sizes(self) -> dict[str, int]:
         return {
@@ -413,23 +417,20 @@ class PodGroupStatuses:
 
 # ---- the watches, while their CRD exists ------------------------------------------------------
 
-# How often the CRDs are looked at again (one GET each); sooner after a GET failed.
-CRD_CHECK_S: Final = 60.0
-CRD_RETRY_S: Final = 5.0
-
 
 class CrdWatches:
     """One reflector per CRD, running while ``established(name)`` says the CRD exists: checked
-    by ``check`` (at start, then every ``CRD_CHECK_S`` in ``run``, every ``CRD_RETRY_S`` while a
-    CRD cannot be read). A CRD that goes away stops
-    its reflector, and ``cleared(name)`` drops what it had listed."""
+    by ``check`` (at start, then every ``interval`` in ``run``, every ``retry_s`` while a CRD
+    cannot be read: one GET each; run.tuning.crdCheckSeconds and crdRetrySeconds). A CRD that
+    goes away stops its reflector, and ``cleared(name)`` drops what it had listed."""
 
     def __init__(
         self,
         established: Callable[[str], Awaitable[bool]],
         reflectors: dict[str, Callable[[], Reflector[Any]]],
         cleared: Callable[[str], None],
-        interval: float = CRD_CHECK_S,
+        interval: float,
+        retry_s: float,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._established = established
@@ -437,6 +438,7 @@ class CrdWatches:
         self._make = reflectors
         self._cleared = cleared
         self.interval = interval
+        self.retry_s = retry_s
         self.running: dict[str, tuple[Reflector[Any], asyncio.Task[None]]] = {}
 
     def ready(self, name: str) -> bool:
@@ -467,10 +469,10 @@ class CrdWatches:
         return ok
 
     async def run(self, ok: bool = True) -> None:
-        """Check again every ``interval`` (``CRD_RETRY_S`` after a failed read); ``ok``: whether
+        """Check again every ``interval`` (``retry_s`` after a failed read); ``ok``: whether
         the check before this loop read every CRD."""
         while True:
-            await self._sleep(self.interval if ok else min(self.interval, CRD_RETRY_S))
+            await self._sleep(self.interval if ok else min(self.interval, self.retry_s))
             ok = await self.check()
 
     async def _stop(self, name: str) -> None:

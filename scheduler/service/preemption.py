@@ -19,7 +19,7 @@ core). If there are victims, in this order:
 **Refusals.** A PodDisruptionBudget that refuses an eviction (429, in the dry run or, racing it,
 in the real one; or an eviction that failed) gives the preemptor a ``PreemptionBlocked`` warning
 and ends its nomination at once; the victim is then never chosen again while the refusal stands
-(``HOLD_S``, or until a PodDisruptionBudget of its namespace changes, or it leaves), and the
+(``hold_s``, or until a PodDisruptionBudget of its namespace changes, or it leaves), and the
 preemptor plans again at its next attempt: a victim elsewhere that can be evicted is chosen
 instead of waiting on the refused one. The budgets themselves are watched (``replace_budgets``,
 ``budget_event``) and the core ranks candidates by the violations they would cause first, so a
@@ -65,13 +65,6 @@ from .podbook import SCHEDULABLE_STAGES, Ctx, Dispatch, Event, Held, PodBook
 
 log = structlog.get_logger("scheduler")
 
-# How long GPUs stay held for a preemptor that has not bound (the default).
-HOLD_S = 300.0
-# After a search found no victims, the unit is not searched for again before this long: the
-# search weighs every pod of lower priority (up to a second on 5,000 nodes), and an unschedulable
-# unit is retried on every cluster event; its reason keeps the last answer meanwhile.
-RETRY_S = 30.0
-
 # An event on a pod: (key, uid, reason, message, kind).
 Report = Callable[[str, str, str, str, str], Coroutine[Any, Any, None]]
 
@@ -107,7 +100,8 @@ class Preemptions:
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
         on_fenced: Callable[[], Awaitable[None]],
-        hold_s: float = HOLD_S,
+        hold_s: float,
+        retry_s: float,
         *,
         dispatch: Dispatch,
         evictions: Counter,
@@ -127,7 +121,13 @@ class Preemptions:
         self.clock = clock
         self.wall_ms = wall_ms
         self.on_fenced = on_fenced
+        # How long GPUs stay held for a preemptor that has not bound (preemption.holdSeconds).
         self.hold_s = hold_s
+        # After a search found no victims, the unit is not searched for again before
+        # ``retry_s`` (preemption.retrySeconds): the search weighs every pod of lower priority
+        # (up to a second on 5,000 nodes), and an unschedulable unit is retried on every
+        # cluster event; its reason keeps the last answer meanwhile.
+        self.retry_s = retry_s
         self.evictions = evictions  # scheduler_evictions{reason, outcome}
         # Victim UID -> its refused eviction, while it stands.
         self.refused: dict[str, Refusal] = {}
@@ -153,7 +153,7 @@ class Preemptions:
         if isinstance(result, NoPreemption):
             if not result.weighed:
                 return reason
-            quiet_until = Ctx(searched=(now + RETRY_S, result.reason))
+            quiet_until = Ctx(searched=(now + self.retry_s, result.reason))
             for entry in entries:
                 self.dispatch(entry.key, entry.uid, Event.SEARCHED, quiet_until)
             return f"{reason} preemption: {result.reason}"

@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import PodInput, TopologyInput
 from scheduler.core.snapshot.watched import (
     CLAIMS,
@@ -78,9 +79,12 @@ BOUND_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 class Watches:
     """Every reflector of one replica, and the tasks that run them."""
 
-    def __init__(self, api: KubeApi, scheduler_name: str, scheduler: Scheduler) -> None:
+    def __init__(
+        self, api: KubeApi, scheduler_name: str, scheduler: Scheduler, tuning: Tuning
+    ) -> None:
         self.api = api
         self.scheduler = scheduler
+        self.timing = tuning.watch_timing()  # every reflector's (run.tuning)
         intake = scheduler.intake
         pending_selector = f"spec.schedulerName={scheduler_name},spec.nodeName="
         # The ones a decision needs, listed before the replica competes for the lease.
@@ -93,6 +97,7 @@ class Watches:
                 lambda nodes: intake.replace_nodes([node_from_obj(n) for n in nodes]),
                 lambda kind, n: intake.node_event(kind, node_from_obj(n)),
                 _version,
+                timing=self.timing,
             ),
             Reflector(
                 "bound-pods",
@@ -105,6 +110,7 @@ class Watches:
                 page_call=lambda token: api.list_pods_page(BOUND_SELECTOR, token),
                 convert=pod_from_obj,
                 relist=BoundList(scheduler),
+                timing=self.timing,
             ),
             Reflector(
                 "pending-pods",
@@ -116,6 +122,7 @@ class Watches:
                 _version,
                 page_call=lambda token: api.list_pods_page(pending_selector, token),
                 convert=pod_from_obj,
+                timing=self.timing,
             ),
         ]
         preemptions = scheduler.preemptions
@@ -127,6 +134,7 @@ class Watches:
             lambda items: preemptions.replace_budgets([budget_from_obj(b) for b in items]),
             lambda change, b: preemptions.budget_event(change, budget_from_obj(b)),
             _version,
+            timing=self.timing,
         )
         # Started the first time a pending pod needs them (``needed``).
         self._optional: dict[str, list[Reflector[Any]]] = {
@@ -174,6 +182,8 @@ class Watches:
             {name: self._pod_group_maker(r) for name, r in CUSTOM_RESOURCES.items()}
             | {name: self._topology_maker(r) for name, r in TOPOLOGY_RESOURCES.items()},
             self._crd_cleared,
+            tuning.crd_check_seconds,
+            tuning.crd_retry_seconds,
         )
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -230,6 +240,7 @@ class Watches:
             lambda items: intake.replace(watched, [convert(item) for item in items]),
             lambda change, item: intake.event(watched, change, convert(item)),
             _version,
+            timing=self.timing,
         )
 
     def _pod_group_maker(self, resource: CustomResource) -> Callable[[], Reflector[Any]]:
@@ -264,6 +275,7 @@ class Watches:
             replace,
             event,
             _version,
+            timing=self.timing,
         )
 
     def _topology_reflector(self, resource: CustomResource) -> Reflector[Topology]:
@@ -298,6 +310,7 @@ class Watches:
             replace,
             event,
             _version,
+            timing=self.timing,
         )
 
     def _crd_cleared(self, kind: str) -> None:

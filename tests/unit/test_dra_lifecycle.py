@@ -4,7 +4,6 @@ allocated is reserved on the claim, then bound to a node the allocation reaches.
 
 from __future__ import annotations
 
-import pytest
 from msgspec.structs import replace
 
 from scheduler.core.model.objects import NodeSelectorTerm, PodClaim, Requirement, ResourceClaimInput
@@ -12,17 +11,12 @@ from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, node, quick_retries
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica, node
 
 
 def live() -> Replica:
     clock = ManualClock(0.0)
-    return Replica(Apiserver(), MemoryStore(clock), clock)
+    return Replica(Apiserver(), MemoryStore(clock), clock, tuning=QUICK_RETRIES)
 
 
 def claimed(name: str) -> object:

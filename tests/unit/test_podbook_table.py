@@ -15,7 +15,7 @@ from scheduler.service.podbook import TABLE, Ctx, Effect, Event, PodBook, Stage,
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, node, quick_retries
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica, node
 
 SERVICE = Path(__file__).parents[2] / "scheduler" / "service"
 
@@ -124,14 +124,11 @@ def record(r: Replica) -> list[tuple[str, Event, Stage]]:
     return seen
 
 
-async def test_a_preemptor_s_nomination_and_its_queue_moves_are_book_events(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_preemptor_s_nomination_and_its_queue_moves_are_book_events() -> None:
     """A nomination is set, waits for its victims, activates the preemptor when the last one
     leaves and ends when it binds: each step a transition of the book."""
-    quick_retries(monkeypatch)
     clock = ManualClock(0.0)
-    r = Replica(Apiserver(), MemoryStore(clock), clock)
+    r = Replica(Apiserver(), MemoryStore(clock), clock, tuning=QUICK_RETRIES)
     seen = record(r)
     await r.elect([node(1)])
     low = r.api.create(MakePod().Name("low").Req(1).Bound("n", "0").Obj())
@@ -163,12 +160,9 @@ async def test_a_preemptor_s_nomination_and_its_queue_moves_are_book_events(
     assert await r.store.nominations(0) == {}
 
 
-async def test_an_expired_nomination_is_a_book_event_that_clears_every_copy(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    quick_retries(monkeypatch)
+async def test_an_expired_nomination_is_a_book_event_that_clears_every_copy() -> None:
     clock = ManualClock(0.0)
-    r = Replica(Apiserver(), MemoryStore(clock), clock)
+    r = Replica(Apiserver(), MemoryStore(clock), clock, tuning=QUICK_RETRIES)
     await r.elect([node(1)])
     low = r.api.create(MakePod().Name("low").Req(1).Bound("n", "0").Obj())
     r.s.intake.bound_event("ADDED", low)

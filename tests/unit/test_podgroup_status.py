@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import pytest
 
+from scheduler.config.tuning import Tuning
 from scheduler.core.cycle import Unit, decide
 from scheduler.core.model import names
 from scheduler.core.model.decisions import Placed
@@ -30,12 +32,10 @@ from scheduler.kube.podgroups import (
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import PodBook
 from scheduler.service.podgroups import (
-    CRD_CHECK_S,
-    CRD_RETRY_S,
-    PATCHES_IN_FLIGHT,
     Counts,
     CrdWatches,
     Desired,
+    Patch,
     PodGroupStatuses,
     count_members,
     phase_of,
@@ -104,12 +104,33 @@ class Patches:
             self.in_flight -= 1
 
 
+TUNING = Tuning()
+PATCHES_IN_FLIGHT = TUNING.pod_group_patches_in_flight
+CRD_CHECK_S, CRD_RETRY_S = TUNING.crd_check_seconds, TUNING.crd_retry_seconds
+CRD_TIMES = (CRD_CHECK_S, CRD_RETRY_S)
+
+
+def statuses(
+    patch: Patch, leading: Callable[[], bool], assumed: Callable[[], list[PodInput]], *args: Any
+) -> PodGroupStatuses:
+    """A status writer at the default pace (run.tuning)."""
+    return PodGroupStatuses(
+        patch,
+        leading,
+        assumed,
+        *args,
+        patches_in_flight=PATCHES_IN_FLIGHT,
+        pass_interval_s=TUNING.pod_group_pass_seconds,
+        idle_pass_s=TUNING.pod_group_idle_seconds,
+    )
+
+
 class Writer:
     def __init__(self) -> None:
         self.api = Patches()
         self.leading = True
         self.assumed: list[PodInput] = []
-        self.s = PodGroupStatuses(self.api, lambda: self.leading, lambda: self.assumed)
+        self.s = statuses(self.api, lambda: self.leading, lambda: self.assumed)
 
     async def one_pass(self) -> list[tuple[str, str, str, int, int]]:
         before = len(self.api.calls)
@@ -480,6 +501,7 @@ class IntakeHarness:
             return self.needed.get(kind, True)
 
         harness = self
+        tuning = Tuning()
 
         class Queue(SchedulingQueue):
             def on_cluster_event(self) -> int:
@@ -496,7 +518,12 @@ class IntakeHarness:
             PodBook(),
             NoEffects(),  # type: ignore[arg-type]
             lambda name: None,
-            Queue(lambda: 0.0),
+            Queue(
+                lambda: 0.0,
+                initial_backoff_s=tuning.pod_initial_backoff_seconds,
+                max_backoff_s=tuning.pod_max_backoff_seconds,
+                max_unschedulable_s=tuning.pod_max_unschedulable_seconds,
+            ),
             Tasks(),
             watch_needed,
         )
@@ -574,7 +601,7 @@ async def test_watches_start_with_their_crd_and_stop_when_it_goes() -> None:
         return make
 
     kinds = [POD_GROUPS.name, VOLCANO_POD_GROUPS.name]
-    crds = CrdWatches(established, {k: maker(k) for k in kinds}, cleared.append)
+    crds = CrdWatches(established, {k: maker(k) for k in kinds}, cleared.append, *CRD_TIMES)
     await crds.check()
     await asyncio.sleep(0)  # the watch task starts
     assert [r.name for r in made] == [POD_GROUPS.name]
@@ -610,7 +637,7 @@ async def test_a_crd_that_cannot_be_read_changes_nothing() -> None:
         made.append(FakeReflector(POD_GROUPS.name))
         return made[-1]
 
-    crds = CrdWatches(established, {POD_GROUPS.name: make}, lambda name: None)
+    crds = CrdWatches(established, {POD_GROUPS.name: make}, lambda name: None, *CRD_TIMES)
     assert await crds.check()
     await asyncio.sleep(0)
     assert not await crds.check()  # the GET fails: the watch keeps running
@@ -634,10 +661,10 @@ async def test_a_failed_crd_read_is_retried_sooner() -> None:
         raise ConnectionError("apiserver unavailable")
 
     make = {POD_GROUPS.name: lambda: FakeReflector("x")}
-    crds = CrdWatches(established, make, lambda name: None, sleep=nap)
+    crds = CrdWatches(established, make, lambda name: None, *CRD_TIMES, sleep=nap)
     with pytest.raises(asyncio.CancelledError):
         await crds.run(ok=False)
-    assert naps == [CRD_RETRY_S, CRD_RETRY_S, CRD_CHECK_S]
+    assert naps == [CRD_RETRY_S, CRD_RETRY_S, CRD_CHECK_S]  # 5, 5, 60 by default
 
 
 def test_desired_is_plain_data() -> None:
@@ -655,7 +682,7 @@ async def test_the_upstream_condition_is_written_once_when_the_minimum_is_schedu
         return Write.DONE
 
     w = Writer()
-    w.s = PodGroupStatuses(w.api, lambda: w.leading, lambda: w.assumed, mark)
+    w.s = statuses(w.api, lambda: w.leading, lambda: w.assumed, mark)
     upstream = PodGroupInput(names.UPSTREAM_POD_GROUP_API, "default", "job", 2, uid="u1")
     w.s.group_set(upstream, ObservedStatus())
 

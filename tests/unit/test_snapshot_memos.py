@@ -7,6 +7,7 @@ import pytest
 
 from scheduler.core.cycle import decide, group_units
 from scheduler.core.resources.memo import Memo
+from scheduler.core.settings import MemoSettings
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.memos import Memos
 from tests.builders import MakeNode, MakePod, cluster
@@ -30,7 +31,7 @@ def test_a_memo_holds_at_least_one_answer() -> None:
 
 def test_a_snapshots_memos_stay_within_their_bounds() -> None:
     state: ClusterState = cluster(MakeNode().Name("dgx").Links(DGX1_V100))
-    state.memos = Memos(asks=4, requests=4)
+    state.memos = Memos(MemoSettings(asks=4, requests=4))
     for i in range(10):  # ten specs: ten cpu requests
         pod = MakePod().Name(f"p{i}").Req(1).Requests(cpu=f"{i + 1}00m").Obj()
         (unit,) = group_units([pod])

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.names import GPUS_ANNOTATION
 from scheduler.core.model.objects import NodeInput
 from scheduler.core.resources.gpusets import Topologies
@@ -139,6 +140,7 @@ class Harness:
             lambda: self.writing and self.leadership.leading,
             self.spawn,
             self.failed,
+            Tuning().inventory_flush_seconds,
         )
 
     def read(self) -> dict[str, Inventory | None]:

@@ -153,7 +153,7 @@ def test_search_equals_brute_force_on_random_topologies(
     for i in range(n):
         for j in range(i + 1, n):
             scores[i][j] = scores[j][i] = next(it)
-    topo = Topology(tuple(tuple(r) for r in scores))  # not interned: a fresh memo per example
+    topo = Topology.of(scores)  # not interned: a fresh memo per example
     got, want = topo.best_set(free, k), brute_force_best_set(topo, free, k)
     if want is None:
         assert got is None

@@ -36,9 +36,6 @@ from ..snapshot.domains import Hierarchy, Path
 from ..snapshot.nodes import Demand, NodeClass
 from .constraints import Constraint
 
-# How many plans gangs/planning.py tries before it gives the reason (each costs a node-level plan).
-MAX_PLANS = 8
-
 
 class Chunk(Struct, frozen=True):
     """``count`` consecutive members (by rank) placed on the nodes whose path is ``path``."""

@@ -30,6 +30,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Final
 
+from ..settings import MemoSettings
+
 LINK_SCORES: Final[dict[str, int]] = {
     "PIX": 50,
     "PXB": 40,
@@ -39,9 +41,6 @@ LINK_SCORES: Final[dict[str, int]] = {
     "SOC": 10,
 }
 _LINKED = re.compile(r"^(NV|MX)([1-9][0-9]?)$")
-# A memo bigger than this is dropped and rebuilt. An 8-GPU topology never gets near it (256 masks
-# x 8 sizes); a 16-GPU one could reach 65,536 masks per size, and this keeps it at a few MB.
-_MEMO_LIMIT: Final = 20_000
 
 
 def link_score(code: str) -> int:
@@ -81,18 +80,23 @@ class Topology:
     """An immutable N x N symmetric score matrix with a memo of best sets. Compared by identity
     (node classes hash it on every charge): a snapshot interns them (``Topologies``)."""
 
-    __slots__ = ("__weakref__", "_memo", "key", "n", "scores")
+    __slots__ = ("__weakref__", "_memo", "best_set_limit", "key", "n", "scores")
 
-    def __init__(self, scores: tuple[tuple[int, ...], ...]) -> None:
+    def __init__(self, scores: tuple[tuple[int, ...], ...], memo_limit: int) -> None:
         self.scores = scores
         self.n = len(scores)
         self.key = scores
+        # Best sets remembered, at most (MemoSettings.best_sets): a memo bigger than this is
+        # dropped and rebuilt.
+        self.best_set_limit = memo_limit
         self._memo: dict[tuple[int, int], SetChoice | None] = {}
 
     @classmethod
-    def of(cls, scores: Sequence[Sequence[int]]) -> Topology:
-        """A topology of its own (not interned), with a memo of its own."""
-        return cls(tuple(tuple(row) for row in scores))
+    def of(cls, scores: Sequence[Sequence[int]], memo_limit: int | None = None) -> Topology:
+        """A topology of its own (not interned), with a memo of its own (None: the default
+        bound)."""
+        limit = MemoSettings().best_sets if memo_limit is None else memo_limit
+        return cls(tuple(tuple(row) for row in scores), limit)
 
     def best_set(self, free: int, k: int) -> SetChoice | None:
         """Rule 1: the best k GPUs inside mask ``free``, or None when fewer than k are free."""
@@ -101,7 +105,7 @@ class Topology:
             return self._memo[memo_key]
         except KeyError:
             pass
-        if len(self._memo) >= _MEMO_LIMIT:
+        if len(self._memo) >= self.best_set_limit:
             self._memo.clear()
         choice = self._search(free, k)
         self._memo[memo_key] = choice
@@ -194,9 +198,11 @@ class Topologies:
     and its node class. Weak: a topology (and its memo) lives while some node's inventory uses
     it, so nodes with matrices of their own that come and go leave nothing behind."""
 
-    __slots__ = ("_interned",)
+    __slots__ = ("_interned", "_memo_limit")
 
-    def __init__(self) -> None:
+    def __init__(self, memo_limit: int | None = None) -> None:
+        # Each topology's memo bound (MemoSettings.best_sets; None: the default).
+        self._memo_limit = MemoSettings().best_sets if memo_limit is None else memo_limit
         self._interned: weakref.WeakValueDictionary[tuple[tuple[int, ...], ...], Topology] = (
             weakref.WeakValueDictionary()
         )
@@ -205,7 +211,7 @@ class Topologies:
         key = tuple(tuple(row) for row in scores)
         found = self._interned.get(key)
         if found is None:
-            found = Topology(key)
+            found = Topology(key, self._memo_limit)
             self._interned[key] = found
         return found
 

@@ -82,10 +82,10 @@ class ClusterState:
         self._nominations = Nominations()
         # The request class of every pod held on a known GPU node: the target workload the
         # fragmentation measure weighs placements by (``fragmentation``).
-        self.profile = Profile()
+        self.profile = Profile(self.settings.fragmentation)
         self._undo = UndoLog()
         # What is remembered between decisions (parsed specs and quantities, topologies).
-        self.memos = Memos()
+        self.memos = Memos(self.settings.memos)
         # The watched inputs, and what is derived from them: the extended resources the
         # DeviceClasses back (resource -> class), and the nodes' paths in the hierarchies.
         self.inputs = Inputs()

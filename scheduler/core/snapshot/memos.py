@@ -21,16 +21,18 @@ from ..resources.accounting import RequestsMemo
 from ..resources.gpusets import Topologies
 from ..resources.memo import Memo
 from ..resources.requests import AskMemo
+from ..settings import MemoSettings
 
 
 class Memos:
-    """A snapshot's memos (see the module docstring), with their bounds: a few hundred specs
-    and a few dozen quantities live in a cluster at once."""
+    """A snapshot's memos (see the module docstring), with their bounds (MemoSettings; None:
+    the defaults): a few hundred specs and a few dozen quantities live in a cluster at once."""
 
     __slots__ = ("asks", "quantities", "requests", "topologies")
 
-    def __init__(self, asks: int = 1024, requests: int = 1024, quantities: int = 4096) -> None:
-        self.asks: AskMemo = Memo(asks)
-        self.requests: RequestsMemo = Memo(requests)
-        self.quantities: Memo[str, Decimal] = Memo(quantities)
-        self.topologies = Topologies()
+    def __init__(self, bounds: MemoSettings | None = None) -> None:
+        bounds = bounds or MemoSettings()
+        self.asks: AskMemo = Memo(bounds.asks)
+        self.requests: RequestsMemo = Memo(bounds.requests)
+        self.quantities: Memo[str, Decimal] = Memo(bounds.quantities)
+        self.topologies = Topologies(bounds.best_sets)
