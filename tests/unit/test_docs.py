@@ -271,3 +271,32 @@ def test_the_readme_simulate_example_is_what_simulate_prints(
     files = [str(REPO / f) for f in match.group(1).split()]
     assert main(["simulate", *files]) == 0
     assert capsys.readouterr().out.rstrip("\n") == match.group(2)
+
+
+# Where a comment or a page may cite the README's sections by name.
+CITING = ("scheduler", "tests", "benchmarks", "deploy", "configs", "docs", "tools")
+
+
+def test_every_readme_section_cited_is_a_readme_heading() -> None:
+    """The README's sections moved to docs/: a citation like README "State and HA" must now name
+    a page; one that names a README heading that still exists is fine."""
+    headings = {line[3:] for line in prose(README.read_text()) if line.startswith("## ")}
+    cited = re.compile(r"README(?:'s)?,? \\?\"([^\"\\]+)\\?\"")
+    stale = []
+    for top in CITING:
+        for path in (REPO / top).rglob("*"):
+            if path == Path(__file__):
+                continue  # its own docstring cites an example
+            if not path.is_file() or path.suffix not in (
+                ".py",
+                ".md",
+                ".yaml",
+                ".json",
+                ".sh",
+                ".txt",
+            ):
+                continue
+            for name in cited.findall(path.read_text(errors="replace")):
+                if name not in headings:
+                    stale.append(f'{path.relative_to(REPO)}: README "{name}"')
+    assert stale == []
