@@ -89,6 +89,9 @@ class Intake:
         self.queue = queue
         self.tasks = tasks
         self.bound_synced = False
+        # The apiserver showed a pod of this scheduler bound: some leader of it led before,
+        # whatever the store and the epoch witness say (scheduler.py: no "new installation").
+        self.ours_bound = False
         self._listed: dict[str, str] = {}  # pod key -> UID of a bound LIST under way
 
     # ---- pending pods ------------------------------------------------------------------------
@@ -211,6 +214,8 @@ class Intake:
         self.bound_synced = True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
+        if pod.node_name and pod.scheduler_name == self.name:
+            self.ours_bound = True
         if self.older(pod):
             log.info("older than what is known: dropped", pod=pod.key, uid=pod.uid)
             return

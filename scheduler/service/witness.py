@@ -9,7 +9,11 @@ resourceVersion is read from etcd (a quorum read), so the order of records and r
 It serves three purposes (docs/operations.md "State and HA"):
 - *A new installation starts at once.* A Redis that may have lost its last writes cannot say who
   led before, so the new leader waits one lease before its first decision; but at epoch 1 with a
-  witness that never heard of this scheduler, nobody ever led: no wait.
+  witness that never heard of this scheduler, nobody ever led: no wait. Unless the apiserver
+  holds a pod this scheduler bound (scheduler.py checks): then the witness was deleted and the
+  store flushed, and whoever led may still have Bindings in flight, so the new leader waits.
+  What that cannot tell from a new installation: a deleted witness and a flushed store while
+  the old leader's very first Bindings, with no pod of it bound yet, are in flight.
 - *A renewal counts only while the witness holds the renewer's own record* (``superseded``,
   checked by leader.py after Redis accepted the renewal). A later leader that cannot trust its
   Redis records itself before its one-lease wait: a renewal sent after that record does not

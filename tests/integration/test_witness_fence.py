@@ -7,7 +7,8 @@ ConfigMaps, the apiserver's record of elections (scheduler/service/witness.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -21,36 +22,52 @@ from tests.builders import MakePod
 from tests.clock import ManualClock
 from tests.lifecycle import QUICK_RETRIES, Apiserver, ConfigMaps, Replica, node
 
-Stores = Callable[[], Store]
 
+class Stores:
+    """Independent stores on one clock: MemoryStores, or RedisStores under their own prefixes
+    on the session's redis-server (emptied first)."""
 
-@pytest.fixture(params=["memory", "redis"])
-async def stores(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIterator[Stores]:
-    """A maker of independent stores on one clock: MemoryStores, or RedisStores under their
-    own prefixes on the session's redis-server, emptied first."""
-    if request.param == "memory":
-        yield lambda: MemoryStore(clock)
-        return
-    url = str(request.getfixturevalue("redis_server").url)
-    client = aioredis.Redis.from_url(url)
-    await client.flushall()
-    await client.aclose()
-    made: list[RedisStore] = []
+    def __init__(self, clock: ManualClock, url: str = "") -> None:
+        self.clock, self.url = clock, url
+        self.made: list[Store] = []
 
-    def make() -> Store:
-        made.append(RedisStore.from_url(url, prefix=f"m{len(made) + 1}"))
-        return made[-1]
+    def __call__(self) -> Store:
+        store: Store = (
+            RedisStore.from_url(self.url, prefix=f"m{len(self.made) + 1}")
+            if self.url
+            else MemoryStore(self.clock)
+        )
+        self.made.append(store)
+        return store
 
-    try:
-        yield make
-    finally:
-        for store in made:
-            await store.close()
+    async def flush(self) -> None:
+        """FLUSHALL: the lease, the epochs and every record are gone."""
+        if not self.url:
+            for store in self.made:
+                store.__init__(self.clock)  # type: ignore[misc]
+            return
+        client = aioredis.Redis.from_url(self.url)
+        await client.flushall()
+        await client.aclose()
 
 
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(0.0)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def stores(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIterator[Stores]:
+    url = "" if request.param == "memory" else str(request.getfixturevalue("redis_server").url)
+    made = Stores(clock, url)
+    if url:
+        await made.flush()  # no test depends on another's leftovers
+    try:
+        yield made
+    finally:
+        for store in made.made:
+            if isinstance(store, RedisStore):
+                await store.close()
 
 
 def replica(
@@ -126,3 +143,49 @@ async def test_issue30_4_a_leader_whose_witness_stays_forbidden_stops_within_its
     maps.failure = None
     assert await a.elect([node(1)]) == 1  # recorded: it leads again
     assert a.s.witness is not None and a.s.witness.recorded == "a|1"
+
+
+# ---- issue 30, 7a: the "new installation" shortcut after the witness was deleted -----------------
+
+
+async def test_issue30_7a_a_deleted_witness_and_a_flushed_store_are_not_a_new_installation(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """a leads (a new installation), has bound p0 on n/0 and p's Binding to n/1 is in flight.
+    The witness ConfigMap is deleted and the store flushed; b is elected at epoch 1 of a store
+    without history and finds no record. Before the fix that was "a new installation": b
+    decided at once, q on n/1, and then p's Binding landed there too."""
+    api, maps = Apiserver(), ConfigMaps()
+    store = stores()
+    a = replica(api, store, clock, "a", maps)
+    b = replica(api, store, clock, "b", maps)
+    assert await a.elect([node(2)]) == 1
+    assert a.s.may_decide()  # nobody ever led: no wait
+    a.pending(MakePod().Name("p0").Req(1).Obj())
+    await a.step()
+    await a.settle()
+    a.bound_seen("default/p0")
+    a.pending(MakePod().Name("p").Req(1).Obj())
+    api.gates["default/p"] = gate = asyncio.Event()
+    await a.step()  # p's Binding is in flight
+    maps.maps.clear()  # the witness ConfigMap deleted
+    await stores.flush()  # and the store flushed: the lease and the epochs are gone
+    q = b.pending(MakePod().Name("q").Req(1).Obj())
+    assert await b.elect([node(2)], [api.pods["default/p0"]]) == 1
+    a.s.intake.pending_event("ADDED", q)
+    if b.s.may_decide():  # what "a new installation" allowed: q decided at once
+        await b.step()
+        await b.settle()
+    gate.set()  # a's Binding lands within its bind timeout
+    await a.settle()
+    assert api.binds == [("default/p0", "n", "0"), ("default/p", "n", "1")]
+    assert not b.s.may_decide()  # someone led (p0 is bound): one lease first
+    b.bound_seen("default/p")
+    clock.now += 10.0
+    await b.renewal()
+    clock.now += 5.0
+    assert b.s.may_decide()
+    await b.step()
+    await b.settle()
+    assert api.binds == [("default/p0", "n", "0"), ("default/p", "n", "1")]  # q waits
+    assert b.held("default/q") is None and b.held("default/p") == ("n", [1])
