@@ -222,6 +222,7 @@ class SimMachine(RuleBasedStateMachine):
         which the binder reserves for it before each Binding."""
         if f"default/{name}" in self.api.pods:
             return
+        claim = claim and self.enabled("claims")
         self._act(f"create {name} ({gpus} GPU" + (", a ResourceClaim)" if claim else ")"))
         pod = MakePod().Name(name).Req(gpus).Obj()
         if claim:

@@ -38,7 +38,7 @@ Patch = tuple[Any, Any, Any]
 
 # Rules and faults a mutant hunt leaves out unless the mutant needs them: they find issue 30's
 # bugs on main within seconds, and every seed would fail with and without the mutant.
-MAIN_BUGS = frozenset({"restart_gang", "etcd_restore", "slow", "flush_store"})
+MAIN_BUGS = frozenset({"restart_gang", "etcd_restore", "slow", "flush_store", "claims"})
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 import structlog
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
 from . import mutants
@@ -100,10 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-at-first", action="store_true")
     parser.add_argument("--redis", action="store_true")
     parser.add_argument("--without", default="", help="rules left out, comma-separated")
+    parser.add_argument("--shrink-seconds", type=int, default=60)
     args = parser.parse_args(argv)
     if not args.seconds and not args.steps:
         args.seconds = 60.0
     quiet_logs()
+    # Hypothesis' own cap on the time one shrink may take (300 s; no public setting): a soak
+    # wants the next seed sooner, and a minute gets these schedules to a handful of steps.
+    engine.MAX_SHRINKING_SECONDS = args.shrink_seconds
     SimMachine.disabled = frozenset(filter(None, args.without.split(",")))
     if args.redis:
         from .redisbackend import redis_backend
