@@ -58,8 +58,6 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
     coverage_percent: int = 95
     # Held GPU pods below which there is no target workload (the other rules decide alone).
     min_pods: int = 32
-    # The target is worked out again when the pods held change by 1/drift of their number.
-    drift: int = 32
     # A stranded GPU percent counts this many times the whole workload's weight.
     stranded_weight: int = 4
     # Node shapes (and placement ranks) remembered per target before its memo starts over.
