@@ -192,7 +192,7 @@ class Profile:
         same: most charges of a large cluster change neither."""
         if self._gpu_pods < self._settings.min_pods:
             return None
-        if self._changed or self._target is None:
+        if self._changed:
             self._changed = False
             key = self._key()
             if self._target is None or self._target.key != key:
