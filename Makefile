@@ -1,12 +1,14 @@
 # topo-scheduler: every target does its own set-up, so `make demo` and `make test` work on a fresh
 # machine. Python packages go into .venv (from PyPI); the control plane is built from Go modules.
+# Benchmarks: bench-* (and dashboard-png) each run one in full; bench-smoke runs every one's quick
+# mode (small sizes, seconds to a minute each; .ci/run calls it after `make test`).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-failover bench-soak soak-sim clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-failover bench-soak bench-smoke soak-sim clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -43,7 +45,7 @@ integration: deps redis-server
 
 # ---- the local control plane (issue 4): tools/k8s + scheduler/testing --------------------------
 # Binaries are built from tools/k8s into ~/.cache/topo-scheduler/k8s/<versions>/ (only what is
-# missing; a cold build takes about 8 minutes on 2 cores). Under CI=true a missing Go fails the run.
+# missing; a cold build takes about 8 minutes on 2 cores). A missing Go fails the build, never skips it.
 k8s-build:
 	@bash tools/k8s/build.sh
 
@@ -54,7 +56,7 @@ k8s-build:
 helm-build:
 	@bash tools/helm/build.sh
 
-# The README's dashboard picture (docs/dashboard.png): the chart's Grafana dashboard queries
+# The dashboard picture of docs/operations.md (docs/dashboard.png): the chart's Grafana dashboard queries
 # evaluated over /metrics scrapes of two replicas under a scripted load on the local plane, drawn
 # with matplotlib (no Grafana here). About 3 minutes.
 .PHONY: dashboard-png
@@ -117,6 +119,13 @@ bench-failover: deps redis-server k8s-build
 # and after (no control plane needed).
 bench-soak: deps redis-server
 	$(BIN)/python -m benchmarks.bench_soak
+
+# Every bench above (and dashboard-png) in its quick mode, the same code path on small sizes: each
+# must exit 0 and print its table; no figure is checked (benchmarks/smoke.py). .ci/run calls it
+# after `make test`, so no benchmark breaks silently. About 3.5 minutes on 2 cores, most of it the
+# four that run on the local plane.
+bench-smoke: deps redis-server k8s-build
+	$(BIN)/python -m benchmarks.smoke
 
 # The deterministic simulation of the live scheduler (issue 30; tests/sim/README.md): real
 # replicas on a simulated clock against a fake apiserver with faults, schedules drawn and shrunk

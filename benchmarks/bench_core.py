@@ -23,8 +23,11 @@ leaving (``--topology-jobs``, after as many again to fill the cluster). Goals: d
 gang <= 10 ms, single pods <= 1 ms. Wall time and the thread's CPU time are both printed: on a
 shared machine the CPU time is the figure that does not depend on the neighbours.
 
-Usage: python -m benchmarks.bench_core [--nodes 5000] [--pods 3000] [--background 10] [--seed 7]
-       [--topology-jobs 1500] [--only-topology]
+``--quick`` (bench-smoke) runs the same code on 500 nodes, 300 pods, 2 background pods per node,
+and a topology workload of 8 blocks (576 nodes) and 100 jobs: seconds, and its figures mean nothing.
+
+Usage: python -m benchmarks.bench_core [--quick] [--nodes 5000] [--pods 3000] [--background 10]
+       [--seed 7] [--topology-jobs 1500] [--topology-blocks 70] [--only-topology]
 """
 
 from __future__ import annotations
@@ -129,30 +132,39 @@ def report(label: str, samples_s: list[float]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, to check that it runs (bench-smoke)"
+    )
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=3000)
     parser.add_argument("--background", type=int, default=10, help="non-GPU pods per node")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--topology-jobs", type=int, default=1500)
+    parser.add_argument(
+        "--topology-blocks", type=int, default=topology_workload.BLOCKS, help="of 72 nodes each"
+    )
     parser.add_argument("--only-topology", action="store_true")
     args = parser.parse_args()
+    if args.quick:
+        args.nodes, args.pods, args.background = 500, 300, 2
+        args.topology_jobs, args.topology_blocks = 100, 8
     if not args.only_topology:
         general(args)
-    topology(args.seed, args.topology_jobs)
+    topology(args.seed, args.topology_jobs, args.topology_blocks)
 
 
-def topology(seed: int, count: int) -> None:
-    """The topology workload: the first ``count`` jobs fill the cluster, the next ``count`` are
-    measured."""
+def topology(seed: int, count: int, blocks: int) -> None:
+    """The topology workload on ``blocks`` blocks: the first ``count`` jobs fill the cluster, the
+    next ``count`` are measured."""
     heap.pause()
-    state = topology_workload.build(topology_workload.settings(True))
+    state = topology_workload.build(topology_workload.settings(True), blocks)
     heap.settle()
     jobs = topology_workload.stream(seed, 2 * count, (400, 1200))
     result = topology_workload.replay(state, jobs, topology_workload.ours(True), False, count)
     total = len(state.nodes) * topology_workload.GPUS
     print(
         f"\ntopology workload: {len(state.nodes)} nodes x {topology_workload.GPUS} GPUs "
-        f"(70 blocks x 4 racks x 18, each rack one NVLink clique); {count} jobs fill it to "
+        f"({blocks} blocks x 4 racks x 18, each rack one NVLink clique); {count} jobs fill it to "
         f"{result.gpus_at_start} of {total} GPUs, then {count} more are measured: "
         f"{len(result.placed)} placed"
     )

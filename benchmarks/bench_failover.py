@@ -3,7 +3,7 @@
 Issue 22's figure: the time without binding when the Redis master dies, beside the Sentinels'
 ``down-after-milliseconds`` and the lease duration; goal <= down-after + lease + 5 s. Also the
 start-up of a new installation (process start to the first bind on a Redis nobody led before:
-the epoch witness lets it skip the one-lease wait, README "State and HA").
+the epoch witness lets it skip the one-lease wait, docs/operations.md "State and HA").
 
 One local control plane (kube-apiserver, etcd, KWOK) with 100 KWOK nodes of 8 GPUs; per case a
 fresh Redis master with two replicas and three Sentinels (SentinelSet, with deploy/'s settings:
@@ -21,8 +21,12 @@ Measured per case: the kill to the Sentinels' promotion, the kill to the first b
 the longest stretch without a bind from the last bind before the fault. Every process started
 here is stopped in ``finally``. Never fails on a figure.
 
-Usage: python -m benchmarks.bench_failover [--cases kill,pause,kill-with-leader] [--nodes 100]
-       [--rate 5] [--before 10] [--after 50] [--logs DIR]
+``--quick`` (bench-smoke) runs the ``kill`` case alone, 5 s before the fault and 30 s after it
+(a failover takes down-after + a lease at most), and fails (exit status 1) when a case
+ends in an error or leaves a pod unbound: the run is broken, whatever its figures.
+
+Usage: python -m benchmarks.bench_failover [--quick] [--cases kill,pause,kill-with-leader]
+       [--nodes 100] [--rate 5] [--before 10] [--after 50] [--logs DIR]
 """
 
 from __future__ import annotations
@@ -188,6 +192,9 @@ def fmt(value: float | None) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="the kill case alone, briefly (bench-smoke)"
+    )
     parser.add_argument("--cases", default="kill,pause,kill-with-leader")
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--rate", type=float, default=5.0, help="pods created per second")
@@ -195,6 +202,8 @@ def main() -> int:
     parser.add_argument("--after", type=float, default=50.0)
     parser.add_argument("--logs", type=Path, default=None, help="keep every log here")
     args = parser.parse_args()
+    if args.quick:
+        args.cases, args.before, args.after = "kill", 5.0, 30.0
     lease = load_config(Path(__file__).resolve().parents[1] / "configs" / "scheduler.yaml")
     lease_s = lease.run.lease.duration_seconds
     results: list[Figures] = []
@@ -237,6 +246,10 @@ def main() -> int:
             f"{fmt(f.kill_to_bind_s):>13}{fmt(f.longest_gap_s):>13}"
             f"{f'{f.bound}/{f.created}':>10}" + (f"  {f.error}" if f.error else "")
         )
+    broken = [f.case for f in results if f.error or f.bound < f.created]
+    if args.quick and broken:
+        print(f"bench-failover --quick: broken: {', '.join(broken)}")
+        return 1
     return 0
 
 

@@ -15,9 +15,9 @@ One local control plane (kube-apiserver, etcd, KWOK; scheduler/testing/controlpl
   scheduler name, created before it starts and deleted after it, so the second contender sees
   the same cluster as the first.
 
-Measured for kube-scheduler (the plane's version: v1.37 now, v1.33 when the README's figures were
-taken; scheduler/testing/kubescheduler.py: its own profile, client qps/burst 5000) and for
-topo-scheduler ``run`` with Redis (deploy/'s configuration):
+Measured for kube-scheduler (the plane's version: v1.37 now, v1.33 when docs/benchmarks.md's
+figures were taken; scheduler/testing/kubescheduler.py: its own profile, client qps/burst 5000)
+and for topo-scheduler ``run`` with Redis (deploy/'s configuration):
 
 - start-up: process start to the first bind (goal <= 10 s), and to the whole backlog bound;
 - the backlog's pods/s between its first and last bind;
@@ -29,13 +29,18 @@ topo-scheduler ``run`` with Redis (deploy/'s configuration):
 topo-scheduler's start-up is a restart on a Redis that a previous leader used (a short-lived
 replica is elected once, on the empty nodes, before the pods exist): on a Redis that lost its
 history (flushed, restarted, promoted) the first leader waits one lease (15 s) before its first
-decision, by design; a brand-new installation does not (the epoch witness, README "State and HA").
+decision, by design; a brand-new installation does not (the epoch witness, docs/operations.md
+"State and HA").
 
 Objects are created through one pool of keep-alive connections, 48 requests in flight
 (benchmarks/liveplane.py). Every wait has a limit and every process started here is stopped
 in ``finally`` (the plane's own layers besides); the whole run took 4.5 to 7 minutes on 2
 cores. KWOK runs with 16 stage workers (``~/.kwok/kwok.yaml`` in the home the plane gives it).
 Never fails on a figure.
+
+``--quick`` (bench-smoke) runs it all on 200 nodes, 2,000 bound pods and backlogs of 200 (about
+a minute), and fails (exit status 1) when a backlog or the failover's pods are not all bound: the
+run is broken, whatever its figures.
 
 Usage: python -m benchmarks.bench_scale [--quick] [--nodes 5000] [--pods-per-node 10]
        [--backlog 5000] [--kube-verbosity 2] [--kwok-runs-background] [--no-kube]
@@ -82,7 +87,7 @@ from benchmarks.liveplane import (
     wait_nodes_ready,
 )
 from benchmarks.profiler import Profiler, summary
-from scheduler.kube.api import LIST_PAGE
+from scheduler.kube.tuning import LIST_PAGE
 from scheduler.kube.watch import ListMeta
 from scheduler.testing.controlplane import ControlPlane, build_binaries, pod_manifest
 from scheduler.testing.kubescheduler import KubeScheduler
@@ -94,6 +99,23 @@ LEASE_S = 15.0
 # KWOK plays stages (node-initialize, pod-ready: one status update each) 4 at a time by default;
 # more workers, and the apiserver and etcd set the pace.
 KWOK_PARALLELISM = 16
+# KWOK (v0.8) fills in its options' defaults only when it reads no KwokConfiguration: the one a
+# file holds is converted as written (sigs.k8s.io/kwok pkg/config), every option it leaves out is
+# zero. A zero nodeLeaseParallelism stops KWOK at start ("node leases parallelism must be greater
+# than 0"); a zero podsOnNodeSyncParallelism would start no pods-on-node worker. So the file
+# carries KWOK's own defaults (pkg/apis/config/v1alpha1's generated ones) for every option the
+# plane's command line does not set, under the options given.
+KWOK_FILE_DEFAULTS: dict[str, Any] = {
+    "podPlayStageParallelism": 4,
+    "nodePlayStageParallelism": 4,
+    "nodeLeaseParallelism": 4,
+    "podsOnNodeSyncParallelism": 1,
+    "enableDebuggingHandlers": True,
+    "enableContentionProfiling": False,
+    "enableProfilingHandler": True,
+    "enablePodsOnNodeSyncListPager": True,
+    "enablePodsOnNodeSyncStreamWatch": False,
+}
 # Bound pods with this label are left alone by KWOK (KwokConfiguration's
 # disregardStatusWithLabelSelector): no status update for each of them.
 KWOK_DISREGARD_LABEL = (
@@ -159,13 +181,13 @@ def background_pods(nodes: int, per_node: int, kwok_runs: bool) -> list[dict[str
 def configure_kwok(plane: ControlPlane, options: dict[str, Any]) -> None:
     """KWOK options the plane's command line leaves at their defaults, through the
     configuration file KWOK reads from its home (``~/.kwok/kwok.yaml``; the plane gives it the
-    home ``kwok-home`` in its folder). Call before ``plane.start()``."""
+    home ``kwok-home`` in its folder), over KWOK_FILE_DEFAULTS. Call before ``plane.start()``."""
     home = plane.dir / "kwok-home" / ".kwok"
     home.mkdir(parents=True, exist_ok=True)
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokConfiguration",
-        "options": options,
+        "options": {**KWOK_FILE_DEFAULTS, **options},
     }
     (home / "kwok.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
 
@@ -303,7 +325,7 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="500 nodes, 5,000 pods, 500 pending")
+    parser.add_argument("--quick", action="store_true", help="200 nodes, 2,000 pods, 200 pending")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods-per-node", type=int, default=10)
     parser.add_argument("--backlog", type=int, default=5000)
@@ -323,7 +345,7 @@ def main() -> None:
     parser.add_argument("--py-spy-seconds", type=int, default=15)
     args = parser.parse_args()
     if args.quick:
-        args.nodes, args.backlog = 500, 500
+        args.nodes, args.backlog = 200, 200
     t_begin = time.monotonic()
 
     plane = ControlPlane(build_binaries())
@@ -470,11 +492,25 @@ def main() -> None:
 
         total = time.monotonic() - t_begin
         report(args, results, failover, setup, total)
+        problems = broken(args.backlog, results, failover)
+        if args.quick and problems:
+            raise SystemExit("bench-scale --quick: broken: " + "; ".join(problems))
         for profiler in profilers:
             profiler.proc.wait(60)  # --duration: it ends by itself
             print("\n".join(summary(profiler.out, 25)))
     finally:
         tear_down(plane, procs, kube, redis, args.logs)
+
+
+def broken(backlog: int, results: list[Result], failover: dict[str, Any]) -> list[str]:
+    """What breaks a run whatever its figures: a backlog not wholly bound, a failover that
+    failed or left a new pod unbound."""
+    problems = [f"{r.label} bound {r.bound}/{backlog}" for r in results if r.bound < backlog]
+    if "error" in failover:
+        problems.append(f"failover: {failover['error']}")
+    elif failover.get("bound") != FAILOVER_PODS:
+        problems.append(f"failover bound {failover.get('bound')}/{FAILOVER_PODS}")
+    return problems
 
 
 def report(

@@ -9,7 +9,9 @@ Scheduler.on_elected reconciles the store against its snapshot and reloads the r
 the figure is the time from the lease being won to ``ready_to_schedule``, next to the lease
 (a standby takes over at most a lease after the leader dies, then needs this long).
 
-Usage: python -m benchmarks.bench_takeover [--pods 100000] [--chunk 2000] [--lease 15]
+``--quick`` (bench-smoke) takes over 4,000 pods: seconds, to check that it runs.
+
+Usage: python -m benchmarks.bench_takeover [--quick] [--pods 100000] [--chunk 2000] [--lease 15]
 """
 
 from __future__ import annotations
@@ -182,10 +184,13 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="4,000 pods (bench-smoke)")
     parser.add_argument("--pods", type=int, default=100_000)
     parser.add_argument("--chunk", type=int, default=RECONCILE_CHUNK)
     parser.add_argument("--lease", type=float, default=15.0)
     args = parser.parse_args()
+    if args.quick:
+        args.pods = 4000
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     asyncio.run(run(args))
 

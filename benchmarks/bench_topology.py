@@ -13,7 +13,11 @@ Printed side by side: GPUs allocated at the first refusal; gangs with a level (1
 64 x 4 block) placed within it; the mean number of racks (= NVLink cliques) and blocks per gang
 (every gang of several pods). A benchmark, not a test: it never fails on its figures.
 
-Usage: python -m benchmarks.bench_topology [--seed 7] [--jobs 20000] [--seeds 1]
+``--quick`` (bench-smoke) replays at most 400 jobs on 8 blocks (576 nodes): seconds, to check that
+it runs; its figures mean nothing.
+
+Usage: python -m benchmarks.bench_topology [--quick] [--seed 7] [--jobs 20000] [--seeds 1]
+       [--blocks 70]
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ class Column(Struct):
     cpu_ms: float  # mean CPU time per decision
 
 
-def measure(name: str, topology: bool, place: tw.PlaceFn, jobs: list[tw.Job]) -> Column:
+def measure(
+    name: str, topology: bool, place: tw.PlaceFn, jobs: list[tw.Job], cluster_blocks: int
+) -> Column:
     heap.pause()
-    state = tw.build(tw.settings(topology))
+    state = tw.build(tw.settings(topology), cluster_blocks)
     heap.settle()
     out = tw.replay(state, jobs, place, stop_at_refusal=True)
     racks, blocks, within, levelled = [], [], 0, 0
@@ -87,16 +93,22 @@ ROWS: list[tuple[str, Callable[[Column], str]]] = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, to check that it runs (bench-smoke)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--seeds", type=int, default=1, help="seeds seed..seed+n-1, each printed")
     parser.add_argument("--jobs", type=int, default=20000, help="at most this many arrivals")
+    parser.add_argument("--blocks", type=int, default=tw.BLOCKS, help="of 72 nodes each")
     args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.blocks = 400, 8
     for seed in range(args.seed, args.seed + args.seeds):
         jobs = tw.stream(seed, args.jobs, (200, 2000))
         columns = [
-            measure("(a) ours", True, tw.ours(True), jobs),
-            measure("(b) topology off", False, tw.ours(False), jobs),
-            measure("(c) Kueue BestFit + ours in-node", True, kueue_then_ours, jobs),
+            measure("(a) ours", True, tw.ours(True), jobs, args.blocks),
+            measure("(b) topology off", False, tw.ours(False), jobs, args.blocks),
+            measure("(c) Kueue BestFit + ours in-node", True, kueue_then_ours, jobs, args.blocks),
         ]
         print(f"seed {seed}: at most {len(jobs)} jobs, each leaving 200-2000 arrivals later")
         print(f"  {'':<26}" + "".join(f"{c.name:>34}" for c in columns))

@@ -1,4 +1,5 @@
-"""The README's dashboard picture: the chart's Grafana dashboard drawn from a real run's metrics.
+"""docs/operations.md's dashboard picture: the chart's Grafana dashboard drawn from a real run's
+metrics.
 
 There is no Grafana (nor Prometheus) on our machines. This runs topo-scheduler on the local
 control plane the way bench-live does (etcd, kube-apiserver, KWOK, a redis-server), as two
@@ -13,7 +14,11 @@ incomplete one every 12 s whose last member comes 20 s later; one pod too big fo
 preempt; at 80 s the leader is killed (SIGKILL) and the standby takes over after the lease (15 s).
 
 Writes build/dashboard/scrapes.jsonl and docs/dashboard.png (override with --out).
-Usage: python -m benchmarks.dashboard [--seconds 150] [--out PATH]
+
+``--quick`` (bench-smoke) runs the first 30 s of the load (before the low-priority fill, the
+preemptions and the kill) and draws into build/dashboard-quick/ (docs/ is left alone).
+
+Usage: python -m benchmarks.dashboard [--quick] [--seconds 150] [--out PATH]
 """
 
 from __future__ import annotations
@@ -254,11 +259,15 @@ def render(scrapes: list[Scrape], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="30 s, into build/ (bench-smoke)")
     parser.add_argument("--seconds", type=float, default=150)
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "dashboard.png")
+    parser.add_argument("--out", type=Path, help="default: docs/dashboard.png")
     parser.add_argument("--scrapes", type=Path, help="draw from these recorded scrapes instead")
     args = parser.parse_args()
-    work = REPO / "build" / "dashboard"
+    if args.quick:
+        args.seconds = 30
+    work = REPO / "build" / ("dashboard-quick" if args.quick else "dashboard")
+    out = args.out or (work if args.quick else REPO / "docs") / "dashboard.png"
     work.mkdir(parents=True, exist_ok=True)
     if args.scrapes:
         recorded = [json.loads(line) for line in args.scrapes.read_text().splitlines()]
@@ -268,8 +277,8 @@ def main() -> None:
             for r in recorded:
                 f.write(json.dumps(r) + "\n")
     scrapes = [parse(t, replica, text) for t, replica, text in recorded]
-    render(scrapes, args.out)
-    print(f"{len(scrapes)} scrapes; dashboard drawn into {args.out}")
+    render(scrapes, out)
+    print(f"{len(scrapes)} scrapes; dashboard drawn into {out}")
 
 
 if __name__ == "__main__":

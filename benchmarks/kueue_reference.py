@@ -118,7 +118,9 @@ def kueue_then_ours(state: ClusterState, job: Job) -> list[Placement] | None:
     if assignment is None:
         return None
     unit = job.unit(constraints=False)
-    members = [Member(pod, parse_request(pod, state.settings)) for pod in unit.pods]
+    members = [
+        Member(pod, parse_request(pod, state.settings, state.memos.asks)) for pod in unit.pods
+    ]
     assert unit.gang is not None
     placements: list[Placement] = []
     pos = 0

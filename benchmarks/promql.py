@@ -1,8 +1,8 @@
 """The few PromQL forms the Grafana dashboard uses, evaluated over recorded /metrics scrapes.
 
 There is no Prometheus or Grafana on our machines; benchmarks/dashboard.py scrapes a real run's
-replicas and draws each panel from these evaluations, so that the README's picture shows what the
-dashboard's own queries give. Only what the dashboard needs is understood:
+replicas and draws each panel from these evaluations, so that docs/operations.md's picture shows
+what the dashboard's own queries give. Only what the dashboard needs is understood:
 
 - ``sum [by (labels)] (rate(M[...]))`` and ``histogram_quantile(q, sum by (le[, labels])
   (rate(M_bucket[...])))``, the rate taken over ``window`` seconds of scrapes of each replica

@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     configure_logging(args.log_level)
     # uvloop: the scheduler is mostly I/O (watch streams, Bindings, Redis); libuv's loop and
-    # transports cost a fraction of asyncio's own per event (bench-live, README "Benchmarks").
+    # transports cost a fraction of asyncio's own per event (bench-live, docs/benchmarks.md).
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run(config, args.kubeconfig))
 

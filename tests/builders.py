@@ -26,6 +26,7 @@ from scheduler.core.model.objects import (
     Toleration,
     WeightedPodAffinityTerm,
 )
+from scheduler.core.settings import CoreSettings
 
 
 class MakeNode:
@@ -405,11 +406,16 @@ def _pod_term(topology_key: str, labels: dict[str, str]) -> PodAffinityTerm:
     )
 
 
-def cluster(*nodes: NodeInput | MakeNode, running: tuple[PodInput | MakePod, ...] = ()) -> Any:
-    """A ClusterState with these nodes and running pods; fails the test on any warning."""
+def cluster(
+    *nodes: NodeInput | MakeNode,
+    running: tuple[PodInput | MakePod, ...] = (),
+    settings: CoreSettings | None = None,
+) -> Any:
+    """A ClusterState with these nodes and running pods (and ``settings``, None: the defaults);
+    fails the test on any warning."""
     from scheduler.core.snapshot.cluster import ClusterState
 
-    state = ClusterState()
+    state = ClusterState(settings)
     for node in nodes:
         warning = state.set_node(node.Obj() if isinstance(node, MakeNode) else node)
         assert warning is None, warning

@@ -18,14 +18,12 @@ import asyncio
 from collections.abc import Callable
 
 import msgspec
-import pytest
 
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
 from scheduler.kube.podgroups import Eviction, EvictResult, Write
-from scheduler.service import binder as binder_module
-from scheduler.service import effects as effects_module
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.podbook import Stage
@@ -200,12 +198,15 @@ class Replica:
         wait_for_unknown_leader: bool = False,
         bind_timeout: float = 5.0,
         witness: Witness | None = None,
+        tuning: Tuning | None = None,
+        settings: CoreSettings | None = None,
     ) -> None:
         self.api, self.store, self.clock, self.holder = api, store, clock, holder
+        self.tuning = tuning
         superseded = None if witness is None else witness.superseded
         self.leadership = Leadership(store, holder, LeaseTiming(), clock, superseded=superseded)
         self.s = Scheduler(
-            CoreSettings(),
+            settings or CoreSettings(),
             "topo-scheduler",
             api,
             store,
@@ -215,6 +216,7 @@ class Replica:
             bind_timeout=bind_timeout,
             wait_for_unknown_leader=wait_for_unknown_leader,
             witness=witness,
+            tuning=tuning,
         )
 
     async def elect(self, nodes: list[NodeInput], bound: list[PodInput] | None = None) -> int:
@@ -286,11 +288,8 @@ class Replica:
         }
 
 
-def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bind retries, re-sends and pod re-reads without their waits (for an autouse fixture)."""
-    monkeypatch.setattr(binder_module, "BIND_RETRY_S", 0.0)
-    monkeypatch.setattr(effects_module, "CHECK_RETRY_S", 0.001)
-    monkeypatch.setattr(effects_module, "REBIND_S", 0.001)
+# Bind retries, re-sends and pod re-reads without their waits.
+QUICK_RETRIES = Tuning(bind_retry_seconds=0.0, check_retry_seconds=0.001, rebind_seconds=0.001)
 
 
 def node(gpus: int = 1) -> NodeInput:
@@ -309,7 +308,7 @@ async def reloaded(r: Replica) -> PodInput:
     """Timeline 7's start: a previous leader ("old", on ``r``'s store) reserved GPU 0 of node n
     for pod p and died before binding; ``r`` is elected and reloads that reservation."""
     p = r.api.create(MakePod().Name("p").Req(1).Obj())
-    old = Replica(r.api, r.store, r.clock, "old")
+    old = Replica(r.api, r.store, r.clock, "old", tuning=r.tuning)
     await old.elect([node(1)])
     old.s.intake.pending_event("ADDED", p)
     await old.step()  # reserved; "old" dies before binding

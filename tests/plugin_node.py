@@ -45,7 +45,7 @@ def dgx1_inventory() -> Inventory:
         for i, row in enumerate(DGX1_V100)
     ]
     devices = tuple(Device(index=i, uuid=u) for i, u in enumerate(UUIDS))
-    return Inventory(vendor="nvidia", devices=devices, topology=Topology.intern(scores))
+    return Inventory(vendor="nvidia", devices=devices, topology=Topology.of(scores))
 
 
 def write_cdi_spec(folder: Path, uuids: Sequence[str]) -> None:

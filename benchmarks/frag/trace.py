@@ -171,3 +171,32 @@ def workload(nodes: list[NodeSpec], pods: list[PodSpec], seed: int, ratio: float
     ranks = list(range(len(nodes)))
     rng.shuffle(ranks)
     return Workload(seed, order, ranks)
+
+
+def stand_in() -> tuple[list[NodeSpec], list[PodSpec]]:
+    """A made-up trace of openb's shape, for ``bench-frag --quick`` where the trace is not at
+    hand: 96 nodes of 2, 4 and 8 GPUs (three models) and 800 pods, a third of them GPU shares
+    (100m to 900m), the rest whole 1, 2, 4 and 8-GPU pods and CPU-only pods, some bound to one
+    model. Seeded: every run replays the same."""
+    rng = random.Random(0)
+    models = ("T4", "P100", "V100M32")
+    nodes = [
+        NodeSpec(f"stand-in-node-{i:03d}", 96_000, 393_216, (8, 4, 2)[i % 3], models[i % 3])
+        for i in range(96)
+    ]
+    pods = []
+    for i in range(800):
+        kind = rng.random()
+        if kind < 0.35:
+            gpus, milli = 1, rng.choice((100, 250, 460, 500, 900))
+        elif kind < 0.9:
+            gpus, milli = rng.choice((1, 1, 1, 2, 4, 8)), MILLI
+        else:
+            gpus, milli = 0, 0
+        spec = (rng.choice(models),) if gpus and rng.random() < 0.1 else ()
+        pods.append(
+            PodSpec(
+                f"stand-in-pod-{i:04d}", rng.choice((2000, 6000, 12000)), 16384, gpus, milli, spec
+            )
+        )
+    return nodes, pods

@@ -26,7 +26,7 @@ case "$1" in
 redis)
   # min-replicas-to-write 1 / min-replicas-max-lag 3: a master that has heard from no replica
   # for 3 s refuses writes, so one cut off from the others (or paused and resumed) stops taking
-  # writes before the Sentinels (down-after 5 s) promote a replica: README "State and HA".
+  # writes before the Sentinels (down-after 5 s) promote a replica: docs/operations.md "State and HA".
   set -- --port 6379 --dir /data --appendonly yes --appendfsync everysec \
     --requirepass "$REDISCLI_AUTH" --masterauth "$REDISCLI_AUTH" \
     --replica-announce-ip "$ME" \

@@ -1,8 +1,8 @@
 """The ``topo-scheduler.io/gpus`` annotation as the agent builds it.
 
 The format (its Structs, the canonical encoder, the limits) is scheduler/core/formats/gpus.py,
-the one the core reads (README "Node inventory"); this module builds values of it from what the
-agent probed. Two rules make "patch only when it changed" work:
+the one the core reads (docs/annotations.md "Node inventory"); this module builds values of it
+from what the agent probed. Two rules make "patch only when it changed" work:
 
 - the encoding is canonical (formats/gpus.py ``encode``), so equal inventories are equal strings
   and the agent can compare strings with what the node carries;

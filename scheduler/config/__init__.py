@@ -8,6 +8,14 @@ lease renewed after it expires), on the sections that were well-typed.
 
 Settings of the running scheduler can also come from the environment (``TOPO_SCHEDULER_*``), and
 command-line flags override both; see ``Config.with_overrides``.
+
+Every tuning value (a number that trades a decision's quality, or the scheduler's speed, against
+its cost or the time it waits) is a field of these Structs with a default: the core's are
+CoreSettings' (``to_core``: the fragmentation and memos sections are the core's own Structs), the
+running scheduler's are ``run.tuning`` (tuning.py). Their ranges are one table (ranges.py).
+Values fixed by an outside contract (a Kubernetes API limit, a wire format's size) stay named
+constants beside their use. docs/configuration.md documents every field (a unit test checks it
+against these Structs).
 """
 
 from __future__ import annotations
@@ -23,11 +31,16 @@ from scheduler.core.settings import (
     DEFAULT_ACCELERATOR_LABEL,
     VENDORS,
     CoreSettings,
+    FragmentationSettings,
+    MemoSettings,
+    PreemptionSettings,
     TopologySettings,
 )
 from scheduler.state.sentinel import sentinel_address, sentinel_credentials
 
 from .agent import AgentConfig, check_agent
+from .ranges import check_ranges
+from .tuning import Tuning
 
 
 class ConfigError(ValueError):
@@ -38,6 +51,17 @@ class Defaults(msgspec.Struct, forbid_unknown_fields=True, rename="camel", froze
     gpu_policy: Literal["topology-aware", "binpack", "spread"] = "topology-aware"
     node_policy: Literal["binpack", "spread"] = "binpack"
     shared_gpu_policy: Literal["topology-aware", "binpack", "spread"] = "binpack"
+
+
+class PlacementOrder(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    """The ``placement`` section: the cluster's node order. ``fragmentation`` and ``smallestFit``
+    are what node policy binpack puts first (CoreSettings.binpack_order); ``spread`` is node
+    policy spread, for the pods that name no policy, as ``defaults.nodePolicy: spread`` says it
+    (``Config.to_core`` makes the two one). A pod's hami.io/node-scheduler-policy still wins:
+    spread spreads it, binpack orders it by the binpack order (fragmentation when nodeOrder is
+    spread)."""
+
+    node_order: Literal["fragmentation", "smallestFit", "spread"] = "fragmentation"
 
 
 class Gang(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -51,10 +75,21 @@ class Gang(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tr
     stale_gang_grace_seconds: int = 60
 
 
+# The defaults of the core's settings, which the fields below that fill them start from.
+_CORE = CoreSettings()
+
+
 class Preemption(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
     # How long the GPUs freed for a preemptor stay held for it (its nomination) if it does not
     # bind: its victims may be slow to leave, or a PodDisruptionBudget may refuse one.
     hold_seconds: int = 300
+    # After a search found no victims, the unit is not searched for again before this long
+    # (service/preemption.py): a search weighs every pod of lower priority.
+    retry_seconds: float = 30.0
+    # The core's search bounds (CoreSettings.preemption, core/preemption/candidates.py).
+    min_candidate_nodes: int = _CORE.preemption.min_candidate_nodes
+    min_candidate_nodes_percent: int = _CORE.preemption.min_candidate_nodes_percent
+    max_candidate_domains: int = _CORE.preemption.max_candidate_domains
 
 
 class Lease(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -66,7 +101,7 @@ class Lease(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=T
 class RedisSentinel(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
     # Non-empty: find the Redis master through these Sentinels (redis-py's Sentinel client);
     # the password and database then come from redisUrl (redis://:PASSWORD@ignored/0), whose
-    # host is not used. README "State and HA".
+    # host is not used. docs/operations.md "State and HA".
     master_name: str = ""
     # host:port of each Sentinel, e.g. [redis-0.redis:26379, ...]. One that is down is skipped.
     addresses: tuple[str, ...] = ()
@@ -83,6 +118,7 @@ class Run(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=Tru
     debug_from_anywhere: bool = False
     bind_concurrency: int = 64
     lease: Lease = msgspec.field(default_factory=Lease)
+    tuning: Tuning = msgspec.field(default_factory=Tuning)
 
 
 class Level(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -91,13 +127,15 @@ class Level(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=T
 
 
 class Topology(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
-    # Cross-node topology (issue 21; README "Topology"): node-label keys, widest first
+    # Cross-node topology (issue 21; docs/topology.md): node-label keys, widest first
     # (hostname is always the last level, implied); the label of the built-in levels nvlink and
     # nvlink-domain ("" turns them off); whether gangs without a constraint prefer the fewest
     # domains.
     levels: list[Level] = msgspec.field(default_factory=list)
     accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
     compact_gangs: bool = True
+    # Domain plans a gang tries (each costs a node-level plan) before it gives the reason.
+    max_plans: int = _CORE.topology.max_plans
 
 
 def _check_topology(topology: Topology, problems: list[str]) -> None:
@@ -129,23 +167,39 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     # Whole-GPU resource names per vendor.
     resources: dict[str, list[str]] = msgspec.field(default_factory=_default_resources)
     defaults: Defaults = msgspec.field(default_factory=Defaults)
+    placement: PlacementOrder = msgspec.field(default_factory=PlacementOrder)
     gang: Gang = msgspec.field(default_factory=Gang)
     preemption: Preemption = msgspec.field(default_factory=Preemption)
     run: Run = msgspec.field(default_factory=Run)
     # The node agent (`topo-scheduler agent`); its Structs live in scheduler/config/agent.py.
     agent: AgentConfig = msgspec.field(default_factory=AgentConfig)
     topology: Topology = msgspec.field(default_factory=Topology)
+    # The fragmentation measure: the core's own Struct (core/settings.py), camelCase here.
+    fragmentation: FragmentationSettings = msgspec.field(default_factory=FragmentationSettings)
+    # How much a snapshot remembers between decisions: the core's own Struct, camelCase here.
+    memos: MemoSettings = msgspec.field(default_factory=MemoSettings)
 
     def to_core(self) -> CoreSettings:
+        order = self.placement.node_order
         return CoreSettings(
             gpu_resources={r: vendor for vendor, names in self.resources.items() for r in names},
             gpu_policy=self.defaults.gpu_policy,
-            node_policy=self.defaults.node_policy,
+            # Spread in either setting spreads the pods that name no policy.
+            node_policy="spread" if order == "spread" else self.defaults.node_policy,
+            binpack_order="fragmentation" if order == "spread" else order,
             shared_gpu_policy=self.defaults.shared_gpu_policy,
             topology=TopologySettings(
                 levels=tuple(TopologyLevel(lv.node_label, lv.alias) for lv in self.topology.levels),
                 accelerator_label=self.topology.accelerator_label,
                 compact_gangs=self.topology.compact_gangs,
+                max_plans=self.topology.max_plans,
+            ),
+            fragmentation=self.fragmentation,
+            memos=self.memos,
+            preemption=PreemptionSettings(
+                min_candidate_nodes=self.preemption.min_candidate_nodes,
+                min_candidate_nodes_percent=self.preemption.min_candidate_nodes_percent,
+                max_candidate_domains=self.preemption.max_candidate_domains,
             ),
         )
 
@@ -158,16 +212,30 @@ _SECTIONS: dict[str, Any] = {
     "schedulerName": str,
     "resources": dict[str, list[str]],
     "defaults": Defaults,
+    "placement": PlacementOrder,
     "gang": Gang,
     "preemption": Preemption,
     "run": Run,
     "agent": AgentConfig,
     "topology": Topology,
+    "fragmentation": FragmentationSettings,
+    "memos": MemoSettings,
 }
 
 
 _NULLABLE_SECTIONS = frozenset(
-    {"resources", "defaults", "gang", "preemption", "run", "agent", "topology"}
+    {
+        "resources",
+        "defaults",
+        "placement",
+        "gang",
+        "preemption",
+        "run",
+        "agent",
+        "topology",
+        "fragmentation",
+        "memos",
+    }
 )
 
 
@@ -261,24 +329,24 @@ def parse_config(data: Any, source: str = "config") -> Config:
             continue
         if _check(value, _SECTIONS[key], key, problems):
             values[key] = msgspec.convert(value, _SECTIONS[key])
+    check_ranges(values, problems)
     run = values.get("run")
     if isinstance(run, Run):
-        if run.bind_concurrency < 1:
-            problems.append("run.bindConcurrency: must be at least 1")
         lease = run.lease
         if not 0 < lease.renew_seconds < lease.duration_seconds:
             problems.append("run.lease.renewSeconds: must be above 0 and below durationSeconds")
         if ":" not in run.http_address:
             problems.append(f"run.httpAddress: {run.http_address!r} is not host:port")
+        tuning = run.tuning
+        if tuning.pod_max_backoff_seconds < tuning.pod_initial_backoff_seconds:
+            problems.append(
+                "run.tuning.podMaxBackoffSeconds: must not be below podInitialBackoffSeconds"
+            )
+        if tuning.watch_backoff_max_seconds < tuning.watch_backoff_seconds:
+            problems.append(
+                "run.tuning.watchBackoffMaxSeconds: must not be below watchBackoffSeconds"
+            )
         problems += sentinel_problems(run)
-    gang = values.get("gang")
-    if isinstance(gang, Gang) and gang.wait_timeout_seconds < 0:
-        problems.append("gang.waitTimeoutSeconds: must not be negative")
-    preemption = values.get("preemption")
-    if isinstance(preemption, Preemption) and preemption.hold_seconds < 1:
-        problems.append("preemption.holdSeconds: must be at least 1")
-    if isinstance(gang, Gang) and gang.stale_gang_grace_seconds < 0:
-        problems.append("gang.staleGangGraceSeconds: must not be negative")
     agent = values.get("agent")
     if isinstance(agent, AgentConfig):
         # A broken resources section is reported on its own; do not judge the agent by it.

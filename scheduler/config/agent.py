@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import msgspec
 from msgspec import Struct, field
 
 from scheduler.core.formats.gpus import GpuAnnotation, encode
@@ -81,6 +80,16 @@ class DevicePluginSettings(Struct, forbid_unknown_fields=True, rename="camel", f
     # Budget for identifying the pod being admitted (PodResources List + one apiserver read);
     # past it the plugin answers with its own topology choice: the kubelet is waiting.
     identify_timeout_seconds: float = 2.0
+    # How often the kubelet's socket and ours are looked at (a restarted kubelet deletes ours).
+    socket_check_seconds: float = 1.0
+    # How long a registration with the kubelet may take; a failed one is tried at the next check.
+    register_timeout_seconds: float = 10.0
+    # Mode adopt, GPUs accepted for a pod it could not identify: PodResources is read every
+    # reportIntervalSeconds, up to reportTries times, for the container that got them.
+    report_interval_seconds: float = 0.2
+    report_tries: int = 50
+    # Pods whose allocations are remembered for publishing (the oldest are forgotten first).
+    published_pods: int = 256
 
 
 class AgentConfig(Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
@@ -99,16 +108,12 @@ class AgentConfig(Struct, forbid_unknown_fields=True, rename="camel", frozen=Tru
 def check_agent(
     agent: AgentConfig, problems: list[str], nvidia_resources: list[str] | None = None
 ) -> None:
-    """The rules a field's type cannot say; each problem is appended with its path.
+    """The rules a field's type cannot say, besides its range (ranges.py); each problem is
+    appended with its path.
 
     ``nvidia_resources``: the scheduler's whole-GPU resource names for NVIDIA (the config's
     ``resources.nvidia``), which the device plugin's resource must be one of.
     """
-    for name in ("poll_seconds", "command_timeout_seconds", "event_repeat_seconds"):
-        if getattr(agent, name) <= 0:
-            camel = msgspec.structs.fields(AgentConfig)
-            path = next(f.encode_name for f in camel if f.name == name)
-            problems.append(f"agent.{path}: must be above 0")
     if not agent.nvidia.command or not agent.nvidia.command[0]:
         problems.append("agent.nvidia.command: must name a program")
     if agent.nvidia.query_file and not agent.nvidia.topo_file:
@@ -151,5 +156,3 @@ def check_agent(
         problems.append(f"{where}.cdiKind: {plugin.cdi_kind!r} is not a CDI kind (vendor/class)")
     if not plugin.socket_name or "/" in plugin.socket_name:
         problems.append(f"{where}.socketName: must be a file name inside pluginDir")
-    if plugin.identify_timeout_seconds <= 0:
-        problems.append(f"{where}.identifyTimeoutSeconds: must be above 0")

@@ -45,14 +45,14 @@ def gang_of(pod: PodInput) -> str | None:
 def gang_minimum(state: ClusterState, pod: PodInput) -> int:
     """The minimum of the pod's gang as far as it is known (0: none, or unknown): what its
     holding and its store claim record."""
-    gang = best_known(pod, state.pod_groups)
+    gang = best_known(pod, state.inputs.pod_groups)
     return gang.minimum if gang else 0
 
 
 def gang_timeout(state: ClusterState, unit: Unit) -> int | None:
     """The unit's own gang timeout (a PodGroup's scheduleTimeoutSeconds), None: the config's."""
     for pod in unit.pods:
-        gang = best_known(pod, state.pod_groups)
+        gang = best_known(pod, state.inputs.pod_groups)
         if gang is not None and gang.timeout_s is not None:
             return gang.timeout_s
     return None
@@ -101,7 +101,7 @@ def _decide_unit(state: ClusterState, unit: Unit, within: frozenset[str]) -> Dec
     members = []
     for pod in unit.pods:
         try:
-            members.append(Member(pod, parse_request(pod, state.settings)))
+            members.append(Member(pod, parse_request(pod, state.settings, state.memos.asks)))
         except RequestError as exc:
             keys = tuple(sorted(p.key for p in unit.pods))
             return Unschedulable(keys, f"gang {unit.gang}: {exc}")
@@ -110,7 +110,7 @@ def _decide_unit(state: ClusterState, unit: Unit, within: frozenset[str]) -> Dec
 
 def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
     try:
-        req = parse_request(pod, state.settings)
+        req = parse_request(pod, state.settings, state.memos.asks)
         filters = PodFilters(state, pod)
     except RequestError as exc:
         return Unschedulable((pod.key,), str(exc))

@@ -1,7 +1,11 @@
 """The core's own settings: plain values, filled from the config file by the shell.
 
 The core cannot import scheduler.config (the layering contract), so the config module converts its
-validated file into this Struct.
+validated file into this Struct; ``simulate --config`` does the same, so both run the same core.
+Every tuning value of the core (what trades a decision's quality against its cost) is a field
+here with today's value as its default; the core reads them from the snapshot's settings, never
+from a module constant. docs/configuration.md says what each one trades; the config module
+checks their ranges (the core trusts them).
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ from .model.objects import TopologyLevel
 
 GpuPolicy = Literal["topology-aware", "binpack", "spread"]
 NodePolicy = Literal["binpack", "spread"]
+# What node policy binpack puts first (the config file's placement.nodeOrder, minus spread, which
+# is a node policy of its own): the fragmentation the pod would remove (rule 6), or the smallest
+# fitting node alone (rules 2 and 4 as the seeds' HAMi rule states them, the measure unused).
+BinpackOrder = Literal["fragmentation", "smallestFit"]
 GPU_POLICIES: tuple[GpuPolicy, ...] = ("topology-aware", "binpack", "spread")
 NODE_POLICIES: tuple[NodePolicy, ...] = ("binpack", "spread")
 VENDORS = ("nvidia", "metax")
@@ -35,19 +43,79 @@ DEFAULT_ACCELERATOR_LABEL = "nvidia.com/gpu.clique"
 class TopologySettings(Struct, frozen=True):
     """Cross-node topology (issue 21, ``snapshot/domains.py``): the configured levels, widest first
     (hostname is always the last level, implied), the label of the built-in NVLink levels (""
-    turns them off), and whether gangs without a constraint still prefer the fewest domains."""
+    turns them off), whether gangs without a constraint still prefer the fewest domains, and how
+    many domain plans a gang tries (gangs/indomains.py; each costs a node-level plan) before it
+    gives the reason."""
 
     levels: tuple[TopologyLevel, ...] = ()
     accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
     compact_gangs: bool = True
+    max_plans: int = 8
+
+
+class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """The fragmentation measure (snapshot/fragmentation.py) and when placement ranks by it
+    (placement/nodes.py). All of it is the core's, so this Struct is also the config file's
+    ``fragmentation`` section as it stands (camelCase there)."""
+
+    # Percent of the pods held that the target workload's request classes cover.
+    coverage_percent: int = 95
+    # Held GPU pods below which there is no target workload (the other rules decide alone).
+    min_pods: int = 32
+    # A stranded GPU percent counts this many times the whole workload's weight.
+    stranded_weight: int = 4
+    # Node shapes (and placement ranks) remembered per target before its memo starts over.
+    memo_shapes: int = 1 << 16
+    # A cluster of at most this many nodes ranks every node of a whole-GPU pod's best set score
+    # by the measure (openb's 1,213 nodes: about 0.5 ms a pod); a larger one ranks by the free
+    # count first and by the measure between nodes of an equal key.
+    scan_nodes: int = 2048
+    # In a larger cluster, a group of equal keys of more than this many nodes is told apart by
+    # each node class's first node only (bench-core's 5,000-node groups).
+    group_scan_nodes: int = 640
+
+
+class MemoSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """How much a snapshot remembers between decisions (snapshot/memos.py): bounds that trade
+    memory for CPU, never an answer (a memo that starts over only computes again). All of it
+    is the core's, so this Struct is also the config file's ``memos`` section as it stands."""
+
+    # Specs whose containers' asks are remembered (a gang's members and a Deployment's replicas
+    # share one spec).
+    asks: int = 1024
+    # Specs whose effective requests are remembered.
+    requests: int = 1024
+    # Parsed Kubernetes quantities (every node's allocatable, every bound pod's GPU counts).
+    quantities: int = 4096
+    # Best GPU sets remembered per topology matrix (free mask and size): an 8-GPU matrix never
+    # gets near it (256 masks x 8 sizes); a 16-GPU one could reach 65,536 masks per size, and
+    # this keeps it at a few MB.
+    best_sets: int = 20_000
+
+
+class PreemptionSettings(Struct, frozen=True):
+    """How widely preemption searches (preemption/candidates.py): kube-scheduler's
+    DefaultPreemption bounds (minCandidateNodesAbsolute, minCandidateNodesPercentage) on the
+    nodes a single pod's candidates are tried on, and the domains a gang with a required topology
+    level is tried in."""
+
+    min_candidate_nodes: int = 100
+    min_candidate_nodes_percent: int = 10
+    max_candidate_domains: int = 16
 
 
 class CoreSettings(Struct, frozen=True):
     # Whole-GPU resource name -> vendor whose GPUs it asks for.
     gpu_resources: dict[str, str] = field(default_factory=_default_resources)
     gpu_policy: GpuPolicy = "topology-aware"
+    # Node policy of pods that name none (hami.io/node-scheduler-policy).
     node_policy: NodePolicy = "binpack"
+    # How node policy binpack orders nodes (placement/nodes.py, ``ranked_by``).
+    binpack_order: BinpackOrder = "fragmentation"
     # GPU policy for shared-GPU requests when the pod names none (or names topology-aware, which
     # means nothing for a single card): binpack keeps idle cards whole for whole-GPU pods.
     shared_gpu_policy: GpuPolicy = "binpack"
     topology: TopologySettings = field(default_factory=TopologySettings)
+    fragmentation: FragmentationSettings = field(default_factory=FragmentationSettings)
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    memos: MemoSettings = field(default_factory=MemoSettings)

@@ -49,12 +49,9 @@ from .podgroups import (
     serves,
 )
 from .topologies import TOPOLOGY_RESOURCES, served_version
+from .tuning import LIST_PAGE, REQUEST_TIMEOUT_S
 from .watch import Gone, HttpError
 
-REQUEST_TIMEOUT_S: Final = 30
-# Pods per page of a paged LIST: big enough that 50,000 pods take 25 round trips, small enough
-# that a page's body is a few MB.
-LIST_PAGE: Final = 2000
 COMPONENT: Final = "topo-scheduler"
 
 
@@ -118,8 +115,15 @@ _config_map_decoder = msgspec.json.Decoder(ConfigMapData)
 
 
 class KubeApi:
-    def __init__(self, api_client: ApiClient) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        list_page: int = LIST_PAGE,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         self.api_client = api_client
+        self.list_page = list_page
+        self.request_timeout_s = request_timeout_s
         self.core = k8s.CoreV1Api(api_client)
         self.extensions = k8s.ApiextensionsV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
@@ -130,7 +134,7 @@ class KubeApi:
     async def _call(self, method: Any, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
         try:
             response = await method(
-                *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kwargs
+                *args, _preload_content=False, _request_timeout=self.request_timeout_s, **kwargs
             )
         except ApiException as exc:  # raised by some client versions before the body is read
             return int(exc.status or 0), (exc.body or b"") if isinstance(exc.body, bytes) else str(
@@ -148,8 +152,8 @@ class KubeApi:
         return body
 
     async def list_pods_page(self, field_selector: str, token: str) -> bytes:
-        """One page of LIST_PAGE pods (``token``: the previous page's continue, "" first)."""
-        kwargs: dict[str, Any] = {"field_selector": field_selector, "limit": LIST_PAGE}
+        """One page of ``list_page`` pods (``token``: the previous page's continue, "" first)."""
+        kwargs: dict[str, Any] = {"field_selector": field_selector, "limit": self.list_page}
         if token:
             kwargs["_continue"] = token
         status, body = await self._call(self.core.list_pod_for_all_namespaces, **kwargs)
@@ -293,7 +297,7 @@ class KubeApi:
             data=body,
             headers=headers,
             proxy=config.proxy or None,
-            timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+            timeout=aiohttp.ClientTimeout(total=self.request_timeout_s),
         ) as response:
             return response.status, await response.read()
 

@@ -2,7 +2,7 @@
 the pod's in-cluster service account when none is given.
 
 Two of kubernetes-asyncio's defaults cost the scheduler throughput (measured with py-spy under a
-backlog, see the README's Benchmarks):
+backlog, see docs/benchmarks.md):
 
 - its connection pool holds ``cpu_count * 5`` connections (10 on a 2-core node), and every
   watch keeps one for its whole life, so binds, events and status patches queued behind a
@@ -19,9 +19,8 @@ import os
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-# Connections: watches (up to 8, each holding one) + events and status patches + the binds in
-# flight (bindConcurrency), which the scheduler adds (service/app.py).
-POOL_SIZE = 32
+from .tuning import POOL_SIZE
+
 _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")
 
 

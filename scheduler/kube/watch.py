@@ -11,7 +11,7 @@ small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
 2. WATCH from that version with ``allowWatchBookmarks`` and a server-side timeout; apply each event
    with ``apply`` and advance the version (bookmarks advance it too);
 3. a watch that ends normally (its timeout) resumes from the last version; a 410 Gone (as an HTTP
-   status or as an ERROR event) goes back to 1; any other error backs off (named constants below,
+   status or as an ERROR event) goes back to 1; any other error backs off (``WatchTiming`` below,
    doubling, capped) and goes back to 1. The backoff starts over only once a watch has ended
    normally, not after a LIST: an apiserver that lists fine but
    fails every watch would otherwise be re-listed at the initial backoff forever.
@@ -22,20 +22,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 import structlog
 
+from .tuning import WatchTiming
+
 log = structlog.get_logger("watch")
 
 T = TypeVar("T")
-
-WATCH_TIMEOUT_S: Final = 300
-ERROR_BACKOFF_INITIAL_S: Final = 0.5
-ERROR_BACKOFF_MAX_S: Final = 10.0
-# Items of a LIST page decoded between two turns of the event loop.
-DECODE_SLICE: Final = 250
 
 
 class ListMeta(msgspec.Struct):
@@ -113,8 +109,10 @@ class Reflector(Generic[T]):
         page_call: PageCall | None = None,
         convert: Callable[[T], Any] | None = None,
         relist: Relist | None = None,
+        timing: WatchTiming | None = None,
     ) -> None:
         self.name = name
+        self._timing = timing or WatchTiming()
         self._decoder = msgspec.json.Decoder(item_type)
         self._list_call = list_call
         self._watch_call = watch_call
@@ -132,13 +130,14 @@ class Reflector(Generic[T]):
         self.relists = 0
 
     async def run(self) -> None:
-        backoff = ERROR_BACKOFF_INITIAL_S
+        timing = self._timing
+        backoff = timing.backoff_s
         while True:
             try:
                 await self._list()
                 while True:
                     if await self._watch_once():
-                        backoff = ERROR_BACKOFF_INITIAL_S
+                        backoff = timing.backoff_s
             except Gone:
                 log.info("watch expired, re-listing", watch=self.name)
             except asyncio.CancelledError:
@@ -146,7 +145,7 @@ class Reflector(Generic[T]):
             except Exception as exc:  # every failure re-lists after a backoff
                 log.warning("watch failed", watch=self.name, error=str(exc), retry_s=backoff)
                 await self._sleep(backoff)
-                backoff = min(ERROR_BACKOFF_MAX_S, backoff * 2)
+                backoff = min(timing.backoff_max_s, backoff * 2)
 
     async def _list(self) -> None:
         began = time.monotonic()
@@ -183,10 +182,11 @@ class Reflector(Generic[T]):
         time, not the whole cluster's (50,000 pods are some hundred MB of JSON). The next page
         is asked for before this one's items are decoded, so the apiserver reads and encodes it
         (a paged LIST is read from etcd) while this process decodes; the decoding yields to the
-        loop every DECODE_SLICE items, which lets that request go out and keeps the loop's other
+        loop every ``decode_slice`` items, which lets that request go out and keeps the loop's other
         tasks (lease renewals, probes) going. The pages are one consistent snapshot; a token
         that expired (410) starts the LIST over, as any 410 does."""
         items: list[Any] = []  # the whole LIST's, for ``replace`` (not with a Relist)
+        slice_ = self._timing.decode_slice
         count = 0
         if self._relist is not None:
             self._relist.begin()
@@ -196,9 +196,9 @@ class Reflector(Generic[T]):
             token = raw.metadata.continue_
             following = asyncio.ensure_future(page_call(token)) if token else None
             try:
-                for start in range(0, len(raw.items), DECODE_SLICE):
+                for start in range(0, len(raw.items), slice_):
                     await asyncio.sleep(0)
-                    got = [self._item(i) for i in raw.items[start : start + DECODE_SLICE]]
+                    got = [self._item(i) for i in raw.items[start : start + slice_]]
                     count += len(got)
                     if self._relist is not None:
                         self._relist.page(got)
@@ -215,7 +215,7 @@ class Reflector(Generic[T]):
 
     async def _watch_once(self) -> bool:
         """One watch until it ends normally (then True: the watch works); errors raise."""
-        lines = await self._watch_call(self.resource_version, WATCH_TIMEOUT_S)
+        lines = await self._watch_call(self.resource_version, self._timing.timeout_s)
         async for line in lines:
             if not line.strip():
                 continue

@@ -1,11 +1,11 @@
 """The binding cycle: Bindings with the device annotations, several in flight; each pod's
 outcome is returned (effects.py turns it into a pod book event).
 
-Fencing rule (README, "State and HA"): a Binding is sent only while this replica's lease has
-more than the bind timeout left, and is abandoned when that timeout runs out. So every Binding
-of a leader completes before its local lease ends, and its local lease ends before the store's
-lease (renewals are timed from before the request). A replica that takes over after the lease
-lapsed cannot race a Binding of the previous leader; one that cannot know who led before (the
+Fencing rule (docs/operations.md, "State and HA"): a Binding is sent only while this replica's lease
+has more than the bind timeout left, and is abandoned when that timeout runs out. So every Binding
+of a leader completes before its local lease ends, and its local lease ends before the store's lease
+(renewals are timed from before the request). A replica that takes over after the lease lapsed
+cannot race a Binding of the previous leader; one that cannot know who led before (the
 store's epochs started afresh: a flushed or new Redis) waits one lease duration before its
 first decision (scheduler.py), by which time any previous leader's Binding has completed.
 
@@ -41,9 +41,6 @@ from .podbook import Event
 
 log = structlog.get_logger("scheduler")
 
-BIND_ATTEMPTS = 3
-BIND_RETRY_S = 0.5
-
 
 def bind_timeout_for(lease_s: float, renew_s: float) -> float:
     """The bind timeout: half the time a lease has left just before its renewal."""
@@ -66,12 +63,19 @@ class Binder:
         metrics: Metrics,
         concurrency: int = 64,
         timeout_s: float = 5.0,
+        *,
+        attempts: int,
+        retry_s: float,
     ) -> None:
         self.cluster = cluster
         self.leadership = leadership
         self.metrics = metrics
         self._slots = asyncio.Semaphore(concurrency)
         self.timeout_s = timeout_s
+        # A Binding that failed for a reason worth retrying is sent up to ``attempts`` times,
+        # the n-th retry after n times ``retry_s`` (run.tuning.bindAttempts, bindRetrySeconds).
+        self.attempts = attempts
+        self.retry_s = retry_s
         self.in_flight = 0  # pods handed over whose outcome has not been returned yet
 
     async def bind_all(
@@ -114,7 +118,7 @@ class Binder:
         async with self._slots:
             if pod.resource_claims and not await self._reserve(pod):
                 return Event.BIND_FAILED, None
-            for attempt in range(1, BIND_ATTEMPTS + 1):
+            for attempt in range(1, self.attempts + 1):
                 if not self.may_send():
                     # A deposed leader must not bind, nor one whose request could outlive its
                     # lease.
@@ -133,7 +137,7 @@ class Binder:
                     reason = "timeout" if isinstance(exc, TimeoutError) else "exception"
                     self.metrics.bind_errors.labels(reason=reason).inc()
                     log.warning("bind failed", pod=pod.key, error=repr(exc), attempt=attempt)
-                    await asyncio.sleep(BIND_RETRY_S * attempt)
+                    await asyncio.sleep(self.retry_s * attempt)
                     continue
                 if result.ok:
                     return Event.BIND_OK, None
@@ -144,7 +148,7 @@ class Binder:
                 log.warning(
                     "bind refused", pod=pod.key, status=result.status, message=result.message
                 )
-                await asyncio.sleep(BIND_RETRY_S * attempt)
+                await asyncio.sleep(self.retry_s * attempt)
         if maybe_sent:
             return await self._read_back(pod, placement, maybe_sent)
         return Event.BIND_FAILED, None

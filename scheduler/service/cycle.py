@@ -2,7 +2,8 @@
 with the core, assume the placement in the snapshot, and reserve the claims in the store; then
 hand the reserved pods to the binder. Nothing here waits on the apiserver.
 
-Several units are decided back to back while the queue has pods ready (at most BATCH_PODS pods),
+Several units are decided back to back while the queue has pods ready (at most ``batch_pods``, the
+setting run.tuning.batchPods),
 each assumed before the next is decided, and their claims go to the store in one fenced call
 (``Store.reserve_each``: each unit all or nothing on its own). A backlog thus costs one store
 round trip per batch instead of one per pod: the round trip was a wait in the serial cycle, and
@@ -12,7 +13,8 @@ Each step is a pod book event (TAKEN, PLACED or NOT_PLACED, then RESERVE_OK, RES
 RESERVE_FENCED); the table says what follows: PLACED assumes the placement in the snapshot (so
 the next unit of the batch sees it), a refused or fenced reservation forgets it, and the binder
 starts only for pods the book still has as RESERVING when the store answers (a pod deleted or
-bound elsewhere meanwhile is not bound, and its reservation is released or reconciled).
+bound elsewhere meanwhile is not bound, and its reservation is released or reconciled): the
+pods whose RESERVE_OK names the effect BIND are handed to the binder, a unit's together.
 
 A unit whose attempt crashes (a bug, bad input the core did not foresee) fails alone: what it
 placed is answered RESERVE_FAILED (forgotten, backed off), its other pods back off, and the
@@ -37,17 +39,12 @@ from .effects import Effects
 from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
-from .podbook import SCHEDULABLE_STAGES, Ctx, Entry, Event, PodBook
+from .podbook import SCHEDULABLE_STAGES, Ctx, Effect, Entry, Event, PodBook
 from .preemption import Preemptions
 from .queue import SchedulingQueue
 from .storesync import StoreSync
 
 log = structlog.get_logger("scheduler")
-
-# The most pods decided in one batch (whose claims go to the store in one call): enough that a
-# backlog's store calls are few, few enough that watch events wait for a batch's decisions
-# (about 0.2 ms a pod) only a few milliseconds.
-BATCH_PODS = 32
 
 
 class Cycle:
@@ -65,6 +62,7 @@ class Cycle:
         preemptions: Preemptions,
         on_fenced: Callable[[], Awaitable[None]],
         gang_wait_timeout: float,
+        batch_pods: int,
     ) -> None:
         self.state = sync.state
         self.book = book
@@ -77,6 +75,10 @@ class Cycle:
         self.intake = intake  # whether the watches a pod's filters read have listed
         self.sync = sync
         self.preemptions = preemptions  # for units found unschedulable
+        # The most pods decided in one batch (whose claims go to the store in one call): enough
+        # that a backlog's store calls are few, few enough that watch events wait for a batch's
+        # decisions (about 0.2 ms a pod) only a few milliseconds.
+        self.batch_pods = batch_pods
         self._on_fenced = on_fenced
         self.gang_wait_timeout = gang_wait_timeout  # 0: wait forever, say nothing
         self._metric_children: dict[str, tuple[Any, Any]] = {}
@@ -94,27 +96,26 @@ class Cycle:
         return pair
 
     def _unit_for(self, entry: Entry, pod: PodInput) -> Unit:
+        """The pod's unit: itself, or its gang's pending members (TAKEN takes each out of the
+        queue: they are decided with it)."""
         gang = entry.gang  # resolved once, when the book kept the pod
         if gang is None:
             return Unit(None, (pod,))
         members = [
             e.pod for e in self.book.gang_members(gang, SCHEDULABLE_STAGES) if e.pod is not None
         ]
-        for m in members:
-            if m.key != pod.key:
-                self.queue.take(m.key)
         return Unit(gang, tuple(members))
 
     async def schedule(self, key: str, more: Callable[[], str | None] = lambda: None) -> None:
         """Decide ``key``'s unit, then the units of the keys ``more`` pops while it has some and
-        the batch is under BATCH_PODS pods; reserve every placed unit in one store call."""
+        the batch is under ``batch_pods`` pods; reserve every placed unit in one store call."""
         batch: list[_Attempt] = []
         pods = 0
         next_key: str | None = key
         try:
             while next_key is not None:
                 pods += await self._attempt(next_key, batch)
-                next_key = more() if pods < BATCH_PODS else None
+                next_key = more() if pods < self.batch_pods else None
         finally:
             if batch:
                 await self._reserve(batch)
@@ -149,8 +150,7 @@ class Cycle:
         if entry is not None and entry.gang is not None:
             unit = self.book.gang_members(entry.gang, SCHEDULABLE_STAGES)
         for member in unit:
-            if member.stage in SCHEDULABLE_STAGES:
-                self.queue.backoff(member.key)
+            self.effects.dispatch(member.key, member.uid, Event.CRASHED)
 
     def _decide(self, key: str) -> _Attempt | None:
         entry = self.book.get(key)
@@ -162,11 +162,11 @@ class Cycle:
             # Its claims or namespaces are not known yet (their watch just started): deciding
             # now would say "not found". Retry after the backoff; the LIST wakes it sooner.
             for p in unit.pods:
-                self.queue.backoff(p.key)
+                self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
             return None
         for member in unit.pods:
-            # A pod holding a previous leader's reservation is decided afresh: TAKEN lets the
-            # snapshot's copy of that reservation go.
+            # Out of the queue; a pod holding a previous leader's reservation is decided
+            # afresh: TAKEN lets the snapshot's copy of that reservation go.
             self.effects.dispatch(member.key, member.uid, Event.TAKEN, None)
         return _Attempt(key, unit, decide(self.state, unit), start)
 
@@ -264,15 +264,18 @@ class Cycle:
         if epoch is not None and self.leadership.leading:
             events = await self._reserve_each(epoch, batch)
         for attempt, event in zip(batch, events, strict=True):
+            binding: list[tuple[PodInput, Placement]] = []  # the pods the answer moved to bind
             try:
                 for pod, placement in attempt.placed:
                     ctx = Ctx(pod=pod, placement=placement)
-                    self.effects.dispatch(pod.key, pod.uid, event, ctx)
+                    t = self.effects.dispatch(pod.key, pod.uid, event, ctx)
+                    if t is not None and Effect.BIND in t.effects:
+                        binding.append((pod, placement))
                 self._summarize(attempt, "scheduled" if event is Event.RESERVE_OK else "error")
             except Exception:
                 log.exception("reservation answer crashed", pod=attempt.key)
             finally:
-                self.effects.send_unit()  # the unit's BIND effects: its Bindings go together
+                self.effects.bind(binding)  # the unit's binding cycle: its Bindings together
 
     async def _reserve_each(self, epoch: int, batch: list[_Attempt]) -> list[Event]:
         try:

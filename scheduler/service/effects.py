@@ -7,8 +7,8 @@ what its name says (docs/architecture.md explains each). No condition outside th
 what happens to a pod: where two cases differ, they are two events or two effects.
 
 The effects reach the queue, the snapshot, the store (storesync.py), the binder, preemption's
-nominations, stale gangs, and the apiserver (re-reads, Bindings sent again, reports); the
-background work they start runs on the loop's ``Tasks``.
+nominations, stale gangs, the PodGroup statuses' members, and the apiserver (re-reads, Bindings
+sent again, reports); the background work they start runs on the loop's ``Tasks``.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from scheduler.core.cycle import assume
 from scheduler.core.filters.requeue import helped_by_added
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
+from scheduler.core.snapshot.cluster import ClusterState
 
 from .apiserver import Cluster
 from .binder import Binder, Outcome
 from .events import EventLane
-from .intake import charge
 from .metrics import Metrics
-from .podbook import Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
+from .podbook import Ctx, Effect, Event, Explanation, PodBook, Stage, Transition
+from .podgroups import PodGroupStatuses
 from .preemption import Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
@@ -38,10 +39,6 @@ from .tasks import Tasks
 
 log = structlog.get_logger("scheduler")
 
-# A re-read of a pod (effect CHECK) that fails is tried again after this long.
-CHECK_RETRY_S = 1.0
-# An uncertain Binding (effect REBIND) is sent again after this long.
-REBIND_S = 1.0
 # Stages in which a re-read still matters.
 _CHECKED_STAGES = frozenset(
     {Stage.PENDING, Stage.RELOADED, Stage.BINDING, Stage.ASSUMED, Stage.INHERITED}
@@ -49,6 +46,9 @@ _CHECKED_STAGES = frozenset(
 
 
 class Effects:
+    """The one way a pod's entry moves (``dispatch``), and the effects a transition names, each
+    a method of its own (``_handlers``: effect -> method, one per effect of ``Effect``)."""
+
     def __init__(
         self,
         book: PodBook,
@@ -57,10 +57,14 @@ class Effects:
         binder: Binder,
         preemptions: Preemptions,
         stale: StaleGangs,
+        statuses: PodGroupStatuses,
         cluster: Cluster,
         metrics: Metrics,
         clock: Callable[[], float],
         tasks: Tasks,
+        check_retry_s: float,
+        rebind_s: float,
+        event_queue_size: int,
     ) -> None:
         self.book = book
         self.state = sync.state
@@ -69,19 +73,66 @@ class Effects:
         self.binder = binder
         self.preemptions = preemptions
         self.stale = stale
+        self.statuses = statuses
         self.cluster = cluster
         self.metrics = metrics
         self.clock = clock
         self.tasks = tasks
-        self.events = EventLane(metrics.events_dropped)  # Scheduled events, off the pod's path
+        # A re-read of a pod (effect CHECK) that fails is tried again after ``check_retry_s``;
+        # an uncertain Binding (effect REBIND) is sent again after ``rebind_s`` (run.tuning).
+        self.check_retry_s = check_retry_s
+        self.rebind_s = rebind_s
+        self.events = EventLane(
+            metrics.events_dropped, event_queue_size
+        )  # Scheduled events, off the pod's path
         self.accepting = True  # False once the service drains: no new background work
-        self._unit: list[tuple[PodInput, Placement]] = []  # BIND effects of the unit answered
+        self._handlers: dict[Effect, Callable[[Transition, Ctx], None]] = {
+            Effect.KEEP_POD: self._keep_pod,
+            Effect.ENQUEUE: self._enqueue,
+            Effect.DEQUEUE: self._dequeue,
+            Effect.TAKE: self._take,
+            Effect.BACKOFF: self._backoff,
+            Effect.ACTIVATE: self._activate,
+            Effect.PARK: self._park,
+            Effect.LEAVE: self._leave,
+            Effect.WAKE_GANG: self._wake_gang,
+            Effect.WAKE: self._wake,
+            Effect.RETRY: self._retry_all,
+            Effect.HOLD: self._hold,
+            Effect.ASSUME: self._assume,
+            Effect.FORGET: self._forget,
+            Effect.CHARGE: self._charge,
+            Effect.FREE: self._free,
+            Effect.MARK_BOUND: self._mark_bound,
+            Effect.RELEASE_STORE: self._release_store,
+            Effect.RECONCILE: self._reconcile,
+            Effect.BIND: self._bind_effect,
+            Effect.REBIND: self._rebind_effect,
+            Effect.CHECK: self._check_effect,
+            Effect.SCHEDULED: self._scheduled,
+            Effect.NOTE_SEARCH: self._note_search,
+            Effect.NOMINATE: self._nominate,
+            Effect.END_NOMINATION: self._end_nomination,
+            Effect.FORGET_NOMINATION: self._forget_nomination,
+            Effect.RESTORE_NOMINATION: self._restore_nomination,
+            Effect.CLEAR_NOMINATED_NODE: self._clear_nominated_node,
+            Effect.RETRY_NEXT_TURN: self._retry_next_turn,
+            Effect.VICTIM_LEFT: self._victim_left,
+            Effect.MEMBER_LEFT: self._member_left,
+            Effect.GROUP_COUNT: self._group_count,
+            Effect.GROUP_DROP: self._group_drop,
+        }
+        assert set(self._handlers) == set(Effect), "every effect has its handler"
 
     def stop(self) -> None:
         """The service drains: no new re-reads, no Binding sent again."""
         self.accepting = False
 
-    def dispatch(self, key: str, uid: str, event: Event, ctx: Ctx | None = None) -> None:
+    def dispatch(
+        self, key: str, uid: str, event: Event, ctx: Ctx | None = None
+    ) -> Transition | None:
+        """Move ``key``'s entry by ``event`` and run the effects its cell names, in order; the
+        transition (None for a pair the table lacks: counted, nothing done)."""
         ctx = ctx or Ctx()
         version = ctx.pod.version if ctx.pod is not None else 0
         t = self.book.handle(key, uid, event, self.clock(), version)
@@ -89,87 +140,148 @@ class Effects:
             self.metrics.unexpected.labels(
                 stage=self.book.stage(key, uid).value, event=event.value
             ).inc()
-            return
+            return None
         for effect in t.effects:
-            self._run(effect, t, ctx)
+            self._handlers[effect](t, ctx)
+        return t
 
-    def _run(self, effect: Effect, t: Transition, ctx: Ctx) -> None:
-        key, entry = t.key, t.entry
-        uid = t.uid or (entry.uid if entry is not None else "")
-        if effect is Effect.KEEP_POD:
-            assert entry is not None
-            self.book.set_pod(entry, ctx.pod)
-        elif effect is Effect.ENQUEUE:
-            self.queue.add(key, *rank(ctx.pod or (entry.pod if entry is not None else None)))
-            self.tasks.wake()
-        elif effect is Effect.WAKE_GANG:
-            gang = entry.gang if entry is not None else None
-            members = self.book.gang_members(gang, frozenset(Stage)) if gang is not None else []
-            self._retry([m.key for m in members])
-        elif effect is Effect.WAKE:
-            self._wake_helped(ctx.pod)
-        elif effect is Effect.RETRY:
-            self.queue.on_cluster_event()
-            self.tasks.wake()
-        elif effect is Effect.DEQUEUE:
-            self.queue.delete(key)
-        elif effect is Effect.LEAVE:
-            self.queue.delete(key)  # nothing of the pod stays behind
-        elif effect is Effect.BACKOFF:
-            self.queue.backoff(key, *rank(entry.pod if entry is not None else None))
-        elif effect is Effect.PARK:
-            self._park(entry, ctx)
-        elif effect is Effect.HOLD:
-            assert ctx.holding is not None
-            self.state.hold(ctx.holding)
-        elif effect is Effect.FORGET:
-            if key in self.state.holdings:
-                self.state.forget(key)  # its GPUs and its record (resources, labels) go
-            if entry is not None:
-                entry.placement = None
-        elif effect is Effect.MEMBER_LEFT:
-            phase = ctx.pod.phase if ctx.pod is not None and ctx.pod.finished else ""
-            self.stale.member_left(self.state.held(key), phase)
-        elif effect is Effect.FREE:
-            self.state.remove_pod(key)  # orphaned holdings and gang membership included
-        elif effect is Effect.VICTIM_LEFT:
-            ready = self.preemptions.ready(key)
-            if ready:  # its last victim left: no backoff to wait out, once the store freed it
-                self.tasks.spawn(self._activate_when_released(ready))
-        elif effect is Effect.END_NOMINATION:
-            self.preemptions.done(entry)  # bound or gone: nothing to hold for it now
-        elif effect is Effect.RESTORE_NOMINATION:
-            self.preemptions.restore(entry)  # pending again: it holds its GPUs again
-        elif effect is Effect.CHARGE:
-            assert ctx.pod is not None
-            charge(self.state, ctx.pod)
-        elif effect is Effect.ASSUME:
-            assert ctx.placement is not None and entry is not None and ctx.pod is not None
-            assume(self.state, ctx.placement, ctx.pod)
-            entry.placement = ctx.placement
-        elif effect is Effect.BIND:
-            assert ctx.pod is not None and ctx.placement is not None
-            self.queue.done(key)
-            self._unit.append((ctx.pod, ctx.placement))
-        elif effect is Effect.MARK_BOUND:
-            if uid and self.sync.mark_bound_soon(uid):
-                self.tasks.spawn(self.sync.flush())
-        elif effect is Effect.RELEASE_STORE:
-            if uid and self.sync.release_soon(key, uid):
-                self.tasks.spawn(self.sync.flush())
-        elif effect is Effect.SCHEDULED:
-            self._scheduled(entry, ctx)
-        elif effect is Effect.RECONCILE:
-            self.sync.request()
-            self.tasks.wake()
-        elif effect is Effect.CHECK:
-            assert entry is not None
-            if not entry.checking:
-                entry.checking = True
-                self.tasks.spawn(self._check(key, uid))
-        elif effect is Effect.REBIND:
-            assert ctx.pod is not None and ctx.placement is not None
-            self.tasks.spawn(self._rebind(key, uid, ctx.pod, ctx.placement))
+    # ---- the entry and the queue -------------------------------------------------------------
+
+    def _keep_pod(self, t: Transition, ctx: Ctx) -> None:
+        assert t.entry is not None
+        self.book.set_pod(t.entry, ctx.pod)
+
+    def _enqueue(self, t: Transition, ctx: Ctx) -> None:
+        self.queue.add(t.key, *rank(ctx.pod or (t.entry.pod if t.entry is not None else None)))
+        self.tasks.wake()
+
+    def _dequeue(self, t: Transition, ctx: Ctx) -> None:
+        self.queue.delete(t.key)
+
+    def _take(self, t: Transition, ctx: Ctx) -> None:
+        self.queue.take(t.key)
+
+    def _backoff(self, t: Transition, ctx: Ctx) -> None:
+        self.queue.backoff(t.key, *rank(t.entry.pod if t.entry is not None else None))
+
+    def _activate(self, t: Transition, ctx: Ctx) -> None:
+        self.queue.activate(t.key)
+        self.tasks.wake()
+
+    def _leave(self, t: Transition, ctx: Ctx) -> None:
+        self.queue.delete(t.key)  # nothing of the pod stays behind
+
+    # ---- the snapshot ------------------------------------------------------------------------
+
+    def _hold(self, t: Transition, ctx: Ctx) -> None:
+        assert ctx.holding is not None
+        self.state.hold(ctx.holding)
+
+    def _assume(self, t: Transition, ctx: Ctx) -> None:
+        assert ctx.placement is not None and t.entry is not None and ctx.pod is not None
+        assume(self.state, ctx.placement, ctx.pod)
+        t.entry.placement = ctx.placement
+
+    def _forget(self, t: Transition, ctx: Ctx) -> None:
+        if t.key in self.state.holdings:
+            self.state.forget(t.key)  # its GPUs and its record (resources, labels) go
+        if t.entry is not None:
+            t.entry.placement = None
+
+    def _charge(self, t: Transition, ctx: Ctx) -> None:
+        assert ctx.pod is not None
+        charge(self.state, ctx.pod)
+
+    def _free(self, t: Transition, ctx: Ctx) -> None:
+        self.state.remove_pod(t.key)  # orphaned holdings and gang membership included
+
+    # ---- the store ---------------------------------------------------------------------------
+
+    def _mark_bound(self, t: Transition, ctx: Ctx) -> None:
+        if _uid(t) and self.sync.mark_bound_soon(_uid(t)):
+            self.tasks.spawn(self.sync.flush())
+
+    def _release_store(self, t: Transition, ctx: Ctx) -> None:
+        if _uid(t) and self.sync.release_soon(t.key, _uid(t)):
+            self.tasks.spawn(self.sync.flush())
+
+    def _reconcile(self, t: Transition, ctx: Ctx) -> None:
+        self.sync.request()
+        self.tasks.wake()
+
+    # ---- the apiserver -----------------------------------------------------------------------
+
+    def _bind_effect(self, t: Transition, ctx: Ctx) -> None:
+        """Done with the queue. The cycle hands the Bindings of the pods its reservation moved
+        here to the binder, a unit's together (``bind``)."""
+        self.queue.done(t.key)
+
+    def _rebind_effect(self, t: Transition, ctx: Ctx) -> None:
+        assert ctx.pod is not None and ctx.placement is not None
+        self.tasks.spawn(self._rebind(t.key, _uid(t), ctx.pod, ctx.placement))
+
+    def _check_effect(self, t: Transition, ctx: Ctx) -> None:
+        assert t.entry is not None
+        if not t.entry.checking:
+            t.entry.checking = True
+            self.tasks.spawn(self._check(t.key, _uid(t)))
+
+    # ---- a preemptor's nomination ------------------------------------------------------------
+
+    def _note_search(self, t: Transition, ctx: Ctx) -> None:
+        assert t.entry is not None
+        t.entry.searched = ctx.searched
+
+    def _nominate(self, t: Transition, ctx: Ctx) -> None:
+        assert t.entry is not None and ctx.nomination is not None
+        self.book.nominate(t.entry, ctx.nomination)
+        self.state.nominate(ctx.nomination.nominated)
+
+    def _end_nomination(self, t: Transition, ctx: Ctx) -> None:
+        """Bound, gone, refused, planned over or expired: preemption holds nothing for it now
+        (``t.entry`` is the one the transition moved, in the book or just out of it)."""
+        held = self.book.unnominate(t.entry) if t.entry is not None else None
+        if held is not None:
+            self.state.unnominate(t.key)
+            self.preemptions.drop(held.nominated.uid)
+
+    def _forget_nomination(self, t: Transition, ctx: Ctx) -> None:
+        """This replica's copy goes; the store's is read again (a new term's reload)."""
+        if t.entry is not None and self.book.unnominate(t.entry) is not None:
+            self.state.unnominate(t.key)
+
+    def _restore_nomination(self, t: Transition, ctx: Ctx) -> None:
+        """Pending again (its Binding failed after the snapshot used its nomination up): it
+        holds its GPUs again until it binds or its nomination expires."""
+        held = t.entry.nomination if t.entry is not None else None
+        if held is not None and held.nominated.pod not in self.state.nominations:
+            self.state.nominate(held.nominated)
+
+    def _clear_nominated_node(self, t: Transition, ctx: Ctx) -> None:
+        self.preemptions.clear(t.key)
+
+    def _retry_next_turn(self, t: Transition, ctx: Ctx) -> None:
+        self.preemptions.freed()
+
+    def _victim_left(self, t: Transition, ctx: Ctx) -> None:
+        ready = self.preemptions.ready(t.key)
+        if ready:  # its last victim left: no backoff to wait out, once the store freed it
+            self.tasks.spawn(self._victims_gone(ready))
+
+    def _member_left(self, t: Transition, ctx: Ctx) -> None:
+        phase = ctx.pod.phase if ctx.pod is not None and ctx.pod.finished else ""
+        self.stale.member_left(self.state.held(t.key), phase)
+
+    def _group_count(self, t: Transition, ctx: Ctx) -> None:
+        assert ctx.pod is not None
+        self.statuses.member_seen(ctx.pod)
+
+    def _group_drop(self, t: Transition, ctx: Ctx) -> None:
+        """Deleted or finished (the bound watch's last object), or missing from a re-list."""
+        if ctx.pod is not None:
+            self.statuses.member_ended(ctx.pod)
+        else:
+            self.statuses.member_missing(t.key)
 
     # ---- waking waiting pods -----------------------------------------------------------------
 
@@ -178,8 +290,18 @@ class Effects:
             self.queue.retry(keys)
             self.tasks.wake()
 
-    def _wake_helped(self, added: PodInput | None) -> None:
+    def _retry_all(self, t: Transition, ctx: Ctx) -> None:
+        self.queue.on_cluster_event()
+        self.tasks.wake()
+
+    def _wake_gang(self, t: Transition, ctx: Ctx) -> None:
+        gang = t.entry.gang if t.entry is not None else None
+        members = self.book.gang_members(gang, frozenset(Stage)) if gang is not None else []
+        self._retry([m.key for m in members])
+
+    def _wake(self, t: Transition, ctx: Ctx) -> None:
         """A pod appeared bound: the waiting pods it may help retry (core/filters/requeue.py)."""
+        added = ctx.pod
         if added is None:
             return
         self._retry(
@@ -192,19 +314,18 @@ class Effects:
             ]
         )
 
-    async def _activate_when_released(self, keys: list[str]) -> None:
+    async def _victims_gone(self, preemptors: list[tuple[str, str]]) -> None:
         await self.sync.released()  # else its reservation would meet the victim's record
-        for key in keys:
-            self.queue.activate(key)
-        self.tasks.wake()
+        for key, uid in preemptors:
+            self.dispatch(key, uid, Event.VICTIMS_GONE)
 
     # ---- Bindings ----------------------------------------------------------------------------
 
-    def send_unit(self) -> None:
-        """The unit's reservation is answered: bind the pods its BIND effects collected,
-        together (their outcomes come back together)."""
-        if self._unit:
-            pods, self._unit = self._unit, []
+    def bind(self, pods: list[tuple[PodInput, Placement]]) -> None:
+        """The binding cycle of one unit whose reservation is answered: the pods its answer
+        moved to binding (effect BIND) are bound together, off the scheduling cycle, and their
+        outcomes come back together (kube-scheduler's binding cycle, one per unit)."""
+        if pods:
             self.tasks.spawn(self._bind(pods, uncertain=False))
 
     async def _bind(self, pods: list[tuple[PodInput, Placement]], uncertain: bool) -> None:
@@ -225,7 +346,7 @@ class Effects:
     async def _rebind(self, key: str, uid: str, pod: PodInput, placement: Placement) -> None:
         """Send the same Binding again (same node, same annotations) while its pod is still
         binding: the last one may yet commit, so only an answer settles it (binder.py)."""
-        await asyncio.sleep(REBIND_S)
+        await asyncio.sleep(self.rebind_s)
         if self.accepting and self.book.stage(key, uid) is Stage.BINDING:
             await self._bind([(pod, placement)], uncertain=True)
 
@@ -241,7 +362,7 @@ class Effects:
                 current = await self.cluster.get_pod(namespace, name)
             except Exception as exc:
                 log.warning("could not read pod", pod=key, error=str(exc))
-                await asyncio.sleep(CHECK_RETRY_S)
+                await asyncio.sleep(self.check_retry_s)
                 continue
             if current is None or current.uid != uid or current.finished:
                 event = Event.CHECKED_GONE
@@ -259,7 +380,8 @@ class Effects:
 
     # ---- reports -----------------------------------------------------------------------------
 
-    def _park(self, entry: Entry | None, ctx: Ctx) -> None:
+    def _park(self, t: Transition, ctx: Ctx) -> None:
+        entry = t.entry
         assert entry is not None and ctx.pod is not None
         self.queue.unschedulable(entry.key, ctx.retry_by)
         entry.explanation = Explanation(
@@ -277,7 +399,8 @@ class Effects:
             pod, message = ctx.pod, f"gang {ctx.gang} timed out: {ctx.reason}"
             self.tasks.spawn(report(self.cluster, pod.key, pod.uid, "GangTimeout", message))
 
-    def _scheduled(self, entry: Entry | None, ctx: Ctx) -> None:
+    def _scheduled(self, t: Transition, ctx: Ctx) -> None:
+        entry = t.entry
         p = ctx.placement
         assert p is not None and ctx.pod is not None
         pod = ctx.pod
@@ -323,6 +446,18 @@ async def report(
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _uid(t: Transition) -> str:
+    """The UID the transition is about: the event's, else its entry's."""
+    return t.uid or (t.entry.uid if t.entry is not None else "")
+
+
+def charge(state: ClusterState, pod: PodInput) -> None:
+    """The snapshot holds what a bound pod's annotations say it holds."""
+    warning = state.add_bound_pod(pod)
+    if warning:
+        log.warning("bound pod", pod=pod.key, warning=warning)
 
 
 def rank(pod: PodInput | None) -> tuple[int, str]:

@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Final
 
 import structlog
 from prometheus_client import Counter
 
 log = structlog.get_logger("scheduler")
 
-QUEUE_SIZE: Final = 1000
-
 Send = Callable[[], Awaitable[None]]
 
 
 class EventLane:
-    def __init__(self, dropped: Counter, size: int = QUEUE_SIZE) -> None:
+    def __init__(self, dropped: Counter, size: int) -> None:
+        # At most ``size`` events wait to be written (run.tuning.eventQueueSize); past it they
+        # are dropped and counted.
+        self.size = size
         self._queue: asyncio.Queue[Send] = asyncio.Queue(size)
         self._dropped = dropped
         self._task: asyncio.Task[None] | None = None
@@ -56,7 +56,7 @@ class EventLane:
         finally:
             self._task = None  # no await since the queue was seen empty: put() restarts it
 
-    async def close(self, timeout: float = 5.0) -> None:
+    async def close(self, timeout: float) -> None:
         """Send what is queued (for at most ``timeout``), then stop."""
         task = self._task
         if task is None:

@@ -1,6 +1,6 @@
 """Watch events into the snapshot and the pod book (synchronous and cheap: no I/O here).
 
-Three reflectors call in (app.py): pending pods of this scheduler, pods bound to nodes (which
+Three reflectors call in (watches.py): pending pods of this scheduler, pods bound to nodes (which
 GPUs are in use), and nodes; and the optional ones: namespaces, claims and volumes once a pod
 needs them, PodGroups of either API group while their CRD exists. Nodes and PodGroups go to the
 snapshot directly. A bound pod is charged to the snapshot first (the bound watch is the truth),
@@ -24,8 +24,8 @@ an entry newer than the LIST (the watch that follows the LIST reports what happe
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import structlog
 
@@ -38,28 +38,23 @@ from scheduler.core.model.names import (
     VOLCANO_GROUP_ANNOTATION,
 )
 from scheduler.core.model.objects import (
-    ClaimInput,
-    DeviceClassInput,
-    NamespaceInput,
     NodeInput,
-    PodGroupInput,
     PodInput,
-    ResourceClaimInput,
-    TopologyInput,
-    VolumeInput,
 )
-from scheduler.core.snapshot.cluster import ClusterState, bits
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.holdings import bits
+from scheduler.core.snapshot.watched import Kind
 from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_POD_GROUPS, VOLCANO_POD_GROUPS
 from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES
 
+from .effects import Effects, charge
 from .podbook import LISTED_STAGES, Ctx, Event, PodBook, Stage
 from .queue import SchedulingQueue
 from .tasks import Tasks
 
-if TYPE_CHECKING:
-    from .effects import Effects
-
 log = structlog.get_logger("scheduler")
+
+T = TypeVar("T")
 
 # Kueue's annotations naming a level by label key (a Kueue Topology may hold its hierarchy).
 _KUEUE_TOPOLOGY = (
@@ -281,122 +276,21 @@ class Intake:
         self._node_changed(node.name)
         self._cluster_event()
 
-    # ---- namespaces, claims, volumes (watched only once a pending pod needs them) -------------
+    # ---- the watched inputs: namespaces, claims, volumes, DRA objects (watched once a pending
+    # pod needs them), PodGroups and Topologies (while their CRD exists) ----------------------
 
-    def replace_namespaces(self, namespaces: list[NamespaceInput]) -> None:
-        for name in set(self.state.namespaces) - {n.name for n in namespaces}:
-            self.state.remove_namespace(name)
-        for ns in namespaces:
-            self.state.set_namespace(ns)
+    def replace(self, kind: Kind[T], items: Iterable[T], part: str | None = None) -> None:
+        """A LIST of one kind (of its ``part`` only: one API group's PodGroups, one project's
+        Topologies; [] when the CRD went away). Waiting pods retry whatever it changed: some
+        waited for this LIST (``watches_ready``)."""
+        self.state.inputs.of(kind).replace(items, part)
         self._cluster_event()
 
-    def namespace_event(self, kind: str, ns: NamespaceInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_namespace(ns.name)
-        else:
-            self.state.set_namespace(ns)
-        self._cluster_event()
-
-    # ---- PodGroups (watched while their CRD exists) ------------------------------------------
-
-    def replace_pod_groups(self, api_group: str, groups: list[PodGroupInput]) -> None:
-        """A LIST of one API group's PodGroups (or [] when its CRD went away)."""
-        keys = {g.key for g in groups}
-        for key, group in list(self.state.pod_groups.items()):
-            if group.group == api_group and key not in keys:
-                self.state.remove_pod_group(key)
-        for group in groups:
-            self.state.set_pod_group(group)
-        self._cluster_event()  # also wakes the pods that waited for this LIST
-
-    def pod_group_event(self, kind: str, group: PodGroupInput) -> None:
-        if kind == "DELETED":
-            if group.key not in self.state.pod_groups:
-                return
-            self.state.remove_pod_group(group.key)
-        elif self.state.pod_groups.get(group.key) == group:
-            return  # a status change (ours, say): nothing the core reads
-        else:
-            self.state.set_pod_group(group)
-        self._cluster_event()
-
-    # ---- Kueue and KAI Topology objects (watched while their CRD exists; issue 21) ---------
-
-    def replace_topologies(self, kind: str, topologies: list[TopologyInput]) -> None:
-        """A LIST of one project's Topologies ("Kueue" or "KAI"; [] when its CRD went away)."""
-        keys = {t.key for t in topologies}
-        for key, topology in list(self.state.topologies.items()):
-            if topology.kind == kind and key not in keys:
-                self.state.remove_topology(key)
-        for topology in topologies:
-            if self.state.topologies.get(topology.key) != topology:
-                self.state.set_topology(topology)
-        self._cluster_event()
-
-    def topology_event(self, kind: str, topology: TopologyInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_topology(topology.key)
-        elif self.state.topologies.get(topology.key) == topology:
-            return
-        else:
-            self.state.set_topology(topology)
-        self._cluster_event()
-
-    def replace_claims(self, claims: list[ClaimInput]) -> None:
-        for key in set(self.state.claims) - {c.key for c in claims}:
-            self.state.remove_claim(key)
-        for claim in claims:
-            self.state.set_claim(claim)
-        self._cluster_event()
-
-    def claim_event(self, kind: str, claim: ClaimInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_claim(claim.key)
-        else:
-            self.state.set_claim(claim)
-        self._cluster_event()
-
-    def replace_resource_claims(self, claims: list[ResourceClaimInput]) -> None:
-        for key in set(self.state.resource_claims) - {c.key for c in claims}:
-            self.state.remove_resource_claim(key)
-        for claim in claims:
-            self.state.set_resource_claim(claim)
-        self._cluster_event()
-
-    def resource_claim_event(self, kind: str, claim: ResourceClaimInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_resource_claim(claim.key)
-        else:
-            self.state.set_resource_claim(claim)
-        self._cluster_event()
-
-    def replace_device_classes(self, classes: list[DeviceClassInput]) -> None:
-        for name in set(self.state.device_classes) - {c.name for c in classes}:
-            self.state.remove_device_class(name)
-        for device_class in classes:
-            self.state.set_device_class(device_class)
-        self._cluster_event()
-
-    def device_class_event(self, kind: str, device_class: DeviceClassInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_device_class(device_class.name)
-        else:
-            self.state.set_device_class(device_class)
-        self._cluster_event()
-
-    def replace_volumes(self, volumes: list[VolumeInput]) -> None:
-        for name in set(self.state.volumes) - {v.name for v in volumes}:
-            self.state.remove_volume(name)
-        for volume in volumes:
-            self.state.set_volume(volume)
-        self._cluster_event()
-
-    def volume_event(self, kind: str, volume: VolumeInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_volume(volume.name)
-        else:
-            self.state.set_volume(volume)
-        self._cluster_event()
+    def event(self, kind: Kind[T], change: str, item: T) -> None:
+        """A watch event of one kind; one that changes nothing the core reads (a status update,
+        ours say) is no news."""
+        if self.state.inputs.of(kind).event(change, item):
+            self._cluster_event()
 
 
 def uses_namespace_selector(pod: PodInput) -> bool:
@@ -406,10 +300,3 @@ def uses_namespace_selector(pod: PodInput) -> bool:
     terms = [*affinity.pod_required, *affinity.anti_required]
     terms += [w.term for w in (*affinity.pod_preferred, *affinity.anti_preferred)]
     return any(t.namespace_selector is not None for t in terms)
-
-
-def charge(state: ClusterState, pod: PodInput) -> None:
-    """The snapshot holds what a bound pod's annotations say it holds."""
-    warning = state.add_bound_pod(pod)
-    if warning:
-        log.warning("bound pod", pod=pod.key, warning=warning)

@@ -37,9 +37,6 @@ from .leader import Leadership
 
 log = structlog.get_logger("inventories")
 
-# A burst of node events (a re-list, a rolling agent update) becomes one store call.
-FLUSH_DELAY_S = 0.05
-
 
 class NodeInventories:
     def __init__(
@@ -50,6 +47,7 @@ class NodeInventories:
         may_write: Callable[[], bool],
         spawn: Callable[[Coroutine[Any, Any, None]], None],
         on_failure: Callable[[], None],
+        flush_delay_s: float,
     ) -> None:
         self._store = store
         self._leadership = leadership
@@ -57,6 +55,9 @@ class NodeInventories:
         self._may_write = may_write
         self._spawn = spawn
         self._on_failure = on_failure
+        # A burst of node events (a re-list, a rolling agent update) within this long becomes
+        # one store call (run.tuning.inventoryFlushSeconds).
+        self.flush_delay_s = flush_delay_s
         self._dirty: set[str] = set()
         self._written: dict[str, str] = {}  # what the store holds, as far as we know
         # The store may lack some of our inventories (nothing written yet, or a write failed):
@@ -102,7 +103,7 @@ class NodeInventories:
 
     async def _flush(self) -> None:
         try:
-            await asyncio.sleep(FLUSH_DELAY_S)
+            await asyncio.sleep(self.flush_delay_s)
             while self._dirty and self._may_write():
                 async with self.lock:
                     epoch = self._leadership.epoch

@@ -2,12 +2,15 @@
 transition table that says what every event does to it (in the spirit of h11's ``_state.py``).
 
 Everything that can happen to a pod is an event: the watches (pending or bound pod seen, left,
-ended, missing from a re-list), the scheduling cycle (taken, placed, not placed), the store
-(reservation written or refused), the binder (bound, refused, gone, bound elsewhere, unknown) and
-a re-read of the pod from the apiserver (still pending, bound, gone). ``TABLE`` maps (stage,
-event) to the next stage and the effects to run; the book only moves entries, effects.py runs
-the effects, each exactly what its name says: no condition outside the table decides what
-happens to a pod. A pair missing from the table is a bug: it is logged, counted and leaves the
+ended, missing from a re-list), the loop and the scheduling cycle (elected, taken, placed, not
+placed, not ready, crashed), the store (reservation written or refused), the binder (bound,
+refused, gone, bound elsewhere, unknown), a re-read of the pod from the apiserver (still
+pending, bound, gone) and preemption (searched, nominated, its nomination ended, expired or
+reset, its victims gone). ``TABLE`` maps (stage, event) to the next stage and the effects to
+run; the book only moves entries, effects.py runs the effects, each exactly what its name says:
+no condition outside the table decides what happens to a pod, every move of a pod in the
+queue is an effect, and so is every write of a preemptor's nomination and of the PodGroup
+status's members. A pair missing from the table is a bug: it is logged, counted and leaves the
 entry as it was. docs/architecture.md shows the table (a unit test checks it is this one).
 
 Stages (a pod the book does not hold is GONE):
@@ -39,6 +42,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import msgspec
 import structlog
@@ -46,7 +50,8 @@ import structlog
 from scheduler.core.cycle import gang_of
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
-from scheduler.core.snapshot.cluster import Holding, Nominated
+from scheduler.core.snapshot.holdings import Holding
+from scheduler.core.snapshot.nominations import Nominated
 
 log = structlog.get_logger("podbook")
 
@@ -97,6 +102,17 @@ class Event(enum.Enum):
     CHECKED_PENDING = "checked-pending"
     CHECKED_BOUND = "checked-bound"
     CHECKED_GONE = "checked-gone"
+    # the queue (the loop and the cycle)
+    ELECTED = "elected"  # this replica leads now: its pending pods queue
+    NOT_READY = "not-ready"  # a watch its filters read has not listed yet: retry after backoff
+    CRASHED = "crashed"  # its unit's attempt crashed: back off
+    # preemption (preemption.py): a preemptor's search and nomination
+    SEARCHED = "searched"  # a search for its unit: fruitless until a time, or found victims
+    NOMINATED = "nominated"  # a nomination holds GPUs for it (its plan's, or reloaded)
+    NOMINATION_ENDED = "nomination-ended"  # an eviction refused, or planned over: plans again
+    NOMINATION_EXPIRED = "nomination-expired"  # held longer than the hold: the GPUs go back
+    NOMINATION_RESET = "nomination-reset"  # elected again: the store's nominations are reloaded
+    VICTIMS_GONE = "victims-gone"  # the last pod it waited for left, and the store freed it
 
 
 class Effect(enum.Enum):
@@ -104,7 +120,9 @@ class Effect(enum.Enum):
     KEEP_POD = "keep-pod"  # the entry keeps the pending object the event carries
     ENQUEUE = "enqueue"  # the queue takes it (ready now unless backing off)
     DEQUEUE = "dequeue"  # out of the queue (it is bound)
+    TAKE = "take"  # out of the queue for this attempt (a gang member decided with another)
     BACKOFF = "backoff"
+    ACTIVATE = "activate"  # ready now, backoff or not: what it waited for has happened
     PARK = "park"  # unschedulable or waiting: queue, explanation, report
     LEAVE = "leave"  # the pod left the book: out of the queue too
     # waking waiting pods
@@ -122,15 +140,23 @@ class Effect(enum.Enum):
     RELEASE_STORE = "release-store"  # drop its reservation or record
     RECONCILE = "reconcile"  # the store must follow the snapshot: reconcile (rate-limited)
     # the apiserver
-    BIND = "bind"  # done with the queue; its unit's Bindings go out together
+    BIND = "bind"  # done with the queue; the cycle hands its unit's Bindings to the binder
     REBIND = "rebind"  # send the same Binding again: the last one's outcome is unknown
     CHECK = "check"  # re-read the pod until the apiserver answers (one re-read at a time)
     SCHEDULED = "scheduled"  # report the bind (event, latency, explanation)
-    # the other parts' per-pod state
-    END_NOMINATION = "end-nomination"  # bound or gone: preemption holds nothing for it now
+    # a preemptor's nomination (held in its entry, the snapshot, the store and the pod)
+    NOTE_SEARCH = "note-search"  # the entry keeps the search the event carries (or none)
+    NOMINATE = "nominate"  # the entry and the snapshot hold the nomination the event carries
+    END_NOMINATION = "end-nomination"  # it ends: the entry's, the snapshot's, the store's
+    FORGET_NOMINATION = "forget-nomination"  # the entry's and the snapshot's go (not the store's)
     RESTORE_NOMINATION = "restore-nomination"  # pending again: its nomination holds again
+    CLEAR_NOMINATED_NODE = "clear-nominated-node"  # the pod's status.nominatedNodeName
+    RETRY_NEXT_TURN = "retry-next-turn"  # its GPUs went back: waiting pods retry next turn
+    # the other parts' per-pod state
     VICTIM_LEFT = "victim-left"  # preemptors whose last victim it was are tried at once
     MEMBER_LEFT = "member-left"  # its gang may have fallen below its minimum (stale gangs)
+    GROUP_COUNT = "group-count"  # its PodGroup's status counts it as the bound watch shows it
+    GROUP_DROP = "group-drop"  # its PodGroup's status drops it (a finished one is kept)
 
 
 S, E, F = Stage, Event, Effect
@@ -142,6 +168,12 @@ _LEFT = (F.FREE, F.RELEASE_STORE, F.RETRY, F.VICTIM_LEFT, F.END_NOMINATION, F.LE
 _BOUND_LEFT = (F.MEMBER_LEFT, F.FREE, F.RELEASE_STORE, F.RETRY, F.VICTIM_LEFT, F.LEAVE)
 # A pending pod of ours that left, holding nothing.
 _PENDING_LEFT = (F.END_NOMINATION, F.LEAVE)
+# A preemptor's nomination ended off the cycle (an eviction for it refused, or a preemptor of
+# higher priority planned over its GPUs): it ends everywhere, the next attempt searches afresh,
+# and the GPUs it held go back to the waiting pods at the loop's next turn.
+_NOMINATION_ENDED = (F.END_NOMINATION, F.NOTE_SEARCH, F.CLEAR_NOMINATED_NODE, F.RETRY_NEXT_TURN)
+# The same when it expired; a fruitless search made meanwhile still stands.
+_NOMINATION_EXPIRED = (F.END_NOMINATION, F.CLEAR_NOMINATED_NODE, F.RETRY_NEXT_TURN)
 
 # (stage, event) -> (next stage, effects in order). Anything else is an error.
 TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
@@ -150,9 +182,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.PENDING_SAME): (S.PENDING, (F.KEEP_POD, F.ENQUEUE, F.WAKE_GANG)),
     (S.GONE, E.PENDING_LEFT): (S.GONE, _),
     (S.GONE, E.PENDING_ENDED): (S.GONE, _),
-    (S.GONE, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
-    (S.GONE, E.OTHER_SEEN): (S.OTHER, (F.WAKE,)),
-    (S.GONE, E.BOUND_ENDED): (S.GONE, _),
+    (S.GONE, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.WAKE)),
+    (S.GONE, E.OTHER_SEEN): (S.OTHER, (F.GROUP_COUNT, F.WAKE)),
+    (S.GONE, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP,)),
     (S.GONE, E.INHERIT): (S.INHERITED, (F.HOLD, F.CHECK)),
     # Results about a pod that left meanwhile: whatever the store holds for it goes.
     (S.GONE, E.RESERVE_OK): (S.GONE, (F.RELEASE_STORE,)),
@@ -166,40 +198,64 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.CHECKED_PENDING): (S.GONE, _),
     (S.GONE, E.CHECKED_BOUND): (S.GONE, _),
     (S.GONE, E.CHECKED_GONE): (S.GONE, _),
+    (S.GONE, E.CRASHED): (S.GONE, _),
+    (S.GONE, E.VICTIMS_GONE): (S.GONE, _),
     # ---- pending, holding nothing ----------------------------------------------------------
     (S.PENDING, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.ENQUEUE)),
     (S.PENDING, E.PENDING_SAME): (S.PENDING, _),  # a re-delivery: nothing new to try
     (S.PENDING, E.PENDING_LEFT): (S.GONE, _PENDING_LEFT),
     (S.PENDING, E.PENDING_ENDED): (S.GONE, _PENDING_LEFT),
-    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
-    (S.PENDING, E.BOUND_ENDED): (S.GONE, _PENDING_LEFT),
+    (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
+    (S.PENDING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_PENDING_LEFT)),
     (S.PENDING, E.REPLACED): (S.GONE, _PENDING_LEFT),
     (S.PENDING, E.RELOAD): (S.RELOADED, (F.HOLD,)),
-    (S.PENDING, E.TAKEN): (S.PENDING, _),
+    (S.PENDING, E.TAKEN): (S.PENDING, (F.TAKE,)),
     (S.PENDING, E.PLACED): (S.RESERVING, (F.ASSUME,)),
     (S.PENDING, E.NOT_PLACED): (S.PENDING, (F.PARK,)),
     (S.PENDING, E.CHECKED_PENDING): (S.PENDING, _),
     (S.PENDING, E.CHECKED_BOUND): (S.PENDING, _),  # the bound watch will say so
     (S.PENDING, E.CHECKED_GONE): (S.GONE, _PENDING_LEFT),
+    (S.PENDING, E.ELECTED): (S.PENDING, (F.ENQUEUE,)),
+    (S.PENDING, E.NOT_READY): (S.PENDING, (F.BACKOFF,)),
+    (S.PENDING, E.CRASHED): (S.PENDING, (F.BACKOFF,)),
+    (S.PENDING, E.SEARCHED): (S.PENDING, (F.NOTE_SEARCH,)),
+    (S.PENDING, E.NOMINATED): (S.PENDING, (F.NOMINATE,)),
+    (S.PENDING, E.NOMINATION_ENDED): (S.PENDING, _NOMINATION_ENDED),
+    (S.PENDING, E.NOMINATION_EXPIRED): (S.PENDING, _NOMINATION_EXPIRED),
+    (S.PENDING, E.NOMINATION_RESET): (S.PENDING, (F.FORGET_NOMINATION,)),
+    # Its GPUs are held for it and nobody else may take them: no backoff to wait out.
+    (S.PENDING, E.VICTIMS_GONE): (S.PENDING, (F.ACTIVATE,)),
     # ---- pending, holding a previous leader's reservation ----------------------------------
     (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     (S.RELOADED, E.PENDING_SAME): (S.RELOADED, _),
     # Bound by the previous leader's late Binding, or deleted: read it back before freeing.
     (S.RELOADED, E.PENDING_LEFT): (S.RELOADED, (F.CHECK,)),
     (S.RELOADED, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.RELOADED, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE)),
-    (S.RELOADED, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.RELOADED, E.BOUND_SEEN): (
+        S.BOUND,
+        (F.GROUP_COUNT, F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE),
+    ),
+    (S.RELOADED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.RELOADED, E.REPLACED): (S.GONE, _LEFT),
     (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
     # Decided afresh: the snapshot lets the old reservation go (quietly: it is being decided);
     # the new one replaces it in the store, and if there is none, the reconcile frees it.
-    (S.RELOADED, E.TAKEN): (S.PENDING, (F.FORGET, F.RECONCILE)),
+    (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE)),
     (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),
     (S.RELOADED, E.CHECKED_BOUND): (
         S.BOUND,
         (F.CHARGE, F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE),
     ),
     (S.RELOADED, E.CHECKED_GONE): (S.GONE, _LEFT),
+    (S.RELOADED, E.ELECTED): (S.RELOADED, (F.ENQUEUE,)),
+    (S.RELOADED, E.NOT_READY): (S.RELOADED, (F.BACKOFF,)),
+    (S.RELOADED, E.CRASHED): (S.RELOADED, (F.BACKOFF,)),
+    (S.RELOADED, E.SEARCHED): (S.RELOADED, (F.NOTE_SEARCH,)),
+    (S.RELOADED, E.NOMINATED): (S.RELOADED, (F.NOMINATE,)),
+    (S.RELOADED, E.NOMINATION_ENDED): (S.RELOADED, _NOMINATION_ENDED),
+    (S.RELOADED, E.NOMINATION_EXPIRED): (S.RELOADED, _NOMINATION_EXPIRED),
+    (S.RELOADED, E.NOMINATION_RESET): (S.RELOADED, (F.FORGET_NOMINATION,)),
+    (S.RELOADED, E.VICTIMS_GONE): (S.RELOADED, (F.ACTIVATE,)),
     # ---- assumed; the store reservation is being written ------------------------------------
     (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, (F.KEEP_POD,)),
     (S.RESERVING, E.PENDING_SAME): (S.RESERVING, _),
@@ -207,8 +263,8 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # Gone: the assumption goes; the store's answer for a pod no longer in the book (GONE,
     # RESERVE_OK) releases whatever the reservation wrote.
     (S.RESERVING, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
-    (S.RESERVING, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
+    (S.RESERVING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.RESERVING, E.REPLACED): (S.GONE, _LEFT),
     (S.RESERVING, E.RESERVE_OK): (S.BINDING, (F.BIND,)),
     (S.RESERVING, E.RESERVE_FAILED): (
@@ -222,14 +278,20 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RESERVING, E.CHECKED_PENDING): (S.RESERVING, _),
     (S.RESERVING, E.CHECKED_BOUND): (S.RESERVING, _),
     (S.RESERVING, E.CHECKED_GONE): (S.RESERVING, _),
+    (S.RESERVING, E.CRASHED): (S.RESERVING, _),  # its reservation's answer tells
+    # A preemptor placed keeps its nomination until it binds (a Binding may fail).
+    (S.RESERVING, E.NOMINATION_ENDED): (S.RESERVING, _NOMINATION_ENDED),
+    (S.RESERVING, E.NOMINATION_EXPIRED): (S.RESERVING, _NOMINATION_EXPIRED),
+    (S.RESERVING, E.NOMINATION_RESET): (S.RESERVING, (F.FORGET_NOMINATION,)),
+    (S.RESERVING, E.VICTIMS_GONE): (S.RESERVING, _),  # not queued
     # ---- the Binding is in flight ----------------------------------------------------------
     (S.BINDING, E.PENDING_SEEN): (S.BINDING, _),  # older than our bind
     (S.BINDING, E.PENDING_SAME): (S.BINDING, _),
     (S.BINDING, E.PENDING_LEFT): (S.BINDING, _),  # our bind moved it off the pending watch
     (S.BINDING, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.BINDING, E.BOUND_SEEN): (S.BOUND, (F.END_NOMINATION, F.WAKE)),
-    (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE, F.END_NOMINATION)),
-    (S.BINDING, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.BINDING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.END_NOMINATION, F.WAKE)),
+    (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE, F.END_NOMINATION)),
+    (S.BINDING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.BINDING, E.REPLACED): (S.GONE, _LEFT),
     (S.BINDING, E.BIND_OK): (S.ASSUMED, (F.MARK_BOUND, F.SCHEDULED, F.END_NOMINATION)),
     # Not bound: let the assumption and the reservation go; re-read it in case it left. A
@@ -250,29 +312,36 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     ),
     (S.BINDING, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE, F.END_NOMINATION)),
     (S.BINDING, E.CHECKED_GONE): (S.GONE, _LEFT),
+    (S.BINDING, E.CRASHED): (S.BINDING, _),
+    (S.BINDING, E.NOMINATION_ENDED): (S.BINDING, _NOMINATION_ENDED),
+    (S.BINDING, E.NOMINATION_EXPIRED): (S.BINDING, _NOMINATION_EXPIRED),
+    (S.BINDING, E.NOMINATION_RESET): (S.BINDING, (F.FORGET_NOMINATION,)),
+    (S.BINDING, E.VICTIMS_GONE): (S.BINDING, _),
     # ---- bound by us, not yet seen by the bound watch --------------------------------------
     (S.ASSUMED, E.PENDING_SEEN): (S.ASSUMED, _),  # a pending re-list older than our bind
     (S.ASSUMED, E.PENDING_SAME): (S.ASSUMED, _),
     (S.ASSUMED, E.PENDING_LEFT): (S.ASSUMED, _),
     (S.ASSUMED, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.ASSUMED, E.BOUND_SEEN): (S.BOUND, (F.WAKE,)),
-    (S.ASSUMED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.ASSUMED, E.BOUND_ENDED): (S.GONE, _LEFT),
+    (S.ASSUMED, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.WAKE)),
+    (S.ASSUMED, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE)),
+    (S.ASSUMED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     # A re-list that started before our bind landed: read the pod rather than free it.
     (S.ASSUMED, E.BOUND_MISSING): (S.ASSUMED, (F.CHECK,)),
     (S.ASSUMED, E.REPLACED): (S.GONE, _LEFT),
     (S.ASSUMED, E.CHECKED_PENDING): (S.ASSUMED, _),
     (S.ASSUMED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE,)),
     (S.ASSUMED, E.CHECKED_GONE): (S.GONE, _LEFT),
+    (S.ASSUMED, E.CRASHED): (S.ASSUMED, _),
+    (S.ASSUMED, E.VICTIMS_GONE): (S.ASSUMED, _),
     # ---- bound: the apiserver's truth ------------------------------------------------------
     (S.BOUND, E.PENDING_SEEN): (S.BOUND, _),  # a node name is never unset: a stale event
     (S.BOUND, E.PENDING_SAME): (S.BOUND, _),
     (S.BOUND, E.PENDING_LEFT): (S.BOUND, _),
     (S.BOUND, E.PENDING_ENDED): (S.BOUND, _),  # the bound watch says when it ends
-    (S.BOUND, E.BOUND_SEEN): (S.BOUND, _),
-    (S.BOUND, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.BOUND, E.BOUND_ENDED): (S.GONE, _BOUND_LEFT),
-    (S.BOUND, E.BOUND_MISSING): (S.GONE, _BOUND_LEFT),
+    (S.BOUND, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT,)),
+    (S.BOUND, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE)),
+    (S.BOUND, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_BOUND_LEFT)),
+    (S.BOUND, E.BOUND_MISSING): (S.GONE, (F.GROUP_DROP, *_BOUND_LEFT)),
     (S.BOUND, E.REPLACED): (S.GONE, _BOUND_LEFT),
     # Our bind's answer came after the watch showed the pod bound.
     (S.BOUND, E.BIND_OK): (S.BOUND, (F.MARK_BOUND, F.SCHEDULED)),
@@ -287,20 +356,24 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BOUND, E.CHECKED_PENDING): (S.BOUND, _),
     (S.BOUND, E.CHECKED_BOUND): (S.BOUND, _),
     (S.BOUND, E.CHECKED_GONE): (S.BOUND, _),  # the bound watch says when it ends
+    (S.BOUND, E.CRASHED): (S.BOUND, _),
+    (S.BOUND, E.VICTIMS_GONE): (S.BOUND, _),
     # ---- bound, another scheduler's, holding no GPU we track --------------------------------
     (S.OTHER, E.PENDING_SEEN): (S.OTHER, _),  # older than its bind
     (S.OTHER, E.PENDING_SAME): (S.OTHER, _),
     (S.OTHER, E.PENDING_LEFT): (S.OTHER, _),
     (S.OTHER, E.PENDING_ENDED): (S.OTHER, _),  # the bound watch says when it ends
-    (S.OTHER, E.OTHER_SEEN): (S.OTHER, _),
-    (S.OTHER, E.BOUND_SEEN): (S.BOUND, _),  # it holds GPUs now (annotated later)
+    (S.OTHER, E.OTHER_SEEN): (S.OTHER, (F.GROUP_COUNT,)),
+    (S.OTHER, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT,)),  # it holds GPUs now (annotated later)
     # Nothing of it is in the store, nor queued: the snapshot lets its record go.
-    (S.OTHER, E.BOUND_ENDED): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
-    (S.OTHER, E.BOUND_MISSING): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
+    (S.OTHER, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, F.FREE, F.RETRY, F.VICTIM_LEFT)),
+    (S.OTHER, E.BOUND_MISSING): (S.GONE, (F.GROUP_DROP, F.FREE, F.RETRY, F.VICTIM_LEFT)),
     (S.OTHER, E.REPLACED): (S.GONE, (F.FREE, F.RETRY, F.VICTIM_LEFT)),
     (S.OTHER, E.CHECKED_PENDING): (S.OTHER, _),
     (S.OTHER, E.CHECKED_BOUND): (S.OTHER, _),
     (S.OTHER, E.CHECKED_GONE): (S.OTHER, _),
+    (S.OTHER, E.CRASHED): (S.OTHER, _),
+    (S.OTHER, E.VICTIMS_GONE): (S.OTHER, _),
     # ---- a previous leader's record, no watch has shown its pod yet -------------------------
     # Its GPUs stay held (the reconcile keeps the record as bound) until a re-read or a watch
     # says: bound (the truth is charged), pending (a reservation to decide afresh), gone.
@@ -308,14 +381,16 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.INHERITED, E.PENDING_SAME): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     (S.INHERITED, E.PENDING_LEFT): (S.INHERITED, _),
     (S.INHERITED, E.PENDING_ENDED): (S.GONE, _BOUND_LEFT),
-    (S.INHERITED, E.BOUND_SEEN): (S.BOUND, (F.RECONCILE, F.WAKE)),
-    (S.INHERITED, E.BOUND_MOVED): (S.BOUND, (F.RECONCILE,)),
-    (S.INHERITED, E.BOUND_ENDED): (S.GONE, _BOUND_LEFT),
+    (S.INHERITED, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE, F.WAKE)),
+    (S.INHERITED, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE)),
+    (S.INHERITED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_BOUND_LEFT)),
     (S.INHERITED, E.REPLACED): (S.GONE, _BOUND_LEFT),
     (S.INHERITED, E.INHERIT): (S.INHERITED, (F.HOLD,)),
     (S.INHERITED, E.CHECKED_PENDING): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     (S.INHERITED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE, F.WAKE)),
     (S.INHERITED, E.CHECKED_GONE): (S.GONE, _BOUND_LEFT),
+    (S.INHERITED, E.CRASHED): (S.INHERITED, _),
+    (S.INHERITED, E.VICTIMS_GONE): (S.INHERITED, _),
 }
 
 # Stages whose reservation the store must keep at a reconcile (not the truth yet, not free).
@@ -383,6 +458,17 @@ class Ctx:
     retry_by: float | None = None
     gang: str | None = None
     timed_out: bool = False  # NOT_PLACED: the pod's gang waited longer than its timeout
+    nomination: Held | None = None  # NOMINATED: what it holds
+    searched: tuple[float, str] | None = None  # SEARCHED: until when, and what it said
+
+
+class Dispatch(Protocol):
+    """Tell the book an event about a pod (``Effects.dispatch``): the parts that feed the book
+    and sit below the effects in the import order (preemption) are handed this."""
+
+    def __call__(
+        self, key: str, uid: str, event: Event, ctx: Ctx | None = None
+    ) -> Transition | None: ...
 
 
 @dataclass(frozen=True)
@@ -403,6 +489,9 @@ class PodBook:
     # gang -> keys of the entries whose pending object names that gang (set_pod keeps it), so a
     # gang's members are found without walking every entry (the cycle asks once per gang).
     _gangs: dict[str, set[str]] = field(default_factory=dict)
+    # The keys of the entries holding a nomination (nominate and unnominate keep it), so
+    # preemption's timers and the victims' departures walk those, not every entry.
+    nominated: set[str] = field(default_factory=set)
 
     def get(self, key: str) -> Entry | None:
         return self.entries.get(key)
@@ -424,6 +513,24 @@ class PodBook:
             if not keys:
                 del self._gangs[entry.gang]
         entry.gang = None
+
+    def nominate(self, entry: Entry, held: Held) -> None:
+        """The entry holds ``held`` (effect NOMINATE)."""
+        entry.nomination = held
+        self.nominated.add(entry.key)
+
+    def unnominate(self, entry: Entry) -> Held | None:
+        """The entry's nomination goes; the one it held, if any (END_NOMINATION and
+        FORGET_NOMINATION)."""
+        held, entry.nomination = entry.nomination, None
+        if held is not None:
+            self.nominated.discard(entry.key)
+        return held
+
+    def nominations(self) -> list[Entry]:
+        """The entries holding a nomination, by key."""
+        found = (self.entries.get(key) for key in sorted(self.nominated))
+        return [e for e in found if e is not None and e.nomination is not None]
 
     def gang_members(self, gang: str, stages: frozenset[Stage]) -> list[Entry]:
         """The entries in ``stages`` whose pending object names ``gang``, by key."""

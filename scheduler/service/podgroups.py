@@ -34,7 +34,7 @@ already True is terminal and left alone.
 
 It writes only what changed (against the status read from the watch, and against its own last
 write, so that a field a CRD prunes is not written again and again), only as the leader, from
-its own task (never on a pod's scheduling path), at most ``PATCHES_IN_FLIGHT`` at a time, and
+its own task (never on a pod's scheduling path), at most ``patches_in_flight`` at a time, and
 forgets a PodGroup when it is deleted. A standby keeps what changed and writes it once elected.
 """
 
@@ -63,13 +63,6 @@ from scheduler.kube.podgroups import (
 from scheduler.kube.watch import Reflector
 
 log = structlog.get_logger("podgroups")
-
-# Status patches in flight at once, at most.
-PATCHES_IN_FLIGHT: Final = 4
-# A burst of member changes becomes one pass: passes are at least this far apart.
-MIN_PASS_INTERVAL_S: Final = 0.2
-# How often a replica looks again without being woken (leadership gained, failed writes).
-IDLE_PASS_S: Final = 1.0
 
 _TERMINAL: Final = frozenset({PodGroupPhase.FINISHED.value, PodGroupPhase.FAILED.value})
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})  # pod phases
@@ -175,16 +168,28 @@ def group_of_pod(pod: PodInput) -> str | None:
 
 
 class PodGroupStatuses:
-    """Members of scheduler-plugins PodGroups, and the status patches (module doc)."""
+    """Members of scheduler-plugins PodGroups, and the status patches (module doc). The members
+    follow the pod book: its effects tell which pods the bound watch shows placed, running,
+    finished, deleted or missing from a re-list (every bound pod has an entry, ours or not)."""
 
     def __init__(
         self,
-        patch: Patch,
+        patch: Patch | None,
         leading: Callable[[], bool],
         assumed: Callable[[], Iterable[PodInput]] = tuple,
         mark_scheduled: MarkScheduled | None = None,
+        *,
+        patches_in_flight: int,
+        pass_interval_s: float,
+        idle_pass_s: float,
     ) -> None:
         self._patch = patch
+        # The writer's pace (run.tuning): status patches in flight at once, at most; passes at
+        # least ``pass_interval_s`` apart (a burst of member changes becomes one pass); a look
+        # again every ``idle_pass_s`` without being woken (leadership gained, failed writes).
+        self.patches_in_flight = patches_in_flight
+        self.pass_interval_s = pass_interval_s
+        self.idle_pass_s = idle_pass_s
         self._mark_scheduled = mark_scheduled
         self._leading = leading
         self._assumed = assumed  # pods whose Binding succeeded, not yet seen bound
@@ -195,7 +200,6 @@ class PodGroupStatuses:
         # Members seen bound or finished: group key -> pod key -> phase; and the other way.
         self.members: dict[str, dict[str, str]] = {}
         self._member_of: dict[str, str] = {}
-        self._listed: set[str] = set()  # members shown by a bound LIST under way
         self.dirty: set[str] = set()
         self._wake = asyncio.Event()
 
@@ -238,45 +242,32 @@ class PodGroupStatuses:
         for group, observed in listed:
             self.group_set(group, observed)
 
-    # ---- members (the bound-pods watch) ------------------------------------------------------
+    # ---- members: the pod book's transitions (effects GROUP_COUNT and GROUP_DROP) ----------
 
-    def pod_event(self, kind: str, pod: PodInput) -> None:
+    def member_seen(self, pod: PodInput) -> None:
+        """The bound watch shows ``pod`` on a node (placed, running): counted in its group."""
         key = group_of_pod(pod)
-        old = self._member_of.get(pod.key)
-        if old is not None and old != key:
-            self._drop_member(pod.key)
-        if key is None:
-            return
-        if pod.finished and key in self.groups:
-            self._set_member(key, pod.key, pod.phase)  # counted while its group lives
-        elif kind == "DELETED" or pod.finished or not pod.node_name:
-            if old is not None:
-                self._drop_member(pod.key)
-        else:
+        if self._member_of.get(pod.key) not in (None, key):
+            self._drop_member(pod.key)  # it names another group now
+        if key is not None:
             self._set_member(key, pod.key, pod.phase)
 
-    def pods_replaced(self, pods: Iterable[PodInput]) -> None:
-        self.pods_list_begin()
-        self.pods_list_page(list(pods))
-        self.pods_list_end()
+    def member_ended(self, pod: PodInput) -> None:
+        """``pod`` was deleted or finished: a finished one is counted while its group lives."""
+        key = group_of_pod(pod)
+        if self._member_of.get(pod.key) not in (None, key):
+            self._drop_member(pod.key)
+        if key is not None and pod.finished and key in self.groups:
+            self._set_member(key, pod.key, pod.phase)
+        else:
+            self._drop_member(pod.key)
 
-    # The bound pods' LIST, page by page as it arrives (kube/watch.py's Relist).
-
-    def pods_list_begin(self) -> None:
-        self._listed = set()
-
-    def pods_list_page(self, pods: list[PodInput]) -> None:
-        for pod in pods:
-            self.pod_event("ADDED", pod)
-            if pod.key in self._member_of:  # only members are looked for at the end
-                self._listed.add(pod.key)
-
-    def pods_list_end(self) -> None:
-        present, self._listed = self._listed, set()
-        for pod_key, group in list(self._member_of.items()):
-            phase = self.members.get(group, {}).get(pod_key)
-            if pod_key not in present and phase not in _FINISHED:
-                self._drop_member(pod_key)  # deleted, or finished unseen: not counted
+    def member_missing(self, pod: str) -> None:
+        """A bound re-list lacks the pod: deleted, or finished unseen; a member seen finished
+        stays counted."""
+        group = self._member_of.get(pod)
+        if group is not None and self.members.get(group, {}).get(pod) not in _FINISHED:
+            self._drop_member(pod)
 
     def _set_member(self, group: str, pod: str, phase: str) -> None:
         members = self.members.setdefault(group, {})
@@ -363,7 +354,7 @@ class PodGroupStatuses:
         return out
 
     async def write(self, writes: list[tuple[PodGroupInput, Desired]]) -> None:
-        limit = asyncio.Semaphore(PATCHES_IN_FLIGHT)
+        limit = asyncio.Semaphore(self.patches_in_flight)
 
         async def one(group: PodGroupInput, desired: Desired) -> None:
             async with limit:
@@ -394,21 +385,24 @@ class PodGroupStatuses:
                 f"(minCount {group.min_member})"
             )
             return await self._mark_scheduled(group.namespace, group.name, message)
+        if self._patch is None:
+            return Write.GONE
         return await self._patch(
             group.namespace, group.name, desired.phase, desired.scheduled, desired.running
         )
 
     async def run(self) -> None:
-        """The writer's own task: a pass whenever something changed (or every IDLE_PASS_S)."""
+        """The writer's own task: a pass whenever something changed (or every
+        ``idle_pass_s``)."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), IDLE_PASS_S)
+                await asyncio.wait_for(self._wake.wait(), self.idle_pass_s)
             self._wake.clear()
             try:
                 await self.write(self.to_write())
             except Exception:
                 log.exception("PodGroup status pass failed")
-            await asyncio.sleep(MIN_PASS_INTERVAL_S)
+            await asyncio.sleep(self.pass_interval_s)
 
     def sizes(self) -> dict[str, int]:
         return {
@@ -423,23 +417,20 @@ class PodGroupStatuses:
 
 # ---- the watches, while their CRD exists ------------------------------------------------------
 
-# How often the CRDs are looked at again (one GET each); sooner after a GET failed.
-CRD_CHECK_S: Final = 60.0
-CRD_RETRY_S: Final = 5.0
-
 
 class CrdWatches:
     """One reflector per CRD, running while ``established(name)`` says the CRD exists: checked
-    by ``check`` (at start, then every ``CRD_CHECK_S`` in ``run``, every ``CRD_RETRY_S`` while a
-    CRD cannot be read). A CRD that goes away stops
-    its reflector, and ``cleared(name)`` drops what it had listed."""
+    by ``check`` (at start, then every ``interval`` in ``run``, every ``retry_s`` while a CRD
+    cannot be read: one GET each; run.tuning.crdCheckSeconds and crdRetrySeconds). A CRD that
+    goes away stops its reflector, and ``cleared(name)`` drops what it had listed."""
 
     def __init__(
         self,
         established: Callable[[str], Awaitable[bool]],
         reflectors: dict[str, Callable[[], Reflector[Any]]],
         cleared: Callable[[str], None],
-        interval: float = CRD_CHECK_S,
+        interval: float,
+        retry_s: float,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._established = established
@@ -447,6 +438,7 @@ class CrdWatches:
         self._make = reflectors
         self._cleared = cleared
         self.interval = interval
+        self.retry_s = retry_s
         self.running: dict[str, tuple[Reflector[Any], asyncio.Task[None]]] = {}
 
     def ready(self, name: str) -> bool:
@@ -477,10 +469,10 @@ class CrdWatches:
         return ok
 
     async def run(self, ok: bool = True) -> None:
-        """Check again every ``interval`` (``CRD_RETRY_S`` after a failed read); ``ok``: whether
+        """Check again every ``interval`` (``retry_s`` after a failed read); ``ok``: whether
         the check before this loop read every CRD."""
         while True:
-            await self._sleep(self.interval if ok else min(self.interval, CRD_RETRY_S))
+            await self._sleep(self.interval if ok else min(self.interval, self.retry_s))
             ok = await self.check()
 
     async def _stop(self, name: str) -> None:

@@ -8,8 +8,9 @@ core). If there are victims, in this order:
 1. The nominations are written to the store (fenced, one per preemptor pod: the node and the
    GPUs the plan gives it, the victims' UIDs, an expiry ``preemptionHoldSeconds`` ahead). A store
    that refuses (fenced, unavailable) means nothing is evicted: the unit is retried later.
-2. The snapshot holds the same nominations (``ClusterState.nominate``): pods of equal or lower
-   priority cannot take those GPUs; the preemptor itself and higher-priority pods can.
+2. The pod book's NOMINATED event: the preemptor's entry and the snapshot hold the same
+   nominations (``ClusterState.nominate``): pods of equal or lower priority cannot take those
+   GPUs; the preemptor itself and higher-priority pods can.
 3. Off the cycle's path: each preemptor pod's ``status.nominatedNodeName`` is set; every victim's
    eviction is first asked as a dry run, and only when none is refused are they all evicted
    through the Eviction API, so a plan (a gang above all) is carried out whole or not at all;
@@ -18,11 +19,15 @@ core). If there are victims, in this order:
 **Refusals.** A PodDisruptionBudget that refuses an eviction (429, in the dry run or, racing it,
 in the real one; or an eviction that failed) gives the preemptor a ``PreemptionBlocked`` warning
 and ends its nomination at once; the victim is then never chosen again while the refusal stands
-(``HOLD_S``, or until a PodDisruptionBudget of its namespace changes, or it leaves), and the
+(``hold_s``, or until a PodDisruptionBudget of its namespace changes, or it leaves), and the
 preemptor plans again at its next attempt: a victim elsewhere that can be evicted is chosen
 instead of waiting on the refused one. The budgets themselves are watched (``replace_budgets``,
 ``budget_event``) and the core ranks candidates by the violations they would cause first, so a
 refusal is only met when the snapshot's budgets were stale.
+
+Preemption reads the nominations and feeds the book the events that change them (SEARCHED,
+NOMINATED, NOMINATION_ENDED, NOMINATION_EXPIRED, NOMINATION_RESET); the effects of the book's
+table write them (podbook.py), here only the store's copy before NOMINATED.
 
 A preemptor with a live nomination is not preempted for again: it waits for its victims, and is
 retried each time a pod leaves. Its nomination ends when it is placed (the core lets it go in
@@ -49,22 +54,16 @@ from scheduler.core.cycle import Unit
 from scheduler.core.model.objects import DisruptionBudgetInput, PodInput
 from scheduler.core.preemption.preempt import NoPreemption, Preemption, preempt
 from scheduler.core.resources.accounting import pod_requests
-from scheduler.core.snapshot.cluster import ClusterState, Nominated
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.nominations import Nominated
 from scheduler.kube.podgroups import Eviction
 from scheduler.state.base import Fenced, Nomination, Store, StoreError
 
 from .apiserver import Cluster
 from .leader import Leadership
-from .podbook import SCHEDULABLE_STAGES, Entry, Held, PodBook
+from .podbook import SCHEDULABLE_STAGES, Ctx, Dispatch, Event, Held, PodBook
 
 log = structlog.get_logger("scheduler")
-
-# How long GPUs stay held for a preemptor that has not bound (the issue's default).
-HOLD_S = 300.0
-# After a search found no victims, the unit is not searched for again before this long: the
-# search weighs every pod of lower priority (up to a second on 5,000 nodes), and an unschedulable
-# unit is retried on every cluster event; its reason keeps the last answer meanwhile.
-RETRY_S = 30.0
 
 # An event on a pod: (key, uid, reason, message, kind).
 Report = Callable[[str, str, str, str, str], Coroutine[Any, Any, None]]
@@ -101,14 +100,19 @@ class Preemptions:
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
         on_fenced: Callable[[], Awaitable[None]],
-        hold_s: float = HOLD_S,
+        hold_s: float,
+        retry_s: float,
         *,
+        dispatch: Dispatch,
         evictions: Counter,
     ) -> None:
         self.state = state
         # The pods' entries: whether a pod is still pending, and each preemptor's nomination
         # and last fruitless search (Entry.nomination, Entry.searched), which leave with it.
+        # Read here; written only by the book's events (``dispatch``): NOMINATED, SEARCHED,
+        # NOMINATION_ENDED, NOMINATION_EXPIRED, NOMINATION_RESET (podbook.py's TABLE).
         self.book = book
+        self.dispatch = dispatch
         self.store = store
         self.leadership = leadership
         self.cluster = cluster
@@ -117,14 +121,18 @@ class Preemptions:
         self.clock = clock
         self.wall_ms = wall_ms
         self.on_fenced = on_fenced
+        # How long GPUs stay held for a preemptor that has not bound (preemption.holdSeconds).
         self.hold_s = hold_s
+        # After a search found no victims, the unit is not searched for again before
+        # ``retry_s`` (preemption.retrySeconds): the search weighs every pod of lower priority
+        # (up to a second on 5,000 nodes), and an unschedulable unit is retried on every
+        # cluster event; its reason keeps the last answer meanwhile.
+        self.retry_s = retry_s
         self.evictions = evictions  # scheduler_evictions{reason, outcome}
-        # The preemptors whose entry holds a nomination (an index of the book: the timers and
-        # the victims' departures walk these, not every entry).
-        self.nominated: set[str] = set()
         # Victim UID -> its refused eviction, while it stands.
         self.refused: dict[str, Refusal] = {}
-        # A nomination ended off the cycle (refused, planned over): waiting pods may retry.
+        # A nomination let its GPUs go off the cycle (effect RETRY_NEXT_TURN), or a budget
+        # changed: waiting pods retry at the loop's next turn (``tick``).
         self._ended = False
 
     async def after_unschedulable(self, unit: Unit, reason: str) -> str:
@@ -145,11 +153,12 @@ class Preemptions:
         if isinstance(result, NoPreemption):
             if not result.weighed:
                 return reason
+            quiet_until = Ctx(searched=(now + self.retry_s, result.reason))
             for entry in entries:
-                entry.searched = (now + RETRY_S, result.reason)
+                self.dispatch(entry.key, entry.uid, Event.SEARCHED, quiet_until)
             return f"{reason} preemption: {result.reason}"
         for entry in entries:
-            entry.searched = None
+            self.dispatch(entry.key, entry.uid, Event.SEARCHED, Ctx(searched=None))
         if not await self._write(result, epoch):
             return f"{reason} preemption: postponed, the store did not take the nominations"
         pods = {p.key: p for p in unit.pods}
@@ -167,11 +176,8 @@ class Preemptions:
             if record is not None:
                 victims[key] = record.uid
         for nominated in result.nominations:
-            preemptor = self.book.get(nominated.pod)
-            assert preemptor is not None  # pending, checked above
-            self.state.nominate(nominated)
-            preemptor.nomination = Held(nominated, deadline, dict(victims))
-            self.nominated.add(nominated.pod)
+            holds = Ctx(nomination=Held(nominated, deadline, dict(victims)))
+            self.dispatch(nominated.pod, nominated.uid, Event.NOMINATED, holds)
         self.spawn(self._carry_out(result))
         log.info(
             "preempting",
@@ -224,31 +230,11 @@ class Preemptions:
                     and set(other.devices) & set(n.devices)
                 ):
                     log.info("nomination planned over", pod=key, by=n.pod, node=n.node)
-                    self._end(key)
+                    self.dispatch(key, held.nominated.uid, Event.NOMINATION_ENDED)
 
     def _held(self) -> list[tuple[str, Held]]:
-        """Every nomination held, by preemptor (their entries', through the index)."""
-        out = []
-        for key in sorted(self.nominated):
-            entry = self.book.get(key)
-            if entry is not None and entry.nomination is not None:
-                out.append((key, entry.nomination))
-        return out
-
-    def _end(self, key: str) -> None:
-        """End ``key``'s nomination now (it stays pending): the snapshot's, the store's and its
-        nominatedNodeName; its next attempt searches afresh."""
-        entry = self.book.get(key)
-        if entry is None:
-            return
-        held, entry.nomination, entry.searched = entry.nomination, None, None
-        self.nominated.discard(key)
-        if held is None:
-            return
-        self.state.unnominate(key)
-        self.spawn(self._drop([held.nominated.uid]))
-        self.spawn(self._clear(key))
-        self._ended = True
+        """Every nomination held, by preemptor (their entries', through the book's index)."""
+        return [(e.key, e.nomination) for e in self.book.nominations() if e.nomination]
 
     async def _write(self, result: Preemption, epoch: int) -> bool:
         now_ms = self.wall_ms()
@@ -338,13 +324,13 @@ class Preemptions:
             held = entry.nomination if entry is not None else None
             if held is None:
                 continue
-            self._end(key)
+            self.dispatch(key, held.nominated.uid, Event.NOMINATION_ENDED)
             message = f"eviction of {victim} refused: {why}"
             await self.report(key, held.nominated.uid, "PreemptionBlocked", message, "Warning")
 
-    def ready(self, left: str) -> list[str]:
-        """The preemptors for which ``left`` (a pod that just left) was the last pod they waited
-        for: they can bind now. O(preemptors held), a handful."""
+    def ready(self, left: str) -> list[tuple[str, str]]:
+        """The preemptors (key, UID) for which ``left`` (a pod that just left) was the last pod
+        they waited for: they can bind now. O(preemptors held), a handful."""
         out = []
         records = self.state.index.records
         for key, held in self._held():
@@ -354,23 +340,17 @@ class Preemptions:
                 k == left or (r := records.get(k)) is None or r.uid != uid
                 for k, uid in held.victims.items()
             ):
-                out.append(key)
+                out.append((key, held.nominated.uid))
         return out
 
     # ---- PodDisruptionBudgets (the policy/v1 watch): the core's input ----------------------
 
     def replace_budgets(self, budgets: list[DisruptionBudgetInput]) -> None:
-        for key in set(self.state.budgets) - {b.key for b in budgets}:
-            self.state.remove_budget(key)
-        for budget in budgets:
-            self.state.set_budget(budget)
+        self.state.inputs.budgets.replace(budgets)
         self._budgets_changed({b.namespace for b in budgets})
 
     def budget_event(self, kind: str, budget: DisruptionBudgetInput) -> None:
-        if kind == "DELETED":
-            self.state.remove_budget(budget.key)
-        else:
-            self.state.set_budget(budget)
+        self.state.inputs.budgets.event(kind, budget)
         self._budgets_changed({budget.namespace})
 
     def _budgets_changed(self, namespaces: set[str]) -> None:
@@ -381,45 +361,31 @@ class Preemptions:
                 del self.refused[uid]
                 self._ended = True
 
-    def done(self, entry: Entry | None) -> None:
-        """The pod was bound, or left (``entry`` is the one the transition moved, in the book
-        or just out of it): its nomination ends (the snapshot's and the store's too)."""
-        if entry is None:
-            return
-        held, entry.nomination, entry.searched = entry.nomination, None, None
-        if held is None:
-            return
-        self.nominated.discard(entry.key)
-        self.state.unnominate(entry.key)
-        self.spawn(self._drop([held.nominated.uid]))
-
-    def restore(self, entry: Entry | None) -> None:
-        """The pod is pending again (its Binding failed after the snapshot used its nomination
-        up): it holds its GPUs again until it binds or its nomination expires."""
-        held = entry.nomination if entry is not None else None
-        if held is not None and held.nominated.pod not in self.state.nominations:
-            self.state.nominate(held.nominated)
+    def freed(self) -> None:
+        """A nomination let its GPUs go off the cycle (effect RETRY_NEXT_TURN): waiting pods
+        retry at the loop's next turn."""
+        self._ended = True
 
     def tick(self) -> bool:
-        """End the nominations that expired; True when some did, or some ended otherwise
-        since the last tick (waiting pods may retry)."""
-        ended, self._ended = self._ended, False
+        """End the nominations that expired; True when some nomination let its GPUs go since
+        the last tick, or a budget changed (waiting pods may retry)."""
         self._standing()  # refusals leave with their pods
-        if not self.nominated:
-            return ended
         now = self.clock()
-        expired = [(key, h.nominated.uid) for key, h in self._held() if now >= h.deadline]
-        for key, _ in expired:
-            entry = self.book.get(key)
-            assert entry is not None  # _held gave it
-            entry.nomination = None
-            self.nominated.discard(key)
-            self.state.unnominate(key)
-            log.info("nomination expired", pod=key)
-            self.spawn(self._clear(key))
-        if expired:
-            self.spawn(self._drop([uid for _, uid in expired]))
-        return bool(expired) or ended
+        for key, held in self._held():
+            if now >= held.deadline:
+                log.info("nomination expired", pod=key)
+                self.dispatch(key, held.nominated.uid, Event.NOMINATION_EXPIRED)
+        ended, self._ended = self._ended, False
+        return ended
+
+    def drop(self, uid: str) -> None:
+        """The store's copy of a nomination goes (spawned; it expires there on its own if the
+        store does not answer)."""
+        self.spawn(self._drop([uid]))
+
+    def clear(self, key: str) -> None:
+        """The pod's nominatedNodeName is cleared (spawned)."""
+        self.spawn(self._clear(key))
 
     async def _drop(self, uids: list[str]) -> None:
         epoch = self.leadership.epoch
@@ -442,12 +408,8 @@ class Preemptions:
         pending here (``pending`` by UID), and finish their preemption: the previous leader may
         have died before its evictions went out, so victims still running are evicted again
         (a pod already terminating is left to go). The other nominations are dropped."""
-        for key, _ in self._held():
-            self.state.unnominate(key)
-            entry = self.book.get(key)
-            assert entry is not None  # _held gave it
-            entry.nomination = None
-        self.nominated.clear()
+        for key, held in self._held():
+            self.dispatch(key, held.nominated.uid, Event.NOMINATION_RESET)
         now_ms = self.wall_ms()
         try:
             live = await self.store.nominations(now_ms)
@@ -475,22 +437,21 @@ class Preemptions:
                 priority=n.priority,
                 node=n.node,
                 devices=n.devices,
-                requests=pod_requests(pod, self.state.gpu_names),
+                requests=pod_requests(pod, self.state.gpu_names, memo=self.state.memos.requests),
             )
             entry = self.book.get(n.pod)
             if entry is None or entry.uid != uid:
                 stale.append(uid)  # ``pending`` is the book's: not reached
                 continue
-            self.state.nominate(nominated)
             victims = {by_uid[v].key: v for v in n.victims if v in by_uid}
             deadline = self.clock() + (n.expires_ms - now_ms) / 1000
-            entry.nomination = Held(nominated, deadline, victims)
-            self.nominated.add(n.pod)
+            held = Held(nominated, deadline, victims)
+            self.dispatch(n.pod, uid, Event.NOMINATED, Ctx(nomination=held))
             for key, victim in victims.items():
                 record = by_uid[victim]
                 if not record.terminating:
                     self.spawn(self._evict(key, victim, record.node, n.pod, n.priority, (n.pod,)))
-        log.info("nominations reloaded", held=len(self.nominated), dropped=len(stale))
+        log.info("nominations reloaded", held=len(self.book.nominated), dropped=len(stale))
         if stale:
             await self._drop(stale)
 
@@ -513,4 +474,4 @@ class Preemptions:
         return out
 
     def sizes(self) -> dict[str, int]:
-        return {"held": len(self.nominated), "refused": len(self.refused)}
+        return {"held": len(self.book.nominated), "refused": len(self.refused)}

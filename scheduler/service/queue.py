@@ -3,29 +3,40 @@
 - active: pods ready for a scheduling attempt, in kube-scheduler's PrioritySort order: higher
   ``spec.priority`` first, then older ``creationTimestamp``, then the order they became ready;
 - backoff: pods whose last attempt failed for a reason that may pass by itself (a store conflict,
-  an apiserver error); they wait 1 s, doubling per attempt up to 10 s;
+  an apiserver error); they wait ``initial_backoff_s`` (1 s by default), doubling per attempt up
+  to ``max_backoff_s`` (10 s);
 - unschedulable: pods the core found no place for; they wait for a cluster event that could help
-  (a node added or changed, GPUs freed, a gang member arrived) and at the latest 5 minutes.
+  (a node added or changed, GPUs freed, a gang member arrived) and at the latest
+  ``max_unschedulable_s`` (5 minutes).
 
-The queue holds pod keys only; the pods themselves live in the service's pending map, so an update
-never leaves a stale copy here. It is synchronous and reads time only through the injected clock,
-so tests step it by hand.
+The three are settings (run.tuning.podInitialBackoffSeconds, podMaxBackoffSeconds,
+podMaxUnschedulableSeconds), as kube-scheduler's are.
+
+The queue holds pod keys only; the pods themselves live in the pod book, so an update never
+leaves a stale copy here. A pod moves in it only by the book's effects (effects.py); the loop
+pops, and a cluster event (a node, a budget changed) retries every waiting pod. It is
+synchronous and reads time only through the injected clock, so tests step it by hand.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Final
-
-INITIAL_BACKOFF_S: Final = 1.0
-MAX_BACKOFF_S: Final = 10.0
-UNSCHEDULABLE_MAX_WAIT_S: Final = 300.0
 
 
 class SchedulingQueue:
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        initial_backoff_s: float,
+        max_backoff_s: float,
+        max_unschedulable_s: float,
+    ) -> None:
         self._clock = clock
+        self._initial_backoff_s = initial_backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._max_unschedulable_s = max_unschedulable_s
         self._seq = 0
         # (-priority, created, seq, key) heap
         self._active: list[tuple[int, str, int, str]] = []
@@ -97,13 +108,13 @@ class SchedulingQueue:
         return delay
 
     def unschedulable(self, key: str, retry_by: float | None = None) -> None:
-        """No place now: wait for a cluster event, or UNSCHEDULABLE_MAX_WAIT_S at most (less when
+        """No place now: wait for a cluster event, or ``max_unschedulable_s`` at most (less when
         ``retry_by``, a clock time, comes sooner: a gang's wait timeout changes its reason)."""
         self._record_attempt(key)
         self._in_active.pop(key, None)
         self._backoff.pop(key, None)
         self._compact()
-        latest = self._clock() + UNSCHEDULABLE_MAX_WAIT_S
+        latest = self._clock() + self._max_unschedulable_s
         self._unschedulable[key] = latest if retry_by is None else min(latest, retry_by)
 
     def activate(self, key: str) -> None:
@@ -148,7 +159,7 @@ class SchedulingQueue:
 
     def _delay(self, key: str) -> float:
         attempts = max(1, self._attempts.get(key, 1))
-        return float(min(MAX_BACKOFF_S, INITIAL_BACKOFF_S * 2 ** (attempts - 1)))
+        return float(min(self._max_backoff_s, self._initial_backoff_s * 2 ** (attempts - 1)))
 
     def _record_attempt(self, key: str) -> float:
         self._attempts[key] = self._attempts.get(key, 0) + 1

@@ -7,11 +7,14 @@ store reservation -> bind -> confirmation by the bound watch (docs/architecture.
 - podbook.py: one entry per pod with its stage, and the one transition table;
 - effects.py: what each transition does (queue, snapshot, store, Bindings, re-reads, reports);
 - cycle.py: the scheduling cycle (serial): pop, decide, assume, reserve;
-- binder.py: the Bindings (concurrent), each pod's outcome returned;
-- storesync.py: claims from holdings, the writes after binds, reconcile.
+- binder.py: the binding cycle (concurrent): a unit's Bindings, handed over by the cycle once
+  its reservation is answered, each pod's outcome returned;
+- storesync.py: claims from holdings, the writes after binds, reconcile;
+- preemption.py: victims for an unschedulable unit; its nominations are the book's events;
+- podgroups.py: the PodGroup statuses, whose members follow the book.
 
 The parts are built in the order they need each other and handed to each other whole; nothing
-is set on a part after it is built. The watches call ``intake`` directly (app.py), the loop
+is set on a part after it is built. The watches call ``intake`` directly (watches.py), the loop
 below calls ``cycle``.
 
 Leadership: only the leader schedules. On election it inherits the store records of pods it
@@ -34,6 +37,8 @@ from collections.abc import Callable
 
 import structlog
 
+from scheduler.config import Preemption
+from scheduler.config.tuning import Tuning
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.state.base import Store
@@ -41,12 +46,13 @@ from scheduler.state.base import Store
 from .apiserver import Cluster
 from .binder import Binder, bind_timeout_for
 from .cycle import Cycle
-from .effects import Effects, rank, report
+from .effects import Effects, report
 from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
-from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook
-from .preemption import HOLD_S, Preemptions
+from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook, Stage, Transition
+from .podgroups import MarkScheduled, Patch, PodGroupStatuses
+from .preemption import Preemptions
 from .queue import SchedulingQueue
 from .stalegangs import StaleGangs
 from .storesync import StoreSync
@@ -72,13 +78,20 @@ class Scheduler:
         wait_for_unknown_leader: bool = True,
         stale_gang_policy: str = "report",
         stale_gang_grace: float = 60.0,
-        preemption_hold: float = HOLD_S,
+        # The config file's preemption section and run.tuning (None: their defaults); each
+        # value goes to the part that uses it.
+        preemption: Preemption | None = None,
+        tuning: Tuning | None = None,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         # Starts the namespace ("namespaces"), claim and volume ("volumes") or PodGroup watches
-        # the first time a pending pod needs them; True once they have listed (app.py). Without
-        # those watches (tests) everything is known.
+        # the first time a pending pod needs them; True once they have listed (watches.py).
+        # Without those watches (tests) everything is known.
         watch_needed: Callable[[str], bool] = lambda kind: True,
         witness: Witness | None = None,
+        # The PodGroup status writes (app.py: the apiserver's); without them (tests) the
+        # statuses are kept and never written.
+        patch_pod_group: Patch | None = None,
+        mark_initially_scheduled: MarkScheduled | None = None,
     ) -> None:
         self.name = scheduler_name
         self.cluster = cluster
@@ -95,16 +108,47 @@ class Scheduler:
         self.witness = witness
         self.first_decision_at = 0.0
         self._gauged: dict[str, int] = {}  # the queue sizes the pending gauge shows
+        preemption = preemption or Preemption()
+        tuning = tuning or Tuning()
+        # The loop wakes at least this often while idle or not deciding, so its timers
+        # (nominations' and stale gangs' expiry) run at most this late (run.tuning).
+        self.tick_s = tuning.loop_tick_seconds
+        # How long ``drain`` lets the queued events be written (run.tuning).
+        self.events_close_s = tuning.shutdown_events_seconds
         self.tasks = Tasks()
         self.state = ClusterState(settings)
-        self.queue = SchedulingQueue(clock)
+        self.queue = SchedulingQueue(
+            clock,
+            initial_backoff_s=tuning.pod_initial_backoff_seconds,
+            max_backoff_s=tuning.pod_max_backoff_seconds,
+            max_unschedulable_s=tuning.pod_max_unschedulable_seconds,
+        )
         self.book = PodBook()
         leading = self._may_write
-        self.sync = StoreSync(self.state, self.book, store, leadership, clock, self.tasks, leading)
+        self.sync = StoreSync(
+            self.state,
+            self.book,
+            store,
+            leadership,
+            clock,
+            self.tasks,
+            leading,
+            reconcile_min_s=tuning.store_reconcile_seconds,
+            write_batch=tuning.store_write_batch,
+            inventory_flush_s=tuning.inventory_flush_seconds,
+        )
         timing = leadership.timing
         if bind_timeout is None:
             bind_timeout = bind_timeout_for(timing.lease_s, timing.renew_s)
-        self.binder = Binder(cluster, leadership, metrics, bind_concurrency, bind_timeout)
+        self.binder = Binder(
+            cluster,
+            leadership,
+            metrics,
+            bind_concurrency,
+            bind_timeout,
+            attempts=tuning.bind_attempts,
+            retry_s=tuning.bind_retry_seconds,
+        )
         events = functools.partial(report, cluster)
         self.stale = StaleGangs(
             self.state,
@@ -128,8 +172,22 @@ class Scheduler:
             clock,
             wall_ms,
             self.on_lost,
-            preemption_hold,
+            preemption.hold_seconds,
+            preemption.retry_seconds,
+            dispatch=self._dispatch,
             evictions=metrics.evictions,
+        )
+        # scheduler-plugins PodGroups' status, written by the leader when nobody else writes it;
+        # its members follow the book (effects GROUP_COUNT, GROUP_DROP).
+        assumed = frozenset({Stage.ASSUMED})
+        self.statuses = PodGroupStatuses(
+            patch_pod_group,
+            lambda: leadership.leading,
+            lambda: [e.pod for e in self.book.in_stages(assumed) if e.pod is not None],
+            mark_initially_scheduled,
+            patches_in_flight=tuning.pod_group_patches_in_flight,
+            pass_interval_s=tuning.pod_group_pass_seconds,
+            idle_pass_s=tuning.pod_group_idle_seconds,
         )
         self.effects = Effects(
             self.book,
@@ -138,10 +196,14 @@ class Scheduler:
             self.binder,
             self.preemptions,
             self.stale,
+            self.statuses,
             cluster,
             metrics,
             clock,
             self.tasks,
+            tuning.check_retry_seconds,
+            tuning.rebind_seconds,
+            tuning.event_queue_size,
         )
         self.intake = Intake(
             scheduler_name,
@@ -166,7 +228,15 @@ class Scheduler:
             self.preemptions,
             self.on_lost,
             gang_wait_timeout,
+            tuning.batch_pods,
         )
+
+    def _dispatch(
+        self, key: str, uid: str, event: Event, ctx: Ctx | None = None
+    ) -> Transition | None:
+        """Preemption feeds the book through the effects, which are built after it (they reach
+        preemption for a nomination's store and pod copies)."""
+        return self.effects.dispatch(key, uid, event, ctx)
 
     def _may_write(self) -> bool:
         return self.accepting and self.leadership.leading
@@ -215,7 +285,7 @@ class Scheduler:
             self.sync.request()
         self.ready_to_schedule = True
         for entry in self.book.in_stages(SCHEDULABLE_STAGES):
-            self.queue.add(entry.key, *rank(entry.pod))
+            self.effects.dispatch(entry.key, entry.uid, Event.ELECTED)
         self.tasks.wake()
 
     async def on_lost(self) -> None:
@@ -236,7 +306,7 @@ class Scheduler:
     async def run(self) -> None:
         while True:
             if not self.may_decide():
-                await self.tasks.sleep(1.0)
+                await self.tasks.sleep(self.tick_s)
                 continue
             await self.sync.if_needed()
             try:
@@ -249,15 +319,15 @@ class Scheduler:
             self._update_gauges()
             if key is None:
                 wake_at = self.queue.next_wakeup()
-                timeout = 1.0 if wake_at is None else max(0.0, min(1.0, wake_at - self.clock()))
+                tick = self.tick_s
+                timeout = tick if wake_at is None else max(0.0, min(tick, wake_at - self.clock()))
                 await self.tasks.sleep(timeout)
                 continue
             try:
                 await self.cycle.schedule(key, self._next_ready)
             except Exception:
                 log.exception("scheduling attempt crashed", pod=key)
-                if self.book.stage(key) in SCHEDULABLE_STAGES:
-                    self.queue.backoff(key)
+                self.effects.dispatch(key, "", Event.CRASHED)
             await asyncio.sleep(0)  # let watch events in between attempts
 
     def _next_ready(self) -> str | None:
@@ -288,7 +358,7 @@ class Scheduler:
         self.accepting = False
         self.effects.stop()
         await self.tasks.settle()
-        await self.effects.events.close()
+        await self.effects.events.close(self.events_close_s)
 
     def sizes(self) -> dict[str, dict[str, int]]:
         """The size of every per-pod structure of this replica, by part (tests, the soak

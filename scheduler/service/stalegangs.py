@@ -27,7 +27,8 @@ from typing import Any
 import structlog
 from prometheus_client import Counter
 
-from scheduler.core.snapshot.cluster import ClusterState, Holding
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.holdings import Holding
 
 from .apiserver import Evictor
 

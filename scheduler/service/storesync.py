@@ -22,8 +22,8 @@ time, so a backlog's binds or a burst of deletes are a few store calls rather th
 (past the Redis client's pool of 100 connections those failed); a release whose pod has been
 reserved again meanwhile is not sent.
 
-Every failed store write asks for a reconcile, which the loop runs at most every RECONCILE_MIN_S
-and tries again while it fails.
+Every failed store write asks for a reconcile, which the loop runs at most every
+``reconcile_min_s`` (run.tuning.storeReconcileSeconds) and tries again while it fails.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from scheduler.core.model.decisions import Share
-from scheduler.core.snapshot.cluster import ClusterState, Holding, bits
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.holdings import Holding, bits
 from scheduler.state.base import Claim, Record, ShareClaim, Store, StoreError
 
 from .inventories import NodeInventories
@@ -45,11 +46,6 @@ from .tasks import Tasks
 log = structlog.get_logger("scheduler")
 
 _RELEASABLE = frozenset({Stage.GONE, Stage.PENDING})
-
-# After a reservation conflict the store is reconciled with the apiserver, at most this often.
-RECONCILE_MIN_S = 2.0
-# Writes queued while one is under way go together, at most this many UIDs per store call.
-WRITE_BATCH = 1000
 
 
 class StoreSync:
@@ -62,12 +58,21 @@ class StoreSync:
         clock: Callable[[], float],
         tasks: Tasks,
         may_write: Callable[[], bool],
+        *,
+        reconcile_min_s: float,
+        write_batch: int,
+        inventory_flush_s: float,
     ) -> None:
         self.state = state
         self.book = book
         self.store = store
         self.leadership = leadership
         self.clock = clock
+        # After a reservation conflict the store is reconciled with the apiserver, at most
+        # every ``reconcile_min_s``; writes queued while one is under way go together, at most
+        # ``write_batch`` UIDs per store call (run.tuning).
+        self.reconcile_min_s = reconcile_min_s
+        self.write_batch = write_batch
         # The nodes' inventories in the store follow the snapshot's; a failed write of them
         # asks for a reconcile, which writes them all.
         self.inventories = NodeInventories(
@@ -77,6 +82,7 @@ class StoreSync:
             may_write,
             tasks.spawn,
             self.request,
+            inventory_flush_s,
         )
         # Set when the store disagreed with the snapshot; the loop then reconciles (rate-limited).
         self.needed = False
@@ -119,16 +125,16 @@ class StoreSync:
 
     async def flush(self) -> None:
         """Send what was queued, and what is queued meanwhile: marks, then releases, at most
-        WRITE_BATCH UIDs per store call. One flush at a time, so a backlog's binds or a burst of
+        ``write_batch`` UIDs per store call. One flush at a time, so a backlog's binds or a burst of
         deletes are a few store calls, not a call (and a Redis connection: the client's pool has
         100, and past it a call fails) per pod."""
         try:
             while self._marks or self._releases:
-                marks = self._marks[:WRITE_BATCH]
-                del self._marks[:WRITE_BATCH]
+                marks = self._marks[: self.write_batch]
+                del self._marks[: self.write_batch]
                 if marks:
                     await self._write(self.store.mark_bound, marks, "mark bound")
-                batch = list(self._releases.items())[:WRITE_BATCH]
+                batch = list(self._releases.items())[: self.write_batch]
                 for uid, _ in batch:
                     del self._releases[uid]
                 # A pod reserved again meanwhile (its bind failed; decided afresh) keeps its
@@ -168,8 +174,8 @@ class StoreSync:
     async def if_needed(self) -> None:
         """The loop's reconcile after the store disagreed with the snapshot (a reservation
         conflict, GPUs moved by the device plugin, a failed store write), at most every
-        RECONCILE_MIN_S. A failed one stays needed, so the loop tries again."""
-        if not self.needed or self.clock() - self.last < RECONCILE_MIN_S:
+        ``reconcile_min_s``. A failed one stays needed, so the loop tries again."""
+        if not self.needed or self.clock() - self.last < self.reconcile_min_s:
             return
         epoch = self.leadership.epoch
         if epoch is None:

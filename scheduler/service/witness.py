@@ -6,7 +6,7 @@ records itself there before its first decision, or does not lead (its election f
 gives the lease back). Writes are compare-and-swap on the resourceVersion, and a GET without a
 resourceVersion is read from etcd (a quorum read), so the order of records and reads is real.
 
-It serves three purposes (README "State and HA"):
+It serves three purposes (docs/operations.md "State and HA"):
 - *A new installation starts at once.* A Redis that may have lost its last writes cannot say who
   led before, so the new leader waits one lease before its first decision; but at epoch 1 with a
   witness that never heard of this scheduler, nobody ever led: no wait.

@@ -7,7 +7,8 @@ from typing import Any
 import msgspec
 
 from scheduler.core.model.decisions import Placement
-from scheduler.core.snapshot.cluster import NodeState, bits
+from scheduler.core.snapshot.holdings import bits
+from scheduler.core.snapshot.nodes import NodeState
 
 from .simulate import SimResult
 

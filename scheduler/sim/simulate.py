@@ -22,7 +22,8 @@ from scheduler.core.model.decisions import Decision, Placed, Placement, Unschedu
 from scheduler.core.model.objects import PodInput
 from scheduler.core.placement.nodes import refusals
 from scheduler.core.preemption.preempt import NoPreemption, preempt
-from scheduler.core.snapshot.cluster import ClusterState, bits
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.holdings import bits
 
 from .loader import Loaded
 
@@ -65,24 +66,20 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         warning = state.set_node(node)
         if warning:
             warnings.append(warning)
-    for namespace in loaded.namespaces:
-        state.set_namespace(namespace)
-    for claim in loaded.claims:
-        state.set_claim(claim)
-    for resource_claim in loaded.resource_claims:
-        state.set_resource_claim(resource_claim)
-    for device_class in loaded.device_classes:
-        state.set_device_class(device_class)
-    for volume in loaded.volumes:
-        state.set_volume(volume)
+    inputs = state.inputs
+    inputs.namespaces.replace(loaded.namespaces)
+    inputs.claims.replace(loaded.claims)
+    inputs.resource_claims.replace(loaded.resource_claims)
+    inputs.device_classes.replace(loaded.device_classes)
+    inputs.volumes.replace(loaded.volumes)
     for group in loaded.pod_groups:
-        if group.key in state.pod_groups:
+        if group.key in inputs.pod_groups:
             warnings.append(f"PodGroup {group.key}: defined twice; the last definition wins")
-        state.set_pod_group(group)
+        inputs.pod_groups.put(group)
     for topology in loaded.topologies:
-        if topology.key in state.topologies:
+        if topology.key in inputs.topologies:
             warnings.append(f"Topology {topology.key}: defined twice; the last definition wins")
-        state.set_topology(topology)
+        inputs.topologies.put(topology)
     pending = []
     ignored = 0
     for pod in _last_definitions(loaded.pods, warnings):

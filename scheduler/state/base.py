@@ -183,9 +183,9 @@ class Store(Protocol):
         since the last election it recorded (the same Redis process has served them all), False
         when it may have lost some (new or flushed, restarted, or a replica promoted over a
         master that had writes it never replicated); the caller then treats the previous leader
-        as unknown (README "State and HA"). ``previous``: that election's ``holder|epoch``
-        ("" without one). Records this election (the serving process, ``holder|epoch``) for the
-        next one."""
+        as unknown (docs/operations.md "State and HA"). ``previous``: that election's
+        ``holder|epoch`` ("" without one). Records this election (the serving process,
+        ``holder|epoch``) for the next one."""
         ...
 
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:

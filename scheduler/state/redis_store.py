@@ -107,7 +107,7 @@ from .base import (
     ReservesUnits,
     Unavailable,
 )
-from .sentinel import sentinel_client
+from .sentinel import SENTINEL_TIMEOUT_S, sentinel_client
 
 T = TypeVar("T")
 
@@ -550,10 +550,15 @@ return {0, previous}
 )
 
 RECONCILE_CHUNK = 2000
-"""Items per fenced reconcile call. 2,000 claims take Redis about 40 ms on a loaded 2-core
-machine (a claim: a JSON decode, a few hash writes); short enough that the replica's other
-calls (lease renewals) and the standbys' are never held up long, long enough that 100,000 bound
-pods are 50 round trips."""
+"""Items per fenced reconcile call, by default (the setting run.tuning.storeReconcileChunk).
+2,000 claims take Redis about 40 ms on a loaded 2-core machine (a claim: a JSON decode, a few
+hash writes); short enough that the replica's other calls (lease renewals) and the standbys' are
+never held up long, long enough that 100,000 bound pods are 50 round trips."""
+
+REDIS_TIMEOUT_S = 2.0
+"""How long a Redis call may take before it counts as failed, by default (the setting
+run.tuning.redisTimeoutSeconds): well below a lease's duration, so a leader whose Redis stalls
+learns it while its lease still holds."""
 
 _encoder = msgspec.json.Encoder()
 _claim_decoder = msgspec.json.Decoder(Claim)
@@ -599,12 +604,16 @@ class RedisStore(ReservesUnits):
 
     @classmethod
     def from_url(
-        cls, url: str, prefix: str = "topo-scheduler", timeout_s: float = 2.0
+        cls,
+        url: str,
+        prefix: str = "topo-scheduler",
+        timeout_s: float = REDIS_TIMEOUT_S,
+        chunk: int = RECONCILE_CHUNK,
     ) -> RedisStore:
         client = aioredis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
         )
-        return cls(client, prefix)
+        return cls(client, prefix, chunk)
 
     @classmethod
     def from_sentinels(
@@ -613,15 +622,21 @@ class RedisStore(ReservesUnits):
         addresses: tuple[str, ...],
         url: str,
         prefix: str = "topo-scheduler",
-        timeout_s: float = 2.0,
+        timeout_s: float = REDIS_TIMEOUT_S,
+        chunk: int = RECONCILE_CHUNK,
+        sentinel_timeout_s: float = SENTINEL_TIMEOUT_S,
     ) -> RedisStore:
         """The master named ``master_name`` through its Sentinels (sentinel.py); every lease
         acquisition and renewal waits for one replica's acknowledgement."""
-        client, sentinels = sentinel_client(master_name, addresses, url, timeout_s)
+        client, sentinels = sentinel_client(
+            master_name, addresses, url, timeout_s, sentinel_timeout_s
+        )
         # WAIT's own timeout ends well before the socket's (else a missing acknowledgement
         # reads as a lost connection).
         ack_ms = int(timeout_s * 500)
-        return cls(client, prefix, replicas_to_ack=1, ack_timeout_ms=ack_ms, sentinels=sentinels)
+        return cls(
+            client, prefix, chunk, replicas_to_ack=1, ack_timeout_ms=ack_ms, sentinels=sentinels
+        )
 
     async def _call(self, script: Any, args: list[Any]) -> Any:
         try:

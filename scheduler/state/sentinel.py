@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import parse_url
 from redis.asyncio.sentinel import Sentinel
 
-# Asking a Sentinel is quick or it is down: don't wait long before trying the next one.
+# Asking a Sentinel is quick or it is down: don't wait long before trying the next one. The
+# default of the setting run.tuning.sentinelTimeoutSeconds.
 SENTINEL_TIMEOUT_S = 0.5
 
 
@@ -50,18 +51,23 @@ def sentinel_credentials(url: str) -> tuple[str | None, str | None, int]:
 
 
 def sentinel_client(
-    master_name: str, addresses: tuple[str, ...], url: str, timeout_s: float
+    master_name: str,
+    addresses: tuple[str, ...],
+    url: str,
+    timeout_s: float,
+    sentinel_timeout_s: float,
 ) -> tuple[aioredis.Redis, Sentinel]:
     """A client of the master named ``master_name``, found through the Sentinels, and the
-    Sentinels' own client (to close with it)."""
+    Sentinels' own client (to close with it). ``timeout_s`` bounds a call to the master,
+    ``sentinel_timeout_s`` one to a Sentinel."""
     user, password, db = sentinel_credentials(url)
     auth = {"username": user, "password": password}
     sentinels = Sentinel(  # type: ignore[no-untyped-call]
         [sentinel_address(a) for a in addresses],
         sentinel_kwargs={
             **auth,
-            "socket_timeout": SENTINEL_TIMEOUT_S,
-            "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+            "socket_timeout": sentinel_timeout_s,
+            "socket_connect_timeout": sentinel_timeout_s,
         },
         **auth,
         db=db,

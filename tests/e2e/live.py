@@ -300,7 +300,8 @@ async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 30.
 async def begin_history(url: str, scenario: Scenario) -> None:
     """A Redis that kept its history: its epochs have started and the last election was on this
     Redis process. On a fresh one (or one whose process changed) the first leader would wait one
-    lease for a predecessor it cannot know (README, "State and HA") before its first decision."""
+    lease for a predecessor it cannot know (docs/operations.md, "State and HA") before its first
+    decision."""
     client = aioredis.Redis.from_url(url)
     try:
         run_id = (await client.info("server"))["run_id"]

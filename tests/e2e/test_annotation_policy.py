@@ -195,7 +195,7 @@ def tenant(control_plane: ControlPlane) -> Iterator[Tenant]:
 
 @pytest.fixture(scope="module")
 def policy(control_plane: ControlPlane, tenant: Tenant) -> str:
-    """deploy/ applied as README's Install does, and the policy in force: a policy takes effect
+    """deploy/ applied as docs/install.md does, and the policy in force: a policy takes effect
     once the apiserver's informers have seen it and its binding, so wait (bounded) until the
     tenant's dry-run create of a pod naming its GPUs is refused by it. Returns that refusal's
     message."""

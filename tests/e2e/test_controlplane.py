@@ -19,7 +19,6 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from scheduler.kube import api as api_module
 from scheduler.kube.api import KubeApi
 from scheduler.kube.codec import Pod, decode_pod, pod_from_obj
 from scheduler.kube.watch import RawEvent, Reflector, Status
@@ -109,12 +108,10 @@ async def test_a_paged_list_of_pods_sees_every_pod_with_the_field_selector(
     control_plane: ControlPlane,
     admin_api: ApiClient,
     name: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(api_module, "LIST_PAGE", 2)  # 5 pods: three pages at least
     for i in range(5):
         control_plane.create_pod(f"{name}-p{i}", gpus=1, scheduler=name)
-    api = KubeApi(admin_api)
+    api = KubeApi(admin_api, list_page=2)  # 5 pods: three pages at least
     selector = f"spec.schedulerName={name},spec.nodeName="
     asked: list[str] = []
 

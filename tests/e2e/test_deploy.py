@@ -250,7 +250,7 @@ def test_redis_sentinel_component(rendered: dict[str, list[dict[str, Any]]]) -> 
     (claim,) = statefulset["volumeClaimTemplates"]
     assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in redis_c["volumeMounts"]
     # The script the containers run is the generated ConfigMap's, with the settings the
-    # safety argument needs (README "State and HA").
+    # safety argument needs (docs/operations.md "State and HA").
     (start,) = [
         d
         for d in docs
@@ -298,7 +298,7 @@ def test_every_manifest_is_accepted_by_the_apiserver(
         assert set(applied) == {
             (d["kind"].lower(), d["metadata"]["name"]) for d in rendered[target]
         }
-        # The Secret the README has users create (for the Redis component: password and URL).
+        # The Secret docs/install.md has users create (for the Redis component: password and URL).
         password = secrets.token_hex(16)
         control_plane.apply_or_replace(
             {
@@ -420,7 +420,7 @@ async def test_scheduler_with_deploys_role_schedules_the_seed004_gang(
     control_plane.kubectl("apply", "-k", "deploy/")  # the role and binding, as rendered
     inventories = seed004_nodes(scenario)
     password, port = component_redis
-    url = f"redis://:{password}@127.0.0.1:{port}/0"  # the README's URL form
+    url = f"redis://:{password}@127.0.0.1:{port}/0"  # docs/install.md's URL form
     scheduler = scenario.start_scheduler(env={"TOPO_SCHEDULER_REDIS_URL": url})
     names = submit_seed004_gang(scenario)
     await assert_seed004_gang_on_an_nv2_pair(scenario, names, inventories)

@@ -132,7 +132,7 @@ async def test_sigterm_releases_the_lease_and_exits_zero(
     # leader hands the lease back on SIGTERM instead of letting it expire.
     scenario.configure(lease=(600, 5))
     # A Redis that kept its history: a fresh one would make the first leader wait one lease
-    # (600 s) for a previous leader it cannot know about (README, "State and HA").
+    # (600 s) for a previous leader it cannot know about (docs/operations.md, "State and HA").
     await begin_history(redis_server.url, scenario)
     scenario.node("four", FOUR_PCIE, 4)
     first = scenario.start_scheduler(redis_server.url)

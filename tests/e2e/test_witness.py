@@ -1,6 +1,6 @@
 """The epoch witness (scheduler/service/witness.py) on the real apiserver, under deploy/'s Role:
 it tells a new installation (no leader ever recorded) from a Redis that lost its history, and
-only the second makes the first leader wait one lease (README "State and HA")."""
+only the second makes the first leader wait one lease (docs/operations.md "State and HA")."""
 
 from __future__ import annotations
 

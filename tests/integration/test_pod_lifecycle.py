@@ -21,23 +21,18 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.decisions import Decision
 from scheduler.core.model.objects import PodInput
 from scheduler.service import cycle as cycle_module
 from scheduler.service.podbook import Event, Stage
-from scheduler.service.storesync import RECONCILE_MIN_S
 from scheduler.state.base import Store, StoreError
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import TTL_MS, Apiserver, Replica, node, quick_retries, reloaded, until
+from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node, reloaded, until
 from tests.redis_faults import busy
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
 
 
 class Backend:
@@ -49,10 +44,10 @@ class Backend:
         self.url = url
 
     def live(self, **kw: Any) -> Replica:
-        return Replica(Apiserver(), self.store, self.clock, **kw)
+        return Replica(Apiserver(), self.store, self.clock, tuning=QUICK_RETRIES, **kw)
 
     def replica(self, api: Apiserver, holder: str, **kw: Any) -> Replica:
-        return Replica(api, self.store, self.clock, holder, **kw)
+        return Replica(api, self.store, self.clock, holder, tuning=QUICK_RETRIES, **kw)
 
     async def flush(self) -> None:
         """FLUSHALL: the lease, the epochs and every record are gone."""
@@ -190,7 +185,9 @@ async def test_2_a_409_from_a_previous_leaders_bind_keeps_where_it_is_bound(
     await r.settle()  # our Binding gets 409: bound elsewhere
     assert r.s.book.stage("default/p") is Stage.BOUND
     assert r.held("default/p") == ("n", [other])
-    r.clock.now += RECONCILE_MIN_S  # the reconcile the 409 asked for runs at the next turn
+    r.clock.now += (
+        Tuning().store_reconcile_seconds
+    )  # the reconcile the 409 asked for runs at the next turn
     r.pending(MakePod().Name("q").Req(1).Obj())
     assert await r.step() == "default/q"
     await r.settle()
@@ -301,7 +298,7 @@ async def test_3_after_a_flushed_store_the_new_leader_waits_out_the_old_leaders_
     # p was bound by a Binding b did not send, after b's election reconcile: a reconcile of b
     # writes it to the store, at b's epoch.
     b.s.sync.request()
-    backend.clock.now += RECONCILE_MIN_S
+    backend.clock.now += Tuning().store_reconcile_seconds
     await b.s.sync.if_needed()
     assert await store_of(b) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
     assert [o.epoch for o in (await backend.store.owners("n")).values()] == [1]
@@ -376,7 +373,7 @@ async def test_5_a_reservation_a_failed_release_left_is_freed_by_the_next_reconc
         assert r.s.sync.needed  # the failure asked for a reconcile
     assert r.s.book.stage("default/a") is Stage.PENDING and r.held("default/a") is None
     assert await store_of(r) == ({"default/a": "reserved:(0,)"}, {0: "default/a"}, {})
-    r.clock.now += RECONCILE_MIN_S
+    r.clock.now += Tuning().store_reconcile_seconds
     await r.s.sync.if_needed()
     # Our own epoch's reservation, but the book holds nothing for it: freed.
     assert not r.s.sync.needed
@@ -443,7 +440,7 @@ async def test_7_a_reloaded_reservation_of_a_pod_deleted_before_its_turn_is_free
     await r.settle()
     assert r.held("default/p") is None and r.s.state.nodes["n"].free_mask == 0b1
     assert await store_of(r) == ({}, {}, {})
-    r.clock.now += RECONCILE_MIN_S
+    r.clock.now += Tuning().store_reconcile_seconds
     r.s.sync.request()
     await r.s.sync.if_needed()
     assert await store_of(r) == ({}, {}, {})  # never recorded as bound
@@ -471,7 +468,7 @@ async def test_7_a_reloaded_pod_the_old_leader_did_bind_is_kept_as_bound(
     r.s.intake.pending_event("DELETED", r.api.land("default/p", "n", "0"))
     await r.settle()  # read back: bound, and the reconcile it asked for is due
     assert r.s.book.stage("default/p") is Stage.BOUND and r.held("default/p") == ("n", [0])
-    r.clock.now += RECONCILE_MIN_S
+    r.clock.now += Tuning().store_reconcile_seconds
     await r.s.sync.if_needed()
     assert await store_of(r) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
 
@@ -627,7 +624,7 @@ async def test_drift2_a_stale_list_page_of_an_old_uid_does_not_replace_the_bound
 ) -> None:
     r = await relist_with_a_recreated_pod(backend, bind_it=True)
     assert r.held("default/w") == ("n", [0, 1])
-    r.clock.now += RECONCILE_MIN_S
+    r.clock.now += Tuning().store_reconcile_seconds
     r.pending(MakePod().Name("c").Req(1).Obj())
     await run(r)
     assert r.api.binds == [("default/w", "n", "0,1")]  # c is not bound on w's GPU 1
@@ -673,7 +670,7 @@ async def test_drift2_a_list_older_than_a_409_read_back_does_not_free_the_pod(
     r.s.intake.bound_list_page(page)
     r.s.intake.bound_list_end(listed_at)  # the LIST lacks p: it predates what the book knows
     assert r.s.book.stage("default/p") is Stage.BOUND and r.held("default/p") == ("n", [0])
-    r.clock.now += RECONCILE_MIN_S
+    r.clock.now += Tuning().store_reconcile_seconds
     r.pending(MakePod().Name("c").Req(1).Obj())
     await run(r)
     assert r.api.binds == []  # GPU 0 is not bound twice: c waits
@@ -743,7 +740,7 @@ async def test_drift3_the_new_leader_keeps_a_pod_the_old_leader_bound_just_befor
     assert b.s.book.stage(c.key) is Stage.PENDING
     assert b.s.book.stage("default/p") is Stage.BOUND  # the re-read said bound
     b.bound_seen("default/p")  # and the bound watch says so later
-    b.clock.now += RECONCILE_MIN_S
+    b.clock.now += Tuning().store_reconcile_seconds
     await b.s.sync.if_needed()
     assert await store_of(b) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
 

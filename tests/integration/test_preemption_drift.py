@@ -26,14 +26,9 @@ from scheduler.state.redis_store import RedisStore
 from scheduler.testing.redisserver import RedisServer
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, quick_retries
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica
 
 Live = Callable[..., Replica]
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -53,7 +48,7 @@ async def live(request: pytest.FixtureRequest) -> AsyncIterator[Live]:
         store = RedisStore.from_url(server.url, prefix="drift")
 
     def make(holder: str = "a") -> Replica:
-        r = Replica(api, store, clock, holder)
+        r = Replica(api, store, clock, holder, tuning=QUICK_RETRIES)
         # Nominations expire by the store's wall clock: the manual one here.
         r.s.preemptions.wall_ms = lambda: int(clock.now * 1000)
         return r

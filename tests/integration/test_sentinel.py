@@ -1,8 +1,8 @@
 """The store through Redis Sentinel, on real processes: a master, two replicas and three
 Sentinels (scheduler/testing/redisserver.py's SentinelSet, set up like deploy/redis-sentinel/
-with shorter times). Each test steps one case of README "State and HA": the client follows a
-failover and skips a Sentinel that is down; a lease renewal no replica acknowledged does not
-count; a master cut off from its replicas refuses writes; a promotion that lost the last
+with shorter times). Each test steps one case of docs/operations.md "State and HA": the client
+follows a failover and skips a Sentinel that is down; a lease renewal no replica acknowledged does
+not count; a master cut off from its replicas refuses writes; a promotion that lost the last
 writes (a renewal, an epoch increment, reservations and gang records) is recognised by the next
 election (``kept_history``), so the service waits as after a FLUSHALL; and an old master that
 resumes after a pause cannot renew a lease.
@@ -155,7 +155,7 @@ async def test_a_promotion_that_lost_the_last_writes_is_recognised(
     the master dies and a replica without them is promoted. Leader b then gets a's epoch
     number again: b's writes are b's (the fence compares holder and epoch), a's are refused
     there, and b's election says the history was not kept, so b waits one lease before its
-    first decision (README "State and HA")."""
+    first decision (docs/operations.md "State and HA")."""
     store = stores()
     assert await store.acquire("first", TTL_MS) == 1
     assert (await store.kept_history("first", 1)).kept is False  # a new store: no history

@@ -16,6 +16,7 @@ from typing import Any, cast
 import pytest
 import redis.asyncio as aioredis
 
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.resources.inventory import inventory_json, read_inventory
 from scheduler.core.settings import CoreSettings
@@ -24,7 +25,6 @@ from scheduler.kube.podgroups import EvictResult, Write
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import Scheduler
-from scheduler.service.storesync import RECONCILE_MIN_S
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
@@ -145,10 +145,10 @@ async def test_a_failed_reconcile_keeps_inventory_writes_pending_and_is_tried_ag
     async with busy(r.url):
         r.scheduler.intake.node_event("ADDED", b)  # the flush fails: BUSY
         await r.settle()
-        clock.now += RECONCILE_MIN_S
+        clock.now += Tuning().store_reconcile_seconds
         await r.scheduler.sync.if_needed()  # fails as well
     assert await r.stored_nodes() == stored(a)
-    clock.now += RECONCILE_MIN_S
+    clock.now += Tuning().store_reconcile_seconds
     await r.scheduler.sync.if_needed()  # still needed, and it writes b
     assert await r.stored_nodes() == stored(a, b)
 
@@ -167,7 +167,7 @@ async def test_later_reconciles_send_the_inventories_only_after_a_failed_write(
     pod = MakePod().Name("p").Req(1)
     r.scheduler.intake.bound_event("ADDED", pod.Bound("a", "0").Obj())
     r.scheduler.intake.bound_event("MODIFIED", pod.Bound("a", "1").Obj())
-    clock.now += RECONCILE_MIN_S
+    clock.now += Tuning().store_reconcile_seconds
     await r.scheduler.sync.if_needed()
     assert set(await r.redis.hgetall("F:pods")) == {"uid-default-p"}  # it did reconcile
     assert await r.stored_nodes() == {**stored(a), "stray": "{}"}  # without the inventories
@@ -175,7 +175,7 @@ async def test_later_reconciles_send_the_inventories_only_after_a_failed_write(
     async with busy(r.url):
         r.scheduler.intake.node_event("ADDED", b)
         await r.settle()
-    clock.now += RECONCILE_MIN_S
+    clock.now += Tuning().store_reconcile_seconds
     await r.scheduler.sync.if_needed()
     assert await r.stored_nodes() == stored(a, b)
 

@@ -5,23 +5,17 @@ held bound that the LIST did not show."""
 from __future__ import annotations
 
 import msgspec
-import pytest
 
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, node, quick_retries
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica, node
 
 
 async def test_a_paged_relist_frees_what_it_did_not_show_only_when_it_ends() -> None:
     clock = ManualClock(0.0)
-    r = Replica(Apiserver(), MemoryStore(clock), clock)
+    r = Replica(Apiserver(), MemoryStore(clock), clock, tuning=QUICK_RETRIES)
     a = r.api.create(MakePod().Name("a").Req(1).Obj())
     a = msgspec.structs.replace(a, node_name="n", annotations={"topo-scheduler.io/devices": "0"})
     await r.elect([node(2)], bound=[a])

@@ -4,24 +4,19 @@ allocated is reserved on the claim, then bound to a node the allocation reaches.
 
 from __future__ import annotations
 
-import pytest
 from msgspec.structs import replace
 
 from scheduler.core.model.objects import NodeSelectorTerm, PodClaim, Requirement, ResourceClaimInput
+from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, node, quick_retries
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica, node
 
 
 def live() -> Replica:
     clock = ManualClock(0.0)
-    return Replica(Apiserver(), MemoryStore(clock), clock)
+    return Replica(Apiserver(), MemoryStore(clock), clock, tuning=QUICK_RETRIES)
 
 
 def claimed(name: str) -> object:
@@ -32,7 +27,7 @@ def claimed(name: str) -> object:
 async def test_an_unallocated_claim_keeps_the_pod_pending_and_unbound() -> None:
     r = live()
     await r.elect([node(1)])
-    r.s.intake.replace_resource_claims([ResourceClaimInput("default", "nic", "c1")])
+    r.s.intake.replace(RESOURCE_CLAIMS, [ResourceClaimInput("default", "nic", "c1")])
     r.pending(claimed("p"))  # type: ignore[arg-type]
     assert await r.step() == "default/p"
     await r.settle()
@@ -47,7 +42,7 @@ async def test_an_allocated_claim_is_reserved_for_the_pod_before_its_binding() -
     await r.elect([node(1)])
     here = (NodeSelectorTerm(match_fields=(Requirement("metadata.name", "In", ("n",)),)),)
     claim = ResourceClaimInput("default", "nic", "c1", allocated=True, node_selector=here)
-    r.s.intake.replace_resource_claims([claim])
+    r.s.intake.replace(RESOURCE_CLAIMS, [claim])
     pod = r.pending(claimed("p"))  # type: ignore[arg-type]
     assert await r.step() == "default/p"
     await r.settle()

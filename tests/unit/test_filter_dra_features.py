@@ -40,7 +40,7 @@ def with_claim(pod: MakePod, claim: str = "nic", template: str = "") -> PodInput
 
 def test_an_allocated_claim_binds_only_where_its_allocation_reaches() -> None:
     state = cluster(*nodes())
-    state.set_resource_claim(
+    state.inputs.resource_claims.put(
         ResourceClaimInput("default", "nic", "c1", allocated=True, node_selector=on_node("b"))
     )
     (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
@@ -49,7 +49,7 @@ def test_an_allocated_claim_binds_only_where_its_allocation_reaches() -> None:
 
 def test_an_allocated_claim_on_no_candidate_node_reads_like_kube_scheduler() -> None:
     state = cluster(*nodes())
-    state.set_resource_claim(
+    state.inputs.resource_claims.put(
         ResourceClaimInput("default", "nic", allocated=True, node_selector=on_node("z"))
     )
     (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
@@ -60,14 +60,14 @@ def test_an_allocated_claim_on_no_candidate_node_reads_like_kube_scheduler() -> 
 
 def test_an_allocated_claim_without_a_node_selector_fits_every_node() -> None:
     state = cluster(*nodes())
-    state.set_resource_claim(ResourceClaimInput("default", "nic", allocated=True))
+    state.inputs.resource_claims.put(ResourceClaimInput("default", "nic", allocated=True))
     (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
     assert isinstance(decision, Placed)
 
 
 def test_an_unallocated_claim_is_never_bound_blindly() -> None:
     state = cluster(*nodes())
-    state.set_resource_claim(ResourceClaimInput("default", "nic"))
+    state.inputs.resource_claims.put(ResourceClaimInput("default", "nic"))
     (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
     assert isinstance(decision, Unschedulable)
     assert "ResourceClaim default/nic (spec.resourceClaims[net]) is not allocated" in (
@@ -78,7 +78,9 @@ def test_an_unallocated_claim_is_never_bound_blindly() -> None:
 
 def test_missing_deleting_and_template_claims_wait_with_their_reason() -> None:
     state = cluster(*nodes())
-    state.set_resource_claim(ResourceClaimInput("default", "old", allocated=True, deleting=True))
+    state.inputs.resource_claims.put(
+        ResourceClaimInput("default", "old", allocated=True, deleting=True)
+    )
     missing, deleting, template = schedule(
         state,
         with_claim(MakePod().Name("p").Req(1), "nowhere"),
@@ -95,7 +97,7 @@ def test_missing_deleting_and_template_claims_wait_with_their_reason() -> None:
 def test_a_claim_reserved_to_the_limit_is_in_use_unless_reserved_for_the_pod() -> None:
     full = tuple(f"uid-{i}" for i in range(RESERVED_FOR_MAX))
     state = cluster(*nodes())
-    state.set_resource_claim(
+    state.inputs.resource_claims.put(
         ResourceClaimInput("default", "nic", allocated=True, reserved_for=full)
     )
     (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
@@ -120,7 +122,7 @@ def test_a_dra_backed_extended_resource_on_a_node_without_it_says_we_do_not_allo
     pod = MakePod().Name("p").Req(1).ContainerWith("fpga", {"example.com/fpga": "1"}).Obj()
     (plain,) = schedule(state, pod)
     assert "Insufficient example.com/fpga" in plain.reason
-    state.set_device_class(DeviceClassInput("fpga.example.com", "example.com/fpga"))
+    state.inputs.device_classes.put(DeviceClassInput("fpga.example.com", "example.com/fpga"))
     (backed,) = schedule(state, replace(pod, name="q"))
     assert isinstance(backed, Unschedulable)
     assert "example.com/fpga is offered by DRA there (DeviceClass fpga.example.com): " in (
@@ -164,7 +166,7 @@ def test_a_dra_backed_gpu_on_nodes_without_it_says_we_do_not_allocate() -> None:
     state = cluster(gpu, dra_node, running=(busy,))
     (plain,) = schedule(state, MakePod().Name("p").Req(1))
     assert "1 is not a GPU node" in plain.reason
-    state.set_device_class(DeviceClassInput("gpu.nvidia.com", "nvidia.com/gpu"))
+    state.inputs.device_classes.put(DeviceClassInput("gpu.nvidia.com", "nvidia.com/gpu"))
     (backed,) = schedule(state, MakePod().Name("q").Req(1))
     assert isinstance(backed, Unschedulable)
     assert "1 nvidia.com/gpu is offered by DRA there (DeviceClass gpu.nvidia.com): " in (

@@ -28,16 +28,16 @@ def zonal_volume(name: str, zone: str) -> VolumeInput:
 
 def test_a_bound_claim_restricts_the_pod_to_its_volumes_nodes() -> None:
     state = cluster(zone_node("a", "z1"), zone_node("b", "z2"))
-    state.set_volume(zonal_volume("pv-1", "z2"))
-    state.set_claim(ClaimInput("default", "data", volume_name="pv-1", phase="Bound"))
+    state.inputs.volumes.put(zonal_volume("pv-1", "z2"))
+    state.inputs.claims.put(ClaimInput("default", "data", volume_name="pv-1", phase="Bound"))
     (decision,) = schedule(state, MakePod().Name("p").Req(1).Claim("data"))
     assert isinstance(decision, Placed) and decision.placements[0].node == "b"
 
 
 def test_a_volume_of_the_wrong_zone_reads_like_kube_scheduler() -> None:
     state = cluster(zone_node("a", "z1"))
-    state.set_volume(zonal_volume("pv-1", "z2"))
-    state.set_claim(ClaimInput("default", "data", volume_name="pv-1", phase="Bound"))
+    state.inputs.volumes.put(zonal_volume("pv-1", "z2"))
+    state.inputs.claims.put(ClaimInput("default", "data", volume_name="pv-1", phase="Bound"))
     (decision,) = schedule(state, MakePod().Name("p").Req(1).Claim("data"))
     assert decision.reason == (
         "0/1 nodes are available: 1 node(s) didn't match PersistentVolume's node affinity."
@@ -46,7 +46,7 @@ def test_a_volume_of_the_wrong_zone_reads_like_kube_scheduler() -> None:
 
 def test_an_unbound_or_missing_claim_is_never_bound_blindly() -> None:
     state = cluster(zone_node("a", "z1"))
-    state.set_claim(ClaimInput("default", "scratch"))
+    state.inputs.claims.put(ClaimInput("default", "scratch"))
     unbound, missing = schedule(
         state,
         MakePod().Name("p").Req(1).Claim("scratch"),
@@ -139,7 +139,7 @@ def test_planning_leaves_no_undo_log_and_no_trace() -> None:
     decision = decide(state, Unit("default/job", tuple(members)))
     assert isinstance(decision, Unschedulable)
     assert (dict(state.holdings), len(state.index)) == before
-    assert state._undo is None
+    assert not state._undo.open  # the log exists only while a scope is open
 
 
 def test_nested_tentative_scopes_roll_back_to_their_own_mark() -> None:

@@ -18,25 +18,18 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import TTL_MS, Apiserver, Replica, node, quick_retries
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
+from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node
 
 
 async def test_a_previous_leaders_bind_seen_after_the_reconcile_is_recorded() -> None:
     clock = ManualClock(0.0)
     api, store = Apiserver(), MemoryStore(clock)
-    a = Replica(api, store, clock, "a", wait_for_unknown_leader=True)
-    b = Replica(api, store, clock, "b", wait_for_unknown_leader=True)
+    a = Replica(api, store, clock, "a", wait_for_unknown_leader=True, tuning=QUICK_RETRIES)
+    b = Replica(api, store, clock, "b", wait_for_unknown_leader=True, tuning=QUICK_RETRIES)
     await store.acquire("x", TTL_MS)  # epochs that started before a
     await store.release_lease("x", 1)
     await a.elect([node(2)])

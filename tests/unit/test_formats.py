@@ -29,6 +29,7 @@ from scheduler.core.model.names import (
     GPUS_ANNOTATION,
     HAMI_REGISTER_ANNOTATION,
 )
+from scheduler.core.resources.gpusets import Topologies
 from scheduler.core.resources.inventory import (
     InventoryError,
     check_annotation,
@@ -161,10 +162,11 @@ def test_gpus_encode_is_canonical_and_read_back() -> None:
         '{"vendor":"nvidia","devices":[{"index":0,"uuid":"GPU-a"},{"index":1,"uuid":"GPU-b"}],'
         '"links":[["X","NV2"],["NV2","X"]]}'
     )
-    inventory = check_annotation(text, "n")
+    topologies = Topologies()  # one snapshot's: the same matrix is the same Topology
+    inventory = check_annotation(text, "n", topologies)
     # The store's copy reads back to the same inventory.
     stored = inventory_json(inventory)
-    again = read_inventory(MakeNode().Name("n").RawInventory(stored).Obj())
+    again = read_inventory(MakeNode().Name("n").RawInventory(stored).Obj(), topologies)
     assert again == inventory
 
 

@@ -3,20 +3,21 @@ workload learned from the held pods, and how placement weighs it beside the othe
 
 from __future__ import annotations
 
-import pytest
-
 from scheduler.core.model.decisions import Placed
-from scheduler.core.placement import nodes as placement_nodes
 from scheduler.core.placement.shapes import shape_of
-from scheduler.core.snapshot.fragmentation import MIN_PODS, Profile, Target, gain, gain_rank
+from scheduler.core.settings import CoreSettings, FragmentationSettings
+from scheduler.core.snapshot.fragmentation import Profile, Target, gain, gain_rank
 from tests.builders import MakeNode, MakePod, cluster, schedule
+
+DEFAULTS = FragmentationSettings()
+MIN_PODS = DEFAULTS.min_pods
 
 SHARE_30 = (4000, 1, 30)  # 4 cpu, 30% of one card
 TWO_GPUS = (8000, 2, 100)
 
 
 def test_frag_of_a_shape_steps_every_case() -> None:
-    target = Target(((SHARE_30, 50), (TWO_GPUS, 30)))
+    target = Target(((SHARE_30, 50), (TWO_GPUS, 30)), DEFAULTS)
     # cards 100, 100, 25, 10 (idle 235): both classes fit; the cards below what each asks for
     # count: 35 for both
     assert target.frag((64_000, (100, 100, 25, 10))) == 50 * 35 + 30 * 35
@@ -34,7 +35,7 @@ def test_frag_of_a_shape_steps_every_case() -> None:
 
 
 def test_gain_is_frag_before_minus_after_and_ranks_like_fgd() -> None:
-    target = Target((((0, 1, 30), 100),))
+    target = Target((((0, 1, 30), 100),), DEFAULTS)
     shape = (-1, (100, 40))
     # 30% on the 40% card leaves a 10% sliver no 30% pod can use
     assert gain(target, shape, 0, ((40, 30),)) == -10 * 100
@@ -49,7 +50,7 @@ def test_gain_is_frag_before_minus_after_and_ranks_like_fgd() -> None:
 
 
 def test_rank_takes_cpu_beyond_what_any_class_asks_or_the_cards_need_as_the_same() -> None:
-    target = Target(((TWO_GPUS, 100),))  # 8 cpu, 4 for each GPU
+    target = Target(((TWO_GPUS, 100),), DEFAULTS)  # 8 cpu, 4 for each GPU
     cards = (100, 100, 100)
     one = ((100, 100),)
     # beyond 12 cpu (three free GPUs' 4 each) and the pod's 4, nothing changes
@@ -63,7 +64,8 @@ def test_rank_takes_cpu_beyond_what_any_class_asks_or_the_cards_need_as_the_same
 
 
 def test_gpus_the_cpu_left_cannot_feed_are_stranded() -> None:
-    target = Target(((TWO_GPUS, 100),))  # the workload asks 40 cpu-millicores per card percent
+    # the workload asks 40 cpu-millicores per card percent
+    target = Target(((TWO_GPUS, 100),), DEFAULTS)
     assert target.stranded((64_000, (100, 100, 100))) == 0
     assert target.stranded((8_000, (100, 100, 100))) == 100  # 8 cpu feed two of the three
     assert target.stranded((-1, (100, 100, 100))) == 0  # no cpu in the node's status
@@ -73,12 +75,12 @@ def test_gpus_the_cpu_left_cannot_feed_are_stranded() -> None:
     # counted 4 times the workload's weight (100)
     assert target.frag((6_000, (100, 100))) == 100 * 200 + 4 * 100 * 50
     # a workload of shares only: cpu per percent from what the shares ask
-    shares = Target(((SHARE_30, 100),))  # 4 cpu for 30%
+    shares = Target(((SHARE_30, 100),), DEFAULTS)  # 4 cpu for 30%
     assert shares.stranded((4_000, (100, 100))) == 200 - 4000 * 30 // 4000
 
 
 def test_profile_learns_the_target_from_held_pods_and_forgets_them() -> None:
-    profile = Profile()
+    profile = Profile(DEFAULTS)
     for i in range(MIN_PODS - 1):
         profile.charge(f"a{i}", SHARE_30)
     assert profile.target() is None  # too few pods to say what the workload is
@@ -93,10 +95,19 @@ def test_profile_learns_the_target_from_held_pods_and_forgets_them() -> None:
     target = profile.target()
     assert target is not None
     assert target.key == ((SHARE_30, 74), (TWO_GPUS, 26))  # 31 / 42 and 11 / 42, rounded
-    # one pod more (1/42 < 1/DRIFT) leaves the target as it was: 12 / 43 would round to 28
-    profile.charge("b11", TWO_GPUS)
+    # a node refreshed charges its pods again with the classes they had: the same target
+    profile.charge("b10", TWO_GPUS)
     assert profile.target() is target
+    # one pod more: 31 / 43 and 12 / 43, the target of the pods held now (a function of them,
+    # not of when it was last worked out)
+    profile.charge("b11", TWO_GPUS)
+    target = profile.target()
+    assert target is not None
+    assert target.key == ((SHARE_30, 72), (TWO_GPUS, 28))
+    # it leaves: back to the same classes and weights, and so the same answers as before
     profile.charge("b11", None)
+    again = profile.target()
+    assert again is not None and again.key == ((SHARE_30, 74), (TWO_GPUS, 26))
     for i in range(MIN_PODS - 1):
         profile.charge(f"a{i}", None)
     assert len(profile) == 11
@@ -135,11 +146,11 @@ def test_shape_of_a_node_counts_idle_and_shared_cards_and_cpu_left() -> None:
     assert state.sizes()["profile"] == 1
 
 
-def filled(*nodes: MakeNode) -> object:
+def filled(*nodes: MakeNode, settings: FragmentationSettings = DEFAULTS) -> object:
     """``nodes`` and four full filler nodes whose 32 one-GPU pods (8 cpu each) make the
     target workload: one class, one GPU and 8 cpu."""
     fillers = [gpu_node(f"z{i}", 8, pool="fill") for i in range(4)]
-    state = cluster(*nodes, *fillers)
+    state = cluster(*nodes, *fillers, settings=CoreSettings(fragmentation=settings))
     decisions = schedule(state, *(whole(f"f{i}", pool="fill") for i in range(MIN_PODS)))
     assert all(isinstance(d, Placed) for d in decisions)
     assert state.profile.target() is not None
@@ -209,32 +220,27 @@ def test_a_share_takes_the_card_it_leaves_no_sliver_on() -> None:
     assert placed(d) == ("t", (1,))
 
 
-def test_a_cluster_past_the_scan_bound_keeps_the_free_count_first(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_cluster_past_the_scan_bound_keeps_the_free_count_first() -> None:
     # the nodes of test_with_a_target_whole_gpus_go_by_the_measure_before_the_smallest_fit, in
-    # a cluster larger than FRAG_SCAN: the free count first (c), the measure between equals
-    monkeypatch.setattr(placement_nodes, "FRAG_SCAN", 4)
-    state = filled(gpu_node("b", 4), gpu_node("c", 2, cpu="12"))
+    # a cluster larger than scanNodes: the free count first (c), the measure between equals
+    small = FragmentationSettings(scan_nodes=4)
+    state = filled(gpu_node("b", 4), gpu_node("c", 2, cpu="12"), settings=small)
     (d,) = schedule(state, whole("p"))
     assert placed(d)[0] == "c"
 
 
-def test_a_key_group_past_the_scan_bound_is_told_apart_by_each_class_first_node(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_key_group_past_the_scan_bound_is_told_apart_by_each_class_first_node() -> None:
     # a and b are one class (same GPUs, same free mask); with the bound below the group's size
     # only the class's first node, a, is ranked: the cost stays that of ranking classes
-    monkeypatch.setattr(placement_nodes, "FRAG_SCAN", 1)
-    monkeypatch.setattr(placement_nodes, "GROUP_SCAN", 1)
-    state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2))
+    small = FragmentationSettings(scan_nodes=1, group_scan_nodes=1)
+    state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2), settings=small)
     (d,) = schedule(state, whole("p"))
     assert placed(d)[0] == "a"
 
 
 def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count() -> None:
     # FGD's target workload has its cpu-only classes: for them every idle GPU is lost
-    target = Target((((8000, 0, 0), 40), (SHARE_30, 60)))
+    target = Target((((8000, 0, 0), 40), (SHARE_30, 60)), DEFAULTS)
     assert target.frag((64_000, (100, 25))) == 40 * 125 + 60 * 25
     # the profile counts such a pod on a GPU node, not on a node without GPUs
     plain = MakeNode().Name("cpu").NoGPUs().Allocatable({"cpu": "64", "memory": "64Gi"})

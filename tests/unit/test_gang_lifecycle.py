@@ -7,7 +7,6 @@ recovered; an elastic gang's surplus that fits nowhere is parked, not failed."""
 from __future__ import annotations
 
 import msgspec
-import pytest
 
 from scheduler.core.model import names
 from scheduler.core.model.objects import PodGroupInput
@@ -15,17 +14,12 @@ from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, node, quick_retries
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica, node
 
 
 def live() -> Replica:
     clock = ManualClock(0.0)
-    return Replica(Apiserver(), MemoryStore(clock), clock)
+    return Replica(Apiserver(), MemoryStore(clock), clock, tuning=QUICK_RETRIES)
 
 
 def member(name: str, job: str = "job", n: int = 2, gpus: int = 1) -> MakePod:
@@ -82,7 +76,7 @@ async def test_a_waiting_gang_gets_one_gang_timeout_event_per_member_after_its_t
 async def test_a_pod_groups_schedule_timeout_is_used_and_named() -> None:
     r = live()
     await r.elect([node(1)])
-    r.s.state.set_pod_group(
+    r.s.state.inputs.pod_groups.put(
         PodGroupInput(
             group=names.POD_GROUP_API,
             namespace="default",
@@ -177,7 +171,7 @@ async def test_an_elastic_gangs_surplus_that_fits_nowhere_is_parked_not_failed()
     r = live()
     r.s.cycle.gang_wait_timeout = 10.0
     await r.elect([node(2)])
-    r.s.state.set_pod_group(
+    r.s.state.inputs.pod_groups.put(
         PodGroupInput(group=names.POD_GROUP_API, namespace="default", name="pg", min_member=2)
     )
     for name in ("a", "b", "c"):
@@ -203,7 +197,7 @@ async def test_a_new_leader_reports_a_gang_that_fell_below_its_minimum_while_no_
     await r.elect([node(2)])
     await bound_gang(r, "a", "b")
     r.api.delete("default/a")  # while the leader is dead: no one sees it go
-    b = Replica(r.api, r.store, r.clock, holder="b")
+    b = Replica(r.api, r.store, r.clock, holder="b", tuning=QUICK_RETRIES)
     b.s.stale.policy, b.s.stale.grace_s = "evict", 60.0
     r.clock.now += 16
     await b.elect([node(2)], [p for p in r.api.pods.values() if p.node_name])

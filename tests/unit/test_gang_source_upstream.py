@@ -37,7 +37,7 @@ def two_dgx() -> ClusterState:
     state: ClusterState = cluster(
         MakeNode().Name("dgx-a").Links(DGX1_V100), MakeNode().Name("dgx-b").Links(DGX1_V100)
     )
-    state.set_pod_group(upstream_group("job", 3))
+    state.inputs.pod_groups.put(upstream_group("job", 3))
     return state
 
 
@@ -52,7 +52,7 @@ def test_an_upstream_pod_group_alone_gives_the_native_gang() -> None:
 
 def test_its_min_count_is_the_minimum() -> None:
     state = two_dgx()
-    gang = resolve(member("w0"), state.pod_groups)
+    gang = resolve(member("w0"), state.inputs.pod_groups)
     assert gang is not None and gang.minimum == 3
     assert gang.sources == ("schedulingGroup",)
     (waiting,) = schedule(two_dgx(), member("w0"), member("w1"))
@@ -79,7 +79,7 @@ def test_a_source_that_disagrees_with_min_count_is_named_with_it() -> None:
 
 def test_a_min_count_out_of_bounds_names_the_field() -> None:
     state = two_dgx()
-    state.set_pod_group(upstream_group("job", 0))
+    state.inputs.pod_groups.put(upstream_group("job", 0))
     decision = decide(state, Unit(gang_of(member("w0")), (member("w0"),)))
     assert isinstance(decision, Unschedulable)
     assert "PodGroup default/job: spec.schedulingPolicy.gang.minCount 0 must be between" in (
@@ -94,13 +94,13 @@ def test_its_topology_key_joins_the_cross_node_topology_constraints() -> None:
     state = ClusterState(CoreSettings(topology=TopologySettings(levels=levels)))
     for name, value in (("a-0", "r1"), ("b-0", "r2"), ("b-1", "r2")):
         assert state.set_node(MakeNode().Name(name).GPUs(4).Label(rack, value).Obj()) is None
-    state.set_pod_group(upstream_group("job", 2, (rack,)))
+    state.inputs.pod_groups.put(upstream_group("job", 2, (rack,)))
     pods = tuple(member(f"w{i}", pod=MakePod().Name(f"w{i}").Req(4)) for i in range(2))
     decision = decide(state, Unit("default/job", pods))
     assert isinstance(decision, Placed)
     assert {p.node for p in decision.placements} == {"b-0", "b-1"}  # one rack, not a-0
     # A level the hierarchy does not have keeps the gang pending, naming the field.
-    state.set_pod_group(upstream_group("job", 2, ("example.com/nowhere",)))
+    state.inputs.pod_groups.put(upstream_group("job", 2, ("example.com/nowhere",)))
     refused = decide(state, Unit("default/job", pods))
     assert not isinstance(refused, Placed)
     assert "spec.schedulingConstraints.topology[0].key=example.com/nowhere" in refused.reason

@@ -71,8 +71,8 @@ def two_dgx() -> ClusterState:
     state: ClusterState = cluster(
         MakeNode().Name("dgx-a").Links(DGX1_V100), MakeNode().Name("dgx-b").Links(DGX1_V100)
     )
-    state.set_pod_group(pod_group("job", 3))
-    state.set_pod_group(volcano_group("job", 3))
+    state.inputs.pod_groups.put(pod_group("job", 3))
+    state.inputs.pod_groups.put(volcano_group("job", 3))
     return state
 
 
@@ -206,7 +206,7 @@ def test_elastic_gang_places_its_minimum_together_and_leaves_the_surplus_pending
         MakeNode().Name("dgx-a").Links(DGX1_V100),
         running=(MakePod().Name("other").Req(4).Bound("dgx-a", "4,5,6,7"),),
     )
-    state.set_pod_group(pod_group("job", 2))
+    state.inputs.pod_groups.put(pod_group("job", 2))
     (decision,) = schedule(state, *(with_pod_group(f"w{i}", "job") for i in range(3)))
     assert isinstance(decision, Placed)
     assert sorted(placements(decision)) == ["w0", "w1"]  # the smallest, then by name
@@ -220,7 +220,7 @@ def test_elastic_gang_below_its_minimum_places_nothing() -> None:
         MakeNode().Name("dgx-a").Links(DGX1_V100),
         running=(MakePod().Name("other").Req(6).Bound("dgx-a", "2,3,4,5,6,7"),),
     )
-    state.set_pod_group(pod_group("job", 2))
+    state.inputs.pod_groups.put(pod_group("job", 2))
     (decision,) = schedule(state, *(with_pod_group(f"w{i}", "job") for i in range(3)))
     assert isinstance(decision, Unschedulable)
     assert "nor the 2 its minimum needs" in decision.reason
@@ -237,7 +237,7 @@ def test_surplus_member_binds_when_capacity_appears_next_to_its_siblings() -> No
             MakePod().Name("b-two").Req(2).Bound("dgx-b", "6,7"),
         ),
     )
-    state.set_pod_group(pod_group("job", 2))
+    state.inputs.pod_groups.put(pod_group("job", 2))
     (first,) = schedule(state, *(with_pod_group(f"w{i}", "job") for i in range(3)))
     assert isinstance(first, Placed) and first.waiting == ("default/w2",)
     assert {node for node, _ in placements(first).values()} == {"dgx-a"}
@@ -256,7 +256,7 @@ def test_surplus_member_that_fits_nowhere_is_not_a_gang_failure() -> None:
         MakeNode().Name("dgx-a").Links(DGX1_V100),
         running=(MakePod().Name("other").Req(4).Bound("dgx-a", "4,5,6,7"),),
     )
-    state.set_pod_group(pod_group("job", 2))
+    state.inputs.pod_groups.put(pod_group("job", 2))
     schedule(state, *(with_pod_group(f"w{i}", "job") for i in range(2)))
     (decision,) = schedule(state, with_pod_group("w2", "job"))
     assert isinstance(decision, Unschedulable)
@@ -289,7 +289,7 @@ def test_pod_group_timeout_is_the_gangs_own() -> None:
     from scheduler.core.cycle import gang_timeout
 
     state = two_dgx()
-    state.set_pod_group(pod_group("job", 3, timeout=30))
+    state.inputs.pod_groups.put(pod_group("job", 3, timeout=30))
     pod = with_pod_group("w0", "job").Obj()
     assert gang_timeout(state, Unit("default/job", (pod,))) == 30
     assert gang_timeout(state, Unit("default/job", (native("n", "x", 2).Obj(),))) is None

@@ -43,6 +43,7 @@ from scheduler.kube.podgroups import (
     pod_group_status_patch,
 )
 from scheduler.kube.topologies import TOPOLOGY_RESOURCES
+from scheduler.kube.tuning import LIST_PAGE, REQUEST_TIMEOUT_S
 from scheduler.kube.watch import HttpError, Reflector
 
 REPO = Path(__file__).resolve().parents[2]
@@ -378,6 +379,8 @@ def fake_api() -> tuple[KubeApi, Recorder]:
     api = KubeApi.__new__(KubeApi)
     api.core = api.custom = api.extensions = api.policy = recorder
     api.served_versions = {}
+    api.request_timeout_s = REQUEST_TIMEOUT_S
+    api.list_page = LIST_PAGE
     return api, recorder
 
 

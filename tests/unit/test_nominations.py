@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from scheduler.core.cycle import Unit, apply_decision, decide, group_units
 from scheduler.core.model.decisions import Placed, Unschedulable
-from scheduler.core.snapshot.cluster import ClusterState, Nominated
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.nominations import Nominated
 from tests.builders import MakeNode, MakePod, cluster
 from tests.topologies import DGX1_V100, PCIE8
 

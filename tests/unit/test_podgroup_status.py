@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import pytest
 
+from scheduler.config.tuning import Tuning
 from scheduler.core.cycle import Unit, decide
 from scheduler.core.model import names
 from scheduler.core.model.decisions import Placed
 from scheduler.core.model.objects import PodGroupInput, PodInput
+from scheduler.core.snapshot import watched
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.kube.podgroups import (
     POD_GROUPS,
@@ -29,12 +32,10 @@ from scheduler.kube.podgroups import (
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import PodBook
 from scheduler.service.podgroups import (
-    CRD_CHECK_S,
-    CRD_RETRY_S,
-    PATCHES_IN_FLIGHT,
     Counts,
     CrdWatches,
     Desired,
+    Patch,
     PodGroupStatuses,
     count_members,
     phase_of,
@@ -43,7 +44,10 @@ from scheduler.service.podgroups import (
 )
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.tasks import Tasks
+from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
+from tests.clock import ManualClock
+from tests.lifecycle import Apiserver, Replica
 
 PLUGINS = names.POD_GROUP_API
 P = PodGroupPhase
@@ -100,12 +104,33 @@ class Patches:
             self.in_flight -= 1
 
 
+TUNING = Tuning()
+PATCHES_IN_FLIGHT = TUNING.pod_group_patches_in_flight
+CRD_CHECK_S, CRD_RETRY_S = TUNING.crd_check_seconds, TUNING.crd_retry_seconds
+CRD_TIMES = (CRD_CHECK_S, CRD_RETRY_S)
+
+
+def statuses(
+    patch: Patch, leading: Callable[[], bool], assumed: Callable[[], list[PodInput]], *args: Any
+) -> PodGroupStatuses:
+    """A status writer at the default pace (run.tuning)."""
+    return PodGroupStatuses(
+        patch,
+        leading,
+        assumed,
+        *args,
+        patches_in_flight=PATCHES_IN_FLIGHT,
+        pass_interval_s=TUNING.pod_group_pass_seconds,
+        idle_pass_s=TUNING.pod_group_idle_seconds,
+    )
+
+
 class Writer:
     def __init__(self) -> None:
         self.api = Patches()
         self.leading = True
         self.assumed: list[PodInput] = []
-        self.s = PodGroupStatuses(self.api, lambda: self.leading, lambda: self.assumed)
+        self.s = statuses(self.api, lambda: self.leading, lambda: self.assumed)
 
     async def one_pass(self) -> list[tuple[str, str, str, int, int]]:
         before = len(self.api.calls)
@@ -115,6 +140,16 @@ class Writer:
     def seen(self, g: PodGroupInput, phase: str = "", scheduled: int = 0, running: int = 0) -> None:
         """The PodGroup watch shows the group with this status (ours, say)."""
         self.s.group_set(g, ObservedStatus(phase, scheduled, running))
+
+
+def relisted(w: Writer, pods: list[PodInput]) -> None:
+    """A bound re-list, as the pod book tells the statuses: each pod listed is seen (effect
+    group-count of bound-seen), each member it lacks is missing (group-drop of bound-missing)."""
+    for pod in pods:
+        w.s.member_seen(pod)
+    tracked = {key for members in w.s.members.values() for key in members}
+    for key in sorted(tracked - {p.key for p in pods}):
+        w.s.member_missing(key)
 
 
 # ---- the computation --------------------------------------------------------------------------
@@ -158,16 +193,16 @@ async def test_status_is_written_as_members_are_placed_then_run() -> None:
     assert await w.one_pass() == [("default", "job", "Pending", 0, 0)]
     w.seen(g, "Pending")  # the watch shows our write
     assert await w.one_pass() == []
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == [("default", "job", "Pending", 1, 0)]
     w.seen(g, "Pending", 1)
-    w.s.pod_event("MODIFIED", member("a"))  # no change for a: nothing to do
+    w.s.member_seen(member("a"))  # no change for a: nothing to do
     assert await w.one_pass() == []
-    w.s.pod_event("ADDED", member("b"))  # b's Binding is seen by the bound watch
+    w.s.member_seen(member("b"))  # b's Binding is seen by the bound watch
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 0)]
     w.seen(g, "Scheduled", 2)
-    w.s.pod_event("MODIFIED", member("a", phase="Running"))
-    w.s.pod_event("MODIFIED", member("b", phase="Running"))
+    w.s.member_seen(member("a", phase="Running"))
+    w.s.member_seen(member("b", phase="Running"))
     assert await w.one_pass() == [("default", "job", "Running", 2, 2)]
 
 
@@ -175,7 +210,7 @@ async def test_assumed_members_count_as_scheduled() -> None:
     w = Writer()
     g = group()
     w.seen(g, "Pending")
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     w.assumed = [MakePod().Name("b").Label(names.POD_GROUP_LABEL, "job").Obj()]
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 0)]
 
@@ -185,15 +220,15 @@ async def test_only_on_change_also_when_the_crd_prunes_a_field() -> None:
     g = group()
     w.seen(g, "Pending")
     for name in ("a", "b"):
-        w.s.pod_event("ADDED", member(name))
+        w.s.member_seen(member(name))
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 0)]
     # scheduler-plugins' own CRD has no status.scheduled (dropped in its PR 574): the object
     # shows our phase without it. That is no reason to write the same again.
     w.seen(g, "Scheduled", 0)
-    w.s.pod_event("MODIFIED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == []
     # Until something really changes.
-    w.s.pod_event("MODIFIED", member("a", phase="Running"))
+    w.s.member_seen(member("a", phase="Running"))
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 1)]
 
 
@@ -201,7 +236,7 @@ async def test_the_status_read_is_not_written_again() -> None:
     w = Writer()
     g = group()
     for name in ("a", "b"):
-        w.s.pod_event("ADDED", member(name, phase="Running"))
+        w.s.member_seen(member(name, phase="Running"))
     w.seen(g, "Running", 2, 2)  # a new leader finds it as it should be
     assert await w.one_pass() == []
 
@@ -210,7 +245,7 @@ async def test_only_the_leader_writes_and_a_standby_writes_once_elected() -> Non
     w = Writer()
     w.leading = False
     w.seen(group())
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == []
     assert w.s.dirty == {f"{PLUGINS}/default/job"}  # kept for when it leads
     w.leading = True
@@ -251,11 +286,11 @@ async def test_a_status_another_controller_writes_is_left_alone_for_good() -> No
     # scheduler-plugins' controller moved it to Scheduling (a phase topo-scheduler never writes).
     w.s.group_set(g, observed_status(obj({"phase": "Scheduling"})))
     for name in ("a", "b"):
-        w.s.pod_event("ADDED", member(name, phase="Running"))
+        w.s.member_seen(member(name, phase="Running"))
     assert await w.one_pass() == []
     # Later it says Running with counts that look like ours: still its status.
     w.s.group_set(g, observed_status(obj({"phase": "Running", "running": 2})))
-    w.s.pod_event("MODIFIED", member("a", phase="Pending"))
+    w.s.member_seen(member("a", phase="Pending"))
     assert await w.one_pass() == []
     # Recreated under the same name (a new UID) with an empty status: ours again.
     w.seen(group(uid="uid-2"))
@@ -307,7 +342,7 @@ async def test_volcano_pod_groups_are_never_written() -> None:
     )
     assert volcano.status_foreign
     w.s.group_set(volcano, ObservedStatus())
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == []
     assert w.s.sizes()["groups"] == 0
 
@@ -315,7 +350,7 @@ async def test_volcano_pod_groups_are_never_written() -> None:
 async def test_a_finished_group_is_not_written_again() -> None:
     w = Writer()
     w.seen(group(), "Finished")
-    w.s.pod_event("ADDED", member("a", phase="Running"))
+    w.s.member_seen(member("a", phase="Running"))
     assert await w.one_pass() == []
 
 
@@ -323,7 +358,7 @@ async def test_a_finished_group_is_not_written_again() -> None:
 async def test_an_unusable_group_is_not_written(minimum: int) -> None:
     w = Writer()
     w.seen(group(minimum=minimum))
-    w.s.pod_event("ADDED", member("a"))
+    w.s.member_seen(member("a"))
     assert await w.one_pass() == []
 
 
@@ -335,13 +370,13 @@ async def test_finished_members_count_while_their_group_lives_and_leave_with_it(
     g = group()
     w.seen(g, "Running", 2, 2)
     for name in ("a", "b"):
-        w.s.pod_event("ADDED", member(name, phase="Running"))
+        w.s.member_seen(member(name, phase="Running"))
     # Both succeed: they leave the bound watch (its selector drops finished pods) as DELETED.
     for name in ("a", "b"):
-        w.s.pod_event("DELETED", member(name, phase="Succeeded"))
+        w.s.member_ended(member(name, phase="Succeeded"))
     assert await w.one_pass() == [("default", "job", "Finished", 2, 0)]
     # A bound re-list does not show finished pods: they still count.
-    w.s.pods_replaced([])
+    relisted(w, [])
     assert w.s.sizes()["members"] == 2
     w.s.group_removed(g.key)
     assert w.s.sizes() == {
@@ -349,13 +384,37 @@ async def test_finished_members_count_while_their_group_lives_and_leave_with_it(
     }  # fmt: skip
 
 
+async def test_the_members_follow_the_pod_books_transitions() -> None:
+    """No tracker of its own: the book's bound-watch events count a member (group-count) and
+    drop it (group-drop), a re-list included, and news older than the book's is no news."""
+    clock = ManualClock(0.0)
+    r = Replica(Apiserver(), MemoryStore(clock), clock)
+    g = group()
+    r.s.statuses.group_set(g, ObservedStatus("Pending"))
+    a = r.api.create(member("a"))
+    r.s.intake.bound_event("ADDED", a)
+    assert r.s.statuses.members == {g.key: {"default/a": "Pending"}}
+    running = r.api.stamp(msgspec.structs.replace(a, phase="Running"))
+    r.s.intake.bound_event("MODIFIED", running)
+    r.s.intake.bound_event("MODIFIED", a)  # older than what the book knows: dropped
+    assert r.s.statuses.members == {g.key: {"default/a": "Running"}}
+    r.s.intake.replace_bound([], r.api.version)  # a re-list that lacks it: gone
+    assert r.s.statuses.members == {}
+    b = r.api.create(member("b", phase="Running"))
+    r.s.intake.bound_event("ADDED", b)
+    finished = r.api.stamp(msgspec.structs.replace(b, phase="Succeeded"))
+    r.s.intake.bound_event("DELETED", finished)  # finished: counted while its group lives
+    assert r.s.statuses.members == {g.key: {"default/b": "Succeeded"}}
+    await r.settle()
+
+
 async def test_a_long_lived_group_keeps_at_most_its_minimum_of_finished_members() -> None:
     w = Writer()
     g = group()  # minMember 2
     w.seen(g, "Running", 2, 2)
     for i in range(50):  # members come, run and fail one after the other (a restarting job)
-        w.s.pod_event("ADDED", member(f"m{i}", phase="Running"))
-        w.s.pod_event("DELETED", member(f"m{i}", phase="Failed"))
+        w.s.member_seen(member(f"m{i}", phase="Running"))
+        w.s.member_ended(member(f"m{i}", phase="Failed"))
     assert w.s.sizes()["members"] == 2 and w.s.sizes()["member_of"] == 2
     assert sorted(w.s.members[g.key]) == ["default/m48", "default/m49"]  # the latest
 
@@ -364,20 +423,20 @@ async def test_deleted_members_and_relists() -> None:
     w = Writer()
     g = group()
     w.seen(g, "Pending")
-    w.s.pods_replaced([member("a"), member("b"), member("x", pg="other")])
+    relisted(w, [member("a"), member("b"), member("x", pg="other")])
     assert await w.one_pass() == [("default", "job", "Scheduled", 2, 0)]
     w.seen(g, "Scheduled", 2)
-    w.s.pod_event("DELETED", member("b"))  # deleted while pending on its node
+    w.s.member_ended(member("b"))  # deleted while pending on its node
     assert await w.one_pass() == [("default", "job", "Pending", 1, 0)]
     w.seen(g, "Pending", 1)
-    w.s.pods_replaced([])  # a re-list without a: gone
+    relisted(w, [])  # a re-list without a: gone
     assert await w.one_pass() == [("default", "job", "Pending", 0, 0)]
     # A pod whose label moves to another group leaves the first.
-    w.s.pod_event("ADDED", member("c"))
-    w.s.pod_event("MODIFIED", member("c", pg="other"))
+    w.s.member_seen(member("c"))
+    w.s.member_seen(member("c", pg="other"))
     assert w.s.members.get(g.key) is None
     # Members of a group that does not exist are tracked (it may come), and finished ones not.
-    w.s.pod_event("DELETED", member("d", pg="nowhere", phase="Failed"))
+    w.s.member_ended(member("d", pg="nowhere", phase="Failed"))
     assert f"{PLUGINS}/default/nowhere" not in w.s.members
 
 
@@ -412,13 +471,13 @@ def test_an_unusable_pod_group_keeps_its_pods_pending(spec: dict[str, Any], reas
     state.set_node(MakeNode().Name("n1").GPUs(8).Obj())
     g = snapshot_group(obj(spec=spec))
     assert g.key == f"{PLUGINS}/default/job" and g.uid == "uid-1"
-    state.set_pod_group(g)
+    state.inputs.pod_groups.put(g)
     pods = [MakePod().Name(n).Req(1).Label(names.POD_GROUP_LABEL, "job").Obj() for n in ("a", "b")]
     decision = decide_gang(state, *pods)
     assert not isinstance(decision, Placed)
     assert f"PodGroup default/job: {reason}" in decision.reason
     # The same group, usable: placed.
-    state.set_pod_group(snapshot_group(obj(spec={"minMember": 2})))
+    state.inputs.pod_groups.put(snapshot_group(obj(spec={"minMember": 2})))
     assert isinstance(decide_gang(state, *pods), Placed)
 
 
@@ -442,6 +501,7 @@ class IntakeHarness:
             return self.needed.get(kind, True)
 
         harness = self
+        tuning = Tuning()
 
         class Queue(SchedulingQueue):
             def on_cluster_event(self) -> int:
@@ -458,7 +518,12 @@ class IntakeHarness:
             PodBook(),
             NoEffects(),  # type: ignore[arg-type]
             lambda name: None,
-            Queue(lambda: 0.0),
+            Queue(
+                lambda: 0.0,
+                initial_backoff_s=tuning.pod_initial_backoff_seconds,
+                max_backoff_s=tuning.pod_max_backoff_seconds,
+                max_unschedulable_s=tuning.pod_max_unschedulable_seconds,
+            ),
             Tasks(),
             watch_needed,
         )
@@ -467,26 +532,26 @@ class IntakeHarness:
 def test_pod_group_events_set_the_snapshot_and_wake_waiting_pods() -> None:
     h = IntakeHarness()
     g = group()
-    h.intake.pod_group_event("ADDED", g)
-    assert h.state.pod_groups == {g.key: g} and h.wakes == 1
-    h.intake.pod_group_event("MODIFIED", g)  # a status change: nothing the core reads
+    h.intake.event(watched.POD_GROUPS, "ADDED", g)
+    assert h.state.inputs.pod_groups == {g.key: g} and h.wakes == 1
+    h.intake.event(watched.POD_GROUPS, "MODIFIED", g)  # a status change: nothing the core reads
     assert h.wakes == 1
     bigger = msgspec.structs.replace(g, min_member=3)
-    h.intake.pod_group_event("MODIFIED", bigger)
-    assert h.state.pod_groups[g.key].min_member == 3 and h.wakes == 2
-    h.intake.pod_group_event("DELETED", bigger)
-    assert h.state.pod_groups == {} and h.wakes == 3
+    h.intake.event(watched.POD_GROUPS, "MODIFIED", bigger)
+    assert h.state.inputs.pod_groups[g.key].min_member == 3 and h.wakes == 2
+    h.intake.event(watched.POD_GROUPS, "DELETED", bigger)
+    assert h.state.inputs.pod_groups == {} and h.wakes == 3
 
 
 def test_a_relist_replaces_one_api_groups_pod_groups() -> None:
     h = IntakeHarness()
     volcano = PodGroupInput(names.VOLCANO_POD_GROUP_API, "default", "v", 2)
-    h.intake.replace_pod_groups(names.VOLCANO_POD_GROUP_API, [volcano])
-    h.intake.replace_pod_groups(PLUGINS, [group("a"), group("b")])
-    h.intake.replace_pod_groups(PLUGINS, [group("b")])
-    assert set(h.state.pod_groups) == {volcano.key, f"{PLUGINS}/default/b"}
-    h.intake.replace_pod_groups(PLUGINS, [])  # its CRD went away
-    assert set(h.state.pod_groups) == {volcano.key}
+    h.intake.replace(watched.POD_GROUPS, [volcano], names.VOLCANO_POD_GROUP_API)
+    h.intake.replace(watched.POD_GROUPS, [group("a"), group("b")], PLUGINS)
+    h.intake.replace(watched.POD_GROUPS, [group("b")], PLUGINS)
+    assert set(h.state.inputs.pod_groups) == {volcano.key, f"{PLUGINS}/default/b"}
+    h.intake.replace(watched.POD_GROUPS, [], PLUGINS)  # its CRD went away
+    assert set(h.state.inputs.pod_groups) == {volcano.key}
     assert h.wakes == 4  # every LIST wakes the pods that waited for it
 
 
@@ -536,7 +601,7 @@ async def test_watches_start_with_their_crd_and_stop_when_it_goes() -> None:
         return make
 
     kinds = [POD_GROUPS.name, VOLCANO_POD_GROUPS.name]
-    crds = CrdWatches(established, {k: maker(k) for k in kinds}, cleared.append)
+    crds = CrdWatches(established, {k: maker(k) for k in kinds}, cleared.append, *CRD_TIMES)
     await crds.check()
     await asyncio.sleep(0)  # the watch task starts
     assert [r.name for r in made] == [POD_GROUPS.name]
@@ -572,7 +637,7 @@ async def test_a_crd_that_cannot_be_read_changes_nothing() -> None:
         made.append(FakeReflector(POD_GROUPS.name))
         return made[-1]
 
-    crds = CrdWatches(established, {POD_GROUPS.name: make}, lambda name: None)
+    crds = CrdWatches(established, {POD_GROUPS.name: make}, lambda name: None, *CRD_TIMES)
     assert await crds.check()
     await asyncio.sleep(0)
     assert not await crds.check()  # the GET fails: the watch keeps running
@@ -596,10 +661,10 @@ async def test_a_failed_crd_read_is_retried_sooner() -> None:
         raise ConnectionError("apiserver unavailable")
 
     make = {POD_GROUPS.name: lambda: FakeReflector("x")}
-    crds = CrdWatches(established, make, lambda name: None, sleep=nap)
+    crds = CrdWatches(established, make, lambda name: None, *CRD_TIMES, sleep=nap)
     with pytest.raises(asyncio.CancelledError):
         await crds.run(ok=False)
-    assert naps == [CRD_RETRY_S, CRD_RETRY_S, CRD_CHECK_S]
+    assert naps == [CRD_RETRY_S, CRD_RETRY_S, CRD_CHECK_S]  # 5, 5, 60 by default
 
 
 def test_desired_is_plain_data() -> None:
@@ -617,7 +682,7 @@ async def test_the_upstream_condition_is_written_once_when_the_minimum_is_schedu
         return Write.DONE
 
     w = Writer()
-    w.s = PodGroupStatuses(w.api, lambda: w.leading, lambda: w.assumed, mark)
+    w.s = statuses(w.api, lambda: w.leading, lambda: w.assumed, mark)
     upstream = PodGroupInput(names.UPSTREAM_POD_GROUP_API, "default", "job", 2, uid="u1")
     w.s.group_set(upstream, ObservedStatus())
 
@@ -625,20 +690,20 @@ async def test_the_upstream_condition_is_written_once_when_the_minimum_is_schedu
         pod = msgspec.structs.replace(member(name), labels={})
         return msgspec.structs.replace(pod, scheduling_group="job")
 
-    w.s.pod_event("ADDED", in_group("a"))
+    w.s.member_seen(in_group("a"))
     assert await w.one_pass() == [] and marked == []  # 1 of 2: nothing to say yet
-    w.s.pod_event("ADDED", in_group("b"))
+    w.s.member_seen(in_group("b"))
     await w.one_pass()
     assert marked == [("default", "job", "2 pods scheduled by topo-scheduler (minCount 2)")]
     assert w.api.calls == []  # no scheduler-plugins phase on an upstream group
-    w.s.pod_event("MODIFIED", msgspec.structs.replace(in_group("a"), phase="Running"))
+    w.s.member_seen(msgspec.structs.replace(in_group("a"), phase="Running"))
     await w.one_pass()
     assert len(marked) == 1  # terminal: written once
     # A group whose condition someone already set True is left alone.
     w.s.group_set(
         msgspec.structs.replace(upstream, uid="u2"), ObservedStatus(initially_scheduled=True)
     )
-    w.s.pod_event("ADDED", in_group("c"))
+    w.s.member_seen(in_group("c"))
     await w.one_pass()
     assert len(marked) == 1
 

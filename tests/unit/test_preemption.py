@@ -18,6 +18,7 @@ from scheduler.core.model.decisions import Placed, Placement, Share, Unschedulab
 from scheduler.core.model.objects import PodGroupInput, PodInput
 from scheduler.core.preemption import candidates
 from scheduler.core.preemption.preempt import NoPreemption, Preemption, preempt
+from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
 from tests.builders import MakeNode, MakePod, cluster
 from tests.topologies import DGX1_V100, PCIE8
@@ -122,7 +123,7 @@ def test_a_16_gpu_preemptor_on_an_8_gpu_cluster_evicts_nothing_and_says_why() ->
 
 
 def elastic_gang(state: ClusterState, minimum: int) -> None:
-    state.set_pod_group(
+    state.inputs.pod_groups.put(
         PodGroupInput(group=names.POD_GROUP_API, namespace="default", name="el", min_member=minimum)
     )
     for i, devices in enumerate(["0,3", "1,2", "4,7", "5,6"]):
@@ -499,7 +500,7 @@ def test_on_many_equal_nodes_the_search_stops_after_its_bound(
     assert isinstance(result, Preemption) and len(result.victims) == 4
     # 300 candidates that tie on every key: max(100, 10%) of them are tried, one decide each
     # (the GPU counts refuse every shorter prefix without deciding).
-    assert calls[0] == candidates.MIN_NODES_TRIED
+    assert calls[0] == CoreSettings().preemption.min_candidate_nodes
 
 
 def test_the_lower_bound_skips_nodes_that_cannot_beat_the_best(

@@ -10,24 +10,18 @@ import asyncio
 from typing import Any
 
 import msgspec
-import pytest
 
 from scheduler.service import preemption as preemption_module
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, node, quick_retries
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica, node
 
 
 def live() -> Replica:
     clock = ManualClock(0.0)
-    return Replica(Apiserver(), MemoryStore(clock), clock)
+    return Replica(Apiserver(), MemoryStore(clock), clock, tuning=QUICK_RETRIES)
 
 
 async def later(r: Replica, seconds: float) -> None:
@@ -134,7 +128,7 @@ async def test_a_new_leader_keeps_the_gpus_held_for_the_preemptor() -> None:
     for name in ("low-0", "low-1"):
         await leaves(r, f"default/{name}")
     # The leader dies before the preemptor binds; a second replica takes the lease over.
-    b = Replica(r.api, r.store, r.clock, holder="b")
+    b = Replica(r.api, r.store, r.clock, holder="b", tuning=QUICK_RETRIES)
     r.clock.now += 16  # a's lease lapses
     pending = [p for p in r.api.pods.values() if not p.node_name]
     for pod in pending:
@@ -245,7 +239,7 @@ async def test_a_new_leader_evicts_again_when_the_old_one_died_before_evicting()
     await asyncio.gather(*r.s.tasks.running, return_exceptions=True)
     assert r.api.evictions == []
     assert await r.store.nominations(0)  # the nomination was written first
-    b = Replica(r.api, r.store, r.clock, holder="b")
+    b = Replica(r.api, r.store, r.clock, holder="b", tuning=QUICK_RETRIES)
     r.clock.now += 16
     b.s.intake.pending_event("ADDED", r.api.pods["default/big"])
     await b.elect([node(8)], [p for p in r.api.pods.values() if p.node_name])
@@ -345,7 +339,7 @@ async def test_a_preemptor_that_leaves_while_its_nomination_is_written_evicts_no
     clock = ManualClock(0.0)
     store = SlowNominations(clock)
     store.gate = asyncio.Event()
-    r = Replica(Apiserver(), store, clock)
+    r = Replica(Apiserver(), store, clock, tuning=QUICK_RETRIES)
     await with_low_gang_bound(r)
     big = r.pending(MakePod().Name("big").Req(8).Priority(1000).Obj())
     step = asyncio.create_task(r.step())

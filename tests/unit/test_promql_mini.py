@@ -1,5 +1,5 @@
-"""benchmarks/promql.py, which draws the README's dashboard picture from recorded scrapes: the
-figures it gives for the dashboard's query forms, computed here by hand."""
+"""benchmarks/promql.py, which draws docs/operations.md's dashboard picture from recorded scrapes:
+the figures it gives for the dashboard's query forms, computed here by hand."""
 
 from __future__ import annotations
 

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from scheduler.service.queue import (
-    INITIAL_BACKOFF_S,
-    MAX_BACKOFF_S,
-    UNSCHEDULABLE_MAX_WAIT_S,
-    SchedulingQueue,
-)
+from scheduler.config.tuning import Tuning
+from scheduler.service.queue import SchedulingQueue
 from tests.clock import ManualClock
+
+DEFAULTS = Tuning()
+MAX_WAIT_S = DEFAULTS.pod_max_unschedulable_seconds
+
+
+def queue(clock: ManualClock) -> SchedulingQueue:
+    """A queue with the default backoffs (run.tuning)."""
+    return SchedulingQueue(
+        clock,
+        initial_backoff_s=DEFAULTS.pod_initial_backoff_seconds,
+        max_backoff_s=DEFAULTS.pod_max_backoff_seconds,
+        max_unschedulable_s=MAX_WAIT_S,
+    )
 
 
 def test_fifo_and_no_duplicates() -> None:
-    q = SchedulingQueue(ManualClock(100.0))
+    q = queue(ManualClock(100.0))
     for key in ("a", "b", "a", "c"):
         q.add(key)
     assert [q.pop(), q.pop(), q.pop(), q.pop()] == ["a", "b", "c", None]
@@ -20,7 +29,7 @@ def test_fifo_and_no_duplicates() -> None:
 
 def test_backoff_doubles_up_to_the_maximum() -> None:
     clock = ManualClock(100.0)
-    q = SchedulingQueue(clock)
+    q = queue(clock)
     q.add("p")
     delays = []
     for _ in range(6):
@@ -29,48 +38,48 @@ def test_backoff_doubles_up_to_the_maximum() -> None:
         assert q.pop() is None  # still backing off
         clock.now += delays[-1]
     assert delays == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
-    assert INITIAL_BACKOFF_S == 1.0 and MAX_BACKOFF_S == 10.0
+    assert DEFAULTS.pod_initial_backoff_seconds == 1.0 and DEFAULTS.pod_max_backoff_seconds == 10.0
     assert q.pop() == "p"
 
 
 def test_unschedulable_waits_for_an_event_or_five_minutes() -> None:
     clock = ManualClock(100.0)
-    q = SchedulingQueue(clock)
+    q = queue(clock)
     q.add("p")
     assert q.pop() == "p"
     q.unschedulable("p")
     clock.now += 60
     assert q.pop() is None
     assert q.counts() == {"active": 0, "backoff": 0, "unschedulable": 1}
-    assert q.next_wakeup() == 100.0 + UNSCHEDULABLE_MAX_WAIT_S
-    clock.now = 100.0 + UNSCHEDULABLE_MAX_WAIT_S
+    assert q.next_wakeup() == 100.0 + MAX_WAIT_S
+    clock.now = 100.0 + MAX_WAIT_S
     assert q.pop() == "p"
 
 
 def test_unschedulable_with_a_sooner_deadline_is_retried_then() -> None:
     clock = ManualClock(100.0)
-    q = SchedulingQueue(clock)
+    q = queue(clock)
     q.add("member")
     q.add("late")
     assert [q.pop(), q.pop()] == ["member", "late"]
     q.unschedulable("member", retry_by=130.0)  # a gang's wait timeout runs out at 130
-    q.unschedulable("late", retry_by=100.0 + 2 * UNSCHEDULABLE_MAX_WAIT_S)  # capped
+    q.unschedulable("late", retry_by=100.0 + 2 * MAX_WAIT_S)  # capped
     assert q.next_wakeup() == 130.0
     clock.now = 129.0
     assert q.pop() is None
     clock.now = 130.0
     assert q.pop() == "member"
-    assert q.next_wakeup() == 100.0 + UNSCHEDULABLE_MAX_WAIT_S
+    assert q.next_wakeup() == 100.0 + MAX_WAIT_S
 
 
 def test_cluster_event_moves_unschedulable_pods_respecting_backoff() -> None:
     clock = ManualClock(100.0)
-    q = SchedulingQueue(clock)
+    q = queue(clock)
     q.add("often")
     for _ in range(3):
         assert q.pop() == "often"
         q.unschedulable("often")
-        clock.now += UNSCHEDULABLE_MAX_WAIT_S
+        clock.now += MAX_WAIT_S
     assert q.pop() == "often"
     q.unschedulable("often")  # the fourth failed attempt: its backoff is now 8 s
     q.add("once")
@@ -89,7 +98,7 @@ def test_cluster_event_moves_unschedulable_pods_respecting_backoff() -> None:
 
 def test_delete_and_take_remove_a_pod_wherever_it_waits() -> None:
     clock = ManualClock(100.0)
-    q = SchedulingQueue(clock)
+    q = queue(clock)
     q.add("a")
     q.add("b")
     q.delete("a")
@@ -106,7 +115,7 @@ def test_delete_and_take_remove_a_pod_wherever_it_waits() -> None:
 
 def test_a_pod_whose_bind_failed_keeps_its_priority() -> None:
     clock = ManualClock()
-    q = SchedulingQueue(clock)
+    q = queue(clock)
     q.add("high", 100, "2026-01-01T00:00:00Z")
     q.add("low", 0, "2026-01-01T00:00:00Z")
     assert q.pop() == "high"
@@ -118,7 +127,7 @@ def test_a_pod_whose_bind_failed_keeps_its_priority() -> None:
 
 
 def test_activate_skips_the_backoff_of_a_queued_pod_only() -> None:
-    q = SchedulingQueue(ManualClock(100.0))
+    q = queue(ManualClock(100.0))
     q.add("p")
     assert q.pop() == "p"
     q.backoff("p")

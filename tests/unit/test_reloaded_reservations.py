@@ -9,7 +9,7 @@ import msgspec
 from scheduler.core.cycle import Unit, decide
 from scheduler.core.model.decisions import Placed, Unschedulable
 from scheduler.core.settings import CoreSettings
-from scheduler.core.snapshot.cluster import holding_of
+from scheduler.core.snapshot.holdings import holding_of
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import Scheduler

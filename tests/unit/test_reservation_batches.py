@@ -8,20 +8,13 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-import pytest
 
-from scheduler.service import cycle as cycle_module
 from scheduler.service.podbook import Stage
 from scheduler.state.base import Claim, Fenced
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, node, quick_retries
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica, node
 
 
 class GatedStore(MemoryStore):
@@ -45,10 +38,11 @@ class GatedStore(MemoryStore):
         return await super().reserve_each(holder, epoch, units)
 
 
-def live() -> tuple[Replica, GatedStore]:
+def live(batch_pods: int = QUICK_RETRIES.batch_pods) -> tuple[Replica, GatedStore]:
     clock = ManualClock(0.0)
     store = GatedStore(clock)
-    return Replica(Apiserver(), store, clock), store
+    tuning = msgspec.structs.replace(QUICK_RETRIES, batch_pods=batch_pods)
+    return Replica(Apiserver(), store, clock, tuning=tuning), store
 
 
 async def batch(r: Replica) -> None:
@@ -58,11 +52,8 @@ async def batch(r: Replica) -> None:
     await r.s.cycle.schedule(key, r.s.queue.pop)
 
 
-async def test_a_backlog_is_reserved_in_one_store_call_per_batch(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(cycle_module, "BATCH_PODS", 2)
-    r, store = live()
+async def test_a_backlog_is_reserved_in_one_store_call_per_batch() -> None:
+    r, store = live(batch_pods=2)
     await r.elect([node(4)])
     for name in ("a", "b", "c"):
         r.pending(MakePod().Name(name).Req(1).Obj())

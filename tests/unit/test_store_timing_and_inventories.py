@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from scheduler.config.tuning import Tuning
 from scheduler.core.model.names import GPUS_ANNOTATION
 from scheduler.core.model.objects import NodeInput
+from scheduler.core.resources.gpusets import Topologies
 from scheduler.core.resources.inventory import Inventory, inventory_json, read_inventory
 from scheduler.service.inventories import NodeInventories
 from scheduler.service.leader import Leadership, LeaseTiming
@@ -33,6 +35,10 @@ def count(metrics: Metrics, operation: str) -> float:
     return value or 0.0
 
 
+# The tests' inventories are read as one snapshot reads them: the same matrix, one Topology.
+TOPOLOGIES = Topologies()
+
+
 def inventory(name: str, gpus: int, unhealthy: tuple[int, ...] = ()) -> Inventory:
     annotation = {
         "vendor": "nvidia",
@@ -45,7 +51,8 @@ def inventory(name: str, gpus: int, unhealthy: tuple[int, ...] = ()) -> Inventor
             [0 if i == j else 100 - 10 * abs(i - j) for j in range(gpus)] for i in range(gpus)
         ],
     }
-    found = read_inventory(NodeInput(name, annotations={GPUS_ANNOTATION: json.dumps(annotation)}))
+    annotated = NodeInput(name, annotations={GPUS_ANNOTATION: json.dumps(annotation)})
+    found = read_inventory(annotated, TOPOLOGIES)
     assert found is not None
     return found
 
@@ -110,7 +117,7 @@ def test_the_stored_inventory_is_a_valid_gpus_annotation() -> None:
         "sgpuPerCard": 0,
         "source": GPUS_ANNOTATION,
     }
-    again = read_inventory(NodeInput("n", annotations={GPUS_ANNOTATION: stored}))
+    again = read_inventory(NodeInput("n", annotations={GPUS_ANNOTATION: stored}), TOPOLOGIES)
     assert again == inv
 
 
@@ -133,6 +140,7 @@ class Harness:
             lambda: self.writing and self.leadership.leading,
             self.spawn,
             self.failed,
+            Tuning().inventory_flush_seconds,
         )
 
     def read(self) -> dict[str, Inventory | None]:

@@ -13,22 +13,16 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-import pytest
 
 from scheduler.core.model.objects import PodInput
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import Apiserver, Replica, quick_retries
+from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica
 
 PODS = 2_000
 BATCH = 25
 NODES = [MakeNode().Name(f"n{i}").GPUs(8).Obj() for i in range(4)]
-
-
-@pytest.fixture(autouse=True)
-def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    quick_retries(monkeypatch)
 
 
 def make(i: int, api: Apiserver) -> PodInput:
@@ -55,8 +49,8 @@ async def test_per_pod_structures_are_back_to_their_sizes_after_2000_pods() -> N
     clock = ManualClock(0.0)
     api = Apiserver()
     store = MemoryStore(clock)
-    leader = Replica(api, store, clock, "leader")
-    standby = Replica(api, store, clock, "standby")
+    leader = Replica(api, store, clock, "leader", tuning=QUICK_RETRIES)
+    standby = Replica(api, store, clock, "standby", tuning=QUICK_RETRIES)
     both = (leader, standby)
     standby.s.intake.replace_nodes(NODES)
     standby.s.intake.replace_bound([])
@@ -117,8 +111,8 @@ async def test_per_pod_structures_are_back_to_their_sizes_after_2000_pods() -> N
     assert [await store.owners(n.name) for n in NODES] == [{}] * len(NODES)
     assert await store.gangs() == {}
     # The fake apiserver too holds nothing of them once it forgets its logs for tests to read:
-    # a log it keeps and does not forget grows the soak's memory (2 MB per 10,000 pods, README
-    # bench-soak), which would pass for the scheduler's.
+    # a log it keeps and does not forget grows the soak's memory (2 MB per 10,000 pods,
+    # docs/benchmarks.md, bench-soak), which would pass for the scheduler's.
     api.forget()
     kept = {k: len(v) for k, v in vars(api).items() if isinstance(v, list | dict | set) and v}
     assert kept == {}

@@ -175,7 +175,7 @@ def test_kai_topology_levels_by_alias_and_waiting_for_the_topology() -> None:
     d = decide(state, gang_unit(*pods))
     assert isinstance(d, Waiting)
     assert "waiting for KAI Topology gb200" in d.reason
-    state.set_topology(
+    state.inputs.topologies.put(
         TopologyInput("KAI", "gb200", (TopologyLevel(BLOCK), TopologyLevel(RACK, "rack-alias")))
     )
     assert set(placed_nodes(decide(state, gang_unit(*pods))).values()) == {"b1-r2-0", "b1-r2-1"}
@@ -183,7 +183,7 @@ def test_kai_topology_levels_by_alias_and_waiting_for_the_topology() -> None:
 
 def test_volcano_hard_tier_one_is_the_narrowest_level_above_hostname() -> None:
     state = topo_cluster({("b1", "r1"): 1, ("b1", "r2"): 2}, levels=LEVELS)
-    state.set_pod_group(
+    state.inputs.pod_groups.put(
         PodGroupInput(
             "scheduling.volcano.sh",
             "default",
@@ -201,7 +201,7 @@ def test_volcano_hard_tier_one_is_the_narrowest_level_above_hostname() -> None:
         "b1-r2-0",
         "b1-r2-1",
     }
-    state.set_pod_group(
+    state.inputs.pod_groups.put(
         PodGroupInput(
             "scheduling.volcano.sh",
             "default",

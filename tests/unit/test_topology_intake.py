@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from scheduler.core.model import names
 from scheduler.core.model.objects import TopologyInput, TopologyLevel
+from scheduler.core.snapshot.watched import TOPOLOGIES
 from scheduler.kube.topologies import KAI_TOPOLOGIES, KUEUE_TOPOLOGIES
 from tests.builders import MakePod
 from tests.unit.test_podgroup_status import IntakeHarness
@@ -17,17 +18,17 @@ def kai(name: str, *labels: str) -> TopologyInput:
 def test_topology_events_and_relists_set_the_snapshot_and_wake() -> None:
     h = IntakeHarness()
     t = kai("dc", "block", "rack")
-    h.intake.topology_event("ADDED", t)
-    assert h.state.topologies == {t.key: t} and h.wakes == 1
-    h.intake.topology_event("MODIFIED", t)  # the same levels: nothing the core reads
+    h.intake.event(TOPOLOGIES, "ADDED", t)
+    assert h.state.inputs.topologies == {t.key: t} and h.wakes == 1
+    h.intake.event(TOPOLOGIES, "MODIFIED", t)  # the same levels: nothing the core reads
     assert h.wakes == 1
     kueue = TopologyInput("Kueue", "default", (TopologyLevel("rack"),))
-    h.intake.replace_topologies("Kueue", [kueue])
-    h.intake.replace_topologies("KAI", [kai("other", "rack")])
-    assert set(h.state.topologies) == {kueue.key, "KAI/other"}
-    h.intake.topology_event("DELETED", kai("other"))
-    h.intake.replace_topologies("Kueue", [])  # its CRD went away
-    assert h.state.topologies == {} and h.wakes == 5
+    h.intake.replace(TOPOLOGIES, [kueue], "Kueue")
+    h.intake.replace(TOPOLOGIES, [kai("other", "rack")], "KAI")
+    assert set(h.state.inputs.topologies) == {kueue.key, "KAI/other"}
+    h.intake.event(TOPOLOGIES, "DELETED", kai("other"))
+    h.intake.replace(TOPOLOGIES, [], "Kueue")  # its CRD went away
+    assert h.state.inputs.topologies == {} and h.wakes == 5
 
 
 def test_a_pod_naming_a_topology_waits_for_its_watch_to_list() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local control plane (kube-apiserver, kube-scheduler, etcd, kwok) and kubectl (for
-# `kubectl kustomize deploy/` / `kubectl apply -k deploy/` in tests and README) from the Go modules
+# `kubectl kustomize deploy/` / `kubectl apply -k deploy/` in tests and docs/install.md) from the Go modules
 # in this folder, into a cache outside the clone keyed by the versions in versions.env:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/topo-scheduler/k8s/<versions>/
 # Only missing binaries are built, so a second run (or CI on the same machine) reuses them.

@@ -46,6 +46,11 @@ def plugin_config(settings: DevicePluginSettings) -> PluginConfig:
         cdi_kind=settings.cdi_kind,
         cdi_spec_dirs=tuple(Path(d) for d in settings.cdi_spec_dirs),
         identify_timeout=settings.identify_timeout_seconds,
+        watch_interval=settings.socket_check_seconds,
+        register_timeout=settings.register_timeout_seconds,
+        report_interval=settings.report_interval_seconds,
+        report_tries=settings.report_tries,
+        published_pods=settings.published_pods,
     )
 
 

@@ -76,20 +76,19 @@ class PluginConfig:
     # Budget of one identification (PodResources List + apiserver reads); the kubelet waits.
     identify_timeout: float = 2.0
     register_timeout: float = 10.0
+    # After mode adopt accepted GPUs for a pod it could not identify, PodResources is read every
+    # ``report_interval``, up to ``report_tries`` times, for the container that got them (the
+    # kubelet lists it once Allocate has returned and the rest of the pod's containers are
+    # allocated).
+    report_interval: float = 0.2
+    report_tries: int = 50
+    # Pods whose allocations are remembered for publishing (the oldest are forgotten first): far
+    # more than a node admits between two pods leaving, so a pod's containers always add up.
+    published_pods: int = 256
 
 
 Publish = Callable[[str, str, str], Awaitable[None]]
 """``publish(namespace, name, value)``: write the pod's ``topo-scheduler.io/allocated``."""
-
-# After mode adopt accepted GPUs for a pod it could not identify, PodResources is read this
-# often, this many times, for the container that got them (the kubelet lists it once Allocate
-# has returned and the rest of the pod's containers are allocated).
-_REPORT_INTERVAL_S: Final = 0.2
-_REPORT_TRIES: Final = 50
-
-# Pods whose allocations are remembered for publishing (the oldest are forgotten first): far
-# more than a node admits between two pods leaving, so a pod's containers always add up.
-_PUBLISHED_PODS: Final = 256
 
 
 @dataclass(frozen=True)
@@ -349,8 +348,8 @@ class DevicePluginServer:
         container that got exactly these GPUs (it records them when Allocate returns), report
         them on its pod, so the scheduler counts them, whoever it meant them for."""
         wanted = set(devices)
-        for _ in range(_REPORT_TRIES):
-            await asyncio.sleep(_REPORT_INTERVAL_S)
+        for _ in range(self.config.report_tries):
+            await asyncio.sleep(self.config.report_interval)
             try:
                 pods = await self._list()
             except Exception as exc:  # PodResources down: try again, then give up
@@ -384,7 +383,7 @@ class DevicePluginServer:
         pod = self._allocated.pop(key, {})
         pod[container] = devices
         self._allocated[key] = pod  # re-inserted: the most recent pods are kept
-        while len(self._allocated) > _PUBLISHED_PODS:
+        while len(self._allocated) > self.config.published_pods:
             del self._allocated[next(iter(self._allocated))]
         if self._publish is None:
             return

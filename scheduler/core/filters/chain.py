@@ -13,7 +13,7 @@ Whole GPUs are not in the chain: the GPU rules (``placement``) rank node classes
 first and ask the chain only about the candidate nodes, so a node that fails here costs one
 check, not a ranking. ``score(node)`` sums the preferences (preferred node affinity weights,
 preferred inter-pod affinity, ScheduleAnyway spread); placement ranks by it right after the
-GPU-set score (README, "How GPUs and nodes are chosen").
+GPU-set score (docs/placement.md).
 
 ``GroupFilters`` checks several pods that would share one node (a gang's part on that node): each
 member passes on its own, their requests fit together, their host ports do not collide, and no
@@ -32,7 +32,8 @@ from ..model.labels import selector_matches
 from ..model.objects import HostPort, NodeInput, PodAffinityTerm, PodInput
 from ..resources.accounting import Amounts, pod_requests
 from ..resources.ports import host_ports
-from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.cluster import ClusterState
+from ..snapshot.nodes import NodeState
 from .dra import DraCheck, dra_backed_reason, prefilter_dra
 from .features import missing_features, required_features
 from .interpod import InterPod, prefilter_interpod
@@ -93,12 +94,14 @@ class PodFilters:
     def __init__(self, state: ClusterState, pod: PodInput) -> None:
         """Raises RequestError (naming pod and field) for a malformed resource quantity."""
         self.pod = pod
-        self.requests: Amounts = pod_requests(pod, state.gpu_names, strict=True)
+        self.requests: Amounts = pod_requests(
+            pod, state.gpu_names, strict=True, memo=state.memos.requests
+        )
         self.ports: tuple[HostPort, ...] = host_ports(pod)
-        volumes = prefilter_volumes(pod, state.claims, state.volumes)
+        volumes = prefilter_volumes(pod, state.inputs.claims, state.inputs.volumes)
         self.problem: str | None = volumes if isinstance(volumes, str) else None
         self.volumes: VolumeCheck | None = volumes if isinstance(volumes, VolumeCheck) else None
-        dra = prefilter_dra(pod, state.resource_claims)
+        dra = prefilter_dra(pod, state.inputs.resource_claims)
         if self.problem is None and isinstance(dra, str):
             self.problem = dra
         self.dra: DraCheck | None = dra if isinstance(dra, DraCheck) else None
@@ -108,7 +111,7 @@ class PodFilters:
         self.features = required_features(pod)
         nodes = NodeInputs(state.nodes)
         self.interpod: InterPod | None = prefilter_interpod(
-            pod, state.index, nodes, state.namespaces
+            pod, state.index, nodes, state.inputs.namespaces
         )
         self.spread: Spread | None = prefilter_spread(
             pod, state.index, nodes, lambda node: affinity_matches(pod, node)
@@ -254,7 +257,7 @@ def _in_namespaces(term: PodAffinityTerm, own: str, namespace: str, state: Clust
         return True
     if term.namespace_selector is None:
         return False
-    ns = state.namespaces.get(namespace)
+    ns = state.inputs.namespaces.get(namespace)
     return selector_matches(term.namespace_selector, ns.labels if ns is not None else {})
 
 

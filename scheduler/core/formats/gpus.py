@@ -1,4 +1,5 @@
-"""``topo-scheduler.io/gpus``: a node's GPUs and their topology (README "Node inventory").
+"""``topo-scheduler.io/gpus``: a node's GPUs and their topology (docs/annotations.md, "Node
+inventory").
 
 Three shapes of the same JSON object:
 

@@ -31,12 +31,10 @@ from collections.abc import Iterator
 
 from msgspec import Struct
 
-from ..snapshot.cluster import ClusterState, Demand, NodeClass
+from ..snapshot.cluster import ClusterState
 from ..snapshot.domains import Hierarchy, Path
+from ..snapshot.nodes import Demand, NodeClass
 from .constraints import Constraint
-
-# How many plans gangs/planning.py tries before it gives the reason (each costs a node-level plan).
-MAX_PLANS = 8
 
 
 class Chunk(Struct, frozen=True):

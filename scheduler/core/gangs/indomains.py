@@ -25,10 +25,11 @@ from msgspec import Struct, structs
 from ..filters.chain import GroupFilters, PodFilters
 from ..model.decisions import Placement
 from ..model.objects import PodInput
-from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.cluster import ClusterState
 from ..snapshot.domains import Hierarchy, Path, configured, in_use
+from ..snapshot.nodes import NodeState
 from .constraints import Constraint, gang_constraint, rank_of, rank_order
-from .domainchoice import MAX_PLANS, Tree, path_fits, plans, shortfall
+from .domainchoice import Tree, path_fits, plans, shortfall
 from .members import Member, split_joint
 
 
@@ -53,7 +54,7 @@ def context(
     """How the gang of these pods is planned through domains; None: as without topology.
     TopologyError / TopologyPending when its constraint is malformed or disputed."""
     settings = state.settings.topology
-    constraint = gang_constraint(pods, state.pod_groups, settings, state.topologies)
+    constraint = gang_constraint(pods, state.inputs.pod_groups, settings, state.inputs.topologies)
     if constraint is not None:
         return Context(constraint.hierarchy, constraint, settings.compact_gangs, within)
     hierarchy = configured(settings)
@@ -113,7 +114,8 @@ def plan_in_domains(
     index = state.domain_index(ctx.hierarchy)
     # The members' filters, kept across chunks and plans when no member can change another's.
     kept = None if _dynamic(ranked) else dict[str, PodFilters]()
-    for plan in islice(plans(tree, c, n, ctx.compact, sticky), MAX_PLANS):
+    max_plans = state.settings.topology.max_plans
+    for plan in islice(plans(tree, c, n, ctx.compact, sticky), max_plans):
         out: list[Placement] = []
         pos = 0
         for chunk in plan:
@@ -153,7 +155,7 @@ def _on_one_node(
         for name in cls.names
     )
     kept = None if _dynamic(ranked) else dict[str, PodFilters]()
-    for _, name in candidates[: 4 * MAX_PLANS]:
+    for _, name in candidates[: 4 * state.settings.topology.max_plans]:
         placed = pack_nodes(state, gang, ranked, [state.nodes[name]], vendor, spread, minimum, kept)
         if placed is not None:
             return annotate(state, placed, ctx, ranked_pods)

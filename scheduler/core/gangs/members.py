@@ -8,7 +8,8 @@ from ..model.decisions import Placement
 from ..model.objects import PodInput
 from ..placement.nodes import whole_placement
 from ..resources.requests import PodRequest
-from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.cluster import ClusterState
+from ..snapshot.nodes import NodeState
 
 
 class Member(Struct, frozen=True):

@@ -42,7 +42,8 @@ from ..model.decisions import Decision, Placed, Placement, Unschedulable, Waitin
 from ..model.gangsources import Gang, GangError, GangPending, resolve
 from ..placement.nodes import best_whole_node, unschedulable_reason, whole_placement
 from ..resources.requests import RequestError
-from ..snapshot.cluster import ClusterState, Demand, NodeState
+from ..snapshot.cluster import ClusterState
+from ..snapshot.nodes import Demand, NodeState
 from .constraints import TopologyError, TopologyPending, rank_order
 from .indomains import Context, annotate, context, plan_in_domains, surplus_scopes
 from .members import Member, split_joint
@@ -66,7 +67,7 @@ def check_gang(
     gangs: list[Gang] = []
     for m in members:
         try:
-            resolved = resolve(m.pod, state.pod_groups)
+            resolved = resolve(m.pod, state.inputs.pod_groups)
         except GangPending as exc:
             return Waiting(keys, f"gang {gang}: {exc}")
         except GangError as exc:

@@ -161,7 +161,8 @@ class PodGroupInput(Struct, frozen=True):
     schedule_timeout_seconds: int | None = None
     uid: str = ""
     # Its status is someone else's to write (Volcano's, or one scheduler-plugins' controller
-    # writes): topo-scheduler leaves it alone (service/podgroups.py; the rule: README "Gangs").
+    # writes): topo-scheduler leaves it alone (service/podgroups.py; the rule: docs/gangs.md,
+    # "PodGroup status").
     status_foreign: bool = False
     # Volcano's spec.networkTopology (None: not said; scheduler-plugins' PodGroups have none).
     network_topology: NetworkTopologyInput | None = None

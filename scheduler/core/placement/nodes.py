@@ -8,12 +8,15 @@ the best-connected set first (that is why it asked us); for k = 1 it is always 0
 to "smallest fitting node, then least damage". Ranking runs over ClusterState's node classes, not
 nodes; only the winning class is searched for a name, and only a pod with a node selector or a
 node with a taint costs a scan of that class. Binpack with a target workload
-(snapshot/fragmentation.py, a cluster holding at least MIN_PODS pods on GPU nodes) of at most
-FRAG_SCAN nodes keeps the set score first and then ranks the nodes by the fragmentation the pod
-would remove, not by their free GPUs: (-set score, -gain rank, used before untouched, damage, name).
-"Smallest fitting node" is the measure's own answer whenever the workload has pods a larger node
-must be kept whole for, and a fixed preference for it leaves more GPUs idle (bench-frag). In a
-larger cluster the free count stays first and the measure orders nodes of an equal key.
+(snapshot/fragmentation.py, a cluster holding at least ``min_pods`` pods on GPU nodes) of at most
+``scan_nodes`` nodes (both FragmentationSettings, core/settings.py) keeps the set score first and
+then ranks the nodes by the fragmentation the pod would remove, not by their free GPUs: (-set
+score, -gain rank, used before untouched, damage, name). "Smallest fitting node" is the measure's
+own answer whenever the workload has pods a larger node must be kept whole for, and a fixed
+preference for it leaves more GPUs idle (bench-frag). In a larger cluster the free count stays
+first and the measure orders nodes of an equal key. A cluster whose binpack order is
+``smallestFit`` (CoreSettings.binpack_order, the file's placement.nodeOrder) never ranks by the
+measure: the binpack key above decides, as the seeds' HAMi rule states it (``ranked_by``).
 A class fits only when its allocatable headroom
 covers what the pod asks for of each resource name (a node whose object has no status is not
 checked), so the kubelet never refuses a pod for want of allocatable GPUs.
@@ -49,8 +52,9 @@ from ..resources.accounting import pod_requests
 from ..resources.gpusets import SetChoice
 from ..resources.inventory import Inventory
 from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
-from ..snapshot.cluster import CardUse, ClusterState, Demand, NodeClass, NodeState
+from ..snapshot.cluster import ClusterState
 from ..snapshot.fragmentation import Shape, Target
+from ..snapshot.nodes import CardUse, Demand, NodeClass, NodeState
 from .shapes import shape_of, untouched
 
 
@@ -81,13 +85,6 @@ class WholeChoice:
         self.choice = choice
         self.key = key
 
-
-# A cluster of at most FRAG_SCAN nodes has a whole-GPU pod's fragmentation rank computed for
-# every node of a set score (openb's 1,213: about 0.5 ms a pod); a larger one ranks by the free
-# count first (see best_whole_node), and a group of equal keys of more than GROUP_SCAN nodes by
-# each class's first node only (bench-core's 5,000-node groups).
-FRAG_SCAN = 2048
-GROUP_SCAN = 640
 
 _Ranked = tuple[tuple[int, int, int, int], SetChoice] | None
 
@@ -153,10 +150,10 @@ def best_whole_node(
     # usually the first group takes the pod, so a heap (linear to build) serves instead of
     # sorting every class.
     heapq.heapify(ranked)
-    # Up to FRAG_SCAN nodes, the measure ranks every node of a set score; past it, ranking them
-    # all would cost more than a decision may (bench-core's 5,000 nodes: 1 ms), and the free
+    # Up to ``scan_nodes`` nodes, the measure ranks every node of a set score; past it, ranking
+    # them all would cost more than a decision may (bench-core's 5,000 nodes: 1 ms), and the free
     # count comes first again, the measure telling apart nodes of an equal key.
-    by_score = frag is not None and len(state.nodes) <= FRAG_SCAN
+    by_score = frag is not None and len(state.nodes) <= state.settings.fragmentation.scan_nodes
     while ranked:
         key = ranked[0][0]
         group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
@@ -193,12 +190,14 @@ def _least_fragmenting_node(
     (snapshot/fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched
     one; the damage the set does; the name). Ranks are looked up by node shape (most nodes share a
     few), and the filter chain is asked best first, only until one node passes. A group of
-    equal keys (not ``by_score``) of more than GROUP_SCAN nodes is told apart by each class's
+    equal keys (not ``by_score``) of more than ``group_scan_nodes`` nodes is told apart by each
+    class's
     first node only (what ranking costs stays bounded); when none of those passes, by the rest
     of the key, then the name."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
     nodes = state.nodes
-    every = by_score or sum(len(cls.names) for _, cls, _ in group) <= GROUP_SCAN
+    scan = state.settings.fragmentation.group_scan_nodes
+    every = by_score or sum(len(cls.names) for _, cls, _ in group) <= scan
     seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
     ranked: list[tuple[int, int, int, str, SetChoice, tuple[int, int, int, int]]] = []
     for key, cls, choice in group:
@@ -313,12 +312,23 @@ def split_by_container(
     return tuple(out)
 
 
+def ranked_by(state: ClusterState, spread: bool) -> Target | None:
+    """The target workload binpack ranks nodes by (rule 6), or None, and the rules before it
+    decide alone: a spread policy asks for the idlest nodes (or cards) and gets them; a cluster
+    whose binpack order is ``smallestFit`` (placement.nodeOrder) wants the seeds' HAMi rule, the
+    smallest fitting node and the busiest card, measure or not; and too few GPU pods held make
+    no target."""
+    if spread or state.settings.binpack_order == "smallestFit":
+        return None
+    return state.profile.target()
+
+
 def place_whole(
     state: ClusterState, pod: PodInput, req: PodRequest, filters: Filter
 ) -> Placement | None:
     assert req.vendor is not None
     spread = req.node_policy == "spread"
-    target = None if spread else state.profile.target()
+    target = ranked_by(state, spread)
     found = best_whole_node(
         state,
         filters,
@@ -339,7 +349,7 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> P
     node some GPU pod uses before an untouched one, then the name."""
     if filters.problem is not None:
         return None
-    target = state.profile.target()
+    target = ranked_by(state, False)
     cpu = _cpu(state, pod)
     best: tuple[tuple[bool, int, int, int, str], NodeState] | None = None
     for node in state.nodes.values():
@@ -363,7 +373,10 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> P
 
 def _cpu(state: ClusterState, pod: PodInput) -> int:
     """The pod's cpu request in millicores (what the fragmentation measure weighs)."""
-    return next((n for r, n in pod_requests(pod, state.gpu_names) if r == "cpu"), 0)
+    return next(
+        (n for r, n in pod_requests(pod, state.gpu_names, memo=state.memos.requests) if r == "cpu"),
+        0,
+    )
 
 
 def _card_fit(node: NodeState, index: int, req: SharedRequest) -> tuple[int, int] | None:
@@ -399,7 +412,7 @@ def place_shared(
     spread_cards = req.gpu_policy == "spread"
     spread_nodes = req.node_policy == "spread"
     # Binpack weighs fragmentation first; spread asks for idle cards and nodes, and gets them.
-    target = None if spread_cards or spread_nodes else state.profile.target()
+    target = ranked_by(state, spread_cards or spread_nodes)
     cpu = _cpu(state, pod)
     best: tuple[tuple[int, int, int, int, str], NodeState, list[tuple[int, int]]] | None = None
     for node in state.gpu_nodes():
@@ -488,7 +501,7 @@ def refusals(state: ClusterState, pod: PodInput) -> list[tuple[str, str]]:
     """Why each node refuses ``pod`` on its own (node, reason), by node name: what simulate's
     table shows under a pending pod. Empty when the pod cannot be parsed (its reason says why)."""
     try:
-        req = parse_request(pod, state.settings)
+        req = parse_request(pod, state.settings, state.memos.asks)
         filters = PodFilters(state, pod)
     except RequestError:
         return []

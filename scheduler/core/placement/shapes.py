@@ -8,8 +8,8 @@ on the node until a charge changes it).
 from __future__ import annotations
 
 from ..model.names import CORES_PER_CARD
-from ..snapshot.cluster import NodeState
 from ..snapshot.fragmentation import Shape, free_cards
+from ..snapshot.nodes import NodeState
 
 
 def cpu_left(node: NodeState) -> int:

@@ -27,14 +27,11 @@ from ..gangs.planning import Size
 from ..model.decisions import Placed
 from ..model.names import CORES_PER_CARD
 from ..resources.requests import PodRequest, RequestError
-from ..snapshot.cluster import ClusterState, NodeState
+from ..snapshot.cluster import ClusterState
 from ..snapshot.domains import Path
+from ..snapshot.nodes import NodeState
 from ..snapshot.podindex import PodRecord
 from .victims import Later, Option, Pool, Rank, gpu_mask, rank
-
-# kube-scheduler's DefaultPreemption bounds: at least this many candidate nodes, or this percent.
-MIN_NODES_TRIED = 100
-NODES_TRIED_PERCENT = 10
 
 # A victim set (as options) -> decide's plan if the unit fits once it is gone.
 Fit = Callable[[Sequence[Option]], Placed | None]
@@ -64,7 +61,12 @@ def on_nodes(state: ClusterState, unit: Unit, req: PodRequest, pool: Pool) -> Be
             broken = int(bool(pool.budgets.violating(options[0].pods)))
             candidates.append(((broken, *on_node), name, options))
     candidates.sort(key=lambda c: (c[0], c[1]))
-    cap = max(MIN_NODES_TRIED, len(state.nodes) * NODES_TRIED_PERCENT // 100)
+    # kube-scheduler's DefaultPreemption bounds: at least this many candidate nodes, or this
+    # percent of them.
+    bounds = state.settings.preemption
+    cap = max(
+        bounds.min_candidate_nodes, len(state.nodes) * bounds.min_candidate_nodes_percent // 100
+    )
     best: Best | None = None
     seen: set[tuple[str, ...]] = set()
     for bound, name, options in candidates[:cap]:
@@ -134,10 +136,6 @@ def in_cluster(
     return rank(pool, victims), victims, placed
 
 
-# Candidate domains a gang with a required topology level is searched in, at most.
-MAX_DOMAINS_TRIED = 16
-
-
 def in_domains(
     state: ClusterState, unit: Unit, requests: list[PodRequest], size: Size, pool: Pool
 ) -> tuple[Best, Path] | None:
@@ -145,7 +143,8 @@ def in_domains(
     level, its victims only pods there (a gang victim counts when one of its pods is there, and
     goes whole), decide kept to the domain; the best by rank, and the domain. Domains are tried
     most free GPUs first (the fewest victims likely), those whose free GPUs and victims' GPUs
-    together cannot hold the gang's need not at all, at most ``MAX_DOMAINS_TRIED``."""
+    together cannot hold the gang's need not at all, at most ``max_candidate_domains``
+    (PreemptionSettings)."""
     ctx = size.topology
     assert ctx is not None and ctx.constraint is not None and ctx.constraint.required is not None
     level = ctx.constraint.required
@@ -170,7 +169,7 @@ def in_domains(
             tried.append((-free, domain, frozenset(nodes), mine))
     tried.sort(key=lambda t: (t[0], t[1]))
     best: tuple[Best, Path] | None = None
-    for _, domain, within, mine in tried[:MAX_DOMAINS_TRIED]:
+    for _, domain, within, mine in tried[: state.settings.preemption.max_candidate_domains]:
 
         def fit(chosen: Sequence[Option], within: frozenset[str] = within) -> Placed | None:
             return fits(state, unit, pool, chosen, None, within)

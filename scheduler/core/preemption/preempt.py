@@ -73,7 +73,8 @@ from ..gangs.planning import Size, check_gang
 from ..model.decisions import Placed, Placement, Waiting
 from ..resources.accounting import pod_requests
 from ..resources.requests import PodRequest, RequestError, parse_request
-from ..snapshot.cluster import ClusterState, Nominated
+from ..snapshot.cluster import ClusterState
+from ..snapshot.nominations import Nominated
 from ..snapshot.podindex import PodRecord
 from .candidates import fits, in_cluster, in_domains, on_nodes
 from .victims import Pool
@@ -134,7 +135,7 @@ def preempt(
     requests: list[PodRequest] = []
     for pod in unit.pods:
         try:
-            requests.append(parse_request(pod, state.settings))
+            requests.append(parse_request(pod, state.settings, state.memos.asks))
         except RequestError as exc:
             return NoPreemption(pods=keys, reason=f"not a preemptor: {exc}")
     now = decide(state, unit)
@@ -234,7 +235,7 @@ def _preemption(
                 priority=priority,
                 node=placement.node,
                 devices=devices,
-                requests=pod_requests(pod, state.gpu_names),
+                requests=pod_requests(pod, state.gpu_names, memo=state.memos.requests),
             )
         )
     plan_nodes = {p.node for p in placed.placements}

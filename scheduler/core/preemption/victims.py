@@ -37,7 +37,8 @@ from typing import NamedTuple
 from msgspec import Struct
 
 from ..model import names
-from ..snapshot.cluster import ClusterState, Holding
+from ..snapshot.cluster import ClusterState
+from ..snapshot.holdings import Holding
 from ..snapshot.podindex import PodRecord
 from .budgets import Budgets
 
@@ -72,7 +73,7 @@ class Pool:
         refused: Collection[str] = (),
     ):
         self.state = state
-        self.budgets = Budgets(state.budgets)
+        self.budgets = Budgets(state.inputs.budgets)
         # Candidates kept out by a refused eviction or a budget (keys), for the reason shown.
         self.spared: list[str] = []
         mine = set(own)
@@ -119,7 +120,7 @@ class Pool:
     def _minimum_from_groups(self, gang: str, pods: tuple[PodRecord, ...]) -> int:
         """The minimum a PodGroup says (one that arrived after its pods), or the holdings'."""
         for api in (names.POD_GROUP_API, names.VOLCANO_POD_GROUP_API):
-            group = self.state.pod_groups.get(f"{api}/{gang}")
+            group = self.state.inputs.pod_groups.get(f"{api}/{gang}")
             if group is not None and group.min_member > 0:
                 return group.min_member
         held = [self.state.holdings[r.key] for r in pods if r.key in self.state.holdings]

@@ -7,4 +7,5 @@ settings and the annotation formats, below the snapshot that charges them.
 - ``accounting``: a pod's effective requests and a node's allocatable, as the kubelet counts them.
 - ``resize``: what a bound pod is charged while it is resized in place.
 - ``ports``: the host ports a pod takes and the count of them in use on a node.
+- ``memo``: a bounded memo, for the answers above that a caller (the snapshot) keeps.
 """

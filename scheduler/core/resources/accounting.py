@@ -37,6 +37,7 @@ from decimal import ROUND_CEILING, Decimal
 import msgspec
 
 from ..model.objects import ContainerInput, DeviceClassInput, PodInput
+from .memo import Memo
 from .requests import RequestError, parse_quantity
 
 # Resource amounts in kube-scheduler's units: cpu in millicores, every other resource in whole
@@ -189,28 +190,33 @@ def finish(pod: PodInput, total: dict[str, int], strict: bool, skip: tuple[str, 
 # overhead and pod-level requests, encoded; the skipped names; strictness): the members of a gang,
 # a Deployment's replicas and the same pod applied, rolled back and applied again share one spec,
 # so one parse serves them all. An answer is a tuple, immutable; an error is never kept (it names
-# its pod). Bounded: the oldest answer goes first.
+# its pod).
+RequestsMemo = Memo[tuple[bytes, frozenset[str], bool], Amounts]
 _SPEC = msgspec.json.Encoder()
-_REQUESTS: dict[tuple[bytes, frozenset[str], bool], Amounts] = {}
-_REQUESTS_MAX = 1024
 
 
-def pod_requests(pod: PodInput, skip: Iterable[str] = (), strict: bool = False) -> Amounts:
+def pod_requests(
+    pod: PodInput,
+    skip: Iterable[str] = (),
+    strict: bool = False,
+    memo: RequestsMemo | None = None,
+) -> Amounts:
     """The pod's effective request of every checked resource but ``skip`` (sorted by name), as
     its spec asks (an incoming pod; a bound one is charged by ``resize.bound_requests``).
 
     ``strict``: a malformed quantity raises RequestError naming pod and field (the incoming pod);
-    otherwise it counts as 0 (a pod already admitted by the apiserver).
+    otherwise it counts as 0 (a pod already admitted by the apiserver). ``memo``: the caller's
+    (the snapshot's) answers by spec.
     """
     skipped = skip if isinstance(skip, frozenset) else frozenset(skip)
+    if memo is None:
+        return _pod_requests(pod, tuple(skipped), strict)
     spec = (pod.containers, pod.init_containers, pod.overhead, pod.level_requests)
     key = (_SPEC.encode(spec), skipped, strict)
-    found = _REQUESTS.get(key)
+    found = memo.get(key)
     if found is None:
         found = _pod_requests(pod, tuple(skipped), strict)
-        if len(_REQUESTS) >= _REQUESTS_MAX:
-            del _REQUESTS[next(iter(_REQUESTS))]
-        _REQUESTS[key] = found
+        memo.put(key, found)
     return found
 
 
@@ -234,15 +240,20 @@ def _with_zeros(values: Mapping[str, str], parsed: Mapping[str, int]) -> dict[st
     return out
 
 
-def node_allocatable(values: Mapping[str, str], skip: Iterable[str] = ()) -> dict[str, int]:
-    """A node's allocatable of every checked resource and of pods (malformed values count 0)."""
+def node_allocatable(
+    values: Mapping[str, str],
+    skip: Iterable[str] = (),
+    quantities: Memo[str, Decimal] | None = None,
+) -> dict[str, int]:
+    """A node's allocatable of every checked resource and of pods (malformed values count 0);
+    ``quantities``: the caller's memo of parsed quantities."""
     out: dict[str, int] = {}
     skipped = set(skip)
     for resource, text in values.items():
         if resource in skipped or (resource != PODS and not is_checked(resource)):
             continue
         with contextlib.suppress(ValueError):
-            value = parse_quantity(text)
+            value = parse_quantity(text, quantities)
             if value > 0:
                 out[resource] = amount(resource, value)
     return out

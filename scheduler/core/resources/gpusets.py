@@ -18,9 +18,9 @@ The search is a depth-first branch and bound over subsets in lexicographic order
 found with a given (internal, degree-sum) is also the one with the lowest indices; a branch is cut
 when an upper bound on its internal score and a lower bound on its degree sum cannot beat the best
 so far. On symmetric machines (NVSwitch: every pair NV12) that cuts everything after the first leaf.
-Results are memoised per (topology, free mask, k); topologies are interned (weakly) so that
-thousands of identical nodes share one memo, and a topology no node uses any more is gone with its
-memo.
+Results are memoised per (topology, free mask, k); a snapshot interns topologies (weakly, in its
+``Topologies``) so that thousands of identical nodes share one memo (and one node class), and a
+topology no node uses any more is gone with its memo.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Sequence
-from typing import ClassVar, Final
+from typing import Final
+
+from ..settings import MemoSettings
 
 LINK_SCORES: Final[dict[str, int]] = {
     "PIX": 50,
@@ -39,9 +41,6 @@ LINK_SCORES: Final[dict[str, int]] = {
     "SOC": 10,
 }
 _LINKED = re.compile(r"^(NV|MX)([1-9][0-9]?)$")
-# A memo bigger than this is dropped and rebuilt. An 8-GPU topology never gets near it (256 masks
-# x 8 sizes); a 16-GPU one could reach 65,536 masks per size, and this keeps it at a few MB.
-_MEMO_LIMIT: Final = 20_000
 
 
 def link_score(code: str) -> int:
@@ -78,30 +77,26 @@ class SetChoice:
 
 
 class Topology:
-    """An immutable N x N symmetric score matrix with a memo of best sets. Use ``intern``."""
+    """An immutable N x N symmetric score matrix with a memo of best sets. Compared by identity
+    (node classes hash it on every charge): a snapshot interns them (``Topologies``)."""
 
-    __slots__ = ("__weakref__", "_memo", "key", "n", "scores")
+    __slots__ = ("__weakref__", "_memo", "best_set_limit", "key", "n", "scores")
 
-    # Weak: a topology (and its memo) lives while some node's inventory uses it, so nodes with
-    # matrices of their own that come and go leave nothing behind.
-    _interned: ClassVar[weakref.WeakValueDictionary[tuple[tuple[int, ...], ...], Topology]] = (
-        weakref.WeakValueDictionary()
-    )
-
-    def __init__(self, scores: tuple[tuple[int, ...], ...]) -> None:
+    def __init__(self, scores: tuple[tuple[int, ...], ...], memo_limit: int) -> None:
         self.scores = scores
         self.n = len(scores)
         self.key = scores
+        # Best sets remembered, at most (MemoSettings.best_sets): a memo bigger than this is
+        # dropped and rebuilt.
+        self.best_set_limit = memo_limit
         self._memo: dict[tuple[int, int], SetChoice | None] = {}
 
     @classmethod
-    def intern(cls, scores: Sequence[Sequence[int]]) -> Topology:
-        key = tuple(tuple(row) for row in scores)
-        found = cls._interned.get(key)
-        if found is None:
-            found = cls(key)
-            cls._interned[key] = found
-        return found
+    def of(cls, scores: Sequence[Sequence[int]], memo_limit: int | None = None) -> Topology:
+        """A topology of its own (not interned), with a memo of its own (None: the default
+        bound)."""
+        limit = MemoSettings().best_sets if memo_limit is None else memo_limit
+        return cls(tuple(tuple(row) for row in scores), limit)
 
     def best_set(self, free: int, k: int) -> SetChoice | None:
         """Rule 1: the best k GPUs inside mask ``free``, or None when fewer than k are free."""
@@ -110,7 +105,7 @@ class Topology:
             return self._memo[memo_key]
         except KeyError:
             pass
-        if len(self._memo) >= _MEMO_LIMIT:
+        if len(self._memo) >= self.best_set_limit:
             self._memo.clear()
         choice = self._search(free, k)
         self._memo[memo_key] = choice
@@ -196,6 +191,32 @@ class Topology:
         descend(0, 0, 0, [0] * m)
         damage = best_deg - 2 * best_internal
         return SetChoice(best, best_internal, damage)
+
+
+class Topologies:
+    """One Topology per distinct score matrix, for one snapshot: identical nodes share its memo
+    and its node class. Weak: a topology (and its memo) lives while some node's inventory uses
+    it, so nodes with matrices of their own that come and go leave nothing behind."""
+
+    __slots__ = ("_interned", "_memo_limit")
+
+    def __init__(self, memo_limit: int | None = None) -> None:
+        # Each topology's memo bound (MemoSettings.best_sets; None: the default).
+        self._memo_limit = MemoSettings().best_sets if memo_limit is None else memo_limit
+        self._interned: weakref.WeakValueDictionary[tuple[tuple[int, ...], ...], Topology] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def intern(self, scores: Sequence[Sequence[int]]) -> Topology:
+        key = tuple(tuple(row) for row in scores)
+        found = self._interned.get(key)
+        if found is None:
+            found = Topology(key, self._memo_limit)
+            self._interned[key] = found
+        return found
+
+    def __len__(self) -> int:
+        return len(self._interned)
 
 
 def brute_force_best_set(topology: Topology, free: int, k: int) -> SetChoice | None:

@@ -14,6 +14,7 @@ the store.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -24,7 +25,7 @@ from ..formats.gpus import MAX_DEVICES
 from ..model.names import GPUS_ANNOTATION, HAMI_REGISTER_ANNOTATION, HAMI_SCORE_ANNOTATION
 from ..model.objects import NodeInput
 from ..settings import VENDORS
-from .gpusets import Topology, link_score
+from .gpusets import Topologies, Topology, link_score
 
 
 class InventoryError(ValueError):
@@ -68,16 +69,19 @@ class Inventory(msgspec.Struct, frozen=True):
         raise KeyError(index)
 
 
-def read_inventory(node: NodeInput) -> Inventory | None:
-    """The node's inventory, None for a node without GPUs, InventoryError when malformed."""
+def read_inventory(node: NodeInput, topologies: Topologies | None = None) -> Inventory | None:
+    """The node's inventory, None for a node without GPUs, InventoryError when malformed. Its
+    topology is interned in ``topologies`` when given (the snapshot's), else its own."""
+    intern = topologies.intern if topologies is not None else Topology.of
     raw = node.annotations.get(GPUS_ANNOTATION)
     if raw is not None:
-        return _read_ours(node.name, raw)
+        return _read_ours(node.name, raw, intern)
     if HAMI_REGISTER_ANNOTATION in node.annotations:
         return _read_hami(
             node.name,
             node.annotations[HAMI_REGISTER_ANNOTATION],
             node.annotations.get(HAMI_SCORE_ANNOTATION),
+            intern,
         )
     return None
 
@@ -86,7 +90,11 @@ def _fail(node: str, annotation: str, detail: str) -> InventoryError:
     return InventoryError(f"node {node}: annotation {annotation}: {detail}")
 
 
-def _read_ours(node: str, raw: str) -> Inventory:
+# Makes the Topology of a score matrix (Topologies.intern, or Topology.of).
+Intern = Callable[[Sequence[Sequence[int]]], Topology]
+
+
+def _read_ours(node: str, raw: str, intern: Intern) -> Inventory:
     def fail(detail: str) -> InventoryError:
         return _fail(node, GPUS_ANNOTATION, detail)
 
@@ -127,7 +135,7 @@ def _read_ours(node: str, raw: str) -> Inventory:
     return Inventory(
         vendor=wire.vendor,
         devices=tuple(devices),
-        topology=Topology.intern(scores),
+        topology=intern(scores),
         model=wire.model,
         sgpu_per_card=wire.sgpu_per_card,
     )
@@ -186,7 +194,7 @@ class _HamiScore(msgspec.Struct):
     score: dict[str, int] = msgspec.field(default_factory=dict)
 
 
-def _read_hami(node: str, register: str, score_raw: str | None) -> Inventory:
+def _read_hami(node: str, register: str, score_raw: str | None, intern: Intern) -> Inventory:
     def fail(detail: str, annotation: str = HAMI_REGISTER_ANNOTATION) -> InventoryError:
         return _fail(node, annotation, detail)
 
@@ -250,7 +258,7 @@ def _read_hami(node: str, register: str, score_raw: str | None) -> Inventory:
     return Inventory(
         vendor="nvidia",
         devices=tuple(devices),
-        topology=Topology.intern(scores),
+        topology=intern(scores),
         model=model,
         source=HAMI_REGISTER_ANNOTATION,
     )
@@ -301,9 +309,10 @@ def inventory_json(inventory: Inventory) -> str:
     )
 
 
-def check_annotation(value: str, node: str) -> Inventory:
+def check_annotation(value: str, node: str, topologies: Topologies | None = None) -> Inventory:
     """Read ``value`` with the scheduler's parser; InventoryError when it would reject it."""
-    inventory = read_inventory(NodeInput(name=node, annotations={GPUS_ANNOTATION: value}))
+    annotated = NodeInput(name=node, annotations={GPUS_ANNOTATION: value})
+    inventory = read_inventory(annotated, topologies)
     if inventory is None:  # cannot happen: the annotation is set
         raise InventoryError(f"node {node}: annotation {GPUS_ANNOTATION}: not read")
     return inventory

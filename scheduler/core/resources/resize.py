@@ -33,6 +33,7 @@ from ..model.objects import ContainerInput, ContainerStatusInput, PodInput
 from .accounting import (
     Amounts,
     ContainerValues,
+    RequestsMemo,
     aggregate,
     apply_pod_level,
     finish,
@@ -42,11 +43,14 @@ from .accounting import (
 from .accounting import parse_values as parse
 
 
-def bound_requests(pod: PodInput, skip: Iterable[str] = ()) -> Amounts:
-    """What ``pod``, bound to a node, is charged there of every checked resource but ``skip``."""
+def bound_requests(
+    pod: PodInput, skip: Iterable[str] = (), memo: RequestsMemo | None = None
+) -> Amounts:
+    """What ``pod``, bound to a node, is charged there of every checked resource but ``skip``
+    (``memo``: the caller's answers by spec, for a pod the kubelet reported nothing for)."""
     status = pod.resize
     if status is None:
-        return pod_requests(pod, skip)
+        return pod_requests(pod, skip, memo=memo)
     skip = tuple(skip)
     infeasible = status.infeasible
     by_name = {c.name: c for c in status.containers}

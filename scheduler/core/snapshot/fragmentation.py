@@ -14,11 +14,12 @@ f_1 >= f_2 >= ... percent free:
 
 F_n(M) is the weighted sum. To it we add what FGD leaves out, the node's *stranded* GPUs: the
 free card percent its cpu left cannot feed at the workload's own cpu per GPU (what its GPU
-classes ask for of cpu against card percent, weighted as they are), counted STRANDED times the
-whole workload's weight. FGD counts cpu only through each class's fit, so it places cpu-heavy
-pods where cards stay free that no cpu is left for; on openb most pods FGD refuses before the
-cluster is full are refused for want of cpu on every node with a free card (bench-frag: 4.17%
-unallocated with the term, against FGD's 4.72).
+classes ask for of cpu against card percent, weighted as they are), counted ``stranded_weight``
+times the whole workload's weight. FGD counts cpu only through each class's fit, so it places
+cpu-heavy pods where cards stay free that no cpu is left for; on openb most pods FGD refuses
+before the cluster is full are refused for want of cpu on every node with a free card
+(bench-frag: 4.17% unallocated with the term, against FGD's 4.72). The numbers (95%, the
+stranded weight, and the others below) are settings.py's FragmentationSettings, defaults shown.
 
 A placement's *gain* on a node is the measure before minus after it: the fragmentation it
 removes (negative: what it adds). It depends on the node's shape (cpu left, the
@@ -37,6 +38,7 @@ import math
 from collections.abc import Iterable
 
 from ..model.names import CORES_PER_CARD
+from ..settings import FragmentationSettings
 
 # A request class: (cpu millicores, cards, percent of each card).
 RequestClass = tuple[int, int, int]
@@ -45,19 +47,25 @@ RequestClass = tuple[int, int, int]
 # unhealthy, or held for a preemptor, has nothing free).
 Shape = tuple[int, tuple[int, ...]]
 
-COVERAGE = 95  # percent of the pods held that the target workload's classes cover
-MIN_PODS = 32  # held GPU pods below which there is no target workload
-DRIFT = 32  # the target is worked out again when the pods held change by 1/DRIFT
-STRANDED = 4  # a stranded GPU percent counts this many times the whole workload's weight
-_MEMO_LIMIT = 1 << 16  # shapes remembered per target before the memo starts over
-
 
 class Target:
     """One target workload M and the fragmentation of every node shape measured under it."""
 
-    __slots__ = ("classes", "cpu_cap", "cpu_per", "key", "memo", "per_cpu", "ranks", "strand")
+    __slots__ = (
+        "classes",
+        "cpu_cap",
+        "cpu_per",
+        "key",
+        "memo",
+        "memo_limit",
+        "per_cpu",
+        "ranks",
+        "strand",
+    )
 
-    def __init__(self, key: tuple[tuple[RequestClass, int], ...]) -> None:
+    def __init__(
+        self, key: tuple[tuple[RequestClass, int], ...], settings: FragmentationSettings
+    ) -> None:
         self.key = key
         self.classes = key
         # No class asks for more cpu: above it, nodes differing in cpu left measure the same.
@@ -67,7 +75,8 @@ class Target:
         gpu = [(request, weight) for request, weight in key if request[1]]
         self.cpu_per = sum(weight * request[0] for request, weight in gpu)
         self.per_cpu = sum(weight * request[1] * request[2] for request, weight in gpu)
-        self.strand = STRANDED * sum(weight for _, weight in key)
+        self.strand = settings.stranded_weight * sum(weight for _, weight in key)
+        self.memo_limit = settings.memo_shapes
         self.memo: dict[Shape, int] = {}
         self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
 
@@ -84,17 +93,17 @@ class Target:
         key = (shape, cpu, take)
         found = self.ranks.get(key)
         if found is None:
-            if len(self.ranks) >= _MEMO_LIMIT:
+            if len(self.ranks) >= self.memo_limit:
                 self.ranks.clear()
             found = self.ranks[key] = gain_rank(gain(self, shape, cpu, take))
         return found
 
     def frag(self, shape: Shape) -> int:
         """F_n(M) of a node of this shape, in percent-of-a-card x percent of the workload,
-        plus its stranded GPU percent, STRANDED times the whole workload's weight."""
+        plus its stranded GPU percent, ``stranded_weight`` times the whole workload's weight."""
         found = self.memo.get(shape)
         if found is None:
-            if len(self.memo) >= _MEMO_LIMIT:
+            if len(self.memo) >= self.memo_limit:
                 self.memo.clear()
             found = self.memo[shape] = _frag(self.classes, shape) + self.strand * self.stranded(
                 shape
@@ -131,16 +140,26 @@ class Profile:
     ClusterState charges a pod here when it holds GPUs (its class: its cpu request, its whole
     GPUs or its shares) or is recorded on a GPU node without any (its cpu request, no cards),
     and forgets it when it leaves; an entry lives exactly as long as the pod is there.
+
+    The target is a function of the pods held, and of nothing else: not of the order they came
+    in, nor of when (or how often) ``target()`` was asked for. The live loop asks on every
+    retry and every preemption search, ``simulate`` once a pod, and a restarted scheduler or a
+    standby charges the bound pods in the order a LIST gives them; all of them hold the same
+    pods and so weigh nodes by the same target (issue 32). A hysteresis (rebuilding only when
+    the pods held drifted by some fraction since the last build) would be history, and history
+    is exactly what two schedulers do not share.
     """
 
-    __slots__ = ("_built_at", "_counts", "_gpu_pods", "_pods", "_target")
+    __slots__ = ("_changed", "_counts", "_gpu_pods", "_pods", "_settings", "_target")
 
-    def __init__(self) -> None:
+    def __init__(self, settings: FragmentationSettings) -> None:
+        self._settings = settings
         self._pods: dict[str, RequestClass] = {}
         self._counts: dict[RequestClass, int] = {}
         self._gpu_pods = 0  # entries with cards: only these make a target exist
         self._target: Target | None = None
-        self._built_at = 0  # pods held when the target was last worked out
+        # A charge changed the counts since ``_target`` was worked out from them.
+        self._changed = True
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -159,26 +178,33 @@ class Profile:
             self._gpu_pods += request[1] > 0
             self._pods[pod] = request
             self._counts[request] = self._counts.get(request, 0) + 1
+        # A node refreshed charges its pods again with the classes they had: nothing changed.
+        self._changed |= previous != request
 
     def target(self) -> Target | None:
-        """M for the pods held now; None while fewer than MIN_PODS of them hold GPUs (too few
+        """M for the pods held now; None while fewer than ``min_pods`` of them hold GPUs (too few
         to say what the workload is: the other rules decide alone; pods without GPUs, however
-        many, weigh in a target but do not make one). The same Target object (and its
-        memo) until the pods held differ by more than 1/DRIFT from those it was worked out for,
-        and after that as long as the classes and whole-percent weights stay the same. So it
-        follows the charges in order: ``run`` and ``simulate`` fed the same events agree, and a
-        restarted scheduler may weigh by a target a few pods apart until the next change."""
-        held = len(self._pods)
-        if self._gpu_pods < MIN_PODS:
-            self._target = None
+        many, weigh in a target but do not make one).
+
+        Worked out from the counts of the pods held on the first call after a charge changed
+        them, so it is what the pods held make whenever it is asked for. The same Target object
+        (and its memo of ranks) as long as the classes and their whole-percent weights stay the
+        same: most charges of a large cluster change neither."""
+        if self._gpu_pods < self._settings.min_pods:
             return None
-        # The workload is worked out again once the pods held have changed by 1/32: a new
-        # target starts its memo of ranks afresh, and a few pods do not change what it is.
-        if self._target is not None and DRIFT * abs(held - self._built_at) < self._built_at:
-            return self._target
-        self._built_at = held
+        if self._changed:
+            self._changed = False
+            key = self._key()
+            if self._target is None or self._target.key != key:
+                self._target = Target(key, self._settings)
+        return self._target
+
+    def _key(self) -> tuple[tuple[RequestClass, int], ...]:
+        """The classes of the pods held, most common first (ties by class), until they cover
+        ``coverage_percent`` of them, each weighted by its share of those kept in whole percent
+        (a class that rounds to 0 is left out)."""
         ranked = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        wanted = COVERAGE * len(self._pods)
+        wanted = self._settings.coverage_percent * len(self._pods)
         kept: list[tuple[RequestClass, int]] = []
         covered = 0
         for request, n in ranked:
@@ -186,14 +212,11 @@ class Profile:
                 break
             kept.append((request, n))
             covered += n
-        key = tuple(
+        return tuple(
             (request, weight)
             for request, n in kept
             if (weight := (200 * n + covered) // (2 * covered)) > 0
         )
-        if self._target is None or self._target.key != key:
-            self._target = Target(key)
-        return self._target
 
 
 def request_class(cpu: int, whole: int, shares: Iterable[int]) -> RequestClass | None:

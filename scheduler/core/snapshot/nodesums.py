@@ -28,7 +28,8 @@ from ..resources.accounting import pod_requests
 from ..resources.ports import host_ports
 from ..resources.requests import gpu_resource_names, kubelet_request
 from ..settings import CoreSettings
-from .cluster import ClusterState, bits
+from .cluster import ClusterState
+from .holdings import bits
 
 
 class NodeSums(Struct, frozen=True, kw_only=True):

@@ -1,0 +1,405 @@
+"""The nodes part of the snapshot: each node's state, and the indexes placement reads.
+
+``NodeState`` does a node's accounting (kube-scheduler's NodeInfo): its GPUs held whole, shared
+or nominated, its allocatable headroom per whole-GPU resource, and the sums NodeResourcesFit and
+NodePorts need (requests of every checked resource, pod count, host ports), charged and
+uncharged with each holding and record (``charge``, ``charge_record``). Filters only read it.
+
+Speed comes from an equivalence-class index (``NodeIndex``). Two GPU nodes with the same interned
+topology, vendor, device count, free-GPU mask and allocatable headroom are interchangeable for a
+whole-GPU pod except for their names, so ranking a pod against 5,000 nodes means ranking at most
+a few hundred classes, each with a memoised best set, and then taking the first name in the
+winning class (a lazily cleaned heap). A node leaves its class before a charge and joins its new
+one after (``unindex``, ``index``). Per topology hierarchy a ``DomainIndex`` counts the classes
+in each domain, kept up to date the same way.
+
+Allocatable headroom: per configured whole-GPU resource name, the node's status.allocatable minus
+what the pods held there ask for of it (the kubelet's effective request of every running pod, ours
+or not, and the placements and reservations of ours), capped at the free GPU count (more can never
+be used, and the cap keeps nodes whose allocatable is simply their GPU count in one class). None
+for a node whose object has no status (hand-written manifests): no check.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+
+import msgspec
+
+from ..model.objects import NodeInput
+from ..resources.gpusets import Topology
+from ..resources.inventory import Inventory
+from ..resources.memo import Memo
+from ..resources.ports import PortUse, charge_ports
+from ..resources.requests import parse_count
+from .domains import Hierarchy, Path
+from .fragmentation import Shape
+from .holdings import Holding
+from .podindex import PodRecord
+
+
+class CardUse(msgspec.Struct):
+    """Shared use of one card: the sum of its shared pods' slices."""
+
+    core: int = 0
+    memory_mib: int = 0
+    sgpu: int = 0
+    pods: int = 0
+    qos: str | None = None  # the sGPU QoS policy the card serves while it has sGPU pods
+    qos_pods: int = 0
+
+
+def read_allocatable(
+    node: NodeInput,
+    resources: tuple[str, ...],
+    quantities: Memo[str, Decimal] | None,
+    warnings: list[str],
+) -> tuple[int, ...] | None:
+    """The node's allocatable count of each whole-GPU resource (in ``resources``' order; None
+    without a status); a malformed one is 0 (the node does not offer that resource) with a
+    warning naming node and field. ``quantities``: the caller's memo of parsed quantities."""
+    if node.allocatable is None:
+        return None
+    counts = []
+    for resource in resources:
+        text = node.allocatable.get(resource)
+        count = 0
+        if text is not None:
+            try:
+                count = parse_count(text, quantities)
+            except ValueError as exc:
+                warnings.append(
+                    f"node {node.name}: status.allocatable[{resource}]: {exc}; "
+                    f"the node is treated as not offering {resource}"
+                )
+        counts.append(count)
+    return tuple(counts)
+
+
+class NodeState:
+    """One node: its object, its GPUs and what is charged to it."""
+
+    __slots__ = (
+        "allocatable",
+        "cards",
+        "error",
+        "frag_shape",
+        "healthy",
+        "inventory",
+        "name",
+        "node",
+        "nominated",
+        "pod_count",
+        "pods",
+        "ports",
+        "requested",
+        "resources",
+        "used",
+        "whole",
+    )
+
+    def __init__(
+        self,
+        node: NodeInput,
+        inventory: Inventory | None,
+        error: str | None,
+        allocatable: tuple[int, ...] | None = None,
+    ) -> None:
+        self.name = node.name
+        self.node = node
+        self.inventory = inventory
+        # The healthy GPUs as a mask, read by every free_mask: the inventory never changes
+        # for a NodeState (a new node object makes a new one).
+        self.healthy = inventory.healthy_mask if inventory is not None else 0
+        self.error = error
+        self.whole = 0  # GPUs held whole
+        self.cards: dict[int, CardUse] = {}  # shared use by card index
+        self.pods: set[str] = set()
+        self.nominated = 0  # GPUs held for nominated preemptors (ClusterState.nominate)
+        # Per whole-GPU resource name (ClusterState.resources order): status.allocatable, None
+        # when the node object has no status; and what the held pods ask for of each.
+        self.allocatable = allocatable
+        self.used = [0] * (len(allocatable) if allocatable is not None else 0)
+        # Every other checked resource (cpu, memory, pods, extended...) of status.allocatable in
+        # kube-scheduler's units; None without a status. ``requested``, ``pod_count`` and
+        # ``ports`` sum the records of the pods on the node (resources.accounting, resources.ports).
+        self.resources: dict[str, int] | None = None
+        self.requested: dict[str, int] = {}
+        self.pod_count = 0
+        self.ports: PortUse = {}
+        # placement.shapes.shape_of's answer, until the next charge changes the node.
+        self.frag_shape: Shape | None = None
+
+    @property
+    def shared_mask(self) -> int:
+        mask = 0
+        for index, use in self.cards.items():
+            if use.pods:
+                mask |= 1 << index
+        return mask
+
+    @property
+    def free_mask(self) -> int:
+        """Healthy GPUs held by nobody, whole or shared, nor nominated for a preemptor: what a
+        whole-GPU pod can take."""
+        taken = self.whole | self.nominated
+        if self.cards:
+            taken |= self.shared_mask
+        return self.healthy & ~taken
+
+    @property
+    def total(self) -> int:
+        return 0 if self.inventory is None else len(self.inventory.devices)
+
+    def headroom(self) -> tuple[int, ...] | None:
+        """Allocatable minus what is held, per resource, capped at the free GPU count."""
+        if self.allocatable is None:
+            return None
+        free = self.free_mask.bit_count()
+        # min(free, max(0, a - u)) per resource, spelled out: every hold and release asks.
+        return tuple(
+            [
+                free if (left := a - u) > free else left if left > 0 else 0
+                for a, u in zip(self.allocatable, self.used, strict=True)
+            ]
+        )
+
+    def charge(self, holding: Holding, resource_index: Mapping[str, int], sign: int) -> None:
+        """Charge (sign +1) or uncharge (-1) a holding: its GPUs, its share of each card, and
+        its whole GPUs per resource name (``resource_index``: a name's place in ``used``)."""
+        state = self
+        state.frag_shape = None
+        if sign > 0:
+            state.whole |= holding.whole
+            state.pods.add(holding.pod)
+        else:
+            state.whole &= ~holding.whole
+            state.pods.discard(holding.pod)
+        if state.allocatable is not None:
+            for resource, n in holding.resources:
+                index = resource_index.get(resource)
+                if index is not None:
+                    state.used[index] += sign * n
+        for share in holding.shares:
+            use = state.cards.setdefault(share.index, CardUse())
+            use.core += sign * share.core
+            use.memory_mib += sign * share.memory_mib
+            use.sgpu += sign * share.sgpu
+            use.pods += sign
+            if share.qos:
+                use.qos_pods += sign
+                use.qos = share.qos if use.qos_pods else None
+            if not use.pods:
+                del state.cards[share.index]
+
+    def charge_record(self, record: PodRecord, sign: int) -> None:
+        """Charge or uncharge a pod's record: its requests, one pod, its host ports."""
+        node = self
+        node.frag_shape = None
+        node.pod_count += sign
+        requested = node.requested
+        for resource, n in record.requests:
+            left = requested.get(resource, 0) + sign * n
+            if left:
+                requested[resource] = left
+            else:
+                del requested[resource]
+        if record.host_ports:
+            charge_ports(node.ports, record.host_ports, sign)
+
+
+# topology, vendor, device count, free mask, allocatable headroom (NodeState.headroom)
+ClassKey = tuple[Topology, str, int, int, tuple[int, ...] | None]
+# Whole GPUs asked per resource, as (index in ClusterState.resources, count), by index.
+Demand = tuple[tuple[int, int], ...]
+
+
+class NodeClass:
+    """Nodes that are interchangeable for a whole-GPU pod, with the smallest name at hand."""
+
+    __slots__ = ("_heap", "key", "memo", "names")
+
+    def __init__(self, key: ClassKey) -> None:
+        self.key = key
+        self.names: set[str] = set()
+        self._heap: list[str] = []
+        # What placement derives from the key alone (its rank for k GPUs), kept while the class
+        # lives: the key never changes, a node whose GPUs change moves to another class.
+        self.memo: dict[tuple[object, ...], object] = {}
+
+    def add(self, name: str) -> None:
+        self.names.add(name)
+        heapq.heappush(self._heap, name)
+        if len(self._heap) > 2 * len(self.names) + 64:
+            self._heap = sorted(self.names)
+
+    def first(self) -> str:
+        heap = self._heap
+        while heap[0] not in self.names:
+            heapq.heappop(heap)
+        return heap[0]
+
+    def in_order(self) -> list[str]:
+        return sorted(self.names)
+
+
+class DomainIndex:
+    """One hierarchy's view of the GPU nodes: per path (domains.Hierarchy.path), its nodes and
+    how many of them are in each node class, kept as nodes change class (``NodeIndex.index``), so a
+    gang counts what fits per domain over a few hundred paths, not every node."""
+
+    __slots__ = ("classes", "names", "where")
+
+    def __init__(self) -> None:
+        self.names: dict[Path, set[str]] = {}
+        self.classes: dict[Path, dict[ClassKey, int]] = {}
+        self.where: dict[str, Path] = {}
+
+    def add(self, name: str, path: Path, key: ClassKey) -> None:
+        self.where[name] = path
+        self.names.setdefault(path, set()).add(name)
+        counts = self.classes.setdefault(path, {})
+        counts[key] = counts.get(key, 0) + 1
+
+    def discard(self, name: str, key: ClassKey) -> None:
+        path = self.where.pop(name)
+        names = self.names[path]
+        names.discard(name)
+        counts = self.classes[path]
+        counts[key] -= 1
+        if not counts[key]:
+            del counts[key]
+        if not names:
+            del self.names[path], self.classes[path]
+
+
+class NodeIndex:
+    """The nodes by name (``states``, which ``ClusterState.nodes`` is) and their indexes: the
+    equivalence classes, by key and by vendor; each hierarchy's domain index and each node's
+    path in it; how many nodes carry each label key."""
+
+    __slots__ = ("_by_vendor", "_class_of", "_domains", "_paths", "classes", "label_keys", "states")
+
+    def __init__(self) -> None:
+        self.states: dict[str, NodeState] = {}
+        self.classes: dict[ClassKey, NodeClass] = {}
+        # The same classes per vendor, in the same order: placement ranks one vendor's.
+        self._by_vendor: dict[str, dict[ClassKey, NodeClass]] = {}
+        self._class_of: dict[str, ClassKey] = {}
+        # Each node's path in each hierarchy asked about (dropped with the node's object, or all
+        # of them when a Topology changes: there are a few hierarchies, not one per pod).
+        self._paths: dict[Hierarchy, dict[str, Path]] = {}
+        self._domains: dict[Hierarchy, DomainIndex] = {}
+        # How many nodes carry each label key: a gang whose members repel each other on a key
+        # every node has cannot share any node, which is known without scanning them.
+        self.label_keys: dict[str, int] = {}
+
+    def put(self, state: NodeState) -> NodeState | None:
+        """Store ``state`` in place of the node's previous one (returned), out of every index
+        until ``index``."""
+        name = state.name
+        self.unindex(name)
+        for paths in self._paths.values():
+            paths.pop(name, None)
+        old = self.states.get(name)
+        if old is not None:
+            self._count_labels(old.node, -1)
+        self._count_labels(state.node, +1)
+        self.states[name] = state
+        return old
+
+    def pop(self, name: str) -> NodeState | None:
+        """The node left: it leaves every index too."""
+        state = self.states.pop(name, None)
+        if state is None:
+            return None
+        self.unindex(name)
+        for paths in self._paths.values():
+            paths.pop(name, None)
+        self._count_labels(state.node, -1)
+        return state
+
+    def index(self, state: NodeState) -> None:
+        """File the node under its class (and domains) as it is now; GPU nodes only."""
+        inv = state.inventory
+        if inv is None:
+            return
+        key: ClassKey = (
+            inv.topology,
+            inv.vendor,
+            len(inv.devices),
+            state.free_mask,
+            state.headroom(),
+        )
+        cls = self.classes.get(key)
+        if cls is None:
+            cls = self.classes[key] = NodeClass(key)
+            self._by_vendor.setdefault(inv.vendor, {})[key] = cls
+        cls.add(state.name)
+        self._class_of[state.name] = key
+        for hierarchy, index in self._domains.items():
+            index.add(state.name, self.path_of(hierarchy, state.name), key)
+
+    def unindex(self, name: str) -> None:
+        """Take the node out of its class (and domains), before a charge changes its key."""
+        key = self._class_of.pop(name, None)
+        if key is None:
+            return
+        cls = self.classes[key]
+        cls.names.discard(name)
+        if not cls.names:
+            del self.classes[key]
+            same_vendor = self._by_vendor[key[1]]
+            del same_vendor[key]
+            if not same_vendor:
+                del self._by_vendor[key[1]]
+        for index in self._domains.values():
+            index.discard(name, key)
+
+    def class_of(self, name: str) -> NodeClass | None:
+        """The node's class (None: not a GPU node)."""
+        key = self._class_of.get(name)
+        return None if key is None else self.classes[key]
+
+    def iter_classes(self, vendor: str) -> Iterator[NodeClass]:
+        return iter(self._by_vendor.get(vendor, {}).values())
+
+    def gpu_nodes(self) -> Iterator[NodeState]:
+        return (s for s in self.states.values() if s.inventory is not None)
+
+    def on_every_node(self, key: str) -> bool:
+        return self.label_keys.get(key, 0) == len(self.states)
+
+    def forget_hierarchies(self) -> None:
+        """A Topology object changed: the hierarchies built from the old one are not asked
+        about again (they are rebuilt when asked)."""
+        self._paths.clear()
+        self._domains.clear()
+
+    def domain_index(self, hierarchy: Hierarchy) -> DomainIndex:
+        """The hierarchy's DomainIndex, built on first use and then kept up to date."""
+        index = self._domains.get(hierarchy)
+        if index is None:
+            index = self._domains[hierarchy] = DomainIndex()
+            for name, key in self._class_of.items():
+                index.add(name, self.path_of(hierarchy, name), key)
+        return index
+
+    def path_of(self, hierarchy: Hierarchy, name: str) -> Path:
+        """The node's path in the hierarchy (domains.Hierarchy.path), remembered per node."""
+        paths = self._paths.setdefault(hierarchy, {})
+        found = paths.get(name)
+        if found is None:
+            found = paths[name] = hierarchy.path(self.states[name].node)
+        return found
+
+    def _count_labels(self, node: NodeInput, sign: int) -> None:
+        counts = self.label_keys
+        for key in node.labels:
+            n = counts.get(key, 0) + sign
+            if n:
+                counts[key] = n
+            else:
+                del counts[key]

@@ -1,0 +1,539 @@
+"""msgspec codecs between resource.k8s.io/v1 JSON and the core's DRA objects (core/dra/objects.py).
+
+Decoding: ResourceSlices, DeviceClasses and ResourceClaims, with only the fields allocation reads
+(unknown fields are skipped, as in codec.py). Quantities arrive as strings from the apiserver and
+as numbers from hand-written YAML; both are kept as strings for the core's parser. Opaque config
+``parameters`` become compact JSON text. Attribute values are exactly one of int, bool, string,
+version; an attribute with none of them is dropped (a newer API's type, e.g. the alpha list
+types).
+
+Encoding: ``allocation_json`` is ``status.allocation`` as kube-scheduler writes it (without
+``allocationTimestamp``, which the binder adds when it writes).
+
+Not wired yet: the watch (scheduler/kube/watch.py) still decodes claims and classes with
+codec.py's smaller structs for filters/dra.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from scheduler.core.dra.objects import (
+    AllocatedConfig,
+    Allocation,
+    AttributeValue,
+    CapacityRequestPolicy,
+    ClaimConfig,
+    CounterConsumption,
+    CounterSet,
+    Device,
+    DeviceCapacity,
+    DeviceClass,
+    DeviceConstraint,
+    DeviceRequest,
+    DeviceResult,
+    ExactRequest,
+    OpaqueConfig,
+    ResourceClaim,
+    ResourcePool,
+    ResourceSlice,
+    SubRequest,
+    Version,
+)
+from scheduler.core.model.objects import NodeSelectorTerm, Requirement, Taint, Toleration
+
+from .codec import NodeSelectorTermWire, NodeSelectorWire, ObjectMeta
+
+Quantity = str | int | float
+
+
+def _quantity(value: Quantity) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+class _Attribute(msgspec.Struct):
+    int_: int | None = msgspec.field(default=None, name="int")
+    bool_: bool | None = msgspec.field(default=None, name="bool")
+    string: str | None = None
+    version: str | None = None
+
+
+class _Range(msgspec.Struct):
+    min: Quantity | None = None
+    max: Quantity | None = None
+    step: Quantity | None = None
+
+
+class _Policy(msgspec.Struct, rename="camel"):
+    default: Quantity | None = None
+    valid_values: list[Quantity] | None = None
+    valid_range: _Range | None = None
+
+
+class _Capacity(msgspec.Struct, rename="camel"):
+    value: Quantity
+    request_policy: _Policy | None = None
+
+
+class _Counter(msgspec.Struct):
+    value: Quantity
+
+
+class _Consumption(msgspec.Struct, rename="camel"):
+    counter_set: str
+    counters: dict[str, _Counter] = msgspec.field(default_factory=dict)
+
+
+class _DeviceTaint(msgspec.Struct):
+    key: str
+    effect: str
+    value: str = ""
+
+
+class _Device(msgspec.Struct, rename="camel"):
+    name: str
+    attributes: dict[str, _Attribute] | None = None
+    capacity: dict[str, _Capacity] | None = None
+    consumes_counters: list[_Consumption] | None = None
+    taints: list[_DeviceTaint] | None = None
+    allow_multiple_allocations: bool | None = None
+    binds_to_node: bool | None = None
+    binding_conditions: list[str] | None = None
+    binding_failure_conditions: list[str] | None = None
+    node_name: str | None = None
+    node_selector: NodeSelectorWire | None = None
+    all_nodes: bool | None = None
+
+
+class _CounterSet(msgspec.Struct):
+    name: str
+    counters: dict[str, _Counter] = msgspec.field(default_factory=dict)
+
+
+class _Pool(msgspec.Struct, rename="camel"):
+    name: str
+    generation: int = 0
+    resource_slice_count: int = 1
+
+
+class _SliceSpec(msgspec.Struct, rename="camel"):
+    driver: str
+    pool: _Pool
+    node_name: str | None = None
+    node_selector: NodeSelectorWire | None = None
+    all_nodes: bool | None = None
+    per_device_node_selection: bool | None = None
+    devices: list[_Device] | None = None
+    shared_counters: list[_CounterSet] | None = None
+
+
+class ResourceSliceWire(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: _SliceSpec
+
+
+class _Cel(msgspec.Struct):
+    expression: str = ""
+
+
+class _Selector(msgspec.Struct):
+    cel: _Cel | None = None
+
+
+class _Opaque(msgspec.Struct):
+    driver: str
+    parameters: Any = None
+
+
+class _Config(msgspec.Struct):
+    opaque: _Opaque | None = None
+
+
+class _ClassSpec(msgspec.Struct, rename="camel"):
+    selectors: list[_Selector] | None = None
+    config: list[_Config] | None = None
+    extended_resource_name: str | None = None
+
+
+class DeviceClassWire(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: _ClassSpec = msgspec.field(default_factory=_ClassSpec)
+
+
+class _Toleration(msgspec.Struct):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class _CapacityRequirements(msgspec.Struct):
+    requests: dict[str, Quantity] | None = None
+
+
+class _Exact(msgspec.Struct, rename="camel"):
+    device_class_name: str = ""
+    selectors: list[_Selector] | None = None
+    allocation_mode: str = "ExactCount"
+    count: int = 1
+    admin_access: bool | None = None
+    tolerations: list[_Toleration] | None = None
+    capacity: _CapacityRequirements | None = None
+
+
+class _SubRequest(_Exact):
+    name: str = ""
+
+
+class _Request(msgspec.Struct, rename="camel"):
+    name: str
+    exactly: _Exact | None = None
+    first_available: list[_SubRequest] | None = None
+
+
+class _Constraint(msgspec.Struct, rename="camel"):
+    requests: list[str] | None = None
+    match_attribute: str | None = None
+    distinct_attribute: str | None = None
+
+
+class _ClaimConfig(msgspec.Struct):
+    requests: list[str] | None = None
+    opaque: _Opaque | None = None
+
+
+class _ClaimDevices(msgspec.Struct):
+    requests: list[_Request] | None = None
+    constraints: list[_Constraint] | None = None
+    config: list[_ClaimConfig] | None = None
+
+
+class _ClaimSpec(msgspec.Struct):
+    devices: _ClaimDevices = msgspec.field(default_factory=_ClaimDevices)
+
+
+class _Result(msgspec.Struct, rename="camel"):
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool | None = None
+    tolerations: list[_Toleration] | None = None
+    binding_conditions: list[str] | None = None
+    binding_failure_conditions: list[str] | None = None
+    share_id: str | None = msgspec.field(default=None, name="shareID")
+    consumed_capacity: dict[str, Quantity] | None = None
+
+
+class _AllocatedConfig(msgspec.Struct):
+    source: str
+    requests: list[str] | None = None
+    opaque: _Opaque | None = None
+
+
+class _AllocatedDevices(msgspec.Struct):
+    results: list[_Result] | None = None
+    config: list[_AllocatedConfig] | None = None
+
+
+class _Allocation(msgspec.Struct, rename="camel"):
+    devices: _AllocatedDevices = msgspec.field(default_factory=_AllocatedDevices)
+    node_selector: NodeSelectorWire | None = None
+
+
+class _ClaimStatus(msgspec.Struct):
+    allocation: _Allocation | None = None
+
+
+class ResourceClaimWire(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: _ClaimSpec = msgspec.field(default_factory=_ClaimSpec)
+    status: _ClaimStatus = msgspec.field(default_factory=_ClaimStatus)
+
+
+# ---- wire -> core -------------------------------------------------------------------------------
+
+
+def _term(t: NodeSelectorTermWire) -> NodeSelectorTerm:
+    def requirements(wire: list[Any] | None) -> tuple[Requirement, ...]:
+        return tuple(Requirement(r.key, r.operator, tuple(r.values or ())) for r in wire or ())
+
+    return NodeSelectorTerm(requirements(t.match_expressions), requirements(t.match_fields))
+
+
+def _single_term(selector: NodeSelectorWire | None) -> NodeSelectorTerm | None:
+    """A slice's or device's node selector: the API allows exactly one term."""
+    if selector is None or not selector.node_selector_terms:
+        return None
+    return _term(selector.node_selector_terms[0])
+
+
+def _attribute(wire: _Attribute) -> AttributeValue | None:
+    if wire.int_ is not None:
+        return wire.int_
+    if wire.bool_ is not None:
+        return wire.bool_
+    if wire.string is not None:
+        return wire.string
+    if wire.version is not None:
+        return Version(wire.version)
+    return None
+
+
+def _policy(wire: _Policy | None) -> CapacityRequestPolicy | None:
+    if wire is None:
+        return None
+    valid = wire.valid_range or _Range()
+    return CapacityRequestPolicy(
+        default=None if wire.default is None else _quantity(wire.default),
+        valid_values=tuple(_quantity(v) for v in wire.valid_values or ()),
+        valid_min=None if valid.min is None else _quantity(valid.min),
+        valid_max=None if valid.max is None else _quantity(valid.max),
+        valid_step=None if valid.step is None else _quantity(valid.step),
+    )
+
+
+def _device(wire: _Device) -> Device:
+    attributes = {
+        name: value
+        for name, a in (wire.attributes or {}).items()
+        if (value := _attribute(a)) is not None
+    }
+    return Device(
+        name=wire.name,
+        attributes=attributes,
+        capacity={
+            name: DeviceCapacity(_quantity(c.value), _policy(c.request_policy))
+            for name, c in (wire.capacity or {}).items()
+        },
+        consumes_counters=tuple(
+            CounterConsumption(
+                c.counter_set, {n: _quantity(v.value) for n, v in c.counters.items()}
+            )
+            for c in wire.consumes_counters or ()
+        ),
+        taints=tuple(Taint(t.key, t.effect, t.value) for t in wire.taints or ()),
+        allow_multiple_allocations=bool(wire.allow_multiple_allocations),
+        binds_to_node=bool(wire.binds_to_node),
+        binding_conditions=tuple(wire.binding_conditions or ()),
+        binding_failure_conditions=tuple(wire.binding_failure_conditions or ()),
+        node_name=wire.node_name or "",
+        node_selector=_single_term(wire.node_selector),
+        all_nodes=bool(wire.all_nodes),
+    )
+
+
+def resource_slice_from_obj(wire: ResourceSliceWire) -> ResourceSlice:
+    spec = wire.spec
+    return ResourceSlice(
+        name=wire.metadata.name,
+        driver=spec.driver,
+        pool=ResourcePool(spec.pool.name, spec.pool.generation, spec.pool.resource_slice_count),
+        node_name=spec.node_name or "",
+        node_selector=_single_term(spec.node_selector),
+        all_nodes=bool(spec.all_nodes),
+        per_device_node_selection=bool(spec.per_device_node_selection),
+        devices=tuple(_device(d) for d in spec.devices or ()),
+        shared_counters=tuple(
+            CounterSet(s.name, {n: _quantity(v.value) for n, v in s.counters.items()})
+            for s in spec.shared_counters or ()
+        ),
+    )
+
+
+def _opaque(wire: _Opaque | None) -> OpaqueConfig | None:
+    if wire is None:
+        return None
+    text = "" if wire.parameters is None else msgspec.json.encode(wire.parameters).decode()
+    return OpaqueConfig(wire.driver, text)
+
+
+def _selectors(wire: list[_Selector] | None) -> tuple[str, ...]:
+    # A selector without CEL keeps its place as "": the allocator refuses it, as kube-scheduler.
+    return tuple(s.cel.expression if s.cel is not None else "" for s in wire or ())
+
+
+def device_class_from_obj(wire: DeviceClassWire) -> DeviceClass:
+    return DeviceClass(
+        name=wire.metadata.name,
+        selectors=_selectors(wire.spec.selectors),
+        config=tuple(o for c in wire.spec.config or () if (o := _opaque(c.opaque)) is not None),
+        extended_resource_name=wire.spec.extended_resource_name or "",
+    )
+
+
+def _toleration(wire: _Toleration) -> Toleration:
+    return Toleration(wire.key, wire.operator, wire.value, wire.effect)
+
+
+def _exact(wire: _Exact) -> ExactRequest:
+    return ExactRequest(
+        device_class_name=wire.device_class_name,
+        selectors=_selectors(wire.selectors),
+        allocation_mode=wire.allocation_mode,
+        count=wire.count,
+        admin_access=bool(wire.admin_access),
+        tolerations=tuple(_toleration(t) for t in wire.tolerations or ()),
+        capacity={
+            n: _quantity(q) for n, q in ((wire.capacity and wire.capacity.requests) or {}).items()
+        },
+    )
+
+
+def _allocation(wire: _Allocation) -> Allocation:
+    return Allocation(
+        results=tuple(
+            DeviceResult(
+                request=r.request,
+                driver=r.driver,
+                pool=r.pool,
+                device=r.device,
+                admin_access=bool(r.admin_access),
+                tolerations=tuple(_toleration(t) for t in r.tolerations or ()),
+                binding_conditions=tuple(r.binding_conditions or ()),
+                binding_failure_conditions=tuple(r.binding_failure_conditions or ()),
+                share_id=r.share_id or "",
+                consumed_capacity={n: _quantity(q) for n, q in (r.consumed_capacity or {}).items()},
+            )
+            for r in wire.devices.results or ()
+        ),
+        config=tuple(
+            AllocatedConfig(c.source, tuple(c.requests or ()), _opaque(c.opaque))
+            for c in wire.devices.config or ()
+        ),
+        node_selector=None
+        if wire.node_selector is None
+        else tuple(_term(t) for t in wire.node_selector.node_selector_terms),
+    )
+
+
+def resource_claim_from_obj(wire: ResourceClaimWire) -> ResourceClaim:
+    devices = wire.spec.devices
+    return ResourceClaim(
+        namespace=wire.metadata.namespace or "default",
+        name=wire.metadata.name,
+        uid=wire.metadata.uid,
+        requests=tuple(
+            DeviceRequest(
+                r.name,
+                exactly=None if r.exactly is None else _exact(r.exactly),
+                first_available=tuple(
+                    SubRequest(s.name, _exact(s)) for s in r.first_available or ()
+                ),
+            )
+            for r in devices.requests or ()
+        ),
+        constraints=tuple(
+            DeviceConstraint(
+                tuple(c.requests or ()), c.match_attribute or "", c.distinct_attribute or ""
+            )
+            for c in devices.constraints or ()
+        ),
+        config=tuple(
+            ClaimConfig(tuple(c.requests or ()), _opaque(c.opaque)) for c in devices.config or ()
+        ),
+        allocation=None if wire.status.allocation is None else _allocation(wire.status.allocation),
+    )
+
+
+_slice_decoder = msgspec.json.Decoder(ResourceSliceWire)
+_class_decoder = msgspec.json.Decoder(DeviceClassWire)
+_claim_decoder = msgspec.json.Decoder(ResourceClaimWire)
+
+
+def decode_resource_slice(raw: bytes) -> ResourceSlice:
+    return resource_slice_from_obj(_slice_decoder.decode(raw))
+
+
+def decode_device_class(raw: bytes) -> DeviceClass:
+    return device_class_from_obj(_class_decoder.decode(raw))
+
+
+def decode_resource_claim(raw: bytes) -> ResourceClaim:
+    return resource_claim_from_obj(_claim_decoder.decode(raw))
+
+
+def convert_resource_slice(obj: dict[str, Any]) -> ResourceSlice:
+    """From a YAML-loaded dict; raises msgspec.ValidationError naming the field path."""
+    return resource_slice_from_obj(msgspec.convert(obj, ResourceSliceWire, strict=False))
+
+
+def convert_device_class(obj: dict[str, Any]) -> DeviceClass:
+    return device_class_from_obj(msgspec.convert(obj, DeviceClassWire, strict=False))
+
+
+def convert_resource_claim(obj: dict[str, Any]) -> ResourceClaim:
+    return resource_claim_from_obj(msgspec.convert(obj, ResourceClaimWire, strict=False))
+
+
+# ---- core -> wire -------------------------------------------------------------------------------
+
+
+def _requirements_json(requirements: tuple[Requirement, ...]) -> list[dict[str, Any]]:
+    return [{"key": r.key, "operator": r.operator, "values": list(r.values)} for r in requirements]
+
+
+def _term_json(term: NodeSelectorTerm) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if term.match_expressions:
+        out["matchExpressions"] = _requirements_json(term.match_expressions)
+    if term.match_fields:
+        out["matchFields"] = _requirements_json(term.match_fields)
+    return out
+
+
+def _opaque_json(opaque: OpaqueConfig) -> dict[str, Any]:
+    parameters = msgspec.json.decode(opaque.parameters) if opaque.parameters else None
+    return {"driver": opaque.driver, "parameters": parameters}
+
+
+def _toleration_json(t: Toleration) -> dict[str, Any]:
+    out: dict[str, Any] = {"operator": t.operator}
+    for name, value in (("key", t.key), ("value", t.value), ("effect", t.effect)):
+        if value:
+            out[name] = value
+    return out
+
+
+def allocation_json(allocation: Allocation) -> dict[str, Any]:
+    """``status.allocation`` in the v1 JSON shape (empty fields left out, as the apiserver
+    would omit them)."""
+    results = []
+    for r in allocation.results:
+        result: dict[str, Any] = {
+            "request": r.request,
+            "driver": r.driver,
+            "pool": r.pool,
+            "device": r.device,
+        }
+        if r.admin_access:
+            result["adminAccess"] = True
+        if r.tolerations:
+            result["tolerations"] = [_toleration_json(t) for t in r.tolerations]
+        if r.binding_conditions:
+            result["bindingConditions"] = list(r.binding_conditions)
+        if r.binding_failure_conditions:
+            result["bindingFailureConditions"] = list(r.binding_failure_conditions)
+        if r.share_id:
+            result["shareID"] = r.share_id
+        if r.consumed_capacity:
+            result["consumedCapacity"] = dict(r.consumed_capacity)
+        results.append(result)
+    devices: dict[str, Any] = {"results": results}
+    if allocation.config:
+        devices["config"] = [
+            {
+                "source": c.source,
+                **({"requests": list(c.requests)} if c.requests else {}),
+                **({"opaque": _opaque_json(c.opaque)} if c.opaque is not None else {}),
+            }
+            for c in allocation.config
+        ]
+    out: dict[str, Any] = {"devices": devices}
+    if allocation.node_selector is not None:
+        out["nodeSelector"] = {
+            "nodeSelectorTerms": [_term_json(t) for t in allocation.node_selector]
+        }
+    return out
