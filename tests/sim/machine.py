@@ -37,6 +37,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from scheduler.core.model.names import GANG_REPLICA_LABEL, POD_GROUP_LABEL
 from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput, ResourceClaimInput
+from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
+from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.kube.podgroups import POD_GROUPS
 from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
@@ -229,7 +231,9 @@ class SimMachine(RuleBasedStateMachine):
             allocated = ResourceClaimInput("default", f"{name}-claim", allocated=True)
             self.api.claims[allocated.key] = allocated
             for r in self.world.running():
-                self._inside(functools.partial(r.s.intake.resource_claim_event, "ADDED", allocated))
+                self._inside(
+                    functools.partial(r.s.intake.event, RESOURCE_CLAIMS, "ADDED", allocated)
+                )
             pod = msgspec.structs.replace(
                 pod, resource_claims=(PodClaim("gpu", claim=allocated.name),)
             )
@@ -269,7 +273,7 @@ class SimMachine(RuleBasedStateMachine):
             group = PodGroupInput(POD_GROUPS.group, "default", job, min_member=size)
             self.api.groups[group.key] = group
             for r in self.world.running():
-                self._inside(functools.partial(r.s.intake.pod_group_event, "ADDED", group))
+                self._inside(functools.partial(r.s.intake.event, POD_GROUP_KIND, "ADDED", group))
         for i in range(size):
             pod = MakePod().Name(f"{generation}-{i}").Req(1).Label("job", job)
             pod = pod.Label(POD_GROUP_LABEL, job) if podgroup else pod.Gang(job, size)

@@ -34,8 +34,11 @@ import msgspec
 from scheduler.core.model.names import DEVICES_ANNOTATION
 from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput, ResourceClaimInput
 from scheduler.core.settings import CoreSettings
-from scheduler.kube.api import REQUEST_TIMEOUT_S, BindResult
+from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
+from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
+from scheduler.kube.api import BindResult
 from scheduler.kube.podgroups import POD_GROUPS, Eviction, EvictResult, Write
+from scheduler.kube.tuning import REQUEST_TIMEOUT_S
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import Scheduler
@@ -412,8 +415,8 @@ class SimReplica:
         api = self.world.api
         api.streams.append(self.streams)
         self.s.intake.replace_nodes(api.nodes)
-        self.s.intake.replace_pod_groups(POD_GROUPS.group, list(api.groups.values()))
-        self.s.intake.replace_resource_claims(list(api.claims.values()))
+        self.s.intake.replace(POD_GROUP_KIND, list(api.groups.values()), POD_GROUPS.group)
+        self.s.intake.replace(RESOURCE_CLAIMS, list(api.claims.values()))
         for stream in ("bound", "pending"):
             self.streams.relist(stream, *api.listed(stream))
         self.streams.deliver()
