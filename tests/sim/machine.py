@@ -341,20 +341,21 @@ class SimMachine(RuleBasedStateMachine):
         self._advance(STEP_S)
 
     @precondition(lambda self: self.enabled("recreate_pod"))
-    @rule(index=st.integers(0, 99))
-    def recreate_pod(self, index: int) -> None:
-        """Deleted and created again under its name (a StatefulSet, ``kubectl replace``)."""
+    @rule(index=st.integers(0, 99), gpus=st.integers(1, 2))
+    def recreate_pod(self, index: int, gpus: int) -> None:
+        """Deleted and created again under its name with a new UID, maybe asking for another
+        number of GPUs (a StatefulSet's pod, a training job's worker restarted, ``kubectl
+        replace``)."""
         pod = self._pick(
             index,
             lambda p: p.scheduler_name == NAME and "job" not in p.labels and not p.deleting,
         )
         if pod is None:
             return
-        self._act(f"recreate {pod.name} (new UID)")
+        self._act(f"recreate {pod.name} (new UID, {gpus} GPU)")
         self.api.remove(pod.key)
-        fresh = msgspec.structs.replace(
-            pod, node_name="", phase="Pending", annotations={}, nominated_node=""
-        )
+        spec = MakePod().Name(pod.name).Req(gpus).Obj()
+        fresh = msgspec.structs.replace(spec, resource_claims=pod.resource_claims)
         self.api.create(fresh)
         self._advance(STEP_S)
 

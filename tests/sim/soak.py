@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
-from . import mutants
+from . import mutants, timelines
 from .machine import SimMachine
 
 
@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis", action="store_true")
     parser.add_argument("--without", default="", help="rules left out, comma-separated")
     parser.add_argument("--shrink-seconds", type=int, default=60)
+    parser.add_argument(
+        "--timelines", action="store_true", help="replay the hand-written timelines first"
+    )
     args = parser.parse_args(argv)
     if not args.seconds and not args.steps:
         args.seconds = 60.0
@@ -120,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.timelines:
+        for name in timelines.TIMELINES:
+            violation = timelines.replay(name)
+            print(
+                f"\n=== timeline {name}: " + (f"VIOLATION\n{violation}" if violation else "holds")
+            )
     if not args.mutant:
         return 1 if soak(args) else 0
     names = list(mutants.MUTANTS) if args.mutant == "all" else [args.mutant]
