@@ -1,14 +1,18 @@
 """``make soak-sim``: the simulation for a chosen time or number of steps, over many seeds.
 
-    python -m tests.sim.soak [--seconds S] [--steps N] [--seed FIRST] [--mutant NAME|all]
-                             [--redis] [--steps-per-run K] [--runs-per-seed R]
+    python -m tests.sim.soak [--seconds S] [--steps N] [--seed FIRST] [--jobs J]
+                             [--runs-per-seed R] [--steps-per-run K] [--without RULE,...]
+                             [--mutant NAME|all] [--timelines] [--redis] [--stop-at-first]
 
 Each seed is one Hypothesis search (``--runs-per-seed`` runs of up to ``--steps-per-run``
-steps); a violation is shrunk to its shortest schedule and printed with its seed. The end prints
-steps per second, invariants checked, the seeds run and every violation. ``--seed S --runs-per-
-seed R`` replays a seed exactly (memory store; run with the same PYTHONHASHSEED, which the make
-target fixes). ``--mutant`` applies one mutant (mutants.py) or each in turn, and says which the
-simulation found.
+steps) in a process of its own, forked from this one before it ran anything: a seed's run
+depends on nothing but the seed and the options (the live scheduler iterates sets of objects
+hashed by address, so a run in a process with another history could take another turn).
+``--jobs`` seeds run at once. A violation is shrunk to its shortest schedule and printed with
+its seed. The end prints steps per second, invariants checked, the seeds run and every
+violation. ``--seed S --steps 1`` replays seed S (with the same options; the make target fixes
+PYTHONHASHSEED). ``--mutant`` applies one mutant (mutants.py) or each in turn, and says which
+the simulation found.
 
 Exit status: 0 when no violation was found (with --mutant: when every mutant was found).
 """
@@ -16,10 +20,14 @@ Exit status: 0 when no violation was found (with --mutant: when every mutant was
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import multiprocessing
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.pool import AsyncResult, Pool
 
 import structlog
 from hypothesis import HealthCheck, Phase, settings
@@ -27,7 +35,7 @@ from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
 from . import mutants, timelines
-from .machine import SimMachine
+from .machine import SimMachine, Stats
 
 
 def quiet_logs() -> None:
@@ -36,8 +44,8 @@ def quiet_logs() -> None:
 
 
 def search(seed: int, runs: int, steps: int, shrink: bool = True) -> str | None:
-    """One seed's search; the violation with its timeline (shrunk unless ``shrink`` is
-    False: a quick yes or no), or None."""
+    """One seed's search in this process; the violation with its timeline (shrunk unless
+    ``shrink`` is False: a quick yes or no), or None."""
     machine = type(f"SimMachine_{seed}", (SimMachine,), {"_hypothesis_internal_use_seed": seed})
     config = settings(
         max_examples=runs,
@@ -55,6 +63,52 @@ def search(seed: int, runs: int, steps: int, shrink: bool = True) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Job:
+    seed: int
+    runs: int
+    steps: int
+    disabled: frozenset[str]
+    mutant: str = ""
+    shrink: bool = True
+
+
+def run_job(job: Job) -> tuple[str | None, Stats]:
+    """A job in a fresh child process: its violation (or None) and its counts."""
+    SimMachine.disabled = job.disabled
+    with mutants.applied(job.mutant) if job.mutant else contextlib.nullcontext():
+        violation = search(job.seed, job.runs, job.steps, job.shrink)
+    return violation, SimMachine.stats
+
+
+class Runner:
+    """Jobs in forked children, one fresh child per job, ``jobs`` at a time; the counts of
+    every finished job summed."""
+
+    def __init__(self, jobs: int) -> None:
+        self.pool: Pool = multiprocessing.get_context("fork").Pool(jobs, maxtasksperchild=1)
+        self.jobs = jobs
+        self.stats = Stats()
+
+    def submit(self, job: Job) -> AsyncResult[tuple[str | None, Stats]]:
+        return self.pool.apply_async(run_job, (job,))
+
+    def result(self, pending: AsyncResult[tuple[str | None, Stats]]) -> str | None:
+        violation, stats = pending.get()
+        self.stats.steps += stats.steps
+        self.stats.checks += stats.checks
+        self.stats.runs += stats.runs
+        self.stats.simulated_s += stats.simulated_s
+        return violation
+
+    def run(self, job: Job) -> str | None:
+        return self.result(self.submit(job))
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()
+
+
 def seeds(first: int) -> Iterator[int]:
     seed = first
     while True:
@@ -62,32 +116,73 @@ def seeds(first: int) -> Iterator[int]:
         seed += 1
 
 
-def soak(args: argparse.Namespace) -> list[tuple[int, str]]:
+def soak(args: argparse.Namespace, runner: Runner) -> list[tuple[int, str]]:
+    """Seeds from ``--seed`` on, ``--jobs`` at a time, until the budget is spent."""
     found: list[tuple[int, str]] = []
     ran: list[int] = []
     start = time.perf_counter()
-    stats = SimMachine.stats
-    for seed in seeds(args.seed):
+    stats = runner.stats
+    disabled = frozenset(filter(None, args.without.split(",")))
+    in_flight: list[tuple[int, AsyncResult[tuple[str | None, Stats]]]] = []
+    next_seed = seeds(args.seed)
+
+    def spent() -> bool:
         if args.steps and stats.steps >= args.steps:
+            return True
+        return bool(args.seconds) and time.perf_counter() - start >= args.seconds
+
+    while True:
+        while len(in_flight) < runner.jobs and not spent() and not (found and args.stop_at_first):
+            seed = next(next_seed)
+            job = Job(seed, args.runs_per_seed, args.steps_per_run, disabled)
+            in_flight.append((seed, runner.submit(job)))
+        if not in_flight:
             break
-        if args.seconds and time.perf_counter() - start >= args.seconds:
-            break
+        seed, pending = in_flight.pop(0)
+        violation = runner.result(pending)
         ran.append(seed)
-        violation = search(seed, args.runs_per_seed, args.steps_per_run)
         if violation is not None:
             found.append((seed, violation))
             print(f"\n=== seed {seed}: VIOLATION\n{violation}\n", flush=True)
-            if args.stop_at_first:
-                break
     elapsed = time.perf_counter() - start
     print(
-        f"\n{stats.steps} steps in {elapsed:.1f}s ({stats.steps / max(elapsed, 1e-9):.0f} steps/s),"
-        f" {stats.runs} runs, {stats.simulated_s / 3600:.1f} simulated hours,"
-        f" {stats.checks} invariant checks; seeds {ran[0]}..{ran[-1]} ({len(ran)});"
-        f" {len(found)} with a violation" + (f": {[s for s, _ in found]}" if found else ""),
+        f"\n{stats.steps} steps in {elapsed:.1f}s ({stats.steps / max(elapsed, 1e-9):.0f} steps/s,"
+        f" {runner.jobs} jobs), {stats.runs} runs, {stats.simulated_s / 3600:.1f} simulated hours,"
+        f" {stats.checks} invariant checks; seeds {min(ran, default=0)}..{max(ran, default=0)}"
+        f" ({len(ran)}); {len(found)} with a violation"
+        + (f": {sorted(s for s, _ in found)}" if found else ""),
         flush=True,
     )
     return found
+
+
+def hunt(name: str, args: argparse.Namespace, runner: Runner) -> bool:
+    """Search with the mutant ``name`` applied, seed after seed, until a seed's search fails
+    with it and passes without it (a seed draws the same schedules until its first failure: a
+    failure that main shares is one of main's own bugs, not the mutant's)."""
+    mutant = mutants.MUTANTS[name]
+    print(f"\n##### mutant {name}: {mutant.bug}", flush=True)
+    disabled = mutant.disabled()
+    start = time.perf_counter()
+    steps_before = runner.stats.steps
+    for seed in seeds(args.seed):
+        if time.perf_counter() - start >= args.seconds:
+            break
+        quick = Job(seed, args.runs_per_seed, args.steps_per_run, disabled, name, shrink=False)
+        violation = runner.run(quick)
+        if violation is None:
+            continue
+        if runner.run(Job(seed, quick.runs, quick.steps, disabled, shrink=False)) is not None:
+            print(f"seed {seed}: a violation main has too; searching on", flush=True)
+            continue
+        # Again, shrunk to its shortest schedule.
+        violation = runner.run(Job(seed, quick.runs, quick.steps, disabled, name)) or violation
+        elapsed = time.perf_counter() - start
+        print(f"FOUND at seed {seed} after {elapsed:.1f}s:\n{violation}\n", flush=True)
+        return True
+    steps = runner.stats.steps - steps_before
+    print(f"MISSED: {steps} steps in {time.perf_counter() - start:.1f}s found nothing", flush=True)
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=0.0)
     parser.add_argument("--steps", type=int, default=0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--runs-per-seed", type=int, default=10)
     parser.add_argument("--steps-per-run", type=int, default=60)
     parser.add_argument("--mutant", default="")
@@ -112,59 +208,32 @@ def main(argv: list[str] | None = None) -> int:
     # Hypothesis' own cap on the time one shrink may take (300 s; no public setting): a soak
     # wants the next seed sooner, and a minute gets these schedules to a handful of steps.
     engine.MAX_SHRINKING_SECONDS = args.shrink_seconds
-    SimMachine.disabled = frozenset(filter(None, args.without.split(",")))
     if args.redis:
         from .redisbackend import redis_backend
 
         with redis_backend() as backend:
             SimMachine.backend = backend
+            args.jobs = 1  # one redis-server, one run at a time
             return _main(args)
     return _main(args)
 
 
 def _main(args: argparse.Namespace) -> int:
-    if args.timelines:
-        for name in timelines.TIMELINES:
-            violation = timelines.replay(name)
-            print(
-                f"\n=== timeline {name}: " + (f"VIOLATION\n{violation}" if violation else "holds")
-            )
-    if not args.mutant:
-        return 1 if soak(args) else 0
-    names = list(mutants.MUTANTS) if args.mutant == "all" else [args.mutant]
-    missed = [name for name in names if not hunt(name, args)]
+    runner = Runner(args.jobs)
+    try:
+        if args.timelines:
+            for name in timelines.TIMELINES:
+                violation = runner.pool.apply(timelines.replay, (name,))
+                verdict = f"VIOLATION\n{violation}" if violation else "holds"
+                print(f"\n=== timeline {name}: {verdict}", flush=True)
+        if not args.mutant:
+            return 1 if soak(args, runner) else 0
+        names = list(mutants.MUTANTS) if args.mutant == "all" else [args.mutant]
+        missed = [name for name in names if not hunt(name, args, runner)]
+    finally:
+        runner.close()
     print(f"\nmutants found: {len(names) - len(missed)}/{len(names)}; missed: {missed or 'none'}")
     return 1 if missed else 0
-
-
-def hunt(name: str, args: argparse.Namespace) -> bool:
-    """Search with the mutant ``name`` applied, seed after seed, until a seed's search fails
-    with it and passes without it (the same seed draws the same schedules until the first
-    failure: a failure that main shares is one of main's own bugs, not the mutant's)."""
-    mutant = mutants.MUTANTS[name]
-    print(f"\n##### mutant {name}: {mutant.bug}", flush=True)
-    SimMachine.disabled = mutant.disabled()
-    start = time.perf_counter()
-    stats = SimMachine.stats
-    steps_before = stats.steps
-    for seed in seeds(args.seed):
-        if time.perf_counter() - start >= args.seconds:
-            break
-        with mutants.applied(name):
-            violation = search(seed, args.runs_per_seed, args.steps_per_run, shrink=False)
-        if violation is None:
-            continue
-        if search(seed, args.runs_per_seed, args.steps_per_run, shrink=False) is not None:
-            print(f"seed {seed}: a violation main has too; searching on", flush=True)
-            continue
-        with mutants.applied(name):  # again, shrinking it to its shortest schedule
-            violation = search(seed, args.runs_per_seed, args.steps_per_run) or violation
-        elapsed = time.perf_counter() - start
-        print(f"FOUND at seed {seed} after {elapsed:.1f}s:\n{violation}\n", flush=True)
-        return True
-    steps = stats.steps - steps_before
-    print(f"MISSED: {steps} steps in {time.perf_counter() - start:.1f}s found nothing", flush=True)
-    return False
 
 
 if __name__ == "__main__":
