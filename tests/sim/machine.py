@@ -45,7 +45,7 @@ from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
 
 from . import invariants
-from .vloop import VirtualLoop
+from .vloop import Livelock, VirtualLoop
 from .world import NAME, SimApiserver, World
 
 NODES = {"n1": 2, "n2": 2}
@@ -108,7 +108,7 @@ class SimMachine(RuleBasedStateMachine):
         self.store = self.backend.make(self.loop.time)
         self.api = SimApiserver(nodes, dict(NODES))
         self.world = World(self.loop, self.store, self.api)
-        self.timeline: list[str] = []
+        self.timeline: list[tuple[float, str]] = []  # (simulated time, what happened)
         self.seen_binds = 0
         self.seen_terms = 0
         self.minimums: dict[str, int] = {}  # gang generation -> minimum
@@ -132,7 +132,10 @@ class SimMachine(RuleBasedStateMachine):
     # ---- running the world -----------------------------------------------------------------
 
     def _run(self, coro: Coroutine[Any, Any, None]) -> None:
-        self.loop.run_until_complete(coro)
+        try:
+            self.loop.run_until_complete(coro)
+        except Livelock as exc:
+            self._fail([str(exc)])
 
     def _inside(self, action: Callable[[], object]) -> None:
         """Run ``action`` inside the loop (what it starts needs a running loop)."""
@@ -147,7 +150,7 @@ class SimMachine(RuleBasedStateMachine):
         self._record()
 
     def _note(self, what: str) -> None:
-        self.timeline.append(f"{self.loop.time() - self.started:9.2f}s  {what}")
+        self.timeline.append((self.loop.time(), what))
 
     def _record(self) -> None:
         """The Bindings that landed and the elections since the last step, into the timeline,
@@ -165,7 +168,7 @@ class SimMachine(RuleBasedStateMachine):
             happened.append((b.at, what + f" (epoch {b.epoch})"))
         self.seen_binds = len(self.api.landed)
         for at, what in sorted(happened, key=lambda h: h[0]):
-            self.timeline.append(f"{at - self.started:9.2f}s  {what}")
+            self.timeline.append((at, what))
 
     def _act(self, what: str) -> None:
         type(self).stats.steps += 1
@@ -177,7 +180,8 @@ class SimMachine(RuleBasedStateMachine):
                 self._quiet_checks()
         finally:
             type(self).stats.simulated_s += self.loop.time() - self.started
-            self._run(self.world.shutdown())
+            with contextlib.suppress(Livelock):  # what spun before spins no more once stopped
+                self.loop.run_until_complete(self.world.shutdown())
             self.loop.close()
             with contextlib.suppress(Exception):
                 asyncio.set_event_loop(None)
@@ -186,7 +190,10 @@ class SimMachine(RuleBasedStateMachine):
         if not found:
             return
         self.violations = found
-        lines = "\n".join(self.timeline)
+        lines = "\n".join(
+            f"{at - self.started:9.2f}s  {what}"
+            for at, what in sorted(self.timeline, key=lambda entry: entry[0])
+        )
         raise AssertionError(
             "\n".join(found)
             + "\n\ntimeline (simulated time):\n"

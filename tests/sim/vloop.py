@@ -25,6 +25,11 @@ from collections.abc import Callable
 from typing import Any
 
 IO_WAIT_S = 5.0
+LIVELOCK_TURNS = 200_000
+
+
+class Livelock(AssertionError):
+    """The loop turned and turned while no simulated time passed."""
 
 
 class _JumpingSelector(selectors.BaseSelector):
@@ -56,6 +61,7 @@ class _JumpingSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         events = self._real.select(0)
         if events or timeout == 0:
+            self._loop.standstill()
             return events
         if self._loop.io_busy():
             events = self._real.select(IO_WAIT_S)
@@ -76,6 +82,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self._now = start
         self.io_busy: Callable[[], bool] = lambda: False
         self.on_jump: Callable[[float], None] = lambda seconds: None
+        self._turns = 0
         self._selector = _JumpingSelector(self, self._selector)  # type: ignore[has-type]
         # Timers due within this much of now run now; simulated time needs no slack.
         self._clock_resolution = 1e-9
@@ -86,4 +93,14 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     def jump(self, seconds: float) -> None:
         if seconds > 0:
             self._now += seconds
+            self._turns = 0
             self.on_jump(seconds)
+
+    def standstill(self) -> None:
+        """One more turn of the loop without time passing: past ``LIVELOCK_TURNS`` the program
+        spins (a task that wakes another that wakes it, at once, forever): in production that
+        is a core at 100% and a loop that never sleeps."""
+        self._turns += 1
+        if self._turns > LIVELOCK_TURNS:
+            self._turns = 0
+            raise Livelock(f"livelock: {LIVELOCK_TURNS} turns of the event loop, no time passed")
