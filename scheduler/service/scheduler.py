@@ -115,6 +115,10 @@ class Scheduler:
         self.tick_s = tuning.loop_tick_seconds
         # How long ``drain`` lets the queued events be written (run.tuning).
         self.events_close_s = tuning.shutdown_events_seconds
+        # How long after it was sent a Binding may still commit: the apiserver's request
+        # timeout (run.tuning). A previous leader's reservation is held where it is that long
+        # after the election (effects.py ``elected``).
+        self.bind_commit_s = tuning.bind_commit_seconds
         self.tasks = Tasks()
         self.state = ClusterState(settings)
         self.queue = SchedulingQueue(
@@ -148,6 +152,7 @@ class Scheduler:
             bind_timeout,
             attempts=tuning.bind_attempts,
             retry_s=tuning.bind_retry_seconds,
+            resource_claims=self.state.inputs.resource_claims,
         )
         events = functools.partial(report, cluster)
         self.stale = StaleGangs(
@@ -248,6 +253,9 @@ class Scheduler:
         self.metrics.epoch.set(epoch)
         while not self.intake.bound_synced:
             await asyncio.sleep(0.05)
+        # Every Binding a previous leader sent was sent before now; its reservations stay
+        # where they are until none of those can land (podbook.py, UNSETTLED).
+        self.effects.elected(self.bind_commit_s)
         # A failure of any store call here gives the lease up.
         records = await self.store.records()
         for key, uid, holding in self.sync.unknown(records):
@@ -311,6 +319,7 @@ class Scheduler:
             await self.sync.if_needed()
             try:
                 self.stale.tick()
+                self.effects.settle_due()
                 if self.preemptions.tick():
                     self.queue.on_cluster_event()  # GPUs held for an expired nomination: free
             except Exception:

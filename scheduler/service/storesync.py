@@ -2,7 +2,7 @@
 
 The reconcile makes the store equal to the apiserver's truth: every holding of a pod the pod book
 has as bound (ASSUMED or BOUND, and pods bound by others) is a bound claim; the reservations kept
-are exactly those the book holds as reserved (RELOADED, RESERVING, BINDING), and right after an
+are exactly those the book holds as reserved (UNSETTLED, RELOADED, RESERVING, BINDING), and right after an
 election also those of every pending pod (a previous leader may have been binding them). Anything
 else in the store is freed, whichever epoch wrote it: a reservation that a failed release left
 behind does not outlive the next reconcile. After an election the reservations a previous leader
@@ -168,6 +168,24 @@ class StoreSync:
         except StoreError as exc:
             self.needed = True
             log.warning(f"store {what} failed", uids=uids[:20], error=str(exc))
+
+    async def reserve_again(self, holding: Holding) -> None:
+        """The store's record of ``holding`` becomes a reservation again: an inherited record,
+        which the election's reconcile kept as bound, of a pod read back pending (its previous
+        leader's Binding may still land; the pod book's UNSETTLED). A reconcile keeps only
+        reservations for pods not bound, and would free a bound record of a pending pod. A
+        failure asks for a reconcile, as any failed write."""
+        claim = self.claim_of(holding)
+        epoch = self.leadership.epoch
+        if claim is None or epoch is None or not self.leadership.leading:
+            return
+        try:
+            (problem,) = await self.store.reserve_each(self.leadership.holder, epoch, [[claim]])
+        except StoreError as exc:
+            problem = str(exc)
+        if problem is not None:
+            self.needed = True
+            log.warning("store reservation of an inherited record failed", pod=claim.pod, error=problem)
 
     # ---- reconcile ---------------------------------------------------------------------------
 

@@ -31,7 +31,16 @@ from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node, reloaded, until
+from tests.lifecycle import (
+    QUICK_RETRIES,
+    TTL_MS,
+    Apiserver,
+    Replica,
+    node,
+    past_commit,
+    reloaded,
+    until,
+)
 from tests.redis_faults import busy
 
 
@@ -452,8 +461,10 @@ async def test_7_a_reloaded_pod_that_left_the_pending_watch_is_read_back(
     r = backend.live()
     r.api.gates["default/p"] = asyncio.Event()
     await reloaded(r)
-    r.s.intake.pending_event("DELETED", r.api.delete("default/p"))  # deleted or bound? read it back
+    r.s.intake.pending_event("DELETED", r.api.delete("default/p"))  # deleted or bound?
     await r.settle()
+    assert r.held("default/p") == ("n", [0])  # the bound watch, or a read once settled, says
+    await past_commit(r)  # read back: gone
     assert r.held("default/p") is None and r.s.book.entries == {}
     assert await store_of(r) == ({}, {}, {})
 
@@ -466,7 +477,7 @@ async def test_7_a_reloaded_pod_the_old_leader_did_bind_is_kept_as_bound(
     await reloaded(r)
     # The old leader's Binding had landed after all; the pod left the pending watch.
     r.s.intake.pending_event("DELETED", r.api.land("default/p", "n", "0"))
-    await r.settle()  # read back: bound, and the reconcile it asked for is due
+    await past_commit(r)  # read back: bound, and the reconcile it asked for is due
     assert r.s.book.stage("default/p") is Stage.BOUND and r.held("default/p") == ("n", [0])
     r.clock.now += Tuning().store_reconcile_seconds
     await r.s.sync.if_needed()
