@@ -171,9 +171,7 @@ class Binder:
             if result.status in (404, 409):
                 # A definite answer: whatever an earlier attempt did has been decided.
                 return await self._read_back(pod, placement, False)
-            log.warning(
-                "bind refused", pod=pod.key, status=result.status, message=result.message
-            )
+            log.warning("bind refused", pod=pod.key, status=result.status, message=result.message)
             await asyncio.sleep(self.retry_s * attempt)
         if maybe_sent:
             return await self._read_back(pod, placement, maybe_sent)
@@ -211,7 +209,9 @@ class Binder:
                 self.timeout_s,
             )
         except Exception as exc:
-            log.warning("could not unreserve the pod's ResourceClaims", pod=pod.key, error=repr(exc))
+            log.warning(
+                "could not unreserve the pod's ResourceClaims", pod=pod.key, error=repr(exc)
+            )
 
     async def _read_back(
         self, pod: PodInput, placement: Placement, uncertain: bool

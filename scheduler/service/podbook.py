@@ -420,7 +420,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.OTHER, E.VICTIMS_GONE): (S.OTHER, _),
     # ---- a previous leader's record, no watch has shown its pod yet -------------------------
     # Its GPUs stay held (the reconcile keeps the record as bound) until a re-read or a watch
-    # says: bound (the truth is charged), pending (a reservation to decide afresh), gone.
+    # says: bound (the truth is charged), pending (unsettled: held where it is), gone.
     # Pending: the previous leader's reservation, whose Binding may still land (the record the
     # election's reconcile kept as bound is a reservation again).
     (S.INHERITED, E.PENDING_SEEN): (S.UNSETTLED, (F.KEEP_POD, F.RESERVE_STORE, F.SETTLE)),

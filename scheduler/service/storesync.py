@@ -2,19 +2,20 @@
 
 The reconcile makes the store equal to the apiserver's truth: every holding of a pod the pod book
 has as bound (ASSUMED or BOUND, and pods bound by others) is a bound claim; the reservations kept
-are exactly those the book holds as reserved (UNSETTLED, RELOADED, RESERVING, BINDING), and right after an
-election also those of every pending pod (a previous leader may have been binding them). Anything
-else in the store is freed, whichever epoch wrote it: a reservation that a failed release left
-behind does not outlive the next reconcile. After an election the reservations a previous leader
-left for pods still pending are loaded into the snapshot (the book's RELOAD event).
+are exactly those the book holds as reserved (UNSETTLED, RELOADED, RESERVING, BINDING), and right
+after an election also those of every pending pod (a previous leader may have been binding them).
+Anything else in the store is freed, whichever epoch wrote it: a reservation that a failed release
+left behind does not outlive the next reconcile. After an election the reservations a previous
+leader left for pods still pending are loaded into the snapshot (the book's RELOAD event).
 
 A graceful handover: the previous leader released its lease right after its last Bindings
 completed, so a pod it bound may be gone from this replica's pending watch and not yet in its
 bound watch. The election's reconcile must not free such a pod's record: every store record of
 a pod the book does not know (no entry under its name, nothing held in the snapshot) is
 inherited (INHERIT: held in the snapshot, kept in the store as bound) and its pod re-read; the
-read or a watch then says where it is (bound: its truth is charged; pending: a reservation to
-decide afresh; gone: freed). Freeing needs proof that the pod left; holding a few GPUs until a
+read or a watch then says where it is (bound: its truth is charged; pending: the previous
+leader's reservation, a reservation in the store again (``reserve_again``) and held where it is
+while that leader's Binding may still land; gone: freed). Freeing needs proof that the pod left; holding a few GPUs until a
 read answers costs only those GPUs for that long.
 
 The marks after binds and the releases of pods that left are queued and sent by one flush at a
@@ -185,7 +186,9 @@ class StoreSync:
             problem = str(exc)
         if problem is not None:
             self.needed = True
-            log.warning("store reservation of an inherited record failed", pod=claim.pod, error=problem)
+            log.warning(
+                "store reservation of an inherited record failed", pod=claim.pod, error=problem
+            )
 
     # ---- reconcile ---------------------------------------------------------------------------
 

@@ -21,13 +21,13 @@ from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import NodeInput, PodClaim, PodInput, ResourceClaimInput
 from scheduler.service.podbook import Stage
 from tests.builders import MakeNode, MakePod
-from tests.integration.test_pod_lifecycle import (  # noqa: F401 (the fixtures)
-    Backend,
-    backend,
-    redis_url,
-    store_of,
-)
+from tests.integration import test_pod_lifecycle as lifecycle_tests
+from tests.integration.test_pod_lifecycle import Backend, store_of
 from tests.lifecycle import TTL_MS, Apiserver, Replica, node, past_commit, until
+
+# The stores of test_pod_lifecycle.py: memory, and the session's real redis-server.
+redis_url = lifecycle_tests.redis_url
+backend = lifecycle_tests.backend
 
 
 def with_claim(r: Replica, pod: PodInput) -> PodInput:
@@ -79,8 +79,7 @@ async def test_issue30_1a_a_resend_whose_claim_patch_times_out_keeps_the_gpus(
     # Three attempts cut at the timeout, the read-back says pending (kept); then re-sends,
     # each one's claim patch timing out.
     await until(
-        lambda: r.api.claim_writes_tried >= 3
-        or r.s.book.stage("default/a") is not Stage.BINDING
+        lambda: r.api.claim_writes_tried >= 3 or r.s.book.stage("default/a") is not Stage.BINDING
     )
     assert r.s.book.stage("default/a") is Stage.BINDING and r.held("default/a") == ("n", [0])
     r.pending(MakePod().Name("c").Req(1).Obj())
@@ -113,8 +112,7 @@ async def test_issue30_1b_a_resend_whose_claim_write_fails_after_a_lost_answer_k
     await r.step()
     # The retry's 409 cannot be read back (unknown); the re-send's claim write fails.
     await until(
-        lambda: r.api.claim_writes_tried >= 3
-        or r.s.book.stage("default/a") is not Stage.BINDING
+        lambda: r.api.claim_writes_tried >= 3 or r.s.book.stage("default/a") is not Stage.BINDING
     )
     assert r.s.book.stage("default/a") is Stage.BINDING and r.held("default/a") == ("n", [0])
     r.pending(MakePod().Name("c").Req(1).Obj())
@@ -142,13 +140,15 @@ async def test_issue30_1b_a_check_that_reads_the_pod_bound_charges_it(backend: B
     assert r.held("default/a") is None
     r.api.land("default/a", "n", "0")  # it had committed
     r.api.reads_fail = False
-    await until(lambda: r.s.book.stage("default/a") is not Stage.PENDING)  # the re-read
-    assert r.s.book.stage("default/a") is Stage.BOUND and r.held("default/a") == ("n", [0])
-    r.pending(MakePod().Name("c").Req(1).Obj())
+    entry = r.s.book.get("default/a")
+    assert entry is not None
+    await until(lambda: not entry.checking)  # the re-read answered: bound on GPU 0
+    r.pending(MakePod().Name("c").Req(1).Obj())  # before the bound watch re-lists
     while await r.step() is not None:
         pass
     await r.settle()
-    assert r.held("default/c") is None and gpus_given_twice(r.api) == []
+    assert gpus_given_twice(r.api) == [] and r.held("default/c") is None
+    assert r.s.book.stage("default/a") is Stage.BOUND and r.held("default/a") == ("n", [0])
     r.clock.now += Tuning().store_reconcile_seconds  # the reconcile the re-read asked for
     await r.s.sync.if_needed()
     assert await store_of(r) == ({"default/a": "bound:(0,)"}, {0: "default/a"}, {})
