@@ -17,16 +17,16 @@ The parts are built in the order they need each other and handed to each other w
 is set on a part after it is built. The watches call ``intake`` directly (watches.py), the loop
 below calls ``cycle``.
 
-Leadership: only the leader schedules. On election it inherits the store records of pods it
-does not know (a graceful handover's last binds: storesync.py), reconciles the store against
-the apiserver's bound pods (in the same store call it writes every node's inventory), loads the
-reservations a previous leader left for pods that are still pending (held where they are until
-that leader's Bindings can no longer land: run.tuning.bindCommitSeconds after the election, the
-pod book's UNSETTLED), and only then takes the first pod; when the store cannot say who led before, or may have lost its last writes (a
-flushed or new Redis, a restart from disk, a replica promoted by Sentinel: ``kept_history``),
-it first waits one lease duration, so that any Binding a previous leader still had in
-flight has completed (the fencing rule in binder.py), and reconciles again before deciding, so
-that the store also records the pods those Bindings bound.
+Leadership: only the leader schedules. On election it inherits the store records of pods it does not
+know (a graceful handover's last binds: storesync.py), reconciles the store against the apiserver's
+bound pods (in the same store call it writes every node's inventory), loads the reservations a
+previous leader left for pods that are still pending (held where they are until that leader's
+Bindings can no longer land: run.tuning.bindCommitSeconds after the election, the pod book's
+UNSETTLED), and only then takes the first pod; when the store cannot say who led before, or may have
+lost its last writes (a flushed or new Redis, a restart from disk, a replica promoted by Sentinel:
+``kept_history``), it first waits one lease duration, so that any Binding a previous leader still
+had in flight has completed (the fencing rule in binder.py), and reconciles again before deciding,
+so that the store also records the pods those Bindings bound.
 """
 
 from __future__ import annotations

@@ -8,15 +8,15 @@ Anything else in the store is freed, whichever epoch wrote it: a reservation tha
 left behind does not outlive the next reconcile. After an election the reservations a previous
 leader left for pods still pending are loaded into the snapshot (the book's RELOAD event).
 
-A graceful handover: the previous leader released its lease right after its last Bindings
-completed, so a pod it bound may be gone from this replica's pending watch and not yet in its
-bound watch. The election's reconcile must not free such a pod's record: every store record of
-a pod the book does not know (no entry under its name, nothing held in the snapshot) is
-inherited (INHERIT: held in the snapshot, kept in the store as bound) and its pod re-read; the
-read or a watch then says where it is (bound: its truth is charged; pending: the previous
-leader's reservation, a reservation in the store again (``reserve_again``) and held where it is
-while that leader's Binding may still land; gone: freed). Freeing needs proof that the pod left; holding a few GPUs until a
-read answers costs only those GPUs for that long.
+A graceful handover: the previous leader released its lease right after its last Bindings completed,
+so a pod it bound may be gone from this replica's pending watch and not yet in its bound watch. The
+election's reconcile must not free such a pod's record: every store record of a pod the book does
+not know (no entry under its name, nothing held in the snapshot) is inherited (INHERIT: held in the
+snapshot, kept in the store as bound) and its pod re-read; the read or a watch then says where it is
+(bound: its truth is charged; pending: the previous leader's reservation, a reservation in the store
+again (``reserve_again``) and held where it is while that leader's Binding may still land; gone:
+freed). Freeing needs proof that the pod left; holding a few GPUs until a read answers costs only
+those GPUs for that long.
 
 The marks after binds and the releases of pods that left are queued and sent by one flush at a
 time, so a backlog's binds or a burst of deletes are a few store calls rather than one per pod
