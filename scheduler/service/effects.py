@@ -394,11 +394,15 @@ class Effects:
     # ---- re-reads ----------------------------------------------------------------------------
 
     async def _check(self, key: str, uid: str) -> None:
-        """Re-read a pod until the apiserver answers, and tell the book what it says."""
+        """Re-read a pod until the apiserver answers, and tell the book what it says. An unsettled
+        pod (a previous leader's Binding may still land) read pending by a read that started
+        before ``settled_at`` is no answer: the read SETTLE_DUE asks for answers (this one,
+        read again, when that time has come meanwhile)."""
         namespace, _, name = key.partition("/")
         current: PodInput | None = None
         event: Event | None = None
         while event is None and self.accepting and self.book.stage(key, uid) in _CHECKED_STAGES:
+            started = self.clock()
             try:
                 current = await self.cluster.get_pod(namespace, name)
             except Exception as exc:
@@ -411,6 +415,9 @@ class Effects:
                 event = Event.CHECKED_BOUND
             elif current.deleting:
                 event = Event.CHECKED_GONE
+            elif self.book.stage(key, uid) is Stage.UNSETTLED and started < self.settled_at:
+                if self.clock() < self.settled_at:
+                    break  # SETTLE_DUE asks again
             else:
                 event = Event.CHECKED_PENDING
         entry = self.book.get(key)

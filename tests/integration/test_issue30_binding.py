@@ -292,14 +292,10 @@ async def test_issue30_2_a_reservation_whose_binding_never_landed_is_decided_afr
 # ---- 7: an inherited record of a pod read back pending is a reservation again -------------------
 
 
-async def test_issue30_7c_an_inherited_record_of_a_pending_pod_stays_reserved(
-    backend: Backend,
-) -> None:
+async def inherited(backend: Backend) -> tuple[Apiserver, Replica, PodInput]:
     """Leader a reserves p (its Binding stalls) and hands over; standby b's pending watch lags:
-    it has never shown p, so b inherits the record (kept as bound by the election's reconcile)
-    and re-reads p: pending. The record is a reservation again, which the next reconcile keeps
-    (it freed a bound record of a pending pod: the next failover's new leader would not reload
-    it and would give its GPU away while the Binding lands)."""
+    it has never shown p, so b inherits the record (kept as bound by the election's
+    reconcile) and re-reads p."""
     api = Apiserver()
     a = backend.replica(api, "a", bind_timeout=0.02)
     b = backend.replica(api, "b", bind_timeout=0.02)
@@ -307,11 +303,21 @@ async def test_issue30_7c_an_inherited_record_of_a_pending_pod_stays_reserved(
     b.s.intake.replace_bound([], 0)
     await a.elect([node(1)])
     api.stalled["default/p"] = None
-    a.pending(MakePod().Name("p").Req(1).Obj())
+    p = a.pending(MakePod().Name("p").Req(1).Obj())
     await a.step()
     await until(lambda: api.stalled["default/p"] is not None)
     await a.s.drain()
     await backend.store.release_lease("a", a.leadership.epoch or 0)
+    return api, b, p
+
+
+async def test_issue30_7c_an_inherited_record_of_a_pending_pod_stays_reserved(
+    backend: Backend,
+) -> None:
+    """The re-read says pending: the record is a reservation again, which the next reconcile
+    keeps (it freed a bound record of a pending pod: the next failover's new leader would not
+    reload it and would give its GPU away while the Binding lands)."""
+    api, b, _ = await inherited(backend)
     await b.elect([node(1)], [])
     await b.settle()  # the inherited record's re-read: pending
     assert b.held("default/p") == ("n", [0])
@@ -329,3 +335,36 @@ async def test_issue30_7c_an_inherited_record_of_a_pending_pod_stays_reserved(
     b.bound_seen("default/p")
     await b.settle()
     assert b.s.book.stage("default/p") is Stage.BOUND and b.held("default/p") == ("n", [0])
+
+
+async def test_issue30_7c_an_inherited_record_the_pending_watch_shows_stays_reserved(
+    backend: Backend,
+) -> None:
+    """The pending watch shows p while its re-read fails: the same (a reservation again, held
+    where it is); the re-read that then answers pending, made while the old leader's Binding
+    may still land, is no answer; the one made once it cannot land is."""
+    api, b, p = await inherited(backend)
+    api.reads_fail = True
+    await b.elect([node(1)], [])
+    b.s.intake.pending_event("ADDED", p)
+    reserved = ({"default/p": "reserved:(0,)"}, {0: "default/p"}, {})
+    for _ in range(200):  # the record's reservation is written again (the re-read still fails)
+        if await store_of(b) == reserved:
+            break
+        await asyncio.sleep(0.005)
+    assert b.held("default/p") == ("n", [0])
+    assert await store_of(b) == reserved
+    api.reads_fail = False
+    entry = b.s.book.get("default/p")
+    assert entry is not None
+    await until(lambda: not entry.checking)  # read: pending, too early to say
+    assert b.s.book.stage("default/p") is Stage.UNSETTLED and b.held("default/p") == ("n", [0])
+    api.stalled["default/p"] = None  # the old leader's Binding never commits
+    await past_commit(b)  # read once it cannot land: pending, so decided afresh
+    assert b.s.book.stage("default/p") is Stage.RELOADED
+    del api.stalled["default/p"]
+    assert await b.step() == "default/p"
+    await b.settle()
+    assert api.binds == [("default/p", "n", "0")]
+    assert b.s.book.stage("default/p") is Stage.ASSUMED
+    assert await store_of(b) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
