@@ -23,7 +23,9 @@ time, so a backlog's binds or a burst of deletes are a few store calls rather th
 reserved again meanwhile is not sent.
 
 Every failed store write asks for a reconcile, which the loop runs at most every
-``reconcile_min_s`` (run.tuning.storeReconcileSeconds) and tries again while it fails.
+``reconcile_min_s`` (run.tuning.storeReconcileSeconds) and tries again while it fails; so does
+every write skipped while the local lease had lapsed (the same replica may lead on once a late
+renewal answer comes, with no election reconcile to write what it skipped).
 """
 
 from __future__ import annotations
@@ -159,10 +161,21 @@ class StoreSync:
         self, call: Callable[[str, int, list[str]], Awaitable[None]], uids: list[str], what: str
     ) -> None:
         """A failure asks for a reconcile (it would otherwise keep GPUs blocked that nobody
-        uses, or leave bound pods marked as reserved)."""
+        uses, or leave bound pods marked as reserved).
+
+        Not leading, nothing is written: the next leader's reconcile writes the truth. While
+        this replica still holds its epoch but its local lease has lapsed (a renewal's answer
+        late), the write is skipped too, and this same replica may lead on once the answer
+        comes, with no election and so no election reconcile: the skipped write asks for a
+        reconcile, which the loop runs once it leads again (a reconcile writes what every
+        skipped mark or release would have, from the book as it is then)."""
         epoch = self.leadership.epoch
-        if epoch is None or not self.leadership.leading:
-            return  # the next leader's reconcile writes the truth
+        if epoch is None:
+            return
+        if not self.leadership.leading:
+            self.needed = True
+            log.info(f"store {what} skipped: the lease lapsed", uids=uids[:20], epoch=epoch)
+            return
         try:
             await call(self.leadership.holder, epoch, uids)
         except StoreError as exc:
