@@ -167,6 +167,21 @@ class Intake:
         else:
             self.effects.dispatch(pod.key, pod.uid, Event.PENDING_LEFT, None)
 
+    def read(self, pod: PodInput | None) -> None:
+        """What a read of a pod's name found (a GET: newer than anything either watch has
+        delivered; a new leader reads the names a store record holds under another UID than
+        the book's), told as the watch that shows such a pod would tell it: another UID than
+        the book's means the book's pod was deleted; a bound pod goes as the bound watch's
+        event, an unbound one as the pending watch's. Nothing found: nothing is told (the book's
+        pod, if it left, is told by the lagging watches, or a re-list's end at the latest)."""
+        if pod is None:
+            return
+        self._replaced(pod)
+        if pod.node_name:
+            self.bound_event("MODIFIED", pod)
+        else:
+            self.pending_event("MODIFIED", pod)
+
     def _replaced(self, pod: PodInput) -> None:
         """Another UID under a tracked name: the tracked pod was deleted."""
         entry = self.book.get(pod.key)

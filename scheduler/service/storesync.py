@@ -17,6 +17,12 @@ read or a watch then says where it is (bound: its truth is charged; pending: a r
 decide afresh; gone: freed). Freeing needs proof that the pod left; holding a few GPUs until a
 read answers costs only those GPUs for that long.
 
+Records are a pod's by UID, not by name: a lagging standby may hold another UID under a record's
+name (a same-name recreation its watches have not shown yet, whose new pod the previous leader
+bound). Such names (``questioned``) are read from the apiserver before the election's reconcile,
+and what the read found is told to the book as the watches would tell it (intake.py's ``read``):
+the book then holds the pod of the record's UID, or the read proved that UID gone.
+
 The marks after binds and the releases of pods that left are queued and sent by one flush at a
 time, so a backlog's binds or a burst of deletes are a few store calls rather than one per pod
 (past the Redis client's pool of 100 connections those failed); a release whose pod has been
@@ -234,9 +240,29 @@ class StoreSync:
             conflicts=list(report.conflicts),
         )
 
+    def questioned(self, records: dict[str, Record]) -> list[str]:
+        """The names the book knows under another UID than a record of ``records`` (a new
+        leader's ``store.records()``) has, sorted. Either this replica's watches lag behind a
+        same-name recreation (a StatefulSet's or a training job's worker restarted, ``kubectl
+        replace``: the record is of the newer pod, which the previous leader bound), or the
+        record was left by a release that failed (the book's pod is the newer). Only the
+        apiserver can say which: the new leader reads these names before its reconcile, which
+        would otherwise free the record of a pod that holds its GPUs."""
+        return sorted(
+            {
+                r.claim.pod
+                for r in records.values()
+                if (entry := self.book.get(r.claim.pod)) is not None
+                and entry.uid
+                and entry.uid != r.claim.uid
+            }
+        )
+
     def unknown(self, records: dict[str, Record]) -> list[tuple[str, str, Holding]]:
         """A new leader's inheritance: the records (of ``store.records()``, read before its
-        reconcile) of pods the book does not know, as (pod, UID, holding)."""
+        reconcile) of pods the book does not know, as (pod, UID, holding). Asked once the names
+        ``questioned`` were read: a record of another UID than the book's under the same name
+        is then of a pod the read proved gone, and the reconcile frees it."""
         return [
             (r.claim.pod, r.claim.uid, holding_of_claim(r.claim))
             for r in records.values()

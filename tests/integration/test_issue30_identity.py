@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 import redis.asyncio as aioredis
 
 from scheduler.config.tuning import Tuning
+from scheduler.core.model.objects import PodInput
 from scheduler.kube.api import BindResult
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
@@ -105,3 +107,129 @@ async def test_issue30_7b_writes_skipped_while_the_lease_lapsed_are_written_when
     (gpu,) = held[1]
     # What the skipped writes would have written: a is bound, b's record is gone.
     assert await store_of(r) == ({"default/a": f"bound:({gpu},)"}, {gpu: "default/a"}, {})
+
+
+# ---- 3: a lagging standby across a same-name recreation -----------------------------------------
+
+
+async def take_lease(r: Replica) -> None:
+    """``r`` wins the lease and takes up leadership with its watches as they are (lagging)."""
+    epoch = await r.store.acquire(r.holder, TTL_MS)
+    assert epoch is not None
+    r.leadership.epoch = epoch
+    r.leadership._renewed_at = r.clock.now
+    await r.s.on_elected(epoch)
+
+
+async def recreated_behind_a_lagging_standby(
+    backend: Backend,
+) -> tuple[Apiserver, Replica, list[tuple[str, PodInput]]]:
+    """w (uid1) is bound on GPU 0 of node n (2 GPUs), and both replicas know it; w is deleted
+    and recreated (uid2: a StatefulSet's or a training job's worker restarted) and leader a binds
+    it on GPUs 0 and 1; standby b's watches lag: its book still holds uid1 under the name. Then
+    a rolling update: a drains and hands its lease over. Returns the events b's watches have not
+    delivered yet (pending or bound watch, and the pod as it shows it)."""
+    api = Apiserver()
+    a = backend.replica(api, "a")
+    b = backend.replica(api, "b")
+    w1 = api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    b.s.intake.replace_nodes([node(2)])
+    b.s.intake.replace_bound([w1], api.version)
+    await a.elect([node(2)], [w1])
+    deleted = api.delete(w1.key)
+    a.s.intake.bound_event("DELETED", deleted)
+    await a.settle()  # uid1's record is released
+    w2 = a.pending(msgspec.structs.replace(MakePod().Name("w").Req(2).Obj(), uid="uid2"))
+    await run(a)
+    assert api.binds == [("default/w", "n", "0,1")]
+    assert await store_of(a) == (
+        {"default/w": "bound:(0, 1)"},
+        {0: "default/w", 1: "default/w"},
+        {},
+    )
+    entry = b.s.book.get("default/w")
+    assert entry is not None and entry.uid == w1.uid and b.held("default/w") == ("n", [0])
+    await a.s.drain()
+    await backend.store.release_lease("a", a.leadership.epoch or 0)
+    lagging = [("bound", deleted), ("pending", w2), ("bound", api.pods["default/w"])]
+    return api, b, lagging
+
+
+async def test_issue30_3_a_lagging_standby_keeps_the_old_leaders_record_of_a_recreated_pod(
+    backend: Backend,
+) -> None:
+    api, b, lagging = await recreated_behind_a_lagging_standby(backend)
+    c = b.pending(MakePod().Name("c").Req(1).Obj())
+    await take_lease(b)
+    await run(b)
+    assert api.binds == [("default/w", "n", "0,1")]  # c is not bound on w's GPU 1
+    assert b.s.book.stage(c.key) is Stage.PENDING
+    # The name was read before the store was reconciled: uid2 is the pod, bound on GPUs 0, 1.
+    entry = b.s.book.get("default/w")
+    assert entry is not None and entry.uid == "uid2" and entry.stage is Stage.BOUND
+    assert b.held("default/w") == ("n", [0, 1])
+    # The lagging watches catch up: uid1's deletion and uid2's pending sighting are older than
+    # what the read told; uid2 bound is what the book holds already.
+    for stream, pod in lagging:
+        if stream == "bound":
+            b.s.intake.bound_event("DELETED" if pod.uid != "uid2" else "ADDED", pod)
+        else:
+            b.s.intake.pending_event("ADDED", pod)
+    await b.settle()
+    assert b.s.book.stage("default/w", "uid2") is Stage.BOUND
+    assert b.held("default/w") == ("n", [0, 1])
+    b.clock.now += Tuning().store_reconcile_seconds
+    await run(b)
+    assert api.binds == [("default/w", "n", "0,1")]
+    assert await store_of(b) == (
+        {"default/w": "bound:(0, 1)"},
+        {0: "default/w", 1: "default/w"},
+        {},
+    )
+
+
+async def test_issue30_3_an_unanswered_read_fails_the_election_and_frees_nothing(
+    backend: Backend,
+) -> None:
+    api, b, _ = await recreated_behind_a_lagging_standby(backend)
+    api.reads_fail = True
+    with pytest.raises(ConnectionError):
+        await take_lease(b)  # Leadership.run then gives the lease up and competes again
+    assert not b.s.ready_to_schedule
+    assert await store_of(b) == (
+        {"default/w": "bound:(0, 1)"},
+        {0: "default/w", 1: "default/w"},
+        {},
+    )
+
+
+async def test_issue30_3_a_record_of_an_older_uid_than_the_books_is_freed_after_the_read(
+    backend: Backend,
+) -> None:
+    """The other way round: the store's record is of a UID older than the book's (a release
+    lost, and no reconcile since); the read says the book's pod is the one: the record goes."""
+    api = Apiserver()
+    b = backend.replica(api, "b")
+    old = backend.replica(api, "old")
+    await old.elect([node(2)])
+    w1 = old.pending(MakePod().Name("w").Req(2).Obj())
+    await run(old)  # bound on GPUs 0, 1; its record stays when it is deleted (the release lost)
+    await old.s.drain()
+    await backend.store.release_lease("old", old.leadership.epoch or 0)
+    api.delete(w1.key)
+    w2 = api.create(
+        msgspec.structs.replace(MakePod().Name("w").Req(1).Bound("n", "1").Obj(), uid="uid2")
+    )
+    b.s.intake.replace_nodes([node(2)])
+    b.s.intake.replace_bound([w2], api.version)
+    c = b.pending(MakePod().Name("c").Req(1).Obj())
+    await take_lease(b)
+    await run(b)
+    assert b.held("default/w") == ("n", [1])
+    assert api.binds[1:] == [("default/c", "n", "0")]  # GPU 0 was free: c has it
+    assert b.s.book.stage(c.key) is Stage.ASSUMED
+    assert await store_of(b) == (
+        {"default/w": "bound:(1,)", "default/c": "bound:(0,)"},
+        {0: "default/c", 1: "default/w"},
+        {},
+    )
