@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 import redis.asyncio as aioredis
+from structlog.testing import capture_logs
 
 from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import PodInput
@@ -233,3 +234,69 @@ async def test_issue30_3_a_record_of_an_older_uid_than_the_books_is_freed_after_
         {0: "default/c", 1: "default/w"},
         {},
     )
+
+
+# ---- 6: resourceVersions that go back -----------------------------------------------------------
+
+
+async def restored(backend: Backend) -> tuple[Replica, PodInput]:
+    """w (uid1) is bound on node n's one GPU at resourceVersion 1001; etcd is restored from a
+    backup taken at 500, before w existed, without ``--bump-revision``: versions count from 500
+    again. w's controller recreates it (uid2, pending, 501). The watches break; each re-lists."""
+    r = backend.live()
+    r.api.version = 1000
+    w1 = r.api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [w1])
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+    r.api.pods, r.api.version = {}, 500
+    w2 = r.api.create(msgspec.structs.replace(MakePod().Name("w").Req(1).Obj(), uid="uid2"))
+    return r, w2
+
+
+async def scheduled_after_the_restore(r: Replica) -> None:
+    """The pod of the new era, w (uid2), is scheduled on the GPU its gone namesake held."""
+    await run(r)
+    assert r.api.binds == [("default/w", "n", "0")]
+    entry = r.s.book.get("default/w")
+    assert entry is not None and entry.uid == "uid2" and r.held("default/w") == ("n", [0])
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+    assert [rec.claim.uid for rec in (await r.store.records()).values()] == ["uid2"]
+
+
+async def test_issue30_6_a_bound_list_below_the_books_versions_is_the_truth_of_a_new_era(
+    backend: Backend,
+) -> None:
+    r, w2 = await restored(backend)
+    with capture_logs() as logs:
+        r.s.intake.replace_bound(*r.bound_list())  # at 501, without w
+    await r.settle()
+    assert r.s.book.get("default/w") is None and r.held("default/w") is None
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert (warning["list_version"], warning["book_version"]) == (501, 1001)
+    r.s.intake.replace_pending([w2])
+    await scheduled_after_the_restore(r)
+
+
+async def test_issue30_6_a_pending_list_below_the_books_versions_is_the_truth_of_a_new_era(
+    backend: Backend,
+) -> None:
+    r, w2 = await restored(backend)
+    r.s.intake.replace_pending([w2], r.api.version)  # at 501: uid2 replaces uid1
+    await r.settle()  # uid1's record is released
+    entry = r.s.book.get("default/w")
+    assert entry is not None and entry.uid == "uid2" and entry.stage is Stage.PENDING
+    assert r.held("default/w") is None
+    r.s.intake.replace_bound(*r.bound_list())  # 501 again: the era the book is in now
+    await scheduled_after_the_restore(r)
+
+
+async def test_issue30_6_news_of_the_new_era_is_taken_once_it_began(backend: Backend) -> None:
+    """After the new era began, its watch events are news again: w (uid2) bound by someone
+    else at 502 is charged, not dropped as older than uid1's 1001."""
+    r, w2 = await restored(backend)
+    r.s.intake.replace_bound(*r.bound_list())
+    r.s.intake.bound_event("ADDED", r.api.land(w2.key, "n", "0"))
+    await r.settle()
+    entry = r.s.book.get("default/w")
+    assert entry is not None and entry.uid == "uid2" and entry.stage is Stage.BOUND
+    assert r.held("default/w") == ("n", [0])
