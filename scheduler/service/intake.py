@@ -262,6 +262,8 @@ class Intake:
         if self._new_era("bound-pods", version, self._bound_since):
             for pod in stale:
                 self.bound_event("ADDED", pod)
+        elif stale:
+            log.info("older than what is known: dropped", pods=[p.key for p in stale[:20]])
         for entry in self.book.in_stages(LISTED_STAGES):
             uid = listed.get(entry.key)
             if uid is not None and (not entry.uid or uid == entry.uid):
