@@ -299,8 +299,14 @@ class Scheduler:
         (the lease is given up and competed for again), as a failed store call does: freeing
         the record unread could give its GPUs twice."""
         keys = self.sync.questioned(records)
-        found = await asyncio.gather(*(self.cluster.get_pod(*key.split("/", 1)) for key in keys))
+        # Every read runs to its end (none is left behind in flight), then the first failure
+        # fails the election.
+        found = await asyncio.gather(
+            *(self.cluster.get_pod(*key.split("/", 1)) for key in keys), return_exceptions=True
+        )
         for key, pod in zip(keys, found, strict=True):
+            if isinstance(pod, BaseException):
+                raise pod
             log.info(
                 "store record of another UID than the book's: the name was read",
                 pod=key,
