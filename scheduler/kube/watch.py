@@ -15,6 +15,10 @@ small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
    doubling, capped) and goes back to 1. The backoff starts over only once a watch has ended
    normally, not after a LIST: an apiserver that lists fine but
    fails every watch would otherwise be re-listed at the initial backoff forever.
+
+A stream whose consumer orders its news by resourceVersion (``ordered``: the pod watches, whose
+intake drops news older than what it knows) says once, not per event, when a version is not
+an integer: such news cannot be told from stale news.
 """
 
 from __future__ import annotations
