@@ -110,6 +110,27 @@ async def test_issue30_7b_writes_skipped_while_the_lease_lapsed_are_written_when
     assert await store_of(r) == ({"default/a": f"bound:({gpu},)"}, {gpu: "default/a"}, {})
 
 
+async def test_issue30_7b_a_node_change_skipped_while_the_lease_lapsed_is_written_when_it_leads_on(
+    backend: Backend,
+) -> None:
+    """The same for the node inventories StoreSync keeps in the store (inventories.py)."""
+    r = backend.live()
+    epoch = await r.elect([node(2)])
+    before = await backend.store.nodes()
+    assert before == r.s.sync.inventories.all()
+    r.clock.now = 10.0
+    assert await backend.store.renew("a", epoch, TTL_MS)  # its answer is late
+    r.clock.now = 15.5
+    r.s.intake.node_event("MODIFIED", node(3))  # a GPU more: its write is skipped
+    await r.settle()
+    assert await backend.store.nodes() == before
+    r.clock.now = 16.0
+    r.leadership._renewed_at = 10.0  # the renewal's answer: it leads on
+    r.clock.now += Tuning().store_reconcile_seconds
+    await r.step()
+    assert await backend.store.nodes() == r.s.sync.inventories.all() != before
+
+
 # ---- 3: a lagging standby across a same-name recreation -----------------------------------------
 
 

@@ -5,7 +5,8 @@ once per watch, not once per event; a watch whose news nobody orders says nothin
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
+from typing import Any
 
 import msgspec
 from structlog.testing import capture_logs
@@ -60,7 +61,7 @@ def reflector(list_version: str, versions: list[str], ordered: bool) -> Reflecto
     )
 
 
-def told(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+def told(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
     return [e for e in logs if e["log_level"] == "warning"]
 
 
