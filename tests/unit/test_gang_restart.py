@@ -169,3 +169,22 @@ def test_a_terminating_holding_joins_no_gang_and_leaves_nothing_in_a_tentative_s
         assert state.nodes["n"].free_mask == 0
     assert state.gang_bound == {} and state.holdings == {}
     assert state.sizes()["gang_bound_pods"] == 0
+
+
+def test_a_surplus_member_goes_next_to_a_running_sibling_not_a_terminating_one() -> None:
+    """An elastic gang's surplus member is placed on its siblings' nodes first: those of the
+    members that stay. Alone it would take dgx-a (the fuller node, rule 2), where a member that
+    is being deleted still holds its GPUs; it goes to dgx-b, next to the running member."""
+    member, _ = SOURCES["scheduler-plugins PodGroup"]
+    state: ClusterState = cluster(
+        MakeNode().Name("dgx-a").GPUs(8), MakeNode().Name("dgx-b").GPUs(8)
+    )
+    state.inputs.pod_groups.put(pod_group(names.POD_GROUP_API, minimum=1))
+    stays = replace(bound(member("job-a0"), "0,1"), node_name="dgx-b")
+    going = replace(bound(member("job-a1"), "0,1,2,3"), node_name="dgx-a", deleting=True)
+    other = MakePod().Name("other").Req(2).Bound("dgx-a", "4,5")
+    for pod in (stays, going, other.Obj()):
+        assert state.add_bound_pod(pod) is None
+    (decision,) = schedule(state, _worker("job-b0").Label(names.POD_GROUP_LABEL, "job"))
+    assert isinstance(decision, Placed), decision
+    assert [(p.pod, p.node) for p in decision.placements] == [("default/job-b0", "dgx-b")]
