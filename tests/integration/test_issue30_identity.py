@@ -6,8 +6,8 @@ real redis-server), with tests/lifecycle.py's fake apiserver and a manual clock.
   name when it is elected, and the old leader's record of the new UID must not be freed;
 - 6: resourceVersions that go back (an etcd restore without ``--bump-revision``): a LIST below
   what the book holds starts a new era in which the LIST is the truth;
-- 7b: the store writes skipped while the local lease had lapsed are written once the same
-  replica leads on.
+- 7b: the store writes (marks after binds, releases, node inventories) skipped while the local
+  lease had lapsed are written once the same replica leads on.
 
 On the code before the fixes each ended with a GPU given twice, GPUs held by a pod that no
 longer exists (its replacement never scheduled), or a store that no longer matches the truth.
