@@ -226,13 +226,14 @@ class Replica:
         bind_timeout: float = 5.0,
         witness: Witness | None = None,
         tuning: Tuning | None = None,
+        settings: CoreSettings | None = None,
     ) -> None:
         self.api, self.store, self.clock, self.holder = api, store, clock, holder
         self.tuning = tuning
         superseded = None if witness is None else witness.superseded
         self.leadership = Leadership(store, holder, LeaseTiming(), clock, superseded=superseded)
         self.s = Scheduler(
-            CoreSettings(),
+            settings or CoreSettings(),
             "topo-scheduler",
             api,
             store,

@@ -51,7 +51,6 @@ RANGES: dict[str, Range] = {
     "topology.maxPlans": AT_LEAST_1,
     "fragmentation.coveragePercent": Range(1, 100),
     "fragmentation.minPods": AT_LEAST_1,
-    "fragmentation.drift": AT_LEAST_1,
     "fragmentation.strandedWeight": NOT_NEGATIVE,
     "fragmentation.memoShapes": AT_LEAST_1,
     "fragmentation.scanNodes": NOT_NEGATIVE,

@@ -42,7 +42,6 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
     assert CoreSettings().fragmentation == FragmentationSettings(
         coverage_percent=95,
         min_pods=32,
-        drift=32,
         stranded_weight=4,
         memo_shapes=1 << 16,
         scan_nodes=2048,
