@@ -344,6 +344,27 @@ class SimApiserver:
         assert isinstance(written, Write)
         return written
 
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None:
+        """Unreserve: the pod's UID leaves each claim's ``reservedFor`` (a claim replaced
+        meanwhile, another claim UID, is left alone: the precondition)."""
+        fault = self.claim_faults.popleft() if self.claim_faults else ""
+        if fault == "timeout":
+            await asyncio.Event().wait()
+        if fault:
+            raise ConnectionError("claim write failed")
+
+        def commit() -> None:
+            for name, claim_uid in claims:
+                key = f"{namespace}/{name}"
+                claim = self.claims.get(key)
+                if claim is not None and claim.uid == claim_uid:
+                    left = tuple(u for u in claim.reserved_for if u != uid)
+                    self.claims[key] = msgspec.structs.replace(claim, reserved_for=left)
+
+        await self._write(commit)
+
 
 class Client:
     """The apiserver as one replica's client sees it (service/apiserver.py's Cluster): each call
@@ -375,6 +396,11 @@ class Client:
         self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
     ) -> Write:
         return await self.api.reserve_claims(namespace, claims, pod, uid)
+
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None:
+        await self.api.unreserve_claims(namespace, claims, uid)
 
     async def event(
         self,
