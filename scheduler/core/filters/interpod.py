@@ -53,7 +53,7 @@ term that requires one of the incoming pod's label pairs or requires none (``Pod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from ..model.labels import selector_matches
 from ..model.objects import (
@@ -65,6 +65,7 @@ from ..model.objects import (
     WeightedPodAffinityTerm,
 )
 from ..snapshot.podindex import PodIndex, PodRecord
+from ..snapshot.topocounts import TopologyCounts, conjunction
 
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
@@ -174,9 +175,12 @@ def prefilter_interpod(
     index: PodIndex,
     nodes: Mapping[str, NodeInput],
     namespaces: Mapping[str, NamespaceInput],
+    counts: TopologyCounts | None = None,
 ) -> InterPod | None:
     """None when nothing can fail or score (no terms on the pod and no existing pod with required
-    anti-affinity that matches it): the caller skips the filter."""
+    anti-affinity that matches it): the caller skips the filter. ``counts``: the snapshot's
+    matching pods per domain, read for the terms they can answer (None: every term walks)."""
+    pods = _Pods(pod.key, index, nodes, counts)
     affinity = pod.affinity
     own = pod.namespace
     required = [_Term(t, own, namespaces) for t in affinity.pod_required] if affinity else []
@@ -188,19 +192,19 @@ def prefilter_interpod(
     affinity_counts: PairCounts = {}
     first_of_group = False
     if required:
-        affinity_counts = _affinity_counts(pod.key, required, index, nodes)
+        affinity_counts = _affinity_counts(required, pods)
         # kube-scheduler's escape for a self-affine group's first pod: nothing matches all the
         # terms anywhere, but the pod itself does.
         first_of_group = not affinity_counts and all(t.matches(own, pod.labels) for t in required)
 
     anti: PairCounts = {}
     for term in anti_terms:
-        _count_term(anti, term, pod.key, index, nodes, 1)
+        pods.count(anti, term, 1)
 
     scores: dict[str, dict[str, int]] = {}
     if affinity is not None:
-        _score_terms(scores, affinity.pod_preferred, 1, pod, index, nodes, namespaces)
-        _score_terms(scores, affinity.anti_preferred, -1, pod, index, nodes, namespaces)
+        _score_terms(scores, affinity.pod_preferred, 1, pod, pods, namespaces)
+        _score_terms(scores, affinity.anti_preferred, -1, pod, pods, namespaces)
 
     if not required and not anti and not existing and not scores:
         return None
@@ -243,21 +247,72 @@ def _has_equality(selector: LabelSelector | None) -> bool:
     )
 
 
-def _affinity_counts(
-    own_key: str, terms: list[_Term], index: PodIndex, nodes: Mapping[str, NodeInput]
-) -> PairCounts:
+class _Pods:
+    """The pods a term matches, counted per pair of its topology key: read from the snapshot's
+    counts when the term's selector is a conjunction of label pairs, else walked."""
+
+    __slots__ = ("_counts", "_index", "_nodes", "_own")
+
+    def __init__(
+        self,
+        own: str,
+        index: PodIndex,
+        nodes: Mapping[str, NodeInput],
+        counts: TopologyCounts | None,
+    ) -> None:
+        self._own = own
+        self._index = index
+        self._nodes = nodes
+        self._counts = counts
+
+    def walk(self, term: _Term) -> Iterator[tuple[PodRecord, NodeInput]]:
+        """The term's matching pods on known nodes, the incoming pod's own record left out."""
+        nodes = self._nodes
+        for record in term.pods(self._index):
+            if record.key == self._own:
+                continue
+            node = nodes.get(record.node)
+            if node is not None:
+                yield record, node
+
+    def count(self, counts: PairCounts, term: _Term, step: int) -> None:
+        """Add ``step`` per pod the term matches to its domain's pair."""
+        key = term.key
+        conj = conjunction(term.selector) if term.selector is not None else None
+        if self._counts is None or conj is None:
+            for _, node in self.walk(term):
+                value = node.labels.get(key)
+                if value is not None:
+                    pair = (key, value)
+                    counts[pair] = counts.get(pair, 0) + step
+            return
+        found = self._counts.pods_per_domain(
+            conj, term.namespaces, key, self._index, self._nodes, terminating=True
+        )
+        own = self._index.records.get(self._own)
+        if own is not None and term.matches(own.namespace, own.labels):
+            own_node = self._nodes.get(own.node)
+            value = own_node.labels.get(key) if own_node is not None else None
+            if value is not None:
+                found[value] -= 1  # the own record is never counted against itself
+        for value, n in found.items():
+            if n:
+                pair = (key, value)
+                counts[pair] = counts.get(pair, 0) + step * n
+
+
+def _affinity_counts(terms: list[_Term], pods: _Pods) -> PairCounts:
     """Pods matching every required affinity term, once per term's key on their node."""
-    # Drive the walk with a term the inverted index can narrow; the others are checked in full.
+    counts: PairCounts = {}
+    if len(terms) == 1:
+        pods.count(counts, terms[0], 1)
+        return counts
+    # Several terms: a pod counts only if it matches them all, which no per-selector count
+    # says. Drive the walk with a term the inverted index can narrow; the others are checked.
     lead = next((t for t in terms if _has_equality(t.selector)), terms[0])
     rest = [t for t in terms if t is not lead]
     keys = [t.key for t in terms]
-    counts: PairCounts = {}
-    for record in lead.pods(index):
-        if record.key == own_key:
-            continue
-        node = nodes.get(record.node)
-        if node is None:
-            continue
+    for record, node in pods.walk(lead):
         if not all(t.matches(record.namespace, record.labels) for t in rest):
             continue
         labels = node.labels
@@ -267,27 +322,6 @@ def _affinity_counts(
                 pair = (key, value)
                 counts[pair] = counts.get(pair, 0) + 1
     return counts
-
-
-def _count_term(
-    counts: PairCounts,
-    term: _Term,
-    own_key: str,
-    index: PodIndex,
-    nodes: Mapping[str, NodeInput],
-    step: int,
-) -> None:
-    key = term.key
-    for record in term.pods(index):
-        if record.key == own_key:
-            continue
-        node = nodes.get(record.node)
-        if node is None:
-            continue
-        value = node.labels.get(key)
-        if value is not None:
-            pair = (key, value)
-            counts[pair] = counts.get(pair, 0) + step
 
 
 def _existing_anti_counts(
@@ -335,8 +369,7 @@ def _score_terms(
     terms: tuple[WeightedPodAffinityTerm, ...],
     sign: int,
     pod: PodInput,
-    index: PodIndex,
-    nodes: Mapping[str, NodeInput],
+    pods: _Pods,
     namespaces: Mapping[str, NamespaceInput],
 ) -> None:
     for weighted in terms:
@@ -344,7 +377,7 @@ def _score_terms(
             continue
         term = _Term(weighted.term, pod.namespace, namespaces)
         counts: PairCounts = {}
-        _count_term(counts, term, pod.key, index, nodes, 1)
+        pods.count(counts, term, 1)
         step = sign * weighted.weight
         for (key, value), n in counts.items():
             by_value = scores.setdefault(key, {})

@@ -1,0 +1,271 @@
+"""Matching pods per topology domain, kept as pods come and go (issue 32 item 3).
+
+kube-scheduler's PreFilter computes, once per incoming pod, how many existing pods match a spread
+constraint's selector in each domain of its topology key, and which domains hold pods an
+affinity term matches. Walking the matching pods for that costs a decision time proportional to
+the pods; here the counts are kept in the snapshot instead, and a decision reads them in time
+proportional to the domains:
+
+- ``domains``: for each topology key in use, how many nodes carry each of its values (the
+  domains a constraint may count, and so whether one of them holds no matching pod);
+- groups: for each *conjunction* of label pairs a selector in use requires (matchLabels and
+  single-value ``In``, nothing else), the matching pods per topology key, namespace and value,
+  with the terminating ones apart (topology spread skips them, inter-pod affinity does not).
+
+Both are built on first use (a topology key when a constraint or term first names it, a group
+when a selector first asks for it: one walk of the nodes or of the matching pods), then charged
+and uncharged by the snapshot as records are put and dropped and nodes come, change their labels
+or leave. A tentative scope's undo goes through the same put and drop (``undo.py``), so it
+undoes the counts too. A group leaves when its last matching pod does, so what is kept is
+bounded by the label pairs of the pods present; the keys in use are the topology keys of the
+constraints and terms seen (a handful: hostname, zone, rack).
+
+A selector that is not a conjunction of pairs (NotIn, Exists, a multi-value In, an empty
+selector) has no group: the filters walk the matching pods for it, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ..model.objects import LabelSelector, NodeInput
+from .podindex import PodIndex, PodRecord
+
+Pair = tuple[str, str]
+Conjunction = frozenset[Pair]
+# value -> how many (pods or nodes) there.
+Counts = dict[str, int]
+
+
+def conjunction(selector: LabelSelector) -> Conjunction | None:
+    """The label pairs the selector requires when it requires nothing else, each key once; None
+    for any other selector (NotIn, Exists, DoesNotExist, a multi-value In, two values for one
+    key, or no requirement at all)."""
+    pairs = dict(selector.match_labels)
+    for r in selector.match_expressions:
+        if r.operator != "In" or len(r.values) != 1:
+            return None
+        if pairs.setdefault(r.key, r.values[0]) != r.values[0]:
+            return None  # matches no pod: rare enough to walk
+    return frozenset(pairs.items()) if pairs else None
+
+
+class _Group:
+    """The pods whose labels hold every pair of one conjunction."""
+
+    __slots__ = ("dying", "every", "pods")
+
+    def __init__(self) -> None:
+        # Matching records, wherever they are (on a known node or not).
+        self.pods = 0
+        # Topology key -> namespace -> value -> matching pods on nodes with that value.
+        self.every: dict[str, dict[str, Counts]] = {}
+        # The same for the terminating ones alone (usually empty).
+        self.dying: dict[str, dict[str, Counts]] = {}
+
+
+class TopologyCounts:
+    """Nodes per domain and matching pods per domain, for the topology keys and selectors in use."""
+
+    __slots__ = ("_by_pair", "_groups", "carriers", "domains")
+
+    def __init__(self) -> None:
+        # Topology key in use -> value -> nodes carrying it; ``carriers``: nodes carrying the key.
+        self.domains: dict[str, Counts] = {}
+        self.carriers: dict[str, int] = {}
+        self._groups: dict[Conjunction, _Group] = {}
+        # Each group under one pair of its conjunction (the smallest): a record visits only the
+        # groups filed under its own pairs.
+        self._by_pair: dict[Pair, set[Conjunction]] = {}
+
+    def sizes(self) -> dict[str, int]:
+        """The size of each structure (tests, the soak benchmark)."""
+        return {
+            "keys": len(self.domains),
+            "groups": len(self._groups),
+            "group_counts": sum(
+                len(values)
+                for group in self._groups.values()
+                for part in (group.every, group.dying)
+                for by_ns in part.values()
+                for values in by_ns.values()
+            ),
+        }
+
+    # ---- charged by the snapshot -----------------------------------------------------------
+
+    def node(self, labels: Mapping[str, str], sign: int) -> None:
+        """A node with these labels came (+1) or left (-1)."""
+        for key, values in self.domains.items():
+            value = labels.get(key)
+            if value is not None:
+                _add(values, value, sign)
+                self.carriers[key] += sign
+
+    def record(self, record: PodRecord, labels: Mapping[str, str] | None, sign: int) -> None:
+        """A record was put (+1) or dropped (-1); ``labels``: its node's (None: node unknown)."""
+        if not self._groups:
+            return
+        for conj in self._matched(record.labels):
+            group = self._groups[conj]
+            group.pods += sign
+            if labels is not None:
+                self._place(group, record, labels, sign)
+            if not group.pods:
+                del self._groups[conj]
+                _discard(self._by_pair, min(conj), conj)
+
+    def relabel(
+        self,
+        records: Iterable[PodRecord],
+        before: Mapping[str, str] | None,
+        after: Mapping[str, str] | None,
+    ) -> None:
+        """The records' node changed its labels, came (``before`` None) or left (``after``
+        None): their pods move between domains, their groups keep them."""
+        if not self._groups:
+            return
+        for record in records:
+            for conj in self._matched(record.labels):
+                group = self._groups[conj]
+                if before is not None:
+                    self._place(group, record, before, -1)
+                if after is not None:
+                    self._place(group, record, after, +1)
+
+    # ---- read by the filters' PreFilter ----------------------------------------------------
+
+    def nodes_per_domain(self, key: str, nodes: Mapping[str, NodeInput]) -> Counts:
+        """value -> nodes carrying it, for ``key`` (the live dict: do not change it)."""
+        values = self.domains.get(key)
+        if values is None:
+            values = self._use(key, nodes)
+        return values
+
+    def on_every_node(self, key: str, nodes: Mapping[str, NodeInput]) -> bool:
+        """Whether every node carries ``key``."""
+        if key not in self.domains:
+            self._use(key, nodes)
+        return self.carriers[key] == len(nodes)
+
+    def pods_per_domain(
+        self,
+        conj: Conjunction,
+        namespaces: Iterable[str] | None,
+        key: str,
+        index: PodIndex,
+        nodes: Mapping[str, NodeInput],
+        terminating: bool,
+    ) -> Counts:
+        """value -> pods in ``namespaces`` (None: every one) whose labels hold ``conj``, on
+        nodes carrying ``key``; the terminating ones only when ``terminating``. A new dict."""
+        if key not in self.domains:
+            self._use(key, nodes)
+        group = self._groups.get(conj)
+        if group is None:
+            group = self._build(conj, index, nodes)
+            if group is None:
+                return {}
+        out: Counts = {}
+        _sum(out, group.every.get(key), namespaces, +1)
+        if not terminating:
+            _sum(out, group.dying.get(key), namespaces, -1)
+        return out
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _matched(self, labels: Mapping[str, str]) -> list[Conjunction]:
+        """The groups whose conjunction these labels hold."""
+        by_pair = self._by_pair
+        out: list[Conjunction] = []
+        for pair in labels.items():
+            filed = by_pair.get(pair)
+            if filed:
+                out.extend(c for c in filed if all(labels.get(k) == v for k, v in c))
+        return out
+
+    def _place(
+        self, group: _Group, record: PodRecord, labels: Mapping[str, str], sign: int
+    ) -> None:
+        for key in self.domains:
+            value = labels.get(key)
+            if value is None:
+                continue
+            _add_nested(group.every, key, record.namespace, value, sign)
+            if record.terminating:
+                _add_nested(group.dying, key, record.namespace, value, sign)
+
+    def _use(self, key: str, nodes: Mapping[str, NodeInput]) -> Counts:
+        """Start keeping ``key``: its domains from the nodes; the groups are dropped (they lack
+        the key's counts) and rebuilt as they are asked for."""
+        values: Counts = {}
+        carriers = 0
+        for node in nodes.values():
+            value = node.labels.get(key)
+            if value is not None:
+                values[value] = values.get(value, 0) + 1
+                carriers += 1
+        self.domains[key] = values
+        self.carriers[key] = carriers
+        self._groups.clear()
+        self._by_pair.clear()
+        return values
+
+    def _build(
+        self, conj: Conjunction, index: PodIndex, nodes: Mapping[str, NodeInput]
+    ) -> _Group | None:
+        """The group of ``conj`` from its matching records (None when no record matches)."""
+        group = _Group()
+        for record in index.matching(None, LabelSelector(match_labels=dict(conj))):
+            group.pods += 1
+            node = nodes.get(record.node)
+            if node is not None:
+                self._place(group, record, node.labels, +1)
+        if not group.pods:
+            return None
+        self._groups[conj] = group
+        self._by_pair.setdefault(min(conj), set()).add(conj)
+        return group
+
+
+def _add(values: Counts, value: str, n: int) -> None:
+    total = values.get(value, 0) + n
+    if total:
+        values[value] = total
+    else:
+        del values[value]
+
+
+def _add_nested(
+    part: dict[str, dict[str, Counts]], key: str, namespace: str, value: str, n: int
+) -> None:
+    by_ns = part.setdefault(key, {})
+    values = by_ns.setdefault(namespace, {})
+    _add(values, value, n)
+    if not values:
+        del by_ns[namespace]
+        if not by_ns:
+            del part[key]
+
+
+def _sum(
+    out: Counts, by_ns: dict[str, Counts] | None, namespaces: Iterable[str] | None, sign: int
+) -> None:
+    if not by_ns:
+        return
+    if namespaces is None:
+        parts: Iterable[Counts] = by_ns.values()
+    else:
+        parts = [by_ns[ns] for ns in namespaces if ns in by_ns]
+    for values in parts:
+        for value, n in values.items():
+            _add(out, value, sign * n)
+
+
+def _discard(index: dict[Pair, set[Conjunction]], at: Pair, conj: Conjunction) -> None:
+    filed = index.get(at)
+    if filed is None:
+        return
+    filed.discard(conj)
+    if not filed:
+        del index[at]
