@@ -234,8 +234,15 @@ def test_counts_shrink_when_pods_leave() -> None:
             )
         ),
     )
+    apart = Affinity(anti_required=(PodAffinityTerm("host", LabelSelector({"app": "x"})),))
     pods = [
-        PodInput("a", f"p{i}", node_name=f"n{i % 20}", labels={"app": "x", "tier": "web"})
+        PodInput(
+            "a",
+            f"p{i}",
+            node_name=f"n{i % 20}",
+            labels={"app": "x", "tier": "web"},
+            affinity=apart if i % 2 else None,
+        )
         for i in range(60)
     ]
     for pod in pods:
@@ -243,10 +250,23 @@ def test_counts_shrink_when_pods_leave() -> None:
     verdicts(state, incoming, True)  # the first use of "host" drops the group built for "zone"
     verdicts(state, incoming, True)
     # Per group: 3 zones and 20 hosts with pods.
-    assert state.domain_counts.sizes() == {"keys": 2, "groups": 2, "group_counts": 2 * (3 + 20)}
+    # Per group: 3 zones and 20 hosts with pods; one distinct anti-affinity term on 10 hosts.
+    assert state.domain_counts.sizes() == {
+        "keys": 2,
+        "groups": 2,
+        "group_counts": 2 * (3 + 20),
+        "anti_terms": 1,
+        "anti_counts": 10,
+    }
     for pod in pods:
         state.remove_pod(pod.key)
-    assert state.domain_counts.sizes() == {"keys": 2, "groups": 0, "group_counts": 0}
+    assert state.domain_counts.sizes() == {
+        "keys": 2,
+        "groups": 0,
+        "group_counts": 0,
+        "anti_terms": 0,
+        "anti_counts": 0,
+    }
     for i in range(20):
         state.remove_node(f"n{i}")
     assert state.domain_counts.domains == {"zone": {}, "host": {}}

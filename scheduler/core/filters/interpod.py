@@ -187,7 +187,11 @@ def prefilter_interpod(
     anti_terms = [_Term(t, own, namespaces) for t in affinity.anti_required] if affinity else []
 
     own_ns = namespaces.get(own)
-    existing = _existing_anti_counts(pod, own_ns.labels if own_ns is not None else {}, index, nodes)
+    ns_labels = own_ns.labels if own_ns is not None else {}
+    if counts is None:
+        existing = _existing_anti_counts(pod, ns_labels, index, nodes)
+    else:
+        existing = _existing_anti_terms(pod, ns_labels, counts, index, nodes)
 
     affinity_counts: PairCounts = {}
     first_of_group = False
@@ -349,6 +353,44 @@ def _existing_anti_counts(
                 pair = (term.topology_key, value)
                 counts[pair] = counts.get(pair, 0) + 1
     return counts
+
+
+def _existing_anti_terms(
+    pod: PodInput,
+    namespace_labels: Mapping[str, str],
+    counts: TopologyCounts,
+    index: PodIndex,
+    nodes: Mapping[str, NodeInput],
+) -> PairCounts:
+    """The same pairs from the snapshot's distinct anti-affinity terms, each evaluated once."""
+    out: PairCounts = {}
+    for entry in counts.anti_terms(pod.labels):
+        term = entry.term
+        if not entry.values or not _existing_term_matches(
+            term, entry.namespace, pod, namespace_labels
+        ):
+            continue
+        key = term.topology_key
+        for value, n in entry.values.items():
+            pair = (key, value)
+            out[pair] = out.get(pair, 0) + n
+    own = index.records.get(pod.key)
+    node = nodes.get(own.node) if own is not None and own.anti_required else None
+    if own is not None and node is not None:
+        # The incoming pod's own record (a pod being re-placed) does not repel it.
+        for term in own.anti_required:
+            own_value = node.labels.get(term.topology_key)
+            if own_value is None or not _existing_term_matches(
+                term, own.namespace, pod, namespace_labels
+            ):
+                continue
+            pair = (term.topology_key, own_value)
+            left = out[pair] - 1
+            if left:
+                out[pair] = left
+            else:
+                del out[pair]
+    return out
 
 
 def _existing_term_matches(

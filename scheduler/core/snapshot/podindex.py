@@ -178,28 +178,38 @@ class PodIndex:
 
 
 def _anti_keys(terms: tuple[PodAffinityTerm, ...]) -> list[tuple[str, str] | None]:
-    """One (key, value) each term's selector requires (matchLabels first, else a single-value
-    In); [None] when some term requires none (it may match any labels). A term without a
-    selector matches no pod and needs none."""
+    """One (key, value) each term's selector requires (``required_pair``); [None] when some term
+    requires none (it may match any labels). A term without a selector matches no pod and needs
+    none."""
     out: list[tuple[str, str] | None] = []
     for term in terms:
-        selector = term.label_selector
-        if selector is None:
+        if term.label_selector is None:
             continue
-        pair = next(iter(selector.match_labels.items()), None)
-        if pair is None:
-            pair = next(
-                (
-                    (r.key, r.values[0])
-                    for r in selector.match_expressions
-                    if r.operator == "In" and len(r.values) == 1
-                ),
-                None,
-            )
+        pair = required_pair(term)
         if pair is None:
             return [None]
         out.append(pair)
     return out
+
+
+def required_pair(term: PodAffinityTerm) -> tuple[str, str] | None:
+    """One (key, value) the term's selector requires (matchLabels first, else a single-value
+    In): a pod without that pair cannot match it. None when it requires none, or has no
+    selector."""
+    selector = term.label_selector
+    if selector is None:
+        return None
+    pair = next(iter(selector.match_labels.items()), None)
+    if pair is None:
+        pair = next(
+            (
+                (r.key, r.values[0])
+                for r in selector.match_expressions
+                if r.operator == "In" and len(r.values) == 1
+            ),
+            None,
+        )
+    return pair
 
 
 K = TypeVar("K", bound=Hashable)

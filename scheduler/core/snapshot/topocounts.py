@@ -22,14 +22,23 @@ constraints and terms seen (a handful: hostname, zone, rack).
 
 A selector that is not a conjunction of pairs (NotIn, Exists, a multi-value In, an empty
 selector) has no group: the filters walk the matching pods for it, as before.
+
+The existing pods' required anti-affinity terms (the symmetric half of InterPodAffinity) are kept
+too, always: per distinct term and owner namespace, how many of its instances are on nodes
+carrying each value of its topology key. An incoming pod evaluates each distinct term once
+(``anti_terms``: those filed under one of its label pairs, as ``PodIndex`` files the pods, or
+under none), not each pod that carries it; replicas of one workload share their terms.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar
 
-from ..model.objects import LabelSelector, NodeInput
-from .podindex import PodIndex, PodRecord
+import msgspec
+
+from ..model.objects import LabelSelector, NodeInput, PodAffinityTerm
+from .podindex import PodIndex, PodRecord, required_pair
 
 Pair = tuple[str, str]
 Conjunction = frozenset[Pair]
@@ -64,10 +73,25 @@ class _Group:
         self.dying: dict[str, dict[str, Counts]] = {}
 
 
-class TopologyCounts:
-    """Nodes per domain and matching pods per domain, for the topology keys and selectors in use."""
+class AntiTerm:
+    """One distinct required anti-affinity term of existing pods, with its owners' namespace."""
 
-    __slots__ = ("_by_pair", "_groups", "carriers", "domains")
+    __slots__ = ("instances", "namespace", "term", "values")
+
+    def __init__(self, namespace: str, term: PodAffinityTerm) -> None:
+        self.namespace = namespace
+        self.term = term
+        # The term's instances (one per pod carrying it, wherever the pod is).
+        self.instances = 0
+        # Value of the term's topology key -> instances on nodes with that value.
+        self.values: Counts = {}
+
+
+class TopologyCounts:
+    """Nodes per domain and matching pods per domain, for the topology keys and selectors in use;
+    and the existing pods' required anti-affinity terms per domain."""
+
+    __slots__ = ("_anti", "_anti_by_pair", "_by_pair", "_groups", "carriers", "domains")
 
     def __init__(self) -> None:
         # Topology key in use -> value -> nodes carrying it; ``carriers``: nodes carrying the key.
@@ -77,6 +101,10 @@ class TopologyCounts:
         # Each group under one pair of its conjunction (the smallest): a record visits only the
         # groups filed under its own pairs.
         self._by_pair: dict[Pair, set[Conjunction]] = {}
+        # (owner namespace, the term encoded) -> the term's counts; filed, as PodIndex files the
+        # pods, under one pair each term's selector requires (None: it requires none).
+        self._anti: dict[tuple[str, bytes], AntiTerm] = {}
+        self._anti_by_pair: dict[Pair | None, set[tuple[str, bytes]]] = {}
 
     def sizes(self) -> dict[str, int]:
         """The size of each structure (tests, the soak benchmark)."""
@@ -90,6 +118,8 @@ class TopologyCounts:
                 for by_ns in part.values()
                 for values in by_ns.values()
             ),
+            "anti_terms": len(self._anti),
+            "anti_counts": sum(len(entry.values) for entry in self._anti.values()),
         }
 
     # ---- charged by the snapshot -----------------------------------------------------------
@@ -104,6 +134,8 @@ class TopologyCounts:
 
     def record(self, record: PodRecord, labels: Mapping[str, str] | None, sign: int) -> None:
         """A record was put (+1) or dropped (-1); ``labels``: its node's (None: node unknown)."""
+        if record.anti_required:
+            self._charge_anti(record, labels, sign)
         if not self._groups:
             return
         for conj in self._matched(record.labels):
@@ -123,9 +155,16 @@ class TopologyCounts:
     ) -> None:
         """The records' node changed its labels, came (``before`` None) or left (``after``
         None): their pods move between domains, their groups keep them."""
-        if not self._groups:
-            return
         for record in records:
+            if record.anti_required:
+                for at, term in zip(_anti_ats(record), record.anti_required, strict=True):
+                    values = self._anti[at].values
+                    if before is not None and term.topology_key in before:
+                        _add(values, before[term.topology_key], -1)
+                    if after is not None and term.topology_key in after:
+                        _add(values, after[term.topology_key], +1)
+            if not self._groups:
+                continue
             for conj in self._matched(record.labels):
                 group = self._groups[conj]
                 if before is not None:
@@ -172,7 +211,34 @@ class TopologyCounts:
             _sum(out, group.dying.get(key), namespaces, -1)
         return out
 
+    def anti_terms(self, labels: Mapping[str, str]) -> list[AntiTerm]:
+        """The distinct anti-affinity terms that might match a pod with these labels: those
+        filed under one of its pairs or under none (the caller checks each in full)."""
+        by_pair = self._anti_by_pair
+        found = set(by_pair.get(None, ()))
+        for pair in labels.items():
+            filed = by_pair.get(pair)
+            if filed:
+                found |= filed
+        anti = self._anti
+        return [anti[at] for at in found]
+
     # ---- internals -------------------------------------------------------------------------
+
+    def _charge_anti(self, record: PodRecord, labels: Mapping[str, str] | None, sign: int) -> None:
+        for at, term in zip(_anti_ats(record), record.anti_required, strict=True):
+            pair = required_pair(term)
+            entry = self._anti.get(at)
+            if entry is None:
+                entry = self._anti[at] = AntiTerm(record.namespace, term)
+                self._anti_by_pair.setdefault(pair, set()).add(at)
+            entry.instances += sign
+            value = labels.get(term.topology_key) if labels is not None else None
+            if value is not None:
+                _add(entry.values, value, sign)
+            if not entry.instances:
+                del self._anti[at]
+                _discard(self._anti_by_pair, pair, at)
 
     def _matched(self, labels: Mapping[str, str]) -> list[Conjunction]:
         """The groups whose conjunction these labels hold."""
@@ -228,6 +294,12 @@ class TopologyCounts:
         return group
 
 
+def _anti_ats(record: PodRecord) -> list[tuple[str, bytes]]:
+    """Where each of the record's anti-affinity terms is kept: its owner's namespace and the term
+    itself, encoded (a term holds dicts, so it is not hashable as it is)."""
+    return [(record.namespace, msgspec.msgpack.encode(term)) for term in record.anti_required]
+
+
 def _add(values: Counts, value: str, n: int) -> None:
     total = values.get(value, 0) + n
     if total:
@@ -262,10 +334,14 @@ def _sum(
             _add(out, value, sign * n)
 
 
-def _discard(index: dict[Pair, set[Conjunction]], at: Pair, conj: Conjunction) -> None:
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V", bound=Hashable)
+
+
+def _discard(index: dict[K, set[V]], at: K, item: V) -> None:
     filed = index.get(at)
     if filed is None:
         return
-    filed.discard(conj)
+    filed.discard(item)
     if not filed:
         del index[at]
