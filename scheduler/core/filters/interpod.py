@@ -45,10 +45,16 @@ so they are not scored here. ``has_preferences`` is false when every node would 
 affinity, no anti-affinity term with a matching pod, no existing pod's anti-affinity matching
 the incoming pod, no preferred term with a matching pod.
 
-Cost: the prefilter visits only the pods the index returns for each term's selector (an inverted
-index on equality requirements) and, of the pods that have required anti-affinity, those with a
-term that requires one of the incoming pod's label pairs or requires none (``PodIndex``);
-``check`` and ``score`` are a few dict lookups per term.
+Cost: the prefilter reads the snapshot's counts (``snapshot/topocounts.py``, kept as pods are
+recorded and removed): for a term whose selector is a conjunction of label pairs (matchLabels
+and single-value In), its matching pods per value of its topology key, summed over its
+namespaces, so a term costs its domains, not its pods; for the symmetric rule, each distinct
+required anti-affinity term of the existing pods that requires one of the incoming pod's label
+pairs or requires none, evaluated once, with its instances per domain. Walked as before (the
+pods the index returns for the selector, an inverted index on equality requirements): a term
+with any other selector (NotIn, Exists, a multi-value In, an empty one), and the required
+affinity of a pod with several terms (a pod counts only if it matches them all). ``check`` and
+``score`` are a few dict lookups per term.
 """
 
 from __future__ import annotations

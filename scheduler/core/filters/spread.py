@@ -23,13 +23,21 @@ Filter (``Spread.check``), constraint by constraint in the pod's order:
   smallest count over the constraint's domains, or 0 when there are fewer domains than
   ``minDomains`` (default 1).
 
-Cost. Pods are counted through the index (the constraint's selector in the pod's namespace; only a
-selector without any equality requirement makes the index scan that namespace). A domain with no
-matching pod makes ``min`` 0, so the walk over the nodes stops once every constraint has met
-such a domain (with a hostname key, usually at the first node without a matching pod); only when
-every counted domain holds pods does it visit every node (about 1.5 ms for 5,000), to be sure no
-empty domain exists. The inclusion policies are asked only about nodes of domains without pods.
-``check`` precomputes ``maxSkew + min - self`` per constraint, so a node costs a dict lookup per
+Cost. Where it can, the PreFilter reads the snapshot's counts (``snapshot/topocounts.py``, kept
+as pods are recorded and removed): a constraint's matching pods per domain and the nodes per
+domain, so it costs the domains, not the pods or the nodes. It can when every node counts for the
+constraint (its kind's topology keys are on every node; nodeAffinityPolicy Honor only for a pod
+without nodeSelector or required node affinity; nodeTaintsPolicy Ignore) and the selector is a
+conjunction of label pairs (matchLabels and single-value In, matchLabelKeys folded in) or empty.
+The minimum is then 0 exactly when fewer domains hold pods than there are domains. Otherwise
+(a pod pinned by node affinity with the default Honor, nodeTaintsPolicy Honor, a node lacking a
+key, NotIn/Exists/multi-value In in the selector) it walks, as kube-scheduler does: pods through
+the index (the constraint's selector in the pod's namespace; only a selector without any
+equality requirement makes the index scan that namespace), then the nodes until every walked
+constraint has met a domain with no matching pod (with a hostname key, usually at the first
+node without one; when every counted domain holds pods, every node: about 1.5 ms for 5,000).
+The inclusion policies are asked only about nodes of domains without pods. ``check``
+precomputes ``maxSkew + min - self`` per constraint, so a node costs a dict lookup per
 constraint.
 
 Score (``Spread.score``, ScheduleAnyway constraints; higher is better):
