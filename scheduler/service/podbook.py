@@ -492,6 +492,9 @@ class PodBook:
     # The keys of the entries holding a nomination (nominate and unnominate keep it), so
     # preemption's timers and the victims' departures walk those, not every entry.
     nominated: set[str] = field(default_factory=set)
+    # The highest resourceVersion any event has told the book in this era (``new_era``): a
+    # LIST answered after that event is at least as high, unless the versions went back.
+    newest: int = 0
 
     def get(self, key: str) -> Entry | None:
         return self.entries.get(key)
@@ -563,6 +566,14 @@ class PodBook:
             return S.GONE
         return entry.stage
 
+    def new_era(self, version: int) -> None:
+        """resourceVersions went back (etcd restored without ``--bump-revision``): the versions
+        the book holds order nothing in the new era, so every entry forgets its own (news about
+        it is news again) and the book counts from ``version``, the LIST that began the era."""
+        for entry in self.entries.values():
+            entry.version = 0
+        self.newest = version
+
     def in_stages(self, stages: frozenset[Stage]) -> list[Entry]:
         return [e for e in self.entries.values() if e.stage in stages]
 
@@ -590,6 +601,7 @@ class PodBook:
             )
             return None
         new, effects = step
+        self.newest = max(self.newest, version)
         if new is S.GONE:
             if entry is not None:
                 self._leave_gang(entry)

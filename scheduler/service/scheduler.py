@@ -17,8 +17,10 @@ The parts are built in the order they need each other and handed to each other w
 is set on a part after it is built. The watches call ``intake`` directly (watches.py), the loop
 below calls ``cycle``.
 
-Leadership: only the leader schedules. On election it inherits the store records of pods it
-does not know (a graceful handover's last binds: storesync.py), reconciles the store against
+Leadership: only the leader schedules. On election it reads from the apiserver the names its
+book holds under another UID than a store record (a same-name recreation its watches lag
+behind), inherits the store records of pods it does not know (a graceful handover's last
+binds: storesync.py), reconciles the store against
 the apiserver's bound pods (in the same store call it writes every node's inventory), loads the
 reservations a previous leader left for pods that are still pending, and only then takes the
 first pod; when the store cannot say who led before, or may have lost its last writes (a
@@ -41,7 +43,7 @@ from scheduler.config import Preemption
 from scheduler.config.tuning import Tuning
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
-from scheduler.state.base import Store
+from scheduler.state.base import Record, Store
 
 from .apiserver import Cluster
 from .binder import Binder, bind_timeout_for
@@ -250,6 +252,7 @@ class Scheduler:
             await asyncio.sleep(0.05)
         # A failure of any store call here gives the lease up.
         records = await self.store.records()
+        await self._read_questioned(records)
         for key, uid, holding in self.sync.unknown(records):
             self.effects.dispatch(key, uid, Event.INHERIT, Ctx(holding=holding))
         await self.sync.reconcile(epoch, elected=True)
@@ -287,6 +290,29 @@ class Scheduler:
         for entry in self.book.in_stages(SCHEDULABLE_STAGES):
             self.effects.dispatch(entry.key, entry.uid, Event.ELECTED)
         self.tasks.wake()
+
+    async def _read_questioned(self, records: dict[str, Record]) -> None:
+        """Read from the apiserver every name the book holds under another UID than a store
+        record of it (storesync.py's ``questioned``), and tell the book what each read found,
+        before the reconcile: the record of a pod recreated under a name this replica's watches
+        have not caught up with is then the book's, and kept. A failed read fails the election
+        (the lease is given up and competed for again), as a failed store call does: freeing
+        the record unread could give its GPUs twice."""
+        keys = self.sync.questioned(records)
+        # Every read runs to its end (none is left behind in flight), then the first failure
+        # fails the election.
+        found = await asyncio.gather(
+            *(self.cluster.get_pod(*key.split("/", 1)) for key in keys), return_exceptions=True
+        )
+        for key, pod in zip(keys, found, strict=True):
+            if isinstance(pod, BaseException):
+                raise pod
+            log.info(
+                "store record of another UID than the book's: the name was read",
+                pod=key,
+                found=pod.uid if pod is not None else None,
+            )
+            self.intake.read(pod)
 
     async def on_lost(self) -> None:
         self.metrics.leader.set(0)
