@@ -342,7 +342,7 @@ def _existing_anti_counts(
 ) -> PairCounts:
     """Pairs where a bound pod's required anti-affinity term matches the incoming pod."""
     counts: PairCounts = {}
-    for record in index.anti_affinity_pods(pod.labels):
+    for record in index.anti_affinity_pods():
         if record.key == pod.key:
             continue
         node: NodeInput | None = None

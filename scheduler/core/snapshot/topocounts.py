@@ -38,7 +38,7 @@ from typing import TypeVar
 import msgspec
 
 from ..model.objects import LabelSelector, NodeInput, PodAffinityTerm
-from .podindex import PodIndex, PodRecord, required_pair
+from .podindex import PodIndex, PodRecord
 
 Pair = tuple[str, str]
 Conjunction = frozenset[Pair]
@@ -227,7 +227,7 @@ class TopologyCounts:
 
     def _charge_anti(self, record: PodRecord, labels: Mapping[str, str] | None, sign: int) -> None:
         for at, term in zip(_anti_ats(record), record.anti_required, strict=True):
-            pair = required_pair(term)
+            pair = _required_pair(term)
             entry = self._anti.get(at)
             if entry is None:
                 entry = self._anti[at] = AntiTerm(record.namespace, term)
@@ -292,6 +292,26 @@ class TopologyCounts:
         self._groups[conj] = group
         self._by_pair.setdefault(min(conj), set()).add(conj)
         return group
+
+
+def _required_pair(term: PodAffinityTerm) -> Pair | None:
+    """One (key, value) the term's selector requires (matchLabels first, else a single-value
+    In): a pod without that pair cannot match it. None when it requires none, or has no
+    selector (then it matches no pod, and filing it under None costs one check)."""
+    selector = term.label_selector
+    if selector is None:
+        return None
+    pair = next(iter(selector.match_labels.items()), None)
+    if pair is None:
+        pair = next(
+            (
+                (r.key, r.values[0])
+                for r in selector.match_expressions
+                if r.operator == "In" and len(r.values) == 1
+            ),
+            None,
+        )
+    return pair
 
 
 def _anti_ats(record: PodRecord) -> list[tuple[str, bytes]]:
