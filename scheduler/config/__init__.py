@@ -53,6 +53,17 @@ class Defaults(msgspec.Struct, forbid_unknown_fields=True, rename="camel", froze
     shared_gpu_policy: Literal["topology-aware", "binpack", "spread"] = "binpack"
 
 
+class PlacementOrder(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    """The ``placement`` section: the cluster's node order. ``fragmentation`` and ``smallestFit``
+    are what node policy binpack puts first (CoreSettings.binpack_order); ``spread`` is node
+    policy spread, for the pods that name no policy, as ``defaults.nodePolicy: spread`` says it
+    (``Config.to_core`` makes the two one). A pod's hami.io/node-scheduler-policy still wins:
+    spread spreads it, binpack orders it by the binpack order (fragmentation when nodeOrder is
+    spread)."""
+
+    node_order: Literal["fragmentation", "smallestFit", "spread"] = "fragmentation"
+
+
 class Gang(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
     # How long a gang may wait (for its missing members, or for room) before its pods say so in
     # their reason and get a GangTimeout event; a PodGroup's scheduleTimeoutSeconds overrides it.
@@ -156,6 +167,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     # Whole-GPU resource names per vendor.
     resources: dict[str, list[str]] = msgspec.field(default_factory=_default_resources)
     defaults: Defaults = msgspec.field(default_factory=Defaults)
+    placement: PlacementOrder = msgspec.field(default_factory=PlacementOrder)
     gang: Gang = msgspec.field(default_factory=Gang)
     preemption: Preemption = msgspec.field(default_factory=Preemption)
     run: Run = msgspec.field(default_factory=Run)
@@ -168,10 +180,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     memos: MemoSettings = msgspec.field(default_factory=MemoSettings)
 
     def to_core(self) -> CoreSettings:
+        order = self.placement.node_order
         return CoreSettings(
             gpu_resources={r: vendor for vendor, names in self.resources.items() for r in names},
             gpu_policy=self.defaults.gpu_policy,
-            node_policy=self.defaults.node_policy,
+            # Spread in either setting spreads the pods that name no policy.
+            node_policy="spread" if order == "spread" else self.defaults.node_policy,
+            binpack_order="fragmentation" if order == "spread" else order,
             shared_gpu_policy=self.defaults.shared_gpu_policy,
             topology=TopologySettings(
                 levels=tuple(TopologyLevel(lv.node_label, lv.alias) for lv in self.topology.levels),
@@ -197,6 +212,7 @@ _SECTIONS: dict[str, Any] = {
     "schedulerName": str,
     "resources": dict[str, list[str]],
     "defaults": Defaults,
+    "placement": PlacementOrder,
     "gang": Gang,
     "preemption": Preemption,
     "run": Run,
@@ -211,6 +227,7 @@ _NULLABLE_SECTIONS = frozenset(
     {
         "resources",
         "defaults",
+        "placement",
         "gang",
         "preemption",
         "run",

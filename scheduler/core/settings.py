@@ -18,6 +18,10 @@ from .model.objects import TopologyLevel
 
 GpuPolicy = Literal["topology-aware", "binpack", "spread"]
 NodePolicy = Literal["binpack", "spread"]
+# What node policy binpack puts first (the config file's placement.nodeOrder, minus spread, which
+# is a node policy of its own): the fragmentation the pod would remove (rule 6), or the smallest
+# fitting node alone (rules 2 and 4 as the seeds' HAMi rule states them, the measure unused).
+BinpackOrder = Literal["fragmentation", "smallestFit"]
 GPU_POLICIES: tuple[GpuPolicy, ...] = ("topology-aware", "binpack", "spread")
 NODE_POLICIES: tuple[NodePolicy, ...] = ("binpack", "spread")
 VENDORS = ("nvidia", "metax")
@@ -58,8 +62,6 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
     coverage_percent: int = 95
     # Held GPU pods below which there is no target workload (the other rules decide alone).
     min_pods: int = 32
-    # The target is worked out again when the pods held change by 1/drift of their number.
-    drift: int = 32
     # A stranded GPU percent counts this many times the whole workload's weight.
     stranded_weight: int = 4
     # Node shapes (and placement ranks) remembered per target before its memo starts over.
@@ -106,7 +108,10 @@ class CoreSettings(Struct, frozen=True):
     # Whole-GPU resource name -> vendor whose GPUs it asks for.
     gpu_resources: dict[str, str] = field(default_factory=_default_resources)
     gpu_policy: GpuPolicy = "topology-aware"
+    # Node policy of pods that name none (hami.io/node-scheduler-policy).
     node_policy: NodePolicy = "binpack"
+    # How node policy binpack orders nodes (placement/nodes.py, ``ranked_by``).
+    binpack_order: BinpackOrder = "fragmentation"
     # GPU policy for shared-GPU requests when the pod names none (or names topology-aware, which
     # means nothing for a single card): binpack keeps idle cards whole for whole-GPU pods.
     shared_gpu_policy: GpuPolicy = "binpack"

@@ -95,10 +95,19 @@ def test_profile_learns_the_target_from_held_pods_and_forgets_them() -> None:
     target = profile.target()
     assert target is not None
     assert target.key == ((SHARE_30, 74), (TWO_GPUS, 26))  # 31 / 42 and 11 / 42, rounded
-    # one pod more (1/42 < 1/DRIFT) leaves the target as it was: 12 / 43 would round to 28
-    profile.charge("b11", TWO_GPUS)
+    # a node refreshed charges its pods again with the classes they had: the same target
+    profile.charge("b10", TWO_GPUS)
     assert profile.target() is target
+    # one pod more: 31 / 43 and 12 / 43, the target of the pods held now (a function of them,
+    # not of when it was last worked out)
+    profile.charge("b11", TWO_GPUS)
+    target = profile.target()
+    assert target is not None
+    assert target.key == ((SHARE_30, 72), (TWO_GPUS, 28))
+    # it leaves: back to the same classes and weights, and so the same answers as before
     profile.charge("b11", None)
+    again = profile.target()
+    assert again is not None and again.key == ((SHARE_30, 74), (TWO_GPUS, 26))
     for i in range(MIN_PODS - 1):
         profile.charge(f"a{i}", None)
     assert len(profile) == 11

@@ -14,7 +14,9 @@ then ranks the nodes by the fragmentation the pod would remove, not by their fre
 score, -gain rank, used before untouched, damage, name). "Smallest fitting node" is the measure's
 own answer whenever the workload has pods a larger node must be kept whole for, and a fixed
 preference for it leaves more GPUs idle (bench-frag). In a larger cluster the free count stays
-first and the measure orders nodes of an equal key.
+first and the measure orders nodes of an equal key. A cluster whose binpack order is
+``smallestFit`` (CoreSettings.binpack_order, the file's placement.nodeOrder) never ranks by the
+measure: the binpack key above decides, as the seeds' HAMi rule states it (``ranked_by``).
 A class fits only when its allocatable headroom
 covers what the pod asks for of each resource name (a node whose object has no status is not
 checked), so the kubelet never refuses a pod for want of allocatable GPUs.
@@ -310,12 +312,23 @@ def split_by_container(
     return tuple(out)
 
 
+def ranked_by(state: ClusterState, spread: bool) -> Target | None:
+    """The target workload binpack ranks nodes by (rule 6), or None, and the rules before it
+    decide alone: a spread policy asks for the idlest nodes (or cards) and gets them; a cluster
+    whose binpack order is ``smallestFit`` (placement.nodeOrder) wants the seeds' HAMi rule, the
+    smallest fitting node and the busiest card, measure or not; and too few GPU pods held make
+    no target."""
+    if spread or state.settings.binpack_order == "smallestFit":
+        return None
+    return state.profile.target()
+
+
 def place_whole(
     state: ClusterState, pod: PodInput, req: PodRequest, filters: Filter
 ) -> Placement | None:
     assert req.vendor is not None
     spread = req.node_policy == "spread"
-    target = None if spread else state.profile.target()
+    target = ranked_by(state, spread)
     found = best_whole_node(
         state,
         filters,
@@ -336,7 +349,7 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> P
     node some GPU pod uses before an untouched one, then the name."""
     if filters.problem is not None:
         return None
-    target = state.profile.target()
+    target = ranked_by(state, False)
     cpu = _cpu(state, pod)
     best: tuple[tuple[bool, int, int, int, str], NodeState] | None = None
     for node in state.nodes.values():
@@ -399,7 +412,7 @@ def place_shared(
     spread_cards = req.gpu_policy == "spread"
     spread_nodes = req.node_policy == "spread"
     # Binpack weighs fragmentation first; spread asks for idle cards and nodes, and gets them.
-    target = None if spread_cards or spread_nodes else state.profile.target()
+    target = ranked_by(state, spread_cards or spread_nodes)
     cpu = _cpu(state, pod)
     best: tuple[tuple[int, int, int, int, str], NodeState, list[tuple[int, int]]] | None = None
     for node in state.gpu_nodes():

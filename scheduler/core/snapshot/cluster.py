@@ -7,9 +7,13 @@ It composes the parts beside it in ``core/snapshot/``, each with one job, and ke
 
 - ``nodes``: every node's ``NodeState`` (its accounting) and the indexes over them (``NodeIndex``:
   equivalence classes, topology domains, label keys);
-- ``holdings``: which pod holds which GPUs or card shares, and the bound members of each gang;
+- ``holdings``: which pod holds which GPUs or card shares, and the bound members of each gang
+  (a terminating pod holds its GPUs but is no bound member: ``snapshot/holdings.py``);
 - ``records``: every pod bound to a node, ours or not, GPU or not, as the Kubernetes filters read
   it (``PodRecord``), charged to its node's sums;
+- ``topocounts``: the records matching each selector in use per topology domain, and the nodes
+  per domain (``domain_counts``), charged with the records and the nodes' labels: what the
+  spread and inter-pod affinity PreFilter read instead of walking the pods;
 - ``nominations``: what is held on a node for a preemptor while its victims terminate;
 - ``watched``: the watched inputs (namespaces, claims, volumes, budgets, DRA objects, PodGroups,
   Topologies), one keyed collection each;
@@ -56,6 +60,7 @@ from .nodes import Demand, DomainIndex, NodeClass, NodeIndex, NodeState, read_al
 from .nominations import Nominated, Nominations
 from .podindex import PodRecord
 from .records import Records, record_of
+from .topocounts import TopologyCounts
 from .undo import Held, Recorded, Released, Renominated, UndoLog
 from .watched import Inputs
 
@@ -79,6 +84,8 @@ class ClusterState:
         self.gang_bound = self._holdings.gang_bound
         self._records = Records()
         self.index = self._records.index
+        # Matching pods per topology domain for the selectors in use (the filters' PreFilter).
+        self.domain_counts = TopologyCounts()
         self._nominations = Nominations()
         # The request class of every pod held on a known GPU node: the target workload the
         # fragmentation measure weighs placements by (``fragmentation``).
@@ -116,6 +123,7 @@ class ClusterState:
         for key in self._nominations.on(node.name):
             self._charge_nomination(state, self._nominations.by_pod[key], +1)
         old = self.node_index.put(state)
+        self._relabel(node.name, old.node.labels if old else None, node.labels)
         orphans = self._holdings.orphans
         pods = set(old.pods) if old else set()
         pods |= {k for k, h in orphans.items() if h.node == node.name}
@@ -150,6 +158,7 @@ class ClusterState:
         state = self.node_index.pop(name)
         if state is None:
             return
+        self._relabel(name, state.node.labels, None)
         for key in state.pods:
             holding = self.holdings.pop(key, None)
             if holding is not None:
@@ -160,7 +169,9 @@ class ClusterState:
     # ---- pods ------------------------------------------------------------------------------
 
     def add_bound_pod(self, pod: PodInput) -> str | None:
-        """Record what a bound pod holds, from its annotations. Returns a warning, if any."""
+        """Record what a bound pod holds, from its annotations. Returns a warning, if any.
+        A pod being deleted is held as ``terminating``: its GPUs stay charged, but it no longer
+        counts among its gang's bound members."""
         if not pod.node_name or pod.finished:
             self.remove_pod(pod.key)
             return None
@@ -198,8 +209,8 @@ class ClusterState:
 
     def _drop_holding(self, key: str) -> None:
         orphan = self._holdings.orphans.pop(key, None)
-        if orphan is not None and orphan.gang:  # its node left first: no release to do it
-            self._holdings.leave_gang(orphan.gang, key)
+        if orphan is not None:  # its node left first: no release to do it
+            self._holdings.leave_gang(orphan)
         holding = self.holdings.get(key)
         if holding is not None:
             self.release(holding)
@@ -225,8 +236,7 @@ class ClusterState:
         if holding.guessed and state is not None:
             holding = guess(state, holding, self.settings)
         self._undo.log(Held(holding))
-        if holding.gang:
-            self._holdings.join_gang(holding.gang, holding.pod)
+        self._holdings.join_gang(holding)
         if state is None:
             self._holdings.orphans[holding.pod] = holding
             return None
@@ -256,8 +266,7 @@ class ClusterState:
         self._undo.log(Released(holding))
         del self.holdings[holding.pod]
         self._reprofile(holding.pod)
-        if holding.gang:
-            self._holdings.leave_gang(holding.gang, holding.pod)
+        self._holdings.leave_gang(holding)
         state = self.nodes.get(holding.node)
         if state is None:
             return
@@ -270,8 +279,7 @@ class ClusterState:
         where it waits for its node."""
         if self._holdings.orphans.get(holding.pod) == holding:
             del self._holdings.orphans[holding.pod]
-            if holding.gang:
-                self._holdings.leave_gang(holding.gang, holding.pod)
+            self._holdings.leave_gang(holding)
             return
         self.release(holding)
 
@@ -300,6 +308,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.charge_record(record, +1)
+        self.domain_counts.record(record, node.node.labels if node is not None else None, +1)
         self._reprofile(record.key)
 
     def drop_record(self, key: str) -> None:
@@ -314,6 +323,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.charge_record(record, -1)
+        self.domain_counts.record(record, node.node.labels if node is not None else None, -1)
         self._reprofile(record.key)
 
     # ---- tentative scopes (snapshot/undo.py) -------------------------------------------------
@@ -429,6 +439,20 @@ class ClusterState:
         return self.node_index.path_of(hierarchy, name)
 
     # ---- internals -------------------------------------------------------------------------
+
+    def _relabel(
+        self, name: str, before: Mapping[str, str] | None, after: Mapping[str, str] | None
+    ) -> None:
+        """The node came (``before`` None), left (``after`` None) or was refreshed: its domains
+        and its pods' move in the topology counts (nothing to do when its labels stay)."""
+        if before == after:
+            return
+        if before is not None:
+            self.domain_counts.node(before, -1)
+        if after is not None:
+            self.domain_counts.node(after, +1)
+        records = self.index.records
+        self.domain_counts.relabel((records[k] for k in self._records.on(name)), before, after)
 
     def _read_device_classes(self) -> None:
         self.dra_extended = extended_resources(self.inputs.device_classes.values())

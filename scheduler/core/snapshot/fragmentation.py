@@ -140,9 +140,17 @@ class Profile:
     ClusterState charges a pod here when it holds GPUs (its class: its cpu request, its whole
     GPUs or its shares) or is recorded on a GPU node without any (its cpu request, no cards),
     and forgets it when it leaves; an entry lives exactly as long as the pod is there.
+
+    The target is a function of the pods held, and of nothing else: not of the order they came
+    in, nor of when (or how often) ``target()`` was asked for. The live loop asks on every
+    retry and every preemption search, ``simulate`` once a pod, and a restarted scheduler or a
+    standby charges the bound pods in the order a LIST gives them; all of them hold the same
+    pods and so weigh nodes by the same target (issue 32). A hysteresis (rebuilding only when
+    the pods held drifted by some fraction since the last build) would be history, and history
+    is exactly what two schedulers do not share.
     """
 
-    __slots__ = ("_built_at", "_counts", "_gpu_pods", "_pods", "_settings", "_target")
+    __slots__ = ("_changed", "_counts", "_gpu_pods", "_pods", "_settings", "_target")
 
     def __init__(self, settings: FragmentationSettings) -> None:
         self._settings = settings
@@ -150,7 +158,8 @@ class Profile:
         self._counts: dict[RequestClass, int] = {}
         self._gpu_pods = 0  # entries with cards: only these make a target exist
         self._target: Target | None = None
-        self._built_at = 0  # pods held when the target was last worked out
+        # A charge changed the counts since ``_target`` was worked out from them.
+        self._changed = True
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -169,30 +178,33 @@ class Profile:
             self._gpu_pods += request[1] > 0
             self._pods[pod] = request
             self._counts[request] = self._counts.get(request, 0) + 1
+        # A node refreshed charges its pods again with the classes they had: nothing changed.
+        self._changed |= previous != request
 
     def target(self) -> Target | None:
         """M for the pods held now; None while fewer than ``min_pods`` of them hold GPUs (too few
         to say what the workload is: the other rules decide alone; pods without GPUs, however
-        many, weigh in a target but do not make one). The same Target object (and its
-        memo) until the pods held differ by more than 1/``drift`` from those it was worked out for,
-        and after that as long as the classes and whole-percent weights stay the same. So it
-        follows the charges in order: ``run`` and ``simulate`` fed the same events agree, and a
-        restarted scheduler may weigh by a target a few pods apart until the next change."""
-        held = len(self._pods)
-        settings = self._settings
-        if self._gpu_pods < settings.min_pods:
-            self._target = None
+        many, weigh in a target but do not make one).
+
+        Worked out from the counts of the pods held on the first call after a charge changed
+        them, so it is what the pods held make whenever it is asked for. The same Target object
+        (and its memo of ranks) as long as the classes and their whole-percent weights stay the
+        same: most charges of a large cluster change neither."""
+        if self._gpu_pods < self._settings.min_pods:
             return None
-        # The workload is worked out again once the pods held have changed by 1/drift: a new
-        # target starts its memo of ranks afresh, and a few pods do not change what it is.
-        if (
-            self._target is not None
-            and settings.drift * abs(held - self._built_at) < self._built_at
-        ):
-            return self._target
-        self._built_at = held
+        if self._changed:
+            self._changed = False
+            key = self._key()
+            if self._target is None or self._target.key != key:
+                self._target = Target(key, self._settings)
+        return self._target
+
+    def _key(self) -> tuple[tuple[RequestClass, int], ...]:
+        """The classes of the pods held, most common first (ties by class), until they cover
+        ``coverage_percent`` of them, each weighted by its share of those kept in whole percent
+        (a class that rounds to 0 is left out)."""
         ranked = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        wanted = settings.coverage_percent * len(self._pods)
+        wanted = self._settings.coverage_percent * len(self._pods)
         kept: list[tuple[RequestClass, int]] = []
         covered = 0
         for request, n in ranked:
@@ -200,14 +212,11 @@ class Profile:
                 break
             kept.append((request, n))
             covered += n
-        key = tuple(
+        return tuple(
             (request, weight)
             for request, n in kept
             if (weight := (200 * n + covered) // (2 * covered)) > 0
         )
-        if self._target is None or self._target.key != key:
-            self._target = Target(key, settings)
-        return self._target
 
 
 def request_class(cpu: int, whole: int, shares: Iterable[int]) -> RequestClass | None:
