@@ -300,6 +300,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.charge_record(record, +1)
+            self.node_index.refile_shares(node)
         self._reprofile(record.key)
 
     def drop_record(self, key: str) -> None:
@@ -314,6 +315,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.charge_record(record, -1)
+            self.node_index.refile_shares(node)
         self._reprofile(record.key)
 
     # ---- tentative scopes (snapshot/undo.py) -------------------------------------------------
