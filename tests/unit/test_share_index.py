@@ -1,17 +1,20 @@
 """The share index decides as the walk over every node did (issue 32 item 2).
 
-``place_shared`` ranks groups of the share index (snapshot/shares.py) and asks the filter chain
-only about candidates; before, it ran the chain on every node and ranked every card. The walk
-is kept here as the reference (``walk``, the rule as it stood), and hundreds of seeded random
-clusters (whole-GPU and shared pods already placed, cpu-only pods, cordoned and tainted nodes,
-model pinning, preferences, memory, binpack and spread, with and without a target workload)
-check that both choose the same node and cards for every share, pod after pod.
+``place_shared`` and ``place_without_gpus`` rank groups of the share index (snapshot/shares.py)
+and ask the filter chain only about candidates, and ``unschedulable_reason`` works a GPU reason
+out once per group or class; before, each walked every node (the chain on every node, every
+card ranked, every node's reason phrased). The walks are kept here as the reference (the rules
+as they stood), and hundreds of seeded random clusters (whole-GPU and shared pods already
+placed, cpu-only pods, pods leaving, cordoned and tainted nodes, unhealthy cards, model pinning,
+preferences, card memory, binpack and spread, with and without a target workload) check that
+both choose the same node and cards for every pod, and give the same reason when none fits.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import pytest
 
@@ -36,7 +39,18 @@ from scheduler.core.model.objects import (
     Requirement,
     Taint,
 )
-from scheduler.core.placement.nodes import _cpu, place_shared, ranked_by
+from scheduler.core.placement.nodes import (
+    Reason,
+    _before_nodes,
+    _cpu,
+    _dra_backed,
+    _histogram,
+    _node_reasons,
+    place_shared,
+    place_without_gpus,
+    ranked_by,
+    unschedulable_reason,
+)
 from scheduler.core.placement.shapes import shape_of, untouched
 from scheduler.core.resources.requests import PodRequest, SharedRequest, parse_request
 from scheduler.core.snapshot.cluster import ClusterState
@@ -152,6 +166,39 @@ def walk(
     return Placement(pod.key, pod.uid, node.name, (), (), shares, None)
 
 
+def walk_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) -> Placement | None:
+    if filters.problem is not None:
+        return None
+    target = ranked_by(state, False)
+    cpu = _cpu(state, pod)
+    best: tuple[tuple[bool, int, int, int, str], NodeState] | None = None
+    for node in state.nodes.values():
+        if filters.check(node):
+            continue
+        frag = fresh = 0
+        if target is not None and node.inventory is not None:
+            frag = -target.rank(shape_of(node), cpu, ())
+            fresh = untouched(node)
+        key = (node.inventory is not None, -filters.score(node), frag, fresh, node.name)
+        if best is None or key < best[0]:
+            best = (key, node)
+    if best is None:
+        return None
+    return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
+
+
+def walk_reason(state: ClusterState, filters: PodFilters, req: PodRequest) -> str:
+    early = _before_nodes(state, filters)
+    if early is not None:
+        return early
+    counts: Counter[Reason] = Counter()
+    demand = [(state.resource_index[r], r, n) for r, n in req.resources]
+    dra = _dra_backed(state, demand)
+    for node in state.nodes.values():
+        counts.update(_node_reasons(node, filters, req, req.gpus, demand, demand, dra))
+    return _histogram(len(state.nodes), counts)
+
+
 # ---- random clusters -----------------------------------------------------------------------
 
 
@@ -227,19 +274,29 @@ def _pod(rng: random.Random, i: int, share: bool) -> PodInput:
 
 
 @pytest.mark.parametrize("seed", range(200))
-def test_the_index_chooses_as_the_walk_over_every_node(seed: int) -> None:
+def test_the_indexes_choose_and_refuse_as_the_walks_over_every_node(seed: int) -> None:
     rng = random.Random(seed)
     state = ClusterState()
     for i in range(rng.randrange(3, 40)):
         state.set_node(_node(rng, i))
+    if rng.random() < 0.3:  # a node without GPUs, or with an invalid inventory
+        state.set_node(NodeInput("plain", allocatable={"cpu": "4000m", "pods": "110"}))
+        state.set_node(NodeInput("broken", annotations={GPUS_ANNOTATION: "{"}))
     compared = 0
     for i in range(rng.randrange(40, 160)):
         pod = _pod(rng, i, share=rng.random() < 0.5)
         req = parse_request(pod, state.settings, state.memos.asks)
+        filters = PodFilters(state, pod)
         if req.shared is not None:
-            filters = PodFilters(state, pod)
-            assert place_shared(state, pod, req, filters) == walk(state, pod, req, filters)
+            placed = place_shared(state, pod, req, filters)
+            assert placed == walk(state, pod, req, filters)
             compared += 1
+        elif not req.gpus:
+            placed = place_without_gpus(state, pod, filters)
+            assert placed == walk_without_gpus(state, pod, filters)
+        if req.shared is not None or req.gpus:  # the reason asked when nothing fits
+            reason = unschedulable_reason(state, filters, req)
+            assert reason == walk_reason(state, filters, req)
         unit = Unit(None, (pod,))
         decision = decide(state, unit)
         if isinstance(decision, Placed):

@@ -345,29 +345,50 @@ def place_whole(
     return whole_placement(pod, req, found.node, found.choice.indices, None)
 
 
-def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> Placement | None:
+def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) -> Placement | None:
     """A pod of ours that asks for no GPU: non-GPU nodes first, so GPU nodes stay for GPU pods;
     then the preference score, then (on GPU nodes) the fragmentation its cpu would add and a
-    node some GPU pod uses before an untouched one, then the name."""
+    node some GPU pod uses before an untouched one, then the name. GPU nodes are ranked by
+    share group (snapshot/shares.py: what the measure reads of a node is its group's), as for
+    shares."""
     if filters.problem is not None:
         return None
-    target = ranked_by(state, False)
-    cpu = _cpu(state, pod)
-    best: tuple[tuple[bool, int, int, int, str], NodeState] | None = None
-    for node in state.nodes.values():
+    best: tuple[tuple[int, str], NodeState] | None = None
+    for name in state.node_index.plain:
+        node = state.nodes[name]
         if filters.check(node):
             continue
-        # On a GPU node, the cpu it takes may leave the held workload's classes no room.
-        frag = fresh = 0
-        if target is not None and node.inventory is not None:
-            frag = -target.rank(shape_of(node), cpu, ())
-            fresh = untouched(node)
-        key = (node.inventory is not None, -filters.score(node), frag, fresh, node.name)
+        key = (-filters.score(node), name)
         if best is None or key < best[0]:
             best = (key, node)
-    if best is None:
+    if best is not None:
+        return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
+    target = ranked_by(state, False)
+    cpu = _cpu(state, pod)
+    asked = _asked_cpu(filters)
+    ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
+    for group in state.node_index.shares.groups():
+        fresh = int(group.untouched) if target is not None else 0
+        for left, names in group.by_cpu.items():
+            if asked > left >= 0:
+                continue
+            # On a GPU node, the cpu it takes may leave the held workload's classes no room.
+            frag = 0 if target is None else -target.rank((left, group.free), cpu, ())
+            ranked.append(((frag, fresh, 0), len(ranked), names, []))
+    found = (
+        _best_scored(state, ranked, filters)
+        if filters.has_preferences
+        else _best_ranked(state, ranked, filters)
+    )
+    if found is None:
         return None
-    return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
+    return Placement(pod.key, pod.uid, found[0].name, (), (), (), None)
+
+
+def _asked_cpu(filters: PodFilters) -> int:
+    """The pod's cpu request as the filter chain checks it: a node whose cpu left (known, not
+    -1) is below it is refused (Insufficient cpu), so the groups of such nodes are not ranked."""
+    return next((n for r, n in filters.requests if r == "cpu"), 0)
 
 
 # ---- shared GPUs (rule 4) --------------------------------------------------------------------
@@ -453,7 +474,7 @@ def place_shared(
     # Binpack weighs fragmentation first; spread asks for idle cards and nodes, and gets them.
     target = ranked_by(state, spread_cards or spread_nodes)
     cpu = _cpu(state, pod)
-    asked = next((n for r, n in filters.requests if r == "cpu"), 0)
+    asked = _asked_cpu(filters)
     # (key, position, names, cards): the key is the node key's part before the name.
     ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
     for group in state.node_index.shares.groups(shared.vendor):
@@ -646,9 +667,51 @@ def unschedulable_reason(
     if joint is not None:
         together = [(index, state.resources[index], n) for index, n in state.demand(joint)]
     dra = _dra_backed(state, demand)
-    for node in state.nodes.values():
-        counts.update(_node_reasons(node, filters, req, k, demand, together, dra))
+    if dra:  # a node's reason depends on its allocatable of a DRA-backed resource
+        for node in state.nodes.values():
+            counts.update(_node_reasons(node, filters, req, k, demand, together, dra))
+        return _histogram(len(state.nodes), counts)
+    nodes = state.nodes
+    for name in state.node_index.plain:
+        node = nodes[name]
+        counts[_PHRASES["invalid" if node.error else "not-gpu"]] += 1
+    # A GPU node the chain accepts has the GPU reason, which is the same for every node of a
+    # share group (a share's reads the inventory alone) or of a node class and allocatable (a
+    # whole-GPU pod's): worked out once per group, not per node.
+    check = filters.check
+    if req.shared is not None:
+        for group in state.node_index.shares.groups():
+            first = nodes[next(iter(next(iter(group.by_cpu.values())).names))]
+            gpu = _gpu_reason(first, req, k, demand, together)
+            for names in group.by_cpu.values():
+                for name in names.names:
+                    if not _counted(counts, check(nodes[name])):
+                        counts[gpu] += 1
+        return _histogram(len(state.nodes), counts)
+    for cls in state.classes.values():
+        by_allocatable: dict[tuple[tuple[int, ...] | None, tuple[int, ...]], Reason] = {}
+        for name in cls.names:
+            node = nodes[name]
+            if _counted(counts, check(node)):
+                continue
+            # The class key holds what the reason reads but the allocatable and what is used.
+            memo_key = (node.allocatable, tuple(node.used))
+            reason = by_allocatable.get(memo_key)
+            if reason is None:
+                reason = by_allocatable[memo_key] = _gpu_reason(node, req, k, demand, together)
+            counts[reason] += 1
     return _histogram(len(state.nodes), counts)
+
+
+def _counted(counts: Counter[Reason], reasons: list[str]) -> bool:
+    """Count a node under the chain's reasons; False when there are none (it passes)."""
+    if not reasons:
+        return False
+    if len(reasons) == 1:
+        counts[reasons[0]] += 1
+    else:
+        counts.update(reasons)
+    return True
 
 
 # kube-scheduler's reasons read the same for any count ("3 node(s) were unschedulable"); ours

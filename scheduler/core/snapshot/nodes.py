@@ -278,6 +278,7 @@ class NodeIndex:
         "_paths",
         "classes",
         "label_keys",
+        "plain",
         "shares",
         "states",
     )
@@ -295,8 +296,10 @@ class NodeIndex:
         # How many nodes carry each label key: a gang whose members repel each other on a key
         # every node has cannot share any node, which is known without scanning them.
         self.label_keys: dict[str, int] = {}
-        # The GPU nodes by what a share (or a pod without GPUs) reads of them (shares.py).
+        # The GPU nodes by what a share (or a pod without GPUs) reads of them (shares.py), and
+        # the names of the other nodes (no inventory, or an invalid one).
         self.shares = ShareIndex()
+        self.plain: set[str] = set()
 
     def put(self, state: NodeState) -> NodeState | None:
         """Store ``state`` in place of the node's previous one (returned), out of every index
@@ -310,6 +313,10 @@ class NodeIndex:
             self._count_labels(old.node, -1)
         self._count_labels(state.node, +1)
         self.states[name] = state
+        if state.inventory is None:
+            self.plain.add(name)
+        else:
+            self.plain.discard(name)
         return old
 
     def pop(self, name: str) -> NodeState | None:
@@ -317,6 +324,7 @@ class NodeIndex:
         state = self.states.pop(name, None)
         if state is None:
             return None
+        self.plain.discard(name)
         self.unindex(name)
         for paths in self._paths.values():
             paths.pop(name, None)
