@@ -38,7 +38,7 @@ from .fragmentation import Shape
 from .holdings import Holding
 from .names import NameSet
 from .podindex import PodRecord
-from .shares import ShareIndex
+from .shares import CardKey, CardState, ShareIndex
 
 
 class CardUse(msgspec.Struct):
@@ -159,6 +159,33 @@ class NodeState:
         if self.resources is None or "cpu" not in self.resources:
             return -1
         return max(0, self.resources["cpu"] - self.requested.get("cpu", 0))
+
+    def card_key(self) -> CardKey:
+        """What a share (or a pod without GPUs) reads of the node's cards (shares.py); a GPU
+        node only."""
+        inv = self.inventory
+        assert inv is not None
+        taken = self.whole | self.nominated
+        cards = self.cards
+        usable: list[CardState] = []
+        for device in inv.devices:
+            if not device.healthy or taken >> device.index & 1:
+                continue
+            use = cards.get(device.index)
+            usable.append(
+                (
+                    device.index,
+                    device.memory_mib,
+                    None if use is None else (use.core, use.memory_mib, use.sgpu, use.qos),
+                )
+            )
+        return (
+            inv.vendor,
+            inv.sgpu_per_card,
+            any(d.memory_mib > 0 for d in inv.devices),
+            not self.whole and not cards,
+            tuple(usable),
+        )
 
     def headroom(self) -> tuple[int, ...] | None:
         """Allocatable minus what is held, per resource, capped at the free GPU count."""
@@ -349,7 +376,7 @@ class NodeIndex:
             self._by_vendor.setdefault(inv.vendor, {})[key] = cls
         cls.add(state.name)
         self._class_of[state.name] = key
-        self.shares.file(state)
+        self.shares.file(state.name, state.card_key(), state.cpu_left())
         for hierarchy, index in self._domains.items():
             index.add(state.name, self.path_of(hierarchy, state.name), key)
 
@@ -374,7 +401,7 @@ class NodeIndex:
         """A record charged to the node changed its cpu left: its place in the share index."""
         if self.shares.filed(state.name):
             self.shares.drop(state.name)
-            self.shares.file(state)
+            self.shares.file(state.name, state.card_key(), state.cpu_left())
 
     def class_of(self, name: str) -> NodeClass | None:
         """The node's class (None: not a GPU node)."""

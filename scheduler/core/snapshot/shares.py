@@ -7,12 +7,13 @@ same of a GPU node (its shape and whether it is untouched). Nodes that agree on 
 the same, so a decision ranks groups, not nodes, and asks the filter chain about the names of a
 group only in the order the rank gives (issue 32: the chain ran on every node for every share).
 
-- ``CardKey``: the node's vendor, sGPU slots per card, whether any card reports memory (what a
-  refused share's reason reads), whether it is untouched (no GPU held whole, no card shared),
-  and per card a share could use (healthy, not held whole, not nominated for a preemptor) its
-  index, memory and use (core, memory, sGPU slots, QoS; None when no pod shares it). Nodes of
-  one key are a ``CardGroup``, which keeps the cards' free percent (the shape's cards) and a
-  memo of what placement derives per request from the key alone (which cards fit).
+- ``CardKey`` (``NodeState.card_key``): the node's vendor, sGPU slots per card, whether any
+  card reports memory (what a refused share's reason reads), whether it is untouched (no GPU
+  held whole, no card shared), and per card a share could use (healthy, not held whole, not
+  nominated for a preemptor) its index, memory and use (core, memory, sGPU slots, QoS; None
+  when no pod shares it). Nodes of one key are a ``CardGroup``, which keeps the cards' free
+  percent (the shape's cards) and a memo of what placement derives per request from the key
+  alone (which cards fit).
 - within a group, the nodes by cpu left (-1: the status says nothing of cpu), one ``NameSet``
   each: the shape is (cpu left, the group's free cards).
 
@@ -23,14 +24,10 @@ charged to it (its cpu) refiles it (``NodeIndex.refile_shares``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from ..model.names import CORES_PER_CARD
 from .fragmentation import free_cards
 from .names import NameSet
-
-if TYPE_CHECKING:  # nodes.py's NodeIndex keeps a ShareIndex
-    from .nodes import NodeState
 
 # (core, memory MiB, sGPU slots, QoS) of one card's shared use.
 CardUseKey = tuple[int, int, int, str | None]
@@ -38,33 +35,6 @@ CardUseKey = tuple[int, int, int, str | None]
 CardState = tuple[int, int, CardUseKey | None]
 # (vendor, sGPU slots per card, any card reports memory, untouched, the usable cards by index)
 CardKey = tuple[str, int, bool, bool, tuple[CardState, ...]]
-
-
-def card_key(node: NodeState) -> CardKey:
-    """The node's CardKey (a GPU node: its inventory is known)."""
-    inv = node.inventory
-    assert inv is not None
-    taken = node.whole | node.nominated
-    cards = node.cards
-    usable: list[CardState] = []
-    for device in inv.devices:
-        if not device.healthy or taken >> device.index & 1:
-            continue
-        use = cards.get(device.index)
-        usable.append(
-            (
-                device.index,
-                device.memory_mib,
-                None if use is None else (use.core, use.memory_mib, use.sgpu, use.qos),
-            )
-        )
-    return (
-        inv.vendor,
-        inv.sgpu_per_card,
-        any(d.memory_mib > 0 for d in inv.devices),
-        not node.whole and not cards,
-        tuple(usable),
-    )
 
 
 class CardGroup:
@@ -98,19 +68,18 @@ class ShareIndex:
         self._by_vendor: dict[str, dict[CardKey, CardGroup]] = {}
         self._where: dict[str, tuple[CardGroup, int]] = {}
 
-    def file(self, node: NodeState) -> None:
-        """File a GPU node as it is now (after ``drop``, or new)."""
-        key = card_key(node)
+    def file(self, name: str, key: CardKey, left: int) -> None:
+        """File a GPU node under its CardKey (NodeState.card_key) and cpu left (after ``drop``,
+        or new)."""
         groups = self._by_vendor.setdefault(key[0], {})
         group = groups.get(key)
         if group is None:
             group = groups[key] = CardGroup(key)
-        left = node.cpu_left()
         names = group.by_cpu.get(left)
         if names is None:
             names = group.by_cpu[left] = NameSet()
-        names.add(node.name)
-        self._where[node.name] = (group, left)
+        names.add(name)
+        self._where[name] = (group, left)
 
     def drop(self, name: str) -> None:
         """The node leaves its group (before a change to its cards or cpu, or for good)."""
