@@ -26,8 +26,13 @@ and its QoS matches (an idle card takes any). GPU policy binpack takes the busie
 spread the idlest; between nodes, binpack prefers the node whose chosen cards are busiest (keeping
 idle cards whole for whole-GPU pods), spread the idlest. Binpack with a target workload takes the
 card, and the node, whose fragmentation gain ranks highest instead; ties as for whole GPUs.
+Shares, like pods without GPUs, are ranked over the snapshot's share index (snapshot/shares.py:
+nodes grouped by their usable cards' state and cpu left), not node by node: what fits and how
+it ranks is worked out once per group, and the filter chain is asked only about the names of
+the best groups, in the order the rule ranks them, until one passes.
 
-Rule 5. When nothing fits, every node is counted under the first filter it failed and the counts
+Rule 5. When nothing fits, every node is counted under the first filter it failed (the GPU reason
+of a node the chain accepts is phrased once per share group or node class) and the counts
 read like kube-scheduler's: "0/12 nodes are available: 8 have fewer than 4 free GPUs, 4 are not GPU
 nodes." Allocatable comes in twice: a node whose allocatable itself is too small says so before it
 is counted by its free GPUs; one with enough free GPUs but too little allocatable left says so

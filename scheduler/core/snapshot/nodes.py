@@ -12,6 +12,9 @@ a few hundred classes, each with a memoised best set, and then taking the first 
 winning class (a lazily cleaned heap). A node leaves its class before a charge and joins its new
 one after (``unindex``, ``index``). Per topology hierarchy a ``DomainIndex`` counts the classes
 in each domain, kept up to date the same way.
+The share index (``shares.py``) groups the same GPU nodes by what a share reads of them (their
+usable cards' state and cpu left); it is kept with the classes, and refiled when a record
+changes a node's cpu (``refile_shares``).
 
 Allocatable headroom: per configured whole-GPU resource name, the node's status.allocatable minus
 what the pods held there ask for of it (the kubelet's effective request of every running pod, ours
