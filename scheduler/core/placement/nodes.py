@@ -482,7 +482,14 @@ def place_shared(
     asked = _asked_cpu(filters)
     # (key, position, names, cards): the key is the node key's part before the name.
     ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
+    core, count = shared.core, shared.cards
     for group in state.node_index.shares.groups(shared.vendor):
+        free = group.free
+        # Fewer than ``count`` cards with ``core`` free: too few fit (known without asking the
+        # memo, which most groups of a full cluster would answer so). ``free`` leaves out the
+        # cards with none free, which a share asking for no core could still use.
+        if core and (len(free) < count or free[count - 1] < core):
+            continue
         found = _fitting_cards(group, shared, spread_cards)
         if found is None:
             continue
