@@ -69,6 +69,11 @@ class NoApiserver:
     ) -> Write:
         raise AssertionError("no pod uses a ResourceClaim in this benchmark")
 
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None:
+        raise AssertionError("no pod uses a ResourceClaim in this benchmark")
+
 
 def make_node(name: str) -> NodeInput:
     inventory = {

@@ -4,6 +4,8 @@
   ones get 409), and a test can hold a Binding at a gate, lose its answer, refuse it, stall it
   (no answer; the first one commits when the stall ends, as after an etcd stall), or make reads
   fail. Every write gives the pod a new resourceVersion (``PodInput.version``), as etcd does.
+  ResourceClaims reserved for a pod are recorded (``reserved``) and removed again by an
+  Unreserve; their writes can fail or stall (``claim_writes``).
 - ``Replica``: one live ``Scheduler`` with its ``Leadership`` on a given store (memory or Redis)
   and a manual clock, stepped by hand: ``elect``, ``step`` (one turn of the loop), ``settle``
   (wait for its background tasks), and the store's contents in a form tests compare.
@@ -50,6 +52,12 @@ class Apiserver:
         self.blocked: set[str] = set()  # pods a PodDisruptionBudget keeps from eviction
         self.nominated: dict[str, str] = {}  # status.nominatedNodeName by pod
         self.reserved: list[tuple[str, str]] = []  # (ResourceClaim key, pod uid) reserved
+        # ResourceClaim status writes: "" answered, "fail" refused (an apiserver restarting),
+        # "stall" never answered (etcd stalls; the client gives up at its timeout).
+        self.claim_writes = ""
+        self.claim_writes_tried = 0
+        # Unreserves asked for: (ResourceClaim key, its UID precondition, pod uid).
+        self.unreserved: list[tuple[str, str, str]] = []
         self.events: list[tuple[str, str, str]] = []  # (pod, reason, message)
         self.unschedulable: dict[str, str] = {}  # PodScheduled=False messages by pod
         # Pods whose Bindings get no answer; the first one commits when the stall ends.
@@ -172,8 +180,27 @@ class Apiserver:
     async def reserve_claims(
         self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
     ) -> Write:
-        self.reserved.extend((f"{namespace}/{claim}", uid) for claim in claims)
+        await self._claim_write()
+        for claim in claims:
+            if (f"{namespace}/{claim}", uid) not in self.reserved:  # a merge by uid: kept once
+                self.reserved.append((f"{namespace}/{claim}", uid))
         return Write.DONE
+
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None:
+        await self._claim_write()
+        for claim, claim_uid in claims:
+            self.unreserved.append((f"{namespace}/{claim}", claim_uid, uid))
+            if (f"{namespace}/{claim}", uid) in self.reserved:
+                self.reserved.remove((f"{namespace}/{claim}", uid))
+
+    async def _claim_write(self) -> None:
+        self.claim_writes_tried += 1
+        if self.claim_writes == "fail":
+            raise ConnectionError("the apiserver is restarting")
+        if self.claim_writes == "stall":
+            await asyncio.Event().wait()  # no answer: the client gives up
 
     def delete(self, key: str) -> PodInput:
         """The pod is deleted; returns it as the DELETED event shows it (a new version)."""
@@ -183,7 +210,7 @@ class Apiserver:
         """Empty the logs kept for tests to read (binds, evictions, claims reserved, events,
         PodScheduled messages): they grow with every pod, so a run that measures memory over
         many pods (the soak, the structure sizes test) forgets them between waves."""
-        for log in (self.binds, self.evictions, self.reserved, self.events):
+        for log in (self.binds, self.evictions, self.reserved, self.unreserved, self.events):
             log.clear()
         self.unschedulable.clear()
 
@@ -253,6 +280,7 @@ class Replica:
         """One turn of the loop: the next pod, decided, reserved and handed to the binder."""
         assert self.s.may_decide()
         await self.s.sync.if_needed()
+        self.s.effects.settle_due()  # the loop's timer for a previous leader's reservations
         key = self.s.queue.pop()
         if key is not None:
             await self.s.cycle.schedule(key)
@@ -306,7 +334,8 @@ async def until(condition: Callable[[], object]) -> None:
 
 async def reloaded(r: Replica) -> PodInput:
     """Timeline 7's start: a previous leader ("old", on ``r``'s store) reserved GPU 0 of node n
-    for pod p and died before binding; ``r`` is elected and reloads that reservation."""
+    for pod p and died before binding; ``r`` is elected and reloads that reservation, held
+    where it is (unsettled) while the old leader's Binding may still land."""
     p = r.api.create(MakePod().Name("p").Req(1).Obj())
     old = Replica(r.api, r.store, r.clock, "old", tuning=r.tuning)
     await old.elect([node(1)])
@@ -320,5 +349,16 @@ async def reloaded(r: Replica) -> PodInput:
     await asyncio.gather(*list(old.s.tasks.running), return_exceptions=True)
     r.s.intake.pending_event("ADDED", p)
     await r.elect([node(1)])
-    assert r.s.book.stage("default/p") is Stage.RELOADED and r.held("default/p") == ("n", [0])
+    assert r.s.book.stage("default/p") is Stage.UNSETTLED and r.held("default/p") == ("n", [0])
     return p
+
+
+async def past_commit(*replicas: Replica) -> None:
+    """Time passes (the leader renewing its lease) until no Binding sent before the leader's
+    election can land any more; the loop's timer re-reads the unsettled pods."""
+    leader = next(r for r in replicas if r.leadership.leading)
+    while leader.clock.now < leader.s.effects.settled_at:
+        leader.clock.now += 5.0
+        await leader.renew()
+    leader.s.effects.settle_due()
+    await leader.settle()

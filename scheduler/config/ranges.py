@@ -65,6 +65,7 @@ RANGES: dict[str, Range] = {
     "run.tuning.bindRetrySeconds": NOT_NEGATIVE,
     "run.tuning.checkRetrySeconds": POSITIVE,
     "run.tuning.rebindSeconds": POSITIVE,
+    "run.tuning.bindCommitSeconds": POSITIVE,
     "run.tuning.podInitialBackoffSeconds": POSITIVE,
     "run.tuning.podMaxBackoffSeconds": POSITIVE,
     "run.tuning.podMaxUnschedulableSeconds": POSITIVE,

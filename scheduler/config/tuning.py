@@ -33,6 +33,10 @@ class Tuning(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     # long; an uncertain Binding (effect REBIND) is sent again after rebindSeconds.
     check_retry_seconds: float = 1.0
     rebind_seconds: float = 1.0
+    # service/effects.py: how long after it was sent a Binding may still commit (kube-apiserver's
+    # --request-timeout: a write stalled in etcd is answered, or given up, by then). A new
+    # leader holds a previous leader's reservation where it is that long after its election.
+    bind_commit_seconds: float = 60.0
     # service/queue.py (kube-scheduler's podInitialBackoffSeconds, podMaxBackoffSeconds,
     # podMaxInUnschedulablePodsDuration): a failed pod's backoff doubles from the first to the
     # second; an unschedulable pod is retried after the third at the latest.

@@ -32,7 +32,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from scheduler.core.model.objects import PodInput
 
-from .codec import decode_pod, reserved_for_patch
+from .codec import decode_pod, reserved_for_patch, unreserved_for_patch
 from .podgroups import (
     CUSTOM_RESOURCES,
     POD_GROUPS,
@@ -425,6 +425,27 @@ class KubeApi:
             if _written(status, raw) is Write.GONE:
                 return Write.GONE
         return Write.DONE
+
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None:
+        """Remove the pod ``uid`` from each ResourceClaim's ``status.reservedFor`` (claims are
+        (name, claim UID); the UID, when known, is the patch's precondition), as kube-scheduler's
+        DRA Unreserve does when a pod's Binding is refused. A claim gone or recreated meanwhile
+        (404, 409) has nothing of this pod to remove."""
+        for claim, claim_uid in claims:
+            status, raw = await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                "resource.k8s.io",
+                "v1",
+                namespace,
+                "resourceclaims",
+                claim,
+                unreserved_for_patch(claim_uid, uid),
+                _content_type="application/strategic-merge-patch+json",
+            )
+            if status not in (404, 409):
+                raise_for_status(status, raw)
 
     async def evict(
         self, namespace: str, name: str, uid: str, dry_run: bool = False

@@ -655,3 +655,14 @@ def convert_node(obj: dict[str, Any], resources: Collection[str] | None = None) 
 def reserved_for_patch(pod: str, uid: str) -> dict[str, Any]:
     """A ResourceClaim status patch (strategic merge, by uid) reserving it for a pod."""
     return {"status": {"reservedFor": [{"resource": "pods", "name": pod, "uid": uid}]}}
+
+
+def unreserved_for_patch(claim_uid: str, uid: str) -> dict[str, Any]:
+    """A ResourceClaim status patch (strategic merge) deleting the pod ``uid`` from its
+    ``reservedFor``, as kube-scheduler's DRA Unreserve does; ``claim_uid`` (when known) is the
+    precondition that it is still the claim reserved (a recreated claim of the same name is
+    left alone: the apiserver refuses the patch). The allocation stays."""
+    patch: dict[str, Any] = {"status": {"reservedFor": [{"$patch": "delete", "uid": uid}]}}
+    if claim_uid:
+        patch["metadata"] = {"uid": claim_uid}
+    return patch

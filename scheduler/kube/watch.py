@@ -15,6 +15,10 @@ small Structs of ``codec`` (microseconds). The pattern is client-go's reflector:
    doubling, capped) and goes back to 1. The backoff starts over only once a watch has ended
    normally, not after a LIST: an apiserver that lists fine but
    fails every watch would otherwise be re-listed at the initial backoff forever.
+
+A stream whose consumer orders its news by resourceVersion (``ordered``: the pod watches, whose
+intake drops news older than what it knows) says once, not per event, when a version is not
+an integer: such news cannot be told from stale news.
 """
 
 from __future__ import annotations
@@ -110,6 +114,7 @@ class Reflector(Generic[T]):
         convert: Callable[[T], Any] | None = None,
         relist: Relist | None = None,
         timing: WatchTiming | None = None,
+        ordered: bool = False,
     ) -> None:
         self.name = name
         self._timing = timing or WatchTiming()
@@ -125,6 +130,11 @@ class Reflector(Generic[T]):
         # that a LIST of 50,000 pods never holds both their decoded and converted forms.
         self._convert = convert
         self._relist = relist  # with a page_call: pages handed on as they arrive
+        # Whether the consumer orders this stream's news by resourceVersion (the pod watches:
+        # intake.py drops news older than what it knows). A version that is not an integer
+        # switches that off for the object it comes with: said once per stream, not per event.
+        self._ordered = ordered
+        self._unordered_told = False
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.relists = 0
@@ -157,6 +167,7 @@ class Reflector(Generic[T]):
             count = len(items)
         else:
             items, version, count = await self._list_pages(self._page_call)
+        self._check_order(version)
         self.resource_version = version
         self.relists += 1
         listed = time.monotonic()
@@ -175,7 +186,21 @@ class Reflector(Generic[T]):
 
     def _item(self, raw: msgspec.Raw) -> Any:
         obj = self._decoder.decode(raw)
+        if self._ordered and not self._unordered_told:
+            self._check_order(self._version_of(obj))
         return obj if self._convert is None else self._convert(obj)
+
+    def _check_order(self, version: str) -> None:
+        """A resourceVersion that is not a positive integer (KEP-5504 says it is one) leaves
+        its news unordered: stale news is then taken as new. Said once per stream."""
+        if self._ordered and not self._unordered_told and not version.isdigit():
+            self._unordered_told = True
+            log.warning(
+                "resourceVersion is not an integer: this watch's news can no longer be told "
+                "from stale news (said once for this watch)",
+                watch=self.name,
+                resource_version=version,
+            )
 
     async def _list_pages(self, page_call: PageCall) -> tuple[list[Any], str, int]:
         """A LIST page by page (client-go's pager): at most two pages' bodies are held at a
@@ -230,6 +255,8 @@ class Reflector(Generic[T]):
                 self.resource_version = meta.metadata.resourceVersion or self.resource_version
                 continue
             obj = self._decoder.decode(event.object)
-            self.resource_version = self._version_of(obj) or self.resource_version
+            version = self._version_of(obj)
+            self._check_order(version)
+            self.resource_version = version or self.resource_version
             self._apply(event.type, obj)
         return True

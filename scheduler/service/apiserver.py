@@ -34,6 +34,10 @@ class Cluster(Protocol):
         self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
     ) -> Write: ...
 
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None: ...
+
     async def event(
         self,
         namespace: str,

@@ -11,7 +11,10 @@ first decision (scheduler.py), by which time any previous leader's Binding has c
 
 The outcome of one pod:
 - ``BIND_OK``: the apiserver bound it (or a retry found our own earlier bind landed);
-- ``BIND_FAILED``: refused, or not sent because the lease is too short;
+- ``BIND_FAILED``: refused, or not sent because the lease is too short (or because its
+  ResourceClaims could not be reserved for it): no Binding of this pod sent by this replica can
+  land. Only then are its ResourceClaims' ``reservedFor`` entries for it removed (kube-scheduler's
+  Unreserve; the allocation stays);
 - ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now);
 - ``BIND_ELSEWHERE``: another scheduler or a previous leader bound it; the pod read back is
   returned, its annotations are the truth;
@@ -20,18 +23,25 @@ The outcome of one pod:
   still pending settles nothing (the abandoned request may yet commit, after an etcd stall): the
   book keeps its GPUs and has the same Binding sent again (``bind_all(..., uncertain=True)``), until
   an answer says: 201, 404, or a 409 whose pod is bound as we asked (then it is ours).
+
+A pod with ResourceClaims has them reserved for it before every Binding, re-sends included (the
+kubelet runs a pod only with its claims reserved for it). A claim write that fails before the
+first Binding was sent is BIND_FAILED; after it (a re-send: ``uncertain``, or a retry after a
+lost answer) it says nothing of the Bindings already sent, which may land: the pod is read back
+as after any unanswered Binding (BIND_UNKNOWN while pending: its GPUs stay held, issue 30).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import structlog
 
 from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.model.decisions import Placement
-from scheduler.core.model.objects import PodInput
+from scheduler.core.model.objects import PodInput, ResourceClaimInput
 from scheduler.kube.podgroups import Write
 
 from .apiserver import Cluster
@@ -66,8 +76,11 @@ class Binder:
         *,
         attempts: int,
         retry_s: float,
+        resource_claims: Mapping[str, ResourceClaimInput],
     ) -> None:
         self.cluster = cluster
+        # The watched ResourceClaims by key: their UIDs are the preconditions of an Unreserve.
+        self.resource_claims = resource_claims
         self.leadership = leadership
         self.metrics = metrics
         self._slots = asyncio.Semaphore(concurrency)
@@ -111,44 +124,55 @@ class Binder:
     async def _bind(
         self, pod: PodInput, placement: Placement, uncertain: bool
     ) -> tuple[Event, PodInput | None]:
+        async with self._slots:
+            event, current = await self._send(pod, placement, uncertain)
+            if event is Event.BIND_FAILED and pod.resource_claims and self.leadership.leading:
+                # No Binding of ours can land: its claims let it go. Only while leading: a
+                # later leader may have reserved them for the same pod meanwhile.
+                await self._unreserve(pod)
+            return event, current
+
+    async def _send(
+        self, pod: PodInput, placement: Placement, uncertain: bool
+    ) -> tuple[Event, PodInput | None]:
         # Every attempt sends the same Binding: the placement's node and annotations.
         annotations = assignment_annotations(placement)
         # An earlier attempt may have landed without our seeing the answer.
         maybe_sent = uncertain
-        async with self._slots:
-            if pod.resource_claims and not await self._reserve(pod):
+        if pod.resource_claims and not await self._reserve(pod):
+            if maybe_sent:
+                # A re-send's claim write failed: an earlier Binding may still land.
+                return await self._read_back(pod, placement, maybe_sent)
+            return Event.BIND_FAILED, None
+        for attempt in range(1, self.attempts + 1):
+            if not self.may_send():
+                # A deposed leader must not bind, nor one whose request could outlive its
+                # lease.
+                if maybe_sent:
+                    return await self._read_back(pod, placement, maybe_sent)
                 return Event.BIND_FAILED, None
-            for attempt in range(1, self.attempts + 1):
-                if not self.may_send():
-                    # A deposed leader must not bind, nor one whose request could outlive its
-                    # lease.
-                    if maybe_sent:
-                        return await self._read_back(pod, placement, maybe_sent)
-                    return Event.BIND_FAILED, None
-                try:
-                    result = await asyncio.wait_for(
-                        self.cluster.bind(
-                            pod.namespace, pod.name, pod.uid, placement.node, annotations
-                        ),
-                        self.timeout_s,
-                    )
-                except Exception as exc:
-                    maybe_sent = True
-                    reason = "timeout" if isinstance(exc, TimeoutError) else "exception"
-                    self.metrics.bind_errors.labels(reason=reason).inc()
-                    log.warning("bind failed", pod=pod.key, error=repr(exc), attempt=attempt)
-                    await asyncio.sleep(self.retry_s * attempt)
-                    continue
-                if result.ok:
-                    return Event.BIND_OK, None
-                self.metrics.bind_errors.labels(reason=str(result.status)).inc()
-                if result.status in (404, 409):
-                    # A definite answer: whatever an earlier attempt did has been decided.
-                    return await self._read_back(pod, placement, False)
-                log.warning(
-                    "bind refused", pod=pod.key, status=result.status, message=result.message
+            try:
+                result = await asyncio.wait_for(
+                    self.cluster.bind(
+                        pod.namespace, pod.name, pod.uid, placement.node, annotations
+                    ),
+                    self.timeout_s,
                 )
+            except Exception as exc:
+                maybe_sent = True
+                reason = "timeout" if isinstance(exc, TimeoutError) else "exception"
+                self.metrics.bind_errors.labels(reason=reason).inc()
+                log.warning("bind failed", pod=pod.key, error=repr(exc), attempt=attempt)
                 await asyncio.sleep(self.retry_s * attempt)
+                continue
+            if result.ok:
+                return Event.BIND_OK, None
+            self.metrics.bind_errors.labels(reason=str(result.status)).inc()
+            if result.status in (404, 409):
+                # A definite answer: whatever an earlier attempt did has been decided.
+                return await self._read_back(pod, placement, False)
+            log.warning("bind refused", pod=pod.key, status=result.status, message=result.message)
+            await asyncio.sleep(self.retry_s * attempt)
         if maybe_sent:
             return await self._read_back(pod, placement, maybe_sent)
         return Event.BIND_FAILED, None
@@ -169,6 +193,25 @@ class Binder:
             log.warning("could not reserve the pod's ResourceClaims", pod=pod.key, error=repr(exc))
             return False
         return written is Write.DONE
+
+    async def _unreserve(self, pod: PodInput) -> None:
+        """Remove the pod from its ResourceClaims' ``reservedFor`` (kube-scheduler's Unreserve),
+        each claim's UID as the precondition when its watch knows it. A failure is logged: the
+        pod is tried again (its next reservation rewrites the entry), and the resource claim
+        controller removes entries of pods that no longer exist."""
+        claims = []
+        for c in pod.resource_claims:
+            known = self.resource_claims.get(f"{pod.namespace}/{c.claim}")
+            claims.append((c.claim, known.uid if known is not None else ""))
+        try:
+            await asyncio.wait_for(
+                self.cluster.unreserve_claims(pod.namespace, tuple(claims), pod.uid),
+                self.timeout_s,
+            )
+        except Exception as exc:
+            log.warning(
+                "could not unreserve the pod's ResourceClaims", pod=pod.key, error=repr(exc)
+            )
 
     async def _read_back(
         self, pod: PodInput, placement: Placement, uncertain: bool

@@ -41,7 +41,14 @@ log = structlog.get_logger("scheduler")
 
 # Stages in which a re-read still matters.
 _CHECKED_STAGES = frozenset(
-    {Stage.PENDING, Stage.RELOADED, Stage.BINDING, Stage.ASSUMED, Stage.INHERITED}
+    {
+        Stage.PENDING,
+        Stage.UNSETTLED,
+        Stage.RELOADED,
+        Stage.BINDING,
+        Stage.ASSUMED,
+        Stage.INHERITED,
+    }
 )
 
 
@@ -86,6 +93,11 @@ class Effects:
             metrics.events_dropped, event_queue_size
         )  # Scheduled events, off the pod's path
         self.accepting = True  # False once the service drains: no new background work
+        # A previous leader's reservations whose Bindings may still land (effect SETTLE), key ->
+        # UID, and when none of those Bindings can land any more: the election's time plus
+        # the apiserver's request timeout (``elected``; ``settle_due`` tells the book then).
+        self.unsettled: dict[str, str] = {}
+        self.settled_at = 0.0
         self._handlers: dict[Effect, Callable[[Transition, Ctx], None]] = {
             Effect.KEEP_POD: self._keep_pod,
             Effect.ENQUEUE: self._enqueue,
@@ -99,12 +111,14 @@ class Effects:
             Effect.WAKE: self._wake,
             Effect.RETRY: self._retry_all,
             Effect.HOLD: self._hold,
+            Effect.SETTLE: self._settle,
             Effect.ASSUME: self._assume,
             Effect.FORGET: self._forget,
             Effect.CHARGE: self._charge,
             Effect.FREE: self._free,
             Effect.MARK_BOUND: self._mark_bound,
             Effect.RELEASE_STORE: self._release_store,
+            Effect.RESERVE_STORE: self._reserve_store,
             Effect.RECONCILE: self._reconcile,
             Effect.BIND: self._bind_effect,
             Effect.REBIND: self._rebind_effect,
@@ -177,6 +191,9 @@ class Effects:
         assert ctx.holding is not None
         self.state.hold(ctx.holding)
 
+    def _settle(self, t: Transition, ctx: Ctx) -> None:
+        self.unsettled[t.key] = _uid(t)
+
     def _assume(self, t: Transition, ctx: Ctx) -> None:
         assert ctx.placement is not None and t.entry is not None and ctx.pod is not None
         assume(self.state, ctx.placement, ctx.pod)
@@ -204,6 +221,11 @@ class Effects:
     def _release_store(self, t: Transition, ctx: Ctx) -> None:
         if _uid(t) and self.sync.release_soon(t.key, _uid(t)):
             self.tasks.spawn(self.sync.flush())
+
+    def _reserve_store(self, t: Transition, ctx: Ctx) -> None:
+        holding = self.state.held(t.key)
+        if holding is not None:
+            self.tasks.spawn(self.sync.reserve_again(holding))
 
     def _reconcile(self, t: Transition, ctx: Ctx) -> None:
         self.sync.request()
@@ -350,14 +372,37 @@ class Effects:
         if self.accepting and self.book.stage(key, uid) is Stage.BINDING:
             await self._bind([(pod, placement)], uncertain=True)
 
+    # ---- a previous leader's Bindings --------------------------------------------------------
+
+    def elected(self, commit_s: float) -> None:
+        """This replica leads from now on. Every Binding a previous leader sent was sent before
+        now (the fencing rule, binder.py: its lease ended or was handed over first) and lands,
+        if at all, within the apiserver's request timeout ``commit_s`` of being sent: from
+        ``now + commit_s`` on, a pod read pending has no Binding of theirs left to land."""
+        self.settled_at = self.clock() + commit_s
+
+    def settle_due(self) -> None:
+        """Once no Binding of a previous leader can land, the pods still holding one of their
+        reservations (unsettled) are re-read (SETTLE_DUE): the loop's timer."""
+        if not self.unsettled or self.clock() < self.settled_at:
+            return
+        due, self.unsettled = self.unsettled, {}
+        for key, uid in due.items():
+            if self.book.stage(key, uid) is Stage.UNSETTLED:
+                self.dispatch(key, uid, Event.SETTLE_DUE)
+
     # ---- re-reads ----------------------------------------------------------------------------
 
     async def _check(self, key: str, uid: str) -> None:
-        """Re-read a pod until the apiserver answers, and tell the book what it says."""
+        """Re-read a pod until the apiserver answers, and tell the book what it says. An unsettled
+        pod (a previous leader's Binding may still land) read pending by a read that started
+        before ``settled_at`` is no answer: the read SETTLE_DUE asks for answers (this one,
+        read again, when that time has come meanwhile)."""
         namespace, _, name = key.partition("/")
         current: PodInput | None = None
         event: Event | None = None
         while event is None and self.accepting and self.book.stage(key, uid) in _CHECKED_STAGES:
+            started = self.clock()
             try:
                 current = await self.cluster.get_pod(namespace, name)
             except Exception as exc:
@@ -370,6 +415,9 @@ class Effects:
                 event = Event.CHECKED_BOUND
             elif current.deleting:
                 event = Event.CHECKED_GONE
+            elif self.book.stage(key, uid) is Stage.UNSETTLED and started < self.settled_at:
+                if self.clock() < self.settled_at:
+                    break  # SETTLE_DUE asks again
             else:
                 event = Event.CHECKED_PENDING
         entry = self.book.get(key)

@@ -20,6 +20,10 @@ re-read after a 409). Pods are ordered by resourceVersion (``PodInput.version``;
 one name never coexist, so the newer one's versions are all higher): an event older than the
 book's entry is dropped before it charges anything, and the end of a LIST does not speak for
 an entry newer than the LIST (the watch that follows the LIST reports what happens to it).
+
+That order holds within one era of the cluster's versions. A LIST whose version is below the
+newest the book had been told when the LIST was asked for says they went back (etcd restored
+without ``--bump-revision``): a new era begins, in which that LIST is the truth (``_new_era``).
 """
 
 from __future__ import annotations
@@ -89,7 +93,16 @@ class Intake:
         self.queue = queue
         self.tasks = tasks
         self.bound_synced = False
-        self._listed: dict[str, str] = {}  # pod key -> UID of a bound LIST under way
+        # A bound LIST under way: pod key -> UID of what it showed; the pods it showed that
+        # were older than the book's (the truth if the LIST begins a new era); the book's
+        # newest version when the LIST was asked for.
+        self._listed: dict[str, str] = {}
+        self._stale: list[PodInput] = []
+        self._bound_since = 0
+        # A pending LIST under way: the pods it showed that are ours and pending, by key; the
+        # book's newest version when it was asked for.
+        self._pending: dict[str, PodInput] = {}
+        self._pending_since = 0
 
     # ---- pending pods ------------------------------------------------------------------------
 
@@ -129,8 +142,27 @@ class Intake:
             ready = self.watch_needed("dra") and ready
         return ready
 
-    def replace_pending(self, pods: list[PodInput]) -> None:
-        fresh = {p.key: p for p in pods if self.ours_pending(p)}
+    def replace_pending(self, pods: list[PodInput], version: int = 0) -> None:
+        """A whole LIST of pending pods at resourceVersion ``version`` (0: unknown)."""
+        self.pending_list_begin()
+        self.pending_list_page(pods)
+        self.pending_list_end(version)
+
+    # A LIST of pending pods (kube/watch.py's Relist): its pages are gathered, and the end of
+    # the LIST tells the book what it means as a whole.
+
+    def pending_list_begin(self) -> None:
+        self._pending = {}
+        self._pending_since = self.book.newest
+
+    def pending_list_page(self, pods: list[PodInput]) -> None:
+        self._pending.update((p.key, p) for p in pods if self.ours_pending(p))
+
+    def pending_list_end(self, version: int) -> None:
+        """The LIST (at resourceVersion ``version``, 0: unknown) is all in: every pending entry
+        it lacks left the pending set, and the pods it shows are told in creation order."""
+        fresh, self._pending = self._pending, {}
+        self._new_era("pending-pods", version, self._pending_since)
         for key, entry in list(self.book.entries.items()):
             if entry.stage in (Stage.BOUND, Stage.OTHER):
                 continue  # a pending re-list says nothing about a bound pod
@@ -167,6 +199,21 @@ class Intake:
         else:
             self.effects.dispatch(pod.key, pod.uid, Event.PENDING_LEFT, None)
 
+    def read(self, pod: PodInput | None) -> None:
+        """What a read of a pod's name found (a GET: newer than anything either watch has
+        delivered; a new leader reads the names a store record holds under another UID than
+        the book's), told as the watch that shows such a pod would tell it: another UID than
+        the book's means the book's pod was deleted; a bound pod goes as the bound watch's
+        event, an unbound one as the pending watch's. Nothing found: nothing is told (the book's
+        pod, if it left, is told by the lagging watches, or a re-list's end at the latest)."""
+        if pod is None:
+            return
+        self._replaced(pod)
+        if pod.node_name:
+            self.bound_event("MODIFIED", pod)
+        else:
+            self.pending_event("MODIFIED", pod)
+
     def _replaced(self, pod: PodInput) -> None:
         """Another UID under a tracked name: the tracked pod was deleted."""
         entry = self.book.get(pod.key)
@@ -186,21 +233,37 @@ class Intake:
     # did not show.
 
     def sizes(self) -> dict[str, int]:
-        return {"listing": len(self._listed)}
+        return {
+            "listing": len(self._listed),
+            "listed-stale": len(self._stale),
+            "listing-pending": len(self._pending),
+        }
 
     def bound_list_begin(self) -> None:
-        self._listed = {}
+        self._listed, self._stale = {}, []
+        self._bound_since = self.book.newest
 
     def bound_list_page(self, pods: list[PodInput]) -> None:
         for pod in pods:
             if pod.node_name and not pod.finished:
                 self._listed[pod.key] = pod.uid
-            self.bound_event("ADDED", pod)
+            if self.older(pod):
+                self._stale.append(pod)  # kept until the LIST's end says which era it is of
+            else:
+                self.bound_event("ADDED", pod)
 
     def bound_list_end(self, version: int) -> None:
         """The LIST (at resourceVersion ``version``, 0: unknown) is all in: every entry it
-        lacks has left, unless the book learned of it after the LIST was taken."""
+        lacks has left, unless the book learned of it after the LIST was taken. A LIST that
+        begins a new era is the truth: the pods it showed that were older than the book's
+        are taken in now, and the versions of the era before keep nothing."""
         listed, self._listed = self._listed, {}
+        stale, self._stale = self._stale, []
+        if self._new_era("bound-pods", version, self._bound_since):
+            for pod in stale:
+                self.bound_event("ADDED", pod)
+        elif stale:
+            log.info("older than what is known: dropped", pods=[p.key for p in stale[:20]])
         for entry in self.book.in_stages(LISTED_STAGES):
             uid = listed.get(entry.key)
             if uid is not None and (not entry.uid or uid == entry.uid):
@@ -209,6 +272,27 @@ class Intake:
                 continue  # newer than the LIST: the watch from the LIST's version tells
             self.effects.dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
         self.bound_synced = True
+
+    def _new_era(self, watch: str, version: int, since: int) -> bool:
+        """Whether a LIST at ``version`` begins a new era: its version is below ``since``, the
+        newest the book had been told when the LIST was asked for. In one era that cannot be
+        (a LIST is read at least as late as anything answered before it was asked for), so the
+        resourceVersions went back: etcd was restored from a backup without
+        ``--bump-revision``. Then every event about a known name would be "older" and dropped,
+        and a LIST lacking a pod would not free it, for good; instead the LIST is the truth (as
+        client-go's Replace is) and the book forgets the old era's versions. Said loudly: an
+        operator should know the cluster went back in time."""
+        if not 0 < version < since:
+            return False
+        log.warning(
+            "resourceVersion went back (etcd restored without --bump-revision?): "
+            "the LIST is the truth, and the versions of the era before order nothing",
+            watch=watch,
+            list_version=version,
+            book_version=since,
+        )
+        self.book.new_era(version)
+        return True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
         if self.older(pod):

@@ -17,8 +17,10 @@ core/formats/gpus.py. A node without a usable inventory (not a GPU node, or a ma
 has none.
 
 Only the leader writes (the store fences it anyway); a standby drops its changes, since the
-reconcile of whoever leads next writes every inventory. The flush is a task of the scheduler's
-own set, so shutdown awaits it like a bind in flight.
+reconcile of whoever leads next writes every inventory. A leader whose local lease lapsed (a
+renewal's answer late) writes nothing meanwhile either, but may lead on at the same epoch: it
+asks for a reconcile, which writes every inventory once it leads again. The flush is a task of
+the scheduler's own set, so shutdown awaits it like a bind in flight.
 """
 
 from __future__ import annotations
@@ -97,9 +99,24 @@ class NodeInventories:
     def changed(self, name: str) -> None:
         """A node was added, changed or deleted in the snapshot."""
         self._dirty.add(name)
-        if not self._flushing and self._may_write():
+        if self._flushing:
+            return
+        if self._may_write():
             self._flushing = True
             self._spawn(self._flush())
+        else:
+            self._skipped()
+
+    def _skipped(self) -> None:
+        """Changes this replica may not write now stay pending: a standby's are written by the
+        next leader's reconcile, which writes every inventory, and a draining leader's by its
+        successor's. A leader whose local lease lapsed (it still holds its epoch; a renewal's
+        answer is late) may lead on with no election, and so no election reconcile: it asks
+        for a reconcile, which writes every inventory once it leads again."""
+        leadership = self._leadership
+        if self._dirty and leadership.epoch is not None and not leadership.leading:
+            self._behind = True
+            self._on_failure()
 
     async def _flush(self) -> None:
         try:
@@ -128,6 +145,7 @@ class NodeInventories:
                     self._written.update(put)
                     for name in drop:
                         self._written.pop(name, None)
+            self._skipped()  # what the loop left because this replica may not write now
         finally:
             self._flushing = False
 

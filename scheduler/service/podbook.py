@@ -16,8 +16,15 @@ entry as it was. docs/architecture.md shows the table (a unit test checks it is 
 Stages (a pod the book does not hold is GONE):
 
 - PENDING: ours and unbound; holds nothing; queued.
-- RELOADED: pending, holding a reservation a previous leader made (it may have died mid-bind);
-  decided afresh when its turn comes.
+- UNSETTLED: pending as last seen, holding a reservation a previous leader made, whose Binding may
+  still land: every Binding of a previous leader was sent before this replica's election (the
+  fencing rule, binder.py) and commits, if at all, within the apiserver's request timeout
+  (run.tuning.bindCommitSeconds) after it was sent. Not queued: it stays where the previous
+  leader decided, held in the snapshot and reserved in the store, until a watch or a re-read
+  says it is bound or gone, or a re-read made once that time has passed (SETTLE_DUE) says it is
+  pending: then no Binding of the previous leader can land any more, and it is RELOADED.
+- RELOADED: pending, holding a reservation a previous leader made, whose Bindings can no longer
+  land; decided afresh when its turn comes.
 - RESERVING: the cycle placed it and the snapshot assumes it (so the next decision sees its
   GPUs taken); the store reservation is being written. A refused one forgets it.
 - BINDING: reserved in the store and assumed in the snapshot; the Binding is in flight.
@@ -59,6 +66,7 @@ log = structlog.get_logger("podbook")
 class Stage(enum.Enum):
     GONE = "gone"  # not in the book
     PENDING = "pending"
+    UNSETTLED = "unsettled"
     RELOADED = "reloaded"
     RESERVING = "reserving"
     BINDING = "binding"
@@ -84,6 +92,8 @@ class Event(enum.Enum):
     # leadership
     RELOAD = "reload"  # a previous leader's reservation for this pending pod was loaded
     INHERIT = "inherit"  # a previous leader's record for a pod no watch has shown
+    # No Binding a previous leader sent can land any more (bindCommitSeconds after the election)
+    SETTLE_DUE = "settle-due"
     # scheduling cycle
     TAKEN = "taken"
     PLACED = "placed"
@@ -131,6 +141,7 @@ class Effect(enum.Enum):
     RETRY = "retry"  # GPUs or resources were let go: every waiting pod retries
     # the snapshot
     HOLD = "hold"  # hold the reloaded or inherited reservation
+    SETTLE = "settle"  # re-read it once no Binding of a previous leader can land (SETTLE_DUE)
     ASSUME = "assume"  # hold the placement (the core's assume)
     FORGET = "forget"  # drop what the snapshot assumed for it (ours, not the truth)
     CHARGE = "charge"  # the pod read back is bound: the snapshot holds its truth
@@ -138,6 +149,7 @@ class Effect(enum.Enum):
     # the store
     MARK_BOUND = "mark-bound"  # its reservation is bound
     RELEASE_STORE = "release-store"  # drop its reservation or record
+    RESERVE_STORE = "reserve-store"  # its store record is the reservation it holds (not bound)
     RECONCILE = "reconcile"  # the store must follow the snapshot: reconcile (rate-limited)
     # the apiserver
     BIND = "bind"  # done with the queue; the cycle hands its unit's Bindings to the binder
@@ -208,12 +220,18 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
     (S.PENDING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_PENDING_LEFT)),
     (S.PENDING, E.REPLACED): (S.GONE, _PENDING_LEFT),
-    (S.PENDING, E.RELOAD): (S.RELOADED, (F.HOLD,)),
+    # A previous leader's reservation: its Binding may still land, so it stays where it is.
+    (S.PENDING, E.RELOAD): (S.UNSETTLED, (F.DEQUEUE, F.HOLD, F.SETTLE)),
     (S.PENDING, E.TAKEN): (S.PENDING, (F.TAKE,)),
     (S.PENDING, E.PLACED): (S.RESERVING, (F.ASSUME,)),
     (S.PENDING, E.NOT_PLACED): (S.PENDING, (F.PARK,)),
     (S.PENDING, E.CHECKED_PENDING): (S.PENDING, _),
-    (S.PENDING, E.CHECKED_BOUND): (S.PENDING, _),  # the bound watch will say so
+    # A re-read after a failed Binding found it bound (a Binding of ours whose answer was lost
+    # landed): the truth is charged now, not when the bound watch says so (issue 30, 1b).
+    (S.PENDING, E.CHECKED_BOUND): (
+        S.BOUND,
+        (F.CHARGE, F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE),
+    ),
     (S.PENDING, E.CHECKED_GONE): (S.GONE, _PENDING_LEFT),
     (S.PENDING, E.ELECTED): (S.PENDING, (F.ENQUEUE,)),
     (S.PENDING, E.NOT_READY): (S.PENDING, (F.BACKOFF,)),
@@ -225,6 +243,33 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.PENDING, E.NOMINATION_RESET): (S.PENDING, (F.FORGET_NOMINATION,)),
     # Its GPUs are held for it and nobody else may take them: no backoff to wait out.
     (S.PENDING, E.VICTIMS_GONE): (S.PENDING, (F.ACTIVATE,)),
+    # ---- pending, holding a previous leader's reservation whose Binding may still land ------
+    (S.UNSETTLED, E.PENDING_SEEN): (S.UNSETTLED, (F.KEEP_POD,)),  # not queued: not decided yet
+    (S.UNSETTLED, E.PENDING_SAME): (S.UNSETTLED, _),
+    # Bound by the previous leader's Binding, or deleted: the bound watch or the re-read at
+    # SETTLE_DUE says which (a re-read now could not tell pending from "not landed yet").
+    (S.UNSETTLED, E.PENDING_LEFT): (S.UNSETTLED, _),
+    (S.UNSETTLED, E.PENDING_ENDED): (S.GONE, _LEFT),
+    (S.UNSETTLED, E.BOUND_SEEN): (
+        S.BOUND,
+        (F.GROUP_COUNT, F.RECONCILE, F.END_NOMINATION, F.WAKE),
+    ),
+    (S.UNSETTLED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
+    (S.UNSETTLED, E.REPLACED): (S.GONE, _LEFT),
+    (S.UNSETTLED, E.RELOAD): (S.UNSETTLED, (F.HOLD, F.SETTLE)),
+    (S.UNSETTLED, E.SETTLE_DUE): (S.UNSETTLED, (F.CHECK,)),
+    # Read once no Binding of the previous leader can land: still pending, so decided afresh.
+    (S.UNSETTLED, E.CHECKED_PENDING): (S.RELOADED, (F.ENQUEUE,)),
+    (S.UNSETTLED, E.CHECKED_BOUND): (
+        S.BOUND,
+        (F.CHARGE, F.RECONCILE, F.END_NOMINATION, F.WAKE),
+    ),
+    (S.UNSETTLED, E.CHECKED_GONE): (S.GONE, _LEFT),
+    (S.UNSETTLED, E.CRASHED): (S.UNSETTLED, _),
+    (S.UNSETTLED, E.NOMINATION_ENDED): (S.UNSETTLED, _NOMINATION_ENDED),
+    (S.UNSETTLED, E.NOMINATION_EXPIRED): (S.UNSETTLED, _NOMINATION_EXPIRED),
+    (S.UNSETTLED, E.NOMINATION_RESET): (S.UNSETTLED, (F.FORGET_NOMINATION,)),
+    (S.UNSETTLED, E.VICTIMS_GONE): (S.UNSETTLED, _),  # not queued
     # ---- pending, holding a previous leader's reservation ----------------------------------
     (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     (S.RELOADED, E.PENDING_SAME): (S.RELOADED, _),
@@ -306,10 +351,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # Maybe bound (a Binding abandoned at its timeout may still commit): hold everything and
     # send the same Binding again until an answer says (201, or 409 on a pod bound as we asked).
     (S.BINDING, E.BIND_UNKNOWN): (S.BINDING, (F.REBIND,)),
-    (S.BINDING, E.CHECKED_PENDING): (
-        S.PENDING,
-        (F.FORGET, F.RELEASE_STORE, F.RETRY, F.BACKOFF, F.RESTORE_NOMINATION),
-    ),
+    # A re-read started before this Binding (after an earlier one failed): pending says nothing
+    # of a Binding in flight; only the binder's answer does.
+    (S.BINDING, E.CHECKED_PENDING): (S.BINDING, _),
     (S.BINDING, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE, F.END_NOMINATION)),
     (S.BINDING, E.CHECKED_GONE): (S.GONE, _LEFT),
     (S.BINDING, E.CRASHED): (S.BINDING, _),
@@ -376,9 +420,11 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.OTHER, E.VICTIMS_GONE): (S.OTHER, _),
     # ---- a previous leader's record, no watch has shown its pod yet -------------------------
     # Its GPUs stay held (the reconcile keeps the record as bound) until a re-read or a watch
-    # says: bound (the truth is charged), pending (a reservation to decide afresh), gone.
-    (S.INHERITED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
-    (S.INHERITED, E.PENDING_SAME): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
+    # says: bound (the truth is charged), pending (unsettled: held where it is), gone.
+    # Pending: the previous leader's reservation, whose Binding may still land (the record the
+    # election's reconcile kept as bound is a reservation again).
+    (S.INHERITED, E.PENDING_SEEN): (S.UNSETTLED, (F.KEEP_POD, F.RESERVE_STORE, F.SETTLE)),
+    (S.INHERITED, E.PENDING_SAME): (S.UNSETTLED, (F.KEEP_POD, F.RESERVE_STORE, F.SETTLE)),
     (S.INHERITED, E.PENDING_LEFT): (S.INHERITED, _),
     (S.INHERITED, E.PENDING_ENDED): (S.GONE, _BOUND_LEFT),
     (S.INHERITED, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE, F.WAKE)),
@@ -386,7 +432,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.INHERITED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_BOUND_LEFT)),
     (S.INHERITED, E.REPLACED): (S.GONE, _BOUND_LEFT),
     (S.INHERITED, E.INHERIT): (S.INHERITED, (F.HOLD,)),
-    (S.INHERITED, E.CHECKED_PENDING): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
+    (S.INHERITED, E.CHECKED_PENDING): (S.UNSETTLED, (F.KEEP_POD, F.RESERVE_STORE, F.SETTLE)),
     (S.INHERITED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE, F.RECONCILE, F.WAKE)),
     (S.INHERITED, E.CHECKED_GONE): (S.GONE, _BOUND_LEFT),
     (S.INHERITED, E.CRASHED): (S.INHERITED, _),
@@ -394,7 +440,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
 }
 
 # Stages whose reservation the store must keep at a reconcile (not the truth yet, not free).
-RESERVED_STAGES = frozenset({S.RELOADED, S.RESERVING, S.BINDING})
+RESERVED_STAGES = frozenset({S.UNSETTLED, S.RELOADED, S.RESERVING, S.BINDING})
 # Stages whose snapshot holding is the truth of a bound pod (INHERITED: until a read says).
 BOUND_STAGES = frozenset({S.ASSUMED, S.BOUND})
 # Stages a bound re-list speaks about: a pod it lacks has left (or the LIST predates it).
@@ -492,6 +538,9 @@ class PodBook:
     # The keys of the entries holding a nomination (nominate and unnominate keep it), so
     # preemption's timers and the victims' departures walk those, not every entry.
     nominated: set[str] = field(default_factory=set)
+    # The highest resourceVersion any event has told the book in this era (``new_era``): a
+    # LIST answered after that event is at least as high, unless the versions went back.
+    newest: int = 0
 
     def get(self, key: str) -> Entry | None:
         return self.entries.get(key)
@@ -563,6 +612,14 @@ class PodBook:
             return S.GONE
         return entry.stage
 
+    def new_era(self, version: int) -> None:
+        """resourceVersions went back (etcd restored without ``--bump-revision``): the versions
+        the book holds order nothing in the new era, so every entry forgets its own (news about
+        it is news again) and the book counts from ``version``, the LIST that began the era."""
+        for entry in self.entries.values():
+            entry.version = 0
+        self.newest = version
+
     def in_stages(self, stages: frozenset[Stage]) -> list[Entry]:
         return [e for e in self.entries.values() if e.stage in stages]
 
@@ -590,6 +647,7 @@ class PodBook:
             )
             return None
         new, effects = step
+        self.newest = max(self.newest, version)
         if new is S.GONE:
             if entry is not None:
                 self._leave_gang(entry)

@@ -21,6 +21,13 @@ placed them):
 - ``scheduled``: members bound to a node (the bound watch) or whose Binding succeeded and the
   watch has not shown yet (the pod book's ``assumed``), finished ones included;
 - ``running``: members whose phase is Running;
+- a member being deleted (deletionTimestamp set) counts in neither, nor as finished when it ends:
+  it has left its group (its controller restarts the job or scales it down, an eviction took it),
+  as a ReplicaSet or Job stops counting a pod active once its deletionTimestamp is set
+  (``controller.IsPodActive``), and as the scheduler counts a gang's bound members
+  (core/snapshot/holdings.py). A member that fails on its own is Failed before anyone deletes
+  it, and stays counted as such. (scheduler-plugins' own controller counts by phase alone, so it
+  counts a terminating Running pod as running.)
 - ``phase`` (scheduler-plugins' order): Finished when at least minMember succeeded; Failed when
   one failed and failed + running + succeeded reach minMember; Running when running + succeeded
   reach it; Scheduled when ``scheduled`` reaches it; else Pending. A PodGroup whose phase is
@@ -245,19 +252,21 @@ class PodGroupStatuses:
     # ---- members: the pod book's transitions (effects GROUP_COUNT and GROUP_DROP) ----------
 
     def member_seen(self, pod: PodInput) -> None:
-        """The bound watch shows ``pod`` on a node (placed, running): counted in its group."""
+        """The bound watch shows ``pod`` on a node (placed, running): counted in its group,
+        unless it is being deleted (module doc)."""
         key = group_of_pod(pod)
-        if self._member_of.get(pod.key) not in (None, key):
-            self._drop_member(pod.key)  # it names another group now
-        if key is not None:
+        if self._member_of.get(pod.key) not in (None, key) or pod.deleting:
+            self._drop_member(pod.key)  # it names another group now, or is leaving
+        if key is not None and not pod.deleting:
             self._set_member(key, pod.key, pod.phase)
 
     def member_ended(self, pod: PodInput) -> None:
-        """``pod`` was deleted or finished: a finished one is counted while its group lives."""
+        """``pod`` was deleted or finished: a finished one is counted while its group lives,
+        unless it finished while being deleted (module doc)."""
         key = group_of_pod(pod)
         if self._member_of.get(pod.key) not in (None, key):
             self._drop_member(pod.key)
-        if key is not None and pod.finished and key in self.groups:
+        if key is not None and pod.finished and not pod.deleting and key in self.groups:
             self._set_member(key, pod.key, pod.phase)
         else:
             self._drop_member(pod.key)

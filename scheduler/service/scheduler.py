@@ -17,11 +17,14 @@ The parts are built in the order they need each other and handed to each other w
 is set on a part after it is built. The watches call ``intake`` directly (watches.py), the loop
 below calls ``cycle``.
 
-Leadership: only the leader schedules. On election it inherits the store records of pods it
-does not know (a graceful handover's last binds: storesync.py), reconciles the store against
-the apiserver's bound pods (in the same store call it writes every node's inventory), loads the
-reservations a previous leader left for pods that are still pending, and only then takes the
-first pod; when the store cannot say who led before, or may have lost its last writes (a
+Leadership: only the leader schedules. On election it reads from the apiserver the names its
+book holds under another UID than a store record (a same-name recreation its watches lag
+behind), inherits the store records of pods it does not know (a graceful handover's last
+binds: storesync.py), reconciles the store against the apiserver's bound pods (in the same store
+call it writes every node's inventory), loads the reservations a previous leader left for pods
+that are still pending (held where they are until that leader's Bindings can no longer land:
+run.tuning.bindCommitSeconds after the election, the pod book's UNSETTLED), and only then takes
+the first pod; when the store cannot say who led before, or may have lost its last writes (a
 flushed or new Redis, a restart from disk, a replica promoted by Sentinel: ``kept_history``),
 it first waits one lease duration, so that any Binding a previous leader still had in
 flight has completed (the fencing rule in binder.py), and reconciles again before deciding, so
@@ -41,7 +44,7 @@ from scheduler.config import Preemption
 from scheduler.config.tuning import Tuning
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
-from scheduler.state.base import Store
+from scheduler.state.base import Record, Store
 
 from .apiserver import Cluster
 from .binder import Binder, bind_timeout_for
@@ -115,6 +118,10 @@ class Scheduler:
         self.tick_s = tuning.loop_tick_seconds
         # How long ``drain`` lets the queued events be written (run.tuning).
         self.events_close_s = tuning.shutdown_events_seconds
+        # How long after it was sent a Binding may still commit: the apiserver's request
+        # timeout (run.tuning). A previous leader's reservation is held where it is that long
+        # after the election (effects.py ``elected``).
+        self.bind_commit_s = tuning.bind_commit_seconds
         self.tasks = Tasks()
         self.state = ClusterState(settings)
         self.queue = SchedulingQueue(
@@ -148,6 +155,7 @@ class Scheduler:
             bind_timeout,
             attempts=tuning.bind_attempts,
             retry_s=tuning.bind_retry_seconds,
+            resource_claims=self.state.inputs.resource_claims,
         )
         events = functools.partial(report, cluster)
         self.stale = StaleGangs(
@@ -248,8 +256,12 @@ class Scheduler:
         self.metrics.epoch.set(epoch)
         while not self.intake.bound_synced:
             await asyncio.sleep(0.05)
+        # Every Binding a previous leader sent was sent before now; its reservations stay
+        # where they are until none of those can land (podbook.py, UNSETTLED).
+        self.effects.elected(self.bind_commit_s)
         # A failure of any store call here gives the lease up.
         records = await self.store.records()
+        await self._read_questioned(records)
         for key, uid, holding in self.sync.unknown(records):
             self.effects.dispatch(key, uid, Event.INHERIT, Ctx(holding=holding))
         await self.sync.reconcile(epoch, elected=True)
@@ -288,6 +300,29 @@ class Scheduler:
             self.effects.dispatch(entry.key, entry.uid, Event.ELECTED)
         self.tasks.wake()
 
+    async def _read_questioned(self, records: dict[str, Record]) -> None:
+        """Read from the apiserver every name the book holds under another UID than a store
+        record of it (storesync.py's ``questioned``), and tell the book what each read found,
+        before the reconcile: the record of a pod recreated under a name this replica's watches
+        have not caught up with is then the book's, and kept. A failed read fails the election
+        (the lease is given up and competed for again), as a failed store call does: freeing
+        the record unread could give its GPUs twice."""
+        keys = self.sync.questioned(records)
+        # Every read runs to its end (none is left behind in flight), then the first failure
+        # fails the election.
+        found = await asyncio.gather(
+            *(self.cluster.get_pod(*key.split("/", 1)) for key in keys), return_exceptions=True
+        )
+        for key, pod in zip(keys, found, strict=True):
+            if isinstance(pod, BaseException):
+                raise pod
+            log.info(
+                "store record of another UID than the book's: the name was read",
+                pod=key,
+                found=pod.uid if pod is not None else None,
+            )
+            self.intake.read(pod)
+
     async def on_lost(self) -> None:
         self.metrics.leader.set(0)
         self.metrics.epoch.set(0)
@@ -311,6 +346,7 @@ class Scheduler:
             await self.sync.if_needed()
             try:
                 self.stale.tick()
+                self.effects.settle_due()
                 if self.preemptions.tick():
                     self.queue.on_cluster_event()  # GPUs held for an expired nomination: free
             except Exception:

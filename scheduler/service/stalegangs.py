@@ -135,14 +135,10 @@ class StaleGangs:
                 self.spawn(self._evict(gang, h))
 
     def _running(self, gang: str) -> list[Holding]:
-        """The gang's members on a node and not being deleted, by pod key."""
-        out = []
-        for key in sorted(self.state.gang_bound.get(gang, ())):
-            holding = self.state.holdings.get(key)
-            record = self.state.index.records.get(key)
-            if holding is not None and not (record is not None and record.terminating):
-                out.append(holding)
-        return out
+        """The gang's members on a node, by pod key (the snapshot's bound members of a gang
+        leave out those being deleted: snapshot/holdings.py)."""
+        holdings = self.state.holdings
+        return [holdings[k] for k in sorted(self.state.gang_bound.get(gang, ())) if k in holdings]
 
     async def _evict(self, gang: str, holding: Holding) -> None:
         namespace, name = holding.pod.split("/", 1)

@@ -2,20 +2,27 @@
 
 The reconcile makes the store equal to the apiserver's truth: every holding of a pod the pod book
 has as bound (ASSUMED or BOUND, and pods bound by others) is a bound claim; the reservations kept
-are exactly those the book holds as reserved (RELOADED, RESERVING, BINDING), and right after an
-election also those of every pending pod (a previous leader may have been binding them). Anything
-else in the store is freed, whichever epoch wrote it: a reservation that a failed release left
-behind does not outlive the next reconcile. After an election the reservations a previous leader
-left for pods still pending are loaded into the snapshot (the book's RELOAD event).
+are exactly those the book holds as reserved (UNSETTLED, RELOADED, RESERVING, BINDING), and right
+after an election also those of every pending pod (a previous leader may have been binding them).
+Anything else in the store is freed, whichever epoch wrote it: a reservation that a failed release
+left behind does not outlive the next reconcile. After an election the reservations a previous
+leader left for pods still pending are loaded into the snapshot (the book's RELOAD event).
 
-A graceful handover: the previous leader released its lease right after its last Bindings
-completed, so a pod it bound may be gone from this replica's pending watch and not yet in its
-bound watch. The election's reconcile must not free such a pod's record: every store record of
-a pod the book does not know (no entry under its name, nothing held in the snapshot) is
-inherited (INHERIT: held in the snapshot, kept in the store as bound) and its pod re-read; the
-read or a watch then says where it is (bound: its truth is charged; pending: a reservation to
-decide afresh; gone: freed). Freeing needs proof that the pod left; holding a few GPUs until a
-read answers costs only those GPUs for that long.
+A graceful handover: the previous leader released its lease right after its last Bindings completed,
+so a pod it bound may be gone from this replica's pending watch and not yet in its bound watch. The
+election's reconcile must not free such a pod's record: every store record of a pod the book does
+not know (no entry under its name, nothing held in the snapshot) is inherited (INHERIT: held in the
+snapshot, kept in the store as bound) and its pod re-read; the read or a watch then says where it is
+(bound: its truth is charged; pending: the previous leader's reservation, a reservation in the store
+again (``reserve_again``) and held where it is while that leader's Binding may still land; gone:
+freed). Freeing needs proof that the pod left; holding a few GPUs until a read answers costs only
+those GPUs for that long.
+
+Records are a pod's by UID, not by name: a lagging standby may hold another UID under a record's
+name (a same-name recreation its watches have not shown yet, whose new pod the previous leader
+bound). Such names (``questioned``) are read from the apiserver before the election's reconcile,
+and what the read found is told to the book as the watches would tell it (intake.py's ``read``):
+the book then holds the pod of the record's UID, or the read proved that UID gone.
 
 The marks after binds and the releases of pods that left are queued and sent by one flush at a
 time, so a backlog's binds or a burst of deletes are a few store calls rather than one per pod
@@ -23,7 +30,9 @@ time, so a backlog's binds or a burst of deletes are a few store calls rather th
 reserved again meanwhile is not sent.
 
 Every failed store write asks for a reconcile, which the loop runs at most every
-``reconcile_min_s`` (run.tuning.storeReconcileSeconds) and tries again while it fails.
+``reconcile_min_s`` (run.tuning.storeReconcileSeconds) and tries again while it fails; so does
+every write skipped while the local lease had lapsed (the same replica may lead on once a late
+renewal answer comes, with no election reconcile to write what it skipped).
 """
 
 from __future__ import annotations
@@ -159,15 +168,46 @@ class StoreSync:
         self, call: Callable[[str, int, list[str]], Awaitable[None]], uids: list[str], what: str
     ) -> None:
         """A failure asks for a reconcile (it would otherwise keep GPUs blocked that nobody
-        uses, or leave bound pods marked as reserved)."""
+        uses, or leave bound pods marked as reserved).
+
+        Not leading, nothing is written: the next leader's reconcile writes the truth. While
+        this replica still holds its epoch but its local lease has lapsed (a renewal's answer
+        late), the write is skipped too, and this same replica may lead on once the answer
+        comes, with no election and so no election reconcile: the skipped write asks for a
+        reconcile, which the loop runs once it leads again (a reconcile writes what every
+        skipped mark or release would have, from the book as it is then)."""
         epoch = self.leadership.epoch
-        if epoch is None or not self.leadership.leading:
-            return  # the next leader's reconcile writes the truth
+        if epoch is None:
+            return
+        if not self.leadership.leading:
+            self.needed = True
+            log.info(f"store {what} skipped: the lease lapsed", uids=uids[:20], epoch=epoch)
+            return
         try:
             await call(self.leadership.holder, epoch, uids)
         except StoreError as exc:
             self.needed = True
             log.warning(f"store {what} failed", uids=uids[:20], error=str(exc))
+
+    async def reserve_again(self, holding: Holding) -> None:
+        """The store's record of ``holding`` becomes a reservation again: an inherited record,
+        which the election's reconcile kept as bound, of a pod read back pending (its previous
+        leader's Binding may still land; the pod book's UNSETTLED). A reconcile keeps only
+        reservations for pods not bound, and would free a bound record of a pending pod. A
+        failure asks for a reconcile, as any failed write."""
+        claim = self.claim_of(holding)
+        epoch = self.leadership.epoch
+        if claim is None or epoch is None or not self.leadership.leading:
+            return
+        try:
+            (problem,) = await self.store.reserve_each(self.leadership.holder, epoch, [[claim]])
+        except StoreError as exc:
+            problem = str(exc)
+        if problem is not None:
+            self.needed = True
+            log.warning(
+                "store reservation of an inherited record failed", pod=claim.pod, error=problem
+            )
 
     # ---- reconcile ---------------------------------------------------------------------------
 
@@ -221,9 +261,29 @@ class StoreSync:
             conflicts=list(report.conflicts),
         )
 
+    def questioned(self, records: dict[str, Record]) -> list[str]:
+        """The names the book knows under another UID than a record of ``records`` (a new
+        leader's ``store.records()``) has, sorted. Either this replica's watches lag behind a
+        same-name recreation (a StatefulSet's or a training job's worker restarted, ``kubectl
+        replace``: the record is of the newer pod, which the previous leader bound), or the
+        record was left by a release that failed (the book's pod is the newer). Only the
+        apiserver can say which: the new leader reads these names before its reconcile, which
+        would otherwise free the record of a pod that holds its GPUs."""
+        return sorted(
+            {
+                r.claim.pod
+                for r in records.values()
+                if (entry := self.book.get(r.claim.pod)) is not None
+                and entry.uid
+                and entry.uid != r.claim.uid
+            }
+        )
+
     def unknown(self, records: dict[str, Record]) -> list[tuple[str, str, Holding]]:
         """A new leader's inheritance: the records (of ``store.records()``, read before its
-        reconcile) of pods the book does not know, as (pod, UID, holding)."""
+        reconcile) of pods the book does not know, as (pod, UID, holding). Asked once the names
+        ``questioned`` were read: a record of another UID than the book's under the same name
+        is then of a pod the read proved gone, and the reconcile frees it."""
         return [
             (r.claim.pod, r.claim.uid, holding_of_claim(r.claim))
             for r in records.values()

@@ -111,18 +111,21 @@ class Watches:
                 convert=pod_from_obj,
                 relist=BoundList(scheduler),
                 timing=self.timing,
+                ordered=True,
             ),
             Reflector(
                 "pending-pods",
                 Pod,
                 lambda: api.list_pods(pending_selector),
                 lambda rv, t: api.watch_pods(rv, t, pending_selector),
-                intake.replace_pending,
+                lambda pods: None,  # taken in by PendingList
                 lambda kind, p: intake.pending_event(kind, pod_from_obj(p)),
                 _version,
                 page_call=lambda token: api.list_pods_page(pending_selector, token),
                 convert=pod_from_obj,
+                relist=PendingList(scheduler),
                 timing=self.timing,
+                ordered=True,
             ),
         ]
         preemptions = scheduler.preemptions
@@ -339,6 +342,24 @@ class BoundList:
 
     def end(self, version: str) -> None:
         self.intake.bound_list_end(resource_version(version))
+
+
+class PendingList:
+    """The pending pods' LIST (kube/watch.py's Relist): told when it is asked for (the book's
+    newest version then is what its own version must reach, in one era), gathered page by
+    page, and taken in as a whole at its end, with its version."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.intake = scheduler.intake
+
+    def begin(self) -> None:
+        self.intake.pending_list_begin()
+
+    def page(self, pods: list[PodInput]) -> None:
+        self.intake.pending_list_page(pods)
+
+    def end(self, version: str) -> None:
+        self.intake.pending_list_end(resource_version(version))
 
 
 def _version(obj: Any) -> str:

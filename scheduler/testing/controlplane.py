@@ -77,6 +77,9 @@ BUILD_SCRIPT = REPO / "tools" / "k8s" / "build.sh"
 DEPLOY_BASE = REPO / "deploy" / "base"
 OPTIONAL_CRDS = (REPO / "deploy" / "optional" / "podgroup-crd.yaml",)
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# kube-apiserver's --request-timeout here (its default is 60 s): how long a Binding stalled in etcd
+# may still commit, which a scheduler run against this plane waits out after a failover.
+REQUEST_TIMEOUT_S = 10
 ADMIN_TOKEN = "topo-admin-token"
 SCHEDULER_TOKEN = "topo-scheduler-token"
 AGENT_TOKEN = "topo-scheduler-agent-token"
@@ -367,6 +370,9 @@ class ControlPlane:
             f"--service-account-signing-key-file={sa_key}",
             # Tests of the 410 path compact etcd themselves; keep the apiserver from doing it.
             "--etcd-compaction-interval=0",
+            # A request (a Binding stalled in etcd) is given up after this long; a scheduler
+            # run against this plane sets run.tuning.bindCommitSeconds to it (tests/e2e/live.py).
+            f"--request-timeout={REQUEST_TIMEOUT_S}s",
             # The upstream Workload API (Workload, PodGroup; beta and off by default in v1.37),
             # which the sixth gang source reads. DRA's resource.k8s.io/v1 is served by default.
             "--feature-gates=GenericWorkload=true",

@@ -28,7 +28,12 @@ import redis.asyncio as aioredis
 import yaml
 
 from scheduler.kube.podgroups import VOLCANO_POD_GROUPS
-from scheduler.testing.controlplane import ControlPlane, die_with_parent, free_port
+from scheduler.testing.controlplane import (
+    REQUEST_TIMEOUT_S,
+    ControlPlane,
+    die_with_parent,
+    free_port,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,6 +128,10 @@ class Scenario:
             f"  redisPrefix: t-{self.id}\n"
             "  bindConcurrency: 8\n"
             f"  lease: {{durationSeconds: {duration}, renewSeconds: {renew}, retrySeconds: 0.5}}\n"
+            # The control plane's kube-apiserver gives a request up after 10 s
+            # (--request-timeout, controlplane.py): a new leader holds a previous leader's
+            # reservations that long, not the 60 s of kube-apiserver's default.
+            f"  tuning: {{bindCommitSeconds: {REQUEST_TIMEOUT_S}}}\n"
         )
 
     # ---- objects -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Gangs end to end on the real control plane: every gang source binds as one unit, an incomplete
 gang stays pending with nothing bound, Kueue-gated pods get no attempt until their gates go, a
 scheduler-plugins PodGroup's status is written (and left alone where another controller writes
-it), and an unusable PodGroup keeps its pods pending with its error.
+it), an unusable PodGroup keeps its pods pending with its error, and a restarted gang is placed
+whole again while its old members terminate.
 
 Each scenario has a 4-GPU node and an 8-GPU node, and its gangs are two members of 4 GPUs: one
 member alone would go to the smaller node (the smallest node that fits), so two members on the
@@ -183,6 +184,57 @@ async def test_pod_group_status_is_written_unless_foreign_and_an_unusable_group_
     reason = await scenario.wait_condition("lost", "spec.minMember")
     assert f"PodGroup default/{bad}: spec.minMember 100001 must be between 1 and 100000" in reason
     assert bound_nowhere(scenario, "lost")
+
+
+HOLD = "topo-scheduler.io/e2e-hold"  # a finalizer: keeps a deleted pod terminating
+
+
+def hold(scenario: Scenario, name: str, held: bool) -> None:
+    """Add (or remove) the test's finalizer: a deleted pod stays terminating until it goes."""
+    scenario.plane.request(
+        "PATCH",
+        f"/api/v1/namespaces/default/pods/{scenario.id}-{name}",
+        {"metadata": {"finalizers": [HOLD] if held else None}},
+        content_type="application/merge-patch+json",
+    )
+
+
+async def test_a_restarted_gang_is_placed_whole_not_beside_its_terminating_members(
+    scenario: Scenario,
+) -> None:
+    """Issue 30, timeline 5: a JobSet or Kubeflow restart deletes a PodGroup gang's pods and
+    creates new ones under new names. While the old members terminate (their GPUs still held on
+    the 8-GPU node) the new ones are the whole minimum again: the 4 GPUs free on the small node
+    do not take one of them alone (a partial gang holding GPUs); once the old ones are gone the
+    new gang binds together on the 8-GPU node."""
+    big = nodes(scenario)
+    job = pod_group(scenario, "job", 2)
+    labels = {"scheduling.x-k8s.io/pod-group": job}
+    scenario.start_scheduler()
+    old = ("a0", "a1")
+    for name in old:
+        scenario.pod(name, 4, labels=labels)
+    pods = await scenario.wait_bound(list(old), tries=150)
+    assert {pods[n]["spec"]["nodeName"] for n in old} == {big}
+    try:
+        for name in old:
+            hold(scenario, name, True)
+            scenario.delete_pod(name)
+        await eventually(
+            lambda: all(scenario.pods()[n]["metadata"].get("deletionTimestamp") for n in old),
+            "a0 and a1 terminating",
+        )
+        for name in ("b0", "b1"):
+            scenario.pod(name, 4, labels=labels)
+        reason = await scenario.wait_condition("b1", "cannot all be placed")
+        assert "beyond its minimum" not in reason, reason
+        assert bound_nowhere(scenario, "b0", "b1")
+    finally:
+        for name in old:
+            hold(scenario, name, False)
+    await eventually(lambda: not set(old) & set(scenario.pods()), "a0 and a1 gone")
+    pods = await scenario.wait_bound(["b0", "b1"], tries=150)
+    assert {pods[n]["spec"]["nodeName"] for n in ("b0", "b1")} == {big}
 
 
 def gated(

@@ -22,16 +22,28 @@ import pytest
 import redis.asyncio as aioredis
 
 from scheduler.config.tuning import Tuning
+from scheduler.core.model import names
 from scheduler.core.model.decisions import Decision
-from scheduler.core.model.objects import PodInput
+from scheduler.core.model.objects import PodGroupInput, PodInput
+from scheduler.kube.podgroups import ObservedStatus, PodGroupPhase
 from scheduler.service import cycle as cycle_module
 from scheduler.service.podbook import Event, Stage
+from scheduler.service.podgroups import Desired
 from scheduler.state.base import Store, StoreError
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node, reloaded, until
+from tests.lifecycle import (
+    QUICK_RETRIES,
+    TTL_MS,
+    Apiserver,
+    Replica,
+    node,
+    past_commit,
+    reloaded,
+    until,
+)
 from tests.redis_faults import busy
 
 
@@ -452,8 +464,10 @@ async def test_7_a_reloaded_pod_that_left_the_pending_watch_is_read_back(
     r = backend.live()
     r.api.gates["default/p"] = asyncio.Event()
     await reloaded(r)
-    r.s.intake.pending_event("DELETED", r.api.delete("default/p"))  # deleted or bound? read it back
+    r.s.intake.pending_event("DELETED", r.api.delete("default/p"))  # deleted or bound?
     await r.settle()
+    assert r.held("default/p") == ("n", [0])  # the bound watch, or a read once settled, says
+    await past_commit(r)  # read back: gone
     assert r.held("default/p") is None and r.s.book.entries == {}
     assert await store_of(r) == ({}, {}, {})
 
@@ -466,7 +480,7 @@ async def test_7_a_reloaded_pod_the_old_leader_did_bind_is_kept_as_bound(
     await reloaded(r)
     # The old leader's Binding had landed after all; the pod left the pending watch.
     r.s.intake.pending_event("DELETED", r.api.land("default/p", "n", "0"))
-    await r.settle()  # read back: bound, and the reconcile it asked for is due
+    await past_commit(r)  # read back: bound, and the reconcile it asked for is due
     assert r.s.book.stage("default/p") is Stage.BOUND and r.held("default/p") == ("n", [0])
     r.clock.now += Tuning().store_reconcile_seconds
     await r.s.sync.if_needed()
@@ -869,3 +883,75 @@ async def test_pod_scheduled_false_is_written_only_on_the_pod_of_its_uid(backend
     await r.settle()
     assert r.api.binds == [("default/big", "n", "0")] and r.api.pods[new.key].uid == "uid2"
     assert "default/big" not in r.api.unschedulable
+
+
+# ---- issue 30, timeline 5: a restarted gang's terminating members are not bound members -------
+
+
+async def test_issue30_5_a_restarted_gang_is_not_bound_one_at_a_time_beside_its_terminating_members(
+    backend: Backend,
+) -> None:
+    """A JobSet or Kubeflow restart of a PodGroup gang (minMember 2): the old members are deleted
+    and still terminating (their GPUs still held) when the new ones, under new names, arrive.
+    The new members are the whole minimum again: placed together once there is room, never one
+    at a time. Before the fix the snapshot counted the terminating members as bound: job-b0 was
+    bound alone on the one free GPU and job-b1 waited "beyond its minimum", a partial gang
+    holding GPUs (the cross-gang deadlock the gangs' rule 3 exists to prevent)."""
+    r = backend.live()
+    await r.elect([node(3)])
+    group = PodGroupInput(names.POD_GROUP_API, "default", "job", min_member=2, uid="pg")
+    r.s.state.inputs.pod_groups.put(group)
+    r.s.statuses.group_set(group, ObservedStatus("Pending"))
+
+    def member(name: str) -> PodInput:
+        return MakePod().Name(name).Req(1).Label(names.POD_GROUP_LABEL, "job").Obj()
+
+    for name in ("job-a0", "job-a1"):
+        r.pending(member(name))
+    await run(r)
+    for key in ("default/job-a0", "default/job-a1"):
+        r.api.pods[key] = r.api.stamp(msgspec.structs.replace(r.api.pods[key], phase="Running"))
+        r.bound_seen(key)
+    assert r.s.statuses.desired(group.key) == Desired(PodGroupPhase.RUNNING, 2, 2)
+    # The restart: both old members are deleted; the bound watch shows them terminating.
+    for key in ("default/job-a0", "default/job-a1"):
+        going = r.api.stamp(msgspec.structs.replace(r.api.pods[key], deleting=True))
+        r.api.pods[key] = going
+        r.s.intake.bound_event("MODIFIED", going)
+    assert {k: r.held(k) for k in ("default/job-a0", "default/job-a1")} == {
+        "default/job-a0": ("n", [0]),
+        "default/job-a1": ("n", [1]),
+    }  # still held until they are gone
+    for name in ("job-b0", "job-b1"):
+        r.pending(member(name))
+    await run(r)
+    assert sorted(k for k, _, _ in r.api.binds) == ["default/job-a0", "default/job-a1"]
+    # Their group has left the old members: nothing scheduled or running (as kube's controllers
+    # count a pod being deleted).
+    assert r.s.statuses.desired(group.key) == Desired(PodGroupPhase.PENDING, 0, 0)
+    assert r.held("default/job-b0") is None and r.held("default/job-b1") is None
+    for key in ("default/job-b0", "default/job-b1"):
+        explanation = r.s.explain(key)
+        assert explanation is not None and explanation.result == "unschedulable"
+        assert "beyond its minimum" not in explanation.reason
+    records, owners, _ = await store_of(r)
+    assert sorted(records) == ["default/job-a0", "default/job-a1"]
+    assert owners == {0: "default/job-a0", 1: "default/job-a1"}
+    # The old members are gone: the new gang is placed whole.
+    for key in ("default/job-a0", "default/job-a1"):
+        r.s.intake.bound_event("DELETED", r.api.delete(key))
+    await r.settle()
+    r.clock.now += 1.0  # their backoff since their attempt
+    await r.renew()
+    await run(r)
+    binds = {k: (n, d) for k, n, d in r.api.binds if k.startswith("default/job-b")}
+    assert sorted(binds) == ["default/job-b0", "default/job-b1"]
+    for key in binds:
+        r.bound_seen(key)
+    assert sorted(r.s.state.gang_bound["default/job"]) == ["default/job-b0", "default/job-b1"]
+    records, owners, gangs = await store_of(r)
+    assert sorted(records) == ["default/job-b0", "default/job-b1"]
+    assert all(v.startswith("bound:") for v in records.values())
+    assert sorted(owners.values()) == ["default/job-b0", "default/job-b1"]
+    assert gangs == {"default/job": "bound:default/job-b0,default/job-b1"}
+    assert r.s.statuses.desired(group.key) == Desired(PodGroupPhase.SCHEDULED, 2, 0)

@@ -63,6 +63,11 @@ class NoApiserver:
     ) -> Write:
         raise AssertionError("no pod uses a ResourceClaim in these tests")
 
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None:
+        raise AssertionError("no pod uses a ResourceClaim in these tests")
+
 
 class Replica:
     def __init__(self, url: str, clock: Callable[[], float], timing: LeaseTiming) -> None:

@@ -7,7 +7,14 @@ import json
 import msgspec
 import pytest
 
-from scheduler.kube.codec import convert_node, convert_pod, decode_node, decode_pod
+from scheduler.kube.codec import (
+    convert_node,
+    convert_pod,
+    decode_node,
+    decode_pod,
+    reserved_for_patch,
+    unreserved_for_patch,
+)
 
 RAW_POD = {
     "apiVersion": "v1",
@@ -216,3 +223,18 @@ def test_a_pods_nominated_node_is_read_from_its_status() -> None:
     pod = {"metadata": {"name": "p"}, "status": {"nominatedNodeName": "n1"}}
     assert convert_pod(pod).nominated_node == "n1"
     assert convert_pod({"metadata": {"name": "p"}}).nominated_node == ""
+
+
+def test_a_claims_reservation_and_its_unreserve_are_strategic_merges_by_pod_uid() -> None:
+    """kube-scheduler's PreBind adds the pod to status.reservedFor; its Unreserve deletes it by
+    uid, with the claim's own UID as the precondition (a recreated claim is left alone)."""
+    assert reserved_for_patch("p", "pod-uid") == {
+        "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-uid"}]}
+    }
+    assert unreserved_for_patch("claim-uid", "pod-uid") == {
+        "metadata": {"uid": "claim-uid"},
+        "status": {"reservedFor": [{"$patch": "delete", "uid": "pod-uid"}]},
+    }
+    assert unreserved_for_patch("", "pod-uid") == {
+        "status": {"reservedFor": [{"$patch": "delete", "uid": "pod-uid"}]}
+    }

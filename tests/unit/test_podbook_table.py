@@ -52,7 +52,13 @@ def test_every_stage_answers_every_watch_event() -> None:
 # Stages in which an entry may hold a nomination: set while pending, kept while its placement
 # is reserved and bound (a Binding may fail), ended when the table moves it to assumed, bound or
 # gone (effect end-nomination).
-NOMINATION_STAGES = (Stage.PENDING, Stage.RELOADED, Stage.RESERVING, Stage.BINDING)
+NOMINATION_STAGES = (
+    Stage.PENDING,
+    Stage.UNSETTLED,
+    Stage.RELOADED,
+    Stage.RESERVING,
+    Stage.BINDING,
+)
 NOMINATION_ENDS = (Event.NOMINATION_ENDED, Event.NOMINATION_EXPIRED, Event.NOMINATION_RESET)
 
 

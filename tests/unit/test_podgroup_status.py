@@ -440,6 +440,34 @@ async def test_deleted_members_and_relists() -> None:
     assert f"{PLUGINS}/default/nowhere" not in w.s.members
 
 
+async def test_a_terminating_member_has_left_its_group() -> None:
+    """Issue 30, timeline 5: a member being deleted (a restart, a scale-down, an eviction) counts
+    as neither scheduled nor running, as a ReplicaSet or Job stops counting a pod active once its
+    deletionTimestamp is set, nor as failed when it then ends; a member that fails on its own
+    (Failed before anyone deletes it) stays counted as failed."""
+    w = Writer()
+    g = group()
+    w.seen(g, "Running", 2, 2)
+    for name in ("a", "b"):
+        w.s.member_seen(member(name, phase="Running"))
+    assert await w.one_pass() == []
+    # The job restarts: both are deleted and terminate; the new members are not bound yet.
+    for name in ("a", "b"):
+        w.s.member_seen(msgspec.structs.replace(member(name, phase="Running"), deleting=True))
+    assert await w.one_pass() == [("default", "job", "Pending", 0, 0)]
+    w.seen(g, "Pending")
+    for name in ("a", "b"):  # SIGTERM: they end Failed, still being deleted
+        gone = msgspec.structs.replace(member(name, phase="Failed"), deleting=True)
+        w.s.member_ended(gone)
+    assert w.s.members.get(g.key) is None and await w.one_pass() == []
+    for name in ("c", "d"):  # the restarted members run
+        w.s.member_seen(member(name, phase="Running"))
+    assert await w.one_pass() == [("default", "job", "Running", 2, 2)]  # not Failed
+    w.seen(g, "Running", 2, 2)
+    w.s.member_ended(member("c", phase="Failed"))  # a member fails on its own
+    assert await w.one_pass() == [("default", "job", "Failed", 2, 1)]
+
+
 async def test_groups_replaced_forgets_the_groups_a_list_lacks() -> None:
     w = Writer()
     w.seen(group("a", uid="1"))

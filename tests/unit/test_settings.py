@@ -61,6 +61,7 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
         bind_retry_seconds=0.5,
         check_retry_seconds=1.0,
         rebind_seconds=1.0,
+        bind_commit_seconds=60.0,
         pod_initial_backoff_seconds=1.0,
         pod_max_backoff_seconds=10.0,
         pod_max_unschedulable_seconds=300.0,
@@ -175,6 +176,7 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
         bind_retry_seconds=0.25,
         check_retry_seconds=3.0,
         rebind_seconds=4.0,
+        bind_commit_seconds=30.0,
         pod_initial_backoff_seconds=2.0,
         pod_max_backoff_seconds=20.0,
         pod_max_unschedulable_seconds=60.0,
@@ -193,6 +195,7 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
     assert s.cycle.batch_pods == 7
     assert (s.binder.attempts, s.binder.retry_s) == (5, 0.25)
     assert (s.effects.check_retry_s, s.effects.rebind_s) == (3.0, 4.0)
+    assert s.bind_commit_s == 30.0
     assert (s.sync.reconcile_min_s, s.sync.write_batch) == (9.0, 11)
     assert s.sync.inventories.flush_delay_s == 0.5
     assert (s.preemptions.hold_s, s.preemptions.retry_s) == (300, 30.0)

@@ -27,8 +27,8 @@ def annotated_holding(
     memos: Memos,
 ) -> Holding | None:
     """What the pod's assignment and devices annotations say it holds (None: no GPUs); a pod
-    without them is ``unannotated`` (``previous``: what it is held as now). Raises ValueError
-    for a malformed annotation."""
+    without them is ``unannotated`` (``previous``: what it is held as now). A pod being deleted
+    is held ``terminating`` (holdings.py). Raises ValueError for a malformed annotation."""
     raw_assignment = pod.annotations.get(ASSIGNMENT_ANNOTATION)
     raw_devices = pod.annotations.get(DEVICES_ANNOTATION)
     shares: tuple[Share, ...] = ()
@@ -40,7 +40,17 @@ def annotated_holding(
     elif not shares:
         return unannotated(pod, gang_key, replicas, settings, previous, memos)
     resources = kubelet_request(pod, settings, memos.quantities)
-    return Holding(pod.key, pod.node_name, whole, shares, gang_key, replicas, pod.uid, resources)
+    return Holding(
+        pod.key,
+        pod.node_name,
+        whole,
+        shares,
+        gang_key,
+        replicas,
+        pod.uid,
+        resources,
+        terminating=pod.deleting,
+    )
 
 
 def allocated_mask(pod: PodInput, state: NodeState | None) -> int | None:
@@ -88,7 +98,16 @@ def unannotated(
     if previous is not None and previous.guessed and previous.node == pod.node_name:
         whole = previous.whole
     return Holding(
-        pod.key, pod.node_name, whole, (), gang, replicas, pod.uid, resources, guessed=True
+        pod.key,
+        pod.node_name,
+        whole,
+        (),
+        gang,
+        replicas,
+        pod.uid,
+        resources,
+        guessed=True,
+        terminating=pod.deleting,
     )
 
 

@@ -7,7 +7,8 @@ It composes the parts beside it in ``core/snapshot/``, each with one job, and ke
 
 - ``nodes``: every node's ``NodeState`` (its accounting) and the indexes over them (``NodeIndex``:
   equivalence classes, topology domains, label keys);
-- ``holdings``: which pod holds which GPUs or card shares, and the bound members of each gang;
+- ``holdings``: which pod holds which GPUs or card shares, and the bound members of each gang
+  (a terminating pod holds its GPUs but is no bound member: ``snapshot/holdings.py``);
 - ``records``: every pod bound to a node, ours or not, GPU or not, as the Kubernetes filters read
   it (``PodRecord``), charged to its node's sums;
 - ``nominations``: what is held on a node for a preemptor while its victims terminate;
@@ -160,7 +161,9 @@ class ClusterState:
     # ---- pods ------------------------------------------------------------------------------
 
     def add_bound_pod(self, pod: PodInput) -> str | None:
-        """Record what a bound pod holds, from its annotations. Returns a warning, if any."""
+        """Record what a bound pod holds, from its annotations. Returns a warning, if any.
+        A pod being deleted is held as ``terminating``: its GPUs stay charged, but it no longer
+        counts among its gang's bound members."""
         if not pod.node_name or pod.finished:
             self.remove_pod(pod.key)
             return None
@@ -198,8 +201,8 @@ class ClusterState:
 
     def _drop_holding(self, key: str) -> None:
         orphan = self._holdings.orphans.pop(key, None)
-        if orphan is not None and orphan.gang:  # its node left first: no release to do it
-            self._holdings.leave_gang(orphan.gang, key)
+        if orphan is not None:  # its node left first: no release to do it
+            self._holdings.leave_gang(orphan)
         holding = self.holdings.get(key)
         if holding is not None:
             self.release(holding)
@@ -225,8 +228,7 @@ class ClusterState:
         if holding.guessed and state is not None:
             holding = guess(state, holding, self.settings)
         self._undo.log(Held(holding))
-        if holding.gang:
-            self._holdings.join_gang(holding.gang, holding.pod)
+        self._holdings.join_gang(holding)
         if state is None:
             self._holdings.orphans[holding.pod] = holding
             return None
@@ -256,8 +258,7 @@ class ClusterState:
         self._undo.log(Released(holding))
         del self.holdings[holding.pod]
         self._reprofile(holding.pod)
-        if holding.gang:
-            self._holdings.leave_gang(holding.gang, holding.pod)
+        self._holdings.leave_gang(holding)
         state = self.nodes.get(holding.node)
         if state is None:
             return
@@ -270,8 +271,7 @@ class ClusterState:
         where it waits for its node."""
         if self._holdings.orphans.get(holding.pod) == holding:
             del self._holdings.orphans[holding.pod]
-            if holding.gang:
-                self._holdings.leave_gang(holding.gang, holding.pod)
+            self._holdings.leave_gang(holding)
             return
         self.release(holding)
 

@@ -3,6 +3,15 @@
 A ``Holding`` is charged to its node (``NodeState.charge``); one whose node is not known yet (a
 pod event that beat its node's event) waits as an orphan and is charged when the node arrives.
 ``Holdings`` also keeps which pods of each gang are bound, for "k of N present" and conflicts.
+
+A terminating member (its deletionTimestamp set) is the one exception, and this module is the one
+place that makes it: it still holds its GPUs (they are not free until it is gone, as
+kube-scheduler keeps a terminating pod's resources charged to its node), but it is not one of its
+gang's bound members (``Holdings.join_gang``). A gang whose pods were deleted and recreated under
+new names (a JobSet or Kubeflow restart) is then planned whole again, all or nothing, rather than
+as "surplus" beside members that are going away; so are the missing part of a gang's minimum and
+an elastic gang's surplus, whatever the gang's source. Volcano (a ``Releasing`` task is not an
+allocated one) and KAI count a gang's members the same way.
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ class Holding(msgspec.Struct, frozen=True):
     # count is what matters, so it is chosen again (rule 1 over the free GPUs) whenever it no
     # longer fits the node, e.g. when the node or its inventory arrives after the pod.
     guessed: bool = False
+    # The pod is being deleted (deletionTimestamp set): its GPUs stay held until it is gone, but
+    # it is no bound member of its gang (module doc).
+    terminating: bool = False
 
 
 class Holdings:
@@ -48,15 +60,22 @@ class Holdings:
         """What the pod holds: on its node, or waiting for its node to (re)appear."""
         return self.on_nodes.get(key) or self.orphans.get(key)
 
-    def join_gang(self, gang: str, key: str) -> None:
-        self.gang_bound.setdefault(gang, set()).add(key)
+    def join_gang(self, holding: Holding) -> None:
+        """The holding's pod counts among its gang's bound members, unless it is terminating
+        (module doc): everything that reads ``gang_bound`` (the part of a minimum still needed,
+        the siblings' nodes and topology domain, a gang's timeout, the stale-gang check) then
+        sees the same members."""
+        if holding.gang and not holding.terminating:
+            self.gang_bound.setdefault(holding.gang, set()).add(holding.pod)
 
-    def leave_gang(self, gang: str, key: str) -> None:
-        members = self.gang_bound.get(gang)
+    def leave_gang(self, holding: Holding) -> None:
+        if not holding.gang:
+            return
+        members = self.gang_bound.get(holding.gang)
         if members is not None:
-            members.discard(key)
+            members.discard(holding.pod)
             if not members:
-                del self.gang_bound[gang]
+                del self.gang_bound[holding.gang]
 
     def sizes(self) -> dict[str, int]:
         return {

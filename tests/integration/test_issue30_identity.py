@@ -1,0 +1,320 @@
+"""Issue 30's timelines 3 and 6 and 7's skipped store writes, stepped by hand through the live
+scheduler's own parts on BOTH stores (the memory store and a ``RedisStore`` on the session's
+real redis-server), with tests/lifecycle.py's fake apiserver and a manual clock.
+
+- 3: a lagging standby across a same-name recreation: its book holds the old UID under the
+  name when it is elected, and the old leader's record of the new UID must not be freed;
+- 6: resourceVersions that go back (an etcd restore without ``--bump-revision``): a LIST below
+  what the book holds starts a new era in which the LIST is the truth;
+- 7b: the store writes (marks after binds, releases, node inventories) skipped while the local
+  lease had lapsed are written once the same replica leads on.
+
+On the code before the fixes each ended with a GPU given twice, GPUs held by a pod that no
+longer exists (its replacement never scheduled), or a store that no longer matches the truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+from structlog.testing import capture_logs
+
+from scheduler.config.tuning import Tuning
+from scheduler.core.model.objects import PodInput
+from scheduler.kube.api import BindResult
+from scheduler.service.podbook import Stage
+from scheduler.state.memory import MemoryStore
+from scheduler.state.redis_store import RedisStore
+from tests.builders import MakePod
+from tests.clock import ManualClock
+from tests.integration.test_pod_lifecycle import Backend, run, store_of
+from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node, until
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """The memory store, or a RedisStore (as app.py builds it) on the session's redis-server,
+    emptied first."""
+    clock = ManualClock(0.0)
+    if request.param == "memory":
+        yield Backend(MemoryStore(clock), clock)
+        return
+    url = str(request.getfixturevalue("redis_server").url)
+    client = aioredis.Redis.from_url(url)
+    await client.flushall()  # no test depends on another's leftovers
+    await client.aclose()
+    store = RedisStore.from_url(url, prefix="identity")
+    try:
+        yield Backend(store, clock, url)
+    finally:
+        await store.close()
+
+
+class Sending(Apiserver):
+    """The fake apiserver, telling which Bindings were sent (answered or not)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> BindResult:
+        self.sent.append(f"{namespace}/{name}")
+        return await super().bind(namespace, name, uid, node, annotations)
+
+
+# ---- 7b: store writes skipped while the local lease had lapsed ----------------------------------
+
+
+async def test_issue30_7b_writes_skipped_while_the_lease_lapsed_are_written_when_it_leads_on(
+    backend: Backend,
+) -> None:
+    api = Sending()
+    r = Replica(api, backend.store, backend.clock, tuning=QUICK_RETRIES)
+    epoch = await r.elect([node(2)])
+    r.pending(MakePod().Name("b").Req(1).Obj())
+    await run(r)
+    r.bound_seen("default/b")
+    r.pending(MakePod().Name("a").Req(1).Obj())
+    r.api.gates["default/a"] = gate = asyncio.Event()
+    assert await r.step() == "default/a"
+    await until(lambda: "default/a" in api.sent)  # its Binding is sent, no answer yet
+    # t=10: a renewal reaches the store (its lease now runs to t=25), but its answer is late:
+    # the local lease still counts from t=0 and lapses at t=15.
+    r.clock.now = 10.0
+    assert await backend.store.renew("a", epoch, TTL_MS)
+    r.clock.now = 15.5
+    assert not r.leadership.leading and r.leadership.epoch == epoch
+    # Meanwhile b is deleted (its release is skipped) and a's Binding is answered 201 (its
+    # mark as bound is skipped).
+    r.s.intake.bound_event("DELETED", r.api.delete("default/b"))
+    gate.set()
+    await r.settle()
+    assert r.s.book.stage("default/a") is Stage.ASSUMED
+    # t=16: the renewal's answer arrives: the same replica leads on, at the same epoch, with no
+    # election (and so no election reconcile).
+    r.clock.now = 16.0
+    r.leadership._renewed_at = 10.0
+    assert r.leadership.leading
+    r.clock.now += Tuning().store_reconcile_seconds
+    await r.step()  # a turn of the loop
+    held = r.held("default/a")
+    assert held is not None
+    (gpu,) = held[1]
+    # What the skipped writes would have written: a is bound, b's record is gone.
+    assert await store_of(r) == ({"default/a": f"bound:({gpu},)"}, {gpu: "default/a"}, {})
+
+
+async def test_issue30_7b_a_node_change_skipped_while_the_lease_lapsed_is_written_when_it_leads_on(
+    backend: Backend,
+) -> None:
+    """The same for the node inventories StoreSync keeps in the store (inventories.py)."""
+    r = backend.live()
+    epoch = await r.elect([node(2)])
+    before = await backend.store.nodes()
+    assert before == r.s.sync.inventories.all()
+    r.clock.now = 10.0
+    assert await backend.store.renew("a", epoch, TTL_MS)  # its answer is late
+    r.clock.now = 15.5
+    r.s.intake.node_event("MODIFIED", node(3))  # a GPU more: its write is skipped
+    await r.settle()
+    assert await backend.store.nodes() == before
+    r.clock.now = 16.0
+    r.leadership._renewed_at = 10.0  # the renewal's answer: it leads on
+    r.clock.now += Tuning().store_reconcile_seconds
+    await r.step()
+    assert await backend.store.nodes() == r.s.sync.inventories.all() != before
+
+
+# ---- 3: a lagging standby across a same-name recreation -----------------------------------------
+
+
+async def take_lease(r: Replica) -> None:
+    """``r`` wins the lease and takes up leadership with its watches as they are (lagging)."""
+    epoch = await r.store.acquire(r.holder, TTL_MS)
+    assert epoch is not None
+    r.leadership.epoch = epoch
+    r.leadership._renewed_at = r.clock.now
+    await r.s.on_elected(epoch)
+
+
+async def recreated_behind_a_lagging_standby(
+    backend: Backend,
+) -> tuple[Apiserver, Replica, PodInput, PodInput]:
+    """w (uid1) is bound on GPU 0 of node n (2 GPUs), and both replicas know it; w is deleted
+    and recreated (uid2: a StatefulSet's or a training job's worker restarted) and leader a binds
+    it on GPUs 0 and 1; standby b's watches lag: its book still holds uid1 under the name. Then
+    a rolling update: a drains and hands its lease over. Returns uid1 as its deletion shows it
+    and uid2 as its creation does (what b's lagging watches have not delivered yet)."""
+    api = Apiserver()
+    a = backend.replica(api, "a")
+    b = backend.replica(api, "b")
+    w1 = api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    b.s.intake.replace_nodes([node(2)])
+    b.s.intake.replace_bound([w1], api.version)
+    await a.elect([node(2)], [w1])
+    deleted = api.delete(w1.key)
+    a.s.intake.bound_event("DELETED", deleted)
+    await a.settle()  # uid1's record is released
+    w2 = a.pending(msgspec.structs.replace(MakePod().Name("w").Req(2).Obj(), uid="uid2"))
+    await run(a)
+    assert api.binds == [("default/w", "n", "0,1")]
+    assert await store_of(a) == (
+        {"default/w": "bound:(0, 1)"},
+        {0: "default/w", 1: "default/w"},
+        {},
+    )
+    entry = b.s.book.get("default/w")
+    assert entry is not None and entry.uid == w1.uid and b.held("default/w") == ("n", [0])
+    await a.s.drain()
+    await backend.store.release_lease("a", a.leadership.epoch or 0)
+    return api, b, deleted, w2
+
+
+async def test_issue30_3_a_lagging_standby_keeps_the_old_leaders_record_of_a_recreated_pod(
+    backend: Backend,
+) -> None:
+    api, b, deleted, created = await recreated_behind_a_lagging_standby(backend)
+    c = b.pending(MakePod().Name("c").Req(1).Obj())
+    await take_lease(b)
+    await run(b)
+    assert api.binds == [("default/w", "n", "0,1")]  # c is not bound on w's GPU 1
+    assert b.s.book.stage(c.key) is Stage.PENDING
+    # The name was read before the store was reconciled: uid2 is the pod, bound on GPUs 0, 1.
+    entry = b.s.book.get("default/w")
+    assert entry is not None and entry.uid == "uid2" and entry.stage is Stage.BOUND
+    assert b.held("default/w") == ("n", [0, 1])
+    # The lagging watches catch up: uid1's deletion and uid2's pending sighting are older than
+    # what the read told; uid2 bound is what the book holds already.
+    b.s.intake.bound_event("DELETED", deleted)
+    b.s.intake.pending_event("ADDED", created)
+    b.bound_seen("default/w")
+    await b.settle()
+    assert b.s.book.stage("default/w", "uid2") is Stage.BOUND
+    assert b.held("default/w") == ("n", [0, 1])
+    b.clock.now += Tuning().store_reconcile_seconds
+    await run(b)
+    assert api.binds == [("default/w", "n", "0,1")]
+    assert await store_of(b) == (
+        {"default/w": "bound:(0, 1)"},
+        {0: "default/w", 1: "default/w"},
+        {},
+    )
+
+
+async def test_issue30_3_an_unanswered_read_fails_the_election_and_frees_nothing(
+    backend: Backend,
+) -> None:
+    api, b, _, _ = await recreated_behind_a_lagging_standby(backend)
+    api.reads_fail = True
+    with pytest.raises(ConnectionError):
+        await take_lease(b)  # Leadership.run then gives the lease up and competes again
+    assert not b.s.ready_to_schedule
+    assert await store_of(b) == (
+        {"default/w": "bound:(0, 1)"},
+        {0: "default/w", 1: "default/w"},
+        {},
+    )
+
+
+async def test_issue30_3_a_record_of_an_older_uid_than_the_books_is_freed_after_the_read(
+    backend: Backend,
+) -> None:
+    """The other way round: the store's record is of a UID older than the book's (a release
+    lost, and no reconcile since); the read says the book's pod is the one: the record goes."""
+    api = Apiserver()
+    b = backend.replica(api, "b")
+    old = backend.replica(api, "old")
+    await old.elect([node(2)])
+    w1 = old.pending(MakePod().Name("w").Req(2).Obj())
+    await run(old)  # bound on GPUs 0, 1
+    await old.s.drain()
+    await backend.store.release_lease("old", old.leadership.epoch or 0)
+    api.delete(w1.key)  # after old led: its record stays, as after a release that failed
+    w2 = api.create(
+        msgspec.structs.replace(MakePod().Name("w").Req(1).Bound("n", "1").Obj(), uid="uid2")
+    )
+    b.s.intake.replace_nodes([node(2)])
+    b.s.intake.replace_bound([w2], api.version)
+    c = b.pending(MakePod().Name("c").Req(1).Obj())
+    await take_lease(b)
+    await run(b)
+    assert b.held("default/w") == ("n", [1])
+    assert api.binds[1:] == [("default/c", "n", "0")]  # GPU 0 was free: c has it
+    assert b.s.book.stage(c.key) is Stage.ASSUMED
+    assert await store_of(b) == (
+        {"default/w": "bound:(1,)", "default/c": "bound:(0,)"},
+        {0: "default/c", 1: "default/w"},
+        {},
+    )
+
+
+# ---- 6: resourceVersions that go back -----------------------------------------------------------
+
+
+async def restored(backend: Backend) -> tuple[Replica, PodInput]:
+    """w (uid1) is bound on node n's one GPU at resourceVersion 1001; etcd is restored from a
+    backup taken at 500, before w existed, without ``--bump-revision``: versions count from 500
+    again. w's controller recreates it (uid2, pending, 501). The watches break; each re-lists."""
+    r = backend.live()
+    r.api.version = 1000
+    w1 = r.api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [w1])
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+    r.api.pods, r.api.version = {}, 500
+    w2 = r.api.create(msgspec.structs.replace(MakePod().Name("w").Req(1).Obj(), uid="uid2"))
+    return r, w2
+
+
+async def scheduled_after_the_restore(r: Replica) -> None:
+    """The pod of the new era, w (uid2), is scheduled on the GPU its gone namesake held."""
+    await run(r)
+    assert r.api.binds == [("default/w", "n", "0")]
+    entry = r.s.book.get("default/w")
+    assert entry is not None and entry.uid == "uid2" and r.held("default/w") == ("n", [0])
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+    assert [rec.claim.uid for rec in (await r.store.records()).values()] == ["uid2"]
+
+
+async def test_issue30_6_a_bound_list_below_the_books_versions_is_the_truth_of_a_new_era(
+    backend: Backend,
+) -> None:
+    r, w2 = await restored(backend)
+    with capture_logs() as logs:
+        r.s.intake.replace_bound(*r.bound_list())  # at 501, without w
+    await r.settle()
+    assert r.s.book.get("default/w") is None and r.held("default/w") is None
+    (warning,) = [e for e in logs if e["log_level"] == "warning"]
+    assert (warning["list_version"], warning["book_version"]) == (501, 1001)
+    r.s.intake.replace_pending([w2])
+    await scheduled_after_the_restore(r)
+
+
+async def test_issue30_6_a_pending_list_below_the_books_versions_is_the_truth_of_a_new_era(
+    backend: Backend,
+) -> None:
+    r, w2 = await restored(backend)
+    r.s.intake.replace_pending([w2], r.api.version)  # at 501: uid2 replaces uid1
+    await r.settle()  # uid1's record is released
+    entry = r.s.book.get("default/w")
+    assert entry is not None and entry.uid == "uid2" and entry.stage is Stage.PENDING
+    assert r.held("default/w") is None
+    r.s.intake.replace_bound(*r.bound_list())  # 501 again: the era the book is in now
+    await scheduled_after_the_restore(r)
+
+
+async def test_issue30_6_news_of_the_new_era_is_taken_once_it_began(backend: Backend) -> None:
+    """After the new era began, its watch events are news again: w (uid2) bound by someone
+    else at 502 is charged, not dropped as older than uid1's 1001."""
+    r, w2 = await restored(backend)
+    r.s.intake.replace_bound(*r.bound_list())
+    r.s.intake.bound_event("ADDED", r.api.land(w2.key, "n", "0"))
+    await r.settle()
+    entry = r.s.book.get("default/w")
+    assert entry is not None and entry.uid == "uid2" and entry.stage is Stage.BOUND
+    assert r.held("default/w") == ("n", [0])

@@ -1,0 +1,190 @@
+"""Issue 30, timeline 5, in the core: a terminating gang member (deletionTimestamp set) still holds
+its GPUs in the snapshot but is not one of its gang's bound members, for every gang source.
+
+A restarted gang (a JobSet or Kubeflow restart: the pods deleted, new ones created under new
+names, the same PodGroup) is planned whole again, all or nothing. Before the fix the snapshot
+counted the terminating members as bound: a PodGroup gang's new members were "surplus" and bound
+one at a time (a partial gang holding GPUs), and a gang with a total (labels, Kueue, Koordinator)
+waited with "4 members present" until the old members were gone. The snapshot is stepped by hand
+(``add_bound_pod`` as the bound watch feeds it, ``remove_pod`` when a pod is gone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from msgspec.structs import replace
+
+from scheduler.core.model import names
+from scheduler.core.model.decisions import Placed, Unschedulable
+from scheduler.core.model.objects import PodGroupInput, PodInput
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.holdings import Holding
+from tests.builders import MakeNode, MakePod, cluster, schedule
+
+JOB = "default/job"
+
+
+def pod_group(api: str, minimum: int = 2) -> PodGroupInput:
+    return PodGroupInput(group=api, namespace="default", name="job", min_member=minimum)
+
+
+def _worker(name: str) -> MakePod:
+    return MakePod().Name(name).Req(1)
+
+
+# Each gang source: how a member of gang default/job (minimum 2, and a total of 2 where the
+# source says one) is written, and the PodGroup it needs, if any.
+SOURCES: dict[str, tuple[Callable[[str], MakePod | PodInput], PodGroupInput | None]] = {
+    "labels": (lambda n: _worker(n).Gang("job", 2), None),
+    "scheduler-plugins PodGroup": (
+        lambda n: _worker(n).Label(names.POD_GROUP_LABEL, "job"),
+        pod_group(names.POD_GROUP_API),
+    ),
+    "Kueue": (
+        lambda n: (
+            _worker(n)
+            .Label(names.KUEUE_GROUP_LABEL, "job")
+            .Annotation(names.KUEUE_TOTAL_ANNOTATION, "2")
+        ),
+        None,
+    ),
+    "Volcano": (
+        lambda n: _worker(n).Annotation(names.VOLCANO_GROUP_ANNOTATION, "job"),
+        pod_group(names.VOLCANO_POD_GROUP_API),
+    ),
+    "Koordinator": (
+        lambda n: (
+            _worker(n)
+            .Annotation(names.KOORD_GANG_NAME_ANNOTATION, "job")
+            .Annotation(names.KOORD_GANG_MIN_ANNOTATION, "2")
+            .Annotation(names.KOORD_GANG_TOTAL_ANNOTATION, "2")
+        ),
+        None,
+    ),
+    "upstream PodGroup": (
+        lambda n: replace(_worker(n).Obj(), scheduling_group="job"),
+        pod_group(names.UPSTREAM_POD_GROUP_API),
+    ),
+}
+
+
+def obj(pod: MakePod | PodInput) -> PodInput:
+    return pod.Obj() if isinstance(pod, MakePod) else pod
+
+
+def bound(pod: MakePod | PodInput, devices: str) -> PodInput:
+    return replace(
+        obj(pod),
+        node_name="n",
+        phase="Running",
+        annotations={**obj(pod).annotations, names.DEVICES_ANNOTATION: devices},
+    )
+
+
+def running_gang(source: str, gpus: int) -> tuple[ClusterState, list[PodInput]]:
+    """Node n with ``gpus`` GPUs and the gang's first members job-a0 and job-a1 running on GPUs
+    0 and 1."""
+    member, group = SOURCES[source]
+    state: ClusterState = cluster(MakeNode().Name("n").GPUs(gpus))
+    if group is not None:
+        state.inputs.pod_groups.put(group)
+    old = [bound(member("job-a0"), "0"), bound(member("job-a1"), "1")]
+    for pod in old:
+        assert state.add_bound_pod(pod) is None
+    assert state.gang_bound == {JOB: {"default/job-a0", "default/job-a1"}}
+    return state, old
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_a_restarted_gang_is_planned_whole_while_its_old_members_terminate(source: str) -> None:
+    """The issue's timeline: minimum 2, the old members still terminating, one GPU free. Before
+    the fix a PodGroup gang bound job-b0 alone and job-b1 waited "beyond its minimum"."""
+    member, _ = SOURCES[source]
+    state, old = running_gang(source, gpus=3)
+    for pod in old:  # the restart: both deleted, their containers still stopping
+        assert state.add_bound_pod(replace(pod, deleting=True)) is None
+    # They hold their GPUs until they are gone.
+    assert state.nodes["n"].free_mask == 0b100
+    # The new members: the whole minimum is missing, and one GPU is free: nothing is placed.
+    (decision,) = schedule(state, member("job-b0"), member("job-b1"))
+    assert isinstance(decision, Unschedulable), decision
+    assert "beyond its minimum" not in decision.reason
+    assert "members present" not in decision.reason
+    assert set(state.holdings) == {"default/job-a0", "default/job-a1"}
+    # The gang has no bound member left; the old ones are held as terminating.
+    assert state.gang_bound == {}
+    assert all(h.terminating for h in state.holdings.values())
+    # The old members are gone: the new ones are placed together.
+    for pod in old:
+        state.remove_pod(pod.key)
+    (decision,) = schedule(state, member("job-b0"), member("job-b1"))
+    assert isinstance(decision, Placed) and decision.waiting == ()
+    assert sorted(p.pod for p in decision.placements) == ["default/job-b0", "default/job-b1"]
+    assert state.gang_bound == {JOB: {"default/job-b0", "default/job-b1"}}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_a_replacement_member_is_the_missing_part_of_the_minimum(source: str) -> None:
+    """One member deleted and replaced under a new name (a worker restart): the replacement is
+    planned as the one member the minimum still needs, next to its running sibling, while the
+    old one still holds its GPU."""
+    member, _ = SOURCES[source]
+    state, old = running_gang(source, gpus=3)
+    assert state.add_bound_pod(replace(old[1], deleting=True)) is None
+    (decision,) = schedule(state, member("job-a2"))
+    assert isinstance(decision, Placed) and decision.waiting == ()
+    ((pod, node, devices),) = [(p.pod, p.node, p.devices) for p in decision.placements]
+    assert (pod, node, devices) == ("default/job-a2", "n", (2,))  # GPU 1 is still held
+    assert state.gang_bound == {JOB: {"default/job-a0", "default/job-a2"}}
+
+
+def test_an_elastic_gang_whose_minimum_terminates_plans_that_minimum_again() -> None:
+    """PodGroup minMember 3 of 4 members; three are deleted and the surplus one survives: it is
+    one bound member, so two of the three replacements are the minimum's missing part, all or
+    nothing. One GPU is free: nothing is placed (before the fix the four members counted as
+    bound, and job-b0 was bound alone as surplus)."""
+    member, _ = SOURCES["scheduler-plugins PodGroup"]
+    state: ClusterState = cluster(MakeNode().Name("n").GPUs(5))
+    state.inputs.pod_groups.put(pod_group(names.POD_GROUP_API, minimum=3))
+    old = [bound(member(f"job-a{i}"), str(i)) for i in range(4)]
+    for pod in old:
+        assert state.add_bound_pod(pod) is None
+    for pod in old[:3]:
+        assert state.add_bound_pod(replace(pod, deleting=True)) is None
+    (decision,) = schedule(state, *(member(f"job-b{i}") for i in range(3)))
+    assert isinstance(decision, Unschedulable), decision
+    assert "nor the 2 its minimum needs" in decision.reason
+    assert state.nodes["n"].free_mask == 0b10000
+    assert state.gang_bound == {JOB: {"default/job-a3"}}
+
+
+def test_a_terminating_holding_joins_no_gang_and_leaves_nothing_in_a_tentative_scope() -> None:
+    state: ClusterState = cluster(MakeNode().Name("n").GPUs(2))
+    with state.tentative():
+        state.hold(Holding("default/a", "n", 0b1, gang=JOB, replicas=2, terminating=True))
+        state.hold(Holding("default/b", "n", 0b10, gang=JOB, replicas=2))
+        assert state.gang_bound == {JOB: {"default/b"}}
+        assert state.nodes["n"].free_mask == 0
+    assert state.gang_bound == {} and state.holdings == {}
+    assert state.sizes()["gang_bound_pods"] == 0
+
+
+def test_a_surplus_member_goes_next_to_a_running_sibling_not_a_terminating_one() -> None:
+    """An elastic gang's surplus member is placed on its siblings' nodes first: those of the
+    members that stay. Alone it would take dgx-a (the fuller node, rule 2), where a member that
+    is being deleted still holds its GPUs; it goes to dgx-b, next to the running member."""
+    member, _ = SOURCES["scheduler-plugins PodGroup"]
+    state: ClusterState = cluster(
+        MakeNode().Name("dgx-a").GPUs(8), MakeNode().Name("dgx-b").GPUs(8)
+    )
+    state.inputs.pod_groups.put(pod_group(names.POD_GROUP_API, minimum=1))
+    stays = replace(bound(member("job-a0"), "0,1"), node_name="dgx-b")
+    going = replace(bound(member("job-a1"), "0,1,2,3"), node_name="dgx-a", deleting=True)
+    other = MakePod().Name("other").Req(2).Bound("dgx-a", "4,5")
+    for pod in (stays, going, other.Obj()):
+        assert state.add_bound_pod(pod) is None
+    (decision,) = schedule(state, _worker("job-b0").Label(names.POD_GROUP_LABEL, "job"))
+    assert isinstance(decision, Placed), decision
+    assert [(p.pod, p.node) for p in decision.placements] == [("default/job-b0", "dgx-b")]
