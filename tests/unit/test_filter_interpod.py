@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from scheduler.core.filters.chain import NodeInputs
 from scheduler.core.filters.interpod import (
     AFFINITY,
     ANTI_AFFINITY,
@@ -27,6 +28,7 @@ from scheduler.core.model.objects import (
     Requirement,
     WeightedPodAffinityTerm,
 )
+from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.podindex import PodIndex, PodRecord
 
 NS = "default"
@@ -791,13 +793,17 @@ def test_preferences_do_not_filter() -> None:
 
 
 def test_existing_pods_anti_affinity_is_read_by_the_pairs_its_terms_require() -> None:
-    """PodIndex keeps the pods with required anti-affinity by one label pair each term
-    requires: the incoming pod reads only those under its own pairs, and those with a term
-    that requires none (NotIn, Exists), whatever its labels."""
-    index = PodIndex()
+    """The snapshot keeps the existing pods' distinct required anti-affinity terms by one label
+    pair each requires: the incoming pod reads only those under its own pairs, and those that
+    require none (NotIn, Exists), whatever its labels; they leave with their pods."""
+    state = ClusterState()
+    state.set_node(node("n1", zone="z1"))
+    names: dict[str, str] = {}  # a selector's repr -> the term's name
 
     def anti(key: str, *terms: LabelSelector) -> None:
-        index.add(
+        for i, s in enumerate(terms):
+            names[repr(s)] = key + (str(i + 1) if len(terms) > 1 else "")
+        state.put_record(
             PodRecord(
                 key=f"{NS}/{key}",
                 namespace=NS,
@@ -815,20 +821,21 @@ def test_existing_pods_anti_affinity_is_read_by_the_pairs_its_terms_require() ->
     anti("c", LabelSelector(match_expressions=(Requirement("app", "NotIn", ("web",)),)))
 
     def read(**labels: str) -> set[str]:
-        return {r.key.split("/")[1] for r in index.anti_affinity_pods(labels)}
+        found = state.domain_counts.anti_terms(labels)
+        return {names[repr(t.term.label_selector)] for t in found}
 
     assert read(app="web") == {"a", "c"}
-    assert read(app="db") == {"b", "c"}
-    assert read(tier="x", app="web") == {"a", "b", "c"}
+    assert read(app="db") == {"b1", "c"}
+    assert read(tier="x", app="web") == {"a", "b2", "c"}
     assert read() == {"c"}
-    nodes = {"n1": node("n1", zone="z1")}
+    nodes = NodeInputs(state.nodes)
     # The filter's answer is unchanged: c's NotIn term matches a pod labelled app=db.
-    found = prefilter_interpod(PodInput(NS, "p", labels={"app": "db"}), index, nodes, {})
+    incoming = PodInput(NS, "p", labels={"app": "db"})
+    found = prefilter_interpod(incoming, state.index, nodes, {}, state.domain_counts)
     assert found is not None and found.check(nodes["n1"]) == EXISTING_ANTI_AFFINITY
-    sizes = index.sizes()
-    for key in ("a", "b", "c"):
-        index.remove(f"{NS}/{key}")
-    assert read(app="web", tier="x") == set()
     # app=web, app=db, tier=x, and c's under no pair; then nothing.
-    assert sizes["anti_by_pair"] == 4 and index.sizes()["anti_by_pair"] == 0
-    assert index.sizes()["anti_by_pair_pods"] == 0
+    assert state.domain_counts.sizes()["anti_terms"] == 4
+    for key in ("a", "b", "c"):
+        state.drop_record(f"{NS}/{key}")
+    assert read(app="web", tier="x") == set()
+    assert state.domain_counts.sizes()["anti_terms"] == 0

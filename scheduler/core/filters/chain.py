@@ -2,7 +2,8 @@
 
 ``PodFilters(state, pod)`` is the PreFilter step: everything about the incoming pod that does not
 depend on the node is computed once per decision (its effective request, host ports, the volumes'
-node restrictions, the inter-pod affinity and topology-spread counts). ``check(node)`` is the Filter
+node restrictions, the inter-pod affinity and topology-spread counts, read from the snapshot's
+``domain_counts`` where they can be). ``check(node)`` is the Filter
 step, cheap per node, and returns kube-scheduler's reasons (empty: the node passes):
 
     NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit,
@@ -116,10 +117,14 @@ class PodFilters:
         self.features = required_features(pod)
         nodes = NodeInputs(state.nodes)
         self.interpod: InterPod | None = prefilter_interpod(
-            pod, state.index, nodes, state.inputs.namespaces
+            pod, state.index, nodes, state.inputs.namespaces, state.domain_counts
         )
         self.spread: Spread | None = prefilter_spread(
-            pod, state.index, nodes, lambda node: affinity_matches(pod, node)
+            pod,
+            state.index,
+            nodes,
+            lambda node: affinity_matches(pod, node),
+            state.domain_counts,
         )
         self.has_preferences = bool(
             (pod.affinity is not None and pod.affinity.node_preferred)

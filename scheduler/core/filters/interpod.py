@@ -45,15 +45,21 @@ so they are not scored here. ``has_preferences`` is false when every node would 
 affinity, no anti-affinity term with a matching pod, no existing pod's anti-affinity matching
 the incoming pod, no preferred term with a matching pod.
 
-Cost: the prefilter visits only the pods the index returns for each term's selector (an inverted
-index on equality requirements) and, of the pods that have required anti-affinity, those with a
-term that requires one of the incoming pod's label pairs or requires none (``PodIndex``);
-``check`` and ``score`` are a few dict lookups per term.
+Cost: the prefilter reads the snapshot's counts (``snapshot/topocounts.py``, kept as pods are
+recorded and removed): for a term whose selector is a conjunction of label pairs (matchLabels
+and single-value In), its matching pods per value of its topology key, summed over its
+namespaces, so a term costs its domains, not its pods; for the symmetric rule, each distinct
+required anti-affinity term of the existing pods that requires one of the incoming pod's label
+pairs or requires none, evaluated once, with its instances per domain. Walked as before (the
+pods the index returns for the selector, an inverted index on equality requirements): a term
+with any other selector (NotIn, Exists, a multi-value In, an empty one), and the required
+affinity of a pod with several terms (a pod counts only if it matches them all). ``check`` and
+``score`` are a few dict lookups per term.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from ..model.labels import selector_matches
 from ..model.objects import (
@@ -65,6 +71,7 @@ from ..model.objects import (
     WeightedPodAffinityTerm,
 )
 from ..snapshot.podindex import PodIndex, PodRecord
+from ..snapshot.topocounts import TopologyCounts, conjunction
 
 AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
@@ -174,33 +181,40 @@ def prefilter_interpod(
     index: PodIndex,
     nodes: Mapping[str, NodeInput],
     namespaces: Mapping[str, NamespaceInput],
+    counts: TopologyCounts | None = None,
 ) -> InterPod | None:
     """None when nothing can fail or score (no terms on the pod and no existing pod with required
-    anti-affinity that matches it): the caller skips the filter."""
+    anti-affinity that matches it): the caller skips the filter. ``counts``: the snapshot's
+    matching pods per domain, read for the terms they can answer (None: every term walks)."""
+    pods = _Pods(pod.key, index, nodes, counts)
     affinity = pod.affinity
     own = pod.namespace
     required = [_Term(t, own, namespaces) for t in affinity.pod_required] if affinity else []
     anti_terms = [_Term(t, own, namespaces) for t in affinity.anti_required] if affinity else []
 
     own_ns = namespaces.get(own)
-    existing = _existing_anti_counts(pod, own_ns.labels if own_ns is not None else {}, index, nodes)
+    ns_labels = own_ns.labels if own_ns is not None else {}
+    if counts is None:
+        existing = _existing_anti_counts(pod, ns_labels, index, nodes)
+    else:
+        existing = _existing_anti_terms(pod, ns_labels, counts, index, nodes)
 
     affinity_counts: PairCounts = {}
     first_of_group = False
     if required:
-        affinity_counts = _affinity_counts(pod.key, required, index, nodes)
+        affinity_counts = _affinity_counts(required, pods)
         # kube-scheduler's escape for a self-affine group's first pod: nothing matches all the
         # terms anywhere, but the pod itself does.
         first_of_group = not affinity_counts and all(t.matches(own, pod.labels) for t in required)
 
     anti: PairCounts = {}
     for term in anti_terms:
-        _count_term(anti, term, pod.key, index, nodes, 1)
+        pods.count(anti, term, 1)
 
     scores: dict[str, dict[str, int]] = {}
     if affinity is not None:
-        _score_terms(scores, affinity.pod_preferred, 1, pod, index, nodes, namespaces)
-        _score_terms(scores, affinity.anti_preferred, -1, pod, index, nodes, namespaces)
+        _score_terms(scores, affinity.pod_preferred, 1, pod, pods, namespaces)
+        _score_terms(scores, affinity.anti_preferred, -1, pod, pods, namespaces)
 
     if not required and not anti and not existing and not scores:
         return None
@@ -243,21 +257,72 @@ def _has_equality(selector: LabelSelector | None) -> bool:
     )
 
 
-def _affinity_counts(
-    own_key: str, terms: list[_Term], index: PodIndex, nodes: Mapping[str, NodeInput]
-) -> PairCounts:
+class _Pods:
+    """The pods a term matches, counted per pair of its topology key: read from the snapshot's
+    counts when the term's selector is a conjunction of label pairs, else walked."""
+
+    __slots__ = ("_counts", "_index", "_nodes", "_own")
+
+    def __init__(
+        self,
+        own: str,
+        index: PodIndex,
+        nodes: Mapping[str, NodeInput],
+        counts: TopologyCounts | None,
+    ) -> None:
+        self._own = own
+        self._index = index
+        self._nodes = nodes
+        self._counts = counts
+
+    def walk(self, term: _Term) -> Iterator[tuple[PodRecord, NodeInput]]:
+        """The term's matching pods on known nodes, the incoming pod's own record left out."""
+        nodes = self._nodes
+        for record in term.pods(self._index):
+            if record.key == self._own:
+                continue
+            node = nodes.get(record.node)
+            if node is not None:
+                yield record, node
+
+    def count(self, counts: PairCounts, term: _Term, step: int) -> None:
+        """Add ``step`` per pod the term matches to its domain's pair."""
+        key = term.key
+        conj = conjunction(term.selector) if term.selector is not None else None
+        if self._counts is None or conj is None:
+            for _, node in self.walk(term):
+                value = node.labels.get(key)
+                if value is not None:
+                    pair = (key, value)
+                    counts[pair] = counts.get(pair, 0) + step
+            return
+        found = self._counts.pods_per_domain(
+            conj, term.namespaces, key, self._index, self._nodes, terminating=True
+        )
+        own = self._index.records.get(self._own)
+        if own is not None and term.matches(own.namespace, own.labels):
+            own_node = self._nodes.get(own.node)
+            value = own_node.labels.get(key) if own_node is not None else None
+            if value is not None:
+                found[value] -= 1  # the own record is never counted against itself
+        for value, n in found.items():
+            if n:
+                pair = (key, value)
+                counts[pair] = counts.get(pair, 0) + step * n
+
+
+def _affinity_counts(terms: list[_Term], pods: _Pods) -> PairCounts:
     """Pods matching every required affinity term, once per term's key on their node."""
-    # Drive the walk with a term the inverted index can narrow; the others are checked in full.
+    counts: PairCounts = {}
+    if len(terms) == 1:
+        pods.count(counts, terms[0], 1)
+        return counts
+    # Several terms: a pod counts only if it matches them all, which no per-selector count
+    # says. Drive the walk with a term the inverted index can narrow; the others are checked.
     lead = next((t for t in terms if _has_equality(t.selector)), terms[0])
     rest = [t for t in terms if t is not lead]
     keys = [t.key for t in terms]
-    counts: PairCounts = {}
-    for record in lead.pods(index):
-        if record.key == own_key:
-            continue
-        node = nodes.get(record.node)
-        if node is None:
-            continue
+    for record, node in pods.walk(lead):
         if not all(t.matches(record.namespace, record.labels) for t in rest):
             continue
         labels = node.labels
@@ -269,27 +334,6 @@ def _affinity_counts(
     return counts
 
 
-def _count_term(
-    counts: PairCounts,
-    term: _Term,
-    own_key: str,
-    index: PodIndex,
-    nodes: Mapping[str, NodeInput],
-    step: int,
-) -> None:
-    key = term.key
-    for record in term.pods(index):
-        if record.key == own_key:
-            continue
-        node = nodes.get(record.node)
-        if node is None:
-            continue
-        value = node.labels.get(key)
-        if value is not None:
-            pair = (key, value)
-            counts[pair] = counts.get(pair, 0) + step
-
-
 def _existing_anti_counts(
     pod: PodInput,
     namespace_labels: Mapping[str, str],
@@ -298,7 +342,7 @@ def _existing_anti_counts(
 ) -> PairCounts:
     """Pairs where a bound pod's required anti-affinity term matches the incoming pod."""
     counts: PairCounts = {}
-    for record in index.anti_affinity_pods(pod.labels):
+    for record in index.anti_affinity_pods():
         if record.key == pod.key:
             continue
         node: NodeInput | None = None
@@ -315,6 +359,44 @@ def _existing_anti_counts(
                 pair = (term.topology_key, value)
                 counts[pair] = counts.get(pair, 0) + 1
     return counts
+
+
+def _existing_anti_terms(
+    pod: PodInput,
+    namespace_labels: Mapping[str, str],
+    counts: TopologyCounts,
+    index: PodIndex,
+    nodes: Mapping[str, NodeInput],
+) -> PairCounts:
+    """The same pairs from the snapshot's distinct anti-affinity terms, each evaluated once."""
+    out: PairCounts = {}
+    for entry in counts.anti_terms(pod.labels):
+        term = entry.term
+        if not entry.values or not _existing_term_matches(
+            term, entry.namespace, pod, namespace_labels
+        ):
+            continue
+        key = term.topology_key
+        for value, n in entry.values.items():
+            pair = (key, value)
+            out[pair] = out.get(pair, 0) + n
+    own = index.records.get(pod.key)
+    node = nodes.get(own.node) if own is not None and own.anti_required else None
+    if own is not None and node is not None:
+        # The incoming pod's own record (a pod being re-placed) does not repel it.
+        for term in own.anti_required:
+            own_value = node.labels.get(term.topology_key)
+            if own_value is None or not _existing_term_matches(
+                term, own.namespace, pod, namespace_labels
+            ):
+                continue
+            pair = (term.topology_key, own_value)
+            left = out[pair] - 1
+            if left:
+                out[pair] = left
+            else:
+                del out[pair]
+    return out
 
 
 def _existing_term_matches(
@@ -335,8 +417,7 @@ def _score_terms(
     terms: tuple[WeightedPodAffinityTerm, ...],
     sign: int,
     pod: PodInput,
-    index: PodIndex,
-    nodes: Mapping[str, NodeInput],
+    pods: _Pods,
     namespaces: Mapping[str, NamespaceInput],
 ) -> None:
     for weighted in terms:
@@ -344,7 +425,7 @@ def _score_terms(
             continue
         term = _Term(weighted.term, pod.namespace, namespaces)
         counts: PairCounts = {}
-        _count_term(counts, term, pod.key, index, nodes, 1)
+        pods.count(counts, term, 1)
         step = sign * weighted.weight
         for (key, value), n in counts.items():
             by_value = scores.setdefault(key, {})

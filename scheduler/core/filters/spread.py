@@ -23,13 +23,21 @@ Filter (``Spread.check``), constraint by constraint in the pod's order:
   smallest count over the constraint's domains, or 0 when there are fewer domains than
   ``minDomains`` (default 1).
 
-Cost. Pods are counted through the index (the constraint's selector in the pod's namespace; only a
-selector without any equality requirement makes the index scan that namespace). A domain with no
-matching pod makes ``min`` 0, so the walk over the nodes stops once every constraint has met
-such a domain (with a hostname key, usually at the first node without a matching pod); only when
-every counted domain holds pods does it visit every node (about 1.5 ms for 5,000), to be sure no
-empty domain exists. The inclusion policies are asked only about nodes of domains without pods.
-``check`` precomputes ``maxSkew + min - self`` per constraint, so a node costs a dict lookup per
+Cost. Where it can, the PreFilter reads the snapshot's counts (``snapshot/topocounts.py``, kept
+as pods are recorded and removed): a constraint's matching pods per domain and the nodes per
+domain, so it costs the domains, not the pods or the nodes. It can when every node counts for the
+constraint (its kind's topology keys are on every node; nodeAffinityPolicy Honor only for a pod
+without nodeSelector or required node affinity; nodeTaintsPolicy Ignore) and the selector is a
+conjunction of label pairs (matchLabels and single-value In, matchLabelKeys folded in) or empty.
+The minimum is then 0 exactly when fewer domains hold pods than there are domains. Otherwise
+(a pod pinned by node affinity with the default Honor, nodeTaintsPolicy Honor, a node lacking a
+key, NotIn/Exists/multi-value In in the selector) it walks, as kube-scheduler does: pods through
+the index (the constraint's selector in the pod's namespace; only a selector without any
+equality requirement makes the index scan that namespace), then the nodes until every walked
+constraint has met a domain with no matching pod (with a hostname key, usually at the first
+node without one; when every counted domain holds pods, every node: about 1.5 ms for 5,000).
+The inclusion policies are asked only about nodes of domains without pods. ``check``
+precomputes ``maxSkew + min - self`` per constraint, so a node costs a dict lookup per
 constraint.
 
 Score (``Spread.score``, ScheduleAnyway constraints; higher is better):
@@ -52,6 +60,7 @@ from collections.abc import Callable, Mapping
 from ..model.labels import selector_matches
 from ..model.objects import NodeInput, PodInput, SpreadConstraint
 from ..snapshot.podindex import PodIndex
+from ..snapshot.topocounts import TopologyCounts, conjunction
 
 SPREAD = "node(s) didn't match pod topology spread constraints"
 MISSING_LABEL = SPREAD + " (missing required label)"
@@ -109,30 +118,116 @@ def prefilter_spread(
     index: PodIndex,
     nodes: Mapping[str, NodeInput],
     eligible: Callable[[NodeInput], bool],
+    counts: TopologyCounts | None = None,
 ) -> Spread | None:
     """`eligible(node)` says whether the incoming pod's nodeSelector/required node affinity match
     the node (for nodeAffinityPolicy Honor); taints for nodeTaintsPolicy Honor are checked here
-    with the pod's tolerations (NoSchedule/NoExecute taints). None when the pod has no
-    constraints."""
+    with the pod's tolerations (NoSchedule/NoExecute taints). ``counts``: the snapshot's
+    matching pods per domain, read for the constraints they can answer (None: every constraint
+    walks the pods). None when the pod has no constraints."""
     if not pod.spread:
         return None
     policies = _Policies(pod, eligible)
     hard_constraints = [c for c in pod.spread if c.when_unsatisfiable == DO_NOT_SCHEDULE]
     soft_constraints = [c for c in pod.spread if c.when_unsatisfiable == SCHEDULE_ANYWAY]
 
-    hard_counts = _count(pod, hard_constraints, index, nodes, policies)
-    minimums = _minimums(hard_constraints, hard_counts, nodes, policies)
+    hard_counts, minimums = _domains(pod, hard_constraints, index, nodes, policies, counts)
     hard: list[tuple[str, int, dict[str, int]]] = []
-    for c, counts, minimum in zip(hard_constraints, hard_counts, minimums, strict=True):
+    for c, found, minimum in zip(hard_constraints, hard_counts, minimums, strict=True):
         self_match = 1 if selector_matches(c.label_selector, pod.labels) else 0
         # count + self - min > maxSkew fails, so the domain may hold up to this many.
-        hard.append((c.topology_key, c.max_skew + minimum - self_match, counts))
+        hard.append((c.topology_key, c.max_skew + minimum - self_match, found))
 
-    soft_counts = _count(pod, soft_constraints, index, nodes, policies)
-    soft = [
-        (c.topology_key, counts) for c, counts in zip(soft_constraints, soft_counts, strict=True)
-    ]
+    soft_counts, _ = _domains(pod, soft_constraints, index, nodes, policies, counts)
+    soft = [(c.topology_key, found) for c, found in zip(soft_constraints, soft_counts, strict=True)]
     return Spread(hard, soft)
+
+
+def _domains(
+    pod: PodInput,
+    constraints: list[SpreadConstraint],
+    index: PodIndex,
+    nodes: Mapping[str, NodeInput],
+    policies: _Policies,
+    counts: TopologyCounts | None,
+) -> tuple[list[dict[str, int]], list[int]]:
+    """Each constraint's matching pods per domain and its minimum (constraints of one kind: a
+    node counts only if it carries every one's topology key).
+
+    The snapshot's counts answer a constraint when every node counts for it: its kind's keys
+    are on every node, and neither inclusion policy can leave a node out (nodeAffinityPolicy
+    Honor with a nodeSelector or required node affinity, nodeTaintsPolicy Honor: those walk);
+    and when its selector is a conjunction of label pairs. Then the domains are the key's
+    values on the nodes, and the minimum is 0 exactly when some domain holds no matching pod."""
+    keys = [c.topology_key for c in constraints]
+    out: list[dict[str, int]] = [{} for _ in constraints]
+    minimums = [0] * len(constraints)
+    walked: list[int] = []  # the constraints the snapshot's counts cannot answer
+    everywhere = counts is not None and all(counts.on_every_node(key, nodes) for key in keys)
+    for i, c in enumerate(constraints):
+        selector = c.label_selector
+        empty = selector is None or (not selector.match_labels and not selector.match_expressions)
+        conj = None if empty or selector is None else conjunction(selector)
+        if (
+            counts is None
+            or not everywhere
+            or not policies.all_nodes(c)
+            or (conj is None and not empty)
+        ):
+            walked.append(i)
+            continue
+        if conj is not None:
+            # kube-scheduler counts no existing pod for a missing or empty selector.
+            found = counts.pods_per_domain(
+                conj, (pod.namespace,), c.topology_key, index, nodes, terminating=False
+            )
+            _uncount_own(found, pod, c, index, nodes)
+            out[i] = found
+        domains = counts.nodes_per_domain(c.topology_key, nodes)
+        # A counted pod's domain is among the nodes' values: fewer values with pods than
+        # values means a domain holds none.
+        if len(out[i]) == len(domains):
+            minimums[i] = _smallest(out[i], c)
+    if walked:
+        slow = [constraints[i] for i in walked]
+        slow_counts = _count(pod, slow, keys, index, nodes, policies)
+        for i, found, minimum in zip(
+            walked, slow_counts, _minimums(slow, keys, slow_counts, nodes, policies), strict=True
+        ):
+            out[i], minimums[i] = found, minimum
+    return out, minimums
+
+
+def _uncount_own(
+    found: dict[str, int],
+    pod: PodInput,
+    c: SpreadConstraint,
+    index: PodIndex,
+    nodes: Mapping[str, NodeInput],
+) -> None:
+    """The incoming pod's own record (a pod being re-placed) is not counted against itself."""
+    record = index.records.get(pod.key)
+    if record is None or record.terminating or record.namespace != pod.namespace:
+        return
+    if not selector_matches(c.label_selector, record.labels):
+        return
+    node = nodes.get(record.node)
+    value = node.labels.get(c.topology_key) if node is not None else None
+    if value is not None:
+        left = found[value] - 1
+        if left:
+            found[value] = left
+        else:
+            del found[value]
+
+
+def _smallest(counts: dict[str, int], c: SpreadConstraint) -> int:
+    """The minimum when every counted domain holds a pod (``counts``' keys are the domains):
+    the smallest count, or 0 when there are fewer domains than minDomains (default 1)."""
+    min_domains = c.min_domains if c.min_domains is not None else 1
+    if counts and len(counts) >= min_domains:
+        return min(counts.values())
+    return 0
 
 
 class _Policies:
@@ -149,6 +244,13 @@ class _Policies:
         self._tolerations = pod.tolerations
         self._affinity: dict[str, bool] = {}
         self._taints: dict[str, bool] = {}
+
+    def all_nodes(self, c: SpreadConstraint) -> bool:
+        """Whether every node passes the constraint's inclusion policies, known without asking
+        any: affinity is not honoured or the pod has no node selection, taints are ignored."""
+        return (c.node_affinity_policy != HONOR or self._everywhere) and (
+            c.node_taints_policy != HONOR
+        )
 
     def includes(self, c: SpreadConstraint, node: NodeInput) -> bool:
         if c.node_affinity_policy == HONOR and not self._everywhere:
@@ -177,12 +279,13 @@ class _Policies:
 def _count(
     pod: PodInput,
     constraints: list[SpreadConstraint],
+    keys: list[str],
     index: PodIndex,
     nodes: Mapping[str, NodeInput],
     policies: _Policies,
 ) -> list[dict[str, int]]:
-    """Matching pods per domain, for each constraint (only pods on nodes that count for it)."""
-    keys = [c.topology_key for c in constraints]
+    """Matching pods per domain, for each constraint (only pods on nodes that count for it: those
+    carrying all ``keys``, the topology keys of the constraints of its kind), walking them."""
     namespaces = (pod.namespace,)
     out: list[dict[str, int]] = []
     for c in constraints:
@@ -207,16 +310,17 @@ def _count(
 
 def _minimums(
     constraints: list[SpreadConstraint],
+    keys: list[str],
     counts: list[dict[str, int]],
     nodes: Mapping[str, NodeInput],
     policies: _Policies,
 ) -> list[int]:
     """Each constraint's global minimum: 0 when a counted domain has no matching pod or there are
-    fewer domains than minDomains, else the smallest count."""
-    keys = [c.topology_key for c in constraints]
+    fewer domains than minDomains, else the smallest count; walking the nodes (those carrying
+    all ``keys``)."""
     # Constraints that have not yet met a counted domain without matching pods, as
     # (index, topology key, counts).
-    open_ = [(i, keys[i], counts[i]) for i in range(len(constraints))]
+    open_ = [(i, c.topology_key, counts[i]) for i, c in enumerate(constraints)]
     if open_:
         for node in nodes.values():
             labels = node.labels
@@ -240,10 +344,5 @@ def _minimums(
     minimums = [0] * len(constraints)
     for i, _, _ in open_:
         # Every counted domain holds a pod, so the counted domains are exactly counts[i]'s keys.
-        domains = counts[i]
-        min_domains = constraints[i].min_domains
-        if min_domains is None:
-            min_domains = 1
-        if domains and len(domains) >= min_domains:
-            minimums[i] = min(domains.values())
+        minimums[i] = _smallest(counts[i], constraints[i])
     return minimums

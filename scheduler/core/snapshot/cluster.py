@@ -11,6 +11,9 @@ It composes the parts beside it in ``core/snapshot/``, each with one job, and ke
   (a terminating pod holds its GPUs but is no bound member: ``snapshot/holdings.py``);
 - ``records``: every pod bound to a node, ours or not, GPU or not, as the Kubernetes filters read
   it (``PodRecord``), charged to its node's sums;
+- ``topocounts``: the records matching each selector in use per topology domain, and the nodes
+  per domain (``domain_counts``), charged with the records and the nodes' labels: what the
+  spread and inter-pod affinity PreFilter read instead of walking the pods;
 - ``nominations``: what is held on a node for a preemptor while its victims terminate;
 - ``watched``: the watched inputs (namespaces, claims, volumes, budgets, DRA objects, PodGroups,
   Topologies), one keyed collection each;
@@ -57,6 +60,7 @@ from .nodes import Demand, DomainIndex, NodeClass, NodeIndex, NodeState, read_al
 from .nominations import Nominated, Nominations
 from .podindex import PodRecord
 from .records import Records, record_of
+from .topocounts import TopologyCounts
 from .undo import Held, Recorded, Released, Renominated, UndoLog
 from .watched import Inputs
 
@@ -80,6 +84,8 @@ class ClusterState:
         self.gang_bound = self._holdings.gang_bound
         self._records = Records()
         self.index = self._records.index
+        # Matching pods per topology domain for the selectors in use (the filters' PreFilter).
+        self.domain_counts = TopologyCounts()
         self._nominations = Nominations()
         # The request class of every pod held on a known GPU node: the target workload the
         # fragmentation measure weighs placements by (``fragmentation``).
@@ -117,6 +123,7 @@ class ClusterState:
         for key in self._nominations.on(node.name):
             self._charge_nomination(state, self._nominations.by_pod[key], +1)
         old = self.node_index.put(state)
+        self._relabel(node.name, old.node.labels if old else None, node.labels)
         orphans = self._holdings.orphans
         pods = set(old.pods) if old else set()
         pods |= {k for k, h in orphans.items() if h.node == node.name}
@@ -151,6 +158,7 @@ class ClusterState:
         state = self.node_index.pop(name)
         if state is None:
             return
+        self._relabel(name, state.node.labels, None)
         for key in state.pods:
             holding = self.holdings.pop(key, None)
             if holding is not None:
@@ -301,6 +309,7 @@ class ClusterState:
         if node is not None:
             node.charge_record(record, +1)
             self.node_index.refile_shares(node)
+        self.domain_counts.record(record, node.node.labels if node is not None else None, +1)
         self._reprofile(record.key)
 
     def drop_record(self, key: str) -> None:
@@ -316,6 +325,7 @@ class ClusterState:
         if node is not None:
             node.charge_record(record, -1)
             self.node_index.refile_shares(node)
+        self.domain_counts.record(record, node.node.labels if node is not None else None, -1)
         self._reprofile(record.key)
 
     # ---- tentative scopes (snapshot/undo.py) -------------------------------------------------
@@ -431,6 +441,20 @@ class ClusterState:
         return self.node_index.path_of(hierarchy, name)
 
     # ---- internals -------------------------------------------------------------------------
+
+    def _relabel(
+        self, name: str, before: Mapping[str, str] | None, after: Mapping[str, str] | None
+    ) -> None:
+        """The node came (``before`` None), left (``after`` None) or was refreshed: its domains
+        and its pods' move in the topology counts (nothing to do when its labels stay)."""
+        if before == after:
+            return
+        if before is not None:
+            self.domain_counts.node(before, -1)
+        if after is not None:
+            self.domain_counts.node(after, +1)
+        records = self.index.records
+        self.domain_counts.relabel((records[k] for k in self._records.on(name)), before, after)
 
     def _read_device_classes(self) -> None:
         self.dra_extended = extended_resources(self.inputs.device_classes.values())

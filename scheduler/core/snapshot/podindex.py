@@ -8,18 +8,17 @@ symmetric half of InterPodAffinity). No model objects, no containers.
 ``PodIndex`` answers "which pods match this selector in these namespaces" without a scan: an
 inverted index (label key, value) -> pod keys, intersected over the selector's equality
 requirements (matchLabels and single-value In), then checked in full. A selector with no equality
-requirement scans the namespaces named (or every pod). Pods with required anti-affinity are kept
-apart (kube-scheduler's symmetry: an incoming pod must not be where their terms match it), by one
-equality requirement of each term: a term can match an incoming pod only if the pod carries that
-label pair, so only the pods under the incoming pod's own pairs are read, besides those with a
-term that has no equality requirement.
+requirement scans the namespaces named (or every pod). The pods with required anti-affinity are
+listed apart (kube-scheduler's symmetry: an incoming pod must not be where their terms match it);
+the live filter reads their distinct terms from ``topocounts`` instead, and walks them only
+without it (the reference its differential test compares against).
 
 Records leave the index when their pod leaves; every structure here shrinks with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator
 from typing import TypeVar
 
 from msgspec import Struct, field
@@ -52,7 +51,6 @@ class PodRecord(Struct, frozen=True):
 
 class PodIndex:
     __slots__ = (
-        "_anti",
         "_by_label",
         "_by_namespace",
         "_priorities",
@@ -66,9 +64,6 @@ class PodIndex:
         self._by_label: dict[tuple[str, str], set[str]] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self.with_anti: set[str] = set()
-        # The pods with required anti-affinity by one (key, value) each term requires, under
-        # None those with a term that requires none (_anti_keys).
-        self._anti: dict[tuple[str, str] | None, set[str]] = {}
         # How many records of each priority, and how many are terminating: preemption knows in
         # O(1) that no pod could be a victim (the common case: one priority everywhere).
         self._priorities: dict[int, int] = {}
@@ -90,8 +85,6 @@ class PodIndex:
             "by_namespace": len(self._by_namespace),
             "by_namespace_pods": sum(len(keys) for keys in self._by_namespace.values()),
             "with_anti": len(self.with_anti),
-            "anti_by_pair": len(self._anti),
-            "anti_by_pair_pods": sum(len(keys) for keys in self._anti.values()),
             "priorities": len(self._priorities),
             "terminating": self.terminating,
         }
@@ -105,8 +98,6 @@ class PodIndex:
             self._by_label.setdefault(pair, set()).add(key)
         if record.anti_required:
             self.with_anti.add(key)
-            for at in _anti_keys(record.anti_required):
-                self._anti.setdefault(at, set()).add(key)
         self._priorities[record.priority] = self._priorities.get(record.priority, 0) + 1
         self.terminating += record.terminating
 
@@ -119,8 +110,6 @@ class PodIndex:
             _discard(self._by_label, pair, key)
         if record.anti_required:
             self.with_anti.discard(key)
-            for at in _anti_keys(record.anti_required):
-                _discard(self._anti, at, key)
         left = self._priorities[record.priority] - 1
         if left:
             self._priorities[record.priority] = left
@@ -164,42 +153,10 @@ class PodIndex:
             if selector_matches(selector, record.labels):
                 yield record
 
-    def anti_affinity_pods(self, labels: Mapping[str, str]) -> Iterator[PodRecord]:
-        """The pods with required anti-affinity that might match a pod with these labels: every
-        one with a term whose chosen pair the labels hold, or with a term that has no pair."""
-        anti = self._anti
-        keys = set(anti.get(None, ()))
-        for pair in labels.items():
-            found = anti.get(pair)
-            if found:
-                keys |= found
+    def anti_affinity_pods(self) -> Iterator[PodRecord]:
+        """The pods with required anti-affinity (the caller checks their terms)."""
         records = self.records
-        return (records[k] for k in keys)
-
-
-def _anti_keys(terms: tuple[PodAffinityTerm, ...]) -> list[tuple[str, str] | None]:
-    """One (key, value) each term's selector requires (matchLabels first, else a single-value
-    In); [None] when some term requires none (it may match any labels). A term without a
-    selector matches no pod and needs none."""
-    out: list[tuple[str, str] | None] = []
-    for term in terms:
-        selector = term.label_selector
-        if selector is None:
-            continue
-        pair = next(iter(selector.match_labels.items()), None)
-        if pair is None:
-            pair = next(
-                (
-                    (r.key, r.values[0])
-                    for r in selector.match_expressions
-                    if r.operator == "In" and len(r.values) == 1
-                ),
-                None,
-            )
-        if pair is None:
-            return [None]
-        out.append(pair)
-    return out
+        return (records[k] for k in self.with_anti)
 
 
 K = TypeVar("K", bound=Hashable)

@@ -1,0 +1,113 @@
+"""What must hold, read from the apiserver's truth (and, once the world is quiet, each replica's
+snapshot). Each check returns its violations as lines of text (empty: it holds).
+
+After every step:
+- ``double_gpus``: no whole GPU held by two pods the apiserver shows bound and not finished
+  (terminating pods still hold theirs: the kubelet runs them until they end);
+- ``fencing``: at most one leader's decisions reach the apiserver per term: once a Binding of
+  a later term has landed, none of an earlier term may (the binder's fencing rule, issue 12 #3).
+
+Once the world is quiet (no fault, every stream caught up, time passed: ``Machine.quiesce``):
+- ``partial_gangs``: no gang generation the world left alone has fewer than its minimum bound;
+- ``drift``: each replica's per-node sums equal those of a fresh LIST (the issue-20 auditor's
+  rule, core/snapshot/nodesums.py);
+- ``liveness``: every pending pod of ours has a reason written (PodScheduled=False), and no
+  pending single pod fits a node whose GPUs the apiserver shows free.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from scheduler.core.formats import devices as devices_format
+from scheduler.core.model.names import DEVICES_ANNOTATION
+from scheduler.core.model.objects import PodInput
+from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot import nodesums
+
+from .world import NAME, Landed, SimApiserver, SimReplica
+
+
+def live_bound(pods: Iterable[PodInput]) -> list[PodInput]:
+    return [p for p in pods if p.node_name and not p.finished]
+
+
+def gpus_of(pod: PodInput) -> tuple[int, ...]:
+    return devices_format.decode(pod.annotations.get(DEVICES_ANNOTATION, ""))
+
+
+def double_gpus(api: SimApiserver) -> list[str]:
+    holders: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for pod in live_bound(api.pods.values()):
+        for gpu in gpus_of(pod):
+            holders[pod.node_name, gpu].append(pod.name)
+    return [
+        f"GPU {node}/{gpu} held by {' and '.join(sorted(pods))}"
+        for (node, gpu), pods in sorted(holders.items())
+        if len(pods) > 1
+    ]
+
+
+def fencing(landed: list[Landed]) -> list[str]:
+    out = []
+    latest: Landed | None = None
+    for bind in landed:
+        if latest is not None and 0 <= bind.term < latest.term:
+            out.append(
+                f"{bind.key} bound by {bind.holder} (epoch {bind.epoch}) after "
+                f"{latest.key} was bound by {latest.holder} (epoch {latest.epoch}), a later leader"
+            )
+        if latest is None or bind.term > latest.term:
+            latest = bind
+    return out
+
+
+def partial_gangs(api: SimApiserver, minimums: dict[str, int], disturbed: set[str]) -> list[str]:
+    """``minimums``: each gang generation's minimum (a generation: the pods created together,
+    named ``<generation>-<i>``); ``disturbed``: generations a member of which the world deleted
+    or finished (they may legitimately be below their minimum)."""
+    bound: dict[str, int] = defaultdict(int)
+    for pod in live_bound(api.pods.values()):
+        generation = pod.name.rpartition("-")[0]
+        if generation in minimums and not pod.deleting:
+            bound[generation] += 1
+    return [
+        f"gang {g} has {bound[g]} of its minimum {m} bound"
+        for g, m in sorted(minimums.items())
+        if g not in disturbed and 0 < bound[g] < m
+    ]
+
+
+def drift(api: SimApiserver, replica: SimReplica) -> list[str]:
+    names = [n.name for n in api.nodes]
+    truth = nodesums.listed(live_bound(api.pods.values()), CoreSettings(), names)
+    held = nodesums.held(replica.s.state, names)
+    out = []
+    for name in names:
+        for line in nodesums.differences(held.get(name, nodesums.NodeSums()), truth[name]):
+            out.append(f"{replica.name}'s snapshot of {name}: {line}")
+    return out
+
+
+def liveness(api: SimApiserver, gangs: set[str]) -> list[str]:
+    free = dict(api.gpus)
+    for pod in live_bound(api.pods.values()):
+        if pod.node_name in free:
+            free[pod.node_name] -= len(gpus_of(pod))
+    most = max(free.values(), default=0)
+    out = []
+    for key, pod in sorted(api.pods.items()):
+        if pod.scheduler_name != NAME or pod.node_name or pod.deleting or pod.finished:
+            continue
+        reason = api.unschedulable.get(key)
+        if reason is None or reason[0] != pod.uid:
+            out.append(f"{pod.name} is pending with no reason written")
+        gang = pod.name.rpartition("-")[0] in gangs
+        if not gang and requested_gpus(pod) <= most:
+            out.append(f"{pod.name} is pending though a node has {most} GPUs free")
+    return out
+
+
+def requested_gpus(pod: PodInput) -> int:
+    return sum(int(c.limits.get("nvidia.com/gpu", "0")) for c in pod.containers)

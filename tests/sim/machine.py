@@ -1,0 +1,521 @@
+"""The search: a Hypothesis state machine whose rules are the world's actions and faults, and
+whose invariants are invariants.py's checks. Hypothesis draws the schedule (which rule, with
+which arguments, how long between), runs it on a fresh world, and on a violation shrinks the
+schedule to a shortest one that still fails; the failure names the seed and prints that
+schedule twice: as Hypothesis' replayable steps (``state = SimMachine(); state.create_pod(...)``)
+and as this world's timeline (simulated time, what happened, every Binding landed, every
+election).
+
+The world: two nodes of two GPUs (contention is the point), two replicas of the scheduler (a
+third during a rolling update), the memory store (or the real Redis store: ``--redis`` in
+soak.py). Pod names come from small pools so that names are reused (a pod recreated under its
+name, a gang restarted).
+
+Actions: single pods created, deleted (terminating first, then reaped), finished, recreated
+under the same name; gangs by labels and by PodGroup created and restarted (old members
+terminating while the new ones come). Faults: the next Binding's answer lost, timed out, 403,
+404 or 409 after committing, 500; an etcd stall of up to 30 s (longer than the lease: writes
+commit when it ends); reads failing; either pod stream of either replica lagging, or
+re-listing (410: a LIST delivered when the stream catches up); the leader's SIGTERM (a rolling
+update: the new replica starts first) and SIGKILL; a FLUSHALL of the store. Time passes between
+steps (``tick``); ``quiesce`` ends every fault, lets 120 s pass and checks the quiet-world
+invariants (so does the end of every run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import msgspec
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from scheduler.core.model.names import GANG_REPLICA_LABEL, POD_GROUP_LABEL
+from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput, ResourceClaimInput
+from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
+from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
+from scheduler.kube.podgroups import POD_GROUPS
+from scheduler.state.base import Store
+from scheduler.state.memory import MemoryStore
+from tests.builders import MakeNode, MakePod
+
+from . import invariants
+from .vloop import Livelock, VirtualLoop
+from .world import NAME, SimApiserver, World
+
+NODES = {"n1": 2, "n2": 2}
+SINGLE_NAMES = ("a", "b", "c", "d", "e")
+GANG_JOBS = ("j", "k")
+OTHER_NAMES = ("o1", "o2")
+BIND_FAULTS = {
+    "lose": "commits, its answer lost",
+    "timeout": "never reaches etcd (the client times out)",
+    "slow": "hangs 20s in a slow apiserver, then commits",
+    "403": "is refused 403",
+    "404": "commits, answered 404",
+    "409": "commits, answered 409",
+    "500": "is refused 500",
+    "claim-fail": "has its ResourceClaim write fail first",
+    "claim-timeout": "has its ResourceClaim write time out first",
+}
+STEP_S = 0.1  # time that passes after every action
+QUIET_S = 120.0  # quiet time: a lease, a new leader, its 60 s for unsettled Bindings
+
+
+@dataclass
+class Stats:
+    """Counts over every run of the process (soak.py prints them)."""
+
+    steps: int = 0
+    checks: int = 0
+    runs: int = 0
+    simulated_s: float = 0.0
+
+
+@dataclass
+class Backend:
+    """Where the replicas' store lives: made fresh for each run, flushed on demand."""
+
+    make: Callable[[Callable[[], float]], Store] = MemoryStore
+    flush: Callable[[Store, Callable[[], float]], Coroutine[Any, Any, None]] | None = None
+    io_busy: Callable[[], bool] = field(default=lambda: False)
+    on_jump: Callable[[float], None] = field(default=lambda seconds: None)
+
+
+async def _flush_memory(store: Store, clock: Callable[[], float]) -> None:
+    assert isinstance(store, MemoryStore)
+    store.__init__(clock)  # type: ignore[misc]
+
+
+class SimMachine(RuleBasedStateMachine):
+    stats: ClassVar[Stats] = Stats()
+    # Rules left out of the search (soak.py --without): to look past a bug already found.
+    disabled: ClassVar[frozenset[str]] = frozenset()
+    backend: ClassVar[Backend] = Backend(flush=_flush_memory)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = VirtualLoop()
+        self.loop.io_busy = self.backend.io_busy
+        self.loop.on_jump = self.backend.on_jump
+        self.started = self.loop.time()
+        nodes = [MakeNode().Name(n).GPUs(g).Obj() for n, g in NODES.items()]
+        self.store = self.backend.make(self.loop.time)
+        self.api = SimApiserver(nodes, dict(NODES))
+        self.world = World(self.loop, self.store, self.api)
+        self.timeline: list[tuple[float, str]] = []  # (simulated time, what happened)
+        self.seen_binds = 0
+        self.seen_terms = 0
+        self.minimums: dict[str, int] = {}  # gang generation -> minimum
+        self.disturbed: set[str] = set()
+        self.generation = 0
+        self.violations: list[str] = []
+        self.saved: tuple[dict[str, PodInput], int] | None = None
+        type(self).stats.runs += 1
+        self._run(self._start())
+        self._record()
+
+    def enabled(self, rule: str) -> bool:
+        return rule not in self.disabled
+
+    async def _start(self) -> None:
+        self.world.start_replica()
+        self.world.start_replica()
+
+        await asyncio.sleep(1.0)
+
+    # ---- running the world -----------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            self.loop.run_until_complete(coro)
+        except Livelock as exc:
+            self._fail([str(exc)])
+
+    def _inside(self, action: Callable[[], object]) -> None:
+        """Run ``action`` inside the loop (what it starts needs a running loop)."""
+
+        async def run() -> None:
+            action()
+
+        self._run(run())
+
+    def _advance(self, seconds: float) -> None:
+        self._run(asyncio.sleep(seconds))
+        self._record()
+
+    def _note(self, what: str) -> None:
+        self.timeline.append((self.loop.time(), what))
+
+    def _record(self) -> None:
+        """The Bindings that landed and the elections since the last step, into the timeline,
+        each at the time it happened."""
+        happened = []
+        for (holder, epoch), at in zip(
+            self.world.terms[self.seen_terms :],
+            self.world.elected_at[self.seen_terms :],
+            strict=True,
+        ):
+            happened.append((at, f"  {holder} elected (epoch {epoch})"))
+        self.seen_terms = len(self.world.terms)
+        for b in self.api.landed[self.seen_binds :]:
+            what = f"  {b.key.split('/')[1]} bound on {b.node}/{b.devices} by {b.holder}"
+            happened.append((b.at, what + f" (epoch {b.epoch})"))
+        self.seen_binds = len(self.api.landed)
+        for at, what in sorted(happened, key=lambda h: h[0]):
+            self.timeline.append((at, what))
+
+    def _act(self, what: str) -> None:
+        type(self).stats.steps += 1
+        self._note(what)
+
+    def teardown(self) -> None:
+        try:
+            if not self.violations:
+                self._quiet_checks()
+        finally:
+            type(self).stats.simulated_s += self.loop.time() - self.started
+            with contextlib.suppress(Livelock):  # what spun before spins no more once stopped
+                self.loop.run_until_complete(self.world.shutdown())
+            self.loop.close()
+            with contextlib.suppress(Exception):
+                asyncio.set_event_loop(None)
+
+    def _fail(self, found: list[str]) -> None:
+        if not found:
+            return
+        self.violations = found
+        lines = "\n".join(
+            f"{at - self.started:9.2f}s  {what}"
+            for at, what in sorted(self.timeline, key=lambda entry: entry[0])
+        )
+        raise AssertionError(
+            "\n".join(found)
+            + "\n\ntimeline (simulated time):\n"
+            + lines
+            + "\n\nat the end:\n"
+            + "\n".join(self._replica_states())
+        )
+
+    def _replica_states(self) -> list[str]:
+        out = []
+        for r in self.world.replicas:
+            if r.state == "stopped":
+                continue
+            role = "leader" if r.leading else "standby"
+            stages = ", ".join(
+                f"{e.key.split('/')[1]}:{e.stage.value}"
+                for e in sorted(r.s.book.entries.values(), key=lambda e: e.key)
+            )
+            out.append(f"  {r.name} ({role}, epoch {r.leadership.epoch}): {stages}")
+        return out
+
+    # ---- pods ------------------------------------------------------------------------------
+
+    def _pods(self) -> list[PodInput]:
+        return sorted(self.api.pods.values(), key=lambda p: p.key)
+
+    def _pick(self, index: int, which: Callable[[PodInput], bool]) -> PodInput | None:
+        pods = [p for p in self._pods() if which(p)]
+        return pods[index % len(pods)] if pods else None
+
+    @precondition(lambda self: self.enabled("create_pod"))
+    @rule(name=st.sampled_from(SINGLE_NAMES), gpus=st.integers(1, 2), claim=st.booleans())
+    def create_pod(self, name: str, gpus: int, claim: bool) -> None:
+        """A single pod; with ``claim``, it also has a ResourceClaim (DRA) a driver allocated,
+        which the binder reserves for it before each Binding."""
+        if f"default/{name}" in self.api.pods:
+            return
+        claim = claim and self.enabled("claims")
+        self._act(f"create {name} ({gpus} GPU" + (", a ResourceClaim)" if claim else ")"))
+        pod = MakePod().Name(name).Req(gpus).Obj()
+        if claim:
+            allocated = ResourceClaimInput(
+                "default", f"{name}-claim", uid=f"claim-{name}", allocated=True
+            )
+            self.api.claims[allocated.key] = allocated
+            for r in self.world.running():
+                self._inside(
+                    functools.partial(r.s.intake.event, RESOURCE_CLAIMS, "ADDED", allocated)
+                )
+            pod = msgspec.structs.replace(
+                pod, resource_claims=(PodClaim("gpu", claim=allocated.name),)
+            )
+        self.api.create(pod)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("create_other"))
+    @rule(name=st.sampled_from(OTHER_NAMES), node=st.sampled_from(sorted(NODES)))
+    def create_other(self, name: str, node: str) -> None:
+        """A pod of another scheduler (a Job's, a DaemonSet's), bound by it: cpu, no GPU."""
+        if f"default/{name}" in self.api.pods:
+            return
+        self._act(f"create {name} of default-scheduler, bound on {node} (1 cpu)")
+        pod = MakePod().Name(name).Requests(cpu="1").Bound(node).Obj()
+        self.api.create(msgspec.structs.replace(pod, scheduler_name="default-scheduler"))
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("create_gang"))
+    @rule(
+        job=st.sampled_from(GANG_JOBS),
+        size=st.integers(2, 3),
+        podgroup=st.booleans(),
+    )
+    def create_gang(self, job: str, size: int, podgroup: bool) -> None:
+        if any(p.labels.get("job") == job for p in self.api.pods.values()):
+            return
+        self._create_gang(job, size, podgroup)
+        self._advance(STEP_S)
+
+    def _create_gang(self, job: str, size: int, podgroup: bool) -> None:
+        self.generation += 1
+        generation = f"{job}{self.generation}"
+        self.minimums[generation] = size
+        how = "PodGroup" if podgroup else "labels"
+        self._act(f"create gang {generation} of {size} x 1 GPU ({how})")
+        if podgroup:
+            group = PodGroupInput(POD_GROUPS.group, "default", job, min_member=size)
+            self.api.groups[group.key] = group
+            for r in self.world.running():
+                self._inside(functools.partial(r.s.intake.event, POD_GROUP_KIND, "ADDED", group))
+        for i in range(size):
+            pod = MakePod().Name(f"{generation}-{i}").Req(1).Label("job", job)
+            pod = pod.Label(POD_GROUP_LABEL, job) if podgroup else pod.Gang(job, size)
+            self.api.create(pod.Obj())
+
+    @precondition(lambda self: self.enabled("restart_gang"))
+    @rule(index=st.integers(0, 99))
+    def restart_gang(self, index: int) -> None:
+        """A JobSet or Kubeflow restart: the members are deleted (terminating) and new ones
+        come under new names, the same gang."""
+        old = self._pick(index, lambda p: "job" in p.labels and not p.deleting)
+        if old is None:
+            return
+        job = old.labels["job"]
+        members = [p for p in self._pods() if p.labels.get("job") == job and not p.deleting]
+        self._act(f"restart gang {job}: {', '.join(p.name for p in members)} terminating")
+        for p in members:
+            self._terminate(p)
+        size = int(old.labels.get(GANG_REPLICA_LABEL, "0")) or len(members)
+        self._create_gang(job, size, POD_GROUP_LABEL in old.labels)
+        self._advance(STEP_S)
+
+    def _terminate(self, pod: PodInput) -> None:
+        self.disturbed.add(pod.name.rpartition("-")[0])
+        if pod.node_name:
+            self.api.put(msgspec.structs.replace(pod, deleting=True))
+        else:
+            self.api.remove(pod.key)
+
+    @precondition(lambda self: self.enabled("delete_pod"))
+    @rule(index=st.integers(0, 99), graceful=st.booleans())
+    def delete_pod(self, index: int, graceful: bool) -> None:
+        pod = self._pick(index, lambda p: not p.deleting)
+        if pod is None:
+            return
+        self._act(f"delete {pod.name}" + (" (terminating)" if graceful else ""))
+        if graceful:
+            self._terminate(pod)
+        else:
+            self.disturbed.add(pod.name.rpartition("-")[0])
+            self.api.remove(pod.key)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("reap"))
+    @rule()
+    def reap(self) -> None:
+        """Terminating pods end: their containers stopped, the kubelet deletes them."""
+        gone = [p for p in self._pods() if p.deleting]
+        if not gone:
+            return
+        self._act(f"terminated: {', '.join(p.name for p in gone)}")
+        for p in gone:
+            self.api.remove(p.key)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("finish_pod"))
+    @rule(index=st.integers(0, 99))
+    def finish_pod(self, index: int) -> None:
+        pod = self._pick(index, lambda p: bool(p.node_name) and not p.finished)
+        if pod is None:
+            return
+        self._act(f"{pod.name} succeeded")
+        self.disturbed.add(pod.name.rpartition("-")[0])
+        self.api.put(msgspec.structs.replace(pod, phase="Succeeded"))
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("recreate_pod"))
+    @rule(index=st.integers(0, 99), gpus=st.integers(1, 2))
+    def recreate_pod(self, index: int, gpus: int) -> None:
+        """Deleted and created again under its name with a new UID, maybe asking for another
+        number of GPUs (a StatefulSet's pod, a training job's worker restarted, ``kubectl
+        replace``)."""
+        pod = self._pick(
+            index,
+            lambda p: p.scheduler_name == NAME and "job" not in p.labels and not p.deleting,
+        )
+        if pod is None:
+            return
+        self._act(f"recreate {pod.name} (new UID, {gpus} GPU)")
+        self.api.remove(pod.key)
+        spec = MakePod().Name(pod.name).Req(gpus).Obj()
+        fresh = msgspec.structs.replace(spec, resource_claims=pod.resource_claims)
+        self.api.create(fresh)
+        self._advance(STEP_S)
+
+    # ---- faults ----------------------------------------------------------------------------
+
+    @precondition(lambda self: self.enabled("bind_fault"))
+    @rule(kind=st.sampled_from(sorted(BIND_FAULTS)))
+    def bind_fault(self, kind: str) -> None:
+        if not self.enabled(kind):
+            return
+        self._act(f"fault: the next Binding {BIND_FAULTS[kind]}")
+        if kind.startswith("claim-"):
+            self.api.claim_faults.append(kind.removeprefix("claim-"))
+        else:
+            self.api.bind_faults.append(kind)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("stall") and not self.api.stalled)
+    @rule(seconds=st.sampled_from([2.0, 8.0, 20.0, 30.0]))
+    def stall(self, seconds: float) -> None:
+        self._act(f"etcd stalls for {seconds:.0f}s")
+        self.api.stalled = True
+        self.loop.call_later(seconds, self._end_stall)
+        self._advance(STEP_S)
+
+    def _end_stall(self) -> None:
+        if self.api.stalled:
+            self._note("etcd answers again")
+            self.api.end_stall()
+
+    @precondition(lambda self: self.enabled("reads_fail"))
+    @rule(seconds=st.sampled_from([1.0, 10.0]))
+    def reads_fail(self, seconds: float) -> None:
+        self._act(f"pod reads fail for {seconds:.0f}s")
+        self.api.reads_fail = True
+
+        def back() -> None:
+            self.api.reads_fail = False
+
+        self.loop.call_later(seconds, back)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("lag"))
+    @rule(
+        which=st.integers(0, 2),
+        stream=st.sampled_from(["pending", "bound"]),
+        seconds=st.sampled_from([1.0, 5.0, 20.0]),
+    )
+    def lag(self, which: int, stream: str, seconds: float) -> None:
+        running = self.world.running()
+        r = running[which % len(running)]
+        self._act(f"{r.name}'s {stream} watch lags {seconds:.0f}s")
+        r.streams.paused[stream] = True
+
+        def caught_up() -> None:
+            r.streams.paused[stream] = False
+
+        self.loop.call_later(seconds, caught_up)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("relist"))
+    @rule(which=st.integers(0, 2), stream=st.sampled_from(["pending", "bound"]))
+    def relist(self, which: int, stream: str) -> None:
+        running = self.world.running()
+        r = running[which % len(running)]
+        self._act(f"{r.name}'s {stream} watch re-lists (410 Gone)")
+        r.streams.relist(stream, *self.api.listed(stream))
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("handover") and len(self.world.running()) <= 2)
+    @rule()
+    def handover(self) -> None:
+        """A rolling update: a new replica starts, then the leader gets SIGTERM."""
+        leader = self.world.leader()
+        if leader is None:
+            return
+        self._inside(self.world.start_replica)
+        new = self.world.replicas[-1]
+        self._act(f"rolling update: {new.name} started, {leader.name} gets SIGTERM")
+        self._inside(leader.sigterm)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("kill"))
+    @rule()
+    def kill(self) -> None:
+        leader = self.world.leader()
+        if leader is None:
+            return
+        self._act(f"{leader.name} gets SIGKILL")
+        self._inside(leader.sigkill)
+        self._inside(self.world.start_replica)
+        new = self.world.replicas[-1]
+        self._note(f"  {new.name} started")
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("etcd_restore"))
+    @rule(restore=st.booleans())
+    def etcd_restore(self, restore: bool) -> None:
+        """An etcd backup now; or a restore of the last one (without --bump-revision)."""
+        if not restore:
+            self._act("etcd backup")
+            self.saved = self.api.backup()
+        elif self.saved is not None:
+            self._act("etcd restored from the backup: resourceVersions go back")
+            self.api.restore(self.saved)
+            self.disturbed.update(self.minimums)  # gangs may be cut in two by the restore
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("flush_store"))
+    @rule()
+    def flush_store(self) -> None:
+        if self.backend.flush is None:
+            return
+        self._act("FLUSHALL: the store loses everything")
+        self._run(self.backend.flush(self.store, self.loop.time))
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("tick"))
+    @rule(seconds=st.sampled_from([0.5, 2.0, 5.0, 16.0]))
+    def tick(self, seconds: float) -> None:
+        self._act(f"{seconds:.1f}s pass")
+        self._advance(seconds)
+
+    @precondition(lambda self: self.enabled("quiesce"))
+    @rule()
+    def quiesce(self) -> None:
+        self._act("quiet: faults end")
+        self._quiet_checks()
+
+    # ---- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def safe(self) -> None:
+        type(self).stats.checks += 2
+        self._fail(invariants.double_gpus(self.api) + invariants.fencing(self.api.landed))
+
+    def _quiet_checks(self) -> None:
+        self._end_stall()
+        self.api.bind_faults.clear()
+        self.api.claim_faults.clear()
+        self.api.reads_fail = False
+        for r in self.world.running():
+            r.streams.paused = {"pending": False, "bound": False}
+        if not any(r.state == "running" for r in self.world.running()):
+            self._inside(self.world.start_replica)
+        self._advance(QUIET_S)
+        self._note(f"(quiet for {QUIET_S:.0f}s)")
+        found = invariants.double_gpus(self.api) + invariants.fencing(self.api.landed)
+        found += invariants.partial_gangs(self.api, self.minimums, self.disturbed)
+        for r in self.world.running():
+            found += invariants.drift(self.api, r)
+        found += invariants.liveness(self.api, set(self.minimums))
+        type(self).stats.checks += 5
+        self._fail(found)

@@ -1,0 +1,241 @@
+"""``make soak-sim``: the simulation for a chosen time or number of steps, over many seeds.
+
+    python -m tests.sim.soak [--seconds S] [--steps N] [--seed FIRST] [--jobs J]
+                             [--runs-per-seed R] [--steps-per-run K] [--without RULE,...]
+                             [--mutant NAME|all] [--timelines] [--redis] [--stop-at-first]
+
+Each seed is one Hypothesis search (``--runs-per-seed`` runs of up to ``--steps-per-run``
+steps) in a process of its own, forked from this one before it ran anything: a seed's run
+depends on nothing but the seed and the options (the live scheduler iterates sets of objects
+hashed by address, so a run in a process with another history could take another turn).
+``--jobs`` seeds run at once. A violation is shrunk to its shortest schedule and printed with
+its seed. The end prints steps per second, invariants checked, the seeds run and every
+violation. ``--seed S --steps 1`` replays seed S (with the same options; the make target fixes
+PYTHONHASHSEED). ``--mutant`` applies one mutant (mutants.py) or each in turn, and says which
+the simulation found.
+
+Exit status: 0 when no violation was found (with --mutant: when every mutant was found).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import multiprocessing
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.pool import AsyncResult, Pool
+
+import structlog
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.internal.conjecture import engine
+from hypothesis.stateful import run_state_machine_as_test
+
+from . import mutants, timelines
+from .machine import SimMachine, Stats
+
+
+def quiet_logs() -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    logging.disable(logging.CRITICAL)
+
+
+def search(seed: int, runs: int, steps: int, shrink: bool = True) -> str | None:
+    """One seed's search in this process; the violation with its timeline (shrunk unless
+    ``shrink`` is False: a quick yes or no), or None."""
+    machine = type(f"SimMachine_{seed}", (SimMachine,), {"_hypothesis_internal_use_seed": seed})
+    config = settings(
+        max_examples=runs,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.shrink] if shrink else [Phase.generate],
+        print_blob=False,
+        report_multiple_bugs=False,  # one violation, shrunk (the next seed finds the others)
+    )
+    try:
+        run_state_machine_as_test(machine, settings=config)
+    except AssertionError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class Job:
+    seed: int
+    runs: int
+    steps: int
+    disabled: frozenset[str]
+    mutant: str = ""
+    shrink: bool = True
+
+
+def run_job(job: Job) -> tuple[str | None, Stats]:
+    """A job in a fresh child process: its violation (or None) and its counts."""
+    SimMachine.disabled = job.disabled
+    with mutants.applied(job.mutant) if job.mutant else contextlib.nullcontext():
+        violation = search(job.seed, job.runs, job.steps, job.shrink)
+    return violation, SimMachine.stats
+
+
+class Runner:
+    """Jobs in forked children, one fresh child per job, ``jobs`` at a time; the counts of
+    every finished job summed."""
+
+    def __init__(self, jobs: int) -> None:
+        self.pool: Pool = multiprocessing.get_context("fork").Pool(jobs, maxtasksperchild=1)
+        self.jobs = jobs
+        self.stats = Stats()
+
+    def submit(self, job: Job) -> AsyncResult[tuple[str | None, Stats]]:
+        return self.pool.apply_async(run_job, (job,))
+
+    def result(self, pending: AsyncResult[tuple[str | None, Stats]]) -> str | None:
+        violation, stats = pending.get()
+        self.stats.steps += stats.steps
+        self.stats.checks += stats.checks
+        self.stats.runs += stats.runs
+        self.stats.simulated_s += stats.simulated_s
+        return violation
+
+    def run(self, job: Job) -> str | None:
+        return self.result(self.submit(job))
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()
+
+
+def seeds(first: int) -> Iterator[int]:
+    seed = first
+    while True:
+        yield seed
+        seed += 1
+
+
+def soak(args: argparse.Namespace, runner: Runner) -> list[tuple[int, str]]:
+    """Seeds from ``--seed`` on, ``--jobs`` at a time, until the budget is spent."""
+    found: list[tuple[int, str]] = []
+    ran: list[int] = []
+    start = time.perf_counter()
+    stats = runner.stats
+    disabled = frozenset(filter(None, args.without.split(",")))
+    in_flight: list[tuple[int, AsyncResult[tuple[str | None, Stats]]]] = []
+    next_seed = seeds(args.seed)
+
+    def spent() -> bool:
+        if args.steps and stats.steps >= args.steps:
+            return True
+        return bool(args.seconds) and time.perf_counter() - start >= args.seconds
+
+    while True:
+        while len(in_flight) < runner.jobs and not spent() and not (found and args.stop_at_first):
+            seed = next(next_seed)
+            job = Job(seed, args.runs_per_seed, args.steps_per_run, disabled)
+            in_flight.append((seed, runner.submit(job)))
+        if not in_flight:
+            break
+        seed, pending = in_flight.pop(0)
+        violation = runner.result(pending)
+        ran.append(seed)
+        if violation is not None:
+            found.append((seed, violation))
+            print(f"\n=== seed {seed}: VIOLATION\n{violation}\n", flush=True)
+    elapsed = time.perf_counter() - start
+    print(
+        f"\n{stats.steps} steps in {elapsed:.1f}s ({stats.steps / max(elapsed, 1e-9):.0f} steps/s,"
+        f" {runner.jobs} jobs), {stats.runs} runs, {stats.simulated_s / 3600:.1f} simulated hours,"
+        f" {stats.checks} invariant checks; seeds {min(ran, default=0)}..{max(ran, default=0)}"
+        f" ({len(ran)}); {len(found)} with a violation"
+        + (f": {sorted(s for s, _ in found)}" if found else ""),
+        flush=True,
+    )
+    return found
+
+
+def hunt(name: str, args: argparse.Namespace, runner: Runner) -> bool:
+    """Search with the mutant ``name`` applied, seed after seed, until a seed's search fails
+    with it and passes without it (a seed draws the same schedules until its first failure: a
+    failure that main shares is one of main's own bugs, not the mutant's)."""
+    mutant = mutants.MUTANTS[name]
+    print(f"\n##### mutant {name}: {mutant.bug}", flush=True)
+    disabled = mutant.disabled()
+    start = time.perf_counter()
+    steps_before = runner.stats.steps
+    for seed in seeds(args.seed):
+        if time.perf_counter() - start >= args.seconds:
+            break
+        quick = Job(seed, args.runs_per_seed, args.steps_per_run, disabled, name, shrink=False)
+        violation = runner.run(quick)
+        if violation is None:
+            continue
+        if runner.run(Job(seed, quick.runs, quick.steps, disabled, shrink=False)) is not None:
+            print(f"seed {seed}: a violation main has too; searching on", flush=True)
+            continue
+        # Again, shrunk to its shortest schedule.
+        violation = runner.run(Job(seed, quick.runs, quick.steps, disabled, name)) or violation
+        elapsed = time.perf_counter() - start
+        print(f"FOUND at seed {seed} after {elapsed:.1f}s:\n{violation}\n", flush=True)
+        return True
+    steps = runner.stats.steps - steps_before
+    print(f"MISSED: {steps} steps in {time.perf_counter() - start:.1f}s found nothing", flush=True)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="soak-sim", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=0.0)
+    parser.add_argument("--steps", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--runs-per-seed", type=int, default=10)
+    parser.add_argument("--steps-per-run", type=int, default=60)
+    parser.add_argument("--mutant", default="")
+    parser.add_argument("--stop-at-first", action="store_true")
+    parser.add_argument("--redis", action="store_true")
+    parser.add_argument("--without", default="", help="rules left out, comma-separated")
+    parser.add_argument("--shrink-seconds", type=int, default=60)
+    parser.add_argument(
+        "--timelines", action="store_true", help="replay the hand-written timelines first"
+    )
+    args = parser.parse_args(argv)
+    if not args.seconds and not args.steps:
+        args.seconds = 60.0
+    quiet_logs()
+    # Hypothesis' own cap on the time one shrink may take (300 s; no public setting): a soak
+    # wants the next seed sooner, and a minute gets these schedules to a handful of steps.
+    engine.MAX_SHRINKING_SECONDS = args.shrink_seconds
+    if args.redis:
+        from .redisbackend import redis_backend
+
+        with redis_backend() as backend:
+            SimMachine.backend = backend
+            args.jobs = 1  # one redis-server, one run at a time
+            return _main(args)
+    return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
+    runner = Runner(args.jobs)
+    try:
+        if args.timelines:
+            for name in timelines.TIMELINES:
+                violation = runner.pool.apply(timelines.replay, (name,))
+                verdict = f"VIOLATION\n{violation}" if violation else "holds"
+                print(f"\n=== timeline {name}: {verdict}", flush=True)
+        if not args.mutant:
+            return 1 if soak(args, runner) else 0
+        names = list(mutants.MUTANTS) if args.mutant == "all" else [args.mutant]
+        missed = [name for name in names if not hunt(name, args, runner)]
+    finally:
+        runner.close()
+    print(f"\nmutants found: {len(names) - len(missed)}/{len(names)}; missed: {missed or 'none'}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

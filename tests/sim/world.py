@@ -1,0 +1,537 @@
+"""The simulated world: a fake apiserver with watch streams and faults, and replicas of the live
+scheduler that run as they do in production (``Leadership.run`` and ``Scheduler.run`` as tasks),
+all on one virtual clock (vloop.py).
+
+- ``SimApiserver`` holds the truth: pods (with resourceVersions, as etcd gives them) and
+  PodGroups. Every change is fanned out to each replica's two pod streams with the field
+  selectors app.py watches with (pending: ours and unbound; bound: a node and not finished), as
+  the apiserver's watch cache does (an object leaving a selector is a DELETED of its previous
+  state at the new version). Faults: a stall (no write answers; the writes commit, in order,
+  when it ends, as after an etcd stall), one-shot faults on the next Binding (answer lost,
+  timeout, 403, 404, 409, 500) and on the next claim write, failing reads.
+- ``Streams``: one replica's two watches. A stream can lag (paused: events queue) and re-list
+  (a LIST taken now, delivered before the events after it: a LIST in transit while the stream
+  lags); the pump task delivers every 200 ms of simulated time (slow, not lagging).
+- ``SimReplica``: one scheduler process: the real ``Scheduler`` with its ``Leadership`` on the
+  shared store, started with synced watches (app.py's order), stopped by SIGTERM (drain, then
+  the lease released: app.py's shutdown) or SIGKILL (every task cancelled, nothing more).
+- ``World``: the apiserver, the store, the replicas, and the record the invariants read: which
+  leader term sent each Binding that landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from scheduler.core.model.names import DEVICES_ANNOTATION
+from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput, ResourceClaimInput
+from scheduler.core.settings import CoreSettings
+from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
+from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
+from scheduler.kube.api import BindResult
+from scheduler.kube.podgroups import POD_GROUPS, Eviction, EvictResult, Write
+from scheduler.kube.tuning import REQUEST_TIMEOUT_S
+from scheduler.service.leader import Leadership, LeaseTiming
+from scheduler.service.metrics import Metrics
+from scheduler.service.scheduler import Scheduler
+from scheduler.state.base import Store
+
+NAME = "topo-scheduler"
+TIMING = LeaseTiming()  # production's: lease 15 s, renew 5 s, retry 2 s
+WATCH_PERIOD_S = 0.2
+SLOW_S = 20.0  # a "slow" Binding commits this long after it was sent: longer than the lease
+
+Pending = Callable[[PodInput], bool]
+
+
+def pending_selector(pod: PodInput) -> bool:
+    """app.py's pending watch: ``spec.schedulerName=<ours>,spec.nodeName=``."""
+    return pod.scheduler_name == NAME and not pod.node_name
+
+
+def bound_selector(pod: PodInput) -> bool:
+    """app.py's bound watch: ``spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed``."""
+    return bool(pod.node_name) and pod.phase not in ("Succeeded", "Failed")
+
+
+SELECTORS: dict[str, Pending] = {"pending": pending_selector, "bound": bound_selector}
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A Binding that committed: the pod, where, and the leader term that sent it."""
+
+    key: str
+    uid: str
+    node: str
+    devices: str
+    holder: str
+    epoch: int
+    term: int  # the index of (holder, epoch) in ``World.terms`` (-1: unknown)
+    at: float
+
+
+class Streams:
+    """One replica's two pod watches (pending, bound): queues of events, a LIST that may be in
+    transit, and whether each stream lags."""
+
+    def __init__(self, replica: SimReplica) -> None:
+        self.replica = replica
+        self.queues: dict[str, deque[tuple[str, PodInput]]] = {
+            "pending": deque(),
+            "bound": deque(),
+        }
+        self.lists: dict[str, tuple[list[PodInput], int] | None] = {
+            "pending": None,
+            "bound": None,
+        }
+        self.paused: dict[str, bool] = {"pending": False, "bound": False}
+
+    def push(self, stream: str, kind: str, pod: PodInput) -> None:
+        self.queues[stream].append((kind, pod))
+
+    def relist(self, stream: str, pods: list[PodInput], version: int) -> None:
+        """A new LIST (a re-list, or a 410 Gone): the old queue is dropped, the LIST goes first."""
+        self.queues[stream].clear()
+        self.lists[stream] = (pods, version)
+
+    def idle(self) -> bool:
+        return not any(self.queues.values()) and not any(v is not None for v in self.lists.values())
+
+    def deliver(self) -> None:
+        intake = self.replica.s.intake
+        for stream in ("bound", "pending"):
+            if self.paused[stream]:
+                continue
+            listed = self.lists[stream]
+            if listed is not None:
+                self.lists[stream] = None
+                pods, version = listed
+                if stream == "bound":
+                    intake.replace_bound(pods, version)
+                else:
+                    intake.replace_pending(pods)
+                continue  # the watch from the LIST's version delivers at the next turn
+            queue = self.queues[stream]
+            while queue:
+                kind, pod = queue.popleft()
+                if stream == "bound":
+                    intake.bound_event(kind, pod)
+                else:
+                    intake.pending_event(kind, pod)
+
+
+class SimApiserver:
+    def __init__(self, nodes: list[NodeInput], gpus: dict[str, int]) -> None:
+        self.nodes = nodes
+        self.gpus = gpus  # GPUs per node
+        self.pods: dict[str, PodInput] = {}
+        self.groups: dict[str, PodGroupInput] = {}
+        self.claims: dict[str, ResourceClaimInput] = {}  # allocated by a DRA driver
+        self.version = 0
+        self.streams: list[Streams] = []
+        self.landed: list[Landed] = []
+        self.unschedulable: dict[str, tuple[str, str]] = {}  # pod -> (uid, message)
+        self.evictions: list[str] = []
+        # Faults.
+        self.stalled = False
+        self.in_stall: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
+        self.bind_faults: deque[str] = deque()  # one per Binding: lose, timeout, 403, ...
+        self.claim_faults: deque[str] = deque()
+        self.reads_fail = False
+        self.uids = itertools.count(1)
+        self.term_of: Callable[[str, int], int] = lambda holder, epoch: -1
+        self.clock: Callable[[], float] = lambda: 0.0
+
+    # ---- the truth -------------------------------------------------------------------------
+
+    def stamp(self, pod: PodInput) -> PodInput:
+        self.version += 1
+        return msgspec.structs.replace(pod, version=self.version)
+
+    def put(self, pod: PodInput) -> PodInput:
+        old = self.pods.get(pod.key)
+        new = self.pods[pod.key] = self.stamp(pod)
+        self._fan_out(old, new)
+        return new
+
+    def remove(self, key: str) -> None:
+        old = self.pods.pop(key, None)
+        if old is not None:
+            self.version += 1
+            self._fan_out(old, None)
+
+    def _fan_out(self, old: PodInput | None, new: PodInput | None) -> None:
+        for stream, selector in SELECTORS.items():
+            was = old is not None and selector(old)
+            now = new is not None and selector(new)
+            if now:
+                assert new is not None
+                event = (("MODIFIED" if was else "ADDED"), new)
+            elif was:
+                assert old is not None
+                # The watch cache: the object as it last matched, at the new version.
+                event = ("DELETED", msgspec.structs.replace(old, version=self.version))
+            else:
+                continue
+            for s in self.streams:
+                s.push(stream, *event)
+
+    def listed(self, stream: str) -> tuple[list[PodInput], int]:
+        selector = SELECTORS[stream]
+        return [p for p in self.pods.values() if selector(p)], self.version
+
+    def backup(self) -> tuple[dict[str, PodInput], int]:
+        return dict(self.pods), self.version
+
+    def restore(self, saved: tuple[dict[str, PodInput], int]) -> None:
+        """etcd restored from a backup without ``--bump-revision``: the pods as they were, and
+        resourceVersions start again from the backup's (below what watchers have seen). Every
+        watch breaks and re-lists."""
+        self.pods, self.version = dict(saved[0]), saved[1]
+        for s in self.streams:
+            for stream in SELECTORS:
+                s.relist(stream, *self.listed(stream))
+
+    def create(self, pod: PodInput) -> PodInput:
+        return self.put(msgspec.structs.replace(pod, uid=f"u{next(self.uids)}"))
+
+    # ---- faults ----------------------------------------------------------------------------
+
+    def end_stall(self) -> None:
+        """etcd answers again: the writes sent meanwhile commit, in the order they came."""
+        self.stalled = False
+        waiting, self.in_stall = self.in_stall, []
+        for commit, answer in waiting:
+            result = commit()
+            if not answer.done():
+                answer.set_result(result)
+
+    async def _write(self, commit: Callable[[], object]) -> object:
+        if not self.stalled:
+            return commit()
+        answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self.in_stall.append((commit, answer))
+        return await asyncio.shield(answer)
+
+    # ---- what a replica calls (through its Client) -----------------------------------------
+
+    async def bind(
+        self,
+        sender: SimReplica,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        ann: dict[str, str],
+    ) -> BindResult:
+        key = f"{namespace}/{name}"
+        holder, epoch = sender.name, sender.leadership.epoch or 0
+        fault = self.bind_faults.popleft() if self.bind_faults else ""
+        if fault in ("403", "500"):
+            return BindResult(int(fault), "injected")
+        if fault == "timeout":  # never reaches etcd; the client gives up
+            await asyncio.Event().wait()
+
+        def commit() -> BindResult:
+            return self._commit(key, uid, node, ann, holder, epoch)
+
+        if fault == "slow":
+            # One request hangs in a slow apiserver longer than the lease, then commits
+            # (whether or not its client is still waiting).
+            answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+            def late() -> None:
+                result = commit()
+                if not answer.done():
+                    answer.set_result(result)
+
+            asyncio.get_running_loop().call_later(SLOW_S, late)
+            result: object = await asyncio.shield(answer)
+        else:
+            result = await self._write(commit)
+        assert isinstance(result, BindResult)
+        if fault == "lose" and result.ok:
+            raise ConnectionError("the answer was lost")
+        if fault in ("404", "409") and result.ok:
+            # The apiserver committed, then the answer that came back was an error (an
+            # apiserver behind a proxy that retried the request).
+            return BindResult(int(fault), "injected")
+        return result
+
+    def _commit(
+        self, key: str, uid: str, node: str, ann: dict[str, str], holder: str, epoch: int
+    ) -> BindResult:
+        pod = self.pods.get(key)
+        if pod is None or pod.uid != uid:
+            return BindResult(404, "not found")
+        if pod.node_name:
+            return BindResult(409, "already bound")
+        self.put(
+            msgspec.structs.replace(pod, node_name=node, annotations={**pod.annotations, **ann})
+        )
+        term = self.term_of(holder, epoch)
+        self.landed.append(
+            Landed(
+                key, uid, node, ann.get(DEVICES_ANNOTATION, ""), holder, epoch, term, self.clock()
+            )
+        )
+        return BindResult(201)
+
+    async def get_pod(self, namespace: str, name: str) -> PodInput | None:
+        if self.reads_fail:
+            raise ConnectionError("apiserver unavailable")
+        if self.stalled:  # a quorum read waits for etcd too, or the client's timeout
+            answered = asyncio.get_running_loop().create_future()
+            self.in_stall.append((lambda: None, answered))
+            await asyncio.wait_for(asyncio.shield(answered), REQUEST_TIMEOUT_S)
+        return self.pods.get(f"{namespace}/{name}")
+
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
+        key = f"{namespace}/{name}"
+        pod = self.pods.get(key)
+        if pod is not None and pod.uid == uid:
+            self.unschedulable[key] = (uid, message)
+
+    async def evict(
+        self, namespace: str, name: str, uid: str, dry_run: bool = False
+    ) -> EvictResult:
+        key = f"{namespace}/{name}"
+        pod = self.pods.get(key)
+        if pod is None or pod.uid != uid:
+            return EvictResult(Eviction.GONE, 404)
+        if not dry_run:
+            self.put(msgspec.structs.replace(pod, deleting=True))
+            self.evictions.append(key)
+        return EvictResult(Eviction.EVICTED, 201)
+
+    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
+        key = f"{namespace}/{name}"
+        pod = self.pods.get(key)
+        if pod is None:
+            return Write.GONE
+        self.put(msgspec.structs.replace(pod, nominated_node=node or ""))
+        return Write.DONE
+
+    async def reserve_claims(
+        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
+    ) -> Write:
+        fault = self.claim_faults.popleft() if self.claim_faults else ""
+        if fault == "timeout":
+            await asyncio.Event().wait()
+        if fault:
+            raise ConnectionError("claim write failed")
+
+        def commit() -> Write:
+            for name in claims:
+                key = f"{namespace}/{name}"
+                claim = self.claims.get(key)
+                if claim is not None and uid not in claim.reserved_for:
+                    self.claims[key] = msgspec.structs.replace(
+                        claim, reserved_for=(*claim.reserved_for, uid)
+                    )
+            return Write.DONE
+
+        written = await self._write(commit)
+        assert isinstance(written, Write)
+        return written
+
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None:
+        """Unreserve: the pod's UID leaves each claim's ``reservedFor`` (a claim replaced
+        meanwhile, another claim UID, is left alone: the precondition)."""
+        fault = self.claim_faults.popleft() if self.claim_faults else ""
+        if fault == "timeout":
+            await asyncio.Event().wait()
+        if fault:
+            raise ConnectionError("claim write failed")
+
+        def commit() -> None:
+            for name, claim_uid in claims:
+                key = f"{namespace}/{name}"
+                claim = self.claims.get(key)
+                if claim is not None and claim.uid == claim_uid:
+                    left = tuple(u for u in claim.reserved_for if u != uid)
+                    self.claims[key] = msgspec.structs.replace(claim, reserved_for=left)
+
+        await self._write(commit)
+
+
+class Client:
+    """The apiserver as one replica's client sees it (service/apiserver.py's Cluster): each call
+    knows its sender, so a Binding that lands is tagged with the sender's leader term."""
+
+    def __init__(self, api: SimApiserver, replica: SimReplica) -> None:
+        self.api, self.replica = api, replica
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> BindResult:
+        return await self.api.bind(self.replica, namespace, name, uid, node, annotations)
+
+    async def get_pod(self, namespace: str, name: str) -> PodInput | None:
+        return await self.api.get_pod(namespace, name)
+
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
+        await self.api.set_unschedulable(namespace, name, uid, message)
+
+    async def evict(
+        self, namespace: str, name: str, uid: str, dry_run: bool = False
+    ) -> EvictResult:
+        return await self.api.evict(namespace, name, uid, dry_run)
+
+    async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
+        return await self.api.set_nominated_node(namespace, name, node)
+
+    async def reserve_claims(
+        self, namespace: str, claims: tuple[str, ...], pod: str, uid: str
+    ) -> Write:
+        return await self.api.reserve_claims(namespace, claims, pod, uid)
+
+    async def unreserve_claims(
+        self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
+    ) -> None:
+        await self.api.unreserve_claims(namespace, claims, uid)
+
+    async def event(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        kind: str,
+        timestamp: str,
+    ) -> None:
+        return None
+
+
+class SimReplica:
+    def __init__(self, world: World, name: str) -> None:
+        self.world = world
+        self.name = name
+        clock = world.loop.time
+        self.leadership = Leadership(world.store, name, TIMING, clock)
+        self.s = Scheduler(
+            CoreSettings(),
+            NAME,
+            Client(world.api, self),
+            world.store,
+            self.leadership,
+            Metrics(),
+            clock,
+            wait_for_unknown_leader=True,
+            wall_ms=lambda: int(clock() * 1000),
+        )
+        self.streams = Streams(self)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.state = "new"  # running, stopping (SIGTERM), stopped
+
+    def start(self) -> None:
+        """Watches listed and synced, then leadership and the loop (app.py's order)."""
+        api = self.world.api
+        api.streams.append(self.streams)
+        self.s.intake.replace_nodes(api.nodes)
+        self.s.intake.replace(POD_GROUP_KIND, list(api.groups.values()), POD_GROUPS.group)
+        self.s.intake.replace(RESOURCE_CLAIMS, list(api.claims.values()))
+        for stream in ("bound", "pending"):
+            self.streams.relist(stream, *api.listed(stream))
+        self.streams.deliver()
+        self.state = "running"
+        self._spawn(self.leadership.run(self._elected, self.s.on_lost))
+        self._spawn(self.s.run())
+        self._spawn(self._pump())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(self.world.loop.create_task(coro))
+
+    async def _elected(self, epoch: int) -> None:
+        self.world.terms.append((self.name, epoch))
+        self.world.elected_at.append(self.world.loop.time())
+        await self.s.on_elected(epoch)
+
+    async def _pump(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_PERIOD_S)
+            self.streams.deliver()
+
+    def sigterm(self) -> None:
+        """A rolling update's SIGTERM: app.py's shutdown (drain, release the lease), in the
+        background; the replica stops when it is done."""
+        self.state = "stopping"
+        self._spawn(self._shutdown())
+
+    async def _shutdown(self) -> None:
+        await self.s.drain()
+        await self.leadership.release()
+        self._stop()
+
+    def sigkill(self) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        self.state = "stopped"
+        with contextlib.suppress(ValueError):
+            self.world.api.streams.remove(self.streams)
+        loop = self.world.loop
+        current = asyncio.current_task(loop) if loop.is_running() else None
+        for task in [*self.tasks, *self.s.tasks.running]:
+            if task is not current:
+                task.cancel()
+
+    @property
+    def leading(self) -> bool:
+        return self.state == "running" and self.leadership.leading
+
+
+@dataclass
+class World:
+    loop: asyncio.AbstractEventLoop
+    store: Store
+    api: SimApiserver
+    replicas: list[SimReplica] = field(default_factory=list)
+    terms: list[tuple[str, int]] = field(default_factory=list)
+    elected_at: list[float] = field(default_factory=list)
+    names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self.api.clock = self.loop.time
+        self.api.term_of = self.term_of
+
+    def term_of(self, holder: str, epoch: int) -> int:
+        for i in range(len(self.terms) - 1, -1, -1):
+            if self.terms[i] == (holder, epoch):
+                return i
+        return -1
+
+    def start_replica(self) -> SimReplica:
+        r = SimReplica(self, f"r{next(self.names)}")
+        self.replicas.append(r)
+        r.start()
+        return r
+
+    def running(self) -> list[SimReplica]:
+        return [r for r in self.replicas if r.state != "stopped"]
+
+    def leader(self) -> SimReplica | None:
+        leaders = [r for r in self.running() if r.leading]
+        return leaders[-1] if leaders else None
+
+    async def shutdown(self) -> None:
+        for r in self.replicas:
+            r.sigkill()
+        for _, answer in self.api.in_stall:
+            answer.cancel()
+        self.api.in_stall.clear()
+        tasks = [t for r in self.replicas for t in (*r.tasks, *r.s.tasks.running)]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.store.close()
