@@ -100,9 +100,6 @@ class ShareIndex:
         if not groups:
             del self._by_vendor[vendor]
 
-    def filed(self, name: str) -> bool:
-        return name in self._where
-
     def groups(self, vendor: str | None = None) -> Iterator[CardGroup]:
         """The groups of one vendor's nodes (None: every vendor's)."""
         if vendor is not None:
