@@ -16,7 +16,9 @@ snapshot, kept in the store as bound) and its pod re-read; the read or a watch t
 (bound: its truth is charged; pending: the previous leader's reservation, a reservation in the store
 again (``reserve_again``) and held where it is while that leader's Binding may still land; gone:
 freed). Freeing needs proof that the pod left; holding a few GPUs until a read answers costs only
-those GPUs for that long.
+those GPUs for that long. The same handover's record of a pod this replica's pending watch still
+shows (its Binding landed, the watch has not said so yet) is bound in the store: it becomes a
+reservation again before the reconcile (``reserve_landed``) and is reloaded where it is.
 
 Records are a pod's by UID, not by name: a lagging standby may hold another UID under a record's
 name (a same-name recreation its watches have not shown yet, whose new pod the previous leader
