@@ -57,3 +57,30 @@ async def test_issue30_a_bound_record_of_a_pod_the_new_leaders_watch_shows_pendi
     b.bound_seen(p.key)
     await b.settle()
     assert b.s.book.stage(p.key) is Stage.BOUND and b.held(p.key) == ("n", [0])
+
+
+async def test_issue30_a_bound_relist_that_frees_a_missing_pod_keeps_the_gpu_a_listed_pod_holds(
+    backend: Backend,
+) -> None:
+    """The simulation's seed 2: while the bound watch was down, x (bound on n/0) ended and y was
+    bound on n/0 (by another leader, or an etcd restore brought y back). The re-list charges y
+    as its page comes (x still held: a double claim, warned) and frees x, missing, at its end.
+    Freeing x cleared GPU 0 from the node although y holds it: c was given y's GPU (the
+    node's count of free GPUs said one, right; its mask of them said two)."""
+    api = Apiserver()
+    r = backend.replica(api, "a")
+    x = api.create(MakePod().Name("x").Req(1).Obj())
+    x = api.land(x.key, "n", "0")
+    await r.elect([node(2)], [x])
+    assert r.held(x.key) == ("n", [0])
+    del api.pods[x.key]
+    y = api.create(MakePod().Name("y").Req(1).Obj())
+    y = api.land(y.key, "n", "0")
+    r.s.intake.replace_bound(*r.bound_list())
+    assert r.held(x.key) is None and r.held(y.key) == ("n", [0])
+    c = r.pending(MakePod().Name("c").Req(1).Obj())
+    while await r.step() is not None:
+        pass
+    await r.settle()
+    assert gpus_given_twice(api) == []
+    assert r.held(c.key) == ("n", [1])  # GPU 0 is y's
