@@ -314,6 +314,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.charge_record(record, +1)
+            self.node_index.refile_shares(node)
         self.domain_counts.record(record, node.node.labels if node is not None else None, +1)
         self._reprofile(record.key)
 
@@ -329,6 +330,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.charge_record(record, -1)
+            self.node_index.refile_shares(node)
         self.domain_counts.record(record, node.node.labels if node is not None else None, -1)
         self._reprofile(record.key)
 
