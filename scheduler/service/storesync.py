@@ -16,7 +16,9 @@ snapshot, kept in the store as bound) and its pod re-read; the read or a watch t
 (bound: its truth is charged; pending: the previous leader's reservation, a reservation in the store
 again (``reserve_again``) and held where it is while that leader's Binding may still land; gone:
 freed). Freeing needs proof that the pod left; holding a few GPUs until a read answers costs only
-those GPUs for that long.
+those GPUs for that long. The same handover's record of a pod this replica's pending watch still
+shows (its Binding landed, the watch has not said so yet) is bound in the store: it becomes a
+reservation again before the reconcile (``reserve_landed``) and is reloaded where it is.
 
 Records are a pod's by UID, not by name: a lagging standby may hold another UID under a record's
 name (a same-name recreation its watches have not shown yet, whose new pod the previous leader
@@ -290,15 +292,42 @@ class StoreSync:
             if self.book.get(r.claim.pod) is None and self.state.held(r.claim.pod) is None
         ]
 
+    async def reserve_landed(self, epoch: int, records: dict[str, Record]) -> None:
+        """A new leader's bound records (of ``store.records()``, read before its reconcile) of
+        pods its book still has as pending, under the record's UID, become reservations again:
+        the previous leader's last Bindings landed and were marked bound, and this replica's
+        pending watch has not shown them yet (a graceful handover follows them within
+        milliseconds). The election's reconcile keeps the reservations of pending pods and
+        frees their bound records: it would give those GPUs away while their pods are bound.
+        Held as any reservation a previous leader left for a pending pod (``reloadable``); the
+        bound watch then charges the truth. A store error fails the election; a conflict asks
+        for a reconcile, as any failed write."""
+        pending = {e.uid for e in self.book.in_stages(frozenset({Stage.PENDING}))}
+        claims = [
+            r.claim for r in records.values() if r.state == "bound" and r.claim.uid in pending
+        ]
+        if not claims:
+            return
+        problems = await self.store.reserve_each(
+            self.leadership.holder, epoch, [[claim] for claim in claims]
+        )
+        for claim, problem in zip(claims, problems, strict=True):
+            if problem is not None:
+                self.needed = True
+                log.warning(
+                    "store reservation of a landed record failed", pod=claim.pod, error=problem
+                )
+
     def reloadable(self, records: dict[str, Record]) -> list[tuple[str, str, Holding]]:
-        """Reservations a previous leader made for pods still pending, as (pod, UID, holding):
-        their GPUs stay out of reach until those pods are decided again (their own new
-        reservation replaces them)."""
+        """A previous leader's decisions for pods still pending, as (pod, UID, holding): its
+        reservations, and its bound records of pods whose Binding this replica's watches have
+        not shown yet (``reserve_landed``). Their GPUs stay out of reach until those pods are
+        decided again (their own new reservation replaces them) or seen bound."""
         pending = {e.uid: e for e in self.book.in_stages(frozenset({Stage.PENDING}))}
         return [
             (entry.key, entry.uid, holding_of_claim(r.claim))
             for r in records.values()
-            if r.state == "reserved" and (entry := pending.get(r.claim.uid)) is not None
+            if (entry := pending.get(r.claim.uid)) is not None
         ]
 
     def claim_of(self, holding: Holding) -> Claim | None:

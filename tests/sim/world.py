@@ -99,9 +99,19 @@ class Streams:
         self.queues[stream].append((kind, pod))
 
     def relist(self, stream: str, pods: list[PodInput], version: int) -> None:
-        """A new LIST (a re-list, or a 410 Gone): the old queue is dropped, the LIST goes first."""
+        """A new LIST (a re-list, or a 410 Gone): the old queue is dropped, the LIST goes first.
+        It is asked for now, when it is taken (kube/watch.py's Relist tells intake before it
+        sends the request, and a LIST is read at least as late as that): the book's newest
+        version now is what its version must reach in one era. Told at its delivery instead, a
+        LIST taken before news the other stream delivered meanwhile looked like an etcd
+        restore (a new era) and its stale pods replaced newer ones (seed 48)."""
         self.queues[stream].clear()
         self.lists[stream] = (pods, version)
+        intake = self.replica.s.intake
+        if stream == "bound":
+            intake.bound_list_begin()
+        else:
+            intake.pending_list_begin()
 
     def idle(self) -> bool:
         return not any(self.queues.values()) and not any(v is not None for v in self.lists.values())
@@ -116,9 +126,11 @@ class Streams:
                 self.lists[stream] = None
                 pods, version = listed
                 if stream == "bound":
-                    intake.replace_bound(pods, version)
+                    intake.bound_list_page(pods)
+                    intake.bound_list_end(version)
                 else:
-                    intake.replace_pending(pods)
+                    intake.pending_list_page(pods)
+                    intake.pending_list_end(version)
                 continue  # the watch from the LIST's version delivers at the next turn
             queue = self.queues[stream]
             while queue:

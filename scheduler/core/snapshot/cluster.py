@@ -272,6 +272,12 @@ class ClusterState:
             return
         self.node_index.unindex(state.name)
         state.charge(holding, self.resource_index, -1)
+        if holding.whole:
+            # A double claim (``hold`` warned: a bound re-list charges a pod as its page comes
+            # and frees at its end the one that left those GPUs) leaves them charged to the
+            # other pod: uncharging clears the node's bits, which another still holds.
+            for other in state.pods:
+                state.whole |= self.holdings[other].whole & holding.whole
         self.node_index.index(state)
 
     def unhold(self, holding: Holding) -> None:
