@@ -93,10 +93,12 @@ class MemoryStore(ReservesUnits):
             if problem:
                 continue
             # Drop every earlier claim of the unit's pods before writing: a gang decided afresh
-            # may swap its members' GPUs, so one's new claim may name another's old GPUs.
+            # may swap its members' GPUs, so one's new claim may name another's old GPUs. (The
+            # second drop only meets a claim of the same pod written just before.)
             for claim in claims:
                 self._drop(claim.uid, touched)
             for claim in claims:
+                self._drop(claim.uid, touched)
                 self._write(claim, "reserved", epoch, touched)
         self._settle(touched, epoch)
         return out

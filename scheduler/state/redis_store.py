@@ -303,7 +303,11 @@ while i <= #ARGV do
     out[#out + 1] = why
   else
     for _, item in ipairs(claims) do drop(item[2].uid) end
-    for _, item in ipairs(claims) do write(item[1], item[2], 'reserved') end
+    -- (This drop only meets a claim of the same pod written just before.)
+    for _, item in ipairs(claims) do
+      drop(item[2].uid)
+      write(item[1], item[2], 'reserved')
+    end
     out[#out + 1] = ''
   end
   i = i + 1 + n
