@@ -6,6 +6,8 @@
   fail. Every write gives the pod a new resourceVersion (``PodInput.version``), as etcd does.
   ResourceClaims reserved for a pod are recorded (``reserved``) and removed again by an
   Unreserve; their writes can fail or stall (``claim_writes``).
+- ``ConfigMaps``: the ConfigMaps of the scheduler's namespace (the epoch witness), with
+  resourceVersions, as ``KubeApi`` reads and writes them; a test can make every call fail.
 - ``Replica``: one live ``Scheduler`` with its ``Leadership`` on a given store (memory or Redis)
   and a manual clock, stepped by hand: ``elect``, ``step`` (one turn of the loop), ``settle``
   (wait for its background tasks), and the store's contents in a form tests compare.
@@ -24,7 +26,7 @@ import msgspec
 from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
-from scheduler.kube.api import BindResult
+from scheduler.kube.api import BindResult, ConfigMapData
 from scheduler.kube.podgroups import Eviction, EvictResult, Write
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
@@ -215,6 +217,40 @@ class Apiserver:
         self.unschedulable.clear()
 
 
+class ConfigMaps:
+    """One namespace's ConfigMaps as ``KubeApi`` reads and writes them (compare-and-swap on the
+    resourceVersion; a write says False when the ConfigMap was created, changed or deleted
+    since it was read). ``failure`` makes every call raise it (a 403, a timeout)."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, tuple[int, dict[str, str]]] = {}
+        self.failure: Exception | None = None
+
+    async def read_config_map(self, namespace: str, name: str) -> ConfigMapData | None:
+        if self.failure is not None:
+            raise self.failure
+        if name not in self.maps:
+            return None
+        version, data = self.maps[name]
+        return msgspec.convert(
+            {"metadata": {"resourceVersion": str(version)}, "data": dict(data)}, ConfigMapData
+        )
+
+    async def write_config_map(
+        self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
+    ) -> bool:
+        if self.failure is not None:
+            raise self.failure
+        current = self.maps.get(name)
+        if (current is None) != (resource_version is None):
+            return False  # created meanwhile, or gone
+        if current is not None and str(current[0]) != resource_version:
+            return False  # changed since it was read
+        version = 0 if current is None else current[0]
+        self.maps[name] = (version + 1, {**(current[1] if current else {}), **data})
+        return True
+
+
 class Replica:
     def __init__(
         self,
@@ -261,6 +297,11 @@ class Replica:
         assert self.leadership.epoch is not None
         assert await self.store.renew(self.holder, self.leadership.epoch, TTL_MS)
         self.leadership._renewed_at = self.clock.now
+
+    async def renewal(self) -> None:
+        """One renewal as ``Leadership.run`` makes it: it counts only if the store accepts it
+        and the epoch witness (if any) still holds this replica's record."""
+        await self.leadership.renew(self.s.on_lost)
 
     def pending(self, pod: PodInput) -> PodInput:
         pod = self.api.create(pod)

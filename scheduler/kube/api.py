@@ -314,7 +314,8 @@ class KubeApi:
     ) -> bool:
         """Create the ConfigMap with ``data`` (``resource_version`` None), or merge ``data``
         into it if it is still at ``resource_version``. False when another writer came first
-        (409: it exists, or changed since): read it again."""
+        (409: it exists, or changed since) or it was deleted since it was read (404 on the
+        patch): read it again. A 404 on the create is its namespace missing: an error."""
         if resource_version is None:
             body: dict[str, Any] = {
                 "apiVersion": "v1",
@@ -332,7 +333,7 @@ class KubeApi:
                 patch,
                 _content_type="application/merge-patch+json",
             )
-        if status == 409:
+        if status == 409 or (status == 404 and resource_version is not None):
             return False
         raise_for_status(status, raw)
         return True

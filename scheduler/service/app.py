@@ -122,8 +122,13 @@ class Replica:
         self.store = TimedStore(store, self.metrics.store_latency, self.metrics.store_errors)
         api = KubeApi(client, tuning.list_page_size, tuning.api_timeout_seconds)
         # A store shared by several replicas: a leader may have come before this one, and the
-        # apiserver's epoch witness records who leads (witness.py).
-        witness = Witness(api, config.scheduler_name) if shared else None
+        # apiserver's epoch witness records who leads (witness.py). The embedded store is the
+        # one configuration without it: a single replica, no other leader.
+        witness = (
+            Witness(api, config.scheduler_name, errors=self.metrics.witness_errors)
+            if shared
+            else None
+        )
         lease = run_cfg.lease
         self.leadership = Leadership(
             self.store,

@@ -106,23 +106,32 @@ class Leadership:
             await self._sleep(self.timing.renew_s)
             if self._stopping or self.epoch is None:
                 break
-            # Measured before the request: Redis starts the new TTL later than this, so the
-            # local lease always ends first and a deposed leader stops before a new one starts.
-            sent = self._clock()
-            try:
-                ok = await self.store.renew(self.holder, self.epoch, ttl_ms)
-                ok = ok and await self._still_ours(self.epoch)
-            except StoreError as exc:
-                log.warning("lease renew failed", error=str(exc), epoch=self.epoch)
-                ok = self.leading  # keep trying while the lease may still be ours
-                if ok:
-                    continue
+            await self.renew(on_lost)
+
+    async def renew(self, on_lost: Callable[[], Awaitable[None]]) -> None:
+        """One renewal of the lease this replica leads with (``run`` calls it every
+        ``renew_s``): it counts when Redis accepts it and the epoch witness still holds this
+        leader's record; a failure of either (Redis or the witness unanswered) leaves the lease
+        its end, and once that end has passed the replica stops leading."""
+        assert self.epoch is not None
+        ttl_ms = int(self.timing.lease_s * 1000)
+        # Measured before the request: Redis starts the new TTL later than this, so the
+        # local lease always ends first and a deposed leader stops before a new one starts.
+        sent = self._clock()
+        try:
+            ok = await self.store.renew(self.holder, self.epoch, ttl_ms)
+            ok = ok and await self._still_ours(self.epoch)
+        except StoreError as exc:
+            log.warning("lease renew failed", error=str(exc), epoch=self.epoch)
+            ok = self.leading  # keep trying while the lease may still be ours
             if ok:
-                self._renewed_at = sent
-            else:
-                log.warning("lost leadership", holder=self.holder, epoch=self.epoch)
-                self.epoch = None
-                await on_lost()
+                return
+        if ok:
+            self._renewed_at = sent
+        else:
+            log.warning("lost leadership", holder=self.holder, epoch=self.epoch)
+            self.epoch = None
+            await on_lost()
 
     async def _renewing(self, work: Awaitable[None], epoch: int, ttl_ms: int) -> None:
         """Await ``work`` while renewing the lease every ``renew_s``. A renewal refused or failing

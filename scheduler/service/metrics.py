@@ -104,6 +104,13 @@ class Metrics:
             ["operation", "error"],
             registry=r,
         )
+        self.witness_errors = Counter(
+            "scheduler_witness_errors",
+            "Failed calls to the epoch witness by call (read, write) and error (the HTTP status "
+            "or the exception's class): while they last, this replica does not lead.",
+            ["call", "error"],
+            registry=r,
+        )
         self.preemption_attempts = Counter(
             "scheduler_preemption_attempts",
             "Unschedulable units for which preemption was considered.",

@@ -280,6 +280,12 @@ class Scheduler:
         new, chained = False, history.kept
         if self.witness is not None:
             new, chained = await self.witness.elected(self.leadership.holder, epoch, history)
+        if new and self.intake.ours_bound:
+            # Nobody recorded, a store without history, yet the apiserver holds pods this
+            # scheduler bound: the witness was deleted and the store flushed, and whoever led
+            # may still have Bindings in flight. Not a new installation: wait below.
+            log.warning("no leader recorded, but pods of this scheduler are bound: not new")
+            new = False
         if new:
             log.info("new installation: no leader was ever recorded; no wait", epoch=epoch)
         elif not chained and self.wait_for_unknown_leader:

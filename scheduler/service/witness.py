@@ -9,7 +9,11 @@ resourceVersion is read from etcd (a quorum read), so the order of records and r
 It serves three purposes (docs/operations.md "State and HA"):
 - *A new installation starts at once.* A Redis that may have lost its last writes cannot say who
   led before, so the new leader waits one lease before its first decision; but at epoch 1 with a
-  witness that never heard of this scheduler, nobody ever led: no wait.
+  witness that never heard of this scheduler, nobody ever led: no wait. Unless the apiserver
+  holds a pod this scheduler bound (scheduler.py checks): then the witness was deleted and the
+  store flushed, and whoever led may still have Bindings in flight, so the new leader waits.
+  What that cannot tell from a new installation: a deleted witness and a flushed store while
+  the old leader's very first Bindings, with no pod of it bound yet, are in flight.
 - *A renewal counts only while the witness holds the renewer's own record* (``superseded``,
   checked by leader.py after Redis accepted the renewal). A later leader that cannot trust its
   Redis records itself before its one-lease wait: a renewal sent after that record does not
@@ -19,9 +23,16 @@ It serves three purposes (docs/operations.md "State and HA"):
   with* (``chained``): a deposed leader that takes the lease again on an old master finds a
   newer leader in the witness and waits out that leader's lease first.
 
-Without permission to read or write it (403: deploy/'s Role grants it), or without its
-namespace, the witness is off: no shortcut, no fence, the rules without it. Any other failure to
-read or write it fails the election.
+The witness is on wherever the store is shared (app.py): it is off only by configuration, the
+embedded store of a single replica, where no other leader can exist. Any failure to read or
+write it (a 403 included: an authorization webhook timing out, RBAC re-applied by GitOps, as
+much as a Role never granted; a 404 for a missing namespace; a timeout) means this replica
+cannot confirm its epoch, and a replica that cannot confirm its epoch does not lead: the
+election fails and is tried again every lease retry (``Leadership``), a renewal after which
+the witness cannot be read does not count (the lease runs out), and each failure is logged and
+counted in ``scheduler_witness_errors_total``. Nothing about the witness is ever "off" because
+of an answer: one transient 403 in the partition the witness exists for would otherwise let two
+leaders decide.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import os
 from typing import Protocol
 
 import structlog
+from prometheus_client import Counter
 
 from scheduler.kube.api import ConfigMapData
 from scheduler.kube.watch import HttpError
@@ -44,7 +56,8 @@ NEVER = ""  # what ``read`` says when no election of this scheduler was ever rec
 
 
 class WitnessError(StoreError):
-    """The witness could not be read or written: the election does not count."""
+    """The witness could not be read or written: the election does not count, nor does the
+    renewal after which it was read."""
 
 
 class ConfigMaps(Protocol):
@@ -56,28 +69,38 @@ class ConfigMaps(Protocol):
 
 
 class Witness:
-    def __init__(self, api: ConfigMaps, key: str, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        api: ConfigMaps,
+        key: str,
+        namespace: str | None = None,
+        errors: Counter | None = None,
+    ) -> None:
         self.api = api
         self.key = key  # the scheduler's name (a valid ConfigMap key)
         self.namespace = namespace or os.environ.get("TOPO_SCHEDULER_NAMESPACE", DEFAULT_NAMESPACE)
-        self.off = False  # no permission: the witness plays no part
+        self.errors = errors  # scheduler_witness_errors{call,error}
         self.recorded = ""  # this replica's last record, holder|epoch
+
+    def _failed(self, call: str, exc: Exception) -> WitnessError:
+        """Log and count a failed call; the error that fails the election or the renewal."""
+        error = str(exc.status) if isinstance(exc, HttpError) else type(exc).__name__
+        if self.errors is not None:
+            self.errors.labels(call, error).inc()
+        log.warning(
+            "the epoch witness cannot confirm this replica's epoch: it does not lead until it can",
+            call=call,
+            error=str(exc),
+            namespace=self.namespace,
+            configmap=NAME,
+        )
+        return WitnessError(f"epoch witness: {call} failed: {exc}")
 
     async def _current(self) -> ConfigMapData | None:
         try:
             return await self.api.read_config_map(self.namespace, NAME)
-        except HttpError as exc:
-            if exc.status == 403:
-                if not self.off:
-                    log.warning(
-                        "no permission to read the epoch witness: it plays no part",
-                        namespace=self.namespace,
-                    )
-                self.off = True
-                return None
-            raise WitnessError(f"epoch witness unreadable: {exc}") from exc
-        except Exception as exc:  # a lost connection, a timeout
-            raise WitnessError(f"epoch witness unreadable: {exc}") from exc
+        except Exception as exc:  # a 403, a lost connection, a timeout: all the same
+            raise self._failed("read", exc) from exc
 
     async def read(self) -> str:
         """The last election recorded (``holder|epoch``), or NEVER."""
@@ -91,8 +114,6 @@ class Witness:
         Raises WitnessError when the witness cannot be read or written."""
         self.recorded = ""  # a new term: no record of it yet
         seen = await self.read()
-        if self.off:
-            return False, history.kept
         new = not history.kept and epoch == 1 and seen == NEVER
         chained = history.kept and seen in (NEVER, history.previous)
         await self._record(f"{holder}|{epoch}")
@@ -101,33 +122,29 @@ class Witness:
     async def _record(self, value: str) -> None:
         for _ in range(_ATTEMPTS):
             current = await self._current()
-            if self.off:
-                return
             version = None if current is None else current.metadata.resource_version
             try:
                 written = await self.api.write_config_map(
                     self.namespace, NAME, {self.key: value}, version
                 )
-            except HttpError as exc:
-                if exc.status not in (403, 404):
-                    raise WitnessError(f"epoch witness not written: {exc}") from exc
-                # No permission, or no such namespace: no witness can be kept here.
-                log.warning("cannot write the epoch witness: it plays no part", error=str(exc))
-                self.off = True
-                return
             except Exception as exc:
-                raise WitnessError(f"epoch witness not written: {exc}") from exc
+                raise self._failed("write", exc) from exc
             if written:
                 self.recorded = value
                 return
-        raise WitnessError("epoch witness not written: it kept changing")
+            # Another writer came first, or the ConfigMap is gone since it was read (the
+            # write says False for both): read it again.
+        raise self._failed("write", RuntimeError(f"it kept changing ({_ATTEMPTS} attempts)"))
 
     async def superseded(self, holder: str, epoch: int) -> bool:
         """After a renewal Redis accepted: True when the witness holds another leader's record
         than this replica's for this term; False before this term's record (the election under
-        way). Raises WitnessError when the witness cannot be read: the renewal does not count
-        (the lease keeps the end it had, as when Redis does not answer)."""
-        if self.off or self.recorded != f"{holder}|{epoch}":
+        way). Raises WitnessError when the witness cannot be read, or no longer holds any
+        record (the ConfigMap deleted): the renewal does not count (the lease keeps the end it
+        had, as when Redis does not answer), and the next election records again."""
+        if self.recorded != f"{holder}|{epoch}":
             return False
         seen = await self.read()
-        return not self.off and seen not in (NEVER, self.recorded)
+        if seen == NEVER:
+            raise self._failed("read", LookupError("this leader's record is gone"))
+        return seen != self.recorded

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from scheduler.kube.api import KubeApi
-from scheduler.service.witness import NAME, NEVER, Witness
+from scheduler.service.witness import NAME, NEVER, Witness, WitnessError
 from scheduler.state.base import History
 from scheduler.testing.controlplane import ControlPlane
 from scheduler.testing.redisserver import RedisServer
@@ -45,10 +45,11 @@ async def test_the_witness_records_elections_per_scheduler_under_deploys_role(
     assert not await mine.superseded("h2", 2)
     assert await newer.elected("h3", 2, History(False, "")) == (False, False)
     assert await mine.superseded("h2", 2)
-    # Outside its namespace the Role grants nothing: the witness is off, the store decides.
+    # Outside its namespace the Role grants nothing: a 403, and a witness that cannot record
+    # an election fails it (no lead); a 403 never turns the witness off (issue 30, 4).
     elsewhere = Witness(api, f"{name}-c", namespace="default")
-    assert await elsewhere.elected("h1", 1, History(False, "")) == (False, False)
-    assert elsewhere.off
+    with pytest.raises(WitnessError, match="403"):
+        await elsewhere.elected("h1", 1, History(False, ""))
 
 
 async def test_a_new_installation_does_not_wait_and_a_flushed_redis_does(

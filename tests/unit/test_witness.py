@@ -7,49 +7,16 @@ from __future__ import annotations
 
 import asyncio
 
-import msgspec
 import pytest
 
-from scheduler.kube.api import ConfigMapData
 from scheduler.kube.watch import HttpError
 from scheduler.service.leader import Leadership, LeaseTiming
+from scheduler.service.metrics import Metrics
 from scheduler.service.witness import NEVER, Witness, WitnessError
 from scheduler.state.base import History
 from scheduler.state.memory import MemoryStore
 from tests.clock import ManualClock
-from tests.lifecycle import TTL_MS, Apiserver, Replica, node
-
-
-class ConfigMaps:
-    """One namespace's ConfigMaps; ``failure`` makes every call raise it."""
-
-    def __init__(self) -> None:
-        self.maps: dict[str, tuple[int, dict[str, str]]] = {}
-        self.failure: Exception | None = None
-
-    async def read_config_map(self, namespace: str, name: str) -> ConfigMapData | None:
-        if self.failure is not None:
-            raise self.failure
-        if name not in self.maps:
-            return None
-        version, data = self.maps[name]
-        return msgspec.convert(
-            {"metadata": {"resourceVersion": str(version)}, "data": dict(data)}, ConfigMapData
-        )
-
-    async def write_config_map(
-        self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
-    ) -> bool:
-        if self.failure is not None:
-            raise self.failure
-        current = self.maps.get(name)
-        if (current is None) != (resource_version is None):
-            return False  # created meanwhile, or gone
-        if current is not None and str(current[0]) != resource_version:
-            return False  # changed since it was read
-        version = 0 if current is None else current[0]
-        self.maps[name] = (version + 1, {**(current[1] if current else {}), **data})
-        return True
+from tests.lifecycle import TTL_MS, Apiserver, ConfigMaps, Replica, node
 
 
 async def test_an_election_tells_a_new_installation_from_a_lost_history() -> None:
@@ -90,13 +57,66 @@ async def test_a_renewal_stops_counting_once_a_newer_leader_is_recorded() -> Non
         await new.elected("b", 6, History(True, "b|5"))  # the election fails: no lead
 
 
-async def test_without_permission_the_witness_plays_no_part() -> None:
+async def test_a_403_fails_the_election_and_the_renewal_and_never_turns_the_witness_off() -> None:
+    """Issue 30, 4: a 403 (an authorization webhook timing out, RBAC re-applied by GitOps, or a
+    Role never granted) is a witness that cannot confirm the epoch, as any other error: no
+    election, no renewal counts, and once the witness answers again it fences as before."""
     api = ConfigMaps()
+    metrics = Metrics()
+    a = Witness(api, "topo", "ns", errors=metrics.witness_errors)
     api.failure = HttpError(403, "forbidden")
+    with pytest.raises(WitnessError):
+        await a.elected("a", 1, History(False, ""))  # no shortcut, no lead: fail closed
+    api.failure = None
+    assert await a.elected("a", 1, History(False, "")) == (True, False)
+    api.failure = HttpError(403, "forbidden")
+    with pytest.raises(WitnessError):
+        await a.superseded("a", 1)  # the renewal does not count
+    api.failure = None
+    assert not await a.superseded("a", 1)
+    await Witness(api, "topo", "ns").elected("b", 1, History(False, ""))
+    assert await a.superseded("a", 1)  # the 403 left nothing behind: b's record deposes a
+    sample = metrics.registry.get_sample_value
+    assert sample("scheduler_witness_errors_total", {"call": "read", "error": "403"}) == 2
+    # A namespace that does not exist (a 404 on the create): no lead either.
+    api.failure = HttpError(404, "namespaces not found")
+    with pytest.raises(WitnessError):
+        await a.elected("a", 2, History(True, "b|1"))
+
+
+async def test_a_configmap_deleted_between_read_and_write_is_a_conflict_to_retry() -> None:
+    class DeletedOnce(ConfigMaps):
+        armed = False
+
+        async def write_config_map(
+            self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
+        ) -> bool:
+            if self.armed:  # deleted after the read
+                self.armed = False
+                del self.maps[name]
+            return await super().write_config_map(namespace, name, data, resource_version)
+
+    api = DeletedOnce()
+    await Witness(api, "topo", "ns").elected("a", 1, History(False, ""))
+    api.armed = True
     w = Witness(api, "topo", "ns")
-    assert await w.elected("a", 1, History(False, "")) == (False, False)  # no shortcut
-    assert await w.elected("b", 2, History(True, "a|1")) == (False, True)  # the store's word
-    assert not await w.superseded("b", 2)
+    # The patch of the ConfigMap read finds it gone (KubeApi: 404 on the patch, False): read
+    # again, create it, recorded.
+    assert await w.elected("b", 2, History(True, "a|1")) == (False, True)
+    assert await w.read() == "b|2" and w.recorded == "b|2"
+
+
+async def test_a_leader_whose_record_is_gone_cannot_confirm_its_renewals() -> None:
+    """The ConfigMap deleted under a leader: its renewals stop counting (its lease runs out) until
+    an election records it again."""
+    api = ConfigMaps()
+    a = Witness(api, "topo", "ns")
+    await a.elected("a", 3, History(True, ""))
+    api.maps.clear()
+    with pytest.raises(WitnessError):
+        await a.superseded("a", 3)
+    assert await a.elected("a", 4, History(True, "a|3")) == (False, True)
+    assert not await a.superseded("a", 4)
 
 
 async def test_a_leader_whose_renewal_is_superseded_stops_leading() -> None:

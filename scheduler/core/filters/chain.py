@@ -82,6 +82,7 @@ class PodFilters:
         "features",
         "has_preferences",
         "interpod",
+        "pinned",
         "pod",
         "ports",
         "problem",
@@ -99,6 +100,10 @@ class PodFilters:
             pod, state.gpu_names, strict=True, memo=state.memos.requests
         )
         self.ports: tuple[HostPort, ...] = host_ports(pod)
+        # A node selector or required node affinity: NodeAffinity can refuse a node.
+        self.pinned = bool(pod.node_selector) or (
+            pod.affinity is not None and pod.affinity.node_required is not None
+        )
         volumes = prefilter_volumes(pod, state.inputs.claims, state.inputs.volumes)
         self.problem: str | None = volumes if isinstance(volumes, str) else None
         self.volumes: VolumeCheck | None = volumes if isinstance(volumes, VolumeCheck) else None
@@ -130,10 +135,12 @@ class PodFilters:
     def check(self, node: NodeState) -> list[str]:
         """kube-scheduler's reasons this node cannot take the pod; empty when it can."""
         pod, n = self.pod, node.node
+        # Each filter asked only when it can refuse (a cordon, a taint, a selector or required
+        # affinity, a host port): a share's or a reason's walk asks thousands of nodes.
         why = (
-            unschedulable(n, pod.tolerations)
-            or untolerated_taint(n, pod.tolerations)
-            or node_affinity(pod, n)
+            (unschedulable(n, pod.tolerations) if n.unschedulable else None)
+            or (untolerated_taint(n, pod.tolerations) if n.taints else None)
+            or (node_affinity(pod, n) if self.pinned else None)
             or (port_conflict(self.ports, node.ports) if self.ports else None)
         )
         if why is not None:

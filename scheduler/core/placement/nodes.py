@@ -26,8 +26,13 @@ and its QoS matches (an idle card takes any). GPU policy binpack takes the busie
 spread the idlest; between nodes, binpack prefers the node whose chosen cards are busiest (keeping
 idle cards whole for whole-GPU pods), spread the idlest. Binpack with a target workload takes the
 card, and the node, whose fragmentation gain ranks highest instead; ties as for whole GPUs.
+Shares, like pods without GPUs, are ranked over the snapshot's share index (snapshot/shares.py:
+nodes grouped by their usable cards' state and cpu left), not node by node: what fits and how
+it ranks is worked out once per group, and the filter chain is asked only about the names of
+the best groups, in the order the rule ranks them, until one passes.
 
-Rule 5. When nothing fits, every node is counted under the first filter it failed and the counts
+Rule 5. When nothing fits, every node is counted under the first filter it failed (the GPU reason
+of a node the chain accepts is phrased once per share group or node class) and the counts
 read like kube-scheduler's: "0/12 nodes are available: 8 have fewer than 4 free GPUs, 4 are not GPU
 nodes." Allocatable comes in twice: a node whose allocatable itself is too small says so before it
 is counted by its free GPUs; one with enough free GPUs but too little allocatable left says so
@@ -54,7 +59,9 @@ from ..resources.inventory import Inventory
 from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
 from ..snapshot.cluster import ClusterState
 from ..snapshot.fragmentation import Shape, Target
-from ..snapshot.nodes import CardUse, Demand, NodeClass, NodeState
+from ..snapshot.names import NameSet
+from ..snapshot.nodes import Demand, NodeClass, NodeState
+from ..snapshot.shares import CardGroup, CardUseKey
 from .shapes import shape_of, untouched
 
 
@@ -255,10 +262,10 @@ def _best_preferred(
 
 
 def _first_accepting(
-    state: ClusterState, cls: NodeClass, filters: Filter, below: str | None
+    state: ClusterState, cls: NameSet, filters: Filter, below: str | None
 ) -> str | None:
-    """The smallest name in the class the chain accepts (only names below ``below`` matter:
-    a smaller one of an equal class is already chosen)."""
+    """The smallest name in the class (or share group) the chain accepts (only names below
+    ``below`` matter: a smaller one of an equal class is already chosen)."""
     name = cls.first()
     if below is not None and name >= below:
         return None
@@ -343,29 +350,50 @@ def place_whole(
     return whole_placement(pod, req, found.node, found.choice.indices, None)
 
 
-def place_without_gpus(state: ClusterState, pod: PodInput, filters: Filter) -> Placement | None:
+def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) -> Placement | None:
     """A pod of ours that asks for no GPU: non-GPU nodes first, so GPU nodes stay for GPU pods;
     then the preference score, then (on GPU nodes) the fragmentation its cpu would add and a
-    node some GPU pod uses before an untouched one, then the name."""
+    node some GPU pod uses before an untouched one, then the name. GPU nodes are ranked by
+    share group (snapshot/shares.py: what the measure reads of a node is its group's), as for
+    shares."""
     if filters.problem is not None:
         return None
-    target = ranked_by(state, False)
-    cpu = _cpu(state, pod)
-    best: tuple[tuple[bool, int, int, int, str], NodeState] | None = None
-    for node in state.nodes.values():
+    best: tuple[tuple[int, str], NodeState] | None = None
+    for name in state.node_index.plain:
+        node = state.nodes[name]
         if filters.check(node):
             continue
-        # On a GPU node, the cpu it takes may leave the held workload's classes no room.
-        frag = fresh = 0
-        if target is not None and node.inventory is not None:
-            frag = -target.rank(shape_of(node), cpu, ())
-            fresh = untouched(node)
-        key = (node.inventory is not None, -filters.score(node), frag, fresh, node.name)
+        key = (-filters.score(node), name)
         if best is None or key < best[0]:
             best = (key, node)
-    if best is None:
+    if best is not None:
+        return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
+    target = ranked_by(state, False)
+    cpu = _cpu(state, pod)
+    asked = _asked_cpu(filters)
+    ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
+    for group in state.node_index.shares.groups():
+        fresh = int(group.untouched) if target is not None else 0
+        for left, names in group.by_cpu.items():
+            if asked > left >= 0:
+                continue
+            # On a GPU node, the cpu it takes may leave the held workload's classes no room.
+            frag = 0 if target is None else -target.rank((left, group.free), cpu, ())
+            ranked.append(((frag, fresh, 0), len(ranked), names, []))
+    found = (
+        _best_scored(state, ranked, filters)
+        if filters.has_preferences
+        else _best_ranked(state, ranked, filters)
+    )
+    if found is None:
         return None
-    return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
+    return Placement(pod.key, pod.uid, found[0].name, (), (), (), None)
+
+
+def _asked_cpu(filters: PodFilters) -> int:
+    """The pod's cpu request as the filter chain checks it: a node whose cpu left (known, not
+    -1) is below it is refused (Insufficient cpu), so the groups of such nodes are not ranked."""
+    return next((n for r, n in filters.requests if r == "cpu"), 0)
 
 
 # ---- shared GPUs (rule 4) --------------------------------------------------------------------
@@ -379,32 +407,69 @@ def _cpu(state: ClusterState, pod: PodInput) -> int:
     )
 
 
-def _card_fit(node: NodeState, index: int, req: SharedRequest) -> tuple[int, int] | None:
-    """(free cores after, memory MiB to charge) when the card fits, else None."""
-    inv = node.inventory
-    assert inv is not None
-    device = inv.device(index)
-    use = node.cards.get(index) or CardUse()
+def _card_fit(
+    memory_mib: int, use: CardUseKey | None, sgpu_per_card: int, req: SharedRequest
+) -> tuple[int, int] | None:
+    """(free cores after, memory MiB to charge) when a card of ``memory_mib`` in ``use`` (None:
+    no pod shares it) fits, else None."""
+    core, used_memory, sgpu, qos = use if use is not None else (0, 0, 0, None)
     memory = req.memory_mib
     if req.memory_ratio:
-        if device.memory_mib <= 0:
+        if memory_mib <= 0:
             return None
-        memory = device.memory_mib * req.memory_ratio // 100
-    if use.core + req.core > CORES_PER_CARD:
+        memory = memory_mib * req.memory_ratio // 100
+    if core + req.core > CORES_PER_CARD:
         return None
-    if memory and (device.memory_mib <= 0 or use.memory_mib + memory > device.memory_mib):
+    if memory and (memory_mib <= 0 or used_memory + memory > memory_mib):
         return None
     if req.sgpu:
-        if inv.sgpu_per_card <= 0 or use.sgpu + req.sgpu > inv.sgpu_per_card:
+        if sgpu_per_card <= 0 or sgpu + req.sgpu > sgpu_per_card:
             return None
-        if use.qos is not None and use.qos != req.qos:
+        if qos is not None and qos != req.qos:
             return None
-    return CORES_PER_CARD - use.core - req.core, memory
+    return CORES_PER_CARD - core - req.core, memory
+
+
+# (free cores after, card index, memory MiB to charge) of a card that fits a share.
+_Fit = tuple[int, int, int]
+# A group's answer for one request: the fitting cards a one-card share ranks by the measure (in
+# busiest-first order, spread: idlest, the first of each free percent: the others rank the same
+# and lose the tie to it), and the cards the rules before the measure take.
+_Fits = tuple[list[_Fit], list[_Fit]] | None
+
+
+def _fitting_cards(group: CardGroup, shared: SharedRequest, spread_cards: bool) -> _Fits:
+    """What ``group``'s nodes offer ``shared`` (None: too few cards fit), remembered by the
+    group: it depends on the group's key alone."""
+    memo_key = (shared, spread_cards)
+    if memo_key in group.memo:
+        return group.memo[memo_key]  # type: ignore[return-value]
+    _vendor, sgpu_per_card, _memory, _untouched, cards = group.key
+    fits: list[_Fit] = []
+    for index, memory_mib, use in cards:
+        fit = _card_fit(memory_mib, use, sgpu_per_card, shared)
+        if fit is not None:
+            fits.append((fit[0], index, fit[1]))
+    found: _Fits = None
+    if len(fits) >= shared.cards:
+        fits.sort(key=lambda f: (-f[0] if spread_cards else f[0], f[1]))
+        distinct = [f for i, f in enumerate(fits) if not i or f[0] != fits[i - 1][0]]
+        found = (distinct, fits[: shared.cards])
+    group.memo[memo_key] = found
+    return found
 
 
 def place_shared(
-    state: ClusterState, pod: PodInput, req: PodRequest, filters: Filter
+    state: ClusterState, pod: PodInput, req: PodRequest, filters: PodFilters
 ) -> Placement | None:
+    """Rule 4 (and rule 6 for shares): the best node and cards for a shared request.
+
+    Nodes are ranked by group of the share index (snapshot/shares.py), never one by one: the
+    cards that fit, the rank's key and the fragmentation gain are a group's, and the filter
+    chain is asked about a group's names in name order, the best key first, only until one
+    passes. A node whose cpu left is below the pod's request is not ranked at all: the chain
+    would refuse it (Insufficient cpu). With preferences, every node the rank reaches is scored,
+    as the score comes first."""
     shared = req.shared
     assert shared is not None
     if filters.problem is not None:
@@ -414,41 +479,46 @@ def place_shared(
     # Binpack weighs fragmentation first; spread asks for idle cards and nodes, and gets them.
     target = ranked_by(state, spread_cards or spread_nodes)
     cpu = _cpu(state, pod)
-    best: tuple[tuple[int, int, int, int, str], NodeState, list[tuple[int, int]]] | None = None
-    for node in state.gpu_nodes():
-        inv = node.inventory
-        assert inv is not None
-        if shared.vendor is not None and inv.vendor != shared.vendor:
+    asked = _asked_cpu(filters)
+    # (key, position, names, cards): the key is the node key's part before the name.
+    ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
+    core, count = shared.core, shared.cards
+    for group in state.node_index.shares.groups(shared.vendor):
+        free = group.free
+        # Fewer than ``count`` cards with ``core`` free: too few fit (known without asking the
+        # memo, which most groups of a full cluster would answer so). ``free`` leaves out the
+        # cards with none free, which a share asking for no core could still use.
+        if core and (len(free) < count or free[count - 1] < core):
             continue
-        if filters.check(node):
+        found = _fitting_cards(group, shared, spread_cards)
+        if found is None:
             continue
-        fits: list[tuple[int, int, int]] = []  # (free core after, index, memory)
-        for device in inv.devices:
-            if not device.healthy or (node.whole | node.nominated) >> device.index & 1:
-                continue
-            fit = _card_fit(node, device.index, shared)
-            if fit is not None:
-                fits.append((fit[0], device.index, fit[1]))
-        if len(fits) < shared.cards:
-            continue
-        fits.sort(key=lambda f: (-f[0] if spread_cards else f[0], f[1]))
-        chosen = fits[: shared.cards]
-        frag = 0
-        if target is not None:
-            frag, chosen = _least_fragmenting(target, node, cpu, shared, fits, chosen)
-            # The measure weighs what the free counts below would; its ties go to a node some
-            # GPU pod uses already, then by name (bench-frag: any finer order leaves more idle).
-            rest = (untouched(node), 0)
-        else:
+        distinct, chosen = found
+        rest = (0, 0)
+        if target is None:
             free_after = sum(f[0] for f in chosen)
             # Busiest (spread: idlest) cards, then idle cards kept whole on the nodes with most.
-            rest = (-free_after if spread_nodes else free_after, node.free_mask.bit_count())
-        key = (-filters.score(node), frag, *rest, node.name)
-        if best is None or key < best[0]:
-            best = (key, node, [(f[1], f[2]) for f in chosen])
+            rest = (-free_after if spread_nodes else free_after, group.idle)
+        for left, names in group.by_cpu.items():
+            if asked > left >= 0:
+                continue
+            if target is None:
+                ranked.append(((0, *rest), len(ranked), names, chosen))
+                continue
+            frag, cards = _least_fragmenting(
+                target, (left, group.free), cpu, shared, distinct, chosen
+            )
+            # The measure weighs what the free counts would; its ties go to a node some GPU pod
+            # uses already, then by name (bench-frag: any finer order leaves more idle).
+            ranked.append(((frag, int(group.untouched), 0), len(ranked), names, cards))
+    best = (
+        _best_scored(state, ranked, filters)
+        if filters.has_preferences
+        else _best_ranked(state, ranked, filters)
+    )
     if best is None:
         return None
-    node = best[1]
+    node, cards = best
     assert node.inventory is not None
     shares = tuple(
         Share(
@@ -459,29 +529,68 @@ def place_shared(
             sgpu=shared.sgpu,
             qos=shared.qos,
         )
-        for i, memory in sorted(best[2])
+        for _, i, memory in sorted(cards, key=lambda f: f[1])
     )
     return Placement(pod.key, pod.uid, node.name, (), (), shares, None)
 
 
+def _best_ranked(
+    state: ClusterState,
+    ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]],
+    filters: Filter,
+) -> tuple[NodeState, list[_Fit]] | None:
+    """The smallest name the chain accepts among the groups of the best key, key by key (a
+    heap: usually the first key takes the pod)."""
+    heapq.heapify(ranked)
+    while ranked:
+        key = ranked[0][0]
+        best: tuple[str, list[_Fit]] | None = None
+        while ranked and ranked[0][0] == key:
+            _, _, names, cards = heapq.heappop(ranked)
+            name = _first_accepting(state, names, filters, best[0] if best else None)
+            if name is not None and (best is None or name < best[0]):
+                best = (name, cards)
+        if best is not None:
+            return state.nodes[best[0]], best[1]
+    return None
+
+
+def _best_scored(
+    state: ClusterState,
+    ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]],
+    filters: Filter,
+) -> tuple[NodeState, list[_Fit]] | None:
+    """With preferences: the best (preference score, key, name) the chain accepts."""
+    best: tuple[tuple[int, tuple[int, int, int], str], NodeState, list[_Fit]] | None = None
+    for key, _, names, cards in ranked:
+        for name in names.names:
+            node = state.nodes[name]
+            if filters.check(node):
+                continue
+            order = (-filters.score(node), key, name)
+            if best is None or order < best[0]:
+                best = (order, node, cards)
+    return None if best is None else (best[1], best[2])
+
+
 def _least_fragmenting(
     target: Target,
-    node: NodeState,
+    shape: Shape,
     cpu: int,
     shared: SharedRequest,
-    fits: list[tuple[int, int, int]],
-    busiest: list[tuple[int, int, int]],
-) -> tuple[int, list[tuple[int, int, int]]]:
-    """(minus the gain rank, the cards) of a share on ``node``: one card, the one whose gain
-    ranks highest (the busiest of those on ties: ``fits`` is in busiest-first order); several
-    cards, the busiest, ranked by their gain together."""
-    shape = shape_of(node)
+    distinct: list[_Fit],
+    busiest: list[_Fit],
+) -> tuple[int, list[_Fit]]:
+    """(minus the gain rank, the cards) of a share on a node of ``shape``: one card, the one
+    whose gain ranks highest (the busiest of those on ties: ``distinct`` is in busiest-first
+    order, one card per free percent); several cards, the busiest, ranked by their gain
+    together."""
     core = shared.core
     if shared.cards > 1:
         take = tuple((f[0] + core, core) for f in busiest)
         return -target.rank(shape, cpu, take), busiest
-    best: tuple[int, tuple[int, int, int]] | None = None
-    for fit in fits:
+    best: tuple[int, _Fit] | None = None
+    for fit in distinct:
         rank = target.rank(shape, cpu, ((fit[0] + core, core),))
         if best is None or rank > best[0]:
             best = (rank, fit)
@@ -570,9 +679,51 @@ def unschedulable_reason(
     if joint is not None:
         together = [(index, state.resources[index], n) for index, n in state.demand(joint)]
     dra = _dra_backed(state, demand)
-    for node in state.nodes.values():
-        counts.update(_node_reasons(node, filters, req, k, demand, together, dra))
+    if dra:  # a node's reason depends on its allocatable of a DRA-backed resource
+        for node in state.nodes.values():
+            counts.update(_node_reasons(node, filters, req, k, demand, together, dra))
+        return _histogram(len(state.nodes), counts)
+    nodes = state.nodes
+    for name in state.node_index.plain:
+        node = nodes[name]
+        counts[_PHRASES["invalid" if node.error else "not-gpu"]] += 1
+    # A GPU node the chain accepts has the GPU reason, which is the same for every node of a
+    # share group (a share's reads the inventory alone) or of a node class and allocatable (a
+    # whole-GPU pod's): worked out once per group, not per node.
+    check = filters.check
+    if req.shared is not None:
+        for group in state.node_index.shares.groups():
+            first = nodes[next(iter(next(iter(group.by_cpu.values())).names))]
+            gpu = _gpu_reason(first, req, k, demand, together)
+            for names in group.by_cpu.values():
+                for name in names.names:
+                    if not _counted(counts, check(nodes[name])):
+                        counts[gpu] += 1
+        return _histogram(len(state.nodes), counts)
+    for cls in state.classes.values():
+        by_allocatable: dict[tuple[tuple[int, ...] | None, tuple[int, ...]], Reason] = {}
+        for name in cls.names:
+            node = nodes[name]
+            if _counted(counts, check(node)):
+                continue
+            # The class key holds what the reason reads but the allocatable and what is used.
+            memo_key = (node.allocatable, tuple(node.used))
+            reason = by_allocatable.get(memo_key)
+            if reason is None:
+                reason = by_allocatable[memo_key] = _gpu_reason(node, req, k, demand, together)
+            counts[reason] += 1
     return _histogram(len(state.nodes), counts)
+
+
+def _counted(counts: Counter[Reason], reasons: list[str]) -> bool:
+    """Count a node under the chain's reasons; False when there are none (it passes)."""
+    if not reasons:
+        return False
+    if len(reasons) == 1:
+        counts[reasons[0]] += 1
+    else:
+        counts.update(reasons)
+    return True
 
 
 # kube-scheduler's reasons read the same for any count ("3 node(s) were unschedulable"); ours

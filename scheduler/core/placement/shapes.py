@@ -12,13 +12,6 @@ from ..snapshot.fragmentation import Shape, free_cards
 from ..snapshot.nodes import NodeState
 
 
-def cpu_left(node: NodeState) -> int:
-    """Millicores of cpu the node has left (-1: its status says nothing of cpu)."""
-    if node.resources is None or "cpu" not in node.resources:
-        return -1
-    return max(0, node.resources["cpu"] - node.requested.get("cpu", 0))
-
-
 def shape_of(node: NodeState) -> Shape:
     """The node as the measure sees it (kept on the node until a charge changes it)."""
     if node.frag_shape is None:
@@ -43,4 +36,4 @@ def _shape(node: NodeState) -> Shape:
             continue
         use = node.cards.get(device.index)
         free.append(CORES_PER_CARD - use.core if use is not None else CORES_PER_CARD)
-    return (cpu_left(node), free_cards(free))
+    return (node.cpu_left(), free_cards(free))

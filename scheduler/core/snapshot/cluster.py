@@ -308,6 +308,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.charge_record(record, +1)
+            self.node_index.refile_shares(node)
         self.domain_counts.record(record, node.node.labels if node is not None else None, +1)
         self._reprofile(record.key)
 
@@ -323,6 +324,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.charge_record(record, -1)
+            self.node_index.refile_shares(node)
         self.domain_counts.record(record, node.node.labels if node is not None else None, -1)
         self._reprofile(record.key)
 

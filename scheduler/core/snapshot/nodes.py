@@ -12,6 +12,9 @@ a few hundred classes, each with a memoised best set, and then taking the first 
 winning class (a lazily cleaned heap). A node leaves its class before a charge and joins its new
 one after (``unindex``, ``index``). Per topology hierarchy a ``DomainIndex`` counts the classes
 in each domain, kept up to date the same way.
+The share index (``shares.py``) groups the same GPU nodes by what a share reads of them (their
+usable cards' state and cpu left); it is kept with the classes, and refiled when a record
+changes a node's cpu (``refile_shares``).
 
 Allocatable headroom: per configured whole-GPU resource name, the node's status.allocatable minus
 what the pods held there ask for of it (the kubelet's effective request of every running pod, ours
@@ -22,7 +25,6 @@ for a node whose object has no status (hand-written manifests): no check.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 
@@ -37,7 +39,9 @@ from ..resources.requests import parse_count
 from .domains import Hierarchy, Path
 from .fragmentation import Shape
 from .holdings import Holding
+from .names import NameSet
 from .podindex import PodRecord
+from .shares import CardKey, CardState, ShareIndex
 
 
 class CardUse(msgspec.Struct):
@@ -153,6 +157,39 @@ class NodeState:
     def total(self) -> int:
         return 0 if self.inventory is None else len(self.inventory.devices)
 
+    def cpu_left(self) -> int:
+        """Millicores of cpu the node has left (-1: its status says nothing of cpu)."""
+        if self.resources is None or "cpu" not in self.resources:
+            return -1
+        return max(0, self.resources["cpu"] - self.requested.get("cpu", 0))
+
+    def card_key(self) -> CardKey:
+        """What a share (or a pod without GPUs) reads of the node's cards (shares.py); a GPU
+        node only."""
+        inv = self.inventory
+        assert inv is not None
+        taken = self.whole | self.nominated
+        cards = self.cards
+        usable: list[CardState] = []
+        for device in inv.devices:
+            if not device.healthy or taken >> device.index & 1:
+                continue
+            use = cards.get(device.index)
+            usable.append(
+                (
+                    device.index,
+                    device.memory_mib,
+                    None if use is None else (use.core, use.memory_mib, use.sgpu, use.qos),
+                )
+            )
+        return (
+            inv.vendor,
+            inv.sgpu_per_card,
+            any(d.memory_mib > 0 for d in inv.devices),
+            not self.whole and not cards,
+            tuple(usable),
+        )
+
     def headroom(self) -> tuple[int, ...] | None:
         """Allocatable minus what is held, per resource, capped at the free GPU count."""
         if self.allocatable is None:
@@ -216,33 +253,17 @@ ClassKey = tuple[Topology, str, int, int, tuple[int, ...] | None]
 Demand = tuple[tuple[int, int], ...]
 
 
-class NodeClass:
+class NodeClass(NameSet):
     """Nodes that are interchangeable for a whole-GPU pod, with the smallest name at hand."""
 
-    __slots__ = ("_heap", "key", "memo", "names")
+    __slots__ = ("key", "memo")
 
     def __init__(self, key: ClassKey) -> None:
+        super().__init__()
         self.key = key
-        self.names: set[str] = set()
-        self._heap: list[str] = []
         # What placement derives from the key alone (its rank for k GPUs), kept while the class
         # lives: the key never changes, a node whose GPUs change moves to another class.
         self.memo: dict[tuple[object, ...], object] = {}
-
-    def add(self, name: str) -> None:
-        self.names.add(name)
-        heapq.heappush(self._heap, name)
-        if len(self._heap) > 2 * len(self.names) + 64:
-            self._heap = sorted(self.names)
-
-    def first(self) -> str:
-        heap = self._heap
-        while heap[0] not in self.names:
-            heapq.heappop(heap)
-        return heap[0]
-
-    def in_order(self) -> list[str]:
-        return sorted(self.names)
 
 
 class DomainIndex:
@@ -280,7 +301,17 @@ class NodeIndex:
     equivalence classes, by key and by vendor; each hierarchy's domain index and each node's
     path in it; how many nodes carry each label key."""
 
-    __slots__ = ("_by_vendor", "_class_of", "_domains", "_paths", "classes", "label_keys", "states")
+    __slots__ = (
+        "_by_vendor",
+        "_class_of",
+        "_domains",
+        "_paths",
+        "classes",
+        "label_keys",
+        "plain",
+        "shares",
+        "states",
+    )
 
     def __init__(self) -> None:
         self.states: dict[str, NodeState] = {}
@@ -295,6 +326,10 @@ class NodeIndex:
         # How many nodes carry each label key: a gang whose members repel each other on a key
         # every node has cannot share any node, which is known without scanning them.
         self.label_keys: dict[str, int] = {}
+        # The GPU nodes by what a share (or a pod without GPUs) reads of them (shares.py), and
+        # the names of the other nodes (no inventory, or an invalid one).
+        self.shares = ShareIndex()
+        self.plain: set[str] = set()
 
     def put(self, state: NodeState) -> NodeState | None:
         """Store ``state`` in place of the node's previous one (returned), out of every index
@@ -308,6 +343,10 @@ class NodeIndex:
             self._count_labels(old.node, -1)
         self._count_labels(state.node, +1)
         self.states[name] = state
+        if state.inventory is None:
+            self.plain.add(name)
+        else:
+            self.plain.discard(name)
         return old
 
     def pop(self, name: str) -> NodeState | None:
@@ -315,6 +354,7 @@ class NodeIndex:
         state = self.states.pop(name, None)
         if state is None:
             return None
+        self.plain.discard(name)
         self.unindex(name)
         for paths in self._paths.values():
             paths.pop(name, None)
@@ -339,11 +379,13 @@ class NodeIndex:
             self._by_vendor.setdefault(inv.vendor, {})[key] = cls
         cls.add(state.name)
         self._class_of[state.name] = key
+        self.shares.file(state.name, state.card_key(), state.cpu_left())
         for hierarchy, index in self._domains.items():
             index.add(state.name, self.path_of(hierarchy, state.name), key)
 
     def unindex(self, name: str) -> None:
         """Take the node out of its class (and domains), before a charge changes its key."""
+        self.shares.drop(name)
         key = self._class_of.pop(name, None)
         if key is None:
             return
@@ -357,6 +399,12 @@ class NodeIndex:
                 del self._by_vendor[key[1]]
         for index in self._domains.values():
             index.discard(name, key)
+
+    def refile_shares(self, state: NodeState) -> None:
+        """A record charged to the node changed its cpu left: its place in the share index."""
+        if self.shares.filed(state.name):
+            self.shares.drop(state.name)
+            self.shares.file(state.name, state.card_key(), state.cpu_left())
 
     def class_of(self, name: str) -> NodeClass | None:
         """The node's class (None: not a GPU node)."""

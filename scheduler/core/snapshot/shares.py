@@ -1,0 +1,110 @@
+"""The share index: GPU nodes grouped by what a decision reads of their cards and cpu.
+
+A share (placement/nodes.place_shared) ranks a node by its cards (which fit the request and how
+busy they are), by whether any GPU pod uses it, and, with a target workload, by its shape (cpu
+left and the cards' free percent): by its name only to break ties. A pod without GPUs reads the
+same of a GPU node (its shape and whether it is untouched). Nodes that agree on all of it rank
+the same, so a decision ranks groups, not nodes, and asks the filter chain about the names of a
+group only in the order the rank gives (issue 32: the chain ran on every node for every share).
+
+- ``CardKey`` (``NodeState.card_key``): the node's vendor, sGPU slots per card, whether any
+  card reports memory (what a refused share's reason reads), whether it is untouched (no GPU
+  held whole, no card shared), and per card a share could use (healthy, not held whole, not
+  nominated for a preemptor) its index, memory and use (core, memory, sGPU slots, QoS; None
+  when no pod shares it). Nodes of one key are a ``CardGroup``, which keeps the cards' free
+  percent (the shape's cards) and a memo of what placement derives per request from the key
+  alone (which cards fit).
+- within a group, the nodes by cpu left (-1: the status says nothing of cpu), one ``NameSet``
+  each: the shape is (cpu left, the group's free cards).
+
+A node is filed when ``NodeIndex.index`` files its class and leaves with ``unindex``; a record
+charged to it (its cpu) refiles it (``NodeIndex.refile_shares``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..model.names import CORES_PER_CARD
+from .fragmentation import free_cards
+from .names import NameSet
+
+# (core, memory MiB, sGPU slots, QoS) of one card's shared use.
+CardUseKey = tuple[int, int, int, str | None]
+# A card a share could use: (index, memory MiB, its use or None).
+CardState = tuple[int, int, CardUseKey | None]
+# (vendor, sGPU slots per card, any card reports memory, untouched, the usable cards by index)
+CardKey = tuple[str, int, bool, bool, tuple[CardState, ...]]
+
+
+class CardGroup:
+    """The nodes of one CardKey, by cpu left."""
+
+    __slots__ = ("by_cpu", "free", "idle", "key", "memo")
+
+    def __init__(self, key: CardKey) -> None:
+        self.key = key
+        cards = key[4]
+        # The shape's cards (free percent, largest first) and the idle cards (what a whole-GPU
+        # pod could take: the node's free GPU count).
+        self.free = free_cards(CORES_PER_CARD - (u[0] if u else 0) for _, _, u in cards)
+        self.idle = sum(1 for _, _, u in cards if u is None)
+        self.by_cpu: dict[int, NameSet] = {}
+        # What placement derives per request from the key alone (the cards that fit), kept
+        # while the group lives: a node whose cards change moves to another group.
+        self.memo: dict[object, object] = {}
+
+    @property
+    def untouched(self) -> bool:
+        return self.key[3]
+
+
+class ShareIndex:
+    """GPU nodes by CardKey (per vendor) and cpu left."""
+
+    __slots__ = ("_by_vendor", "_where")
+
+    def __init__(self) -> None:
+        self._by_vendor: dict[str, dict[CardKey, CardGroup]] = {}
+        self._where: dict[str, tuple[CardGroup, int]] = {}
+
+    def file(self, name: str, key: CardKey, left: int) -> None:
+        """File a GPU node under its CardKey (NodeState.card_key) and cpu left (after ``drop``,
+        or new)."""
+        groups = self._by_vendor.setdefault(key[0], {})
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = CardGroup(key)
+        names = group.by_cpu.get(left)
+        if names is None:
+            names = group.by_cpu[left] = NameSet()
+        names.add(name)
+        self._where[name] = (group, left)
+
+    def drop(self, name: str) -> None:
+        """The node leaves its group (before a change to its cards or cpu, or for good)."""
+        found = self._where.pop(name, None)
+        if found is None:
+            return
+        group, left = found
+        names = group.by_cpu[left]
+        names.names.discard(name)
+        if names.names:
+            return
+        del group.by_cpu[left]
+        if group.by_cpu:
+            return
+        vendor = group.key[0]
+        groups = self._by_vendor[vendor]
+        del groups[group.key]
+        if not groups:
+            del self._by_vendor[vendor]
+
+    def filed(self, name: str) -> bool:
+        return name in self._where
+
+    def groups(self, vendor: str | None = None) -> Iterator[CardGroup]:
+        """The groups of one vendor's nodes (None: every vendor's)."""
+        if vendor is not None:
+            return iter(self._by_vendor.get(vendor, {}).values())
+        return (g for groups in self._by_vendor.values() for g in groups.values())

@@ -1,0 +1,191 @@
+"""Issue 30's epoch-witness timelines (4, and 7's "new installation" shortcut), stepped through
+the live scheduler's own parts on BOTH stores: the memory store and the service's ``RedisStore``
+on the session's real redis-server (two key prefixes stand for two Redis masters, the old one
+and the promoted replica, as a partition leaves them). The witness is tests/lifecycle.py's
+ConfigMaps, the apiserver's record of elections (scheduler/service/witness.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from scheduler.kube.watch import HttpError
+from scheduler.service.witness import Witness, WitnessError
+from scheduler.state.base import Store
+from scheduler.state.memory import MemoryStore
+from scheduler.state.redis_store import RedisStore
+from tests.builders import MakePod
+from tests.clock import ManualClock
+from tests.lifecycle import QUICK_RETRIES, Apiserver, ConfigMaps, Replica, node
+
+
+class Stores:
+    """Independent stores on one clock: MemoryStores, or RedisStores under their own prefixes
+    on the session's redis-server (emptied first)."""
+
+    def __init__(self, clock: ManualClock, url: str = "") -> None:
+        self.clock, self.url = clock, url
+        self.made: list[Store] = []
+
+    def __call__(self) -> Store:
+        store: Store = (
+            RedisStore.from_url(self.url, prefix=f"m{len(self.made) + 1}")
+            if self.url
+            else MemoryStore(self.clock)
+        )
+        self.made.append(store)
+        return store
+
+    async def flush(self) -> None:
+        """FLUSHALL: the lease, the epochs and every record are gone."""
+        if not self.url:
+            for store in self.made:
+                store.__init__(self.clock)  # type: ignore[misc]
+            return
+        client = aioredis.Redis.from_url(self.url)
+        await client.flushall()
+        await client.aclose()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(0.0)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def stores(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIterator[Stores]:
+    url = "" if request.param == "memory" else str(request.getfixturevalue("redis_server").url)
+    made = Stores(clock, url)
+    if url:
+        await made.flush()  # no test depends on another's leftovers
+    try:
+        yield made
+    finally:
+        for store in made.made:
+            if isinstance(store, RedisStore):
+                await store.close()
+
+
+def replica(
+    api: Apiserver, store: Store, clock: ManualClock, holder: str, maps: ConfigMaps
+) -> Replica:
+    witness = Witness(maps, "topo-scheduler", "topo-scheduler")
+    return Replica(
+        api,
+        store,
+        clock,
+        holder,
+        wait_for_unknown_leader=True,
+        witness=witness,
+        tuning=QUICK_RETRIES,
+    )
+
+
+# ---- issue 30, 4: a transient 403 on the witness in the partition it exists for ----------------
+
+
+async def test_issue30_4_a_transient_403_on_the_witness_does_not_give_two_leaders(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """A partition: a leads on the old master m1, which still takes its writes; the Sentinels
+    promoted m2 and b is elected there, recorded in the witness, and waits one lease (its
+    store's history is cut). a's renewal on m1 reads the witness while an authorization webhook
+    times out (403). Before the fix that one 403 turned the witness off for good: every later
+    renewal m1 accepted counted, a led on past b's wait, and both bound a pod on n/0."""
+    api, maps = Apiserver(), ConfigMaps()
+    a = replica(api, stores(), clock, "a", maps)
+    b = replica(api, stores(), clock, "b", maps)
+    assert await a.elect([node(1)]) == 1
+    assert a.s.may_decide()  # a new installation: no wait
+    assert await b.elect([node(1)]) == 1  # the promoted replica: a's lease and epoch lost
+    assert not b.s.may_decide()  # its history is cut: one lease first (until 15 s)
+    clock.now += 5.0
+    maps.failure = HttpError(403, "forbidden: webhook authorizer timed out")
+    await a.renewal()  # m1 accepts it; the witness cannot confirm a's epoch: it does not count
+    maps.failure = None  # the webhook answers again
+    clock.now += 5.0
+    await a.renewal()  # m1 accepts it; the witness holds b's record: a is deposed
+    await b.renewal()  # m2 accepts it, and the witness holds b's record: it counts
+    clock.now += 5.0
+    assert b.s.may_decide()
+    # Each side has a pod to place on the one GPU; whoever may decide does.
+    for r, name in ((a, "p"), (b, "q")):
+        r.pending(MakePod().Name(name).Req(1).Obj())
+        if r.s.may_decide():
+            await r.step()
+        await r.settle()
+    assert api.binds == [("default/q", "n", "0")]
+    assert not a.leadership.leading and a.held("default/p") is None
+
+
+async def test_issue30_4_a_leader_whose_witness_stays_forbidden_stops_within_its_lease(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """Without a partition: a 403 that lasts (a Role removed) leaves the leader's lease its end,
+    so it stops leading when that passes, and its next election fails (it does not lead
+    without a record) until the witness can be written again."""
+    api, maps = Apiserver(), ConfigMaps()
+    store = stores()
+    a = replica(api, store, clock, "a", maps)
+    assert await a.elect([node(1)]) == 1
+    maps.failure = HttpError(403, "forbidden")
+    for _ in range(3):
+        clock.now += 5.0
+        await a.renewal()  # the store accepts; the witness cannot confirm: not counted
+    assert not a.leadership.leading and not a.s.may_decide()
+    with pytest.raises(WitnessError):
+        await a.elect([node(1)])  # the lease again, but no record: no lead
+    assert not a.s.may_decide()
+    maps.failure = None
+    assert await a.elect([node(1)]) == 1  # recorded: it leads again
+    assert a.s.witness is not None and a.s.witness.recorded == "a|1"
+
+
+# ---- issue 30, 7a: the "new installation" shortcut after the witness was deleted -----------------
+
+
+async def test_issue30_7a_a_deleted_witness_and_a_flushed_store_are_not_a_new_installation(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """a leads (a new installation), has bound p0 on n/0 and p's Binding to n/1 is in flight.
+    The witness ConfigMap is deleted and the store flushed; b is elected at epoch 1 of a store
+    without history and finds no record. Before the fix that was "a new installation": b
+    decided at once, q on n/1, and then p's Binding landed there too."""
+    api, maps = Apiserver(), ConfigMaps()
+    store = stores()
+    a = replica(api, store, clock, "a", maps)
+    b = replica(api, store, clock, "b", maps)
+    assert await a.elect([node(2)]) == 1
+    assert a.s.may_decide()  # nobody ever led: no wait
+    a.pending(MakePod().Name("p0").Req(1).Obj())
+    await a.step()
+    await a.settle()
+    a.bound_seen("default/p0")
+    a.pending(MakePod().Name("p").Req(1).Obj())
+    api.gates["default/p"] = gate = asyncio.Event()
+    await a.step()  # p's Binding is in flight
+    maps.maps.clear()  # the witness ConfigMap deleted
+    await stores.flush()  # and the store flushed: the lease and the epochs are gone
+    q = b.pending(MakePod().Name("q").Req(1).Obj())
+    assert await b.elect([node(2)], [api.pods["default/p0"]]) == 1
+    a.s.intake.pending_event("ADDED", q)
+    if b.s.may_decide():  # what "a new installation" allowed: q decided at once
+        await b.step()
+        await b.settle()
+    gate.set()  # a's Binding lands within its bind timeout
+    await a.settle()
+    assert api.binds == [("default/p0", "n", "0"), ("default/p", "n", "1")]
+    assert not b.s.may_decide()  # someone led (p0 is bound): one lease first
+    b.bound_seen("default/p")
+    clock.now += 10.0
+    await b.renewal()
+    clock.now += 5.0
+    assert b.s.may_decide()
+    await b.step()
+    await b.settle()
+    assert api.binds == [("default/p0", "n", "0"), ("default/p", "n", "1")]  # q waits
+    assert b.held("default/q") is None and b.held("default/p") == ("n", [1])

@@ -1,0 +1,310 @@
+"""The share index decides as the walk over every node did (issue 32 item 2).
+
+``place_shared`` and ``place_without_gpus`` rank groups of the share index (snapshot/shares.py)
+and ask the filter chain only about candidates, and ``unschedulable_reason`` works a GPU reason
+out once per group or class; before, each walked every node (the chain on every node, every
+card ranked, every node's reason phrased). The walks are kept here as the reference (the rules
+as they stood), and hundreds of seeded random clusters (whole-GPU and shared pods already
+placed, cpu-only pods, pods leaving, cordoned and tainted nodes, unhealthy cards, model pinning,
+preferences, card memory, binpack and spread, with and without a target workload) check that
+both choose the same node and cards for every pod, and give the same reason when none fits.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from scheduler.core.cycle import Unit, apply_decision, decide
+from scheduler.core.filters.chain import PodFilters
+from scheduler.core.model.decisions import Placed, Placement, Share
+from scheduler.core.model.names import (
+    CORE_RESOURCE,
+    CORES_PER_CARD,
+    GPU_POLICY_ANNOTATION,
+    GPUS_ANNOTATION,
+    MEMORY_RESOURCE,
+    NODE_POLICY_ANNOTATION,
+)
+from scheduler.core.model.objects import (
+    Affinity,
+    ContainerInput,
+    NodeInput,
+    NodeSelectorTerm,
+    PodInput,
+    PreferredNodeTerm,
+    Requirement,
+    Taint,
+)
+from scheduler.core.placement.nodes import (
+    Reason,
+    _before_nodes,
+    _cpu,
+    _dra_backed,
+    _histogram,
+    _node_reasons,
+    place_shared,
+    place_without_gpus,
+    ranked_by,
+    unschedulable_reason,
+)
+from scheduler.core.placement.shapes import shape_of, untouched
+from scheduler.core.resources.requests import PodRequest, SharedRequest, parse_request
+from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.core.snapshot.fragmentation import Target
+from scheduler.core.snapshot.nodes import CardUse, NodeState
+
+MODEL = "example.com/model"
+
+
+# ---- the reference: the walk over every node, as place_shared was ---------------------------
+
+
+def _card_fit(node: NodeState, index: int, req: SharedRequest) -> tuple[int, int] | None:
+    inv = node.inventory
+    assert inv is not None
+    device = inv.device(index)
+    use = node.cards.get(index) or CardUse()
+    memory = req.memory_mib
+    if req.memory_ratio:
+        if device.memory_mib <= 0:
+            return None
+        memory = device.memory_mib * req.memory_ratio // 100
+    if use.core + req.core > CORES_PER_CARD:
+        return None
+    if memory and (device.memory_mib <= 0 or use.memory_mib + memory > device.memory_mib):
+        return None
+    if req.sgpu:
+        if inv.sgpu_per_card <= 0 or use.sgpu + req.sgpu > inv.sgpu_per_card:
+            return None
+        if use.qos is not None and use.qos != req.qos:
+            return None
+    return CORES_PER_CARD - use.core - req.core, memory
+
+
+def _least_fragmenting(
+    target: Target,
+    node: NodeState,
+    cpu: int,
+    shared: SharedRequest,
+    fits: list[tuple[int, int, int]],
+    busiest: list[tuple[int, int, int]],
+) -> tuple[int, list[tuple[int, int, int]]]:
+    shape = shape_of(node)
+    core = shared.core
+    if shared.cards > 1:
+        take = tuple((f[0] + core, core) for f in busiest)
+        return -target.rank(shape, cpu, take), busiest
+    best: tuple[int, tuple[int, int, int]] | None = None
+    for fit in fits:
+        rank = target.rank(shape, cpu, ((fit[0] + core, core),))
+        if best is None or rank > best[0]:
+            best = (rank, fit)
+    assert best is not None
+    return -best[0], [best[1]]
+
+
+def walk(
+    state: ClusterState, pod: PodInput, req: PodRequest, filters: PodFilters
+) -> Placement | None:
+    shared = req.shared
+    assert shared is not None
+    if filters.problem is not None:
+        return None
+    spread_cards = req.gpu_policy == "spread"
+    spread_nodes = req.node_policy == "spread"
+    target = ranked_by(state, spread_cards or spread_nodes)
+    cpu = _cpu(state, pod)
+    best: tuple[tuple[int, int, int, int, str], NodeState, list[tuple[int, int]]] | None = None
+    for node in state.gpu_nodes():
+        inv = node.inventory
+        assert inv is not None
+        if shared.vendor is not None and inv.vendor != shared.vendor:
+            continue
+        if filters.check(node):
+            continue
+        fits: list[tuple[int, int, int]] = []
+        for device in inv.devices:
+            if not device.healthy or (node.whole | node.nominated) >> device.index & 1:
+                continue
+            fit = _card_fit(node, device.index, shared)
+            if fit is not None:
+                fits.append((fit[0], device.index, fit[1]))
+        if len(fits) < shared.cards:
+            continue
+        fits.sort(key=lambda f: (-f[0] if spread_cards else f[0], f[1]))
+        chosen = fits[: shared.cards]
+        frag = 0
+        rest: tuple[int, int]
+        if target is not None:
+            frag, chosen = _least_fragmenting(target, node, cpu, shared, fits, chosen)
+            rest = (untouched(node), 0)
+        else:
+            free_after = sum(f[0] for f in chosen)
+            rest = (-free_after if spread_nodes else free_after, node.free_mask.bit_count())
+        key = (-filters.score(node), frag, *rest, node.name)
+        if best is None or key < best[0]:
+            best = (key, node, [(f[1], f[2]) for f in chosen])
+    if best is None:
+        return None
+    node = best[1]
+    assert node.inventory is not None
+    shares = tuple(
+        Share(
+            index=i,
+            uuid=node.inventory.device(i).uuid,
+            core=shared.core,
+            memory_mib=memory,
+            sgpu=shared.sgpu,
+            qos=shared.qos,
+        )
+        for i, memory in sorted(best[2])
+    )
+    return Placement(pod.key, pod.uid, node.name, (), (), shares, None)
+
+
+def walk_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) -> Placement | None:
+    if filters.problem is not None:
+        return None
+    target = ranked_by(state, False)
+    cpu = _cpu(state, pod)
+    best: tuple[tuple[bool, int, int, int, str], NodeState] | None = None
+    for node in state.nodes.values():
+        if filters.check(node):
+            continue
+        frag = fresh = 0
+        if target is not None and node.inventory is not None:
+            frag = -target.rank(shape_of(node), cpu, ())
+            fresh = untouched(node)
+        key = (node.inventory is not None, -filters.score(node), frag, fresh, node.name)
+        if best is None or key < best[0]:
+            best = (key, node)
+    if best is None:
+        return None
+    return Placement(pod.key, pod.uid, best[1].name, (), (), (), None)
+
+
+def walk_reason(state: ClusterState, filters: PodFilters, req: PodRequest) -> str:
+    early = _before_nodes(state, filters)
+    if early is not None:
+        return early
+    counts: Counter[Reason] = Counter()
+    demand = [(state.resource_index[r], r, n) for r, n in req.resources]
+    dra = _dra_backed(state, demand)
+    for node in state.nodes.values():
+        counts.update(_node_reasons(node, filters, req, req.gpus, demand, demand, dra))
+    return _histogram(len(state.nodes), counts)
+
+
+# ---- random clusters -----------------------------------------------------------------------
+
+
+def _node(rng: random.Random, i: int) -> NodeInput:
+    gpus = rng.choice((1, 2, 2, 4, 8, 8))
+    memory = rng.choice((0, 0, 16384, 32768))
+    devices = [
+        {
+            "index": d,
+            "uuid": f"GPU-{i}-{d}",
+            "memoryMiB": memory,
+            "healthy": rng.random() > 0.05,
+        }
+        for d in range(gpus)
+    ]
+    inventory = {"vendor": "nvidia", "devices": devices}
+    cpu = rng.choice((8000, 16000, 32000, 64000, 96000))
+    taints = (Taint("pool", "gpu", "NoSchedule"),) if rng.random() < 0.05 else ()
+    return NodeInput(
+        f"n{rng.randrange(1000):03d}-{i}",
+        labels={MODEL: rng.choice(("a", "b", "c"))},
+        annotations={GPUS_ANNOTATION: json.dumps(inventory)},
+        allocatable={
+            "cpu": f"{cpu}m",
+            "memory": f"{rng.choice((65536, 262144))}Mi",
+            "pods": "110",
+            "nvidia.com/gpu": str(gpus),
+        },
+        unschedulable=rng.random() < 0.03,
+        taints=taints,
+    )
+
+
+def _pod(rng: random.Random, i: int, share: bool) -> PodInput:
+    limits: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if share:
+        limits[CORE_RESOURCE] = str(rng.choice((10, 25, 30, 50, 50, 60, 80, 100)))
+        if rng.random() < 0.2:
+            limits[MEMORY_RESOURCE] = str(rng.choice((2048, 8192)))
+            if rng.random() < 0.3:  # memory alone: a share of no core, even on a full card
+                del limits[CORE_RESOURCE]
+                # Spread (below), so no target ranks it: the measure cannot take a card with
+                # no core free yet (fragmentation.gain: the shape has no such card).
+        if rng.random() < 0.15 or CORE_RESOURCE not in limits:
+            annotations[GPU_POLICY_ANNOTATION] = "spread"
+        if rng.random() < 0.1:
+            annotations[NODE_POLICY_ANNOTATION] = "spread"
+    elif rng.random() < 0.8:
+        limits["nvidia.com/gpu"] = str(rng.choice((1, 1, 1, 2, 4)))
+    affinity = None
+    roll = rng.random()
+    if roll < 0.1:
+        term = NodeSelectorTerm(match_expressions=(Requirement(MODEL, "In", ("a", "b")),))
+        affinity = Affinity(node_required=(term,))
+    elif roll < 0.15:
+        term = NodeSelectorTerm(match_expressions=(Requirement(MODEL, "In", ("c",)),))
+        affinity = Affinity(node_preferred=(PreferredNodeTerm(rng.choice((1, 5)), term),))
+    return PodInput(
+        "default",
+        f"p{i}",
+        uid=f"u{i}",
+        scheduler_name="topo-scheduler",
+        containers=(
+            ContainerInput(
+                "main",
+                limits=limits,
+                requests={
+                    "cpu": f"{rng.choice((500, 1000, 3152, 4000, 8000, 11908))}m",
+                    "memory": f"{rng.choice((1024, 8192, 32768))}Mi",
+                },
+            ),
+        ),
+        annotations=annotations,
+        affinity=affinity,
+    )
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_indexes_choose_and_refuse_as_the_walks_over_every_node(seed: int) -> None:
+    rng = random.Random(seed)
+    state = ClusterState()
+    for i in range(rng.randrange(3, 40)):
+        state.set_node(_node(rng, i))
+    if rng.random() < 0.3:  # a node without GPUs, or with an invalid inventory
+        state.set_node(NodeInput("plain", allocatable={"cpu": "4000m", "pods": "110"}))
+        state.set_node(NodeInput("broken", annotations={GPUS_ANNOTATION: "{"}))
+    compared = 0
+    for i in range(rng.randrange(40, 160)):
+        pod = _pod(rng, i, share=rng.random() < 0.5)
+        req = parse_request(pod, state.settings, state.memos.asks)
+        filters = PodFilters(state, pod)
+        if req.shared is not None:
+            placed = place_shared(state, pod, req, filters)
+            assert placed == walk(state, pod, req, filters)
+            compared += 1
+        elif not req.gpus:
+            placed = place_without_gpus(state, pod, filters)
+            assert placed == walk_without_gpus(state, pod, filters)
+        if req.shared is not None or req.gpus:  # the reason asked when nothing fits
+            reason = unschedulable_reason(state, filters, req)
+            assert reason == walk_reason(state, filters, req)
+        unit = Unit(None, (pod,))
+        decision = decide(state, unit)
+        if isinstance(decision, Placed):
+            apply_decision(state, decision, unit)
+        if rng.random() < 0.1 and state.holdings:  # pods leave too
+            state.remove_pod(rng.choice(sorted(state.holdings)))
+    assert compared
