@@ -9,8 +9,10 @@ tests against both):
   the caller holds at that epoch. Every write below takes (holder, epoch) and raises Fenced when
   the lease is not held by exactly that pair at the moment of the write: a leader that could not
   renew stops committing at once, whatever its own clock says.
-- ``reserve`` is all or nothing: every whole GPU must be unowned (or owned by the same pod) and
-  every shared card must have room for the claim, else nothing is written and Conflict says why.
+- ``reserve`` is all or nothing: every whole GPU must be unowned (or owned by a pod of the same
+  call, whose earlier claim the new one replaces: a gang decided afresh after a failover may swap
+  its members' GPUs) and every shared card must have room for the claim, else nothing is written
+  and Conflict says why.
   ``reserve_each`` takes several such units (a pod's claim, or a gang's members' claims) in one
   call: each is all or nothing on its own, judged in order against the store as the units
   before it left it; a refused unit writes nothing and the others are still written. The reason

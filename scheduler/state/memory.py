@@ -92,6 +92,11 @@ class MemoryStore(ReservesUnits):
             out.append(problem)
             if problem:
                 continue
+            # Drop every earlier claim of the unit's pods before writing: a gang decided afresh
+            # may swap its members' GPUs, so one's new claim may name another's old GPUs. (The
+            # second drop only meets a claim of the same pod written just before.)
+            for claim in claims:
+                self._drop(claim.uid, touched)
             for claim in claims:
                 self._drop(claim.uid, touched)
                 self._write(claim, "reserved", epoch, touched)
@@ -100,30 +105,33 @@ class MemoryStore(ReservesUnits):
 
     def _check(self, claims: list[Claim]) -> str | None:
         """Why ``claims`` cannot be written next to what the store holds (and the earlier
-        claims of the same list); None when they can. Reads only the GPUs the claims name."""
+        claims of the same list); None when they can. Reads only the GPUs the claims name.
+        What the store holds for the list's own pods does not count: their records are
+        replaced by the new claims (a gang decided afresh may swap its members' GPUs)."""
+        mine = {claim.uid for claim in claims}
         taken: dict[tuple[str, int], str] = {}
         # Shares of the earlier claims of this list: (node, index) -> (uid, core, mem, sgpu, qos).
         added: dict[tuple[str, int], list[tuple[str, int, int, int, str]]] = {}
         for claim in claims:
             for index in claim.devices:
                 key = (claim.node, index)
-                owner = self._owner_uid(key) or taken.get(key)
+                owner = self._foreign_owner(key, mine) or taken.get(key)
                 if owner is not None and owner != claim.uid:
                     return f"GPU {index} on node {claim.node} is held by pod UID {owner}"
-                if any(u != claim.uid for u in self._cards.get(key, ())) or any(
+                if any(u not in mine for u in self._cards.get(key, ())) or any(
                     u != claim.uid for u, *_ in added.get(key, [])
                 ):
                     return f"GPU {index} on node {claim.node} is shared by other pods"
                 taken[key] = claim.uid
             for s in claim.shares:
                 key = (claim.node, s.index)
-                owner = self._owner_uid(key) or taken.get(key)
+                owner = self._foreign_owner(key, mine) or taken.get(key)
                 if owner is not None and owner != claim.uid:
                     return f"GPU {s.index} on node {claim.node} is held whole by pod UID {owner}"
                 users = [
                     (u.core, u.memory_mib, u.sgpu, u.qos)
                     for uid, held in self._cards.get(key, {}).items()
-                    if uid != claim.uid
+                    if uid not in mine
                     for u in held
                 ]
                 users += [
@@ -139,6 +147,11 @@ class MemoryStore(ReservesUnits):
                     return f"GPU {s.index} on node {claim.node} serves QoS {sorted(qos)[0]}"
                 added.setdefault(key, []).append((claim.uid, s.core, s.memory_mib, s.sgpu, s.qos))
         return None
+
+    def _foreign_owner(self, key: tuple[str, int], mine: set[str]) -> str | None:
+        """The UID owning GPU ``key`` in the store unless it is one of ``mine``."""
+        owner = self._owner_uid(key)
+        return None if owner in mine else owner
 
     def _owner_uid(self, key: tuple[str, int]) -> str | None:
         owner = self._owners.get(key)

@@ -219,16 +219,20 @@ local function write(raw, c, state)
   if gang ~= '' then join_gang(gang, c.uid) end
 end
 -- Why the claim cannot be written next to what the store (and earlier claims of this call,
--- in `pending`) already hold; nil when it can.
-local function problem(c, pending)
+-- in `pending`) already hold; nil when it can. What the store holds for a UID in `mine` (the
+-- pods of the claim's own unit, whose records the write replaces) does not count.
+local function problem(c, pending, mine)
+  mine = mine or {[c.uid] = true}
   for _, index in ipairs(c.devices) do
     local key = c.node .. '#' .. index
-    local owner = owner_of(c.node, index) or pending[key]
+    local owner = owner_of(c.node, index)
+    if owner and mine[owner] then owner = nil end
+    owner = owner or pending[key]
     if owner and owner ~= c.uid then
       return 'GPU ' .. index .. ' on node ' .. c.node .. ' is held by pod UID ' .. owner
     end
     for _, u in ipairs(redis.call('HKEYS', card_key(c.node, index))) do
-      if u ~= c.uid then
+      if not mine[u] then
         return 'GPU ' .. index .. ' on node ' .. c.node .. ' is shared by other pods'
       end
     end
@@ -240,7 +244,9 @@ local function problem(c, pending)
   for _, s in ipairs(c.shares) do
     local index, core, mem, sgpu, qos, capmem, capsgpu = s[1], s[2], s[3], s[4], s[5], s[6], s[7]
     local key = c.node .. '#' .. index
-    local owner = owner_of(c.node, index) or pending[key]
+    local owner = owner_of(c.node, index)
+    if owner and mine[owner] then owner = nil end
+    owner = owner or pending[key]
     if owner and owner ~= c.uid then
       return 'GPU ' .. index .. ' on node ' .. c.node .. ' is held whole by pod UID ' .. owner
     end
@@ -249,7 +255,7 @@ local function problem(c, pending)
     local extra = {}
     for _, v in ipairs(pending['shared#' .. key] or {}) do extra[#extra + 1] = v end
     for j = 1, #users, 2 do
-      if users[j] ~= c.uid then table.insert(extra, users[j + 1]) end
+      if not mine[users[j]] then table.insert(extra, users[j + 1]) end
     end
     local sc, sm, ss = core, mem, sgpu
     for _, v in ipairs(extra) do
@@ -280,17 +286,24 @@ if not held() then return fenced() end
 local out, i = {}, 4
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
-  local claims, pending, why = {}, {}, nil
+  local claims, pending, mine, why = {}, {}, {}, nil
   for j = i + 1, i + n do
     local c = cjson.decode(ARGV[j])
-    -- A pod re-reserving replaces its own earlier claim: judge it without that claim.
-    why = problem(c, pending)
-    if why then break end
     claims[#claims + 1] = {ARGV[j], c}
+    mine[c.uid] = true
+  end
+  -- The unit's pods re-reserving replace their own earlier claims (a gang decided afresh after
+  -- a failover may swap its members' GPUs): judge it without those claims, drop them all, then
+  -- write the new ones.
+  for _, item in ipairs(claims) do
+    why = problem(item[2], pending, mine)
+    if why then break end
   end
   if why then
     out[#out + 1] = why
   else
+    for _, item in ipairs(claims) do drop(item[2].uid) end
+    -- (This drop only meets a claim of the same pod written just before.)
     for _, item in ipairs(claims) do
       drop(item[2].uid)
       write(item[1], item[2], 'reserved')

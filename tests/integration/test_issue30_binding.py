@@ -289,6 +289,84 @@ async def test_issue30_2_a_reservation_whose_binding_never_landed_is_decided_afr
     assert b.s.book.stage("default/a") is Stage.ASSUMED and b.held("default/a") == ("n2", [0])
 
 
+def pools(x: str, y: str) -> list[NodeInput]:
+    """n1, n2 and n3, 1 GPU each: n1 in pool ``x``, n2 in pool ``y``, n3 in pool z."""
+    return [
+        MakeNode().Name(name).GPUs(1).Label("pool", pool).Obj()
+        for name, pool in (("n1", x), ("n2", y), ("n3", "z"))
+    ]
+
+
+async def test_issue30_2_a_gang_partly_bound_at_a_kill_is_bound_whole_once_settled(
+    backend: Backend,
+) -> None:
+    """The e2e chaos failure (test_leader_sigkilled_during_gang_binds): leader a decides gang
+    job = {g0: n3, g1: n1, g2: n2} and is killed while binding: g0's Binding lands, g1's and
+    g2's never do. Standby b holds g1 and g2 where a decided (unsettled), reads them back
+    pending once no Binding of a can land (reloaded), and decides the two afresh as one unit
+    (g0 bound is counted): the cluster changed meanwhile, so they swap nodes (g1: n2, g2: n1).
+    Each new claim names GPUs the other member's old reservation holds: the store refused the
+    unit ("GPU 0 on node n2 is held by pod UID <g2's>") at every retry, until a reconcile freed
+    both old reservations and another gang took the GPUs, leaving job partly bound for good.
+    Here pod c, queued after them, took n2's GPU. The unit's own earlier claims are replaced
+    by its new ones: it binds whole at once."""
+    api = Apiserver()
+    a = backend.replica(api, "a", bind_timeout=0.02)
+    b = backend.replica(api, "b", bind_timeout=0.02)
+    b.s.intake.replace_nodes(pools("y", "x"))
+    b.s.intake.replace_bound([], 0)
+    await a.elect(pools("x", "y"))
+    api.stalled["default/g1"] = None
+    api.stalled["default/g2"] = None
+    for name, pool in (("g0", "z"), ("g1", "x"), ("g2", "y")):
+        pod = a.pending(MakePod().Name(name).Req(1).Gang("job", 3).NodeSelector("pool", pool).Obj())
+        b.s.intake.pending_event("ADDED", pod)
+    while await a.step() is not None:
+        pass
+    await until(lambda: None not in (api.stalled["default/g1"], api.stalled["default/g2"]))
+    await until(lambda: api.pods["default/g0"].node_name == "n3")
+    # kill -9 while g1's and g2's Bindings stall; they never commit (etcd gave up).
+    a.s.accepting = False
+    for t in list(a.s.tasks.running):
+        t.cancel()
+    await asyncio.gather(*list(a.s.tasks.running), return_exceptions=True)
+    await lease_lapses(backend)
+    api.stalled = {}
+    b.s.intake.pending_event("DELETED", api.pods["default/g0"])
+    await b.elect(pools("y", "x"), [api.pods["default/g0"]])
+    assert b.s.book.stage("default/g0") is Stage.BOUND
+    assert b.held("default/g1") == ("n1", [0]) and b.held("default/g2") == ("n2", [0])
+    assert b.s.book.stage("default/g1") is Stage.UNSETTLED
+    await past_commit(b)  # both read back pending: decided afresh, together
+    assert b.s.book.stage("default/g1") is b.s.book.stage("default/g2") is Stage.RELOADED
+    b.pending(MakePod().Name("c").Req(1).NodeSelector("pool", "x").Obj())  # queued after job
+    while await b.step() is not None:
+        pass
+    await b.settle()
+    assert sorted((k, n) for k, n, _ in api.binds) == [
+        ("default/g0", "n3"),
+        ("default/g1", "n2"),
+        ("default/g2", "n1"),
+    ]
+    assert gpus_given_twice(api) == [] and b.s.book.stage("default/c") is Stage.PENDING
+    b.bound_seen("default/g1")
+    b.bound_seen("default/g2")
+    await b.settle()
+    b.clock.now += Tuning().store_reconcile_seconds
+    await b.s.sync.if_needed()
+    assert await b.records() == {
+        "default/g0": "bound:(0,)",
+        "default/g1": "bound:(0,)",
+        "default/g2": "bound:(0,)",
+    }
+    assert [await b.owners(n) for n in ("n1", "n2", "n3")] == [
+        {0: "default/g2"},
+        {0: "default/g1"},
+        {0: "default/g0"},
+    ]
+    assert await b.gangs() == {"default/job": "bound:default/g0,default/g1,default/g2"}
+
+
 # ---- 7: an inherited record of a pod read back pending is a reservation again -------------------
 
 

@@ -177,6 +177,25 @@ async def test_re_reserving_a_pod_replaces_its_claim(h: Harness) -> None:
     assert records["p1"].claim.devices == (1,) and records["p2"].claim.devices == (0,)
 
 
+async def test_a_unit_re_reserving_may_swap_its_pods_gpus(h: Harness) -> None:
+    """A gang decided afresh after a failover (its members RELOADED) may give one member the
+    GPUs another member's old reservation holds: the unit's own earlier claims do not refuse it
+    (the e2e chaos failure: "GPU 1 on node dgx-0 is held by pod UID <job11-r2>" for job11's
+    r1 and r2 swapped, a refusal loop until the reconcile freed both and another gang took
+    their GPUs, leaving job11 partly bound). A pod outside the unit still refuses it."""
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    await h.store.reserve("a", e, [claim("r1", "n5", (5, 6)), claim("r2", "n0", (1, 2))])
+    await h.store.reserve("a", e, [claim("r1", "n0", (1, 2)), claim("r2", "n5", (5, 6))])
+    records = await h.store.records()
+    assert (records["r1"].claim.node, records["r1"].claim.devices) == ("n0", (1, 2))
+    assert (records["r2"].claim.node, records["r2"].claim.devices) == ("n5", (5, 6))
+    assert {i: o.uid for i, o in (await h.store.owners("n0")).items()} == {1: "r1", 2: "r1"}
+    assert {i: o.uid for i, o in (await h.store.owners("n5")).items()} == {5: "r2", 6: "r2"}
+    with pytest.raises(Conflict, match="held by pod UID r2"):
+        await h.store.reserve("a", e, [claim("other", "n5", (5,))])
+
+
 async def test_mark_bound_and_release(h: Harness) -> None:
     e = await h.store.acquire("a", TTL)
     assert e is not None

@@ -70,14 +70,20 @@ async def test_a_reservation_does_not_walk_the_records() -> None:
 
 
 async def full_walk_check(store: MemoryStore, claims: list[Claim]) -> str | None:
-    """The check before the index, over the store's public reads: every record's shares."""
+    """The check before the index, over the store's public reads: every record's shares but
+    those of the unit's own pods (their records are replaced)."""
+    mine = {c.uid for c in claims}
     records = await store.records()
     owners: dict[tuple[str, int], str] = {}
     for node in {c.node for c in claims}:
-        owners.update({(node, i): o.uid for i, o in (await store.owners(node)).items()})
+        owners.update(
+            {(node, i): o.uid for i, o in (await store.owners(node)).items() if o.uid not in mine}
+        )
     taken: dict[tuple[str, int], str] = {}
     shared: dict[tuple[str, int], list[tuple[str, int, int, int, str]]] = {}
     for uid, rec in records.items():
+        if uid in mine:
+            continue
         for s in rec.claim.shares:
             shared.setdefault((rec.claim.node, s.index), []).append(
                 (uid, s.core, s.memory_mib, s.sgpu, s.qos)
