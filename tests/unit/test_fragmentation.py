@@ -248,8 +248,8 @@ def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count()
     only = MakePod().Requests(cpu="8", memory="1Gi")
     schedule(state, only.Name("on-gpu").NodeSelector("pool", "g"))
     schedule(state, only.Name("on-cpu").NodeSelector("pool", "cpu"))
-    assert state.nodes["g"].pods == {"default/on-gpu"}
-    assert state.nodes["cpu"].pods == {"default/on-cpu"}
+    assert set(state.nodes["g"].pods) == {"default/on-gpu"}
+    assert set(state.nodes["cpu"].pods) == {"default/on-cpu"}
     # pods without GPUs weigh in a target but do not make one
     for i in range(MIN_PODS):
         state.profile.charge(f"cpu-only-{i}", (1000, 0, 0))

@@ -141,7 +141,7 @@ class ClusterState:
             self.holdings[holding.pod] = holding
             state.charge(holding, self.resource_index, +1)
         self.node_index.index(state)
-        for key in state.pods | set(self._records.on(node.name)):
+        for key in state.pods.keys() | set(self._records.on(node.name)):
             self._reprofile(key)
         return "; ".join(warnings) or None
 
@@ -163,7 +163,7 @@ class ClusterState:
             holding = self.holdings.pop(key, None)
             if holding is not None:
                 self._holdings.orphans[key] = holding
-        for key in state.pods | set(self._records.on(name)):
+        for key in state.pods.keys() | set(self._records.on(name)):
             self._reprofile(key)
 
     # ---- pods ------------------------------------------------------------------------------
@@ -271,13 +271,9 @@ class ClusterState:
         if state is None:
             return
         self.node_index.unindex(state.name)
+        # A double claim (a bound re-list charges a pod as its page comes and frees at its end
+        # the one that left those GPUs) stays held by the other pod: NodeState.charge.
         state.charge(holding, self.resource_index, -1)
-        if holding.whole:
-            # A double claim (``hold`` warned: a bound re-list charges a pod as its page comes
-            # and frees at its end the one that left those GPUs) leaves them charged to the
-            # other pod: uncharging clears the node's bits, which another still holds.
-            for other in state.pods:
-                state.whole |= self.holdings[other].whole & holding.whole
         self.node_index.index(state)
 
     def unhold(self, holding: Holding) -> None:

@@ -124,7 +124,9 @@ class NodeState:
         self.error = error
         self.whole = 0  # GPUs held whole
         self.cards: dict[int, CardUse] = {}  # shared use by card index
-        self.pods: set[str] = set()
+        # The pods held here, each with its whole GPUs: an uncharge clears only the bits no
+        # other pod holds (a double claim, which ``hold`` warns of, leaves them held).
+        self.pods: dict[str, int] = {}
         self.nominated = 0  # GPUs held for nominated preemptors (ClusterState.nominate)
         # Per whole-GPU resource name (ClusterState.resources order): status.allocatable, None
         # when the node object has no status; and what the held pods ask for of each.
@@ -214,10 +216,14 @@ class NodeState:
         state.frag_shape = None
         if sign > 0:
             state.whole |= holding.whole
-            state.pods.add(holding.pod)
+            state.pods[holding.pod] = holding.whole
         else:
-            state.whole &= ~holding.whole
-            state.pods.discard(holding.pod)
+            state.pods.pop(holding.pod, None)
+            if holding.whole:
+                still = 0
+                for other in state.pods.values():
+                    still |= other
+                state.whole &= ~(holding.whole & ~still)
         if state.allocatable is not None:
             for resource, n in holding.resources:
                 index = resource_index.get(resource)
