@@ -99,33 +99,23 @@ class Watches:
                 _version,
                 timing=self.timing,
             ),
-            Reflector(
+            self._pod_reflector(
                 "bound-pods",
-                Pod,
-                lambda: api.list_pods(BOUND_SELECTOR),
-                lambda rv, t: api.watch_pods(rv, t, BOUND_SELECTOR),
-                lambda pods: None,  # taken in by BoundList
-                lambda kind, p: intake.bound_event(kind, pod_from_obj(p)),
-                _version,
-                page_call=lambda token: api.list_pods_page(BOUND_SELECTOR, token),
-                convert=pod_from_obj,
-                relist=BoundList(scheduler),
-                timing=self.timing,
-                ordered=True,
+                BOUND_SELECTOR,
+                intake.bound_event,
+                # Taken in as it arrives, page by page.
+                PodList(intake.bound_list_begin, intake.bound_list_page, intake.bound_list_end),
             ),
-            Reflector(
+            self._pod_reflector(
                 "pending-pods",
-                Pod,
-                lambda: api.list_pods(pending_selector),
-                lambda rv, t: api.watch_pods(rv, t, pending_selector),
-                lambda pods: None,  # taken in by PendingList
-                lambda kind, p: intake.pending_event(kind, pod_from_obj(p)),
-                _version,
-                page_call=lambda token: api.list_pods_page(pending_selector, token),
-                convert=pod_from_obj,
-                relist=PendingList(scheduler),
-                timing=self.timing,
-                ordered=True,
+                pending_selector,
+                intake.pending_event,
+                # Told when it is asked for (the book's newest version then is what its own
+                # version must reach, in one era), gathered page by page, and taken in as a
+                # whole at its end, with its version.
+                PodList(
+                    intake.pending_list_begin, intake.pending_list_page, intake.pending_list_end
+                ),
             ),
         ]
         preemptions = scheduler.preemptions
@@ -228,6 +218,31 @@ class Watches:
                 self._run(reflector)
         return all(r.synced.is_set() for r in self._started.get(kind, ()))
 
+    def _pod_reflector(
+        self,
+        name: str,
+        selector: str,
+        event: Callable[[str, PodInput], None],
+        relist: PodList,
+    ) -> Reflector[Pod]:
+        """One of the two pod streams: listed in pages (``relist`` takes the LIST in), watched
+        in resourceVersion order."""
+        api = self.api
+        return Reflector(
+            name,
+            Pod,
+            lambda: api.list_pods(selector),
+            lambda rv, t: api.watch_pods(rv, t, selector),
+            lambda pods: None,  # taken in by relist
+            lambda kind, p: event(kind, pod_from_obj(p)),
+            _version,
+            page_call=lambda token: api.list_pods_page(selector, token),
+            convert=pod_from_obj,
+            relist=relist,
+            timing=self.timing,
+            ordered=True,
+        )
+
     def _run(self, reflector: Reflector[Any]) -> None:
         self._tasks.append(asyncio.create_task(reflector.run(), name=f"watch-{reflector.name}"))
 
@@ -328,38 +343,22 @@ class Watches:
         self.scheduler.statuses.groups_replaced(resource.group, [])
 
 
-class BoundList:
-    """The bound pods' LIST, taken in as it arrives (kube/watch.py's Relist)."""
+class PodList:
+    """A pod stream's LIST as kube/watch.py's Relist hands it over: begun when it is asked
+    for, page by page, and ended with its version (a number, for the book's order)."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.intake = scheduler.intake
-
-    def begin(self) -> None:
-        self.intake.bound_list_begin()
-
-    def page(self, pods: list[PodInput]) -> None:
-        self.intake.bound_list_page(pods)
-
-    def end(self, version: str) -> None:
-        self.intake.bound_list_end(resource_version(version))
-
-
-class PendingList:
-    """The pending pods' LIST (kube/watch.py's Relist): told when it is asked for (the book's
-    newest version then is what its own version must reach, in one era), gathered page by
-    page, and taken in as a whole at its end, with its version."""
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.intake = scheduler.intake
-
-    def begin(self) -> None:
-        self.intake.pending_list_begin()
-
-    def page(self, pods: list[PodInput]) -> None:
-        self.intake.pending_list_page(pods)
+    def __init__(
+        self,
+        begin: Callable[[], None],
+        page: Callable[[list[PodInput]], None],
+        end: Callable[[int], None],
+    ) -> None:
+        self.begin = begin
+        self.page = page
+        self._end = end
 
     def end(self, version: str) -> None:
-        self.intake.pending_list_end(resource_version(version))
+        self._end(resource_version(version))
 
 
 def _version(obj: Any) -> str:
