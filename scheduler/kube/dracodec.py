@@ -1,4 +1,4 @@
-"""msgspec codecs between resource.k8s.io/v1 JSON and the core's DRA objects (core/dra/objects.py).
+"""msgspec codecs between resource.k8s.io/v1 JSON and the core's DRA objects (core/model/dra.py).
 
 Decoding: ResourceSlices, DeviceClasses and ResourceClaims, with only the fields allocation reads
 (unknown fields are skipped, as in codec.py). Quantities arrive as strings from the apiserver and
@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.dra.objects import (
+from scheduler.core.model.dra import (
     AllocatedConfig,
     Allocation,
     AttributeValue,

@@ -13,7 +13,7 @@ from scheduler.core.dra.allocator import INVALID_POOLS, NO_SOLUTION, Outcome, al
 from scheduler.core.dra.budget import Limits
 from scheduler.core.dra.cel import Selectors
 from scheduler.core.dra.inuse import InUse, in_use_from
-from scheduler.core.dra.objects import (
+from scheduler.core.model.dra import (
     ALL,
     FROM_CLAIM,
     FROM_CLASS,

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from scheduler.core.dra.capacity import consumed, take
-from scheduler.core.dra.objects import CapacityRequestPolicy, Device, DeviceCapacity
+from scheduler.core.model.dra import CapacityRequestPolicy, Device, DeviceCapacity
 
 GI = 2**30
 

@@ -7,7 +7,7 @@ import pytest
 from scheduler.core.dra import semver
 from scheduler.core.dra.budget import Budget, Limits
 from scheduler.core.dra.cel import MAX_EXPRESSION_BYTES, DeviceKey, Selectors
-from scheduler.core.dra.objects import AttributeValue, DeviceCapacity, Version
+from scheduler.core.model.dra import AttributeValue, DeviceCapacity, Version
 
 DRIVER = "gpu.nvidia.com"
 KEY: DeviceKey = (DRIVER, "node-a", "slice-0", 1, "gpu-0")

@@ -11,7 +11,7 @@ from scheduler.core.dra.allocator import Outcome, allocate
 from scheduler.core.dra.budget import Limits
 from scheduler.core.dra.cel import Selectors
 from scheduler.core.dra.inuse import InUse, in_use_from
-from scheduler.core.dra.objects import (
+from scheduler.core.model.dra import (
     AttributeValue,
     Device,
     DeviceClass,

@@ -8,7 +8,7 @@ from typing import Any
 from scheduler.core.dra.allocator import allocate
 from scheduler.core.dra.cel import Selectors
 from scheduler.core.dra.inuse import InUse
-from scheduler.core.dra.objects import (
+from scheduler.core.model.dra import (
     ALL,
     CapacityRequestPolicy,
     CounterConsumption,

@@ -17,7 +17,7 @@ Modules, from the entry point down:
 - ``cel`` (the only module importing the CEL library, cel-expr-python) and ``semver``: device
   selectors in the Kubernetes DRA CEL environment, memoised, bounded.
 - ``budget``: the deterministic bounds of one allocation (no clock in the core).
-- ``objects``: the v1 objects the allocator reads and writes, as plain Structs.
+- (the v1 objects the allocator reads and writes live in ``model/dra.py``: the vocabulary.)
 
 Covered (GA and beta-on in v1.37): ResourceSlices with pools and generations; nodeName,
 nodeSelector, allNodes, perDeviceNodeSelection; DeviceClass selectors and config; requests with
@@ -34,7 +34,7 @@ capacity ranges (beta but off in a default v1.37 binary), claims reserved for a 
 the slices' devices, as kube-scheduler does), and the CEL libraries listed in cel.py.
 
 Where it plugs in (next steps): scheduler/kube/dracodec.py already decodes resource.k8s.io/v1
-objects into ``objects`` and encodes an ``Allocation`` as ``status.allocation``, but the watch
+objects into ``model.dra`` and encodes an ``Allocation`` as ``status.allocation``, but the watch
 does not use it yet; the snapshot keeps slices, classes, claims and an ``InUse`` updated by
 claim events (and by our own in-flight allocations, as kube-scheduler's assumed claims); the
 filters call ``allocate`` per node for the pod's unallocated claims (and for the extended

@@ -48,16 +48,7 @@ from typing import Final
 
 from msgspec import Struct
 
-from ..model.objects import NodeSelectorTerm, Requirement, Taint, Toleration
-from ..resources.inventory import Inventory
-from ..resources.requests import parse_quantity
-from . import capacity as capacity_rules
-from .budget import Budget, Limits
-from .cel import Selectors
-from .choice import GpuMap, busy_units, guide, map_devices, rank
-from .constraints import Constraint
-from .inuse import DeviceId, InUse
-from .objects import (
+from ..model.dra import (
     ALL,
     EXACT_COUNT,
     FROM_CLAIM,
@@ -70,6 +61,15 @@ from .objects import (
     ResourceClaim,
     ResourceSlice,
 )
+from ..model.objects import NodeSelectorTerm, Requirement, Taint, Toleration
+from ..resources.inventory import Inventory
+from ..resources.requests import parse_quantity
+from . import capacity as capacity_rules
+from .budget import Budget, Limits
+from .cel import Selectors
+from .choice import GpuMap, busy_units, guide, map_devices, rank
+from .constraints import Constraint
+from .inuse import DeviceId, InUse
 from .pools import Candidate, Pool, gather_pools
 
 RESULTS_MAX: Final = 32

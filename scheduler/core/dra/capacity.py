@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import ROUND_CEILING, Decimal
 
+from ..model.dra import CapacityRequestPolicy, Device, DeviceCapacity
 from ..resources.requests import parse_quantity
-from .objects import CapacityRequestPolicy, Device, DeviceCapacity
 
 
 class CapacityError(ValueError):

@@ -45,10 +45,10 @@ from cel_expr_python.ext.ext_bindings import ExtBindings
 from cel_expr_python.ext.ext_optional import ExtOptional
 from cel_expr_python.ext.ext_strings import ExtStrings
 
+from ..model.dra import AttributeValue, DeviceCapacity, Version
 from ..resources.requests import parse_quantity
 from . import semver
 from .budget import Budget
-from .objects import AttributeValue, DeviceCapacity, Version
 
 MAX_EXPRESSION_BYTES: Final = 10 * 1024
 # Comprehensions (all, exists, map, filter...) nested deeper than this are refused: each level

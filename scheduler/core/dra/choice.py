@@ -35,10 +35,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
+from ..model.dra import AttributeValue
 from ..resources.gpusets import Topology
 from ..resources.inventory import Inventory
 from .inuse import DeviceId
-from .objects import AttributeValue
 from .pools import Candidate
 
 PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .objects import AttributeValue, DeviceConstraint, Version
+from ..model.dra import AttributeValue, DeviceConstraint, Version
 
 _Value = tuple[str, object]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from decimal import Decimal
 
+from ..model.dra import ResourceClaim
 from ..resources.requests import parse_quantity
-from .objects import ResourceClaim
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
 

@@ -23,10 +23,10 @@ from decimal import Decimal
 
 from msgspec import Struct
 
+from ..model.dra import CounterSet, Device, ResourceSlice
 from ..model.labels import term_matches
 from ..model.objects import NodeSelectorTerm
 from ..resources.requests import parse_quantity
-from .objects import CounterSet, Device, ResourceSlice
 
 
 class Candidate(Struct, frozen=True):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from msgspec import Struct, field
 
+from .dra import Allocation
+
 
 class Share(Struct, frozen=True, rename="camel", omit_defaults=True):
     """The slice of one card a shared-GPU pod holds."""
@@ -28,6 +30,18 @@ class ContainerDevices(Struct, frozen=True):
     name: str
     devices: tuple[int, ...]
     uuids: tuple[str, ...]
+
+
+class ClaimAllocation(Struct, frozen=True):
+    """A ResourceClaim a placement allocates (issue 29): the binder writes ``allocation`` into the
+    claim's status (with the pod in ``reservedFor``) before the Binding, and undoes it when the
+    Binding fails or is abandoned. ``special`` marks the claim kube-scheduler would create for
+    extended resources backed by a DeviceClass (the binder creates it first)."""
+
+    claim: str  # "namespace/name"
+    uid: str  # the claim's uid: the precondition of every write ("" for a special claim)
+    allocation: Allocation
+    special: bool = False
 
 
 class Placement(Struct, frozen=True):
@@ -49,6 +63,9 @@ class Placement(Struct, frozen=True):
     # The minimum of the pod's gang as its plan resolved it (0: no gang): what its holding and
     # its store claim record, so that nobody resolves the gang again to assume it.
     replicas: int = 0
+    # The ResourceClaims this placement allocates (issue 29), sorted by claim; claims already
+    # allocated by anyone are not here (the pod only joins their reservedFor).
+    claims: tuple[ClaimAllocation, ...] = ()
 
 
 class Placed(Struct, frozen=True, tag="placed"):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from msgspec import Struct, field
 
-from ..model.objects import NodeSelectorTerm, Taint, Toleration
+from .objects import NodeSelectorTerm, Taint, Toleration
 
 
 class Version(Struct, frozen=True):
