@@ -77,6 +77,7 @@ BUILD_SCRIPT = REPO / "tools" / "k8s" / "build.sh"
 DEPLOY_BASE = REPO / "deploy" / "base"
 OPTIONAL_CRDS = (REPO / "deploy" / "optional" / "podgroup-crd.yaml",)
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+RESOURCE_API = "/apis/resource.k8s.io/v1"  # DRA, served by default in v1.37
 # kube-apiserver's --request-timeout here (its default is 60 s): how long a Binding stalled in etcd
 # may still commit, which a scheduler run against this plane waits out after a failover.
 REQUEST_TIMEOUT_S = 10
@@ -88,6 +89,11 @@ SCHEDULER_USER = "system:serviceaccount:topo-scheduler:topo-scheduler"
 AGENT_USER = "system:serviceaccount:topo-scheduler:topo-scheduler-agent"
 SERVICE_ACCOUNT_GROUPS = "system:serviceaccounts,system:serviceaccounts:topo-scheduler"
 START_TIMEOUT_S = 90.0
+# kube-controller-manager runs only what DRA needs: the resourceclaim controller (claims from
+# ResourceClaimTemplates, pod status.resourceClaimStatuses, reservedFor cleaned up and allocations
+# cleared when their pods are gone) and the garbage collector (the claims, and the driver's
+# ResourceSlices, of deleted pods and nodes, through their ownerReferences).
+KCM_CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller")
 
 
 class ControlPlaneError(RuntimeError):
@@ -260,6 +266,7 @@ class ControlPlane:
             self._start_apiserver()
             self._write_kubeconfigs()
             self._start_kwok()
+            self._start_controller_manager()
         except BaseException:
             self.stop()
             raise
@@ -407,7 +414,8 @@ class ControlPlane:
         self._apiserver_starts += 1
         log = f"kube-apiserver-{self._apiserver_starts}"  # the stopped one's log is kept
         new = self._spawn("kube-apiserver", self._apiserver_args, log=log)
-        # Keep the start order, so ``stop`` still stops KWOK before the apiserver and etcd last.
+        # Keep the start order, so ``stop`` still stops kube-controller-manager and KWOK before
+        # the apiserver, and etcd last.
         self.processes.remove(new)
         self.processes.insert(position, new)
         self._wait_apiserver(new)
@@ -461,6 +469,43 @@ class ControlPlane:
                 return bool(resp.status == 200)
 
         self._wait(kwok, healthy, "waiting for kwok /healthz")
+
+    def _start_controller_manager(self) -> None:
+        """kube-controller-manager with only DRA's controllers (``KCM_CONTROLLERS``)."""
+        certs = self.dir / "kcm-certs"
+        certs.mkdir(exist_ok=True)
+        port = free_port()
+        kcm = self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                # An explicit list: no service-account, namespace, node-lifecycle or workload
+                # controllers act on the tests' objects.
+                f"--controllers={','.join(KCM_CONTROLLERS)}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={certs}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                # As the apiserver's: the resourceclaim controller refuses a pod of a PodGroup
+                # (spec.schedulingGroup) when GenericWorkload is off.
+                "--feature-gates=GenericWorkload=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+
+        # /healthz answers ok once every listed controller is built (each adds its check).
+        def healthy() -> bool:
+            url = f"https://127.0.0.1:{port}/healthz"
+            with urllib.request.urlopen(url, context=context, timeout=2) as resp:
+                return bool(resp.read() == b"ok")
+
+        self._wait(kcm, healthy, "waiting for kube-controller-manager /healthz")
 
     # ---- a tiny REST client (admin identity) -----------------------------------------------
 
@@ -572,16 +617,20 @@ class ControlPlane:
         name: str,
         inventory: dict[str, Any] | str | None,
         gpus: int = 8,
-        resource: str = "nvidia.com/gpu",
+        resource: str | None = "nvidia.com/gpu",
         labels: dict[str, str] | None = None,
         extra_capacity: dict[str, str] | None = None,
     ) -> Any:
+        """A KWOK node with ``gpus`` of ``resource`` allocatable; with ``resource`` None, none at
+        all: a DRA-only node, whose GPUs only its ResourceSlices announce (dradriver.py)."""
         annotations = {"kwok.x-k8s.io/node": "fake"}
         if inventory is not None:
             annotations["topo-scheduler.io/gpus"] = (
                 inventory if isinstance(inventory, str) else json.dumps(inventory)
             )
-        capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", resource: str(gpus)}
+        capacity = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+        if resource is not None:
+            capacity[resource] = str(gpus)
         capacity.update(extra_capacity or {})
         node = {
             "apiVersion": "v1",
@@ -719,6 +768,10 @@ def _collection_path(obj: dict[str, Any]) -> str:
         "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
         "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
         "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
+        "ResourceSlice": (RESOURCE_API, "resourceslices", False),
+        "DeviceClass": (RESOURCE_API, "deviceclasses", False),
+        "ResourceClaim": (RESOURCE_API, "resourceclaims", True),
+        "ResourceClaimTemplate": (RESOURCE_API, "resourceclaimtemplates", True),
     }
     if kind not in plural:
         raise ValueError(f"apply: unsupported kind {kind}")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the local control plane (kube-apiserver, kube-scheduler, etcd, kwok) and kubectl (for
+# Build the local control plane (kube-apiserver, kube-scheduler, kube-controller-manager, etcd,
+# kwok) and kubectl (for
 # `kubectl kustomize deploy/` / `kubectl apply -k deploy/` in tests and docs/install.md) from the Go modules
 # in this folder, into a cache outside the clone keyed by the versions in versions.env:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/topo-scheduler/k8s/<versions>/
@@ -37,7 +38,7 @@ need_go() {
 
 mkdir -p "$cache"
 missing=()
-for bin in kube-apiserver etcd kube-scheduler kwok kwok-stages.yaml kubectl; do
+for bin in kube-apiserver etcd kube-scheduler kube-controller-manager kwok kwok-stages.yaml kubectl; do
   [ -e "$cache/$bin" ] || missing+=("$bin")
 done
 if [ ${#missing[@]} -eq 0 ]; then
@@ -92,6 +93,9 @@ for bin in "${missing[@]}"; do
       build kube-apiserver apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags" ;;
     kube-scheduler)
       build kube-scheduler apiserver k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags" ;;
+    kube-controller-manager)  # the plane runs only its DRA controllers (resourceclaim, GC)
+      build kube-controller-manager apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+        "$k8s_ldflags" ;;
     kubectl) build kubectl apiserver k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags" ;;
     etcd) build etcd apiserver go.etcd.io/etcd/server/v3 "$etcd_ldflags" ;;
     kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok "$kwok_ldflags" ;;
