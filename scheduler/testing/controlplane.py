@@ -1,4 +1,5 @@
-"""A real local Kubernetes control plane: etcd, kube-apiserver and KWOK as local processes.
+"""A real local Kubernetes control plane: etcd, kube-apiserver, KWOK and kube-controller-manager
+as local processes.
 
 There is no Docker engine on our machines, so kind and k3d are out. tools/k8s/build.sh builds the
 real binaries from Go modules into a cache; this module runs them on free loopback ports with
@@ -7,9 +8,11 @@ temporary data folders, for the tests, `make demo` and the benchmarks:
 - etcd, on a free client port, fsync off (test data);
 - kube-apiserver with RBAC and token authentication: an admin identity (system:masters) and a
   scheduler identity that can do only what a ClusterRole grants it; ServiceAccount admission off
-  (no controller-manager runs, so there are no default service accounts);
+  (no service-account controller runs, so there are no default service accounts);
 - KWOK, which keeps nodes annotated ``kwok.x-k8s.io/node: fake`` Ready and runs the pods bound to
-  them (and finishes their deletion).
+  them (and finishes their deletion);
+- kube-controller-manager with only what DRA needs (``KCM_CONTROLLERS``): the resourceclaim
+  controller and the garbage collector. dradriver.py publishes the KWOK nodes' ResourceSlices.
 
 ``restart_apiserver()`` stops kube-apiserver (gracefully, or with SIGKILL) and starts it again
 on the same port, certificates, tokens and etcd: clients keep their kubeconfigs, and every watch
@@ -366,8 +369,8 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            # No controller-manager runs: no default service accounts to admit against, and
-            # no node lifecycle controller to lift the not-ready taint that
+            # kube-controller-manager runs only DRA's controllers: no default service accounts
+            # to admit against, and no node lifecycle controller to lift the not-ready taint that
             # TaintNodesByCondition puts on every new node.
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--authorization-mode=RBAC",

@@ -4,9 +4,10 @@ Pods of ``default-scheduler`` are created already bound (``spec.nodeName``, as k
 the DaemonSet controller would have bound them; no other scheduler runs here), asking for cpu and
 memory and no GPU:
 
-- Job pods: each owned by a Job (an ownerReference; no controller-manager runs, so nothing
-  collects them), which KWOK completes at once (phase Succeeded: they leave the bound pods'
-  watch as a finished Job's pods do); then deleted, as a Job's TTL would;
+- Job pods: each owned by a Job that does not exist (an ownerReference; the plane's garbage
+  collector may delete them first, which the deletion below takes as done), which KWOK completes
+  at once (phase Succeeded: they leave the bound pods' watch as a finished Job's pods do); then
+  deleted, as a Job's TTL would;
 - a DaemonSet-like rollout: one pod per node with a hostPort, then each replaced by its next
   version (deleted, and created again under a new name with the same port).
 
