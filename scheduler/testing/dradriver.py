@@ -13,7 +13,9 @@ What is published, per node (facts: ../shared/notes/dra-facts.md section 5):
   publishes in its own domain (``type`` "gpu", ``uuid``, ``productName``, ``brand``,
   ``architecture``, and the versions ``cudaComputeCapability``, ``driverVersion``,
   ``cudaDriverVersion``), the standard ``resource.kubernetes.io/pciBusID``, ``pcieRoot`` and
-  ``numaNode``, and the capacity ``memory`` in bytes.
+  ``numaNode``, and the capacity ``memory`` in bytes. Options as NVIDIA's: ``shares``
+  (ConsumableShares: ``allowMultipleAllocations`` and a ``memory`` request policy, optionally a
+  ``shares`` capacity) and ``unhealthy`` (its health check's taint ``gpu.nvidia.com/xid``).
 
   - By default (NVIDIA's default): one slice with every GPU, no counters.
   - ``mig=True`` (NVIDIA's DynamicMIG, partitionable devices, KEP 4815): one counters-only slice
@@ -70,6 +72,7 @@ CHANNEL_CLASS: Final = "compute-domain-default-channel.nvidia.com"
 DAEMON_CLASS: Final = "compute-domain-daemon.nvidia.com"
 EXTENDED_RESOURCE: Final = "nvidia.com/gpu"
 CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"  # <ClusterUUID>.<CliqueID>, set by the CD plugin
+XID_TAINT: Final = f"{GPU_DRIVER}/xid"  # NVIDIA's health taint: value = the XID
 API_VERSION: Final = "resource.k8s.io/v1"
 MIB: Final = 1 << 20
 
@@ -86,8 +89,20 @@ class Attribute(msgspec.Struct, omit_defaults=True):
     version: str | None = None
 
 
-class Capacity(msgspec.Struct):
+class Range(msgspec.Struct, omit_defaults=True):
+    min: str
+    max: str | None = None
+    step: str | None = None
+
+
+class RequestPolicy(msgspec.Struct, rename="camel", omit_defaults=True):
+    default: str | None = None
+    valid_range: Range | None = None
+
+
+class Capacity(msgspec.Struct, rename="camel", omit_defaults=True):
     value: str
+    request_policy: RequestPolicy | None = None
 
 
 class Counter(msgspec.Struct):
@@ -104,11 +119,19 @@ class CounterConsumption(msgspec.Struct, rename="camel"):
     counters: dict[str, Counter]
 
 
+class Taint(msgspec.Struct):
+    key: str
+    value: str
+    effect: str
+
+
 class Device(msgspec.Struct, rename="camel", omit_defaults=True):
     name: str
     attributes: dict[str, Attribute] = msgspec.field(default_factory=dict)
     capacity: dict[str, Capacity] = msgspec.field(default_factory=dict)
     consumes_counters: list[CounterConsumption] = msgspec.field(default_factory=list)
+    taints: list[Taint] = msgspec.field(default_factory=list)
+    allow_multiple_allocations: bool = False
 
 
 class Pool(msgspec.Struct, rename="camel"):
@@ -312,6 +335,25 @@ def _max_capacities(model: GpuModel) -> dict[str, int]:
     return out
 
 
+def _shared_capacity(memory: int, shares: str) -> dict[str, Capacity]:
+    """A full GPU's capacity under NVIDIA's ConsumableShares option (``gpu_slices``)."""
+    top = _quantity(memory)
+    if not shares:
+        return {"memory": Capacity(top)}
+    if shares == "memory":
+        return {"memory": Capacity(top, RequestPolicy(top, Range("1Mi", top, "1Mi")))}
+    if not shares.isdigit() or int(shares) < 1:
+        raise ValueError(f"shares: {shares!r} is neither 'memory' nor a positive number")
+    return {
+        "memory": Capacity(top, RequestPolicy("0", Range("0", top, "1Mi"))),
+        "shares": Capacity(shares, RequestPolicy("1", Range("1", shares, "1"))),
+    }
+
+
+def _xid_taint(xid: str | None) -> list[Taint]:
+    return [Taint(XID_TAINT, xid, "NoSchedule")] if xid else []
+
+
 def gpu_slices(
     node: str,
     inventory: Mapping[str, Any],
@@ -319,12 +361,23 @@ def gpu_slices(
     mig: bool = False,
     node_uid: str = "",
     generation: int = 1,
+    shares: str = "",
+    unhealthy: Mapping[int, str] | None = None,
 ) -> list[ResourceSlice]:
     """The ``gpu.nvidia.com`` slices of ``node`` for the GPUs of its ``inventory`` (the module
     docstring says what they hold); ``mig`` publishes the partitionable layout of a model with
-    MIG profiles."""
+    MIG profiles.
+
+    ``shares`` is NVIDIA's ConsumableShares option for full GPUs (``--consumable-shares``):
+    "memory" makes each GPU allocatable many times, every claim taking some of its ``memory``
+    (by default all of it, in steps of 1Mi); a number N also adds a ``shares`` capacity of N,
+    each claim taking one by default and no memory. ``unhealthy`` taints GPUs, index -> XID, as
+    NVIDIA's health check does (``gpu.nvidia.com/xid``, NoSchedule)."""
     if mig and not model.mig_profiles:
         raise ValueError(f"{model.product_name} has no MIG profiles")
+    if mig and shares:
+        raise ValueError("consumable shares are published here for full GPUs only")
+    sick = unhealthy or {}
     gpus = _inventory_gpus(node, inventory)
     owners = _owner(node, node_uid)
 
@@ -341,7 +394,13 @@ def gpu_slices(
             }
             memory = (memory_mib or model.memory_mib) * MIB
             devices.append(
-                Device(f"gpu-{index}", attributes, {"memory": Capacity(_quantity(memory))})
+                Device(
+                    f"gpu-{index}",
+                    attributes,
+                    _shared_capacity(memory, shares),
+                    taints=_xid_taint(sick.get(index)),
+                    allow_multiple_allocations=bool(shares),
+                )
             )
         pool = Pool(node, generation, 1)
         spec = SliceSpec(GPU_DRIVER, pool, node, devices=devices)
@@ -368,6 +427,7 @@ def gpu_slices(
                 {"type": _string("gpu"), "uuid": _string(uuid), **common},
                 {k: Capacity(_quantity(v)) for k, v in full.items()},
                 [CounterConsumption(counter_set, _counters(full, every_slice))],
+                taints=_xid_taint(sick.get(index)),
             )
         ]
         for profile in model.mig_profiles:
@@ -475,10 +535,14 @@ class NvidiaDraDriver:
         inventory: Mapping[str, Any],
         model: GpuModel = H100,
         mig: bool = False,
+        shares: str = "",
+        unhealthy: Mapping[int, str] | None = None,
     ) -> list[str]:
-        """Publish ``node``'s GPU slices (replacing any it had); returns their names."""
+        """Publish ``node``'s GPU slices (``gpu_slices``; replacing any it had); returns their
+        names."""
         self.unpublish(node, GPU_DRIVER)
-        slices = gpu_slices(node, inventory, model, mig, node_uid=self._node_uid(node))
+        uid = self._node_uid(node)
+        slices = gpu_slices(node, inventory, model, mig, uid, shares=shares, unhealthy=unhealthy)
         return self._create(slices)
 
     def publish_imex(self, node: str) -> list[str]:

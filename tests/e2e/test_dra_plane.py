@@ -16,7 +16,8 @@ from scheduler.testing.controlplane import ControlPlane
 from scheduler.testing.dradriver import GPU_CLASS, GPU_DRIVER, NvidiaDraDriver
 from scheduler.testing.kubescheduler import KubeScheduler
 
-from .dra import CLAIMS, EXTENDED_CLAIM, POD_CLAIM_NAME, TEMPLATES, DraScene
+from .dra import CLAIMS, EXTENDED_CLAIM, POD_CLAIM_NAME, TEMPLATES, DraScene, Shape, run_shape
+from .dra_shapes import SHAPES
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +117,14 @@ def test_plain_gpu_request_on_a_dra_only_node_gets_its_extended_resource_claim(
     (results,) = verdict.devices.values()
     assert [(r[0], r[1], r[2]) for r in results] == [(request["name"], GPU_DRIVER, node)]
     scene.wait_running(pod)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+def test_kube_scheduler_reaches_the_recorded_verdict(
+    scene: DraScene, oracle: KubeScheduler, shape: Shape
+) -> None:
+    """The claim shapes of dra_shapes.py, each on its own nodes: kube-scheduler still places
+    the probe where it did when the shape was recorded (or still refuses it)."""
+    verdict = run_shape(scene, oracle.name, shape)
+    expected = scene.full(shape.expect) if shape.expect else ""
+    assert verdict.node == expected, f"{shape.name}: {verdict}"

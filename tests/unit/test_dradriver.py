@@ -146,3 +146,26 @@ def test_the_imex_channel_and_the_charts_classes() -> None:
 def test_an_inventory_without_uuids_is_refused() -> None:
     with pytest.raises(ValueError, match="no uuid"):
         gpu_slices(NODE, {"vendor": "nvidia", "devices": [{"index": 0}]})
+
+
+def test_consumable_shares_and_health_taints_as_nvidia_publishes_them() -> None:
+    (shared,) = gpu_slices(NODE, INVENTORY, V100, shares="memory", unhealthy={1: "79"})
+    gpu0, gpu1 = to_json(shared)["spec"]["devices"][:2]
+    assert gpu0["allowMultipleAllocations"] is True
+    assert gpu0["capacity"]["memory"] == {
+        "value": "32768Mi",
+        "requestPolicy": {
+            "default": "32768Mi",
+            "validRange": {"min": "1Mi", "max": "32768Mi", "step": "1Mi"},
+        },
+    }
+    assert "taints" not in gpu0
+    assert gpu1["taints"] == [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+    (counted,) = gpu_slices(NODE, INVENTORY, V100, shares="4")
+    capacity = to_json(counted)["spec"]["devices"][0]["capacity"]
+    assert capacity["shares"]["value"] == "4"
+    assert capacity["memory"]["requestPolicy"]["default"] == "0"
+    decoded = convert_resource_slice(to_json(counted))
+    assert decoded.devices[0].allow_multiple_allocations
+    with pytest.raises(ValueError, match="shares"):
+        gpu_slices(NODE, INVENTORY, V100, shares="some")
