@@ -39,8 +39,8 @@ The GPUs are the node inventory's (``topo-scheduler.io/gpus``, what our agent an
 fixtures publish): ``gpu-<index>`` carries the inventory device's ``uuid`` (required: it is how
 topo-scheduler maps a DRA device to its place in the NVLink matrix), its ``memoryMiB`` and its
 ``numa`` when given. The inventory carries no PCI bus ids, so they are derived from the index
-(``0000:<0x18 + 0x10 i>:00.0``), two GPUs per PCIe root (``pci0000:<root bus>``), and the NUMA
-node is the inventory's or the GPU's half of the node.
+(``pci_bus_id``), two GPUs per PCIe root (``pcie_root``), and the NUMA node is the inventory's or
+the GPU's half of the node.
 
 ``device_classes()`` are the chart's (deployments/helm/.../deviceclass-*.yaml): ``gpu.nvidia.com``
 (full GPUs; with ``extendedResourceName: nvidia.com/gpu``, as the chart renders it for
@@ -270,13 +270,17 @@ def _quantity(value: int) -> str:
 
 
 def pci_bus_id(index: int) -> str:
-    """The derived PCI bus id of GPU ``index`` (lower case, 4-digit domain, as the DRA helper)."""
-    return f"0000:{0x18 + 0x10 * index:02x}:00.0"
+    """The derived PCI bus id of GPU ``index`` (lower case, 4-digit domain, as the DRA helper
+    writes it): sixteen GPUs per PCI domain, the two of a pair on buses 0x_8 and 0x_c behind
+    their root port (``pcie_root``)."""
+    domain, slot = divmod(index, 16)
+    return f"{domain:04x}:{0x18 + 0x10 * (slot // 2) + 4 * (slot % 2):02x}:00.0"
 
 
 def pcie_root(index: int) -> str:
     """Two GPUs per PCIe root: the root of GPU ``index``'s pair."""
-    return f"pci0000:{0x10 + 0x20 * (index // 2):02x}"
+    domain, slot = divmod(index, 16)
+    return f"pci{domain:04x}:{0x10 + 0x10 * (slot // 2):02x}"
 
 
 def _owner(node: str, uid: str) -> list[OwnerReference]:

@@ -5,6 +5,7 @@ understands, and its devices map onto the node inventory's GPUs by UUID."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -28,6 +29,8 @@ from scheduler.testing.dradriver import (
     device_classes,
     gpu_slices,
     imex_slice,
+    pci_bus_id,
+    pcie_root,
     to_json,
 )
 
@@ -91,8 +94,8 @@ def test_one_slice_of_full_gpus_with_nvidias_attributes() -> None:
     assert gpu["attributes"]["uuid"] == {"string": f"GPU-{NODE}-2"}
     assert gpu["attributes"]["type"] == {"string": "gpu"}
     assert gpu["attributes"]["cudaComputeCapability"] == {"version": "7.0.0"}
-    assert gpu["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": "0000:38:00.0"}
-    assert gpu["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:30"}
+    assert gpu["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": "0000:28:00.0"}
+    assert gpu["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:20"}
     assert gpu["attributes"]["resource.kubernetes.io/numaNode"] == {"int": 1}
     assert gpu["capacity"] == {"memory": {"value": "32768Mi"}}  # the inventory's memoryMiB
     decoded = convert_resource_slice(raw)
@@ -141,6 +144,18 @@ def test_the_imex_channel_and_the_charts_classes() -> None:
     plain = {d.metadata.name: d.spec.extended_resource_name for d in device_classes(False)}
     assert set(plain) == set(CLASSES) and not any(plain.values())
     assert isinstance(CLASSES[MIG_CLASS], DeviceClass)
+
+
+def test_pci_locations_stay_valid_for_64_gpus() -> None:
+    buses = [pci_bus_id(i) for i in range(64)]
+    assert len(set(buses)) == 64
+    assert all(re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:00\.0", b) for b in buses)
+    assert [pcie_root(i) for i in (0, 1, 2, 17)] == [
+        "pci0000:10",
+        "pci0000:10",
+        "pci0000:20",
+        "pci0001:10",
+    ]
 
 
 def test_an_inventory_without_uuids_is_refused() -> None:
