@@ -8,8 +8,9 @@
 # Prints the cache folder as its last line.
 #
 # A cold build downloads a few hundred modules from the Go module proxy and compiles Kubernetes:
-# expect about 8 minutes on 2 cores. Go's own module and build caches live in the home folder,
-# so a rebuild after a version bump is mostly linking.
+# about 6 minutes on 2 quiet cores, over half an hour on a loaded machine (docs/control-plane.md;
+# kube-controller-manager adds 1 to 2 minutes, as it shares most packages with kube-apiserver). Go's own module and build caches
+# live in the home folder, so a rebuild after a version bump is mostly linking.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -49,7 +50,7 @@ fi
 
 need_go
 echo "building ${missing[*]} into $cache"
-echo "(a cold build takes about 8 minutes on 2 cores, kube-apiserver most of it; later runs reuse the cache)"
+echo "(a cold build takes 6 to 40 minutes on 2 cores, kube-apiserver most of it; later runs reuse the cache)"
 export CGO_ENABLED=0
 # Only the module proxy is reachable here, not the checksum database: go.sum (committed) pins
 # every module's hash, and the proxy serves the zips those hashes are checked against.
