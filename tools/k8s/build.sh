@@ -9,8 +9,9 @@
 #
 # A cold build downloads a few hundred modules from the Go module proxy and compiles Kubernetes:
 # about 6 minutes on 2 quiet cores, over half an hour on a loaded machine (docs/control-plane.md;
-# kube-controller-manager adds 1 to 2 minutes, as it shares most packages with kube-apiserver). Go's own module and build caches
-# live in the home folder, so a rebuild after a version bump is mostly linking.
+# kube-controller-manager adds 1 to 2 minutes, as it shares most packages with kube-apiserver).
+# Go's own module and build caches live in the home folder, so a rebuild after a version bump is
+# mostly linking.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
