@@ -8,7 +8,8 @@ version; an attribute with none of them is dropped (a newer API's type, e.g. the
 types).
 
 Encoding: ``allocation_json`` is ``status.allocation`` as kube-scheduler writes it (without
-``allocationTimestamp``, which the binder adds when it writes).
+``allocationTimestamp``, which the binder adds when it writes); ``requests_json`` is a claim's
+``spec.devices.requests`` (the special claim the binder creates).
 
 Not wired yet: the watch (scheduler/kube/watch.py) still decodes claims and classes with
 codec.py's smaller structs for filters/dra.py.
@@ -21,6 +22,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.model.dra import (
+    EXACT_COUNT,
     AllocatedConfig,
     Allocation,
     AttributeValue,
@@ -536,4 +538,37 @@ def allocation_json(allocation: Allocation) -> dict[str, Any]:
         out["nodeSelector"] = {
             "nodeSelectorTerms": [_term_json(t) for t in allocation.node_selector]
         }
+    return out
+
+
+def _exact_json(e: ExactRequest) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "deviceClassName": e.device_class_name,
+        "allocationMode": e.allocation_mode,
+    }
+    if e.allocation_mode == EXACT_COUNT:
+        out["count"] = e.count
+    if e.selectors:
+        out["selectors"] = [{"cel": {"expression": s}} for s in e.selectors]
+    if e.admin_access:
+        out["adminAccess"] = True
+    if e.tolerations:
+        out["tolerations"] = [_toleration_json(t) for t in e.tolerations]
+    if e.capacity:
+        out["capacity"] = {"requests": dict(e.capacity)}
+    return out
+
+
+def requests_json(requests: tuple[DeviceRequest, ...]) -> list[dict[str, Any]]:
+    """``spec.devices.requests`` in the v1 JSON shape (the special claim the binder creates)."""
+    out = []
+    for r in requests:
+        request: dict[str, Any] = {"name": r.name}
+        if r.exactly is not None:
+            request["exactly"] = _exact_json(r.exactly)
+        if r.first_available:
+            request["firstAvailable"] = [
+                {"name": s.name, **_exact_json(s.exactly)} for s in r.first_available
+            ]
+        out.append(request)
     return out
