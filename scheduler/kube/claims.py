@@ -40,12 +40,10 @@ from typing import Any, Final
 import msgspec
 
 from scheduler.core.model.decisions import RequestMapping
-from scheduler.core.model.dra import DeviceResult
+from scheduler.core.model.dra import EXTENDED_RESOURCE_CLAIM, DeviceResult
 
 # The finalizer whoever allocates a claim adds, so that it is not deleted while allocated.
 FINALIZER: Final = "resource.kubernetes.io/delete-protection"
-# The annotation of the claim created for a pod's extended resources backed by DRA.
-EXTENDED_RESOURCE_ANNOTATION: Final = "resource.kubernetes.io/extended-resource-claim"
 # The apiserver's generated names: the base cut to 63 - 5 characters, then 5 of these.
 _GENERATED_BASE: Final = 58
 _ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
@@ -184,7 +182,7 @@ def extended_claim(
         "metadata": {
             "name": extended_claim_name(pod, pod_uid),
             "namespace": namespace,
-            "annotations": {EXTENDED_RESOURCE_ANNOTATION: "true"},
+            "annotations": {EXTENDED_RESOURCE_CLAIM: "true"},
             "ownerReferences": [
                 {
                     "apiVersion": "v1",

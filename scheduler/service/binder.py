@@ -58,7 +58,8 @@ import structlog
 
 from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.model.decisions import ClaimAllocation, Placement
-from scheduler.core.model.objects import PodInput, ResourceClaimInput
+from scheduler.core.model.dra import ResourceClaim
+from scheduler.core.model.objects import PodInput
 from scheduler.kube import claims as kc
 from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
 from scheduler.kube.dracodec import allocation_json, requests_json
@@ -107,7 +108,7 @@ class Binder:
         *,
         attempts: int,
         retry_s: float,
-        resource_claims: Mapping[str, ResourceClaimInput],
+        resource_claims: Mapping[str, ResourceClaim],
         binding_wait_s: float = 600.0,
         binding_poll_s: float = 5.0,
         wall_ms: Callable[[], int],
@@ -281,7 +282,7 @@ class Binder:
                     unanswered = False
                     if obj is None:
                         continue  # changed meanwhile: read it again
-                if allocation.special:
+                if allocation.special and pod.extended_claim != name:
                     recorded = await self._call(
                         partial(
                             self.cluster.record_extended_claim,

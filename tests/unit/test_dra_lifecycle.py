@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from scheduler.core.model.objects import NodeSelectorTerm, PodClaim, Requirement, ResourceClaimInput
+from scheduler.core.model.dra import Allocation, ResourceClaim
+from scheduler.core.model.objects import NodeSelectorTerm, PodClaim, Requirement
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
@@ -27,7 +28,7 @@ def claimed(name: str) -> object:
 async def test_an_unallocated_claim_keeps_the_pod_pending_and_unbound() -> None:
     r = live()
     await r.elect([node(1)])
-    r.s.intake.replace(RESOURCE_CLAIMS, [ResourceClaimInput("default", "nic", "c1")])
+    r.s.intake.replace(RESOURCE_CLAIMS, [ResourceClaim("default", "nic", "c1")])
     r.pending(claimed("p"))  # type: ignore[arg-type]
     assert await r.step() == "default/p"
     await r.settle()
@@ -41,7 +42,7 @@ async def test_an_allocated_claim_is_reserved_for_the_pod_before_its_binding() -
     r = live()
     await r.elect([node(1)])
     here = (NodeSelectorTerm(match_fields=(Requirement("metadata.name", "In", ("n",)),)),)
-    claim = ResourceClaimInput("default", "nic", "c1", allocated=True, node_selector=here)
+    claim = ResourceClaim("default", "nic", "c1", allocation=Allocation(node_selector=here))
     r.s.intake.replace(RESOURCE_CLAIMS, [claim])
     pod = r.pending(claimed("p"))  # type: ignore[arg-type]
     assert await r.step() == "default/p"

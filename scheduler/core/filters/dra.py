@@ -29,13 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..model.dra import ResourceClaim
 from ..model.labels import terms_match
-from ..model.objects import (
-    NodeInput,
-    NodeSelectorTerm,
-    PodInput,
-    ResourceClaimInput,
-)
+from ..model.objects import NodeInput, NodeSelectorTerm, PodInput
 
 NOT_AVAILABLE = "resourceclaim not available on the node"
 IN_USE = "resourceclaim in use"
@@ -60,7 +56,7 @@ class DraCheck:
         return None
 
 
-def prefilter_dra(pod: PodInput, claims: Mapping[str, ResourceClaimInput]) -> DraCheck | str | None:
+def prefilter_dra(pod: PodInput, claims: Mapping[str, ResourceClaim]) -> DraCheck | str | None:
     """None when the pod uses no ResourceClaim; a reason (str) when no node can take it now;
     otherwise the per-node check."""
     if not pod.resource_claims:
@@ -81,7 +77,7 @@ def prefilter_dra(pod: PodInput, claims: Mapping[str, ResourceClaimInput]) -> Dr
             return f'waiting for resourceclaim "{entry.claim}" to be created'
         if claim.deleting:
             return f'resourceclaim "{entry.claim}" is being deleted'
-        if not claim.allocated:
+        if claim.allocation is None:
             return (
                 f"ResourceClaim {key} ({where}) is not allocated: {NOT_ALLOCATED} (allocate "
                 "it with kube-scheduler or a DRA controller, then this pod is placed on a "
@@ -90,8 +86,8 @@ def prefilter_dra(pod: PodInput, claims: Mapping[str, ResourceClaimInput]) -> Dr
         reserved = claim.reserved_for
         if pod.uid not in reserved and len(reserved) >= RESERVED_FOR_MAX:
             return IN_USE
-        if claim.node_selector is not None:
-            terms.append(claim.node_selector)
+        if claim.allocation.node_selector is not None:
+            terms.append(claim.allocation.node_selector)
     return DraCheck(terms)
 
 
