@@ -15,7 +15,8 @@ The outcome of one pod:
   ResourceClaims could not be reserved for it): no Binding of this pod sent by this replica can
   land. Only then are its ResourceClaims' ``reservedFor`` entries for it removed (kube-scheduler's
   Unreserve; the allocation stays);
-- ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now);
+- ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now); the claims
+  its placement allocated are released as after BIND_FAILED;
 - ``BIND_ELSEWHERE``: another scheduler or a previous leader bound it; the pod read back is
   returned, its annotations are the truth;
 - ``BIND_UNKNOWN``: it may be bound: a Binding was sent without an answer (abandoned at the
@@ -167,13 +168,14 @@ class Binder:
     ) -> tuple[Event, PodInput | None]:
         async with self._slots:
             event, current = await self._send(pod, placement, uncertain)
-            if event is Event.BIND_FAILED and self.leadership.leading:
-                # No Binding of ours can land: its claims let it go. Only while leading: a
-                # later leader may have reserved them for the same pod meanwhile.
-                if placement.claims:
-                    await self._release(pod, placement)
-                if self._others(pod, placement):
-                    await self._unreserve(pod, placement)
+            if not self.leadership.leading:
+                # A later leader may have reserved the claims for the same pod meanwhile.
+                return event, current
+            if event in (Event.BIND_FAILED, Event.BIND_GONE) and placement.claims:
+                # No Binding of ours can land (or the pod is gone): what we allocated goes.
+                await self._release(pod, placement)
+            if event is Event.BIND_FAILED and self._others(pod, placement):
+                await self._unreserve(pod, placement)
             return event, current
 
     async def _send(
@@ -318,6 +320,8 @@ class Binder:
         if allocation.special and not kc.owned_by(obj, pod.uid):
             return False
         if kc.held_for(obj, pod.uid):
+            # Written for this pod already (an earlier attempt, or a previous leader): kept as
+            # it is, whatever devices the core chose this time (the watch will show them).
             return True
         return not kc.deleting(obj) and not kc.allocated(obj)
 

@@ -152,6 +152,23 @@ async def test_a_failed_binding_leaves_no_claim_allocated_or_reserved_for_the_po
     assert r.held("default/a") is None and await store_of(r) == ({}, {}, {})
 
 
+async def test_a_pod_deleted_before_its_binding_leaves_no_claim_allocated_for_it(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = backend.live()
+    await r.elect([node(1)])
+    r.api.add_claim("gc")
+    allocating(monkeypatch, {"default/a": ours("gc")})
+    r.pending(MakePod().Name("a").Req(1).Obj())
+    r.api.gates["default/a"] = asyncio.Event()
+    await r.step()
+    await until(lambda: r.api.writes == ["update default/gc", "status default/gc"])
+    r.api.delete("default/a")  # the Binding will find no pod (404)
+    r.api.gates["default/a"].set()
+    await r.settle()
+    assert untouched(r.api, "gc") and r.api.binds == []
+
+
 async def test_unreserve_keeps_the_allocation_others_are_reserved_in(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
