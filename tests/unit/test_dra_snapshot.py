@@ -149,7 +149,7 @@ def test_the_class_index_counts_free_devices_per_node_and_follows_claims() -> No
         state.set_node(MakeNode().Name(name).Obj())
         state.inputs.resource_slices.put(node_slice(name, 4 if name == "n1" else 2))
     state.inputs.device_classes.put(DeviceClass("gpu", ("device.driver == 'gpu.nvidia.com'",)))
-    labels = {n: s.node.labels for n, s in state.nodes.items()}
+    labels = state.nodes
     index = state.devices.class_index("gpu", labels)
     assert index is not None and index.free == {"n1": 4, "n2": 2}
     state.inputs.resource_claims.put(ResourceClaim("ns", "c", allocation=holding("gpu-0", "gpu-1")))
@@ -157,7 +157,7 @@ def test_the_class_index_counts_free_devices_per_node_and_follows_claims() -> No
     assert [(free, sorted(b.names)) for free, b in index.nodes_with(1)] == [(2, ["n1", "n2"])]
     state.set_node(MakeNode().Name("n3").Obj())
     state.inputs.resource_slices.put(node_slice("n3", 1))  # a slice change rebuilds the index
-    index = state.devices.class_index("gpu", {n: s.node.labels for n, s in state.nodes.items()})
+    index = state.devices.class_index("gpu", state.nodes)
     assert index is not None and index.free == {"n1": 2, "n2": 2, "n3": 1}
     never = DeviceClass("nic", ("device.driver == 'nic.example.com'",))
     state.inputs.device_classes.put(never)

@@ -37,6 +37,7 @@ from ..dra.inuse import DeviceId, InUse
 from ..dra.pools import Candidate, Pool, gather_pools
 from ..model.dra import Allocation, DeviceClass, ResourceClaim, ResourceSlice
 from .names import NameSet
+from .nodes import NodeState
 
 # An account: the claim's key, or EXTENDED + the pod's uid for the claim created for a pod's
 # extended resources.
@@ -275,8 +276,8 @@ class Devices:
     def has_slices(self) -> bool:
         return bool(self._slices)
 
-    def class_index(self, name: str, nodes: Mapping[str, Mapping[str, str]]) -> ClassIndex | None:
-        """The class's index over ``nodes`` (name -> labels), built on first use; None when no
+    def class_index(self, name: str, nodes: Mapping[str, NodeState]) -> ClassIndex | None:
+        """The class's index over ``nodes``, built on first use; None when no
         such class exists. A device whose class selector errs counts as a candidate: the
         allocator meets the error and says it."""
         index = self._indexes.get(name)
@@ -286,8 +287,8 @@ class Devices:
         if device_class is None:
             return None
         index = ClassIndex(name)
-        for node, labels in nodes.items():
-            self._index_node(index, device_class, node, labels)
+        for node, state in nodes.items():
+            self._index_node(index, device_class, node, state.node.labels)
         self._indexes[name] = index
         return index
 
