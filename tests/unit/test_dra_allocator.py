@@ -168,7 +168,7 @@ def test_admin_access_takes_devices_in_use_and_holds_none() -> None:
     assert devices(outcome) == ["gpu-0", "gpu-1"]
     assert all(r.admin_access for r in outcome.allocations[0].results)
     # Its allocation holds nothing.
-    assert in_use_from([allocated(admin, outcome)]).exclusive == set()
+    assert in_use_from([allocated(admin, outcome)]).exclusive == {}
 
 
 # ---- pools -------------------------------------------------------------------------------
@@ -476,7 +476,7 @@ def test_a_malformed_counter_makes_the_pool_invalid_not_the_allocator_fail() -> 
     )
     bad = ResourceSlice(devices_.name, DRIVER, devices_.pool, node_name="n1", devices=(broken,))
     held = InUse()
-    held.exclusive.add((DRIVER, "n1", "gpu-0"))
+    held.exclusive[(DRIVER, "n1", "gpu-0")] = 1
     assert run([claim(exactly())], [counters, bad], held).reason == INVALID_POOLS
 
 
@@ -512,5 +512,5 @@ def test_counters_held_through_a_slice_of_another_node_count() -> None:
     ]
     assert devices(run([claim(exactly())], fabric)) == ["on-n1"]
     held = InUse()
-    held.exclusive.add((DRIVER, "fabric", "on-n2"))
+    held.exclusive[(DRIVER, "fabric", "on-n2")] = 1
     assert run([claim(exactly())], fabric, held).reason == NO_SOLUTION

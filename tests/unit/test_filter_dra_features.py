@@ -11,7 +11,16 @@ from msgspec.structs import replace
 from scheduler.core.filters.dra import RESERVED_FOR_MAX
 from scheduler.core.filters.features import required_features
 from scheduler.core.model.decisions import Placed, Unschedulable
-from scheduler.core.model.dra import Allocation, DeviceClass, ResourceClaim
+from scheduler.core.model.dra import (
+    Allocation,
+    Device,
+    DeviceClass,
+    DeviceRequest,
+    ExactRequest,
+    ResourceClaim,
+    ResourcePool,
+    ResourceSlice,
+)
 from scheduler.core.model.objects import (
     NodeSelectorTerm,
     PodClaim,
@@ -64,15 +73,37 @@ def test_an_allocated_claim_without_a_node_selector_fits_every_node() -> None:
     assert isinstance(decision, Placed)
 
 
-def test_an_unallocated_claim_is_never_bound_blindly() -> None:
+def test_an_unallocated_claim_is_allocated_where_its_devices_are() -> None:
     state = cluster(*nodes())
-    state.inputs.resource_claims.put(ResourceClaim("default", "nic"))
+    nic = DeviceRequest("nic", ExactRequest("nic.example.com"))
+    state.inputs.resource_claims.put(ResourceClaim("default", "nic", "c1", (nic,)))
     (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
     assert isinstance(decision, Unschedulable)
-    assert "ResourceClaim default/nic (spec.resourceClaims[net]) is not allocated" in (
-        decision.reason
+    assert "device class nic.example.com does not exist" in decision.reason
+    state.inputs.device_classes.put(
+        DeviceClass("nic.example.com", ("device.driver == 'nic.example.com'",))
     )
-    assert "topo-scheduler does not allocate ResourceClaims" in decision.reason
+    (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
+    assert decision.reason == "0/2 nodes are available: 2 cannot allocate all claims."
+    state.inputs.resource_slices.put(
+        ResourceSlice(
+            "b-nics",
+            "nic.example.com",
+            ResourcePool("b", 1, 1),
+            node_name="b",
+            devices=(Device("nic-0"),),
+        )
+    )
+    (decision,) = schedule(state, with_claim(MakePod().Name("p").Req(1)))
+    assert isinstance(decision, Placed)
+    (placement,) = decision.placements
+    assert placement.node == "b"
+    ((claim, uid, allocation, special),) = [
+        (c.claim, c.uid, c.allocation, c.special) for c in placement.claims
+    ]
+    assert (claim, uid, special) == ("default/nic", "c1", False)
+    assert [(r.request, r.device) for r in allocation.results] == [("nic", "nic-0")]
+    assert allocation.node_selector == on_node("b")
 
 
 def test_missing_deleting_and_template_claims_wait_with_their_reason() -> None:

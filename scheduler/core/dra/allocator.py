@@ -157,9 +157,31 @@ def allocate(
     ``in_use`` holds the allocations of every claim, ours in flight included. ``selectors`` is
     the caller's, kept across calls for its memo; ``inventory`` is the node's GPU inventory, for
     the choice by interconnect (None: by device locations, or first fit)."""
-    search = _Search(
-        claims, classes, gather_pools(slices, node, labels), in_use, node, selectors, inventory
+    return allocate_pools(
+        claims,
+        classes,
+        gather_pools(slices, node, labels),
+        in_use,
+        node,
+        selectors,
+        inventory,
+        limits,
     )
+
+
+def allocate_pools(
+    claims: Sequence[ResourceClaim],
+    classes: Mapping[str, DeviceClass],
+    pools: list[Pool],
+    in_use: InUse,
+    node: str,
+    selectors: Selectors,
+    inventory: Inventory | None = None,
+    limits: Limits | None = None,
+) -> Outcome:
+    """``allocate`` over the node's pools as pools.gather_pools gathered them (the snapshot
+    keeps them per node)."""
+    search = _Search(claims, classes, pools, in_use, node, selectors, inventory)
     return search.run(Budget(limits or Limits()))
 
 

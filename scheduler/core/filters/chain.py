@@ -8,7 +8,8 @@ step, cheap per node, and returns kube-scheduler's reasons (empty: the node pass
 
     NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit,
     VolumeBinding (node affinity of bound volumes), PodTopologySpread, InterPodAffinity,
-    DynamicResources (allocated claims' node selectors), NodeDeclaredFeatures
+    DynamicResources (allocated claims' node selectors; the pod's other claims allocated on the
+    node: filters/dra.py), NodeDeclaredFeatures
 
 Whole GPUs are not in the chain: the GPU rules (``placement``) rank node classes by GPU topology
 first and ask the chain only about the candidate nodes, so a node that fails here costs one
@@ -22,7 +23,7 @@ member's required anti-affinity matches another member (a job asking for one rep
 gets one per node).
 
 ``problem`` is a pod-level reason (an unbound or missing PersistentVolumeClaim, a ResourceClaim
-nobody allocated): no node can help.
+not created yet or being deleted): no node can help.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class PodFilters:
         volumes = prefilter_volumes(pod, state.inputs.claims, state.inputs.volumes)
         self.problem: str | None = volumes if isinstance(volumes, str) else None
         self.volumes: VolumeCheck | None = volumes if isinstance(volumes, VolumeCheck) else None
-        dra = prefilter_dra(pod, state.inputs.resource_claims)
+        dra = prefilter_dra(pod, state)
         if self.problem is None and isinstance(dra, str):
             self.problem = dra
         self.dra: DraCheck | None = dra if isinstance(dra, DraCheck) else None
@@ -153,7 +154,7 @@ class PodFilters:
             (self.volumes.check(n) if self.volumes is not None else None)
             or (self.spread.check(n) if self.spread is not None else None)
             or (self.interpod.check(n) if self.interpod is not None else None)
-            or (self.dra.check(n) if self.dra is not None else None)
+            or (self.dra.check(node) if self.dra is not None else None)
             or (missing_features(self.features, n) if self.features else None)
         )
         return [why] if why is not None else []
