@@ -22,12 +22,17 @@ from scheduler.core.model.decisions import ClaimAllocation, Decision, Placed, Re
 from scheduler.core.model.dra import (
     EXTENDED_RESOURCE_CLAIM,
     Allocation,
+    Device,
+    DeviceClass,
     DeviceRequest,
     DeviceResult,
     ExactRequest,
+    ResourcePool,
+    ResourceSlice,
 )
+from scheduler.core.model.objects import PodClaim, PodInput
 from scheduler.core.snapshot.cluster import ClusterState
-from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
+from scheduler.core.snapshot.watched import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from scheduler.kube.claims import FINALIZER, extended_claim_name
 from scheduler.kube.dracodec import convert_resource_claim
 from scheduler.service import cycle as cycle_module
@@ -446,3 +451,87 @@ async def test_a_pod_whose_old_leader_died_before_its_claim_write_is_allocated_o
     assert api.writes == ["update default/gc", "status default/gc", "bind default/p"]
     claim = api.claim("gc")
     assert claim is not None and [c["uid"] for c in claim["status"]["reservedFor"]] == [p.uid]
+
+
+# ---- failover with the core's own allocator ----------------------------------------------------
+
+GPU_CLASS = DeviceClass("gpu.example.com", ("device.driver == 'gpu.example.com'",))
+GPU_SLICE = ResourceSlice(
+    "n-gpus", "gpu.example.com", ResourcePool("n", 1, 1), node_name="n", devices=(Device("gpu-0"),)
+)
+ONE_GPU = [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "count": 1}}]
+
+
+def dra_world(*replicas: Replica) -> None:
+    """The DRA watches of every replica have listed the class, the slice (one device, gpu-0 of
+    node n) and the claims."""
+    for r in replicas:
+        r.s.intake.replace(DEVICE_CLASSES, [GPU_CLASS])
+        r.s.intake.replace(RESOURCE_SLICES, [GPU_SLICE])
+        for name in ("gc", "gq"):
+            claim_seen(r, name)
+
+
+def claiming(name: str, claim: str) -> PodInput:
+    return msgspec.structs.replace(
+        MakePod().Name(name).Obj(), resource_claims=(PodClaim("gpu", claim),)
+    )
+
+
+def holders(api: Apiserver, device: str) -> list[str]:
+    """The claims whose allocation holds ``device`` (of pool n)."""
+    return sorted(
+        key
+        for key, obj in api.claims.items()
+        for r in ((obj.get("status") or {}).get("allocation") or {})
+        .get("devices", {})
+        .get("results", [])
+        if r["device"] == device
+    )
+
+
+async def test_a_killed_leaders_claim_devices_are_held_and_not_given_to_another_pod(
+    backend: Backend,
+) -> None:
+    """The old leader wrote p's claim (gpu-0) and was killed before the Binding; the new
+    leader's claims watch has not shown that write yet. Its reloaded reservation holds gpu-0,
+    so q, asking for a device of the same class, waits; p keeps gpu-0 and is bound once."""
+    api = Apiserver()
+    api.add_claim("gc", ONE_GPU)
+    api.add_claim("gq", ONE_GPU)
+    old = backend.replica(api, "old")
+    new = backend.replica(api, "new")
+    dra_world(old, new)
+    await old.elect([node(1)])
+    p = old.pending(claiming("p", "gc"))
+    new.s.intake.pending_event("ADDED", p)
+    api.gates["default/p"] = asyncio.Event()  # the Binding waits: the claim writes landed
+    await old.step()
+    await until(lambda: api.writes == ["update default/gc", "status default/gc"])
+    assert holders(api, "gpu-0") == ["default/gc"]
+    old.s.accepting = False  # kill -9
+    for t in list(old.s.tasks.running):
+        t.cancel()
+    await asyncio.gather(*list(old.s.tasks.running), return_exceptions=True)
+    await lease_lapses(backend)
+    del api.gates["default/p"]
+    await new.elect([node(1)])
+    assert new.s.book.stage("default/p") is Stage.UNSETTLED
+    q = new.pending(claiming("q", "gq"))
+    assert await new.step() == "default/q"
+    await new.settle()
+    assert holders(api, "gpu-0") == ["default/gc"]  # not given twice
+    assert new.s.book.stage("default/q") is Stage.PENDING and api.binds == []
+    claim_seen(new, "gc")  # the watch catches up
+    await past_commit(new)
+    assert new.s.book.stage("default/p") is Stage.RELOADED
+    while await new.step() is not None:
+        pass
+    await new.settle()
+    assert [k for k, _, _ in api.binds] == ["default/p"]
+    assert holders(api, "gpu-0") == ["default/gc"]
+    claim = api.claim("gc")
+    assert claim is not None and [c["uid"] for c in claim["status"]["reservedFor"]] == [p.uid]
+    assert new.s.book.stage("default/q") is Stage.PENDING and q.key not in {
+        k for k, _, _ in api.binds
+    }

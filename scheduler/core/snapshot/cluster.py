@@ -45,7 +45,7 @@ from types import MappingProxyType
 import msgspec
 
 from ..dra.budget import Limits
-from ..model.decisions import Placement
+from ..model.decisions import ClaimAllocation, Placement
 from ..model.dra import Allocation
 from ..model.gangsources import best_known
 from ..model.objects import NodeInput, PodInput
@@ -310,13 +310,15 @@ class ClusterState:
         self.put_record(record)
         self.hold(holding_of(placement, replicas))
         if placement.claims:
-            self.assume_claims(
-                placement.pod,
-                tuple(
-                    (EXTENDED + placement.uid if c.special else c.claim, c.allocation)
-                    for c in placement.claims
-                ),
-            )
+            self.assume_claims(placement.pod, claim_accounts(placement.uid, placement.claims))
+
+    def hold_reloaded(self, holding: Holding) -> str | None:
+        """Hold a previous leader's reservation (reloaded or inherited from the store): its
+        GPUs, and the DRA allocations its placement made, whose writes may yet land."""
+        warning = self.hold(holding)
+        if holding.claims:
+            self.assume_claims(holding.pod, claim_accounts(holding.uid, holding.claims))
+        return warning
 
     def assume_claims(self, pod: str, claims: tuple[tuple[str, Allocation], ...]) -> None:
         """The DRA allocations the pod's placement makes, by account (snapshot/devices.py),
@@ -513,3 +515,11 @@ class ClusterState:
             if node is not None and node.inventory is not None:
                 found = (cpu, 0, 0)
         self.profile.charge(key, found)
+
+
+def claim_accounts(
+    uid: str, claims: tuple[ClaimAllocation, ...]
+) -> tuple[tuple[str, Allocation], ...]:
+    """A placement's allocations by account (snapshot/devices.py): the claim's key, or for the
+    claim of the pod's extended resources, which has no name before it is created, the pod's."""
+    return tuple((EXTENDED + uid if c.special else c.claim, c.allocation) for c in claims)
