@@ -535,3 +535,24 @@ async def test_a_killed_leaders_claim_devices_are_held_and_not_given_to_another_
     assert new.s.book.stage("default/q") is Stage.PENDING and q.key not in {
         k for k, _, _ in api.binds
     }
+
+
+async def test_a_failed_binding_frees_the_device_for_the_next_pod(backend: Backend) -> None:
+    """With the core's own allocator: p's Binding is refused, its claim is released, and q
+    gets the device once the watch shows the claim free."""
+    r = backend.live()
+    r.api.add_claim("gc", ONE_GPU)
+    r.api.add_claim("gq", ONE_GPU)
+    dra_world(r)
+    await r.elect([node(1)])
+    r.pending(claiming("p", "gc"))
+    r.api.refuse["default/p"] = 403
+    assert await r.step() == "default/p"
+    await r.settle()
+    assert untouched(r.api, "gc") and r.s.book.stage("default/p") is Stage.PENDING
+    claim_seen(r, "gc")
+    r.pending(claiming("q", "gq"))
+    assert await r.step() == "default/q"
+    await r.settle()
+    assert [k for k, _, _ in r.api.binds] == ["default/q"]
+    assert holders(r.api, "gpu-0") == ["default/gq"]
