@@ -132,6 +132,11 @@ class Binder:
         self.binding_poll_s = binding_poll_s
         self.wall_ms = wall_ms  # the allocation timestamp's clock
         self.in_flight = 0  # pods handed over whose outcome has not been returned yet
+        # Pods (UIDs) a Binding was sent for without a settled outcome (BIND_UNKNOWN): a re-send
+        # is uncertain only for them, not for a pod whose claim write alone was left unknown
+        # (no Binding of it was sent: a failed claim write then fails it, and Unreserve runs).
+        # A pod that leaves while unknown stays here: one UID per such pod.
+        self._sent: set[str] = set()
 
     async def bind_all(
         self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False
@@ -147,7 +152,7 @@ class Binder:
             self.in_flight -= len(pods)
 
     def sizes(self) -> dict[str, int]:
-        return {"in_flight": self.in_flight}
+        return {"in_flight": self.in_flight, "sent_unsettled": len(self._sent)}
 
     def may_send(self) -> bool:
         """The fencing rule: the lease outlives a request started now."""
@@ -161,6 +166,8 @@ class Binder:
         except Exception:
             log.exception("bind crashed", pod=pod.key)
             event, current = Event.BIND_UNKNOWN, None
+        if event is not Event.BIND_UNKNOWN:
+            self._sent.discard(pod.uid)
         return Outcome(pod, placement, event, current)
 
     async def _bind(
@@ -184,7 +191,7 @@ class Binder:
         # Every attempt sends the same Binding: the placement's node and annotations.
         annotations = assignment_annotations(placement)
         # An earlier attempt may have landed without our seeing the answer.
-        maybe_sent = uncertain
+        maybe_sent = uncertain and pod.uid in self._sent
         written = await self._prebind(pod, placement)
         if written is not Written.DONE:
             if maybe_sent:
@@ -201,6 +208,7 @@ class Binder:
                 if maybe_sent:
                     return await self._read_back(pod, placement, maybe_sent)
                 return Event.BIND_FAILED, None
+            self._sent.add(pod.uid)
             try:
                 result = await asyncio.wait_for(
                     self.cluster.bind(

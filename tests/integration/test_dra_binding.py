@@ -236,6 +236,27 @@ async def test_an_unanswered_claim_write_holds_everything_until_it_is_settled(
     assert r.s.book.stage("default/a") is Stage.ASSUMED
 
 
+async def test_an_unknown_claim_write_then_a_claim_gone_fails_the_pod_no_binding_was_sent(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-send after an unanswered claim write finds the claim deleted: no Binding of the
+    pod was ever sent, so it is not bound and nothing of it is held (not re-sent forever)."""
+    r = backend.live(bind_timeout=0.02)
+    await r.elect([node(1)])
+    r.api.add_claim("gc")
+    allocating(monkeypatch, {"default/a": ours("gc")})
+    r.pending(MakePod().Name("a").Req(1).Obj())
+    r.api.claim_writes = "stall"
+    await r.step()
+    await until(lambda: r.s.metrics.bind_errors.labels(reason="claim")._value.get() >= 3)
+    assert r.s.book.stage("default/a") is Stage.BINDING
+    del r.api.claims["default/gc"]  # deleted meanwhile; the stall ends
+    r.api.claim_writes = ""
+    await until(lambda: r.s.book.stage("default/a") is Stage.PENDING)
+    await r.settle()
+    assert r.api.binds == [] and r.held("default/a") is None and await store_of(r) == ({}, {}, {})
+
+
 async def test_no_claim_write_when_the_lease_would_not_outlive_it(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
