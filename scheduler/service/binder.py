@@ -382,7 +382,8 @@ class Binder:
     async def _binding_conditions(self, pod: PodInput, placement: Placement) -> Written:
         """Wait until the drivers report every binding condition of the allocated devices
         (kube-scheduler's PreBind), at most ``binding_wait_s``: a failure condition, or the
-        time running out, fails the Binding (Unreserve follows)."""
+        time running out, fails the Binding (Unreserve follows). The pod keeps its bind slot
+        meanwhile (run.bindConcurrency bounds the pods waiting too)."""
         waiting = [
             c for c in placement.claims if any(r.binding_conditions for r in c.allocation.results)
         ]
