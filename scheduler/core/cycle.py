@@ -120,6 +120,8 @@ def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
         placement = place_shared(state, pod, req, filters)
     elif req.gpus:
         placement = place_whole(state, pod, req, filters)
+        if placement is None and filters.dra is not None and filters.dra.gpu_backed:
+            placement = place_claims(state, pod, filters, req.node_policy == "spread", gpus=True)
     else:
         if filters.dra is not None and filters.dra.allocates:
             placement = place_claims(state, pod, filters, req.node_policy == "spread")
@@ -131,7 +133,8 @@ def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
         return Unschedulable((pod.key,), unschedulable_reason(state, filters, req))
     if filters.dra is not None and filters.dra.allocates:
         # The ResourceClaims allocated on the chosen node (filters/dra.py), for the binder.
-        placement = msgspec.structs.replace(placement, claims=filters.dra.claims_on(placement.node))
+        node = state.nodes[placement.node]
+        placement = msgspec.structs.replace(placement, claims=filters.dra.claims_on(node))
     return Placed((placement,))
 
 

@@ -117,6 +117,7 @@ class Devices:
         "in_use",
         "limits",
         "selectors",
+        "version",
     )
 
     def __init__(
@@ -129,6 +130,8 @@ class Devices:
         self._classes = classes
         self.limits = limits
         self.in_use = InUse()
+        # Bumped whenever in_use changes: what was allocated against it is stale.
+        self.version = 0
         # Compiled selectors and their verdicts per device, kept for the life of the snapshot.
         self.selectors = Selectors()
         # account -> claim key -> its watched allocation
@@ -198,6 +201,7 @@ class Devices:
         before = self._charged.get(account, ())
         if now == before:
             return
+        self.version += 1
         for allocation in before:
             self.in_use.charge(allocation, -1)
         for allocation in now:
