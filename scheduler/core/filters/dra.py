@@ -272,6 +272,16 @@ def prefilter_dra(pod: PodInput, state: ClusterState) -> DraCheck | str | None:
     return DraCheck(state, pod, terms, unallocated, backed, covered)
 
 
+def claims_to_allocate(pod: PodInput, state: ClusterState) -> list[str]:
+    """The keys of the pod's claims that exist and nobody has allocated (nor assumed)."""
+    out = []
+    for entry in pod.resource_claims:
+        claim = state.inputs.resource_claims.get(f"{pod.namespace}/{entry.claim}")
+        if claim is not None and state.devices.allocation(claim) is None:
+            out.append(claim.key)
+    return out
+
+
 def _backed(pod: PodInput, extended: Mapping[str, str]) -> dict[str, str]:
     """The extended resources the pod's containers ask for that a DeviceClass backs."""
     if not extended:

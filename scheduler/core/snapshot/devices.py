@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from ..dra.budget import Budget, Limits
+from ..dra.budget import Budget
 from ..dra.cel import Selectors
 from ..dra.inuse import DeviceId, InUse
 from ..dra.pools import Candidate, Pool, gather_pools
 from ..model.dra import Allocation, DeviceClass, ResourceClaim, ResourceSlice
+from ..settings import DraLimits
 from .names import NameSet
 from .nodes import NodeState
 
@@ -124,7 +125,7 @@ class Devices:
         self,
         slices: Mapping[str, ResourceSlice],
         classes: Mapping[str, DeviceClass],
-        limits: Limits,
+        limits: DraLimits,
     ) -> None:
         self._slices = slices
         self._classes = classes
@@ -322,7 +323,7 @@ class Devices:
 
     def _matches(self, device_class: DeviceClass, c: Candidate) -> bool:
         # Verdicts are memoised per device: after the first, the index costs lookups only.
-        budget = Budget(Limits(evaluations=len(device_class.selectors)))
+        budget = Budget(DraLimits(evaluations=len(device_class.selectors)))
         device = c.device
         for expression in device_class.selectors:
             verdict = self.selectors.matches(
