@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from scheduler.core.model.decisions import RequestMapping
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import ContainerInput, NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult

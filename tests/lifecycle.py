@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from scheduler.config.tuning import Tuning
-from scheduler.core.model.decisions import RequestMapping
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult, ConfigMapData

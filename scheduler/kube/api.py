@@ -30,7 +30,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from scheduler.core.model.decisions import RequestMapping
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import PodInput
 
 from .claims import Answer, ClaimObject, ClaimWrite, extended_status_patch

@@ -39,8 +39,7 @@ from typing import Any, Final
 
 import msgspec
 
-from scheduler.core.model.decisions import RequestMapping
-from scheduler.core.model.dra import EXTENDED_RESOURCE_CLAIM, DeviceResult
+from scheduler.core.model.dra import EXTENDED_RESOURCE_CLAIM, DeviceResult, RequestMapping
 
 # The finalizer whoever allocates a claim adds, so that it is not deleted while allocated.
 FINALIZER: Final = "resource.kubernetes.io/delete-protection"

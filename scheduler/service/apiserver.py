@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from scheduler.core.model.decisions import RequestMapping
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import PodInput
 from scheduler.kube.api import BindResult
 from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite

@@ -18,7 +18,7 @@ import asyncio
 import msgspec
 import pytest
 
-from scheduler.core.model.decisions import ClaimAllocation, Decision, Placed, RequestMapping
+from scheduler.core.model.decisions import ClaimAllocation, Decision, Placed
 from scheduler.core.model.dra import (
     EXTENDED_RESOURCE_CLAIM,
     Allocation,
@@ -27,6 +27,7 @@ from scheduler.core.model.dra import (
     DeviceRequest,
     DeviceResult,
     ExactRequest,
+    RequestMapping,
     ResourcePool,
     ResourceSlice,
 )
@@ -37,7 +38,7 @@ from scheduler.kube.claims import FINALIZER, extended_claim_name
 from scheduler.kube.dracodec import convert_resource_claim
 from scheduler.service import cycle as cycle_module
 from scheduler.service.podbook import Stage
-from tests.builders import MakePod
+from tests.builders import MakeNode, MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
 from tests.integration.test_issue30_binding import lease_lapses
 from tests.integration.test_pod_lifecycle import Backend, store_of
@@ -577,3 +578,27 @@ async def test_a_failed_binding_frees_the_device_for_the_next_pod(backend: Backe
     await r.settle()
     assert [k for k, _, _ in r.api.binds] == ["default/q"]
     assert holders(r.api, "gpu-0") == ["default/gq"]
+
+
+async def test_a_gpu_pod_on_a_dra_only_node_gets_its_special_claim_created_and_allocated(
+    backend: Backend,
+) -> None:
+    """With the core's own allocator: nvidia.com/gpu backed by a DeviceClass on a node that
+    advertises none; the claim kube-scheduler would create is created, allocated and recorded
+    on the pod, then the pod is bound."""
+    r = backend.live()
+    backed = msgspec.structs.replace(GPU_CLASS, extended_resource_name="nvidia.com/gpu")
+    r.s.intake.replace(DEVICE_CLASSES, [backed])
+    r.s.intake.replace(RESOURCE_SLICES, [GPU_SLICE])
+    await r.elect([MakeNode().Name("n").NoGPUs().Allocatable({"cpu": "8"}).Obj()])  # none
+    a = r.pending(MakePod().Name("a").Req(1).Obj())
+    assert await r.step() == "default/a"
+    await r.settle()
+    name = extended_claim_name("a", a.uid)
+    key = f"default/{name}"
+    assert r.api.writes == [f"create {key}", f"update {key}", f"status {key}", "bind default/a"]
+    assert holders(r.api, "gpu-0") == [key]
+    claim, mappings = r.api.extended["default/a"]
+    assert claim == name and [(m.container, m.resource) for m in mappings] == [
+        ("c0", "nvidia.com/gpu")
+    ]

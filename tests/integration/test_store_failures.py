@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from scheduler.config.tuning import Tuning
-from scheduler.core.model.decisions import RequestMapping
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.resources.inventory import inventory_json, read_inventory
 from scheduler.core.settings import CoreSettings

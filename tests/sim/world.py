@@ -31,8 +31,7 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.model.decisions import RequestMapping
-from scheduler.core.model.dra import ResourceClaim
+from scheduler.core.model.dra import RequestMapping, ResourceClaim
 from scheduler.core.model.names import DEVICES_ANNOTATION
 from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput
 from scheduler.core.settings import CoreSettings

@@ -154,3 +154,14 @@ def test_the_claims_devices_are_chosen_by_interconnect() -> None:
     pair, single = schedule(state, claiming("p", "pair"), claiming("q", "single"))
     assert devices(pair) == [("a", "gpu-2"), ("a", "gpu-3")]
     assert devices(single) == [("a", "gpu-0")]
+
+
+def test_gang_members_with_claims_to_allocate_wait_with_a_reason_never_unallocated() -> None:
+    state = dra_cluster(("a", 4))
+    state.inputs.resource_claims.put(gpu_claim("one"))
+    member = MakePod().Name("m0").Gang("job", 2).Obj()
+    with_claim = replace(member, resource_claims=(PodClaim("g", "one"),))
+    other = MakePod().Name("m1").Gang("job", 2).Obj()
+    decisions = schedule(state, with_claim, other)
+    assert decisions and all(isinstance(d, Unschedulable) for d in decisions)
+    assert "ResourceClaim default/one is not allocated" in decisions[0].reason

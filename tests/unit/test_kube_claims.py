@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.core.model.decisions import RequestMapping
-from scheduler.core.model.dra import DeviceRequest, DeviceResult, ExactRequest
+from scheduler.core.model.dra import DeviceRequest, DeviceResult, ExactRequest, RequestMapping
 from scheduler.kube import claims as kc
 from scheduler.kube.dracodec import requests_json
 

@@ -36,7 +36,7 @@ from ..resources.accounting import Amounts, pod_requests
 from ..resources.ports import host_ports
 from ..snapshot.cluster import ClusterState
 from ..snapshot.nodes import NodeState
-from .dra import DraCheck, dra_backed_reason, prefilter_dra
+from .dra import DraCheck, prefilter_dra
 from .features import missing_features, required_features
 from .interpod import InterPod, prefilter_interpod
 from .node import (
@@ -79,7 +79,6 @@ class NodeInputs(Mapping[str, NodeInput]):
 class PodFilters:
     __slots__ = (
         "dra",
-        "dra_backed",
         "features",
         "has_preferences",
         "interpod",
@@ -112,9 +111,6 @@ class PodFilters:
         if self.problem is None and isinstance(dra, str):
             self.problem = dra
         self.dra: DraCheck | None = dra if isinstance(dra, DraCheck) else None
-        # The extended resources the pod asks for that a DeviceClass backs (resource -> class).
-        extended = state.dra_extended
-        self.dra_backed = {r: extended[r] for r, _ in self.requests if r in extended}
         self.features = required_features(pod)
         nodes = NodeInputs(state.nodes)
         self.interpod: InterPod | None = prefilter_interpod(
@@ -149,7 +145,9 @@ class PodFilters:
         if node.resources is not None:
             short = insufficient(self.requests, node.resources, node.requested, node.pod_count)
             if short:
-                return self._dra_backed(short, node.resources) if self.dra_backed else short
+                short = self._dra_backed(short, node) if self.dra is not None else short
+            if short:
+                return short
         why = (
             (self.volumes.check(n) if self.volumes is not None else None)
             or (self.spread.check(n) if self.spread is not None else None)
@@ -159,17 +157,14 @@ class PodFilters:
         )
         return [why] if why is not None else []
 
-    def _dra_backed(self, short: list[str], allocatable: Mapping[str, int]) -> list[str]:
-        """A resource the node has none of, which a DeviceClass backs, would be DRA's to
-        allocate there (kube-scheduler v1.37): say so instead of "Insufficient"."""
-        out = []
-        for reason in short:
-            resource = reason.removeprefix("Insufficient ")
-            device_class = self.dra_backed.get(resource)
-            if device_class is not None and not allocatable.get(resource, 0):
-                reason = dra_backed_reason(resource, device_class)
-            out.append(reason)
-        return out
+    def _dra_backed(self, short: list[str], node: NodeState) -> list[str]:
+        """A resource the node has none of, which a DeviceClass backs, is DRA's to allocate
+        there (kube-scheduler v1.37): not short, the DRA filter allocates it."""
+        assert self.dra is not None
+        side = self.dra.dra_side(node)
+        if not side:
+            return short
+        return [r for r in short if r.removeprefix("Insufficient ") not in side]
 
     def score(self, node: NodeState) -> int:
         if not self.has_preferences:

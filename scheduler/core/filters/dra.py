@@ -42,8 +42,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..dra.allocator import NO_SOLUTION, Outcome, allocate_pools
+from ..dra.extended import special_claim
 from ..model.decisions import ClaimAllocation
-from ..model.dra import ALL, ResourceClaim
+from ..model.dra import ALL, RequestMapping, ResourceClaim
 from ..model.labels import terms_match
 from ..model.objects import NodeSelectorTerm, PodInput
 from ..snapshot.cluster import ClusterState
@@ -56,27 +57,23 @@ IN_USE = "resourceclaim in use"
 RESERVED_FOR_MAX = 256
 
 
-class DraCheck:
-    """The pod's claims for one decision: the allocated claims' node restrictions, and the
-    unallocated claims allocated per node (``check``), each node's outcome remembered."""
+class _Variant:
+    """The claims to allocate on the nodes where one set of the pod's DRA-backed extended
+    resources is DRA's (allocatable 0 there): the unallocated claims, then the special claim
+    for that set (with its request mappings), and the devices per class they ask for."""
 
-    __slots__ = ("claims", "needs", "outcomes", "special", "state", "terms")
+    __slots__ = ("claims", "mappings", "needs", "special")
 
     def __init__(
         self,
-        state: ClusterState,
-        terms: list[tuple[NodeSelectorTerm, ...]],
         claims: Sequence[ResourceClaim],
-        special: int,
+        special: tuple[ResourceClaim, tuple[RequestMapping, ...]] | None,
     ) -> None:
-        self.state = state
-        self.terms = terms
-        self.claims = tuple(claims)  # to allocate, in the pod's order
-        self.special = special  # how many of them (the last) are special claims
-        self.outcomes: dict[str, Outcome] = {}
-        # class -> devices the ExactCount requests of that class ask for, all claims together
+        self.claims = (*claims, special[0]) if special is not None else tuple(claims)
+        self.special = special is not None
+        self.mappings = special[1] if special is not None else ()
         self.needs: dict[str, int] = {}
-        for claim in claims:
+        for claim in self.claims:
             for request in claim.requests:
                 spec = request.exactly
                 if spec is None or spec.admin_access or spec.allocation_mode == ALL:
@@ -85,30 +82,102 @@ class DraCheck:
                     self.needs.get(spec.device_class_name, 0) + spec.count
                 )
 
+
+class DraCheck:
+    """The pod's claims for one decision: the allocated claims' node restrictions, and the
+    unallocated claims (with, where the node leaves the pod's DRA-backed extended resources to
+    DRA, the special claim) allocated per node (``check``), each node's outcome remembered
+    while the devices in use stay as they were."""
+
+    __slots__ = (
+        "backed",
+        "claims",
+        "covered",
+        "gpu_backed",
+        "outcomes",
+        "pod",
+        "state",
+        "terms",
+        "variants",
+    )
+
+    def __init__(
+        self,
+        state: ClusterState,
+        pod: PodInput,
+        terms: list[tuple[NodeSelectorTerm, ...]],
+        claims: Sequence[ResourceClaim],
+        backed: Mapping[str, str],
+        covered: bool = False,
+    ) -> None:
+        self.state = state
+        self.pod = pod
+        self.terms = terms
+        self.claims = tuple(claims)  # unallocated, in the pod's order
+        self.backed = dict(backed)  # DRA-backed extended resources asked for -> DeviceClass
+        # Those of them that are whole-GPU resources (the GPU rules place them elsewhere).
+        self.gpu_backed = [r for r in self.backed if r in state.resource_index]
+        # The extended resources are in a claim created and allocated already (``terms``).
+        self.covered = covered
+        self.outcomes: dict[str, tuple[int, Outcome]] = {}
+        self.variants: dict[frozenset[str], _Variant] = {}
+
     @property
     def allocates(self) -> bool:
-        return bool(self.claims)
+        """Whether the pod has claims to allocate on some node."""
+        return bool(self.claims) or bool(self.backed)
+
+    def dra_side(self, node: NodeState) -> frozenset[str]:
+        """The DRA-backed resources the pod asks for that ``node`` leaves to DRA (its
+        allocatable has none of them; a node without a status is not checked)."""
+        if not self.backed:
+            return frozenset()
+        out = []
+        for resource in self.backed:
+            index = self.state.resource_index.get(resource)
+            if index is not None:
+                if node.allocatable is not None and node.allocatable[index] == 0:
+                    out.append(resource)
+            elif node.resources is not None and not node.resources.get(resource, 0):
+                out.append(resource)
+        return frozenset(out)
+
+    def variant(self, side: frozenset[str]) -> _Variant:
+        found = self.variants.get(side)
+        if found is None:
+            special = None
+            if side and not self.covered:
+                special = special_claim(self.pod, {r: self.backed[r] for r in side})
+            found = self.variants[side] = _Variant(self.claims, special)
+        return found
+
+    @property
+    def dra_variant(self) -> _Variant:
+        """The claims on a node that leaves every DRA-backed resource the pod asks for to DRA."""
+        return self.variant(frozenset(self.backed))
 
     def check(self, node: NodeState) -> str | None:
         n = node.node
         for terms in self.terms:
             if not terms_match(terms, n.name, n.labels):
                 return NOT_AVAILABLE
-        if not self.claims:
+        variant = self.variant(self.dra_side(node))
+        if not variant.claims:
             return None
-        outcome = self.outcomes.get(n.name)
-        if outcome is None:
-            outcome = self.outcomes[n.name] = self._allocate(node)
-        return outcome.reason or None
+        version = self.state.devices.version
+        found = self.outcomes.get(n.name)
+        if found is None or found[0] != version:
+            found = self.outcomes[n.name] = (version, self._allocate(node, variant))
+        return found[1].reason or None
 
-    def _allocate(self, node: NodeState) -> Outcome:
+    def _allocate(self, node: NodeState, variant: _Variant) -> Outcome:
         devices = self.state.devices
-        for class_name, count in self.needs.items():
+        for class_name, count in variant.needs.items():
             index = devices.class_index(class_name, self.state.nodes)
             if index is not None and not index.everywhere and index.free.get(node.name, 0) < count:
                 return Outcome(reason=NO_SOLUTION)
         return allocate_pools(
-            self.claims,
+            variant.claims,
             self.state.inputs.device_classes,
             devices.pools(node.name, node.node.labels),
             devices.in_use,
@@ -118,27 +187,30 @@ class DraCheck:
             devices.limits,
         )
 
-    def claims_on(self, node: str) -> tuple[ClaimAllocation, ...]:
+    def claims_on(self, node: NodeState) -> tuple[ClaimAllocation, ...]:
         """What placing the pod on ``node`` allocates (the node passed ``check``)."""
-        if not self.claims:
+        variant = self.variant(self.dra_side(node))
+        if not variant.claims:
             return ()
-        outcome = self.outcomes[node]
+        outcome = self.outcomes[node.name][1]
         out = []
-        for pos, (claim, allocation) in enumerate(
-            zip(self.claims, outcome.allocations, strict=True)
-        ):
-            special = pos >= len(self.claims) - self.special
-            out.append(ClaimAllocation(claim.key, claim.uid, allocation, special))
+        for claim, allocation in zip(variant.claims, outcome.allocations, strict=True):
+            if claim.extended and variant.special:
+                out.append(
+                    ClaimAllocation(
+                        claim.key, "", allocation, True, claim.requests, variant.mappings
+                    )
+                )
+            else:
+                out.append(ClaimAllocation(claim.key, claim.uid, allocation))
         return tuple(sorted(out, key=lambda c: c.claim))
 
 
-def prefilter_dra(
-    pod: PodInput, state: ClusterState, special: Sequence[ResourceClaim] = ()
-) -> DraCheck | str | None:
-    """None when the pod uses no ResourceClaim (and no ``special`` claim, for its DRA-backed
-    extended resources); a reason (str) when no node can take it now; otherwise the per-node
-    check."""
-    if not pod.resource_claims and not special:
+def prefilter_dra(pod: PodInput, state: ClusterState) -> DraCheck | str | None:
+    """None when the pod uses no ResourceClaim and asks for no DRA-backed extended resource; a
+    reason (str) when no node can take it now; otherwise the per-node check."""
+    backed = _backed(pod, state.dra_extended)
+    if not pod.resource_claims and not backed:
         return None
     claims: Mapping[str, ResourceClaim] = state.inputs.resource_claims
     devices = state.devices
@@ -175,7 +247,19 @@ def prefilter_dra(
             return IN_USE
         if allocation.node_selector is not None:
             terms.append(allocation.node_selector)
-    for claim in (*unallocated, *special):
+    covered = False
+    if pod.extended_claim and backed:
+        # The claim an earlier attempt created (by us or kube-scheduler) stands for the
+        # extended resources: allocated, it is the pod's like any; not, it is stale (its
+        # creator deletes it), as kube-scheduler says.
+        created = claims.get(f"{pod.namespace}/{pod.extended_claim}")
+        if created is not None and created.allocation is not None:
+            if created.allocation.node_selector is not None:
+                terms.append(created.allocation.node_selector)
+            covered = True
+        else:
+            return "cannot schedule extended resource claim"
+    for claim in unallocated:
         for request in claim.requests:
             subs = [request.exactly] if request.exactly is not None else []
             subs += [s.exactly for s in request.first_available]
@@ -185,11 +269,27 @@ def prefilter_dra(
                         f"claim {claim.key}, request {request.name}: device class "
                         f"{spec.device_class_name} does not exist"
                     )
-    return DraCheck(state, terms, [*unallocated, *special], len(special))
+    return DraCheck(state, pod, terms, unallocated, backed, covered)
 
 
-def dra_backed_reason(resource: str, device_class: str) -> str:
-    return (
-        f"{resource} is offered by DRA there (DeviceClass {device_class}): topo-scheduler "
-        "does not allocate ResourceClaims"
-    )
+def claims_to_allocate(pod: PodInput, state: ClusterState) -> list[str]:
+    """The keys of the pod's claims that exist and nobody has allocated (nor assumed)."""
+    out = []
+    for entry in pod.resource_claims:
+        claim = state.inputs.resource_claims.get(f"{pod.namespace}/{entry.claim}")
+        if claim is not None and state.devices.allocation(claim) is None:
+            out.append(claim.key)
+    return out
+
+
+def _backed(pod: PodInput, extended: Mapping[str, str]) -> dict[str, str]:
+    """The extended resources the pod's containers ask for that a DeviceClass backs."""
+    if not extended:
+        return {}
+    out = {}
+    for c in (*pod.init_containers, *pod.containers):
+        for resource in (*c.limits, *c.requests):
+            device_class = extended.get(resource)
+            if device_class is not None:
+                out[resource] = device_class
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from msgspec import Struct, field
 
-from .dra import Allocation, DeviceRequest
+from .dra import Allocation, DeviceRequest, RequestMapping
 
 
 class Share(Struct, frozen=True, rename="camel", omit_defaults=True):
@@ -32,22 +32,14 @@ class ContainerDevices(Struct, frozen=True):
     uuids: tuple[str, ...]
 
 
-class RequestMapping(Struct, frozen=True):
-    """Which request of a special claim serves which container's extended resource
-    (``pod.status.extendedResourceClaimStatus.requestMappings[]``)."""
-
-    container: str
-    resource: str
-    request: str
-
-
 class ClaimAllocation(Struct, frozen=True):
     """A ResourceClaim a placement allocates (issue 29): the binder writes ``allocation`` into the
     claim's status (with the pod in ``reservedFor``) before the Binding, and undoes it when the
     Binding fails or is abandoned. ``special`` marks the claim kube-scheduler would create for
-    extended resources backed by a DeviceClass: when it does not exist yet (``uid`` "") the
-    binder creates it first, with ``requests`` as its ``spec.devices.requests``, and records it
-    on the pod with ``mappings``."""
+    extended resources backed by a DeviceClass (the binder creates it first: ``claim`` is then
+    "namespace/<generateName>", ``<pod>-extended-resources-``, its spec's ``requests`` and the
+    pod's ``status.extendedResourceClaimStatus.requestMappings`` are ``requests`` and
+    ``mappings``; core/dra/extended.py)."""
 
     claim: str  # "namespace/name"
     uid: str  # the claim's uid: the precondition of every write ("" for a special claim)

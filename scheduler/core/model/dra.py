@@ -193,6 +193,15 @@ class Allocation(Struct, frozen=True):
     node_selector: tuple[NodeSelectorTerm, ...] | None = None
 
 
+class RequestMapping(Struct, frozen=True):
+    """One entry of ``pod.status.extendedResourceClaimStatus.requestMappings``: which request of
+    the extended-resource claim serves a container's extended resource."""
+
+    container: str
+    resource: str
+    request: str
+
+
 # The annotation kube-scheduler puts on the claim it creates for a pod's extended resources
 # backed by a DeviceClass (KEP-5004), with value "true"; the claim's controller is the pod.
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"

@@ -44,7 +44,6 @@ from types import MappingProxyType
 
 import msgspec
 
-from ..dra.budget import Limits
 from ..model.decisions import ClaimAllocation, Placement
 from ..model.dra import Allocation
 from ..model.gangsources import best_known
@@ -104,7 +103,9 @@ class ClusterState:
         self.inputs.topologies.on_change = self.node_index.forget_hierarchies
         # DRA: the devices every claim holds (ours assumed included), slices by node and pool,
         # the class indexes (snapshot/devices.py).
-        self.devices = Devices(self.inputs.resource_slices, self.inputs.device_classes, Limits())
+        self.devices = Devices(
+            self.inputs.resource_slices, self.inputs.device_classes, self.settings.dra
+        )
         self.inputs.resource_claims.on_item = self.devices.claim_changed
         self.inputs.resource_slices.on_item = self.devices.slice_changed
 

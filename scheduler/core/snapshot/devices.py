@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from ..dra.budget import Budget, Limits
+from ..dra.budget import Budget
 from ..dra.cel import Selectors
 from ..dra.inuse import DeviceId, InUse
 from ..dra.pools import Candidate, Pool, gather_pools
 from ..model.dra import Allocation, DeviceClass, ResourceClaim, ResourceSlice
+from ..settings import DraLimits
 from .names import NameSet
 from .nodes import NodeState
 
@@ -117,18 +118,21 @@ class Devices:
         "in_use",
         "limits",
         "selectors",
+        "version",
     )
 
     def __init__(
         self,
         slices: Mapping[str, ResourceSlice],
         classes: Mapping[str, DeviceClass],
-        limits: Limits,
+        limits: DraLimits,
     ) -> None:
         self._slices = slices
         self._classes = classes
         self.limits = limits
         self.in_use = InUse()
+        # Bumped whenever in_use changes: what was allocated against it is stale.
+        self.version = 0
         # Compiled selectors and their verdicts per device, kept for the life of the snapshot.
         self.selectors = Selectors()
         # account -> claim key -> its watched allocation
@@ -198,6 +202,7 @@ class Devices:
         before = self._charged.get(account, ())
         if now == before:
             return
+        self.version += 1
         for allocation in before:
             self.in_use.charge(allocation, -1)
         for allocation in now:
@@ -318,7 +323,7 @@ class Devices:
 
     def _matches(self, device_class: DeviceClass, c: Candidate) -> bool:
         # Verdicts are memoised per device: after the first, the index costs lookups only.
-        budget = Budget(Limits(evaluations=len(device_class.selectors)))
+        budget = Budget(DraLimits(evaluations=len(device_class.selectors)))
         device = c.device
         for expression in device_class.selectors:
             verdict = self.selectors.matches(
