@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import msgspec
 from msgspec import Struct
 
 from .filters.chain import PodFilters
+from .filters.dra import claims_to_allocate
 from .gangs.members import Member
 from .gangs.planning import plan_gang
 from .model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .model.gangsources import best_known, gang_key
 from .model.objects import PodInput
+from .placement.devices import place_claims
 from .placement.nodes import (
     no_node_reason,
     place_shared,
@@ -100,6 +103,16 @@ def _decide_unit(state: ClusterState, unit: Unit, within: frozenset[str]) -> Dec
         return _decide_pod(state, pod)
     members = []
     for pod in unit.pods:
+        unallocated = claims_to_allocate(pod, state) if pod.resource_claims else []
+        if unallocated:
+            # Gang planning places members node by node; a member's claims would be allocated
+            # without its siblings' in view. Until it plans them as one, it allocates none.
+            keys = tuple(sorted(p.key for p in unit.pods))
+            return Unschedulable(
+                keys,
+                f"gang {unit.gang}: pod {pod.key}: ResourceClaim {unallocated[0]} is not "
+                "allocated, and topo-scheduler allocates no claims of gang members yet",
+            )
         try:
             members.append(Member(pod, parse_request(pod, state.settings, state.memos.asks)))
         except RequestError as exc:
@@ -118,12 +131,21 @@ def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
         placement = place_shared(state, pod, req, filters)
     elif req.gpus:
         placement = place_whole(state, pod, req, filters)
+        if placement is None and filters.dra is not None and filters.dra.gpu_backed:
+            placement = place_claims(state, pod, filters, req.node_policy == "spread", gpus=True)
     else:
-        placement = place_without_gpus(state, pod, filters)
+        if filters.dra is not None and filters.dra.allocates:
+            placement = place_claims(state, pod, filters, req.node_policy == "spread")
+        else:
+            placement = place_without_gpus(state, pod, filters)
         if placement is None:
             return Unschedulable((pod.key,), no_node_reason(state, filters))
     if placement is None:
         return Unschedulable((pod.key,), unschedulable_reason(state, filters, req))
+    if filters.dra is not None and filters.dra.allocates:
+        # The ResourceClaims allocated on the chosen node (filters/dra.py), for the binder.
+        node = state.nodes[placement.node]
+        placement = msgspec.structs.replace(placement, claims=filters.dra.claims_on(node))
     return Placed((placement,))
 
 

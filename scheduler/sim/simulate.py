@@ -71,6 +71,7 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
     inputs.claims.replace(loaded.claims)
     inputs.resource_claims.replace(loaded.resource_claims)
     inputs.device_classes.replace(loaded.device_classes)
+    inputs.resource_slices.replace(loaded.resource_slices)
     inputs.volumes.replace(loaded.volumes)
     for group in loaded.pod_groups:
         if group.key in inputs.pod_groups:

@@ -471,6 +471,10 @@ status:
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
 metadata: {name: nic-free}
+spec:
+  devices:
+    requests:
+    - {name: nic, exactly: {deviceClassName: nic.example.com}}
 ---
 apiVersion: resource.k8s.io/v1
 kind: DeviceClass
@@ -493,4 +497,4 @@ metadata: {name: nic.example.com}
     assert [(p["pod"], p["node"]) for p in doc["placements"]] == [("default/a", "n2")]
     (pending,) = doc["pending"]
     assert pending["pod"] == "default/b"
-    assert "topo-scheduler does not allocate ResourceClaims" in pending["reason"]
+    assert pending["reason"] == "0/2 nodes are available: 2 cannot allocate all claims."
