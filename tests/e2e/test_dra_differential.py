@@ -89,9 +89,7 @@ def nvlinked_pairs(scene: DraScene, shape: Shape, verdict: Verdict) -> int:
         for _, driver, _, device in results
         if driver == GPU_DRIVER and (m := GPU_DEVICE.fullmatch(device))
     )
-    return sum(
-        links[i][j].startswith("NV") for n, i in enumerate(chosen) for j in chosen[n + 1 :]
-    )
+    return sum(links[i][j].startswith("NV") for n, i in enumerate(chosen) for j in chosen[n + 1 :])
 
 
 def differential(
