@@ -46,7 +46,7 @@ from ..snapshot.cluster import ClusterState
 from ..snapshot.nodes import Demand, NodeState
 from .constraints import TopologyError, TopologyPending, rank_order
 from .indomains import Context, annotate, context, plan_in_domains, surplus_scopes
-from .members import Member, split_joint
+from .members import Member, split_joint, with_claims
 
 
 class Size(Struct, frozen=True):
@@ -324,8 +324,12 @@ def _place_surplus(
             if found is None and not (topology is not None and topology.hard):
                 found = best_whole_node(state, filters, req.gpus, req.vendor, spread, demand)
             if found is not None:
-                placement = whole_placement(member.pod, req, found.node, found.choice.indices, gang)
-                if topology is not None:
+                placement = with_claims(
+                    state,
+                    member,
+                    whole_placement(member.pod, req, found.node, found.choice.indices, gang),
+                )
+                if placement is not None and topology is not None:
                     (placement,) = annotate(state, [placement], topology, [member.pod])
         if placement is None:
             left[member.pod.key] = unschedulable_reason(state, filters, req)
@@ -414,7 +418,10 @@ def _plan_fewest_nodes(
         if best is None:
             return None
         _, group, node, joint = best
-        out.extend(split_joint(state, gang, node, joint, group, minimum))
+        split = split_joint(state, gang, node, joint, group, minimum)
+        if split is None:
+            return None
+        out.extend(split)
         taken = {m.pod.key for m in group}
         remaining = [m for m in remaining if m.pod.key not in taken]
     return out

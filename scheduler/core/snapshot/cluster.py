@@ -44,7 +44,7 @@ from types import MappingProxyType
 
 import msgspec
 
-from ..model.decisions import Placement
+from ..model.decisions import ClaimAllocation, Placement
 from ..model.dra import Allocation
 from ..model.gangsources import best_known
 from ..model.objects import NodeInput, PodInput
@@ -311,13 +311,15 @@ class ClusterState:
         self.put_record(record)
         self.hold(holding_of(placement, replicas))
         if placement.claims:
-            self.assume_claims(
-                placement.pod,
-                tuple(
-                    (EXTENDED + placement.uid if c.special else c.claim, c.allocation)
-                    for c in placement.claims
-                ),
-            )
+            self.charge_claims(placement.pod, placement.uid, placement.claims)
+
+    def charge_claims(self, pod: str, uid: str, claims: Iterable[ClaimAllocation]) -> None:
+        """Assume the claims a placement of the pod (``uid``) allocates: each by its account
+        (snapshot/devices.py; the special claim by the pod's uid)."""
+        self.assume_claims(
+            pod,
+            tuple((EXTENDED + uid if c.special else c.claim, c.allocation) for c in claims),
+        )
 
     def assume_claims(self, pod: str, claims: tuple[tuple[str, Allocation], ...]) -> None:
         """The DRA allocations the pod's placement makes, by account (snapshot/devices.py),
