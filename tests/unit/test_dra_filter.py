@@ -183,3 +183,31 @@ def test_a_gangs_claims_are_allocated_together_on_each_node() -> None:
     held = state.devices.in_use.exclusive
     assert ("imex.example.com", "b", "channel-0") in held
     assert ("imex.example.com", "a", "channel-0") not in held
+
+
+def test_a_gang_asking_gpus_only_through_claims_is_placed_all_or_nothing() -> None:
+    links = [
+        ["X", "NV4", "SYS", "SYS"],
+        ["NV4", "X", "SYS", "SYS"],
+        ["SYS", "SYS", "X", "NV4"],
+        ["SYS", "SYS", "NV4", "X"],
+    ]
+    state = cluster(MakeNode().Name("a").Links(links))
+    state.inputs.device_classes.put(GPU_CLASS)
+    state.inputs.resource_slices.put(gpu_slice("a", 4))
+    members = []
+    for i in range(3):
+        state.inputs.resource_claims.put(gpu_claim(f"pair-{i}", 2))
+        pod = MakePod().Name(f"w{i}").Gang("job", 3).Obj()
+        members.append(replace(pod, resource_claims=(PodClaim("gpus", f"pair-{i}"),)))
+    (refused,) = schedule(state, *members)
+    assert isinstance(refused, Unschedulable)
+    assert "cannot allocate all claims" in refused.reason
+    assert state.devices.in_use.exclusive == {}  # nothing held by a gang that did not fit
+    smaller = [replace(m, labels={**m.labels, "gpu-topology-replica": "2"}) for m in members[:2]]
+    (placed,) = schedule(state, *smaller)
+    assert isinstance(placed, Placed) and all(p.gang == "default/job" for p in placed.placements)
+    pairs = sorted(
+        tuple(r.device for c in p.claims for r in c.allocation.results) for p in placed.placements
+    )
+    assert pairs == [("gpu-0", "gpu-1"), ("gpu-2", "gpu-3")]  # each an NVLink pair
