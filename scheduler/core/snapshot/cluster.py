@@ -104,7 +104,7 @@ class ClusterState:
         # DRA: the devices every claim holds (ours assumed included), slices by node and pool,
         # the class indexes (snapshot/devices.py).
         self.devices = Devices(
-            self.inputs.resource_slices, self.inputs.device_classes, self.settings.dra
+            self.inputs.resource_slices, self.inputs.device_classes, self.nodes, self.settings.dra
         )
         self.inputs.resource_claims.on_item = self.devices.claim_changed
         self.inputs.resource_slices.on_item = self.devices.slice_changed
