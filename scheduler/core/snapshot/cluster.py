@@ -451,6 +451,7 @@ class ClusterState:
             **self._nominations.sizes(),
             "nominated_gpus": sum(s.nominated.bit_count() for s in self.nodes.values()),
             "profile": len(self.profile),
+            **self.devices.sizes(),
             **{k: v for k, v in records.items() if k.startswith("index.")},
         }
 

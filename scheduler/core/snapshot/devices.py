@@ -233,6 +233,16 @@ class Devices:
                 if node in index.devices:
                     index.recount(node, self.in_use)
 
+    def sizes(self) -> dict[str, int]:
+        """The size of each per-claim and per-pod structure (ClusterState.sizes)."""
+        return {
+            "dra_watched": len(self._watched),
+            "dra_assumed": len(self._assumed),
+            "dra_assumed_pods": len(self._by_pod),
+            "dra_charged": len(self._charged),
+            "dra_exclusive": len(self.in_use.exclusive),
+        }
+
     # ---- slices and classes ------------------------------------------------------------------
 
     def slice_changed(self, before: ResourceSlice | None, after: ResourceSlice | None) -> None:
