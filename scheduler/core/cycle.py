@@ -17,7 +17,6 @@ import msgspec
 from msgspec import Struct
 
 from .filters.chain import PodFilters
-from .filters.dra import claims_to_allocate
 from .gangs.members import Member
 from .gangs.planning import plan_gang
 from .model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
@@ -103,16 +102,6 @@ def _decide_unit(state: ClusterState, unit: Unit, within: frozenset[str]) -> Dec
         return _decide_pod(state, pod)
     members = []
     for pod in unit.pods:
-        unallocated = claims_to_allocate(pod, state) if pod.resource_claims else []
-        if unallocated:
-            # Gang planning places members node by node; a member's claims would be allocated
-            # without its siblings' in view. Until it plans them as one, it allocates none.
-            keys = tuple(sorted(p.key for p in unit.pods))
-            return Unschedulable(
-                keys,
-                f"gang {unit.gang}: pod {pod.key}: ResourceClaim {unallocated[0]} is not "
-                "allocated, and topo-scheduler allocates no claims of gang members yet",
-            )
         try:
             members.append(Member(pod, parse_request(pod, state.settings, state.memos.asks)))
         except RequestError as exc:

@@ -1,5 +1,6 @@
-"""Read v1 Node and v1 Pod objects (and namespaces, claims, volumes, PodGroups and Kueue's and
-KAI's Topology objects) from YAML or JSON files.
+"""Read v1 Node and v1 Pod objects (and namespaces, claims, volumes, PodGroups, Kueue's and
+KAI's Topology objects, and DRA's ResourceSlices, DeviceClasses, ResourceClaims and
+ResourceClaimTemplates) from YAML or JSON files.
 
 A file may hold several YAML documents, or a ``kind: List`` with ``items``. Every document is
 composed separately so its start line is known: an error names the file and line, and for an
@@ -85,6 +86,8 @@ class Loaded(msgspec.Struct):
     resource_claims: list[ResourceClaim] = msgspec.field(default_factory=list)
     device_classes: list[DeviceClass] = msgspec.field(default_factory=list)
     resource_slices: list[ResourceSlice] = msgspec.field(default_factory=list)
+    # ResourceClaimTemplates, each as the claim it stamps out (named as the template).
+    claim_templates: list[ResourceClaim] = msgspec.field(default_factory=list)
     # PodGroups of scheduler-plugins (scheduling.x-k8s.io) and Volcano (scheduling.volcano.sh).
     pod_groups: list[PodGroupInput] = msgspec.field(default_factory=list)
     # Kueue's (kueue.x-k8s.io) and KAI's (kai.scheduler) Topology objects.
@@ -173,6 +176,10 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
             out.device_classes.append(convert_device_class(obj))
         elif kind == "ResourceSlice":
             out.resource_slices.append(convert_resource_slice(obj))
+        elif kind == "ResourceClaimTemplate":
+            spec = obj.get("spec") or {}
+            template = {"metadata": obj.get("metadata") or {}, "spec": spec.get("spec") or {}}
+            out.claim_templates.append(convert_resource_claim(template))
         else:
             name = str(kind) if kind else "(no kind)"
             out.skipped[name] = out.skipped.get(name, 0) + 1
@@ -196,6 +203,7 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
         "ResourceClaim": out.resource_claims,
         "DeviceClass": out.device_classes,
         "ResourceSlice": out.resource_slices,
+        "ResourceClaimTemplate": out.claim_templates,
     }
     if not by_kind[str(kind)][-1].name:
         raise LoadError(f"{path}:{line}: {kind} {prefix}metadata.name: missing")

@@ -156,12 +156,58 @@ def test_the_claims_devices_are_chosen_by_interconnect() -> None:
     assert devices(single) == [("a", "gpu-0")]
 
 
-def test_gang_members_with_claims_to_allocate_wait_with_a_reason_never_unallocated() -> None:
-    state = dra_cluster(("a", 4))
-    state.inputs.resource_claims.put(gpu_claim("one"))
-    member = MakePod().Name("m0").Gang("job", 2).Obj()
-    with_claim = replace(member, resource_claims=(PodClaim("g", "one"),))
-    other = MakePod().Name("m1").Gang("job", 2).Obj()
-    decisions = schedule(state, with_claim, other)
-    assert decisions and all(isinstance(d, Unschedulable) for d in decisions)
-    assert "ResourceClaim default/one is not allocated" in decisions[0].reason
+def test_a_gangs_claims_are_allocated_together_on_each_node() -> None:
+    """Two members of 1 GPU each with an IMEX-like channel claim: node a has one channel, b two.
+    Each member alone fits on a; together only b holds both, each with its own channel."""
+    state = cluster(MakeNode().Name("a").GPUs(4), MakeNode().Name("b").GPUs(4))
+    channels = DeviceClass("channel", ("device.driver == 'imex.example.com'",))
+    state.inputs.device_classes.put(channels)
+    for node, n in (("a", 1), ("b", 2)):
+        state.inputs.resource_slices.put(
+            ResourceSlice(
+                f"{node}-channels",
+                "imex.example.com",
+                ResourcePool(node, 1, 1),
+                node_name=node,
+                devices=tuple(Device(f"channel-{i}") for i in range(n)),
+            )
+        )
+    members = []
+    for i in range(2):
+        state.inputs.resource_claims.put(gpu_claim(f"ch-{i}", device_class="channel"))
+        pod = MakePod().Name(f"m{i}").Req(1).Gang("job", 2).Obj()
+        members.append(replace(pod, resource_claims=(PodClaim("imex", f"ch-{i}"),)))
+    (decision,) = [d for d in schedule(state, *members) if isinstance(d, Placed)]
+    assert sorted(devices(decision)) == [("b", "channel-0"), ("b", "channel-1")]
+    # Both assumed: b's channels are in use, a's is free.
+    held = state.devices.in_use.exclusive
+    assert ("imex.example.com", "b", "channel-0") in held
+    assert ("imex.example.com", "a", "channel-0") not in held
+
+
+def test_a_gang_asking_gpus_only_through_claims_is_placed_all_or_nothing() -> None:
+    links = [
+        ["X", "NV4", "SYS", "SYS"],
+        ["NV4", "X", "SYS", "SYS"],
+        ["SYS", "SYS", "X", "NV4"],
+        ["SYS", "SYS", "NV4", "X"],
+    ]
+    state = cluster(MakeNode().Name("a").Links(links))
+    state.inputs.device_classes.put(GPU_CLASS)
+    state.inputs.resource_slices.put(gpu_slice("a", 4))
+    members = []
+    for i in range(3):
+        state.inputs.resource_claims.put(gpu_claim(f"pair-{i}", 2))
+        pod = MakePod().Name(f"w{i}").Gang("job", 3).Obj()
+        members.append(replace(pod, resource_claims=(PodClaim("gpus", f"pair-{i}"),)))
+    (refused,) = schedule(state, *members)
+    assert isinstance(refused, Unschedulable)
+    assert "cannot allocate all claims" in refused.reason
+    assert state.devices.in_use.exclusive == {}  # nothing held by a gang that did not fit
+    smaller = [replace(m, labels={**m.labels, "gpu-topology-replica": "2"}) for m in members[:2]]
+    (placed,) = schedule(state, *smaller)
+    assert isinstance(placed, Placed) and all(p.gang == "default/job" for p in placed.placements)
+    pairs = sorted(
+        tuple(r.device for c in p.claims for r in c.allocation.results) for p in placed.placements
+    )
+    assert pairs == [("gpu-0", "gpu-1"), ("gpu-2", "gpu-3")]  # each an NVLink pair

@@ -163,3 +163,17 @@ def test_the_class_index_counts_free_devices_per_node_and_follows_claims() -> No
     state.inputs.device_classes.put(never)
     nic = state.devices.class_index("nic", labels)
     assert nic is not None and nic.free == {} and state.devices.class_index("x", labels) is None
+
+
+def test_assumed_claims_leave_nothing_behind() -> None:
+    state = ClusterState()
+    state.set_node(MakeNode().Name("n1").Obj())
+    before = state.sizes()
+    for i in range(3):
+        pod = MakePod().Name(f"p{i}").Obj()
+        claim = ClaimAllocation(f"default/c{i}", "", holding(f"gpu-{i}"))
+        state.apply(_placement(f"p{i}", claim), pod)
+    assert state.sizes()["dra_assumed_pods"] == 3
+    for i in range(3):
+        state.remove_pod(f"default/p{i}")
+    assert state.sizes() == before

@@ -186,6 +186,7 @@ class GroupFilters:
     """
 
     __slots__ = (
+        "allocating",
         "has_preferences",
         "joint",
         "members",
@@ -194,6 +195,7 @@ class GroupFilters:
         "problem",
         "repel_keys",
         "requests",
+        "state",
     )
 
     def __init__(self, state: ClusterState, members: list[PodFilters], joint: bool = True) -> None:
@@ -213,6 +215,9 @@ class GroupFilters:
         self.nowhere = self.problem is not None or any(
             state.on_every_node(key) for key in self.repel_keys
         )
+        self.state = state
+        # Members with DRA claims to allocate: on one node, allocated one after the other.
+        self.allocating = [m for m in members if m.dra is not None and m.dra.allocates]
 
     def check(self, node: NodeState) -> list[str]:
         for m in self.members:
@@ -233,7 +238,26 @@ class GroupFilters:
         labels = node.node.labels
         if any(key in labels for key in self.repel_keys):
             return [ANTI_AFFINITY]
+        if len(self.allocating) > 1:
+            why = self._claims_together(node)
+            if why is not None:
+                return [why]
         return []
+
+    def _claims_together(self, node: NodeState) -> str | None:
+        """The members' claims allocated on the node one after the other, in the order gang
+        planning applies them (members.split_joint), each seeing the devices of those before
+        it (tentatively: the state is left as it was)."""
+        state = self.state
+        with state.tentative():
+            for m in self.allocating:
+                dra = m.dra
+                assert dra is not None
+                why = dra.check(node)
+                if why is not None:
+                    return why
+                state.charge_claims(m.pod.key, m.pod.uid, dra.claims_on(node))
+        return None
 
     def score(self, node: NodeState) -> int:
         return sum(m.score(node) for m in self.members) if self.has_preferences else 0

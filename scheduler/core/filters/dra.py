@@ -273,14 +273,18 @@ def prefilter_dra(pod: PodInput, state: ClusterState) -> DraCheck | str | None:
     return DraCheck(state, pod, terms, unallocated, backed, covered)
 
 
-def claims_to_allocate(pod: PodInput, state: ClusterState) -> list[str]:
-    """The keys of the pod's claims that exist and nobody has allocated (nor assumed)."""
-    out = []
-    for entry in pod.resource_claims:
-        claim = state.inputs.resource_claims.get(f"{pod.namespace}/{entry.claim}")
-        if claim is not None and state.devices.allocation(claim) is None:
-            out.append(claim.key)
-    return out
+def claims_for(
+    state: ClusterState, pod: PodInput, node: NodeState
+) -> tuple[ClaimAllocation, ...] | str:
+    """The claims placing ``pod`` on ``node`` allocates, against what is in use now (gang
+    planning: after the members placed before it), or why it cannot."""
+    dra = prefilter_dra(pod, state)
+    if dra is None:
+        return ()
+    if isinstance(dra, str):
+        return dra
+    why = dra.check(node)
+    return why if why is not None else dra.claims_on(node)
 
 
 def _backed(pod: PodInput, extended: Mapping[str, str]) -> dict[str, str]:

@@ -104,7 +104,7 @@ class ClusterState:
         # DRA: the devices every claim holds (ours assumed included), slices by node and pool,
         # the class indexes (snapshot/devices.py).
         self.devices = Devices(
-            self.inputs.resource_slices, self.inputs.device_classes, self.settings.dra
+            self.inputs.resource_slices, self.inputs.device_classes, self.nodes, self.settings.dra
         )
         self.inputs.resource_claims.on_item = self.devices.claim_changed
         self.inputs.resource_slices.on_item = self.devices.slice_changed
@@ -311,7 +311,12 @@ class ClusterState:
         self.put_record(record)
         self.hold(holding_of(placement, replicas))
         if placement.claims:
-            self.assume_claims(placement.pod, claim_accounts(placement.uid, placement.claims))
+            self.charge_claims(placement.pod, placement.uid, placement.claims)
+
+    def charge_claims(self, pod: str, uid: str, claims: Iterable[ClaimAllocation]) -> None:
+        """Assume the claims a placement of the pod (``uid``) allocates: each by its account
+        (snapshot/devices.py; the special claim by the pod's uid)."""
+        self.assume_claims(pod, claim_accounts(uid, tuple(claims)))
 
     def hold_reloaded(self, holding: Holding) -> str | None:
         """Hold a previous leader's reservation (reloaded or inherited from the store): its
@@ -451,6 +456,7 @@ class ClusterState:
             **self._nominations.sizes(),
             "nominated_gpus": sum(s.nominated.bit_count() for s in self.nodes.values()),
             "profile": len(self.profile),
+            **self.devices.sizes(),
             **{k: v for k, v in records.items() if k.startswith("index.")},
         }
 

@@ -22,7 +22,8 @@ The class index. For the DRA filter to cost nothing on a node with no candidate 
 class's selectors (CEL, evaluated once per device and kept in the snapshot's ``Selectors``),
 how many of them are free, and the nodes by that count. It is built the first time a pod asks
 for the class and then follows ``in_use`` (a charge re-counts only the nodes of the devices it
-touches); a slice or class change drops it. Devices of slices without a node name (network
+touches); a slice change re-reads the one node of its pool (else drops it), a class change
+drops it. Devices of slices without a node name (network
 attached) are not indexed: while any such device matches the class, every node reached by one
 is a candidate (``ClassIndex.everywhere``).
 """
@@ -111,6 +112,7 @@ class Devices:
         "_charged",
         "_classes",
         "_indexes",
+        "_nodes",
         "_pools",
         "_slices",
         "_unbound",
@@ -125,10 +127,12 @@ class Devices:
         self,
         slices: Mapping[str, ResourceSlice],
         classes: Mapping[str, DeviceClass],
+        nodes: Mapping[str, NodeState],
         limits: DraLimits,
     ) -> None:
         self._slices = slices
         self._classes = classes
+        self._nodes = nodes
         self.limits = limits
         self.in_use = InUse()
         # Bumped whenever in_use changes: what was allocated against it is stale.
@@ -229,6 +233,16 @@ class Devices:
                 if node in index.devices:
                     index.recount(node, self.in_use)
 
+    def sizes(self) -> dict[str, int]:
+        """The size of each per-claim and per-pod structure (ClusterState.sizes)."""
+        return {
+            "dra_watched": len(self._watched),
+            "dra_assumed": len(self._assumed),
+            "dra_assumed_pods": len(self._by_pod),
+            "dra_charged": len(self._charged),
+            "dra_exclusive": len(self.in_use.exclusive),
+        }
+
     # ---- slices and classes ------------------------------------------------------------------
 
     def slice_changed(self, before: ResourceSlice | None, after: ResourceSlice | None) -> None:
@@ -237,7 +251,27 @@ class Devices:
             self._file(before, -1)
         if after is not None:
             self._file(after, +1)
-        self.forget_derived()
+        node = self._only_node(before, after)
+        if node is None:
+            self.forget_derived()
+            return
+        # A pool of one node (NVIDIA's driver: one pool per node): only that node's pools and
+        # index entries change, not the whole cluster's.
+        state = self._nodes.get(node)
+        self.node_changed(node, state.node.labels if state is not None else None)
+
+    def _only_node(self, *changed: ResourceSlice | None) -> str | None:
+        """The one node every slice of the changed slices' pools is published for, if any."""
+        nodes = set()
+        for s in changed:
+            if s is None:
+                continue
+            if not s.node_name:
+                return None
+            nodes.add(s.node_name)
+            for name in self._by_pool.get((s.driver, s.pool.name), ()):
+                nodes.add(self._slices[name].node_name)
+        return nodes.pop() if len(nodes) == 1 else None
 
     def forget_derived(self) -> None:
         """Slices or classes changed: pools and class indexes are rebuilt when next read."""
