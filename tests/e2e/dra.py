@@ -191,10 +191,12 @@ class DraScene:
         limits: dict[str, str] | None = None,
         node_selector: dict[str, str] | None = None,
         namespace: str = NAMESPACE,
+        labels: dict[str, str] | None = None,
     ) -> str:
         """A pod of ``scheduler`` pinned to this scene's nodes: ``claims`` and ``templates`` map
         the pod's claim names to ResourceClaims and ResourceClaimTemplates (full names); its one
-        container uses them all and asks for ``limits``."""
+        container uses them all and asks for ``limits``; ``labels`` besides the scene's (a
+        gang's)."""
         full = self.full(name)
         refs = [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
         refs += [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
@@ -208,7 +210,7 @@ class DraScene:
         }
         if refs:
             spec["resourceClaims"] = refs
-        meta = {"name": full, "namespace": namespace, "labels": self.labels}
+        meta = {"name": full, "namespace": namespace, "labels": {**self.labels, **(labels or {})}}
         self.plane.apply({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
         return full
 

@@ -4,7 +4,8 @@ The scheduler runs as a real process (the ``scenario`` fixture), the test driver
 NVIDIA-shaped slices for KWOK nodes, and the resourceclaim controller makes the template claims
 (tests/e2e/dra.py). Here topo-scheduler writes what kube-scheduler would: the special claim of a
 plain ``nvidia.com/gpu`` request on a DRA-only node, allocated with an NVLink pair; and when the
-Binding fails, none of those writes stays behind.
+Binding fails, none of those writes stays behind. A gang whose members ask for GPUs through
+claims lands, all of it, on NVLink pairs.
 """
 
 from __future__ import annotations
@@ -254,3 +255,29 @@ def test_a_failed_binding_leaves_no_claim_allocated_or_reserved_for_the_pod(
     verdict = scene.verdict(name)
     assert verdict.node == node, verdict.message or scenario.schedulers[0].tail()
     assert sum(len(d) for d in verdict.devices.values()) == 4
+
+
+def test_a_dra_gang_of_four_times_two_gpus_lands_on_nvlink_pairs(
+    scenario: Scenario, scene: DraScene
+) -> None:
+    # Two nodes whose NVLink pairs are four apart: first fit would take SYS pairs.
+    nodes = {scene.node(n, KINDS["x"]) for n in ("x1", "x2")}
+    scenario.start_scheduler()
+    template = scene.template("pair", gpus(2))
+    labels = scenario.gang_labels("train", 4)
+    names = [
+        scene.pod(f"w{i}", scenario.name, templates={"gpus": template}, labels=labels)
+        for i in range(4)
+    ]
+
+    verdicts = [scene.verdict(n) for n in names]
+
+    held: set[tuple[str, str]] = set()
+    for name, verdict in zip(names, verdicts, strict=True):
+        assert verdict.node in nodes, verdict.message or scenario.schedulers[0].tail()
+        (results,) = verdict.devices.values()
+        devices = sorted(int(r[3].removeprefix("gpu-")) for r in results)
+        assert len(devices) == 2 and devices[1] == devices[0] ^ 4, (name, results)
+        for d in devices:
+            assert (verdict.node, d) not in held, f"GPU {d} of {verdict.node} given twice"
+            held.add((verdict.node, d))
