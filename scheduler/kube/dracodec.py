@@ -10,8 +10,8 @@ types).
 Encoding: ``allocation_json`` is ``status.allocation`` as kube-scheduler writes it (without
 ``allocationTimestamp``, which the binder adds when it writes).
 
-Not wired yet: the watch (scheduler/kube/watch.py) still decodes claims and classes with
-codec.py's smaller structs for filters/dra.py.
+The watch (scheduler/service/watches.py) decodes claims and classes with these; a claim carries
+its ``reservedFor`` uids, deletion, and the extended-resource annotation and controller owner.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.model.dra import (
+    EXTENDED_RESOURCE_CLAIM,
     AllocatedConfig,
     Allocation,
     AttributeValue,
@@ -243,12 +244,26 @@ class _Allocation(msgspec.Struct, rename="camel"):
     node_selector: NodeSelectorWire | None = None
 
 
-class _ClaimStatus(msgspec.Struct):
+class _Consumer(msgspec.Struct):
+    uid: str = ""
+
+
+class _ClaimStatus(msgspec.Struct, rename="camel"):
     allocation: _Allocation | None = None
+    reserved_for: list[_Consumer] | None = None
+
+
+class _Owner(msgspec.Struct):
+    uid: str = ""
+    controller: bool | None = None
+
+
+class _ClaimMeta(ObjectMeta, rename="camel"):
+    owner_references: list[_Owner] | None = None
 
 
 class ResourceClaimWire(msgspec.Struct):
-    metadata: ObjectMeta
+    metadata: _ClaimMeta
     spec: _ClaimSpec = msgspec.field(default_factory=_ClaimSpec)
     status: _ClaimStatus = msgspec.field(default_factory=_ClaimStatus)
 
@@ -361,6 +376,7 @@ def device_class_from_obj(wire: DeviceClassWire) -> DeviceClass:
         selectors=_selectors(wire.spec.selectors),
         config=tuple(o for c in wire.spec.config or () if (o := _opaque(c.opaque)) is not None),
         extended_resource_name=wire.spec.extended_resource_name or "",
+        created=wire.metadata.creation_timestamp,
     )
 
 
@@ -435,6 +451,10 @@ def resource_claim_from_obj(wire: ResourceClaimWire) -> ResourceClaim:
             ClaimConfig(tuple(c.requests or ()), _opaque(c.opaque)) for c in devices.config or ()
         ),
         allocation=None if wire.status.allocation is None else _allocation(wire.status.allocation),
+        reserved_for=tuple(c.uid for c in wire.status.reserved_for or ()),
+        deleting=wire.metadata.deletion_timestamp is not None,
+        extended=(wire.metadata.annotations or {}).get(EXTENDED_RESOURCE_CLAIM) == "true",
+        owner=next((o.uid for o in wire.metadata.owner_references or () if o.controller), ""),
     )
 
 

@@ -41,7 +41,8 @@ import structlog
 
 from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.model.decisions import Placement
-from scheduler.core.model.objects import PodInput, ResourceClaimInput
+from scheduler.core.model.dra import ResourceClaim
+from scheduler.core.model.objects import PodInput
 from scheduler.kube.podgroups import Write
 
 from .apiserver import Cluster
@@ -76,7 +77,7 @@ class Binder:
         *,
         attempts: int,
         retry_s: float,
-        resource_claims: Mapping[str, ResourceClaimInput],
+        resource_claims: Mapping[str, ResourceClaim],
     ) -> None:
         self.cluster = cluster
         # The watched ResourceClaims by key: their UIDs are the preconditions of an Unreserve.

@@ -43,20 +43,22 @@ from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.codec import (
     Claim,
-    DeviceClass,
     Namespace,
     Node,
     Pod,
-    ResourceClaim,
     Volume,
     claim_from_obj,
-    device_class_from_obj,
     namespace_from_obj,
     node_from_obj,
     pod_from_obj,
-    resource_claim_from_obj,
     resource_version,
     volume_from_obj,
+)
+from scheduler.kube.dracodec import (
+    DeviceClassWire,
+    ResourceClaimWire,
+    device_class_from_obj,
+    resource_claim_from_obj,
 )
 from scheduler.kube.podgroups import CUSTOM_RESOURCES, CustomResource, PodGroup, listed_as
 from scheduler.kube.topologies import KINDS as TOPOLOGY_KINDS
@@ -143,13 +145,13 @@ class Watches:
             "dra": [
                 self._lazy(
                     "resourceclaims",
-                    ResourceClaim,
+                    ResourceClaimWire,
                     resource_claim_from_obj,
                     RESOURCE_CLAIMS,
                 ),
                 self._lazy(
                     "deviceclasses",
-                    DeviceClass,
+                    DeviceClassWire,
                     device_class_from_obj,
                     DEVICE_CLASSES,
                 ),

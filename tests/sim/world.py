@@ -31,8 +31,9 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.model.dra import ResourceClaim
 from scheduler.core.model.names import DEVICES_ANNOTATION
-from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput, ResourceClaimInput
+from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
@@ -147,7 +148,7 @@ class SimApiserver:
         self.gpus = gpus  # GPUs per node
         self.pods: dict[str, PodInput] = {}
         self.groups: dict[str, PodGroupInput] = {}
-        self.claims: dict[str, ResourceClaimInput] = {}  # allocated by a DRA driver
+        self.claims: dict[str, ResourceClaim] = {}  # allocated by a DRA driver
         self.version = 0
         self.streams: list[Streams] = []
         self.landed: list[Landed] = []
