@@ -69,6 +69,8 @@ RANGES: dict[str, Range] = {
     "run.tuning.checkRetrySeconds": POSITIVE,
     "run.tuning.rebindSeconds": POSITIVE,
     "run.tuning.bindCommitSeconds": POSITIVE,
+    "run.tuning.bindingConditionsSeconds": POSITIVE,
+    "run.tuning.bindingConditionsPollSeconds": POSITIVE,
     "run.tuning.podInitialBackoffSeconds": POSITIVE,
     "run.tuning.podMaxBackoffSeconds": POSITIVE,
     "run.tuning.podMaxUnschedulableSeconds": POSITIVE,

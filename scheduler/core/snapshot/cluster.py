@@ -321,6 +321,14 @@ class ClusterState:
             tuple((EXTENDED + uid if c.special else c.claim, c.allocation) for c in claims),
         )
 
+    def hold_reloaded(self, holding: Holding) -> str | None:
+        """Hold a previous leader's reservation (reloaded or inherited from the store): its
+        GPUs, and the DRA allocations its placement made, whose writes may yet land."""
+        warning = self.hold(holding)
+        if holding.claims:
+            self.charge_claims(holding.pod, holding.uid, holding.claims)
+        return warning
+
     def assume_claims(self, pod: str, claims: tuple[tuple[str, Allocation], ...]) -> None:
         """The DRA allocations the pod's placement makes, by account (snapshot/devices.py),
         charged until it is forgotten or leaves; empty drops them."""
