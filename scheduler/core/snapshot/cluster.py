@@ -316,14 +316,17 @@ class ClusterState:
     def charge_claims(self, pod: str, uid: str, claims: Iterable[ClaimAllocation]) -> None:
         """Assume the claims a placement of the pod (``uid``) allocates: each by its account
         (snapshot/devices.py; the special claim by the pod's uid)."""
-        self.assume_claims(pod, claim_accounts(uid, tuple(claims)))
+        self.assume_claims(
+            pod,
+            tuple((EXTENDED + uid if c.special else c.claim, c.allocation) for c in claims),
+        )
 
     def hold_reloaded(self, holding: Holding) -> str | None:
         """Hold a previous leader's reservation (reloaded or inherited from the store): its
         GPUs, and the DRA allocations its placement made, whose writes may yet land."""
         warning = self.hold(holding)
         if holding.claims:
-            self.assume_claims(holding.pod, claim_accounts(holding.uid, holding.claims))
+            self.charge_claims(holding.pod, holding.uid, holding.claims)
         return warning
 
     def assume_claims(self, pod: str, claims: tuple[tuple[str, Allocation], ...]) -> None:
@@ -522,11 +525,3 @@ class ClusterState:
             if node is not None and node.inventory is not None:
                 found = (cpu, 0, 0)
         self.profile.charge(key, found)
-
-
-def claim_accounts(
-    uid: str, claims: tuple[ClaimAllocation, ...]
-) -> tuple[tuple[str, Allocation], ...]:
-    """A placement's allocations by account (snapshot/devices.py): the claim's key, or for the
-    claim of the pod's extended resources, which has no name before it is created, the pod's."""
-    return tuple((EXTENDED + uid if c.special else c.claim, c.allocation) for c in claims)
