@@ -124,14 +124,18 @@ class DraScene:
 
     # ---- objects -----------------------------------------------------------------------------
 
-    def node(self, name: str, kind: NodeKind = KINDS["a"]) -> str:
+    def node(
+        self, name: str, kind: NodeKind = KINDS["a"], labels: Mapping[str, str] | None = None
+    ) -> str:
         """A KWOK node of ``kind`` with its inventory and, unless it is a device-plugin node,
-        no ``nvidia.com/gpu`` allocatable and the driver's slices for the same GPUs; returns its
-        full name."""
+        no ``nvidia.com/gpu`` allocatable and the driver's slices for the same GPUs; ``labels``
+        besides the scene's (a clique's); returns its full name."""
         full = self.full(name)
         inv = inventory(full, kind.gpus, kind.stride)
         resource = "nvidia.com/gpu" if kind.device_plugin else None
-        self.plane.create_gpu_node(full, inv, gpus=kind.gpus, resource=resource, labels=self.labels)
+        self.plane.create_gpu_node(
+            full, inv, gpus=kind.gpus, resource=resource, labels={**self.labels, **(labels or {})}
+        )
         if not kind.device_plugin:
             self.driver.publish_gpus(full, inv, kind.model, kind.mig, kind.shares, kind.unhealthy)
         if kind.imex:

@@ -5,7 +5,7 @@ NVIDIA-shaped slices for KWOK nodes, and the resourceclaim controller makes the 
 (tests/e2e/dra.py). Here topo-scheduler writes what kube-scheduler would: the special claim of a
 plain ``nvidia.com/gpu`` request on a DRA-only node, allocated with an NVLink pair; and when the
 Binding fails, none of those writes stays behind. A gang whose members ask for GPUs through
-claims lands, all of it, on NVLink pairs.
+claims lands, all of it, on NVLink pairs inside one NVLink clique.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from scheduler.testing.controlplane import ControlPlane
-from scheduler.testing.dradriver import GPU_CLASS, GPU_DRIVER, NvidiaDraDriver
+from scheduler.testing.dradriver import CLIQUE_LABEL, GPU_CLASS, GPU_DRIVER, NvidiaDraDriver
 
 from .dra import CLAIMS, EXTENDED_CLAIM, KINDS, DraScene
 from .dra_shapes import gpus
@@ -257,11 +257,13 @@ def test_a_failed_binding_leaves_no_claim_allocated_or_reserved_for_the_pod(
     assert sum(len(d) for d in verdict.devices.values()) == 4
 
 
-def test_a_dra_gang_of_four_times_two_gpus_lands_on_nvlink_pairs(
+def test_a_dra_gang_of_four_times_two_gpus_lands_on_nvlink_pairs_inside_one_clique(
     scenario: Scenario, scene: DraScene
 ) -> None:
-    # Two nodes whose NVLink pairs are four apart: first fit would take SYS pairs.
-    nodes = {scene.node(n, KINDS["x"]) for n in ("x1", "x2")}
+    # Nodes whose NVLink pairs are four apart (first fit would take SYS pairs), in two NVLink
+    # cliques: x1 alone in one, x2 and x3 in the other.
+    cliques = {"x1": f"{scene.id}.1", "x2": f"{scene.id}.2", "x3": f"{scene.id}.2"}
+    nodes = {scene.node(n, KINDS["x"], {CLIQUE_LABEL: c}) for n, c in cliques.items()}
     scenario.start_scheduler()
     template = scene.template("pair", gpus(2))
     labels = scenario.gang_labels("train", 4)
@@ -272,7 +274,7 @@ def test_a_dra_gang_of_four_times_two_gpus_lands_on_nvlink_pairs(
 
     verdicts = [scene.verdict(n) for n in names]
 
-    held: set[tuple[str, str]] = set()
+    held: set[tuple[str, int]] = set()
     for name, verdict in zip(names, verdicts, strict=True):
         assert verdict.node in nodes, verdict.message or scenario.schedulers[0].tail()
         (results,) = verdict.devices.values()
@@ -281,3 +283,10 @@ def test_a_dra_gang_of_four_times_two_gpus_lands_on_nvlink_pairs(
         for d in devices:
             assert (verdict.node, d) not in held, f"GPU {d} of {verdict.node} given twice"
             held.add((verdict.node, d))
+    # The whole gang inside one clique, as the nodes' labels on the plane say.
+    on_plane: dict[str, dict[str, str]] = {
+        node: scene.plane.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels", {})
+        for node in {v.node for v in verdicts}
+    }
+    if all(CLIQUE_LABEL in node_labels for node_labels in on_plane.values()):
+        assert len({node_labels[CLIQUE_LABEL] for node_labels in on_plane.values()}) == 1, on_plane
