@@ -380,7 +380,13 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # A re-list that started before our bind landed: read the pod rather than free it.
     (S.ASSUMED, E.BOUND_MISSING): (S.ASSUMED, (F.CHECK,)),
     (S.ASSUMED, E.REPLACED): (S.GONE, _LEFT),
-    (S.ASSUMED, E.CHECKED_PENDING): (S.ASSUMED, _),
+    # Read pending after our Binding was answered 201 (effects.py's ``_check`` reads again when
+    # its read began earlier): the Binding was undone (etcd restored from a backup taken before
+    # it). Held on, its GPUs would stay taken by a pod that is not on them, for good.
+    (S.ASSUMED, E.CHECKED_PENDING): (
+        S.PENDING,
+        (F.KEEP_POD, F.FORGET, F.RELEASE_STORE, F.RETRY, F.ENQUEUE, F.WAKE_GANG),
+    ),
     (S.ASSUMED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE,)),
     (S.ASSUMED, E.CHECKED_GONE): (S.GONE, _LEFT),
     (S.ASSUMED, E.CRASHED): (S.ASSUMED, _),
