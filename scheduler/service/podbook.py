@@ -289,9 +289,11 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RELOADED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.RELOADED, E.REPLACED): (S.GONE, _LEFT),
     (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
-    # Decided afresh: the snapshot lets the old reservation go (quietly: it is being decided);
-    # the new one replaces it in the store, and if there is none, the reconcile frees it.
-    (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE)),
+    # Decided afresh: the snapshot lets the old reservation go; the new one replaces it in the
+    # store, and if there is none, the reconcile frees it. Waiting pods retry: decided elsewhere
+    # or not at all, it leaves those GPUs free, and nothing else would tell them (they waited
+    # beside free GPUs until the unschedulable flush, minutes: sim seed 44).
+    (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE, F.RETRY)),
     # Its gang waits for a member still unsettled; it keeps holding where it was decided.
     (S.RELOADED, E.GANG_UNSETTLED): (S.RELOADED, (F.PARK,)),
     (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),

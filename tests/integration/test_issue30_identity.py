@@ -29,10 +29,10 @@ from scheduler.kube.api import BindResult
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
-from tests.builders import MakePod
+from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
 from tests.integration.test_pod_lifecycle import Backend, run, store_of
-from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node, until
+from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node, past_commit, until
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -418,3 +418,45 @@ async def test_issue30_6_a_read_begun_before_our_binding_was_answered_says_nothi
     assert reads == ["", "n"]  # read again: bound
     assert r.s.book.stage(w.key) is Stage.BOUND and r.held(w.key) == ("n", [0])
     assert r.api.binds == [("default/w", "n", "0")]
+
+
+# ---- found by the simulation (seed 44): a reservation let go when its pod is decided afresh -----
+
+
+async def test_issue30_sim44_a_reloaded_pod_decided_elsewhere_wakes_the_waiting_pods(
+    backend: Backend,
+) -> None:
+    """A previous leader reserved p on n2 and died before binding; the new leader holds p
+    there until no Binding of the old one can land. Meanwhile q (2 GPUs) finds no node with 2
+    free and waits. Then p is decided afresh, onto n1 (fuller, freed meanwhile): n2 is free.
+    Before the fix nothing woke q: it waited beside 2 free GPUs until the unschedulable pods'
+    flush (podMaxUnschedulableSeconds, 5 minutes)."""
+    api = Apiserver()
+    nodes = [MakeNode().Name(n).GPUs(2).Obj() for n in ("n1", "n2")]
+    x = api.create(MakePod().Name("x").Req(1).Bound("n1", "0").Obj())
+    y = api.create(MakePod().Name("y").Req(1).Bound("n1", "1").Obj())
+    p = api.create(MakePod().Name("p").Req(1).Obj())
+    api.gates[p.key] = asyncio.Event()  # its Binding never goes out: "old" dies first
+    old = backend.replica(api, "old")
+    await old.elect(nodes, [x, y])
+    old.s.intake.pending_event("ADDED", p)
+    await old.step()  # reserved on n2 (n1 is full)
+    assert old.held(p.key) is not None and old.held(p.key)[0] == "n2"  # type: ignore[index]
+    await backend.store.release_lease("old", old.leadership.epoch or 0)
+    old.s.accepting = False
+    for t in list(old.s.tasks.running):
+        t.cancel()
+    await asyncio.gather(*list(old.s.tasks.running), return_exceptions=True)
+    api.gates.clear()
+    r = backend.replica(api, "r")
+    r.s.intake.pending_event("ADDED", p)
+    await r.elect(nodes, [x, y])
+    assert r.s.book.stage(p.key) is Stage.UNSETTLED
+    r.s.intake.bound_event("DELETED", api.delete(y.key))  # n1/1 free
+    q = r.pending(MakePod().Name("q").Req(2).Obj())
+    await run(r)
+    assert r.s.book.stage(q.key) is Stage.PENDING and not api.binds  # no node has 2 free
+    await past_commit(r)  # p read back pending: decided afresh
+    await run(r)
+    assert r.held(p.key) == ("n1", [1])
+    assert api.binds == [(p.key, "n1", "1"), (q.key, "n2", "0,1")]
