@@ -330,16 +330,21 @@ MUTANTS: dict[str, Mutant] = {
         "after a FLUSHALL the new leader decides before the old one's Bindings ended",
         _no_wait_after_flush,
         needs=frozenset({"flush_store"}),
+        seed=4,
     ),
     "12.6-deleted-while-binding-held": Mutant(
-        "a pod deleted while its Binding is in flight stays held", _deleted_while_binding_held
+        "a pod deleted while its Binding is in flight stays held",
+        _deleted_while_binding_held,
+        seed=1,
     ),
     "12.7-reloaded-deleted-held": Mutant(
         "a reloaded reservation of a pod deleted before its turn stays held",
         _reloaded_deleted_held,
     ),
     "20.1-others-never-uncharged": Mutant(
-        "pods of other schedulers are never uncharged", _others_never_uncharged
+        "pods of other schedulers are never uncharged",
+        _others_never_uncharged,
+        seed=1,
     ),
     "20.2-stale-news-trusted": Mutant(
         "news older than the book's (an old UID's LIST page) is taken in", _stale_news_trusted

@@ -136,7 +136,8 @@ def soak(args: argparse.Namespace, runner: Runner) -> list[tuple[int, str]]:
     while True:
         while len(in_flight) < runner.jobs and not spent() and not (found and args.stop_at_first):
             seed = next(next_seed)
-            job = Job(seed, args.runs_per_seed, args.steps_per_run, disabled)
+            # make sim does not shrink (its budget): the seed replays, and soak-sim shrinks.
+            job = Job(seed, args.runs_per_seed, args.steps_per_run, disabled, shrink=not args.ci)
             in_flight.append((seed, runner.submit(job)))
         if not in_flight:
             break
