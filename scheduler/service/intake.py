@@ -93,9 +93,6 @@ class Intake:
         self.queue = queue
         self.tasks = tasks
         self.bound_synced = False
-        # The apiserver showed a pod of this scheduler bound: some leader of it led before,
-        # whatever the store and the epoch witness say (scheduler.py: no "new installation").
-        self.ours_bound = False
         # A bound LIST under way: pod key -> UID of what it showed; the pods it showed that
         # were older than the book's (the truth if the LIST begins a new era); the book's
         # newest version when the LIST was asked for.
@@ -298,8 +295,6 @@ class Intake:
         return True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
-        if pod.node_name and pod.scheduler_name == self.name:
-            self.ours_bound = True
         if self.older(pod):
             log.info("older than what is known: dropped", pod=pod.key, uid=pod.uid)
             return
