@@ -289,9 +289,11 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RELOADED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.RELOADED, E.REPLACED): (S.GONE, _LEFT),
     (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
-    # Decided afresh: the snapshot lets the old reservation go (quietly: it is being decided);
-    # the new one replaces it in the store, and if there is none, the reconcile frees it.
-    (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE)),
+    # Decided afresh: the snapshot lets the old reservation go; the new one replaces it in the
+    # store, and if there is none, the reconcile frees it. Its GPUs may not be taken again (the
+    # cluster changed, its gang cannot be placed now): the waiting pods retry, as after every
+    # FORGET (they waited for exactly these GPUs until the pod settled).
+    (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RETRY, F.RECONCILE)),
     # Its gang waits for a member still unsettled; it keeps holding where it was decided.
     (S.RELOADED, E.GANG_UNSETTLED): (S.RELOADED, (F.PARK,)),
     (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),
