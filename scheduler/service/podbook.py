@@ -291,8 +291,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
     # Decided afresh: the snapshot lets the old reservation go; the new one replaces it in the
     # store, and if there is none, the reconcile frees it. Waiting pods retry: decided elsewhere
-    # or not at all, it leaves those GPUs free, and nothing else would tell them (they waited
-    # beside free GPUs until the unschedulable flush, minutes: sim seed 44).
+    # or not at all (the cluster changed, its gang cannot be placed now), it leaves those GPUs
+    # free, and nothing else would tell them (they waited beside free GPUs until the
+    # unschedulable flush, minutes: sim seeds 17, 23 and 44).
     (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE, F.RETRY)),
     # Its gang waits for a member still unsettled; it keeps holding where it was decided.
     (S.RELOADED, E.GANG_UNSETTLED): (S.RELOADED, (F.PARK,)),
