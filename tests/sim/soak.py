@@ -211,7 +211,13 @@ def ci(args: argparse.Namespace, runner: Runner) -> int:
                 runner.pool.apply_async(timeline_check, (name, False)),
             )
         elif mutant.seed is not None:
-            job = Job(mutant.seed, args.runs_per_seed, args.steps_per_run, mutant.disabled())
+            job = Job(
+                mutant.seed,
+                args.runs_per_seed,
+                args.steps_per_run,
+                mutant.disabled(),
+                shrink=False,  # a yes or no: the seed replays
+            )
             checks[name] = (
                 runner.pool.apply_async(seed_check, (dataclasses.replace(job, mutant=name),)),
                 runner.pool.apply_async(seed_check, (job,)),

@@ -11,6 +11,12 @@ from collections.abc import Callable
 from .machine import SimMachine
 
 
+def past_first_wait(m: SimMachine) -> None:
+    """The first leader's wait (no leader recorded: one lease plus bindCommitSeconds) over."""
+    for _ in range(5):
+        m.tick(16.0)
+
+
 def inheritance_by_name(m: SimMachine) -> None:
     """Issue 30 bug 3: election inheritance matches store records by pod name, not UID. The
     standby (r2) saw a (uid1) bound on n1/0; its bound watch lags and its pending watch
@@ -19,7 +25,7 @@ def inheritance_by_name(m: SimMachine) -> None:
     record (the name is known) and binds c on n1/1."""
     m.create_pod("a", 1, False)
     m.create_pod("b", 2, False)
-    m.tick(16.0)
+    past_first_wait(m)
     m.tick(2.0)
     m.lag(1, "bound", 20.0)
     m.lag(1, "pending", 5.0)
@@ -58,12 +64,6 @@ def witness_off_after_403(m: SimMachine) -> None:
         m.delete_pod(0, False)
         m.delete_pod(0, False)
     m.quiesce()
-
-
-def past_first_wait(m: SimMachine) -> None:
-    """The first leader's wait (no leader recorded: one lease plus bindCommitSeconds) over."""
-    for _ in range(5):
-        m.tick(16.0)
 
 
 def claim_write_fail_forgets(m: SimMachine) -> None:
