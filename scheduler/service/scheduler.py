@@ -156,6 +156,9 @@ class Scheduler:
             attempts=tuning.bind_attempts,
             retry_s=tuning.bind_retry_seconds,
             resource_claims=self.state.inputs.resource_claims,
+            binding_wait_s=tuning.binding_conditions_seconds,
+            binding_poll_s=tuning.binding_conditions_poll_seconds,
+            wall_ms=wall_ms,
         )
         events = functools.partial(report, cluster)
         self.stale = StaleGangs(

@@ -18,7 +18,8 @@ import msgspec
 import redis.asyncio as aioredis
 
 from scheduler.config.tuning import Tuning
-from scheduler.core.model.objects import NodeInput, PodClaim, PodInput, ResourceClaimInput
+from scheduler.core.model.dra import Allocation, ResourceClaim
+from scheduler.core.model.objects import NodeInput, PodClaim, PodInput
 from scheduler.service.podbook import Stage
 from tests.builders import MakeNode, MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
@@ -33,7 +34,7 @@ backend = lifecycle_tests.backend
 def with_claim(r: Replica, pod: PodInput) -> PodInput:
     """``pod`` using the allocated ResourceClaim ``gc`` (its watch has listed it)."""
     r.s.state.inputs.resource_claims.put(
-        ResourceClaimInput("default", "gc", uid="claim-uid", allocated=True)
+        ResourceClaim("default", "gc", uid="claim-uid", allocation=Allocation())
     )
     return msgspec.structs.replace(pod, resource_claims=(PodClaim("gpu", "gc"),))
 
