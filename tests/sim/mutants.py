@@ -27,10 +27,11 @@ Mutants not reached yet (no seed, no timeline; ``make sim`` names them and does 
   reservation is UNSETTLED until its previous leader's Bindings cannot land, then RELOADED and
   taken at once, so the window in which a RELOADED pod is deleted before its turn is one turn of
   the loop: no schedule of whole steps opens it.
-- 12.3 "Binding not fenced" and 30.7b (a store write skipped while the local lease lapsed): both
-  need the store unreachable or late (``store_fault``), which main fails on its own within
-  seconds (a livelock, pods left pending with no reason): every seed that reaches them fails
-  without the mutant too, until that bug is fixed.
+- 30.7b (a store write skipped while the local lease lapsed): it needs the store answering late
+  (``store_fault``), which main fails on its own within seconds (a livelock, pods left pending
+  with no reason), so every seed that reaches it fails without the mutant too; and a timeline
+  needs the skipped write to matter later (a failover whose new leader lacks the record and has
+  not seen the pod), which none written so far lines up.
 - sim seed 2 (an uncharge clearing GPUs another pod holds) and seed 33 (a landed record freed by
   the election's reconcile): the store's own check refuses the second pod's reservation in every
   timeline written so far (the store still holds the first pod's record); the original seeds
@@ -412,6 +413,7 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding is sent with less lease left than its timeout",
         _unfenced_binding,
         needs=frozenset({"flush_store", "store_fault"}),
+        timeline="12.3-binding-not-fenced",
     ),
     "12.3-no-wait-after-flush": Mutant(
         "after a FLUSHALL the new leader decides before the old one's Bindings ended",

@@ -327,6 +327,28 @@ def deleted_while_binding_held(m: SimMachine) -> None:
     m.quiesce()
 
 
+def binding_not_fenced(m: SimMachine) -> None:
+    """Issue 12 bug 3: the store unreachable for 12 s, leader r1's renewals fail and its lease
+    runs down; when the store is back, r1 has less lease left than a request's timeout and
+    must send no Binding. a's Binding, sent anyway, hangs in a slow apiserver (it commits 20 s
+    later); r1 is killed, r2 takes the lease once it lapses (the store's history kept: no wait)
+    and binds c; then r1's Binding of a lands: two leader terms' Bindings interleaved."""
+    fill(m)
+    m.delete_pod(1, False)  # d: n2 free for a and c
+    m.store_fault(False, 12.0)
+    m.tick(5.0)
+    m.tick(5.0)
+    m.tick(2.0)
+    m.bind_fault("slow")
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.kill()
+    m.create_pod("c", 1, False)
+    for _ in range(8):
+        m.tick(5.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.3-inheritance-by-name": inheritance_by_name,
     "30.4-witness-off-after-403": witness_off_after_403,
@@ -344,6 +366,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim33-landed-records-freed": landed_records_freed,
     "sim2-uncharge-clears-shared-bits": uncharge_clears_shared_bits,
     "12.6-deleted-while-binding-held": deleted_while_binding_held,
+    "12.3-binding-not-fenced": binding_not_fenced,
 }
 
 
