@@ -27,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 from collections.abc import Callable, Coroutine
+from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import msgspec
 from hypothesis import strategies as st
@@ -41,13 +43,13 @@ from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.kube.podgroups import POD_GROUPS
-from scheduler.state.base import Store
+from scheduler.state.base import History, Store
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
 
 from . import invariants
 from .vloop import Livelock, VirtualLoop
-from .world import NAME, FaultyStore, SimApiserver, World
+from .world import NAME, SimApiserver, World
 
 NODES = {"n1": 2, "n2": 2}
 SINGLE_NAMES = ("a", "b", "c", "d", "e")
@@ -61,6 +63,7 @@ BIND_FAULTS = {
     "404": "commits, answered 404",
     "409": "commits, answered 409",
     "500": "is refused 500",
+    "500-committed": "commits, answered 500 (etcd's answer lost inside the apiserver)",
     "claim-fail": "has its ResourceClaim write fail first",
     "claim-timeout": "has its ResourceClaim write time out first",
 }
@@ -78,26 +81,59 @@ class Stats:
     simulated_s: float = 0.0
 
 
+class ServerStore(MemoryStore):
+    """The memory store as one Redis server, with a server id (Redis' ``run_id``): a copy of it
+    (``promoted``) is the replica Sentinel promotes, a new server holding the master's data as
+    of its last replicated write, and ``kept_history`` says what the Redis store's ``P:server``
+    says there: the history is cut (the last writes may be lost) at the first election on a
+    server other than the one that recorded the last election."""
+
+    servers: ClassVar[itertools.count[int]] = itertools.count(1)
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__(clock)
+        self.server = next(self.servers)
+        self.history_server = self.server  # where the last election was recorded
+
+    async def kept_history(self, holder: str, epoch: int) -> History:
+        history = await super().kept_history(holder, epoch)
+        kept = history.kept and self.history_server == self.server
+        self.history_server = self.server
+        return History(kept, history.previous)
+
+    def promoted(self, loop: asyncio.AbstractEventLoop) -> ServerStore:
+        copy = deepcopy(self, {id(loop): loop})  # the same clock, everything else copied
+        copy.server = next(self.servers)
+        return copy
+
+
 @dataclass
 class Backend:
-    """Where the replicas' store lives: made fresh for each run, flushed on demand."""
+    """Where the replicas' store lives: made fresh for each run, flushed on demand; ``promote``
+    (None: no failover) a copy of the master as a promoted replica holds it."""
 
-    make: Callable[[Callable[[], float]], Store] = MemoryStore
+    make: Callable[[Callable[[], float]], Store] = ServerStore
     flush: Callable[[Store, Callable[[], float]], Coroutine[Any, Any, None]] | None = None
+    promote: Callable[[Store, asyncio.AbstractEventLoop], Store] | None = None
     io_busy: Callable[[], bool] = field(default=lambda: False)
     on_jump: Callable[[float], None] = field(default=lambda seconds: None)
 
 
 async def _flush_memory(store: Store, clock: Callable[[], float]) -> None:
-    assert isinstance(store, MemoryStore)
+    assert isinstance(store, ServerStore)
     store.__init__(clock)  # type: ignore[misc]
+
+
+def _promote_memory(store: Store, loop: asyncio.AbstractEventLoop) -> Store:
+    assert isinstance(store, ServerStore)
+    return store.promoted(loop)
 
 
 class SimMachine(RuleBasedStateMachine):
     stats: ClassVar[Stats] = Stats()
     # Rules left out of the search (soak.py --without): to look past a bug already found.
     disabled: ClassVar[frozenset[str]] = frozenset()
-    backend: ClassVar[Backend] = Backend(flush=_flush_memory)
+    backend: ClassVar[Backend] = Backend(flush=_flush_memory, promote=_promote_memory)
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,10 +142,11 @@ class SimMachine(RuleBasedStateMachine):
         self.loop.on_jump = self.backend.on_jump
         self.started = self.loop.time()
         nodes = [MakeNode().Name(n).GPUs(g).Obj() for n, g in NODES.items()]
-        self.store = self.backend.make(self.loop.time)
-        self.faulty = FaultyStore(self.store)
         self.api = SimApiserver(nodes, dict(NODES))
-        self.world = World(self.loop, cast(Store, self.faulty), self.api)
+        self.world = World(self.loop, self.backend.make(self.loop.time), self.api)
+        # The store's replica as Sentinel would promote it, copied at every tick (its data
+        # lags the master's by the writes since: ``failover`` with lost writes).
+        self.standby: Store | None = None
         self.timeline: list[tuple[float, str]] = []  # (simulated time, what happened)
         self.seen_binds = 0
         self.seen_terms = 0
@@ -481,7 +518,7 @@ class SimMachine(RuleBasedStateMachine):
         if self.backend.flush is None:
             return
         self._act("FLUSHALL: the store loses everything")
-        self._run(self.backend.flush(self.store, self.loop.time))
+        self._run(self.backend.flush(self.world.master, self.loop.time))
         self._advance(STEP_S)
 
     @precondition(lambda self: self.enabled("store_fault"))
@@ -495,23 +532,85 @@ class SimMachine(RuleBasedStateMachine):
         after the local lease lapsed: the replica keeps its epoch and leads on)."""
         if slow:
             self._act(f"store calls answer {seconds:.0f}s late for {2 * seconds:.0f}s")
-            self.faulty.delay = seconds
+            self.world.faults.delay = seconds
             self.loop.call_later(2 * seconds, self._store_back)
         else:
             self._act(f"store unreachable for {seconds:.0f}s")
-            self.faulty.down = True
+            self.world.faults.down = True
             self.loop.call_later(seconds, self._store_back)
         self._advance(STEP_S)
 
     def _store_back(self) -> None:
-        if self.faulty.down or self.faulty.delay:
+        faults = self.world.faults
+        if faults.down or faults.delay:
             self._note("the store answers again")
-        self.faulty.down, self.faulty.delay = False, 0.0
+        faults.down, faults.delay = False, 0.0
+
+    def _promote(self) -> Store:
+        assert self.backend.promote is not None
+        return self.backend.promote(self.world.master, self.loop)
+
+    @precondition(
+        lambda self: (
+            self.enabled("failover")
+            and self.backend.promote is not None
+            and self.world.old_master is None
+        )
+    )
+    @rule(lost=st.booleans(), partition=st.sampled_from([0.0, 5.0, 20.0, 60.0]))
+    def failover(self, lost: bool, partition: float) -> None:
+        """Sentinel promotes the store's replica: with ``lost``, the master's writes since the
+        last tick are lost (the replica lagged); with ``partition``, the leader still reaches
+        the old master (which still takes its writes) for that long, until the old master
+        rejoins as a replica of the new one (its own data replaced)."""
+        world = self.world
+        promoted = self.standby if lost and self.standby is not None else self._promote()
+        leader = world.leader()
+        cut = leader.name if leader is not None and partition > 0 else ""
+        self._act(
+            "store failover: the replica promoted"
+            + (" (the writes since the last tick lost)" if lost else "")
+            + (f"; {cut} still on the old master for {partition:.0f}s" if cut else "")
+        )
+        if cut:
+            world.old_master, world.partitioned = world.master, {cut}
+            self.loop.call_later(partition, self._heal)
+        world.master, self.standby = promoted, None
+        self._advance(STEP_S)
+
+    def _heal(self) -> None:
+        if self.world.old_master is not None:
+            self._note("the partition heals: the old master is a replica again")
+        self.world.old_master, self.world.partitioned = None, set()
+
+    @precondition(lambda self: self.enabled("witness_fault"))
+    @rule(call=st.sampled_from(["read", "write"]), seconds=st.sampled_from([0.0, 5.0, 20.0]))
+    def witness_fault(self, call: str, seconds: float) -> None:
+        """The epoch witness's ConfigMap answers 403 (an authorization webhook timing out,
+        RBAC re-applied by GitOps): the next ``call`` (read or compare-and-swap), or every one
+        for ``seconds``."""
+        if seconds:
+            self._act(f"fault: every witness {call} is refused 403 for {seconds:.0f}s")
+            self.api.witness_forbidden_until[call] = self.loop.time() + seconds
+        else:
+            self._act(f"fault: the next witness {call} is refused 403")
+            self.api.witness_faults[call] += 1
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("delete_witness"))
+    @rule()
+    def delete_witness(self) -> None:
+        """The epoch witness's ConfigMap deleted (by hand, a namespace cleanup)."""
+        self._act("the epoch witness ConfigMap is deleted")
+        self.api.config_maps.clear()
+        self._advance(STEP_S)
 
     @precondition(lambda self: self.enabled("tick"))
     @rule(seconds=st.sampled_from([0.5, 2.0, 5.0, 16.0]))
     def tick(self, seconds: float) -> None:
         self._act(f"{seconds:.1f}s pass")
+        if self.enabled("failover") and self.backend.promote is not None:
+            self.standby = self._promote()  # the replica caught up to here
         self._advance(seconds)
 
     @precondition(lambda self: self.enabled("quiesce"))
@@ -530,6 +629,9 @@ class SimMachine(RuleBasedStateMachine):
     def _quiet_checks(self) -> None:
         self._end_stall()
         self._store_back()
+        self._heal()
+        self.api.witness_faults = {"read": 0, "write": 0}
+        self.api.witness_forbidden_until = {"read": 0.0, "write": 0.0}
         self.api.bind_faults.clear()
         self.api.claim_faults.clear()
         self.api.reads_fail = False

@@ -5,27 +5,39 @@ simulation that finds none tests nothing).
 A mutant is a list of patches applied to the fixed code and undone after the run: a pod book
 TABLE cell set back to what it was before the fix, or a function replaced by the old body.
 Production code knows nothing of them. ``applied(name)`` is the context manager soak.py uses
-(``--mutant NAME`` or ``--mutant all``); ``make sim`` hunts each from ``Mutant.seed``.
+(``--mutant NAME`` or ``--mutant all``).
+
+Each mutant is found either by its hand-written timeline (``Mutant.timeline``: a schedule in
+the rules' vocabulary, timelines.py, that must fail with the mutant and hold without it) or by
+the search from a known seed (``Mutant.seed``: the seed whose search fails with it and passes
+without it; a change that moves it makes ``make sim`` hunt on from the next seeds). Timelines
+stand in where a search finds the bug only after minutes: most need three or four faults lined
+up within a few seconds (a Binding slow, its retries timing out, a claim write failing, the
+bound watch lagging) on a cluster full but for one GPU.
 
 Bugs no mutant stands for, because the world does not model what triggers them: 12.4 (node
-deletion), 12.5 (store failures beyond the store unreachable or late: BUSY, Sentinel failover
-with lost writes), 12.8-12.12 (sizes, memory, device plugin, debug endpoint), 20.5
-(PodDisruptionBudgets), 20.6 (a crashing unit), 30.4 (the epoch witness: the memory store runs
-without one, and the world has no ConfigMap; it needs two stores, old master and promoted
-replica, as tests/unit/test_witness.py has), 30.7's fragmentation target (a function of the pods
-held: it weighs nodes, so a target rebuilt late makes run and simulate prefer other nodes but
-gives no GPU twice and breaks no invariant here; tests/unit compares run and simulate).
+deletion), 12.5 (store errors beyond the store unreachable or late, FLUSHALL and failover: BUSY),
+12.8-12.12 (sizes, memory, device plugin, debug endpoint), 20.5 (PodDisruptionBudgets), 20.6 (a
+crashing unit), 30.7's fragmentation target (a function of the pods held: it weighs nodes, so a
+target rebuilt late makes run and simulate prefer other nodes but gives no GPU twice and breaks
+no invariant here; tests/unit compares run and simulate).
 
-Mutants the search has not found within a 45 s hunt (``seed`` None; make sim reports them as
-missed and does not fail on them): the 30.1 family (a re-send's claim write failing while an
-earlier Binding is still in flight, a re-read finding the pod bound, a refused Binding's
-Unreserve), 30.2 and 30.7c (a handover while a Binding is in flight), the handover double booking
-of sim seed 33, the shared-bit release of sim seed 2, the SIGKILL gang swap, 30.7b (a renewal
-answered after the local lease lapsed), 12.3 "Binding not fenced" (a leader sends with less lease
-than a request's timeout only when renewals fail: the store unreachable, ``store_fault``) and
-12.7 (a reloaded reservation is now UNSETTLED until its previous leader's Bindings cannot land,
-then RELOADED and taken at once: the window where a RELOADED pod is deleted before its turn is
-one loop turn). 30.3 is found by its hand-written timeline (timelines.py).
+Mutants not reached yet (no seed, no timeline; ``make sim`` names them and does not fail):
+- 12.7 (a reloaded reservation of a pod deleted before its turn stays held): a reloaded
+  reservation is UNSETTLED until its previous leader's Bindings cannot land, then RELOADED and
+  taken at once, so the window in which a RELOADED pod is deleted before its turn is one turn of
+  the loop: no schedule of whole steps opens it.
+- 30.7b (a store write skipped while the local lease lapsed): it needs the store answering late
+  (``store_fault``), which main fails on its own within seconds (a livelock, pods left pending
+  with no reason), so every seed that reaches it fails without the mutant too; and a timeline
+  needs the skipped write to matter later (a failover whose new leader lacks the record and has
+  not seen the pod), which none written so far lines up.
+- sim seed 2 (an uncharge clearing GPUs another pod holds) and seed 33 (a landed record freed by
+  the election's reconcile): the store's own check refuses the second pod's reservation in every
+  timeline written so far (the store still holds the first pod's record); the original seeds
+  reached them through an etcd restore and FLUSHALL, rules main still fails on.
+- the SIGKILL gang swap (the store checking a unit against its own pods' records): it needs a
+  gang decided afresh after a failover, with restart_gang, which main fails on (seed 24).
 """
 
 from __future__ import annotations
@@ -41,12 +53,17 @@ from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
 from scheduler.core.snapshot.holdings import Holding, Holdings
 from scheduler.core.snapshot.nodes import NodeState
+from scheduler.kube.api import ConfigMapData
+from scheduler.kube.watch import HttpError
 from scheduler.service import binder as binder_module
 from scheduler.service.binder import Binder
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import TABLE, Effect, Event, Stage
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import StoreSync
+from scheduler.service.witness import NAME as WITNESS_NAME
+from scheduler.service.witness import NEVER, Witness, WitnessError
+from scheduler.state.base import History
 from scheduler.state.memory import MemoryStore
 
 S, E, F = Stage, Event, Effect
@@ -57,9 +74,11 @@ Patch = tuple[Any, Any, Any]
 
 # Rules and faults a mutant hunt leaves out unless the mutant needs them: they find bugs still
 # open on main within seconds (seed 24: a restarted gang; seed 5: an etcd restore while a bound
-# watch lags; seed 7 with store faults: pods left pending with no reason), and every seed would
-# fail with and without the mutant.
-MAIN_BUGS = frozenset({"restart_gang", "etcd_restore", "store_fault"})
+# watch lags; seed 7 with store faults: pods left pending with no reason; seed 2 with a store
+# failover: a reservation fenced by a FLUSHALL, then a failover to a replica that still holds the
+# lease, and the leader never decides again), and every seed would fail with and without the
+# mutant.
+MAIN_BUGS = frozenset({"restart_gang", "etcd_restore", "store_fault", "failover"})
 
 
 # Rule groups a hunt leaves out to look where its bug is (a narrower world reaches it sooner).
@@ -86,6 +105,71 @@ class Mutant:
 
     def disabled(self) -> frozenset[str]:
         return (MAIN_BUGS - self.needs) | self.without
+
+
+def _witness_off_after_403() -> list[Patch]:
+    """30.4: one 403 (or a 404 on the compare-and-swap) turns the witness off for good: no
+    record, no fence, every renewal the store accepts counts."""
+
+    async def current(self: Witness) -> ConfigMapData | None:
+        if getattr(self, "off", False):
+            return None
+        try:
+            return await self.api.read_config_map(self.namespace, WITNESS_NAME)
+        except HttpError as exc:
+            if exc.status != 403:
+                raise WitnessError(f"epoch witness unreadable: {exc}") from exc
+            self.off = True  # type: ignore[attr-defined]
+            return None
+        except Exception as exc:
+            raise WitnessError(f"epoch witness unreadable: {exc}") from exc
+
+    async def elected(
+        self: Witness, holder: str, epoch: int, history: History
+    ) -> tuple[bool, bool]:
+        self.recorded = ""
+        seen = await self.read()
+        if getattr(self, "off", False):
+            return False, history.kept
+        new = not history.kept and epoch == 1 and seen == NEVER
+        chained = history.kept and seen in (NEVER, history.previous)
+        await self._record(f"{holder}|{epoch}")
+        return new, chained
+
+    async def record(self: Witness, value: str) -> None:
+        for _ in range(3):
+            current = await self._current()
+            if getattr(self, "off", False):
+                return
+            version = None if current is None else current.metadata.resource_version
+            try:
+                written = await self.api.write_config_map(
+                    self.namespace, WITNESS_NAME, {self.key: value}, version
+                )
+            except HttpError as exc:
+                if exc.status not in (403, 404):
+                    raise WitnessError(f"epoch witness not written: {exc}") from exc
+                self.off = True  # type: ignore[attr-defined]
+                return
+            except Exception as exc:
+                raise WitnessError(f"epoch witness not written: {exc}") from exc
+            if written:
+                self.recorded = value
+                return
+        raise WitnessError("epoch witness not written: it kept changing")
+
+    async def superseded(self: Witness, holder: str, epoch: int) -> bool:
+        if getattr(self, "off", False) or self.recorded != f"{holder}|{epoch}":
+            return False
+        seen = await self.read()
+        return not getattr(self, "off", False) and seen not in (NEVER, self.recorded)
+
+    return [
+        (Witness, "_current", current),
+        (Witness, "elected", elected),
+        (Witness, "_record", record),
+        (Witness, "superseded", superseded),
+    ]
 
 
 def _relist_frees_assumed() -> list[Patch]:
@@ -188,7 +272,7 @@ def _claim_fail_forgets() -> list[Patch]:
     async def send(
         self: Binder, pod: PodInput, placement: Placement, uncertain: bool
     ) -> tuple[Event, PodInput | None]:
-        if pod.resource_claims and not await self._reserve(pod):
+        if self._others(pod, placement) and not await self._reserve(pod, placement):
             return Event.BIND_FAILED, None
         unclaimed = msgspec.structs.replace(pod, resource_claims=())
         return await original(self, unclaimed, placement, uncertain)
@@ -217,7 +301,7 @@ def _checked_pending_forgets() -> list[Patch]:
 def _no_unreserve() -> list[Patch]:
     """30.1: a refused or abandoned Binding leaves the pod in its claims' ``reservedFor``."""
 
-    async def unreserve(self: Binder, pod: PodInput) -> None:
+    async def unreserve(self: Binder, pod: PodInput, placement: Placement) -> None:
         return None
 
     return [(Binder, "_unreserve", unreserve)]
@@ -316,26 +400,31 @@ def _unit_blocked_by_itself() -> list[Patch]:
 
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
-        "a bound re-list older than our bind frees it", _relist_frees_assumed
+        "a bound re-list older than our bind frees it",
+        _relist_frees_assumed,
+        timeline="12.1-relist-frees-in-flight-bind",
     ),
     "12.2-409-counted-as-failed": Mutant(
-        "a 409 counts as a failed bind although the pod is bound", _conflict_is_failure
+        "a 409 counts as a failed bind although the pod is bound",
+        _conflict_is_failure,
+        timeline="12.2-409-counted-as-failed",
     ),
     "12.3-binding-not-fenced": Mutant(
         "a Binding is sent with less lease left than its timeout",
         _unfenced_binding,
         needs=frozenset({"flush_store", "store_fault"}),
+        timeline="12.3-binding-not-fenced",
     ),
     "12.3-no-wait-after-flush": Mutant(
         "after a FLUSHALL the new leader decides before the old one's Bindings ended",
         _no_wait_after_flush,
         needs=frozenset({"flush_store"}),
-        seed=4,
+        seed=8,
     ),
     "12.6-deleted-while-binding-held": Mutant(
         "a pod deleted while its Binding is in flight stays held",
         _deleted_while_binding_held,
-        seed=1,
+        timeline="12.6-deleted-while-binding-held",
     ),
     "12.7-reloaded-deleted-held": Mutant(
         "a reloaded reservation of a pod deleted before its turn stays held",
@@ -347,46 +436,56 @@ MUTANTS: dict[str, Mutant] = {
         seed=1,
     ),
     "20.2-stale-news-trusted": Mutant(
-        "news older than the book's (an old UID's LIST page) is taken in", _stale_news_trusted
+        "news older than the book's (an old UID's LIST page) is taken in",
+        _stale_news_trusted,
+        seed=15,
     ),
     "20.3-nothing-inherited": Mutant(
-        "the new leader frees the old leader's last binds", _nothing_inherited
+        "the new leader frees the old leader's last binds",
+        _nothing_inherited,
+        timeline="20.3-nothing-inherited",
     ),
     "20.4-one-read-settles": Mutant(
         "an uncertain bind is settled by one read-back",
         _one_read_settles,
         needs=frozenset({"slow"}),
         without=frozenset({"kill", "handover"}),
+        timeline="20.4-one-read-settles",
     ),
     "30.1a-claim-write-fail-forgets": Mutant(
         "a re-send's failed claim write forgets the GPUs of a Binding that may land",
         _claim_fail_forgets,
         without=GANGS | CHURN | LEADERS | REFUSALS | {"relist"},
         needs=frozenset({"claims", "slow"}),
+        timeline="30.1a-claim-write-fail-forgets",
     ),
     "30.1b-checked-bound-ignored": Mutant(
         "a re-read finding the pod bound is ignored until the bound watch says so",
         _checked_bound_ignored,
         needs=frozenset({"claims", "slow"}),
         without=GANGS | CHURN | LEADERS | REFUSALS | {"relist"},
+        timeline="30.1b-checked-bound-ignored",
     ),
     "30.1-checked-pending-forgets": Mutant(
         "a re-read finding a binding pod pending forgets the Binding in flight",
         _checked_pending_forgets,
         without=GANGS | CHURN | LEADERS | {"claims", "relist"},
         needs=frozenset({"slow"}),
+        timeline="30.1-checked-pending-forgets",
     ),
     "30.1-no-unreserve": Mutant(
         "a refused Binding leaves the pod in its claims' reservedFor",
         _no_unreserve,
         without=GANGS | CHURN | LEADERS | {"relist", "lag", "stall", "404", "409"},
         needs=frozenset({"claims"}),
+        timeline="30.1-no-unreserve",
     ),
     "30.2-reload-decided-at-once": Mutant(
         "a handed-over reservation whose Binding may land is decided afresh",
         _reload_decided_at_once,
         without=GANGS | CHURN | REFUSALS | {"claims", "flush_store", "relist"},
         needs=frozenset({"slow"}),
+        timeline="30.2-reload-decided-at-once",
     ),
     "30.3-inheritance-by-name": Mutant(
         "the election frees a record whose name the book holds under an older UID",
@@ -395,6 +494,13 @@ MUTANTS: dict[str, Mutant] = {
         without=GANGS
         | REFUSALS
         | {"create_other", "finish_pod", "claims", "kill", "flush_store", "stall", "reads_fail"},
+    ),
+    "30.4-witness-off-after-403": Mutant(
+        "one 403 turns the epoch witness off, and an off witness fences nothing",
+        _witness_off_after_403,
+        needs=frozenset({"failover"}),
+        without=GANGS | CHURN | REFUSALS | {"claims", "flush_store", "delete_witness", "relist"},
+        timeline="30.4-witness-off-after-403",
     ),
     "30.5-terminating-members-count": Mutant(
         "a restarted gang counts its terminating members as bound",
@@ -421,6 +527,7 @@ MUTANTS: dict[str, Mutant] = {
         _inherited_pending_reloaded,
         without=GANGS | CHURN | REFUSALS | {"claims", "flush_store"},
         needs=frozenset({"slow"}),
+        timeline="30.7c-inherited-pending-reloaded",
     ),
     "sim33-landed-records-freed": Mutant(
         "the election's reconcile frees a landed record the pending watch still shows",

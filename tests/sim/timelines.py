@@ -11,6 +11,12 @@ from collections.abc import Callable
 from .machine import SimMachine
 
 
+def past_first_wait(m: SimMachine) -> None:
+    """The first leader's wait (no leader recorded: one lease plus bindCommitSeconds) over."""
+    for _ in range(5):
+        m.tick(16.0)
+
+
 def inheritance_by_name(m: SimMachine) -> None:
     """Issue 30 bug 3: election inheritance matches store records by pod name, not UID. The
     standby (r2) saw a (uid1) bound on n1/0; its bound watch lags and its pending watch
@@ -19,7 +25,7 @@ def inheritance_by_name(m: SimMachine) -> None:
     record (the name is known) and binds c on n1/1."""
     m.create_pod("a", 1, False)
     m.create_pod("b", 2, False)
-    m.tick(16.0)
+    past_first_wait(m)
     m.tick(2.0)
     m.lag(1, "bound", 20.0)
     m.lag(1, "pending", 5.0)
@@ -35,8 +41,332 @@ def inheritance_by_name(m: SimMachine) -> None:
     m.quiesce()
 
 
+def witness_off_after_403(m: SimMachine) -> None:
+    """Issue 30 bug 4: one transient 403 turns the epoch witness off for good, and an off
+    witness fences nothing. r1 leads; one read of the witness (after a renewal) is refused
+    403; the store fails over and a partition leaves r1 on the old master, which still takes
+    its renewals; r2 is elected on the promoted replica and records itself. With the witness
+    on, r1's next renewal finds r2 recorded and r1 stops leading before r2's first decision;
+    with it off, both lead and both bind."""
+    m.create_pod("a", 1, False)
+    m.tick(16.0)
+    for _ in range(4):
+        m.tick(16.0)
+    m.tick(2.0)
+    m.witness_fault("read", 0.0)
+    m.tick(5.0)
+    m.failover(False, 60.0)
+    for _ in range(3):
+        m.tick(16.0)
+        m.create_pod("b", 1, False)
+        m.create_pod("c", 1, False)
+        m.tick(5.0)
+        m.delete_pod(0, False)
+        m.delete_pod(0, False)
+    m.quiesce()
+
+
+def claim_write_fail_forgets(m: SimMachine) -> None:
+    """Issue 30 bug 1a: a's first Binding hangs in a slow apiserver (it commits 20 s later), the
+    retries time out, the read-back says pending: a is kept BINDING and re-sent; the re-send's
+    ResourceClaim write fails. Forgetting a's GPU there gives it to c, and a's first Binding
+    lands on it."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.bind_fault("slow")
+    m.bind_fault("timeout")
+    m.bind_fault("timeout")
+    m.create_pod("a", 1, True)
+    m.tick(2.0)
+    m.bind_fault("claim-fail")
+    m.create_pod("c", 1, False)
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def checked_bound_ignored(m: SimMachine) -> None:
+    """Issue 30 bug 1b: a's Binding commits but is answered 500 (etcd's answer lost inside the
+    apiserver), the retries are refused 500: a failed, pending again, its GPU forgotten. Its
+    re-read (reads fail meanwhile) finds it bound on n2/1: it must be charged at once, for the
+    leader's bound watch lags and c comes before a's retry."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.lag(0, "bound", 20.0)
+    m.reads_fail(1.0)
+    m.bind_fault("500-committed")
+    m.bind_fault("500")
+    m.bind_fault("500")
+    m.create_pod("a", 1, False)
+    m.tick(2.0)
+    m.create_pod("c", 1, False)
+    for _ in range(4):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def checked_pending_forgets(m: SimMachine) -> None:
+    """Issue 30 bug 1: a's Binding is refused 500 three times (failed: pending again, a re-read
+    asked for, which fails while reads fail); a is decided again and its new Binding hangs in a
+    slow apiserver (it commits 20 s later), the retries time out. The re-read then answers
+    "pending": that says nothing of the Binding in flight, and forgetting a's GPU there gives
+    it to c."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.reads_fail(10.0)
+    for fault in ("500", "500", "500", "slow", "timeout", "timeout"):
+        m.bind_fault(fault)
+    m.create_pod("a", 1, False)
+    m.tick(5.0)
+    m.tick(5.0)
+    m.create_pod("c", 1, False)
+    for _ in range(4):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def no_unreserve(m: SimMachine) -> None:
+    """Issue 30 bug 1 (Unreserve): a's ResourceClaim is reserved for it, its Binding refused 403
+    three times: failed. c takes the last GPU meanwhile, so a stays pending: its claim must not
+    stay reserved for it (kube-scheduler's Unreserve)."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    for _ in range(3):
+        m.bind_fault("403")
+    m.create_pod("a", 1, True)
+    m.tick(2.0)
+    m.create_pod("c", 1, False)
+    m.tick(5.0)
+    m.quiesce()
+
+
+def reload_decided_at_once(m: SimMachine) -> None:
+    """Issue 30 bug 2: leader r1 decides a onto n2/1 and its Binding hangs in a slow apiserver
+    (it commits 20 s later); a rolling update hands over to r2 with a still binding. The
+    cluster changes (b and d end): r2, deciding a afresh at once, puts it on n1 (its Binding
+    slow too) and c (2 GPUs) on n2/0,1; r1's Binding of a lands on n2/1 first."""
+    m.create_pod("b", 1, False)
+    m.create_pod("e", 1, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    for fault in ("slow", "500", "500", "slow", "timeout", "timeout"):
+        m.bind_fault(fault)
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.handover()
+    m.delete_pod(1, False)  # b
+    m.delete_pod(1, False)  # d
+    m.create_pod("c", 2, False)
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def inherited_pending_reloaded(m: SimMachine) -> None:
+    """Issue 30 bug 7c: as 30.2, but standby r2's pending watch lags: a is not in r2's book at
+    its election, only in the store (r1's reservation), so r2 inherits the record and re-reads
+    a: pending. Decided afresh at once, a goes to n1 and c to n2/0,1; r1's Binding of a lands
+    on n2/1."""
+    m.create_pod("b", 1, False)
+    m.create_pod("e", 1, False)
+    m.create_pod("d", 1, False)
+    for _ in range(4):
+        m.tick(16.0)
+    m.tick(5.0)
+    m.tick(5.0)  # the first leader's wait ends: b, e, d bound
+    m.lag(1, "pending", 20.0)
+    for fault in ("slow", "500", "500", "slow", "timeout", "timeout"):
+        m.bind_fault(fault)
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.handover()
+    m.delete_pod(1, False)  # b
+    m.delete_pod(1, False)  # d
+    m.create_pod("c", 2, False)
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def fill(m: SimMachine) -> None:
+    """b (2 GPUs) on n1 and d on n2/0, past the first leader's wait: n2/1 is the last free GPU."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+
+
+def relist_frees_in_flight_bind(m: SimMachine) -> None:
+    """Issue 12 bug 1: the leader's bound watch re-lists (the LIST taken now, delivered when the
+    lagging stream catches up) while a's first Binding is refused; a is bound by the retry;
+    the LIST's end, which lacks a, must not free it (c would get its GPU)."""
+    fill(m)
+    m.lag(0, "bound", 5.0)
+    m.bind_fault("500")  # a is bound half a second late: after the LIST was taken
+    m.create_pod("a", 1, False)
+    m.relist(0, "bound")
+    m.create_pod("c", 1, False)
+    for _ in range(3):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def conflict_is_failure(m: SimMachine) -> None:
+    """Issue 12 bug 2: a's Binding commits but is answered 409 while pod reads fail; counted as
+    a failed bind, a's GPU goes to c before the (lagging) bound watch shows a bound."""
+    fill(m)
+    m.lag(0, "bound", 5.0)
+    m.reads_fail(10.0)  # and no re-read tells either
+    m.bind_fault("409")
+    m.create_pod("a", 1, False)
+    m.create_pod("c", 1, False)
+    for _ in range(3):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def stale_news_trusted(m: SimMachine) -> None:
+    """Issue 20 bug 2: a LIST taken before a was recreated (new UID) arrives after the pending
+    watch told of the new a: news older than the book's must not be taken in."""
+    m.create_pod("a", 1, False)
+    m.create_pod("b", 2, False)
+    past_first_wait(m)
+    m.lag(0, "bound", 5.0)
+    m.relist(0, "bound")
+    m.recreate_pod(0, 1)
+    m.create_pod("c", 1, False)
+    for _ in range(3):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def nothing_inherited(m: SimMachine) -> None:
+    """Issue 20 bug 3: standby r2's watches lag while leader r1 binds a; a handover makes r2
+    leader: the store's record of a, a pod r2 has not seen, must be inherited, not freed."""
+    fill(m)
+    m.lag(1, "pending", 20.0)
+    m.lag(1, "bound", 20.0)
+    m.create_pod("a", 1, False)
+    m.create_pod("c", 1, False)
+    m.handover()
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def one_read_settles(m: SimMachine) -> None:
+    """Issue 20 bug 4: a's Binding hangs in a slow apiserver (it commits 20 s later), the
+    retries time out, the read-back says pending: that is no answer, and forgetting a's GPU
+    there gives it to c."""
+    fill(m)
+    for fault in ("slow", "timeout", "timeout"):
+        m.bind_fault(fault)
+    m.create_pod("a", 1, False)
+    m.tick(2.0)
+    m.create_pod("c", 1, False)
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def landed_records_freed(m: SimMachine) -> None:
+    """Sim seed 33: standby r2 saw a pending, then its watches lag; r1 binds a (its first two
+    Bindings refused) and hands over: r2's pending watch still shows a, and its election
+    reconcile must not free a's bound record (c would get its GPU)."""
+    fill(m)
+    m.bind_fault("500")
+    m.bind_fault("500")
+    m.create_pod("a", 1, False)
+    m.create_pod("c", 1, False)
+    m.tick(0.5)
+    m.lag(1, "pending", 20.0)
+    m.lag(1, "bound", 20.0)
+    m.tick(2.0)
+    m.handover()
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def uncharge_clears_shared_bits(m: SimMachine) -> None:
+    """Sim seed 2: standby r2's bound watch lags while x (n2/1) is deleted and y bound there; its
+    re-list (taken then) charges y and frees x, missing: freeing x must not clear the GPU y
+    holds (c would get it) once r2 leads."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    m.create_pod("x", 1, False)
+    past_first_wait(m)
+    m.lag(1, "bound", 20.0)
+    m.delete_pod(2, False)  # x
+    m.create_pod("y", 1, False)
+    m.relist(1, "bound")
+    m.handover()
+    m.tick(16.0)
+    m.tick(5.0)
+    m.create_pod("c", 1, False)
+    for _ in range(3):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def deleted_while_binding_held(m: SimMachine) -> None:
+    """Issue 12 bug 6: a is deleted while its Binding hangs in a slow apiserver (the Binding then
+    finds it gone): its GPU must be let go (c waits for it)."""
+    fill(m)
+    for fault in ("slow", "timeout", "timeout"):
+        m.bind_fault(fault)
+    m.create_pod("a", 1, False)
+    m.tick(2.0)
+    m.delete_pod(0, False)  # a
+    m.create_pod("c", 1, False)
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def binding_not_fenced(m: SimMachine) -> None:
+    """Issue 12 bug 3: the store unreachable for 12 s, leader r1's renewals fail and its lease
+    runs down; when the store is back, r1 has less lease left than a request's timeout and
+    must send no Binding. a's Binding, sent anyway, hangs in a slow apiserver (it commits 20 s
+    later); r1 is killed, r2 takes the lease once it lapses (the store's history kept: no wait)
+    and binds c; then r1's Binding of a lands: two leader terms' Bindings interleaved."""
+    fill(m)
+    m.delete_pod(1, False)  # d: n2 free for a and c
+    m.store_fault(False, 12.0)
+    m.tick(5.0)
+    m.tick(5.0)
+    m.tick(2.0)
+    m.bind_fault("slow")
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.kill()
+    m.create_pod("c", 1, False)
+    for _ in range(8):
+        m.tick(5.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.3-inheritance-by-name": inheritance_by_name,
+    "30.4-witness-off-after-403": witness_off_after_403,
+    "30.1a-claim-write-fail-forgets": claim_write_fail_forgets,
+    "30.1b-checked-bound-ignored": checked_bound_ignored,
+    "30.1-checked-pending-forgets": checked_pending_forgets,
+    "30.1-no-unreserve": no_unreserve,
+    "30.2-reload-decided-at-once": reload_decided_at_once,
+    "30.7c-inherited-pending-reloaded": inherited_pending_reloaded,
+    "12.1-relist-frees-in-flight-bind": relist_frees_in_flight_bind,
+    "12.2-409-counted-as-failed": conflict_is_failure,
+    "20.2-stale-news-trusted": stale_news_trusted,
+    "20.3-nothing-inherited": nothing_inherited,
+    "20.4-one-read-settles": one_read_settles,
+    "sim33-landed-records-freed": landed_records_freed,
+    "sim2-uncharge-clears-shared-bits": uncharge_clears_shared_bits,
+    "12.6-deleted-while-binding-held": deleted_while_binding_held,
+    "12.3-binding-not-fenced": binding_not_fenced,
 }
 
 

@@ -28,7 +28,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -38,16 +38,19 @@ from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
-from scheduler.kube.api import BindResult
+from scheduler.kube.api import BindResult, ConfigMapData
 from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
 from scheduler.kube.podgroups import POD_GROUPS, Eviction, EvictResult, Write
 from scheduler.kube.tuning import REQUEST_TIMEOUT_S
+from scheduler.kube.watch import HttpError
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import Scheduler
+from scheduler.service.witness import Witness
 from scheduler.state.base import Store, Unavailable
 
 NAME = "topo-scheduler"
+WITNESS_NAMESPACE = "topo-scheduler"
 TIMING = LeaseTiming()  # production's: lease 15 s, renew 5 s, retry 2 s
 WATCH_PERIOD_S = 0.2
 SLOW_S = 20.0  # a "slow" Binding commits this long after it was sent: longer than the lease
@@ -162,6 +165,12 @@ class SimApiserver:
         self.bind_faults: deque[str] = deque()  # one per Binding: lose, timeout, 403, ...
         self.claim_faults: deque[str] = deque()
         self.reads_fail = False
+        # The epoch witness's ConfigMap (name -> resourceVersion, data), and its faults: the
+        # next reads or compare-and-swaps answered 403 (an authorization webhook timing out,
+        # RBAC re-applied), one-shot or until a time.
+        self.config_maps: dict[str, tuple[int, dict[str, str]]] = {}
+        self.witness_faults: dict[str, int] = {"read": 0, "write": 0}
+        self.witness_forbidden_until: dict[str, float] = {"read": 0.0, "write": 0.0}
         self.uids = itertools.count(1)
         self.term_of: Callable[[str, int], int] = lambda holder, epoch: -1
         self.clock: Callable[[], float] = lambda: 0.0
@@ -280,6 +289,9 @@ class SimApiserver:
             # The apiserver committed, then the answer that came back was an error (an
             # apiserver behind a proxy that retried the request).
             return BindResult(int(fault), "injected")
+        if fault == "500-committed" and result.ok:
+            # etcd committed, but its answer timed out inside the apiserver: a 500.
+            return BindResult(500, "injected: etcdserver: request timed out")
         return result
 
     def _commit(
@@ -359,6 +371,50 @@ class SimApiserver:
         assert isinstance(written, Write)
         return written
 
+    def _witness_fault(self, call: str) -> None:
+        if self.witness_faults[call] > 0:
+            self.witness_faults[call] -= 1
+            raise HttpError(403, f"{call} of the epoch witness forbidden (injected)")
+        if self.clock() < self.witness_forbidden_until[call]:
+            raise HttpError(403, f"{call} of the epoch witness forbidden (injected)")
+
+    async def read_config_map(self, namespace: str, name: str) -> ConfigMapData | None:
+        """A quorum GET (waits for etcd in a stall, up to the client's timeout)."""
+        self._witness_fault("read")
+        if self.stalled:
+            answered = asyncio.get_running_loop().create_future()
+            self.in_stall.append((lambda: None, answered))
+            await asyncio.wait_for(asyncio.shield(answered), REQUEST_TIMEOUT_S)
+        if name not in self.config_maps:
+            return None
+        version, data = self.config_maps[name]
+        return msgspec.convert(
+            {"metadata": {"resourceVersion": str(version)}, "data": dict(data)}, ConfigMapData
+        )
+
+    async def write_config_map(
+        self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
+    ) -> bool:
+        """KubeApi's compare-and-swap: a create when ``resource_version`` is None, else a patch
+        with that resourceVersion; False when the ConfigMap was created, changed or deleted
+        since it was read (409, or 404 on the patch). In a stall it commits when etcd answers
+        again, whether or not the client (timed out) still waits."""
+        self._witness_fault("write")
+
+        def commit() -> bool:
+            current = self.config_maps.get(name)
+            if (current is None) != (resource_version is None):
+                return False
+            if current is not None and str(current[0]) != resource_version:
+                return False
+            self.version += 1
+            self.config_maps[name] = (self.version, {**(current[1] if current else {}), **data})
+            return True
+
+        written = await asyncio.wait_for(self._write(commit), REQUEST_TIMEOUT_S)
+        assert isinstance(written, bool)
+        return written
+
     async def unreserve_claims(
         self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
     ) -> None:
@@ -381,29 +437,38 @@ class SimApiserver:
         await self._write(commit)
 
 
-class FaultyStore:
-    """The store as the replicas reach it, with its faults: ``down`` (every call fails, as while
+@dataclass
+class StoreFaults:
+    """The store's faults, as every replica meets them: ``down`` (every call fails, as while
     Redis is unreachable or Sentinel fails over) and ``delay`` (every call answers that many
     seconds late, as a store on a slow network or a busy master: a renewal's answer late
-    enough lets the local lease lapse while the replica keeps its epoch). Every other
-    attribute is the store's own."""
+    enough lets the local lease lapse while the replica keeps its epoch)."""
 
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.down = False
-        self.delay = 0.0
+    down: bool = False
+    delay: float = 0.0
+
+
+class FaultyStore:
+    """The store as one replica reaches it: the server ``reach`` names at each call (the master,
+    or the old master a partition leaves it on: ``World.store_of``), with the store's faults.
+    Every other attribute is the store's own."""
+
+    def __init__(self, reach: Callable[[], Store], faults: StoreFaults) -> None:
+        self.reach = reach
+        self.faults = faults
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(self.inner, name)
+        value = getattr(self.reach(), name)
         if not inspect.iscoroutinefunction(value):
             return value
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            if self.delay:
-                await asyncio.sleep(self.delay)
-            if self.down:
+            if self.faults.delay:
+                await asyncio.sleep(self.faults.delay)
+            if self.faults.down:
                 raise Unavailable("the store is unreachable (injected)")
-            return await value(*args, **kwargs)
+            # The server of the moment the call is sent (a failover may come while it waits).
+            return await getattr(self.reach(), name)(*args, **kwargs)
 
         return call
 
@@ -444,6 +509,14 @@ class Client:
     ) -> None:
         await self.api.unreserve_claims(namespace, claims, uid)
 
+    async def read_config_map(self, namespace: str, name: str) -> ConfigMapData | None:
+        return await self.api.read_config_map(namespace, name)
+
+    async def write_config_map(
+        self, namespace: str, name: str, data: dict[str, str], resource_version: str | None
+    ) -> bool:
+        return await self.api.write_config_map(namespace, name, data, resource_version)
+
     async def read_claim(self, namespace: str, name: str) -> ClaimObject | None:
         raise AssertionError("the simulation allocates no ResourceClaim (yet)")
 
@@ -481,16 +554,24 @@ class SimReplica:
         self.world = world
         self.name = name
         clock = world.loop.time
-        self.leadership = Leadership(world.store, name, TIMING, clock)
+        client = Client(world.api, self)
+        # The store as this replica reaches it (a partition may leave it on the old master),
+        # and the epoch witness in the apiserver, as app.py wires them for a shared store.
+        self.store = cast(Store, FaultyStore(lambda: world.store_of(self), world.faults))
+        self.witness = Witness(client, NAME, namespace=WITNESS_NAMESPACE)
+        self.leadership = Leadership(
+            self.store, name, TIMING, clock, superseded=self.witness.superseded
+        )
         self.s = Scheduler(
             CoreSettings(),
             NAME,
-            Client(world.api, self),
-            world.store,
+            client,
+            self.store,
             self.leadership,
             Metrics(),
             clock,
             wait_for_unknown_leader=True,
+            witness=self.witness,
             wall_ms=lambda: int(clock() * 1000),
         )
         self.streams = Streams(self)
@@ -556,9 +637,15 @@ class SimReplica:
 
 @dataclass
 class World:
+    """``master``: the store's server every replica reaches, but those a partition leaves on
+    ``old_master`` (``partitioned``, by name) after a failover, until it heals."""
+
     loop: asyncio.AbstractEventLoop
-    store: Store
+    master: Store
     api: SimApiserver
+    faults: StoreFaults = field(default_factory=StoreFaults)
+    old_master: Store | None = None
+    partitioned: set[str] = field(default_factory=set)
     replicas: list[SimReplica] = field(default_factory=list)
     terms: list[tuple[str, int]] = field(default_factory=list)
     elected_at: list[float] = field(default_factory=list)
@@ -567,6 +654,11 @@ class World:
     def __post_init__(self) -> None:
         self.api.clock = self.loop.time
         self.api.term_of = self.term_of
+
+    def store_of(self, replica: SimReplica) -> Store:
+        if self.old_master is not None and replica.name in self.partitioned:
+            return self.old_master
+        return self.master
 
     def term_of(self, holder: str, epoch: int) -> int:
         for i in range(len(self.terms) - 1, -1, -1):
@@ -595,4 +687,4 @@ class World:
         self.api.in_stall.clear()
         tasks = [t for r in self.replicas for t in (*r.tasks, *r.s.tasks.running)]
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.store.close()
+        await self.master.close()
