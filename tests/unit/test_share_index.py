@@ -241,9 +241,7 @@ def _pod(rng: random.Random, i: int, share: bool) -> PodInput:
             limits[MEMORY_RESOURCE] = str(rng.choice((2048, 8192)))
             if rng.random() < 0.3:  # memory alone: a share of no core, even on a full card
                 del limits[CORE_RESOURCE]
-                # Spread (below), so no target ranks it: the measure cannot take a card with
-                # no core free yet (fragmentation.gain: the shape has no such card).
-        if rng.random() < 0.15 or CORE_RESOURCE not in limits:
+        if rng.random() < 0.15:
             annotations[GPU_POLICY_ANNOTATION] = "spread"
         if rng.random() < 0.1:
             annotations[NODE_POLICY_ANNOTATION] = "spread"

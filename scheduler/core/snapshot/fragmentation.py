@@ -236,8 +236,11 @@ def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]
     left, cards = shape
     after = list(cards)
     for free, core in take:
-        after.remove(free)
-        after.append(free - core)
+        # A share of GPU memory alone takes no core: the card keeps its free percent (and may
+        # have none, when the shape does not list it at all).
+        if core:
+            after.remove(free)
+            after.append(free - core)
     changed: Shape = (left if left < 0 else max(0, left - cpu), free_cards(after))
     return target.frag(shape) - target.frag(changed)
 
