@@ -30,12 +30,22 @@ four pods in ten are GPU shares, and once the cluster is full many pods are refu
 reason. Goals: p99 <= 1 ms per share placed, <= 5 ms per refused pod (its decision, the
 reason included).
 
+Then the DRA workload of issue 29 (``dra``): the same 5,000 nodes of 8 GPUs twice, once
+offering ``nvidia.com/gpu`` through the device plugin and once through NVIDIA's DRA driver (one
+ResourceSlice of 8 GPUs per node, with the UUIDs of the node's inventory, and no
+``nvidia.com/gpu`` in allocatable), with the same random occupancy (held GPUs, or devices of
+allocated claims). The same pods are decided and assumed on both, one at a time: a 1-GPU and an
+8-GPU pod alternately (``--dra-pods``), asking ``nvidia.com/gpu`` on the first cluster and a
+ResourceClaim of class ``gpu.nvidia.com`` with that count on the second. Goal: p99 per pod with
+claims within 2x of the same request as ``nvidia.com/gpu``, printed side by side.
+
 ``--quick`` (bench-smoke) runs the same code on 500 nodes, 300 pods, 2 background pods per node,
-a topology workload of 8 blocks (576 nodes) and 100 jobs, and the share-heavy workload on 500
-nodes: seconds, and its figures mean nothing.
+a topology workload of 8 blocks (576 nodes) and 100 jobs, the share-heavy workload on 500
+nodes and the DRA workload on 500 nodes: seconds, and its figures mean nothing.
 
 Usage: python -m benchmarks.bench_core [--quick] [--nodes 5000] [--pods 3000] [--background 10]
-       [--seed 7] [--topology-jobs 1500] [--topology-blocks 70] [--only-topology] [--only-shares]
+       [--seed 7] [--topology-jobs 1500] [--topology-blocks 70] [--dra-pods 600]
+       [--only-topology] [--only-shares] [--only-dra]
 """
 
 from __future__ import annotations
@@ -47,8 +57,22 @@ import resource
 import statistics
 import time
 
+import msgspec
+
 from scheduler.core.cycle import Unit, apply_decision, decide
 from scheduler.core.model.decisions import Placed
+from scheduler.core.model.dra import (
+    Allocation,
+    Device,
+    DeviceCapacity,
+    DeviceClass,
+    DeviceRequest,
+    DeviceResult,
+    ExactRequest,
+    ResourceClaim,
+    ResourcePool,
+    ResourceSlice,
+)
 from scheduler.core.model.objects import (
     Affinity,
     ContainerInput,
@@ -56,6 +80,7 @@ from scheduler.core.model.objects import (
     NodeInput,
     NodeSelectorTerm,
     PodAffinityTerm,
+    PodClaim,
     PodInput,
     Requirement,
     SpreadConstraint,
@@ -154,18 +179,25 @@ def main() -> None:
     parser.add_argument(
         "--topology-blocks", type=int, default=topology_workload.BLOCKS, help="of 72 nodes each"
     )
+    parser.add_argument("--dra-pods", type=int, default=600)
     parser.add_argument("--only-topology", action="store_true")
     parser.add_argument("--only-shares", action="store_true")
+    parser.add_argument("--only-dra", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.nodes, args.pods, args.background = 500, 300, 2
-        args.topology_jobs, args.topology_blocks = 100, 8
+        args.topology_jobs, args.topology_blocks, args.dra_pods = 100, 8, 200
+    if args.only_dra:
+        dra(args.seed, args.nodes, args.dra_pods)
+        return
     if not args.only_shares:
         if not args.only_topology:
             general(args)
         topology(args.seed, args.topology_jobs, args.topology_blocks)
     if not args.only_topology:
         shares(args.seed, args.nodes)
+    if not args.only_topology and not args.only_shares:
+        dra(args.seed, args.nodes, args.dra_pods)
 
 
 def shares(seed: int, count: int) -> None:
@@ -376,6 +408,134 @@ def general(args: argparse.Namespace) -> None:
         f"-> ratio {p99c / 5.0:.2f}x of goal"
     )
     print(f"RSS at end: {rss_mb():.0f} MB")
+
+
+DRA_DRIVER = "gpu.nvidia.com"
+
+
+def _dra_node(i: int, links: list[list[str]], dra: bool) -> NodeInput:
+    name = f"node-{i:05d}"
+    devices = [{"index": d, "uuid": f"GPU-{i:05d}-{d}"} for d in range(8)]
+    inv = {"vendor": "nvidia", "devices": devices, "links": links}
+    allocatable = {"cpu": "96", "memory": "768Gi", "pods": "110"}
+    if not dra:
+        allocatable["nvidia.com/gpu"] = "8"
+    return NodeInput(
+        name,
+        labels={INSTANCE: KINDS[i % 3], ZONE: f"zone-{i % 5}", HOSTNAME: name},
+        annotations={"topo-scheduler.io/gpus": json.dumps(inv)},
+        allocatable=allocatable,
+    )
+
+
+def _dra_slice(i: int) -> ResourceSlice:
+    name = f"node-{i:05d}"
+    return ResourceSlice(
+        f"{name}-gpu.nvidia.com",
+        DRA_DRIVER,
+        ResourcePool(name, 1, 1),
+        node_name=name,
+        devices=tuple(
+            Device(
+                f"gpu-{d}",
+                attributes={
+                    "type": "gpu",
+                    "uuid": f"GPU-{i:05d}-{d}",
+                    "productName": "NVIDIA A100-SXM4-80GB",
+                },
+                capacity={"memory": DeviceCapacity("80Gi")},
+            )
+            for d in range(8)
+        ),
+    )
+
+
+def _gpu_claim(name: str, count: int, devices: tuple[tuple[str, str], ...] = ()) -> ResourceClaim:
+    request = DeviceRequest("gpu", ExactRequest(DRA_DRIVER, count=count))
+    allocation = (
+        Allocation(results=tuple(DeviceResult("gpu", DRA_DRIVER, p, d) for p, d in devices))
+        if devices
+        else None
+    )
+    return ResourceClaim("bench", name, f"uid-{name}", (request,), allocation=allocation)
+
+
+def dra(seed: int, nodes: int, pods: int) -> None:
+    """The DRA workload (see the module doc): the same pods on a device-plugin cluster and a
+    DRA cluster of the same shape and occupancy."""
+    rng = random.Random(seed)
+    occupancy = []
+    for _ in range(nodes):
+        k = rng.choice([0, 0, 1, 2, 3, 4, 5, 6, 7])
+        occupancy.append(sorted(rng.sample(range(8), k)))
+    timings: dict[tuple[bool, int], list[float]] = {}
+    for dra_cluster in (False, True):
+        heap.pause()
+        state = ClusterState()
+        t0 = time.perf_counter()
+        for i in range(nodes):
+            state.set_node(_dra_node(i, DGX1_V100 if i % 2 == 0 else PCIE8, dra_cluster))
+        if dra_cluster:
+            state.inputs.device_classes.put(
+                DeviceClass(
+                    DRA_DRIVER,
+                    (
+                        "device.driver == 'gpu.nvidia.com' && "
+                        "device.attributes['gpu.nvidia.com'].type == 'gpu'",
+                    ),
+                    extended_resource_name="nvidia.com/gpu",
+                )
+            )
+            for i in range(nodes):
+                state.inputs.resource_slices.put(_dra_slice(i))
+        for i, held in enumerate(occupancy):
+            if not held:
+                continue
+            node = f"node-{i:05d}"
+            if dra_cluster:
+                devices = tuple((node, f"gpu-{d}") for d in held)
+                state.inputs.resource_claims.put(_gpu_claim(f"running-{i}", len(held), devices))
+            else:
+                running = make_pod(f"running-{i}", len(held))
+                state.add_bound_pod(
+                    PodInput(
+                        running.namespace,
+                        running.name,
+                        uid=running.uid,
+                        node_name=node,
+                        phase="Running",
+                        annotations={"topo-scheduler.io/devices": ",".join(map(str, held))},
+                        containers=running.containers,
+                    )
+                )
+        build_s = time.perf_counter() - t0
+        heap.settle()
+        placed = 0
+        for n in range(pods):
+            k = 1 if n % 2 == 0 else 8
+            pod = make_pod(f"dra-{n}", 0 if dra_cluster else k)
+            if dra_cluster:
+                state.inputs.resource_claims.put(_gpu_claim(f"dra-{n}", k))
+                pod = msgspec.structs.replace(pod, resource_claims=(PodClaim("gpu", f"dra-{n}"),))
+            unit = Unit(None, (pod,))
+            start = time.thread_time()
+            decision = decide(state, unit)
+            apply_decision(state, decision, unit)
+            timings.setdefault((dra_cluster, k), []).append(time.thread_time() - start)
+            placed += isinstance(decision, Placed)
+        kind = "DRA (ResourceClaims)" if dra_cluster else "device plugin (nvidia.com/gpu)"
+        print(
+            f"dra workload, {kind}: {nodes} nodes built in {build_s:.2f} s, {placed}/{pods} placed"
+        )
+    for k in (1, 8):
+        plugin = sorted(t * 1000 for t in timings[(False, k)])
+        claims = sorted(t * 1000 for t in timings[(True, k)])
+        p_plugin, p_claims = percentile(plugin, 0.99), percentile(claims, 0.99)
+        print(
+            f"  {k}-GPU pods (cpu): nvidia.com/gpu p50={percentile(plugin, 0.5):.3f} "
+            f"p99={p_plugin:.3f} ms | claim p50={percentile(claims, 0.5):.3f} "
+            f"p99={p_claims:.3f} ms | ratio {p_claims / p_plugin:.2f}x (goal <= 2x)"
+        )
 
 
 if __name__ == "__main__":

@@ -26,9 +26,11 @@ from typing import Any
 
 import structlog
 
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import ContainerInput, NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
+from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
 from scheduler.kube.podgroups import EvictResult, Write
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
@@ -72,6 +74,25 @@ class NoApiserver:
     async def unreserve_claims(
         self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
     ) -> None:
+        raise AssertionError("no pod uses a ResourceClaim in this benchmark")
+
+    async def read_claim(self, namespace: str, name: str) -> ClaimObject | None:
+        raise AssertionError("no pod uses a ResourceClaim in this benchmark")
+
+    async def replace_claim(self, obj: ClaimObject, status: bool) -> ClaimWrite:
+        raise AssertionError("no pod uses a ResourceClaim in this benchmark")
+
+    async def create_claim(self, obj: ClaimObject) -> ClaimWrite:
+        raise AssertionError("no pod uses a ResourceClaim in this benchmark")
+
+    async def delete_claim(
+        self, namespace: str, name: str, uid: str, resource_version: str
+    ) -> Answer:
+        raise AssertionError("no pod uses a ResourceClaim in this benchmark")
+
+    async def record_extended_claim(
+        self, namespace: str, name: str, uid: str, claim: str, mappings: tuple[RequestMapping, ...]
+    ) -> Write:
         raise AssertionError("no pod uses a ResourceClaim in this benchmark")
 
 

@@ -133,7 +133,10 @@ def kueue_then_ours(state: ClusterState, job: Job) -> list[Placement] | None:
             choice = node.inventory.topology.best_set(node.free_mask, count * job.gpus)
             if choice is None:
                 return None
-            placements += split_joint(state, unit.gang, node, choice.mask, group, job.pods)
+            split = split_joint(state, unit.gang, node, choice.mask, group, job.pods)
+            if split is None:  # a member's DRA claims (the workload has none)
+                return None
+            placements += split
     decision = Placed(tuple(placements))
     apply_decision(state, decision, unit)
     return placements

@@ -5,7 +5,11 @@
   (no answer; the first one commits when the stall ends, as after an etcd stall), or make reads
   fail. Every write gives the pod a new resourceVersion (``PodInput.version``), as etcd does.
   ResourceClaims reserved for a pod are recorded (``reserved``) and removed again by an
-  Unreserve; their writes can fail or stall (``claim_writes``).
+  Unreserve; their writes can fail or stall (``claim_writes``). ResourceClaim objects
+  (``claims``, raw JSON as the apiserver keeps them) take the binder's DRA writes with
+  resourceVersion preconditions (409 on a stale one), finalizers holding a deletion, and the
+  status subresource apart from the rest; ``writes`` logs every claim write and Binding that
+  landed, in order.
 - ``ConfigMaps``: the ConfigMaps of the scheduler's namespace (the epoch witness), with
   resourceVersions, as ``KubeApi`` reads and writes them; a test can make every call fail.
 - ``Replica``: one live ``Scheduler`` with its ``Leadership`` on a given store (memory or Redis)
@@ -19,14 +23,18 @@ redis-server.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
 from scheduler.config.tuning import Tuning
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult, ConfigMapData
+from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
 from scheduler.kube.podgroups import Eviction, EvictResult, Write
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
@@ -38,6 +46,8 @@ from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
 
 TTL_MS = 15_000
+
+A = TypeVar("A")
 
 
 class Apiserver:
@@ -54,9 +64,17 @@ class Apiserver:
         self.blocked: set[str] = set()  # pods a PodDisruptionBudget keeps from eviction
         self.nominated: dict[str, str] = {}  # status.nominatedNodeName by pod
         self.reserved: list[tuple[str, str]] = []  # (ResourceClaim key, pod uid) reserved
-        # ResourceClaim status writes: "" answered, "fail" refused (an apiserver restarting),
+        # ResourceClaim writes: "" answered, "fail" refused (an apiserver restarting),
         # "stall" never answered (etcd stalls; the client gives up at its timeout).
         self.claim_writes = ""
+        # Claim object writes that land but whose answer is lost, as ``writes`` names them.
+        self.lose_answers: set[str] = set()
+        # ResourceClaim objects by key (raw JSON), and what landed: "create|update|status|
+        # delete <claim>" and "bind <pod>", in order.
+        self.claims: dict[str, ClaimObject] = {}
+        self.writes: list[str] = []
+        # status.extendedResourceClaimStatus by pod: (claim name, request mappings).
+        self.extended: dict[str, tuple[str, tuple[RequestMapping, ...]]] = {}
         self.claim_writes_tried = 0
         # Unreserves asked for: (ResourceClaim key, its UID precondition, pod uid).
         self.unreserved: list[tuple[str, str, str]] = []
@@ -120,6 +138,7 @@ class Apiserver:
             )
         )
         self.binds.append((key, node, annotations["topo-scheduler.io/devices"]))
+        self.writes.append(f"bind {key}")
         self.bound(key)
         return BindResult(201)
 
@@ -204,6 +223,114 @@ class Apiserver:
         if self.claim_writes == "stall":
             await asyncio.Event().wait()  # no answer: the client gives up
 
+    # ---- ResourceClaim objects ---------------------------------------------------------------
+
+    def add_claim(self, name: str, requests: list[dict[str, Any]] | None = None) -> ClaimObject:
+        """A user's ResourceClaim in namespace default, not allocated."""
+        self.version += 1
+        obj: ClaimObject = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "uid": f"uid-{name}",
+                "resourceVersion": str(self.version),
+            },
+            "spec": {"devices": {"requests": requests or []}},
+        }
+        self.claims[f"default/{name}"] = obj
+        return copy.deepcopy(obj)
+
+    def claim(self, name: str) -> ClaimObject | None:
+        return self.claims.get(f"default/{name}")
+
+    async def read_claim(self, namespace: str, name: str) -> ClaimObject | None:
+        if self.reads_fail:
+            raise ConnectionError("apiserver unavailable")
+        found = self.claims.get(f"{namespace}/{name}")
+        return None if found is None else copy.deepcopy(found)
+
+    async def replace_claim(self, obj: ClaimObject, status: bool) -> ClaimWrite:
+        await self._claim_write()
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        current = self.claims.get(key)
+        if current is None:
+            return ClaimWrite(Answer.GONE)
+        if meta.get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            return ClaimWrite(Answer.CONFLICT)
+        new = copy.deepcopy(current)
+        if status:  # the status subresource: only the status changes
+            new["status"] = copy.deepcopy(obj.get("status") or {})
+        else:  # the object: its metadata's mutable fields; status and spec stay
+            for field in ("finalizers", "annotations", "labels", "ownerReferences"):
+                if field in meta:
+                    new["metadata"][field] = copy.deepcopy(meta[field])
+                else:
+                    new["metadata"].pop(field, None)
+        self.version += 1
+        new["metadata"]["resourceVersion"] = str(self.version)
+        entry = f"{'status' if status else 'update'} {key}"
+        self.writes.append(entry)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            del self.claims[key]
+        else:
+            self.claims[key] = new
+        return self._answer(entry, ClaimWrite(Answer.DONE, copy.deepcopy(new)))
+
+    async def create_claim(self, obj: ClaimObject) -> ClaimWrite:
+        await self._claim_write()
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if key in self.claims:
+            return ClaimWrite(Answer.CONFLICT)
+        self.version += 1
+        new = copy.deepcopy(obj)
+        new["metadata"]["uid"] = f"uid-{meta['name']}"
+        new["metadata"]["resourceVersion"] = str(self.version)
+        self.claims[key] = new
+        self.writes.append(f"create {key}")
+        return self._answer(f"create {key}", ClaimWrite(Answer.DONE, copy.deepcopy(new)))
+
+    async def delete_claim(
+        self, namespace: str, name: str, uid: str, resource_version: str
+    ) -> Answer:
+        await self._claim_write()
+        key = f"{namespace}/{name}"
+        current = self.claims.get(key)
+        if current is None:
+            return Answer.GONE
+        meta = current["metadata"]
+        if meta["uid"] != uid or meta["resourceVersion"] != resource_version:
+            return Answer.CONFLICT
+        self.writes.append(f"delete {key}")
+        if meta.get("finalizers"):
+            self.version += 1
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+            meta["resourceVersion"] = str(self.version)
+        else:
+            del self.claims[key]
+        return self._answer(f"delete {key}", Answer.DONE)
+
+    async def record_extended_claim(
+        self, namespace: str, name: str, uid: str, claim: str, mappings: tuple[RequestMapping, ...]
+    ) -> Write:
+        key = f"{namespace}/{name}"
+        pod = self.pods.get(key)
+        if pod is None or pod.uid != uid:
+            return Write.GONE
+        self.extended[key] = (claim, mappings)
+        self.pods[key] = self.stamp(msgspec.structs.replace(pod, extended_claim=claim))
+        return Write.DONE
+
+    def _answer(self, entry: str, answer: A) -> A:
+        """A claim write that landed: its answer, unless it is to be lost (once)."""
+        if entry in self.lose_answers:
+            self.lose_answers.discard(entry)
+            raise ConnectionError("the answer was lost")
+        return answer
+
     def delete(self, key: str) -> PodInput:
         """The pod is deleted; returns it as the DELETED event shows it (a new version)."""
         return self.stamp(self.pods.pop(key))
@@ -212,7 +339,14 @@ class Apiserver:
         """Empty the logs kept for tests to read (binds, evictions, claims reserved, events,
         PodScheduled messages): they grow with every pod, so a run that measures memory over
         many pods (the soak, the structure sizes test) forgets them between waves."""
-        for log in (self.binds, self.evictions, self.reserved, self.unreserved, self.events):
+        for log in (
+            self.binds,
+            self.evictions,
+            self.reserved,
+            self.unreserved,
+            self.events,
+            self.writes,
+        ):
             log.clear()
         self.unschedulable.clear()
 

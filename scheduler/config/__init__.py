@@ -31,6 +31,7 @@ from scheduler.core.settings import (
     DEFAULT_ACCELERATOR_LABEL,
     VENDORS,
     CoreSettings,
+    DraLimits,
     FragmentationSettings,
     MemoSettings,
     PreemptionSettings,
@@ -178,6 +179,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     fragmentation: FragmentationSettings = msgspec.field(default_factory=FragmentationSettings)
     # How much a snapshot remembers between decisions: the core's own Struct, camelCase here.
     memos: MemoSettings = msgspec.field(default_factory=MemoSettings)
+    # The bounds of one DRA allocation: the core's own Struct, camelCase here.
+    dra: DraLimits = msgspec.field(default_factory=DraLimits)
 
     def to_core(self) -> CoreSettings:
         order = self.placement.node_order
@@ -196,6 +199,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
             ),
             fragmentation=self.fragmentation,
             memos=self.memos,
+            dra=self.dra,
             preemption=PreemptionSettings(
                 min_candidate_nodes=self.preemption.min_candidate_nodes,
                 min_candidate_nodes_percent=self.preemption.min_candidate_nodes_percent,
@@ -220,6 +224,7 @@ _SECTIONS: dict[str, Any] = {
     "topology": Topology,
     "fragmentation": FragmentationSettings,
     "memos": MemoSettings,
+    "dra": DraLimits,
 }
 
 
@@ -235,6 +240,7 @@ _NULLABLE_SECTIONS = frozenset(
         "topology",
         "fragmentation",
         "memos",
+        "dra",
     }
 )
 

@@ -37,6 +37,11 @@ class Tuning(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     # --request-timeout: a write stalled in etcd is answered, or given up, by then). A new
     # leader holds a previous leader's reservation where it is that long after its election.
     bind_commit_seconds: float = 60.0
+    # service/binder.py: a Binding whose DRA devices have binding conditions (KEP-5007) waits
+    # this long at most for their drivers to report them (kube-scheduler's bindingTimeout),
+    # reading the claims every bindingConditionsPollSeconds (its 5 s poll).
+    binding_conditions_seconds: float = 600.0
+    binding_conditions_poll_seconds: float = 5.0
     # service/queue.py (kube-scheduler's podInitialBackoffSeconds, podMaxBackoffSeconds,
     # podMaxInUnschedulablePodsDuration): a failed pod's backoff doubles from the first to the
     # second; an unschedulable pod is retried after the third at the latest.

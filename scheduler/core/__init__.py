@@ -16,7 +16,7 @@ import circles); from the top:
 - ``snapshot/``: ClusterState, the mutable-but-pure bookkeeping of who holds what, its indexes,
   topology domains and the fragmentation profile.
 - ``dra/``: DRA claim allocation (ResourceSlices, DeviceClasses, CEL selectors), kube-scheduler's
-  structured allocator with devices chosen by interconnect; not wired into the cycle yet.
+  structured allocator with devices chosen by interconnect; the filters call it per node.
 - ``resources/``: what a pod asks (requests), what a node has (inventory, GPU sets: rule 1), and
   the accounting of both (requests, allocatable, ports) that the snapshot charges.
 - ``formats/`` and ``settings``: the public annotation formats; the core's settings.

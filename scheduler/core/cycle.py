@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import msgspec
 from msgspec import Struct
 
 from .filters.chain import PodFilters
@@ -21,6 +22,7 @@ from .gangs.planning import plan_gang
 from .model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .model.gangsources import best_known, gang_key
 from .model.objects import PodInput
+from .placement.devices import place_claims
 from .placement.nodes import (
     no_node_reason,
     place_shared,
@@ -118,12 +120,21 @@ def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
         placement = place_shared(state, pod, req, filters)
     elif req.gpus:
         placement = place_whole(state, pod, req, filters)
+        if placement is None and filters.dra is not None and filters.dra.gpu_backed:
+            placement = place_claims(state, pod, filters, req.node_policy == "spread", gpus=True)
     else:
-        placement = place_without_gpus(state, pod, filters)
+        if filters.dra is not None and filters.dra.allocates:
+            placement = place_claims(state, pod, filters, req.node_policy == "spread")
+        else:
+            placement = place_without_gpus(state, pod, filters)
         if placement is None:
             return Unschedulable((pod.key,), no_node_reason(state, filters))
     if placement is None:
         return Unschedulable((pod.key,), unschedulable_reason(state, filters, req))
+    if filters.dra is not None and filters.dra.allocates:
+        # The ResourceClaims allocated on the chosen node (filters/dra.py), for the binder.
+        node = state.nodes[placement.node]
+        placement = msgspec.structs.replace(placement, claims=filters.dra.claims_on(node))
     return Placed((placement,))
 
 

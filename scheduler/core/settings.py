@@ -93,6 +93,22 @@ class MemoSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="came
     best_sets: int = 20_000
 
 
+class DraLimits(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """The bounds of one DRA allocation (one pod's claims on one node; dra/budget.py): counted
+    work instead of kube-scheduler's 10 s filter timeout, since the core reads no clock. Spending
+    either default in full takes about half a second of Python on the development machine (2
+    cores, shared); a typical claim on an 8-GPU node spends a few dozen steps and, once the
+    memo is warm, no evaluation. The core's own Struct, also the config file's ``dra`` section."""
+
+    # Devices tried by the depth-first search (each a candidate check of one slot), and
+    # candidates considered while ordering a request's candidates.
+    steps: int = 100_000
+    # Selector evaluations that miss the memo.
+    evaluations: int = 20_000
+    # Complete solutions compared for the interconnect choice once one is found.
+    solutions: int = 512
+
+
 class PreemptionSettings(Struct, frozen=True):
     """How widely preemption searches (preemption/candidates.py): kube-scheduler's
     DefaultPreemption bounds (minCandidateNodesAbsolute, minCandidateNodesPercentage) on the
@@ -119,3 +135,4 @@ class CoreSettings(Struct, frozen=True):
     fragmentation: FragmentationSettings = field(default_factory=FragmentationSettings)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     memos: MemoSettings = field(default_factory=MemoSettings)
+    dra: DraLimits = field(default_factory=DraLimits)

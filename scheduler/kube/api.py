@@ -30,8 +30,10 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import PodInput
 
+from .claims import Answer, ClaimObject, ClaimWrite, extended_status_patch
 from .codec import decode_pod, reserved_for_patch, unreserved_for_patch
 from .podgroups import (
     CUSTOM_RESOURCES,
@@ -166,9 +168,9 @@ class KubeApi:
         return body
 
     async def list_kind(self, kind: str) -> bytes:
-        """LIST of namespaces, persistentvolumeclaims, persistentvolumes, poddisruptionbudgets, or
-        a custom resource
-        of ``podgroups.CUSTOM_RESOURCES`` by its CRD's name (``podgroups.scheduling.x-k8s.io``),
+        """LIST of namespaces, persistentvolumeclaims, persistentvolumes, poddisruptionbudgets,
+        DRA's resourceclaims, deviceclasses and resourceslices, or a custom resource of
+        ``podgroups.CUSTOM_RESOURCES`` by its CRD's name (``podgroups.scheduling.x-k8s.io``),
         across all namespaces."""
         status, body = await self._call(self._lister(kind))
         raise_for_status(status, body)
@@ -212,6 +214,9 @@ class KubeApi:
             ),
             "deviceclasses": functools.partial(
                 self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "deviceclasses"
+            ),
+            "resourceslices": functools.partial(
+                self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceslices"
             ),
         }
         return listers[kind]
@@ -448,6 +453,83 @@ class KubeApi:
             if status not in (404, 409):
                 raise_for_status(status, raw)
 
+    # ---- DRA: the binder's claim writes (claims.py) -------------------------------------------
+
+    _CLAIMS = ("resource.k8s.io", "v1")
+
+    async def read_claim(self, namespace: str, name: str) -> ClaimObject | None:
+        """The ResourceClaim as the apiserver has it now (raw JSON); None when it does not
+        exist."""
+        status, raw = await self._call(
+            self.custom.get_namespaced_custom_object,
+            *self._CLAIMS,
+            namespace,
+            "resourceclaims",
+            name,
+        )
+        if status == 404:
+            return None
+        raise_for_status(status, raw)
+        return _claim(raw)
+
+    async def replace_claim(self, obj: ClaimObject, status: bool) -> ClaimWrite:
+        """PUT the claim (``status``: its status subresource) as read and changed: its
+        resourceVersion is the precondition (409: CONFLICT, nothing written)."""
+        method = (
+            self.custom.replace_namespaced_custom_object_status
+            if status
+            else self.custom.replace_namespaced_custom_object
+        )
+        metadata = obj["metadata"]
+        code, raw = await self._call(
+            method, *self._CLAIMS, metadata["namespace"], "resourceclaims", metadata["name"], obj
+        )
+        return _claim_write(code, raw)
+
+    async def create_claim(self, obj: ClaimObject) -> ClaimWrite:
+        """POST a new claim (409: one of that name exists: CONFLICT)."""
+        code, raw = await self._call(
+            self.custom.create_namespaced_custom_object,
+            *self._CLAIMS,
+            obj["metadata"]["namespace"],
+            "resourceclaims",
+            obj,
+        )
+        return _claim_write(code, raw)
+
+    async def delete_claim(
+        self, namespace: str, name: str, uid: str, resource_version: str
+    ) -> Answer:
+        """DELETE the claim if it is still the one read (uid and resourceVersion preconditions:
+        409 CONFLICT otherwise)."""
+        body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
+        code, raw = await self._call(
+            self.custom.delete_namespaced_custom_object,
+            *self._CLAIMS,
+            namespace,
+            "resourceclaims",
+            name,
+            body=body,
+        )
+        return _claim_write(code, raw).answer
+
+    async def record_extended_claim(
+        self, namespace: str, name: str, uid: str, claim: str, mappings: tuple[RequestMapping, ...]
+    ) -> Write:
+        """Record the pod's special claim in its ``status.extendedResourceClaimStatus`` (a
+        merge patch of the pod of this UID: the UID is the precondition)."""
+        patch = {"metadata": {"uid": uid}, **extended_status_patch(claim, mappings)}
+        status, raw = await self._call(
+            self.core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            patch,
+            _content_type="application/merge-patch+json",
+        )
+        if status == 409:
+            return Write.GONE  # the pod of that name is another one now
+        return _written(status, raw)
+
     async def evict(
         self, namespace: str, name: str, uid: str, dry_run: bool = False
     ) -> EvictResult:
@@ -518,6 +600,22 @@ class KubeApi:
         status, raw = await self._call(self.core.create_namespaced_event, namespace, body)
         if status != 404:
             raise_for_status(status, raw)
+
+
+_claim_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+def _claim(raw: bytes) -> ClaimObject:
+    return _claim_decoder.decode(raw)
+
+
+def _claim_write(status: int, raw: bytes) -> ClaimWrite:
+    if status == 404:
+        return ClaimWrite(Answer.GONE)
+    if status == 409:
+        return ClaimWrite(Answer.CONFLICT)
+    raise_for_status(status, raw)
+    return ClaimWrite(Answer.DONE, _claim(raw) if raw else None)
 
 
 def _written(status: int, body: bytes) -> Write:

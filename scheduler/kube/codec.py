@@ -28,7 +28,6 @@ from scheduler.core.model.objects import (
     ClaimInput,
     ContainerInput,
     ContainerStatusInput,
-    DeviceClassInput,
     HostPort,
     LabelSelector,
     NamespaceInput,
@@ -40,7 +39,6 @@ from scheduler.core.model.objects import (
     PreferredNodeTerm,
     Requirement,
     ResizeStatus,
-    ResourceClaimInput,
     SpreadConstraint,
     Taint,
     Toleration,
@@ -253,6 +251,10 @@ class PodClaimStatusWire(msgspec.Struct, rename="camel"):
     resource_claim_name: str | None = None
 
 
+class ExtendedClaimStatusWire(msgspec.Struct, rename="camel"):
+    resource_claim_name: str = ""
+
+
 class PodStatusWire(msgspec.Struct, rename="camel"):
     phase: str = "Pending"
     nominated_node_name: str = ""
@@ -263,6 +265,7 @@ class PodStatusWire(msgspec.Struct, rename="camel"):
     allocated_resources: dict[str, Quantity] | None = None
     conditions: list[ConditionWire] | None = None
     resource_claim_statuses: list[PodClaimStatusWire] | None = None
+    extended_resource_claim_status: ExtendedClaimStatusWire | None = None
 
 
 class Pod(msgspec.Struct):
@@ -454,6 +457,9 @@ def pod_from_obj(pod: Pod) -> PodInput:
         level_requests=_quantities(spec.resources.requests if spec.resources else None),
         resize=_resize(pod.status),
         resource_claims=_pod_claims(spec.resource_claims, pod.status.resource_claim_statuses),
+        extended_claim=pod.status.extended_resource_claim_status.resource_claim_name
+        if pod.status.extended_resource_claim_status is not None
+        else "",
         restart_rule_actions=tuple(
             sorted({r.action for c in containers for r in c.restart_policy_rules or ()})
         ),
@@ -577,58 +583,6 @@ def volume_from_obj(volume: Volume) -> VolumeInput:
     if affinity is not None and affinity.required is not None:
         required = tuple(_node_term(t) for t in affinity.required.node_selector_terms)
     return VolumeInput(volume.metadata.name, required)
-
-
-# ---- DRA: ResourceClaims and DeviceClasses (resource.k8s.io/v1, filters/dra.py) -------------
-
-
-class AllocationWire(msgspec.Struct, rename="camel"):
-    node_selector: NodeSelectorWire | None = None
-
-
-class ConsumerWire(msgspec.Struct):
-    uid: str = ""
-
-
-class ResourceClaimStatusWire(msgspec.Struct, rename="camel"):
-    allocation: AllocationWire | None = None
-    reserved_for: list[ConsumerWire] | None = None
-
-
-class ResourceClaim(msgspec.Struct):
-    metadata: ObjectMeta
-    status: ResourceClaimStatusWire = msgspec.field(default_factory=ResourceClaimStatusWire)
-
-
-class DeviceClassSpecWire(msgspec.Struct, rename="camel"):
-    extended_resource_name: str | None = None
-
-
-class DeviceClass(msgspec.Struct):
-    metadata: ObjectMeta
-    spec: DeviceClassSpecWire = msgspec.field(default_factory=DeviceClassSpecWire)
-
-
-def resource_claim_from_obj(claim: ResourceClaim) -> ResourceClaimInput:
-    allocation = claim.status.allocation
-    selector = None
-    if allocation is not None and allocation.node_selector is not None:
-        selector = tuple(_node_term(t) for t in allocation.node_selector.node_selector_terms)
-    return ResourceClaimInput(
-        claim.metadata.namespace or "default",
-        claim.metadata.name,
-        uid=claim.metadata.uid,
-        allocated=allocation is not None,
-        node_selector=selector,
-        reserved_for=tuple(c.uid for c in claim.status.reserved_for or ()),
-        deleting=claim.metadata.deletion_timestamp is not None,
-    )
-
-
-def device_class_from_obj(device_class: DeviceClass) -> DeviceClassInput:
-    return DeviceClassInput(
-        device_class.metadata.name, device_class.spec.extended_resource_name or ""
-    )
 
 
 _pod_decoder = msgspec.json.Decoder(Pod)

@@ -8,19 +8,24 @@ version; an attribute with none of them is dropped (a newer API's type, e.g. the
 types).
 
 Encoding: ``allocation_json`` is ``status.allocation`` as kube-scheduler writes it (without
-``allocationTimestamp``, which the binder adds when it writes).
+``allocationTimestamp``, which the binder adds when it writes); ``requests_json`` is a claim's
+``spec.devices.requests`` (the special claim the binder creates).
 
-Not wired yet: the watch (scheduler/kube/watch.py) still decodes claims and classes with
-codec.py's smaller structs for filters/dra.py.
+The watch (scheduler/service/watches.py) decodes claims and classes with these; a claim carries
+its ``reservedFor`` uids, deletion, and the extended-resource annotation and controller owner.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
+from msgspec import Meta
 
 from scheduler.core.model.dra import (
+    EXACT_COUNT,
+    EXTENDED_RESOURCE_CLAIM,
     AllocatedConfig,
     Allocation,
     AttributeValue,
@@ -47,6 +52,42 @@ from scheduler.core.model.objects import NodeSelectorTerm, Requirement, Taint, T
 from .codec import NodeSelectorTermWire, NodeSelectorWire, ObjectMeta
 
 Quantity = str | int | float
+T = TypeVar("T")
+
+# The v1 API's own limits (staging/src/k8s.io/api/resource/v1/types.go), enforced while decoding
+# so that an object beyond them (an apiserver that did not validate it, a hand-written manifest)
+# is refused whole, naming its field, before it costs memory or time: a slice of 10,000 devices,
+# a device with a megabyte of attributes. The apiserver enforces them too; these are bounds on
+# what this process holds, not a second validation (a name's characters are not checked).
+SLICE_DEVICES: Final = 128  # ResourceSliceMaxDevices
+COUNTER_SETS: Final = 8  # ResourceSliceMaxCounterSets
+COUNTERS: Final = 32  # ResourceSliceMaxCountersPerCounterSet
+ATTRIBUTES_AND_CAPACITIES: Final = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
+DEVICE_COUNTER_SETS: Final = 2  # ResourceSliceMaxDeviceCounterConsumptionsPerDevice
+DEVICE_TAINTS: Final = 16  # DeviceTaintsMaxLength
+BINDING_CONDITIONS: Final = 4  # BindingConditionsMaxSize, BindingFailureConditionsMaxSize
+REQUESTS: Final = 32  # DeviceRequestsMaxSize, DeviceConstraintsMaxSize, DeviceConfigMaxSize
+SUBREQUESTS: Final = 8  # FirstAvailableDeviceRequestMaxSize
+SELECTORS: Final = 32  # DeviceSelectorsMaxSize
+TOLERATIONS: Final = 16  # DeviceTolerationsMaxLength
+RESULTS: Final = 32  # AllocationResultsMaxSize
+RESERVED_FOR: Final = 256  # ResourceClaimReservedForMaxSize
+CEL_TEXT: Final = 10 * 1024  # CELSelectorExpressionMaxLength
+OPAQUE_PARAMETERS: Final = 10 * 1024  # OpaqueParametersMaxLength
+ATTRIBUTE_TEXT: Final = 64  # DeviceAttributeMaxValueLength
+# A qualified name: a domain of at most 63 characters, "/", an identifier of at most 32; a
+# device, pool or counter name, a quantity or a condition type: short strings.
+QUALIFIED_NAME: Final = 96
+SHORT: Final = 253
+
+
+def _at_most(n: int) -> Meta:
+    return Meta(max_length=n)
+
+
+Short = Annotated[str, _at_most(SHORT)]
+QualifiedName = Annotated[str, _at_most(QUALIFIED_NAME)]
+BoundedQuantity = Annotated[str, _at_most(SHORT)] | int | float
 
 
 def _quantity(value: Quantity) -> str:
@@ -56,60 +97,70 @@ def _quantity(value: Quantity) -> str:
 class _Attribute(msgspec.Struct):
     int_: int | None = msgspec.field(default=None, name="int")
     bool_: bool | None = msgspec.field(default=None, name="bool")
-    string: str | None = None
-    version: str | None = None
+    string: Annotated[str, _at_most(ATTRIBUTE_TEXT)] | None = None
+    version: Annotated[str, _at_most(ATTRIBUTE_TEXT)] | None = None
 
 
 class _Range(msgspec.Struct):
-    min: Quantity | None = None
-    max: Quantity | None = None
-    step: Quantity | None = None
+    min: BoundedQuantity | None = None
+    max: BoundedQuantity | None = None
+    step: BoundedQuantity | None = None
 
 
 class _Policy(msgspec.Struct, rename="camel"):
-    default: Quantity | None = None
-    valid_values: list[Quantity] | None = None
+    default: BoundedQuantity | None = None
+    valid_values: Annotated[list[BoundedQuantity], _at_most(REQUESTS)] | None = None
     valid_range: _Range | None = None
 
 
 class _Capacity(msgspec.Struct, rename="camel"):
-    value: Quantity
+    value: BoundedQuantity
     request_policy: _Policy | None = None
 
 
 class _Counter(msgspec.Struct):
-    value: Quantity
+    value: BoundedQuantity
+
+
+Counters = Annotated[dict[Short, _Counter], _at_most(COUNTERS)]
 
 
 class _Consumption(msgspec.Struct, rename="camel"):
-    counter_set: str
-    counters: dict[str, _Counter] = msgspec.field(default_factory=dict)
+    counter_set: Short
+    counters: Counters = msgspec.field(default_factory=dict)
 
 
 class _DeviceTaint(msgspec.Struct):
-    key: str
-    effect: str
-    value: str = ""
+    key: Short
+    effect: Short
+    value: Short = ""
+
+
+Conditions = Annotated[list[Short], _at_most(BINDING_CONDITIONS)]
 
 
 class _Device(msgspec.Struct, rename="camel"):
-    name: str
-    attributes: dict[str, _Attribute] | None = None
-    capacity: dict[str, _Capacity] | None = None
-    consumes_counters: list[_Consumption] | None = None
-    taints: list[_DeviceTaint] | None = None
+    name: Short
+    attributes: (
+        Annotated[dict[QualifiedName, _Attribute], _at_most(ATTRIBUTES_AND_CAPACITIES)] | None
+    ) = None
+    capacity: (
+        Annotated[dict[QualifiedName, _Capacity], _at_most(ATTRIBUTES_AND_CAPACITIES)] | None
+    ) = None
+    consumes_counters: Annotated[list[_Consumption], _at_most(DEVICE_COUNTER_SETS)] | None = None
+    taints: Annotated[list[_DeviceTaint], _at_most(DEVICE_TAINTS)] | None = None
     allow_multiple_allocations: bool | None = None
     binds_to_node: bool | None = None
-    binding_conditions: list[str] | None = None
-    binding_failure_conditions: list[str] | None = None
-    node_name: str | None = None
+    binding_conditions: Conditions | None = None
+    binding_failure_conditions: Conditions | None = None
+    node_name: Short | None = None
     node_selector: NodeSelectorWire | None = None
     all_nodes: bool | None = None
 
 
 class _CounterSet(msgspec.Struct):
-    name: str
-    counters: dict[str, _Counter] = msgspec.field(default_factory=dict)
+    name: Short
+    counters: Counters = msgspec.field(default_factory=dict)
 
 
 class _Pool(msgspec.Struct, rename="camel"):
@@ -125,8 +176,8 @@ class _SliceSpec(msgspec.Struct, rename="camel"):
     node_selector: NodeSelectorWire | None = None
     all_nodes: bool | None = None
     per_device_node_selection: bool | None = None
-    devices: list[_Device] | None = None
-    shared_counters: list[_CounterSet] | None = None
+    devices: Annotated[list[_Device], _at_most(SLICE_DEVICES)] | None = None
+    shared_counters: Annotated[list[_CounterSet], _at_most(COUNTER_SETS)] | None = None
 
 
 class ResourceSliceWire(msgspec.Struct):
@@ -135,7 +186,7 @@ class ResourceSliceWire(msgspec.Struct):
 
 
 class _Cel(msgspec.Struct):
-    expression: str = ""
+    expression: Annotated[str, _at_most(CEL_TEXT)] = ""
 
 
 class _Selector(msgspec.Struct):
@@ -143,7 +194,7 @@ class _Selector(msgspec.Struct):
 
 
 class _Opaque(msgspec.Struct):
-    driver: str
+    driver: Short
     parameters: Any = None
 
 
@@ -151,9 +202,12 @@ class _Config(msgspec.Struct):
     opaque: _Opaque | None = None
 
 
+Selectors = Annotated[list[_Selector], _at_most(SELECTORS)]
+
+
 class _ClassSpec(msgspec.Struct, rename="camel"):
-    selectors: list[_Selector] | None = None
-    config: list[_Config] | None = None
+    selectors: Selectors | None = None
+    config: Annotated[list[_Config], _at_most(REQUESTS)] | None = None
     extended_resource_name: str | None = None
 
 
@@ -169,45 +223,50 @@ class _Toleration(msgspec.Struct):
     effect: str = ""
 
 
+Capacities = Annotated[dict[QualifiedName, BoundedQuantity], _at_most(ATTRIBUTES_AND_CAPACITIES)]
+Tolerations = Annotated[list[_Toleration], _at_most(TOLERATIONS)]
+RequestNames = Annotated[list[Short], _at_most(REQUESTS)]
+
+
 class _CapacityRequirements(msgspec.Struct):
-    requests: dict[str, Quantity] | None = None
+    requests: Capacities | None = None
 
 
 class _Exact(msgspec.Struct, rename="camel"):
-    device_class_name: str = ""
-    selectors: list[_Selector] | None = None
-    allocation_mode: str = "ExactCount"
+    device_class_name: Short = ""
+    selectors: Selectors | None = None
+    allocation_mode: Short = "ExactCount"
     count: int = 1
     admin_access: bool | None = None
-    tolerations: list[_Toleration] | None = None
+    tolerations: Tolerations | None = None
     capacity: _CapacityRequirements | None = None
 
 
 class _SubRequest(_Exact):
-    name: str = ""
+    name: Short = ""
 
 
 class _Request(msgspec.Struct, rename="camel"):
-    name: str
+    name: Short
     exactly: _Exact | None = None
-    first_available: list[_SubRequest] | None = None
+    first_available: Annotated[list[_SubRequest], _at_most(SUBREQUESTS)] | None = None
 
 
 class _Constraint(msgspec.Struct, rename="camel"):
-    requests: list[str] | None = None
-    match_attribute: str | None = None
-    distinct_attribute: str | None = None
+    requests: RequestNames | None = None
+    match_attribute: QualifiedName | None = None
+    distinct_attribute: QualifiedName | None = None
 
 
 class _ClaimConfig(msgspec.Struct):
-    requests: list[str] | None = None
+    requests: RequestNames | None = None
     opaque: _Opaque | None = None
 
 
 class _ClaimDevices(msgspec.Struct):
-    requests: list[_Request] | None = None
-    constraints: list[_Constraint] | None = None
-    config: list[_ClaimConfig] | None = None
+    requests: Annotated[list[_Request], _at_most(REQUESTS)] | None = None
+    constraints: Annotated[list[_Constraint], _at_most(REQUESTS)] | None = None
+    config: Annotated[list[_ClaimConfig], _at_most(REQUESTS)] | None = None
 
 
 class _ClaimSpec(msgspec.Struct):
@@ -215,27 +274,27 @@ class _ClaimSpec(msgspec.Struct):
 
 
 class _Result(msgspec.Struct, rename="camel"):
-    request: str
-    driver: str
-    pool: str
-    device: str
+    request: Short
+    driver: Short
+    pool: Short
+    device: Short
     admin_access: bool | None = None
-    tolerations: list[_Toleration] | None = None
-    binding_conditions: list[str] | None = None
-    binding_failure_conditions: list[str] | None = None
-    share_id: str | None = msgspec.field(default=None, name="shareID")
-    consumed_capacity: dict[str, Quantity] | None = None
+    tolerations: Tolerations | None = None
+    binding_conditions: Conditions | None = None
+    binding_failure_conditions: Conditions | None = None
+    share_id: Short | None = msgspec.field(default=None, name="shareID")
+    consumed_capacity: Capacities | None = None
 
 
 class _AllocatedConfig(msgspec.Struct):
-    source: str
-    requests: list[str] | None = None
+    source: Short
+    requests: RequestNames | None = None
     opaque: _Opaque | None = None
 
 
 class _AllocatedDevices(msgspec.Struct):
-    results: list[_Result] | None = None
-    config: list[_AllocatedConfig] | None = None
+    results: Annotated[list[_Result], _at_most(RESULTS)] | None = None
+    config: Annotated[list[_AllocatedConfig], _at_most(2 * REQUESTS)] | None = None
 
 
 class _Allocation(msgspec.Struct, rename="camel"):
@@ -243,12 +302,26 @@ class _Allocation(msgspec.Struct, rename="camel"):
     node_selector: NodeSelectorWire | None = None
 
 
-class _ClaimStatus(msgspec.Struct):
+class _Consumer(msgspec.Struct):
+    uid: str = ""
+
+
+class _ClaimStatus(msgspec.Struct, rename="camel"):
     allocation: _Allocation | None = None
+    reserved_for: Annotated[list[_Consumer], _at_most(RESERVED_FOR)] | None = None
+
+
+class _Owner(msgspec.Struct):
+    uid: str = ""
+    controller: bool | None = None
+
+
+class _ClaimMeta(ObjectMeta, rename="camel"):
+    owner_references: list[_Owner] | None = None
 
 
 class ResourceClaimWire(msgspec.Struct):
-    metadata: ObjectMeta
+    metadata: _ClaimMeta
     spec: _ClaimSpec = msgspec.field(default_factory=_ClaimSpec)
     status: _ClaimStatus = msgspec.field(default_factory=_ClaimStatus)
 
@@ -296,6 +369,11 @@ def _policy(wire: _Policy | None) -> CapacityRequestPolicy | None:
 
 
 def _device(wire: _Device) -> Device:
+    if len(wire.attributes or ()) + len(wire.capacity or ()) > ATTRIBUTES_AND_CAPACITIES:
+        raise msgspec.ValidationError(
+            f"device {wire.name}: more than {ATTRIBUTES_AND_CAPACITIES} attributes and "
+            "capacities together"
+        )
     attributes = {
         name: value
         for name, a in (wire.attributes or {}).items()
@@ -347,6 +425,10 @@ def _opaque(wire: _Opaque | None) -> OpaqueConfig | None:
     if wire is None:
         return None
     text = "" if wire.parameters is None else msgspec.json.encode(wire.parameters).decode()
+    if len(text) > OPAQUE_PARAMETERS:
+        raise msgspec.ValidationError(
+            f"opaque parameters for driver {wire.driver} longer than {OPAQUE_PARAMETERS} bytes"
+        )
     return OpaqueConfig(wire.driver, text)
 
 
@@ -361,6 +443,7 @@ def device_class_from_obj(wire: DeviceClassWire) -> DeviceClass:
         selectors=_selectors(wire.spec.selectors),
         config=tuple(o for c in wire.spec.config or () if (o := _opaque(c.opaque)) is not None),
         extended_resource_name=wire.spec.extended_resource_name or "",
+        created=wire.metadata.creation_timestamp,
     )
 
 
@@ -435,6 +518,10 @@ def resource_claim_from_obj(wire: ResourceClaimWire) -> ResourceClaim:
             ClaimConfig(tuple(c.requests or ()), _opaque(c.opaque)) for c in devices.config or ()
         ),
         allocation=None if wire.status.allocation is None else _allocation(wire.status.allocation),
+        reserved_for=tuple(c.uid for c in wire.status.reserved_for or ()),
+        deleting=wire.metadata.deletion_timestamp is not None,
+        extended=(wire.metadata.annotations or {}).get(EXTENDED_RESOURCE_CLAIM) == "true",
+        owner=next((o.uid for o in wire.metadata.owner_references or () if o.controller), ""),
     )
 
 
@@ -453,6 +540,45 @@ def decode_device_class(raw: bytes) -> DeviceClass:
 
 def decode_resource_claim(raw: bytes) -> ResourceClaim:
     return resource_claim_from_obj(_claim_decoder.decode(raw))
+
+
+class _Named(msgspec.Struct):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+
+_named_decoder = msgspec.json.Decoder(_Named)
+
+
+def object_meta(raw: bytes) -> ObjectMeta:
+    """The metadata of a DRA object whose whole may be refused (its name, namespace and
+    resourceVersion)."""
+    return _named_decoder.decode(raw).metadata
+
+
+class Refused(msgspec.Struct, frozen=True):
+    """A DRA object beyond the API's limits or malformed: which one, and why (msgspec's
+    message names the field: "Expected `array` of length <= 128 - at `$.spec.devices`")."""
+
+    kind: str
+    namespace: str
+    name: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {where} refused: {self.reason}"
+
+
+def decode_or_refuse(
+    kind: str, decode: Callable[[bytes], T], raw: bytes, namespaced: bool
+) -> T | Refused:
+    """``decode(raw)``, or why the object is refused (its name read on its own)."""
+    try:
+        return decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        meta = object_meta(raw)
+        namespace = (meta.namespace or "default") if namespaced else ""
+        return Refused(kind, namespace, meta.name, str(exc))
 
 
 def convert_resource_slice(obj: dict[str, Any]) -> ResourceSlice:
@@ -536,4 +662,37 @@ def allocation_json(allocation: Allocation) -> dict[str, Any]:
         out["nodeSelector"] = {
             "nodeSelectorTerms": [_term_json(t) for t in allocation.node_selector]
         }
+    return out
+
+
+def _exact_json(e: ExactRequest) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "deviceClassName": e.device_class_name,
+        "allocationMode": e.allocation_mode,
+    }
+    if e.allocation_mode == EXACT_COUNT:
+        out["count"] = e.count
+    if e.selectors:
+        out["selectors"] = [{"cel": {"expression": s}} for s in e.selectors]
+    if e.admin_access:
+        out["adminAccess"] = True
+    if e.tolerations:
+        out["tolerations"] = [_toleration_json(t) for t in e.tolerations]
+    if e.capacity:
+        out["capacity"] = {"requests": dict(e.capacity)}
+    return out
+
+
+def requests_json(requests: tuple[DeviceRequest, ...]) -> list[dict[str, Any]]:
+    """``spec.devices.requests`` in the v1 JSON shape (the special claim the binder creates)."""
+    out = []
+    for r in requests:
+        request: dict[str, Any] = {"name": r.name}
+        if r.exactly is not None:
+            request["exactly"] = _exact_json(r.exactly)
+        if r.first_available:
+            request["firstAvailable"] = [
+                {"name": s.name, **_exact_json(s.exactly)} for s in r.first_available
+            ]
+        out.append(request)
     return out

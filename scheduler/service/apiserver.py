@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import PodInput
 from scheduler.kube.api import BindResult
+from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
 from scheduler.kube.podgroups import EvictResult, Write
 
 
@@ -37,6 +39,21 @@ class Cluster(Protocol):
     async def unreserve_claims(
         self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
     ) -> None: ...
+
+    # DRA allocation (binder.py's PreBind and Unreserve; kube/claims.py builds the objects).
+    async def read_claim(self, namespace: str, name: str) -> ClaimObject | None: ...
+
+    async def replace_claim(self, obj: ClaimObject, status: bool) -> ClaimWrite: ...
+
+    async def create_claim(self, obj: ClaimObject) -> ClaimWrite: ...
+
+    async def delete_claim(
+        self, namespace: str, name: str, uid: str, resource_version: str
+    ) -> Answer: ...
+
+    async def record_extended_claim(
+        self, namespace: str, name: str, uid: str, claim: str, mappings: tuple[RequestMapping, ...]
+    ) -> Write: ...
 
     async def event(
         self,

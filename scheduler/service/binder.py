@@ -15,7 +15,8 @@ The outcome of one pod:
   ResourceClaims could not be reserved for it): no Binding of this pod sent by this replica can
   land. Only then are its ResourceClaims' ``reservedFor`` entries for it removed (kube-scheduler's
   Unreserve; the allocation stays);
-- ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now);
+- ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now); the claims
+  its placement allocated are released as after BIND_FAILED;
 - ``BIND_ELSEWHERE``: another scheduler or a previous leader bound it; the pod read back is
   returned, its annotations are the truth;
 - ``BIND_UNKNOWN``: it may be bound: a Binding was sent without an answer (abandoned at the
@@ -29,20 +30,42 @@ kubelet runs a pod only with its claims reserved for it). A claim write that fai
 first Binding was sent is BIND_FAILED; after it (a re-send: ``uncertain``, or a retry after a
 lost answer) it says nothing of the Bindings already sent, which may land: the pod is read back
 as after any unanswered Binding (BIND_UNKNOWN while pending: its GPUs stay held, issue 30).
+
+DRA allocation (issue 29): the claims a placement allocates (``Placement.claims``) are written
+before the Binding in kube-scheduler's PreBind order (kube/claims.py): a special claim created,
+the delete-protection finalizer, one status write with the allocation, the pod in
+``reservedFor`` and the allocation timestamp, the special claim recorded on the pod; then, if a
+device has binding conditions, the Binding waits (bounded: ``binding_wait_s``) until its
+driver reports them. Claims allocated by others are only reserved for the pod, as before. Every
+claim write is fenced like a Binding (``may_send``) and preconditioned on the resourceVersion it
+read, so a write whose answer was lost is settled by reading the claim again: it landed (the
+pod is in ``reservedFor``) or it never will once the claim moved on. A claim whose write stays
+unanswered after ``attempts`` tries is BIND_UNKNOWN: the book holds everything and sends again.
+When the Binding fails (BIND_FAILED: none of ours can land), Unreserve undoes every write of
+ours, each preconditioned again: the pod leaves ``reservedFor``, the allocation goes when nobody
+else is reserved, then the finalizer; a special claim is deleted.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import enum
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 import structlog
 
 from scheduler.core.formats.assignment import assignment_annotations
-from scheduler.core.model.decisions import Placement
-from scheduler.core.model.objects import PodInput, ResourceClaimInput
+from scheduler.core.model.decisions import ClaimAllocation, Placement
+from scheduler.core.model.dra import ResourceClaim
+from scheduler.core.model.objects import PodInput
+from scheduler.kube import claims as kc
+from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
+from scheduler.kube.dracodec import allocation_json, requests_json
 from scheduler.kube.podgroups import Write
+from scheduler.kube.watch import HttpError
 
 from .apiserver import Cluster
 from .leader import Leadership
@@ -51,10 +74,20 @@ from .podbook import Event
 
 log = structlog.get_logger("scheduler")
 
+T = TypeVar("T")
+
 
 def bind_timeout_for(lease_s: float, renew_s: float) -> float:
     """The bind timeout: half the time a lease has left just before its renewal."""
     return max(0.05, (lease_s - renew_s) / 2)
+
+
+class Written(enum.Enum):
+    """What the PreBind writes of one pod came to."""
+
+    DONE = "done"
+    FAILED = "failed"  # refused, or the claim gone or taken: nothing more of ours will land
+    UNKNOWN = "unknown"  # a write's answer was lost and no later answer settled it
 
 
 @dataclass(frozen=True)
@@ -76,7 +109,10 @@ class Binder:
         *,
         attempts: int,
         retry_s: float,
-        resource_claims: Mapping[str, ResourceClaimInput],
+        resource_claims: Mapping[str, ResourceClaim],
+        binding_wait_s: float = 600.0,
+        binding_poll_s: float = 5.0,
+        wall_ms: Callable[[], int],
     ) -> None:
         self.cluster = cluster
         # The watched ResourceClaims by key: their UIDs are the preconditions of an Unreserve.
@@ -89,7 +125,18 @@ class Binder:
         # the n-th retry after n times ``retry_s`` (run.tuning.bindAttempts, bindRetrySeconds).
         self.attempts = attempts
         self.retry_s = retry_s
+        # Binding conditions (KEP-5007): how long the Binding waits for the drivers to report
+        # them, and how often the claims are read meanwhile (run.tuning.bindingConditionsSeconds,
+        # bindingConditionsPollSeconds; kube-scheduler's bindingTimeout and its 5 s poll).
+        self.binding_wait_s = binding_wait_s
+        self.binding_poll_s = binding_poll_s
+        self.wall_ms = wall_ms  # the allocation timestamp's clock
         self.in_flight = 0  # pods handed over whose outcome has not been returned yet
+        # Pods (UIDs) a Binding was sent for without a settled outcome (BIND_UNKNOWN): a re-send
+        # is uncertain only for them, not for a pod whose claim write alone was left unknown
+        # (no Binding of it was sent: a failed claim write then fails it, and Unreserve runs).
+        # A pod that leaves while unknown stays here: one UID per such pod.
+        self._sent: set[str] = set()
 
     async def bind_all(
         self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False
@@ -105,7 +152,7 @@ class Binder:
             self.in_flight -= len(pods)
 
     def sizes(self) -> dict[str, int]:
-        return {"in_flight": self.in_flight}
+        return {"in_flight": self.in_flight, "sent_unsettled": len(self._sent)}
 
     def may_send(self) -> bool:
         """The fencing rule: the lease outlives a request started now."""
@@ -119,6 +166,8 @@ class Binder:
         except Exception:
             log.exception("bind crashed", pod=pod.key)
             event, current = Event.BIND_UNKNOWN, None
+        if event is not Event.BIND_UNKNOWN:
+            self._sent.discard(pod.uid)
         return Outcome(pod, placement, event, current)
 
     async def _bind(
@@ -126,10 +175,14 @@ class Binder:
     ) -> tuple[Event, PodInput | None]:
         async with self._slots:
             event, current = await self._send(pod, placement, uncertain)
-            if event is Event.BIND_FAILED and pod.resource_claims and self.leadership.leading:
-                # No Binding of ours can land: its claims let it go. Only while leading: a
-                # later leader may have reserved them for the same pod meanwhile.
-                await self._unreserve(pod)
+            if not self.leadership.leading:
+                # A later leader may have reserved the claims for the same pod meanwhile.
+                return event, current
+            if event in (Event.BIND_FAILED, Event.BIND_GONE) and placement.claims:
+                # No Binding of ours can land (or the pod is gone): what we allocated goes.
+                await self._release(pod, placement)
+            if event is Event.BIND_FAILED and self._others(pod, placement):
+                await self._unreserve(pod, placement)
             return event, current
 
     async def _send(
@@ -138,11 +191,15 @@ class Binder:
         # Every attempt sends the same Binding: the placement's node and annotations.
         annotations = assignment_annotations(placement)
         # An earlier attempt may have landed without our seeing the answer.
-        maybe_sent = uncertain
-        if pod.resource_claims and not await self._reserve(pod):
+        maybe_sent = uncertain and pod.uid in self._sent
+        written = await self._prebind(pod, placement)
+        if written is not Written.DONE:
             if maybe_sent:
                 # A re-send's claim write failed: an earlier Binding may still land.
                 return await self._read_back(pod, placement, maybe_sent)
+            if written is Written.UNKNOWN:
+                # A claim write may yet land: everything stays held, and it is all sent again.
+                return Event.BIND_UNKNOWN, None
             return Event.BIND_FAILED, None
         for attempt in range(1, self.attempts + 1):
             if not self.may_send():
@@ -151,6 +208,7 @@ class Binder:
                 if maybe_sent:
                     return await self._read_back(pod, placement, maybe_sent)
                 return Event.BIND_FAILED, None
+            self._sent.add(pod.uid)
             try:
                 result = await asyncio.wait_for(
                     self.cluster.bind(
@@ -177,13 +235,193 @@ class Binder:
             return await self._read_back(pod, placement, maybe_sent)
         return Event.BIND_FAILED, None
 
-    async def _reserve(self, pod: PodInput) -> bool:
+    # ---- PreBind ----------------------------------------------------------------------------
+
+    async def _prebind(self, pod: PodInput, placement: Placement) -> Written:
+        """DRA's writes before the Binding: the claims the placement allocates, then the pod
+        reserved in the claims others allocated, then the binding conditions awaited."""
+        for allocation in placement.claims:
+            written = await self._allocate(pod, allocation)
+            if written is not Written.DONE:
+                return written
+        if self._others(pod, placement) and not await self._reserve(pod, placement):
+            return Written.FAILED
+        if any(r.binding_conditions for c in placement.claims for r in c.allocation.results):
+            return await self._binding_conditions(pod, placement)
+        return Written.DONE
+
+    def _others(self, pod: PodInput, placement: Placement) -> tuple[str, ...]:
+        """The pod's claims it only joins (allocated by anyone but this placement), by name."""
+        ours = {c.claim for c in placement.claims}
+        return tuple(
+            c.claim
+            for c in pod.resource_claims
+            if c.claim and f"{pod.namespace}/{c.claim}" not in ours
+        )
+
+    @staticmethod
+    def _name(pod: PodInput, allocation: ClaimAllocation) -> str:
+        if allocation.special and not allocation.uid:
+            return kc.extended_claim_name(pod.name, pod.uid)
+        return allocation.claim.partition("/")[2]
+
+    async def _allocate(self, pod: PodInput, allocation: ClaimAllocation) -> Written:
+        """Write one claim's allocation for the pod (module doc), re-reading it after a conflict
+        or a lost answer, up to ``attempts`` times."""
+        name = self._name(pod, allocation)
+        unanswered = False  # a write of ours has no answer, and no later write was answered
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.retry_s * attempt)
+            try:
+                obj = await self._read(pod.namespace, name)
+                if obj is None and allocation.special and not allocation.uid:
+                    body = kc.extended_claim(
+                        pod.namespace, pod.name, pod.uid, requests_json(allocation.requests)
+                    )
+                    created = await self._write(partial(self.cluster.create_claim, body))
+                    unanswered = False
+                    if created.answer is not Answer.DONE:
+                        continue  # it exists (an earlier create of ours landed): read it
+                    obj = created.obj
+                if obj is None or not self._ours_to_write(pod, allocation, obj):
+                    log.warning("ResourceClaim not allocatable now", pod=pod.key, claim=name)
+                    return Written.FAILED
+                if not kc.held_for(obj, pod.uid):
+                    obj = await self._write_allocation(pod, allocation, obj)
+                    unanswered = False
+                    if obj is None:
+                        continue  # changed meanwhile: read it again
+                if allocation.special and pod.extended_claim != name:
+                    recorded = await self._call(
+                        partial(
+                            self.cluster.record_extended_claim,
+                            pod.namespace,
+                            pod.name,
+                            pod.uid,
+                            name,
+                            allocation.mappings,
+                        )
+                    )
+                    if recorded is not Write.DONE:
+                        return Written.FAILED
+                return Written.DONE
+            except _Fenced:
+                return Written.UNKNOWN if unanswered else Written.FAILED
+            except _Refused as exc:
+                log.warning("ResourceClaim write refused", pod=pod.key, claim=name, error=str(exc))
+                return Written.FAILED
+            except _Lost as exc:
+                unanswered = unanswered or exc.write
+                self.metrics.bind_errors.labels(reason="claim").inc()
+                log.warning(
+                    "ResourceClaim write unanswered", pod=pod.key, claim=name, error=str(exc)
+                )
+        return Written.UNKNOWN if unanswered else Written.FAILED
+
+    def _ours_to_write(self, pod: PodInput, allocation: ClaimAllocation, obj: ClaimObject) -> bool:
+        """The claim read is the one the core allocated, still free to allocate for the pod (or
+        already ours): not replaced, not being deleted, allocated by nobody else; a special
+        claim is the pod's own."""
+        if allocation.uid and kc.uid_of(obj) != allocation.uid:
+            return False
+        if allocation.special and not kc.owned_by(obj, pod.uid):
+            return False
+        if kc.held_for(obj, pod.uid):
+            # Written for this pod already (an earlier attempt, or a previous leader): kept as
+            # it is, whatever devices the core chose this time (the watch will show them).
+            return True
+        return not kc.deleting(obj) and not kc.allocated(obj)
+
+    async def _write_allocation(
+        self, pod: PodInput, allocation: ClaimAllocation, obj: ClaimObject
+    ) -> ClaimObject | None:
+        """The finalizer, then the status: the claim as written, or None after a conflict."""
+        protected = kc.with_finalizer(obj)
+        if protected is not None:
+            answer = await self._write(partial(self.cluster.replace_claim, protected, status=False))
+            if answer.answer is not Answer.DONE or answer.obj is None:
+                return self._settled(answer)
+            obj = answer.obj
+        body = kc.allocated_for(
+            obj, allocation_json(allocation.allocation), pod.name, pod.uid, self.wall_ms()
+        )
+        answer = await self._write(partial(self.cluster.replace_claim, body, status=True))
+        if answer.answer is not Answer.DONE or answer.obj is None:
+            return self._settled(answer)
+        return answer.obj
+
+    @staticmethod
+    def _settled(answer: ClaimWrite) -> None:
+        """A write's answer other than DONE: a conflict is retried by the caller (None); a
+        claim gone is a refusal."""
+        if answer.answer is Answer.GONE:
+            raise _Refused("the ResourceClaim is gone")
+
+    async def _write(self, call: Callable[[], Awaitable[ClaimWrite]]) -> ClaimWrite:
+        """One claim write, fenced like a Binding (_Fenced: not sent)."""
+        if not self.may_send():
+            raise _Fenced()
+        return await self._call(call, write=True)
+
+    async def _read(self, namespace: str, name: str) -> ClaimObject | None:
+        return await self._call(partial(self.cluster.read_claim, namespace, name))
+
+    async def _call(self, call: Callable[[], Awaitable[T]], write: bool = False) -> T:
+        """One request within the bind timeout: its answer, or _Lost (no answer, or a 5xx or
+        429, which say nothing of what a write did) or _Refused (any other error status)."""
+        try:
+            return await asyncio.wait_for(call(), self.timeout_s)
+        except HttpError as exc:
+            if exc.status >= 500 or exc.status == 429:
+                raise _Lost(str(exc), write) from exc
+            raise _Refused(str(exc)) from exc
+        except Exception as exc:
+            raise _Lost(repr(exc), write) from exc
+
+    async def _binding_conditions(self, pod: PodInput, placement: Placement) -> Written:
+        """Wait until the drivers report every binding condition of the allocated devices
+        (kube-scheduler's PreBind), at most ``binding_wait_s``: a failure condition, or the
+        time running out, fails the Binding (Unreserve follows). The pod keeps its bind slot
+        meanwhile (run.bindConcurrency bounds the pods waiting too)."""
+        waiting = [
+            c for c in placement.claims if any(r.binding_conditions for r in c.allocation.results)
+        ]
+        deadline = asyncio.get_running_loop().time() + self.binding_wait_s
+        awaited = ""
+        while True:
+            pending = []
+            for allocation in waiting:
+                try:
+                    obj = await self._read(pod.namespace, self._name(pod, allocation))
+                except (_Lost, _Refused):
+                    pending.append(allocation)
+                    continue
+                if obj is None:
+                    return Written.FAILED
+                state, awaited = kc.binding_state(obj, allocation.allocation.results)
+                if state is kc.Binding.FAILED:
+                    log.warning("device binding failed", pod=pod.key, condition=awaited)
+                    return Written.FAILED
+                if state is kc.Binding.WAITING:
+                    pending.append(allocation)
+            waiting = pending
+            if not waiting:
+                return Written.DONE
+            if asyncio.get_running_loop().time() >= deadline or not self.leadership.leading:
+                log.warning("device binding timeout", pod=pod.key, awaiting=awaited)
+                return Written.FAILED
+            await asyncio.sleep(self.binding_poll_s)
+
+    # ---- claims allocated by others: the pod joins their reservedFor --------------------------
+
+    async def _reserve(self, pod: PodInput, placement: Placement) -> bool:
         """DRA: reserve the pod's (allocated) ResourceClaims for it before its Binding, as
         kube-scheduler's PreBind does (the kubelet runs a pod only with its claims reserved for
         it). False when a claim is gone or the apiserver refused: the bind is not sent."""
         if not self.may_send():
             return False
-        claims = tuple(c.claim for c in pod.resource_claims)
+        claims = self._others(pod, placement)
         try:
             written = await asyncio.wait_for(
                 self.cluster.reserve_claims(pod.namespace, claims, pod.name, pod.uid),
@@ -194,15 +432,16 @@ class Binder:
             return False
         return written is Write.DONE
 
-    async def _unreserve(self, pod: PodInput) -> None:
-        """Remove the pod from its ResourceClaims' ``reservedFor`` (kube-scheduler's Unreserve),
-        each claim's UID as the precondition when its watch knows it. A failure is logged: the
-        pod is tried again (its next reservation rewrites the entry), and the resource claim
-        controller removes entries of pods that no longer exist."""
+    async def _unreserve(self, pod: PodInput, placement: Placement) -> None:
+        """Remove the pod from the ``reservedFor`` of the claims others allocated
+        (kube-scheduler's Unreserve), each claim's UID as the precondition when its watch knows
+        it. A failure is logged: the pod is tried again (its next reservation rewrites the
+        entry), and the resource claim controller removes entries of pods that no longer
+        exist."""
         claims = []
-        for c in pod.resource_claims:
-            known = self.resource_claims.get(f"{pod.namespace}/{c.claim}")
-            claims.append((c.claim, known.uid if known is not None else ""))
+        for claim in self._others(pod, placement):
+            known = self.resource_claims.get(f"{pod.namespace}/{claim}")
+            claims.append((claim, known.uid if known is not None else ""))
         try:
             await asyncio.wait_for(
                 self.cluster.unreserve_claims(pod.namespace, tuple(claims), pod.uid),
@@ -212,6 +451,68 @@ class Binder:
             log.warning(
                 "could not unreserve the pod's ResourceClaims", pod=pod.key, error=repr(exc)
             )
+
+    # ---- Unreserve of the claims this placement allocated --------------------------------
+
+    async def _release(self, pod: PodInput, placement: Placement) -> None:
+        """Undo PreBind's writes for the pod (module doc), each claim re-read and written with
+        its resourceVersion as the precondition, up to ``attempts`` tries. A claim still
+        holding the pod afterwards is logged: its devices stay in use (the watch shows the
+        allocation), and the pod, tried again, finds its claim allocated for it."""
+        for allocation in placement.claims:
+            name = self._name(pod, allocation)
+            for attempt in range(self.attempts):
+                if attempt:
+                    await asyncio.sleep(self.retry_s * attempt)
+                try:
+                    if await self._release_one(pod, allocation, name):
+                        break
+                except _Fenced:
+                    return  # no longer ours to write: the next leader finds the claim
+                except (_Lost, _Refused) as exc:
+                    log.warning(
+                        "could not release a ResourceClaim", pod=pod.key, claim=name, error=str(exc)
+                    )
+            else:
+                log.error(
+                    "ResourceClaim left allocated for a pod not bound", pod=pod.key, claim=name
+                )
+
+    async def _release_one(self, pod: PodInput, allocation: ClaimAllocation, name: str) -> bool:
+        """One try: True once nothing of ours is left in the claim; False after a conflict."""
+        obj = await self._read(pod.namespace, name)
+        if obj is None or (allocation.uid and kc.uid_of(obj) != allocation.uid):
+            return True  # gone or replaced: nothing of ours is left
+        if allocation.special:
+            if not kc.owned_by(obj, pod.uid):
+                return True
+            # kube-scheduler deletes it, its finalizer removed first.
+            unprotected = kc.without_finalizer(obj)
+            if unprotected is not None:
+                answer = await self._write(
+                    partial(self.cluster.replace_claim, unprotected, status=False)
+                )
+                if answer.answer is not Answer.DONE or answer.obj is None:
+                    return answer.answer is Answer.GONE
+                obj = answer.obj
+            uid, version = kc.uid_of(obj), str(kc.meta(obj).get("resourceVersion", ""))
+            deleted = await self._write(
+                partial(_answered, self.cluster.delete_claim, pod.namespace, name, uid, version)
+            )
+            return deleted.answer is not Answer.CONFLICT
+        released = kc.released_by(obj, pod.uid)
+        if released is not None:
+            answer = await self._write(partial(self.cluster.replace_claim, released, status=True))
+            if answer.answer is not Answer.DONE or answer.obj is None:
+                return answer.answer is Answer.GONE
+            obj = answer.obj
+        if kc.allocated(obj):
+            return True  # others are reserved: their allocation and its finalizer stay
+        unprotected = kc.without_finalizer(obj)
+        if unprotected is None:
+            return True
+        answer = await self._write(partial(self.cluster.replace_claim, unprotected, status=False))
+        return answer.answer is not Answer.CONFLICT
 
     async def _read_back(
         self, pod: PodInput, placement: Placement, uncertain: bool
@@ -223,6 +524,29 @@ class Binder:
             log.warning("could not read the pod back after its bind", pod=pod.key, error=str(exc))
             return Event.BIND_UNKNOWN, None
         return settle(pod, placement, current, uncertain)
+
+
+class _Fenced(Exception):
+    """The lease does not outlive a write started now: it is not sent."""
+
+
+class _Refused(Exception):
+    """The apiserver refused a claim write or read for good (4xx), or the claim is gone."""
+
+
+class _Lost(Exception):
+    """No answer (a timeout, a lost connection, a 5xx): ``write`` when it was a write."""
+
+    def __init__(self, message: str, write: bool) -> None:
+        super().__init__(message)
+        self.write = write
+
+
+async def _answered(
+    delete: Callable[[str, str, str, str], Awaitable[Answer]], *args: str
+) -> ClaimWrite:
+    """A delete's answer as a claim write's."""
+    return ClaimWrite(await delete(*args))
 
 
 def settle(

@@ -16,6 +16,10 @@ starts only for pods the book still has as RESERVING when the store answers (a p
 bound elsewhere meanwhile is not bound, and its reservation is released or reconciled): the
 pods whose RESERVE_OK names the effect BIND are handed to the binder, a unit's together.
 
+A gang is decided whole or not at all, and so is not decided while a member is UNSETTLED (held
+where a previous leader decided, its Binding maybe still landing: the pod book): its other
+members are parked (GANG_UNSETTLED) until that member settles, and decided with it then.
+
 A unit whose attempt crashes (a bug, bad input the core did not foresee) fails alone: what it
 placed is answered RESERVE_FAILED (forgotten, backed off), its other pods back off, and the
 batch goes on; the batch's store call is made whatever happened, and a crash of that call is a
@@ -39,12 +43,14 @@ from .effects import Effects
 from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
-from .podbook import SCHEDULABLE_STAGES, Ctx, Effect, Entry, Event, PodBook
+from .podbook import SCHEDULABLE_STAGES, Ctx, Effect, Entry, Event, PodBook, Stage
 from .preemption import Preemptions
 from .queue import SchedulingQueue
 from .storesync import StoreSync
 
 log = structlog.get_logger("scheduler")
+
+_UNSETTLED = frozenset({Stage.UNSETTLED})
 
 
 class Cycle:
@@ -163,6 +169,19 @@ class Cycle:
             # now would say "not found". Retry after the backoff; the LIST wakes it sooner.
             for p in unit.pods:
                 self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
+            return None
+        if unit.gang is not None and (held := self.book.gang_members(unit.gang, _UNSETTLED)):
+            # A member is held where a previous leader decided, its Binding maybe still
+            # landing: deciding the others now, without it, could split the gang (it lands
+            # where the old decision put it, they where this one puts them). They wait, parked,
+            # until it settles (the book's UNSETTLED exits wake its gang).
+            reason = (
+                f"waiting for gang member {held[0].key}: a previous leader's Binding of it may"
+                " still land"
+            )
+            for p in unit.pods:
+                ctx = Ctx(pod=p, result="waiting", reason=reason, gang=unit.gang)
+                self.effects.dispatch(p.key, p.uid, Event.GANG_UNSETTLED, ctx)
             return None
         for member in unit.pods:
             # Out of the queue; a pod holding a previous leader's reservation is decided

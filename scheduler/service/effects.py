@@ -189,7 +189,7 @@ class Effects:
 
     def _hold(self, t: Transition, ctx: Ctx) -> None:
         assert ctx.holding is not None
-        self.state.hold(ctx.holding)
+        self.state.hold_reloaded(ctx.holding)
 
     def _settle(self, t: Transition, ctx: Ctx) -> None:
         self.unsettled[t.key] = _uid(t)

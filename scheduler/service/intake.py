@@ -93,9 +93,6 @@ class Intake:
         self.queue = queue
         self.tasks = tasks
         self.bound_synced = False
-        # The apiserver showed a pod of this scheduler bound: some leader of it led before,
-        # whatever the store and the epoch witness say (scheduler.py: no "new installation").
-        self.ours_bound = False
         # A bound LIST under way: pod key -> UID of what it showed; the pods it showed that
         # were older than the book's (the truth if the LIST begins a new era); the book's
         # newest version when the LIST was asked for.
@@ -125,7 +122,9 @@ class Intake:
         a pod with a claim is not decided before claims and volumes are known, nor one with a
         namespaceSelector before namespaces are, nor one naming a PodGroup before the PodGroup
         watch has listed (it would wait "for the PodGroup to exist"), nor one naming a KAI
-        Topology, or Kueue's topology levels, before that project's Topology watch has."""
+        Topology, or Kueue's topology levels, before that project's Topology watch has, nor one
+        with a ResourceClaim or an extended resource (a DeviceClass may back it: KEP-5004)
+        before DRA's watches have."""
         ready = True
         if pod.claims:
             ready = self.watch_needed("volumes") and ready
@@ -141,7 +140,7 @@ class Intake:
             ready = self.watch_needed(KUEUE_TOPOLOGIES.name) and ready
         if pod.scheduling_group:
             ready = self.watch_needed(UPSTREAM_POD_GROUPS.name) and ready
-        if pod.resource_claims:
+        if pod.resource_claims or asks_extended(pod):
             ready = self.watch_needed("dra") and ready
         return ready
 
@@ -298,8 +297,6 @@ class Intake:
         return True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
-        if pod.node_name and pod.scheduler_name == self.name:
-            self.ours_bound = True
         if self.older(pod):
             log.info("older than what is known: dropped", pod=pod.key, uid=pod.uid)
             return
@@ -389,3 +386,13 @@ def uses_namespace_selector(pod: PodInput) -> bool:
     terms = [*affinity.pod_required, *affinity.anti_required]
     terms += [w.term for w in (*affinity.pod_preferred, *affinity.anti_preferred)]
     return any(t.namespace_selector is not None for t in terms)
+
+
+def asks_extended(pod: PodInput) -> bool:
+    """Whether any container asks for an extended resource (a domain-prefixed name outside
+    kubernetes.io, as ``nvidia.com/gpu``), which a DeviceClass may back."""
+    return any(
+        "/" in name and not name.startswith(("kubernetes.io/", "requests."))
+        for c in (*pod.containers, *pod.init_containers)
+        for name in (*c.requests, *c.limits)
+    )

@@ -98,6 +98,8 @@ class Event(enum.Enum):
     TAKEN = "taken"
     PLACED = "placed"
     NOT_PLACED = "not-placed"
+    # A member of its gang is UNSETTLED: the gang is not decided until every member settles
+    GANG_UNSETTLED = "gang-unsettled"
     # store
     RESERVE_OK = "reserve-ok"
     RESERVE_FAILED = "reserve-failed"  # conflict or store error: back off
@@ -136,7 +138,7 @@ class Effect(enum.Enum):
     PARK = "park"  # unschedulable or waiting: queue, explanation, report
     LEAVE = "leave"  # the pod left the book: out of the queue too
     # waking waiting pods
-    WAKE_GANG = "wake-gang"  # a member arrived: its gang's waiting members retry
+    WAKE_GANG = "wake-gang"  # a member arrived or settled: its gang's waiting members retry
     WAKE = "wake"  # a bound pod: the waiting pods it may help retry (core/filters/requeue.py)
     RETRY = "retry"  # GPUs or resources were let go: every waiting pod retries
     # the snapshot
@@ -225,6 +227,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.PENDING, E.TAKEN): (S.PENDING, (F.TAKE,)),
     (S.PENDING, E.PLACED): (S.RESERVING, (F.ASSUME,)),
     (S.PENDING, E.NOT_PLACED): (S.PENDING, (F.PARK,)),
+    # A member still held where a previous leader decided may yet be bound there: the others
+    # wait for it (decided now, without it, the gang could be split); its settling wakes them.
+    (S.PENDING, E.GANG_UNSETTLED): (S.PENDING, (F.PARK,)),
     (S.PENDING, E.CHECKED_PENDING): (S.PENDING, _),
     # A re-read after a failed Binding found it bound (a Binding of ours whose answer was lost
     # landed): the truth is charged now, not when the bound watch says so (issue 30, 1b).
@@ -250,19 +255,20 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # SETTLE_DUE says which (a re-read now could not tell pending from "not landed yet").
     (S.UNSETTLED, E.PENDING_LEFT): (S.UNSETTLED, _),
     (S.UNSETTLED, E.PENDING_ENDED): (S.GONE, _LEFT),
+    # Settled (bound, pending or gone): the gang members that waited for it retry.
     (S.UNSETTLED, E.BOUND_SEEN): (
         S.BOUND,
-        (F.GROUP_COUNT, F.RECONCILE, F.END_NOMINATION, F.WAKE),
+        (F.GROUP_COUNT, F.RECONCILE, F.END_NOMINATION, F.WAKE, F.WAKE_GANG),
     ),
     (S.UNSETTLED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.UNSETTLED, E.REPLACED): (S.GONE, _LEFT),
     (S.UNSETTLED, E.RELOAD): (S.UNSETTLED, (F.HOLD, F.SETTLE)),
     (S.UNSETTLED, E.SETTLE_DUE): (S.UNSETTLED, (F.CHECK,)),
     # Read once no Binding of the previous leader can land: still pending, so decided afresh.
-    (S.UNSETTLED, E.CHECKED_PENDING): (S.RELOADED, (F.ENQUEUE,)),
+    (S.UNSETTLED, E.CHECKED_PENDING): (S.RELOADED, (F.ENQUEUE, F.WAKE_GANG)),
     (S.UNSETTLED, E.CHECKED_BOUND): (
         S.BOUND,
-        (F.CHARGE, F.RECONCILE, F.END_NOMINATION, F.WAKE),
+        (F.CHARGE, F.RECONCILE, F.END_NOMINATION, F.WAKE, F.WAKE_GANG),
     ),
     (S.UNSETTLED, E.CHECKED_GONE): (S.GONE, _LEFT),
     (S.UNSETTLED, E.CRASHED): (S.UNSETTLED, _),
@@ -286,6 +292,8 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # Decided afresh: the snapshot lets the old reservation go (quietly: it is being decided);
     # the new one replaces it in the store, and if there is none, the reconcile frees it.
     (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE)),
+    # Its gang waits for a member still unsettled; it keeps holding where it was decided.
+    (S.RELOADED, E.GANG_UNSETTLED): (S.RELOADED, (F.PARK,)),
     (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),
     (S.RELOADED, E.CHECKED_BOUND): (
         S.BOUND,

@@ -106,8 +106,8 @@ class Scheduler:
         self.ready_to_schedule = False  # set after the leader's reconcile
         # A leader that cannot know who led before waits until then before its first decision.
         self.wait_for_unknown_leader = wait_for_unknown_leader
-        # The apiserver's record of the elections: tells a new installation from a store that
-        # lost its history (witness.py); None: every store without history waits.
+        # The apiserver's record of the elections: whether the leader a store's history ends
+        # with is the last one elected (witness.py); None: every store without history waits.
         self.witness = witness
         self.first_decision_at = 0.0
         self._gauged: dict[str, int] = {}  # the queue sizes the pending gauge shows
@@ -156,6 +156,9 @@ class Scheduler:
             attempts=tuning.bind_attempts,
             retry_s=tuning.bind_retry_seconds,
             resource_claims=self.state.inputs.resource_claims,
+            binding_wait_s=tuning.binding_conditions_seconds,
+            binding_poll_s=tuning.binding_conditions_poll_seconds,
+            wall_ms=wall_ms,
         )
         events = functools.partial(report, cluster)
         self.stale = StaleGangs(
@@ -275,21 +278,29 @@ class Scheduler:
         self.stale.rescan()  # a gang that fell below its minimum while no one led
         self.first_decision_at = 0.0
         history = await self.store.kept_history(self.leadership.holder, epoch)
-        # The apiserver's record (witness.py): a new installation need not wait, and a store
-        # whose history does not end with the leader recorded there must (a failure to read or
-        # write it fails the election).
+        # The apiserver's record (witness.py): a store whose history does not end with the
+        # leader recorded there waits one lease, and no record at all waits longer (below; a
+        # failure to read or write it fails the election).
         new, chained = False, history.kept
         if self.witness is not None:
             new, chained = await self.witness.elected(self.leadership.holder, epoch, history)
-        if new and self.intake.ours_bound:
-            # Nobody recorded, a store without history, yet the apiserver holds pods this
-            # scheduler bound: the witness was deleted and the store flushed, and whoever led
-            # may still have Bindings in flight. Not a new installation: wait below.
-            log.warning("no leader recorded, but pods of this scheduler are bound: not new")
-            new = False
-        if new:
-            log.info("new installation: no leader was ever recorded; no wait", epoch=epoch)
-        elif not chained and self.wait_for_unknown_leader:
+        if new and self.wait_for_unknown_leader:
+            # No leader recorded and a store without history: a new installation, or the
+            # witness deleted and the store flushed while an old leader still sent Bindings
+            # (its very first ones, with no pod of it bound yet, included). Nothing the
+            # apiserver or the store holds tells these apart, so the wait covers the worst:
+            # that leader sends until its local lease ends (at most one lease after this
+            # election: its renewals fail on the flushed store and against the witness), and a
+            # Binding it sent may commit up to bindCommitSeconds later (an etcd stall). A
+            # new installation pays this once, at its first start.
+            wait = self.leadership.timing.lease_s + self.bind_commit_s
+            self.first_decision_at = self.clock() + wait
+            log.info(
+                "no leader recorded: waiting until a forgotten leader's Bindings cannot land",
+                seconds=wait,
+            )
+            self.sync.request()  # its Bindings land during the wait: the store records them
+        elif not new and not chained and self.wait_for_unknown_leader:
             # The store may have lost its last writes: new or flushed (its epochs started
             # afresh), restarted from disk, or a replica promoted over its master; or a newer
             # leader than its history knows is recorded in the apiserver. Whoever led last is

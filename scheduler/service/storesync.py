@@ -355,6 +355,7 @@ class StoreSync:
             gang=holding.gang or "",
             replicas=holding.replicas if holding.gang else 0,
             resources=holding.resources,
+            claims=holding.claims,
         )
 
 
@@ -374,4 +375,5 @@ def holding_of_claim(claim: Claim) -> Holding:
         claim.replicas,
         claim.uid,
         claim.resources,
+        claims=claim.claims,
     )

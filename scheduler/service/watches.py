@@ -11,9 +11,11 @@ PodDisruptionBudgets are watched from the start (preemption ranks its candidates
 they would break) but not waited for: a replica whose watch of them fails (no RBAC for them, say)
 still schedules, and an eviction a budget refuses is still handled (preemption.py).
 
-Optional ones: namespaces, claims and volumes, and DRA's objects, once a pending pod needs them
-(``needed``: most clusters' GPU pods use none, and a scheduler that never needs them asks the
-apiserver for nothing more); PodGroups (scheduler-plugins', Volcano's, the upstream Workload
+Optional ones: namespaces, claims and volumes, and DRA's objects (ResourceSlices, DeviceClasses,
+ResourceClaims), once a pending pod needs them (``needed``: most clusters' pods use no volume
+claim nor namespaceSelector, and a scheduler that never needs them asks the apiserver for
+nothing more; DRA's are needed by a pod with a ResourceClaim or an extended resource, which a
+DeviceClass may back); PodGroups (scheduler-plugins', Volcano's, the upstream Workload
 API's) and Kueue's and KAI's Topology objects while their CRD exists (podgroups.py's
 ``CrdWatches``: checked at start, then every minute). The PodGroup watches also feed the
 PodGroup status writer (``Scheduler.statuses``).
@@ -23,18 +25,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import structlog
 
 from scheduler.config.tuning import Tuning
+from scheduler.core.model.dra import DeviceClass, ResourceClaim, ResourcePool, ResourceSlice
 from scheduler.core.model.objects import PodInput, TopologyInput
 from scheduler.core.snapshot.watched import (
     CLAIMS,
+    DELETED,
     DEVICE_CLASSES,
     NAMESPACES,
     POD_GROUPS,
     RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
     TOPOLOGIES,
     VOLUMES,
     Kind,
@@ -43,20 +49,24 @@ from scheduler.kube.api import KubeApi
 from scheduler.kube.budgets import PodDisruptionBudget, budget_from_obj
 from scheduler.kube.codec import (
     Claim,
-    DeviceClass,
     Namespace,
     Node,
     Pod,
-    ResourceClaim,
     Volume,
     claim_from_obj,
-    device_class_from_obj,
     namespace_from_obj,
     node_from_obj,
     pod_from_obj,
-    resource_claim_from_obj,
     resource_version,
     volume_from_obj,
+)
+from scheduler.kube.dracodec import (
+    Refused,
+    decode_device_class,
+    decode_or_refuse,
+    decode_resource_claim,
+    decode_resource_slice,
+    object_meta,
 )
 from scheduler.kube.podgroups import CUSTOM_RESOURCES, CustomResource, PodGroup, listed_as
 from scheduler.kube.topologies import KINDS as TOPOLOGY_KINDS
@@ -74,6 +84,8 @@ from .scheduler import Scheduler
 log = structlog.get_logger("app")
 
 BOUND_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+T = TypeVar("T")
 
 
 class Watches:
@@ -139,19 +151,27 @@ class Watches:
                     NAMESPACES,
                 )
             ],
-            # DRA (filters/dra.py): ResourceClaims and DeviceClasses, once a pod uses a claim.
+            # DRA (issue 29): ResourceSlices, DeviceClasses and ResourceClaims, once a pod uses
+            # a claim or asks for an extended resource (a DeviceClass may back it).
             "dra": [
-                self._lazy(
-                    "resourceclaims",
-                    ResourceClaim,
-                    resource_claim_from_obj,
-                    RESOURCE_CLAIMS,
+                self._dra(
+                    "resourceslices",
+                    decode_resource_slice,
+                    lambda namespace, name: ResourceSlice(name, "", ResourcePool("", 0, 0)),
+                    RESOURCE_SLICES,
                 ),
-                self._lazy(
+                self._dra(
                     "deviceclasses",
-                    DeviceClass,
-                    device_class_from_obj,
+                    decode_device_class,
+                    lambda namespace, name: DeviceClass(name),
                     DEVICE_CLASSES,
+                ),
+                self._dra(
+                    "resourceclaims",
+                    decode_resource_claim,
+                    ResourceClaim,
+                    RESOURCE_CLAIMS,
+                    namespaced=True,
                 ),
             ],
             "volumes": [
@@ -258,6 +278,50 @@ class Watches:
             lambda items: intake.replace(watched, [convert(item) for item in items]),
             lambda change, item: intake.event(watched, change, convert(item)),
             _version,
+            timing=self.timing,
+        )
+
+    def _dra(
+        self,
+        kind: str,
+        decode: Callable[[bytes], T],
+        stub: Callable[[str, str], T],
+        watched: Kind[T],
+        namespaced: bool = False,
+    ) -> Reflector[msgspec.Raw]:
+        """A DRA kind, read as raw JSON so that one object beyond the API's limits (a slice of
+        10,000 devices, a device with a megabyte of attributes: kube/dracodec.py's bounds) is
+        refused on its own, with an error naming it and the field, instead of failing the
+        whole LIST again and again. A refused object is not in the snapshot (a refused update
+        removes what was there: ``stub`` makes its key)."""
+        api, intake = self.api, self.scheduler.intake
+
+        def read(raw: msgspec.Raw) -> T | None:
+            found = decode_or_refuse(watched.name, decode, raw, namespaced)
+            if isinstance(found, Refused):
+                log.warning("DRA object refused", error=str(found))
+                return None
+            return found
+
+        def replace(items: list[msgspec.Raw]) -> None:
+            intake.replace(watched, [found for raw in items if (found := read(raw)) is not None])
+
+        def event(change: str, raw: msgspec.Raw) -> None:
+            found = read(raw)
+            if found is not None:
+                intake.event(watched, change, found)
+            else:
+                meta = object_meta(raw)
+                intake.event(watched, DELETED, stub(meta.namespace or "default", meta.name))
+
+        return Reflector(
+            kind,
+            msgspec.Raw,
+            lambda: api.list_kind(kind),
+            lambda rv, t: api.watch_kind(kind, rv, t),
+            replace,
+            event,
+            lambda raw: object_meta(raw).resource_version,
             timing=self.timing,
         )
 

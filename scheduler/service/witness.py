@@ -7,13 +7,13 @@ gives the lease back). Writes are compare-and-swap on the resourceVersion, and a
 resourceVersion is read from etcd (a quorum read), so the order of records and reads is real.
 
 It serves three purposes (docs/operations.md "State and HA"):
-- *A new installation starts at once.* A Redis that may have lost its last writes cannot say who
-  led before, so the new leader waits one lease before its first decision; but at epoch 1 with a
-  witness that never heard of this scheduler, nobody ever led: no wait. Unless the apiserver
-  holds a pod this scheduler bound (scheduler.py checks): then the witness was deleted and the
-  store flushed, and whoever led may still have Bindings in flight, so the new leader waits.
-  What that cannot tell from a new installation: a deleted witness and a flushed store while
-  the old leader's very first Bindings, with no pod of it bound yet, are in flight.
+- *No record is no proof.* A Redis that may have lost its last writes cannot say who led
+  before, so the new leader waits one lease before its first decision, unless its history ends
+  with the leader recorded here (``chained``). With no record at all (``elected`` says "new"),
+  a new installation cannot be told from a witness deleted and a store flushed while an old
+  leader's Bindings, its very first ones included, are in flight: the new leader waits until
+  those can no longer land, one lease plus run.tuning.bindCommitSeconds (scheduler.py). A new
+  installation pays that once.
 - *A renewal counts only while the witness holds the renewer's own record* (``superseded``,
   checked by leader.py after Redis accepted the renewal). A later leader that cannot trust its
   Redis records itself before its one-lease wait: a renewal sent after that record does not

@@ -1,5 +1,6 @@
-"""Read v1 Node and v1 Pod objects (and namespaces, claims, volumes, PodGroups and Kueue's and
-KAI's Topology objects) from YAML or JSON files.
+"""Read v1 Node and v1 Pod objects (and namespaces, claims, volumes, PodGroups, Kueue's and
+KAI's Topology objects, and DRA's ResourceSlices, DeviceClasses, ResourceClaims and
+ResourceClaimTemplates) from YAML or JSON files.
 
 A file may hold several YAML documents, or a ``kind: List`` with ``items``. Every document is
 composed separately so its start line is known: an error names the file and line, and for an
@@ -17,30 +18,30 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from scheduler.core.model.dra import DeviceClass, ResourceClaim, ResourceSlice
 from scheduler.core.model.objects import (
     ClaimInput,
-    DeviceClassInput,
     NamespaceInput,
     NodeInput,
     PodGroupInput,
     PodInput,
-    ResourceClaimInput,
     TopologyInput,
     VolumeInput,
 )
 from scheduler.kube.codec import (
     Claim,
-    DeviceClass,
     Namespace,
-    ResourceClaim,
     Volume,
     claim_from_obj,
     convert_node,
     convert_pod,
-    device_class_from_obj,
     namespace_from_obj,
-    resource_claim_from_obj,
     volume_from_obj,
+)
+from scheduler.kube.dracodec import (
+    convert_device_class,
+    convert_resource_claim,
+    convert_resource_slice,
 )
 from scheduler.kube.podgroups import POD_GROUP_GROUPS, PodGroupError, convert_pod_group
 from scheduler.kube.topologies import KINDS as TOPOLOGY_GROUPS
@@ -81,9 +82,12 @@ class Loaded(msgspec.Struct):
     namespaces: list[NamespaceInput] = msgspec.field(default_factory=list)
     claims: list[ClaimInput] = msgspec.field(default_factory=list)
     volumes: list[VolumeInput] = msgspec.field(default_factory=list)
-    # DRA: ResourceClaims (allocated or not, as written) and DeviceClasses.
-    resource_claims: list[ResourceClaimInput] = msgspec.field(default_factory=list)
-    device_classes: list[DeviceClassInput] = msgspec.field(default_factory=list)
+    # DRA: ResourceClaims (allocated or not, as written), DeviceClasses and ResourceSlices.
+    resource_claims: list[ResourceClaim] = msgspec.field(default_factory=list)
+    device_classes: list[DeviceClass] = msgspec.field(default_factory=list)
+    resource_slices: list[ResourceSlice] = msgspec.field(default_factory=list)
+    # ResourceClaimTemplates, each as the claim it stamps out (named as the template).
+    claim_templates: list[ResourceClaim] = msgspec.field(default_factory=list)
     # PodGroups of scheduler-plugins (scheduling.x-k8s.io) and Volcano (scheduling.volcano.sh).
     pod_groups: list[PodGroupInput] = msgspec.field(default_factory=list)
     # Kueue's (kueue.x-k8s.io) and KAI's (kai.scheduler) Topology objects.
@@ -167,11 +171,15 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
         elif kind == "PersistentVolume":
             out.volumes.append(volume_from_obj(msgspec.convert(obj, Volume, strict=False)))
         elif kind == "ResourceClaim":
-            claim = msgspec.convert(obj, ResourceClaim, strict=False)
-            out.resource_claims.append(resource_claim_from_obj(claim))
+            out.resource_claims.append(convert_resource_claim(obj))
         elif kind == "DeviceClass":
-            device_class = msgspec.convert(obj, DeviceClass, strict=False)
-            out.device_classes.append(device_class_from_obj(device_class))
+            out.device_classes.append(convert_device_class(obj))
+        elif kind == "ResourceSlice":
+            out.resource_slices.append(convert_resource_slice(obj))
+        elif kind == "ResourceClaimTemplate":
+            spec = obj.get("spec") or {}
+            template = {"metadata": obj.get("metadata") or {}, "spec": spec.get("spec") or {}}
+            out.claim_templates.append(convert_resource_claim(template))
         else:
             name = str(kind) if kind else "(no kind)"
             out.skipped[name] = out.skipped.get(name, 0) + 1
@@ -194,6 +202,8 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
         "PersistentVolume": out.volumes,
         "ResourceClaim": out.resource_claims,
         "DeviceClass": out.device_classes,
+        "ResourceSlice": out.resource_slices,
+        "ResourceClaimTemplate": out.claim_templates,
     }
     if not by_kind[str(kind)][-1].name:
         raise LoadError(f"{path}:{line}: {kind} {prefix}metadata.name: missing")

@@ -57,6 +57,18 @@ def to_json(result: SimResult) -> bytes:
         if p.topology:  # a gang placed through topology domains (issue 21)
             item["topology"] = dict(p.topology)
             item["rank"] = p.rank
+        if p.claims:  # the ResourceClaims the placement allocates (issue 29)
+            item["claims"] = [
+                {
+                    "claim": c.claim,
+                    "special": c.special,
+                    "devices": [
+                        {"request": r.request, "device": f"{r.driver}/{r.pool}/{r.device}"}
+                        for r in c.allocation.results
+                    ],
+                }
+                for c in p.claims
+            ]
         placements.append(item)
     document = {
         "placements": placements,
@@ -89,6 +101,21 @@ def _gang_domains(result: SimResult) -> list[str]:
             for p in members:
                 devices = ",".join(str(i) for i in p.devices)
                 lines.append(f"      rank {p.rank}  {p.pod}  {p.node}  GPU {devices}")
+    return lines
+
+
+def _claims(result: SimResult) -> list[str]:
+    """Each placement's allocated ResourceClaims, their devices beside the pod's node."""
+    placed = [p for p in result.placements if p.claims]
+    if not placed:
+        return []
+    lines = ["", "CLAIMS"]
+    for p in placed:
+        lines.append(f"  {p.pod}  {p.node}")
+        for c in p.claims:
+            name = f"{c.claim}<generated> (extended resources)" if c.special else c.claim
+            devices = ", ".join(f"{r.driver}/{r.pool}/{r.device}" for r in c.allocation.results)
+            lines.append(f"    {name}: {devices or 'no devices'}")
     return lines
 
 
@@ -132,6 +159,7 @@ def to_table(result: SimResult) -> str:
     # The legend explains the "+" marks, so it only makes sense under at least one GPU table.
     lines.append("(+ placed by this simulation)" if lines else "No GPU nodes in the input.")
     lines.extend(_gang_domains(result))
+    lines.extend(_claims(result))
     if result.preemptions:
         lines.append("")
         lines.append("PREEMPTED")

@@ -1,6 +1,8 @@
 """One simulation: the same ClusterState and cycle the live scheduler uses, fed from manifests.
 
-Order of events: every node, namespace, claim, volume, PodGroup and Topology, then every running pod
+Order of events: every node, namespace, claim, volume, PodGroup, Topology and DRA object
+(ResourceSlices, DeviceClasses, ResourceClaims; a pending pod's claims from templates are
+created as the resource claim controller would), then every running pod
 (``spec.nodeName`` set; its ``topo-scheduler.io/devices`` annotation says which GPUs it holds),
 then the pending pods of this scheduler as the live queue orders a backlog: higher
 ``spec.priority`` first, then file order, each decision applied before the next (a gang once all
@@ -9,16 +11,20 @@ without an attempt. Pods of other schedulers, finished pods and pods being delet
 pod defined twice counts once, as its last definition. An unschedulable pod's table entry lists
 why each node refuses it, against the cluster as the run leaves it. A unit that cannot be placed
 preempts as the live leader would (``core/preemption/preempt.py``): its victims leave the cluster at
-once and it takes their place; the output lists each preemption with its victims.
+once and it takes their place; the output lists each preemption with its victims. Each
+placement's allocated ResourceClaims are printed with their devices beside the pod's node.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import msgspec
 
 from scheduler.config import Config
 from scheduler.core.cycle import Unit, schedule_in_order
 from scheduler.core.model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
+from scheduler.core.model.dra import ResourceClaim
 from scheduler.core.model.objects import PodInput
 from scheduler.core.placement.nodes import refusals
 from scheduler.core.preemption.preempt import NoPreemption, preempt
@@ -71,6 +77,7 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
     inputs.claims.replace(loaded.claims)
     inputs.resource_claims.replace(loaded.resource_claims)
     inputs.device_classes.replace(loaded.device_classes)
+    inputs.resource_slices.replace(loaded.resource_slices)
     inputs.volumes.replace(loaded.volumes)
     for group in loaded.pod_groups:
         if group.key in inputs.pod_groups:
@@ -80,6 +87,7 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         if topology.key in inputs.topologies:
             warnings.append(f"Topology {topology.key}: defined twice; the last definition wins")
         inputs.topologies.put(topology)
+    templates = {t.key: t for t in loaded.claim_templates}
     pending = []
     ignored = 0
     for pod in _last_definitions(loaded.pods, warnings):
@@ -99,7 +107,7 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
                 )
         elif pod.scheduler_name == config.scheduler_name and not (pod.finished or pod.deleting):
             # The live scheduler skips pods being deleted too; they never get a node.
-            pending.append(pod)
+            pending.append(_claims_from_templates(state, pod, templates))
         else:
             ignored += 1
     placements: list[Placement] = []
@@ -146,6 +154,31 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
         new_pods={p.pod for p in placements},
         preemptions=preempted,
     )
+
+
+def _claims_from_templates(
+    state: ClusterState, pod: PodInput, templates: Mapping[str, ResourceClaim]
+) -> PodInput:
+    """What the resource claim controller does for a pending pod: a claim for each entry of
+    ``spec.resourceClaims`` naming a template and no claim yet, named ``<pod>-<entry>`` (the
+    controller's generateName without its random suffix), owned by the pod, recorded as the
+    pod's claim. A template not in the input leaves the entry as it is (the pod waits)."""
+    entries = []
+    for entry in pod.resource_claims:
+        template = templates.get(f"{pod.namespace}/{entry.template}") if entry.template else None
+        if entry.claim or template is None:
+            entries.append(entry)
+            continue
+        name = f"{pod.name}-{entry.name}"
+        claim = msgspec.structs.replace(
+            template, name=name, uid=f"{pod.uid}-{entry.name}", owner=pod.uid
+        )
+        if claim.key not in state.inputs.resource_claims:
+            state.inputs.resource_claims.put(claim)
+        entries.append(msgspec.structs.replace(entry, claim=name))
+    if entries == list(pod.resource_claims):
+        return pod
+    return msgspec.structs.replace(pod, resource_claims=tuple(entries))
 
 
 def _last_definitions(pods: list[PodInput], warnings: list[str]) -> list[PodInput]:

@@ -64,6 +64,8 @@ from typing import Protocol
 
 from msgspec import Struct
 
+from scheduler.core.model.decisions import ClaimAllocation
+
 
 class StoreError(Exception):
     pass
@@ -114,6 +116,12 @@ class Claim(Struct, frozen=True):
     # a reservation reloaded by the next leader counts against the allocatable too. Absent in
     # claims written before it existed (decoded as ()).
     resources: tuple[tuple[str, int], ...] = ()
+    # The ResourceClaims the placement allocates (issue 29), as the binder writes them: a
+    # reservation reloaded by the next leader holds their devices too while the previous
+    # leader's claim writes may still land (the book's unsettled stage). The store checks no
+    # device of them: the apiserver's claims are the truth of DRA devices, and the snapshot is
+    # what keeps a device from being given twice. Absent in claims written before it existed.
+    claims: tuple[ClaimAllocation, ...] = ()
 
 
 class Record(Struct, frozen=True):

@@ -1,4 +1,5 @@
-"""A real local Kubernetes control plane: etcd, kube-apiserver and KWOK as local processes.
+"""A real local Kubernetes control plane: etcd, kube-apiserver, KWOK and kube-controller-manager
+as local processes.
 
 There is no Docker engine on our machines, so kind and k3d are out. tools/k8s/build.sh builds the
 real binaries from Go modules into a cache; this module runs them on free loopback ports with
@@ -7,9 +8,11 @@ temporary data folders, for the tests, `make demo` and the benchmarks:
 - etcd, on a free client port, fsync off (test data);
 - kube-apiserver with RBAC and token authentication: an admin identity (system:masters) and a
   scheduler identity that can do only what a ClusterRole grants it; ServiceAccount admission off
-  (no controller-manager runs, so there are no default service accounts);
+  (no service-account controller runs, so there are no default service accounts);
 - KWOK, which keeps nodes annotated ``kwok.x-k8s.io/node: fake`` Ready and runs the pods bound to
-  them (and finishes their deletion).
+  them (and finishes their deletion);
+- kube-controller-manager with only what DRA needs (``KCM_CONTROLLERS``): the resourceclaim
+  controller and the garbage collector. dradriver.py publishes the KWOK nodes' ResourceSlices.
 
 ``restart_apiserver()`` stops kube-apiserver (gracefully, or with SIGKILL) and starts it again
 on the same port, certificates, tokens and etcd: clients keep their kubeconfigs, and every watch
@@ -77,6 +80,7 @@ BUILD_SCRIPT = REPO / "tools" / "k8s" / "build.sh"
 DEPLOY_BASE = REPO / "deploy" / "base"
 OPTIONAL_CRDS = (REPO / "deploy" / "optional" / "podgroup-crd.yaml",)
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+RESOURCE_API = "/apis/resource.k8s.io/v1"  # DRA, served by default in v1.37
 # kube-apiserver's --request-timeout here (its default is 60 s): how long a Binding stalled in etcd
 # may still commit, which a scheduler run against this plane waits out after a failover.
 REQUEST_TIMEOUT_S = 10
@@ -88,6 +92,11 @@ SCHEDULER_USER = "system:serviceaccount:topo-scheduler:topo-scheduler"
 AGENT_USER = "system:serviceaccount:topo-scheduler:topo-scheduler-agent"
 SERVICE_ACCOUNT_GROUPS = "system:serviceaccounts,system:serviceaccounts:topo-scheduler"
 START_TIMEOUT_S = 90.0
+# kube-controller-manager runs only what DRA needs: the resourceclaim controller (claims from
+# ResourceClaimTemplates, pod status.resourceClaimStatuses, reservedFor cleaned up and allocations
+# cleared when their pods are gone) and the garbage collector (the claims, and the driver's
+# ResourceSlices, of deleted pods and nodes, through their ownerReferences).
+KCM_CONTROLLERS = ("resourceclaim-controller", "garbage-collector-controller")
 
 
 class ControlPlaneError(RuntimeError):
@@ -260,6 +269,7 @@ class ControlPlane:
             self._start_apiserver()
             self._write_kubeconfigs()
             self._start_kwok()
+            self._start_controller_manager()
         except BaseException:
             self.stop()
             raise
@@ -359,8 +369,8 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            # No controller-manager runs: no default service accounts to admit against, and
-            # no node lifecycle controller to lift the not-ready taint that
+            # kube-controller-manager runs only DRA's controllers: no default service accounts
+            # to admit against, and no node lifecycle controller to lift the not-ready taint that
             # TaintNodesByCondition puts on every new node.
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--authorization-mode=RBAC",
@@ -407,7 +417,8 @@ class ControlPlane:
         self._apiserver_starts += 1
         log = f"kube-apiserver-{self._apiserver_starts}"  # the stopped one's log is kept
         new = self._spawn("kube-apiserver", self._apiserver_args, log=log)
-        # Keep the start order, so ``stop`` still stops KWOK before the apiserver and etcd last.
+        # Keep the start order, so ``stop`` still stops kube-controller-manager and KWOK before
+        # the apiserver, and etcd last.
         self.processes.remove(new)
         self.processes.insert(position, new)
         self._wait_apiserver(new)
@@ -461,6 +472,43 @@ class ControlPlane:
                 return bool(resp.status == 200)
 
         self._wait(kwok, healthy, "waiting for kwok /healthz")
+
+    def _start_controller_manager(self) -> None:
+        """kube-controller-manager with only DRA's controllers (``KCM_CONTROLLERS``)."""
+        certs = self.dir / "kcm-certs"
+        certs.mkdir(exist_ok=True)
+        port = free_port()
+        kcm = self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                # An explicit list: no service-account, namespace, node-lifecycle or workload
+                # controllers act on the tests' objects.
+                f"--controllers={','.join(KCM_CONTROLLERS)}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={certs}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                # As the apiserver's: the resourceclaim controller refuses a pod of a PodGroup
+                # (spec.schedulingGroup) when GenericWorkload is off.
+                "--feature-gates=GenericWorkload=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+
+        # /healthz answers ok once every listed controller is built (each adds its check).
+        def healthy() -> bool:
+            url = f"https://127.0.0.1:{port}/healthz"
+            with urllib.request.urlopen(url, context=context, timeout=2) as resp:
+                return bool(resp.read() == b"ok")
+
+        self._wait(kcm, healthy, "waiting for kube-controller-manager /healthz")
 
     # ---- a tiny REST client (admin identity) -----------------------------------------------
 
@@ -572,16 +620,20 @@ class ControlPlane:
         name: str,
         inventory: dict[str, Any] | str | None,
         gpus: int = 8,
-        resource: str = "nvidia.com/gpu",
+        resource: str | None = "nvidia.com/gpu",
         labels: dict[str, str] | None = None,
         extra_capacity: dict[str, str] | None = None,
     ) -> Any:
+        """A KWOK node with ``gpus`` of ``resource`` allocatable; with ``resource`` None, none at
+        all: a DRA-only node, whose GPUs only its ResourceSlices announce (dradriver.py)."""
         annotations = {"kwok.x-k8s.io/node": "fake"}
         if inventory is not None:
             annotations["topo-scheduler.io/gpus"] = (
                 inventory if isinstance(inventory, str) else json.dumps(inventory)
             )
-        capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", resource: str(gpus)}
+        capacity = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+        if resource is not None:
+            capacity[resource] = str(gpus)
         capacity.update(extra_capacity or {})
         node = {
             "apiVersion": "v1",
@@ -719,6 +771,10 @@ def _collection_path(obj: dict[str, Any]) -> str:
         "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
         "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
         "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
+        "ResourceSlice": (RESOURCE_API, "resourceslices", False),
+        "DeviceClass": (RESOURCE_API, "deviceclasses", False),
+        "ResourceClaim": (RESOURCE_API, "resourceclaims", True),
+        "ResourceClaimTemplate": (RESOURCE_API, "resourceclaimtemplates", True),
     }
     if kind not in plural:
         raise ValueError(f"apply: unsupported kind {kind}")

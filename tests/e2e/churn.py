@@ -4,9 +4,10 @@ Pods of ``default-scheduler`` are created already bound (``spec.nodeName``, as k
 the DaemonSet controller would have bound them; no other scheduler runs here), asking for cpu and
 memory and no GPU:
 
-- Job pods: each owned by a Job (an ownerReference; no controller-manager runs, so nothing
-  collects them), which KWOK completes at once (phase Succeeded: they leave the bound pods'
-  watch as a finished Job's pods do); then deleted, as a Job's TTL would;
+- Job pods: each owned by a Job (an ownerReference to a real, suspended Job: the plane's garbage
+  collector deletes a pod whose owner does not exist at once; no Job controller runs), which
+  KWOK completes at once (phase Succeeded: they leave the bound pods' watch as a finished Job's
+  pods do); then deleted, as a Job's TTL would;
 - a DaemonSet-like rollout: one pod per node with a hostPort, then each replaced by its next
   version (deleted, and created again under a new name with the same port).
 
@@ -40,18 +41,46 @@ class OtherSchedulers:
     def jobs(self, count: int) -> list[str]:
         """``count`` Job pods, round-robin on the nodes; KWOK completes them."""
         names = []
+        owner = self._job()
         for i in range(count):
             name = f"{self.prefix}-job-{i}"
-            owner = {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": f"{self.prefix}-job",
-                "uid": "00000000-0000-0000-0000-000000000001",
-                "controller": True,
-            }
             self._create(name, self.nodes[i % len(self.nodes)], owner=owner)
             names.append(name)
         return names
+
+    def _job(self) -> dict[str, Any]:
+        """Create the Job of the Job pods (suspended, and no Job controller runs: it only owns
+        them) and return the ownerReference to it."""
+        name = f"{self.prefix}-job"
+        path = "/apis/batch/v1/namespaces/default/jobs"
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "busybox"}],
+                    }
+                },
+            },
+        }
+        self.retries += through_outage(lambda: self.plane.request("POST", path, job), 409)
+        found: dict[str, Any] = {}
+        # No status code means done: read it until the apiserver answers.
+        self.retries += through_outage(
+            lambda: found.update(self.plane.request("GET", f"{path}/{name}")), 0
+        )
+        uid = found["metadata"]["uid"]
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": name,
+            "uid": uid,
+            "controller": True,
+        }
 
     def rollout(self, versions: int) -> None:
         """A DaemonSet's pods on every node, rolled out ``versions`` times (the last stays)."""

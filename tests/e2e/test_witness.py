@@ -1,6 +1,7 @@
 """The epoch witness (scheduler/service/witness.py) on the real apiserver, under deploy/'s Role:
-it tells a new installation (no leader ever recorded) from a Redis that lost its history, and
-only the second makes the first leader wait one lease (docs/operations.md "State and HA")."""
+it tells no leader ever recorded (a new installation, or a deleted witness) from a Redis that
+lost its history: the first waits one lease plus bindCommitSeconds, the second one lease
+(docs/operations.md "State and HA")."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ async def test_the_witness_records_elections_per_scheduler_under_deploys_role(
         await elsewhere.elected("h1", 1, History(False, ""))
 
 
-async def test_a_new_installation_does_not_wait_and_a_flushed_redis_does(
+async def test_a_new_installation_and_a_flushed_redis_each_wait_their_own_time(
     scenario: Scenario, fresh_redis: RedisServer
 ) -> None:
     scenario.configure(lease=(3, 1))
@@ -61,7 +62,8 @@ async def test_a_new_installation_does_not_wait_and_a_flushed_redis_does(
     first = scenario.start_scheduler(fresh_redis.url)
     await scenario.wait_bound(["first"])
     events = [line.get("event") for line in first.lines()]
-    assert "new installation: no leader was ever recorded; no wait" in events
+    # No record is no proof (issue 30, 7a): one lease plus bindCommitSeconds first.
+    assert "no leader recorded: waiting until a forgotten leader's Bindings cannot land" in events
     assert "previous leader unknown: waiting before the first decision" not in events
     assert first.terminate() == 0
     # The same scheduler after its Redis lost everything: it led before, so the next leader
@@ -73,5 +75,7 @@ async def test_a_new_installation_does_not_wait_and_a_flushed_redis_does(
     await scenario.wait_bound(["second"])
     events = [line.get("event") for line in second.lines()]
     assert "previous leader unknown: waiting before the first decision" in events
-    assert "new installation: no leader was ever recorded; no wait" not in events
+    assert (
+        "no leader recorded: waiting until a forgotten leader's Bindings cannot land" not in events
+    )
     assert second.terminate() == 0

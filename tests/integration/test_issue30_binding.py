@@ -18,7 +18,8 @@ import msgspec
 import redis.asyncio as aioredis
 
 from scheduler.config.tuning import Tuning
-from scheduler.core.model.objects import NodeInput, PodClaim, PodInput, ResourceClaimInput
+from scheduler.core.model.dra import Allocation, ResourceClaim
+from scheduler.core.model.objects import NodeInput, PodClaim, PodInput
 from scheduler.service.podbook import Stage
 from tests.builders import MakeNode, MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
@@ -33,7 +34,7 @@ backend = lifecycle_tests.backend
 def with_claim(r: Replica, pod: PodInput) -> PodInput:
     """``pod`` using the allocated ResourceClaim ``gc`` (its watch has listed it)."""
     r.s.state.inputs.resource_claims.put(
-        ResourceClaimInput("default", "gc", uid="claim-uid", allocated=True)
+        ResourceClaim("default", "gc", uid="claim-uid", allocation=Allocation())
     )
     return msgspec.structs.replace(pod, resource_claims=(PodClaim("gpu", "gc"),))
 
@@ -446,3 +447,72 @@ async def test_issue30_7c_an_inherited_record_the_pending_watch_shows_stays_rese
     assert api.binds == [("default/p", "n", "0")]
     assert b.s.book.stage("default/p") is Stage.ASSUMED
     assert await store_of(b) == ({"default/p": "bound:(0,)"}, {0: "default/p"}, {})
+
+
+async def test_issue30_2_a_gang_is_not_decided_while_a_member_is_unsettled(
+    backend: Backend,
+) -> None:
+    """Members that settle at different times: leader a decides gang job = {g0: n1, g1: n2} and
+    is killed while both Bindings stall in etcd. Standby b holds both where a decided
+    (unsettled). Once no Binding of a can land, g1 is read back pending (reloaded) while g0's
+    re-read gets no answer (the apiserver is unreachable for it): g0 stays unsettled, and may
+    yet turn out bound on n1. Before the fix g1 was decided afresh without it (g0's holding
+    counted as the gang's), moved to n3 by the changed cluster and bound there: the gang split
+    across two leaders' decisions (and left partly bound, should g0 not fit again). Now the
+    gang waits, parked with its reason, until g0 settles; then the two are decided together."""
+    api = Apiserver()
+    a = backend.replica(api, "a", bind_timeout=0.02)
+    b = backend.replica(api, "b", bind_timeout=0.02)
+    moved = [  # the cluster changed: n2 left pool y, n3 joined it
+        MakeNode().Name(name).GPUs(1).Label("pool", pool).Obj()
+        for name, pool in (("n1", "x"), ("n2", "q"), ("n3", "y"))
+    ]
+    b.s.intake.replace_nodes(moved)
+    b.s.intake.replace_bound([], 0)
+    await a.elect(pools("x", "y"))
+    api.stalled["default/g0"] = None
+    api.stalled["default/g1"] = None
+    for name, pool in (("g0", "x"), ("g1", "y")):
+        pod = MakePod().Name(name).Req(1).Gang("job", 2).NodeSelector("pool", pool).Obj()
+        b.s.intake.pending_event("ADDED", a.pending(pod))
+    while await a.step() is not None:
+        pass
+    await until(lambda: None not in (api.stalled["default/g0"], api.stalled["default/g1"]))
+    # kill -9 while both Bindings stall; they never commit (etcd gave up).
+    a.s.accepting = False
+    for t in list(a.s.tasks.running):
+        t.cancel()
+    await asyncio.gather(*list(a.s.tasks.running), return_exceptions=True)
+    await lease_lapses(backend)
+    api.stalled = {}
+    await b.elect(moved)
+    assert b.held("default/g0") == ("n1", [0]) and b.held("default/g1") == ("n2", [0])
+    # The apiserver answers no read of g0 (its re-read is retried); g1's read says pending.
+    get_pod = api.get_pod
+
+    async def g0_unreadable(namespace: str, name: str) -> PodInput | None:
+        if name == "g0":
+            raise ConnectionError("apiserver unavailable")
+        return await get_pod(namespace, name)
+
+    api.get_pod = g0_unreadable  # type: ignore[method-assign]
+    while b.clock.now < b.s.effects.settled_at:  # past_commit, but g0's re-read never ends
+        b.clock.now += 5.0
+        await b.renew()
+    b.s.effects.settle_due()
+    await until(lambda: b.s.book.stage("default/g1") is Stage.RELOADED)
+    assert b.s.book.stage("default/g0") is Stage.UNSETTLED
+    while await b.step() is not None:
+        pass
+    for _ in range(20):  # whatever was handed to the binder has run
+        await asyncio.sleep(0.001)
+    assert api.binds == []  # nothing of job is decided while g0 may yet land on n1
+    assert b.s.book.stage("default/g1") is Stage.RELOADED and b.held("default/g1") == ("n2", [0])
+    assert "default/g0" in api.unschedulable["default/g1"]  # it says what it waits for
+    api.get_pod = get_pod  # type: ignore[method-assign]
+    await until(lambda: b.s.book.stage("default/g0") is Stage.RELOADED)  # read: pending
+    while await b.step() is not None:
+        pass
+    await b.settle()
+    assert sorted((k, n) for k, n, _ in api.binds) == [("default/g0", "n1"), ("default/g1", "n3")]
+    assert gpus_given_twice(api) == []

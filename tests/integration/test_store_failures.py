@@ -17,10 +17,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from scheduler.config.tuning import Tuning
+from scheduler.core.model.dra import RequestMapping
 from scheduler.core.model.objects import NodeInput, PodInput
 from scheduler.core.resources.inventory import inventory_json, read_inventory
 from scheduler.core.settings import CoreSettings
 from scheduler.kube.api import BindResult
+from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
 from scheduler.kube.podgroups import EvictResult, Write
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
@@ -66,6 +68,25 @@ class NoApiserver:
     async def unreserve_claims(
         self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
     ) -> None:
+        raise AssertionError("no pod uses a ResourceClaim in these tests")
+
+    async def read_claim(self, namespace: str, name: str) -> ClaimObject | None:
+        raise AssertionError("no pod uses a ResourceClaim in these tests")
+
+    async def replace_claim(self, obj: ClaimObject, status: bool) -> ClaimWrite:
+        raise AssertionError("no pod uses a ResourceClaim in these tests")
+
+    async def create_claim(self, obj: ClaimObject) -> ClaimWrite:
+        raise AssertionError("no pod uses a ResourceClaim in these tests")
+
+    async def delete_claim(
+        self, namespace: str, name: str, uid: str, resource_version: str
+    ) -> Answer:
+        raise AssertionError("no pod uses a ResourceClaim in these tests")
+
+    async def record_extended_claim(
+        self, namespace: str, name: str, uid: str, claim: str, mappings: tuple[RequestMapping, ...]
+    ) -> Write:
         raise AssertionError("no pod uses a ResourceClaim in these tests")
 
 

@@ -85,6 +85,13 @@ def replica(
     )
 
 
+async def waited(r: Replica) -> None:
+    """Time passes, the replica renewing its lease, until its first decision's wait is over."""
+    while not r.s.may_decide():
+        r.clock.now += 5.0
+        await r.renewal()
+
+
 # ---- issue 30, 4: a transient 403 on the witness in the partition it exists for ----------------
 
 
@@ -100,7 +107,7 @@ async def test_issue30_4_a_transient_403_on_the_witness_does_not_give_two_leader
     a = replica(api, stores(), clock, "a", maps)
     b = replica(api, stores(), clock, "b", maps)
     assert await a.elect([node(1)]) == 1
-    assert a.s.may_decide()  # a new installation: no wait
+    assert not a.s.may_decide()  # no leader recorded: one lease plus bindCommitSeconds first
     assert await b.elect([node(1)]) == 1  # the promoted replica: a's lease and epoch lost
     assert not b.s.may_decide()  # its history is cut: one lease first (until 15 s)
     clock.now += 5.0
@@ -160,7 +167,7 @@ async def test_issue30_7a_a_deleted_witness_and_a_flushed_store_are_not_a_new_in
     a = replica(api, store, clock, "a", maps)
     b = replica(api, store, clock, "b", maps)
     assert await a.elect([node(2)]) == 1
-    assert a.s.may_decide()  # nobody ever led: no wait
+    await waited(a)  # nobody recorded: one lease plus bindCommitSeconds
     a.pending(MakePod().Name("p0").Req(1).Obj())
     await a.step()
     await a.settle()
@@ -179,13 +186,47 @@ async def test_issue30_7a_a_deleted_witness_and_a_flushed_store_are_not_a_new_in
     gate.set()  # a's Binding lands within its bind timeout
     await a.settle()
     assert api.binds == [("default/p0", "n", "0"), ("default/p", "n", "1")]
-    assert not b.s.may_decide()  # someone led (p0 is bound): one lease first
+    assert not b.s.may_decide()  # nobody recorded: one lease plus bindCommitSeconds first
     b.bound_seen("default/p")
-    clock.now += 10.0
-    await b.renewal()
-    clock.now += 5.0
-    assert b.s.may_decide()
+    await waited(b)
     await b.step()
     await b.settle()
     assert api.binds == [("default/p0", "n", "0"), ("default/p", "n", "1")]  # q waits
     assert b.held("default/q") is None and b.held("default/p") == ("n", [1])
+
+
+async def test_issue30_7a_an_old_leaders_first_bindings_in_flight_hold_a_new_leader_off(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """The window the check above leaves: a leads, and its very first Binding (p to n/0) is in
+    flight, stalled in etcd; no pod of this scheduler is bound yet. The witness ConfigMap is
+    deleted and the store flushed; b is elected at epoch 1 of a store without history, finds
+    no record and no pod of ours bound. Before the fix that was "a new installation": b
+    decided at once, q on n/0, and then p's Binding landed there too. Now no record proves
+    nothing: b waits until a's Bindings cannot land (one lease plus bindCommitSeconds)."""
+    api, maps = Apiserver(), ConfigMaps()
+    store = stores()
+    a = replica(api, store, clock, "a", maps)
+    b = replica(api, store, clock, "b", maps)
+    assert await a.elect([node(1)]) == 1
+    await waited(a)
+    a.pending(MakePod().Name("p").Req(1).Obj())
+    api.gates["default/p"] = gate = asyncio.Event()
+    await a.step()  # p's Binding, a's first, is in flight
+    maps.maps.clear()  # the witness ConfigMap deleted
+    await stores.flush()  # and the store flushed: the lease and the epochs are gone
+    q = b.pending(MakePod().Name("q").Req(1).Obj())
+    assert await b.elect([node(1)]) == 1
+    a.s.intake.pending_event("ADDED", q)
+    if b.s.may_decide():  # what "a new installation" allowed: q decided at once
+        await b.step()
+        await b.settle()
+    gate.set()  # a's Binding commits
+    await a.settle()
+    assert api.binds == [("default/p", "n", "0")]
+    b.bound_seen("default/p")
+    await waited(b)
+    await b.step()
+    await b.settle()
+    assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
+    assert b.held("default/q") is None and b.held("default/p") == ("n", [0])

@@ -35,8 +35,9 @@ import msgspec
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from scheduler.core.model.dra import Allocation, ResourceClaim
 from scheduler.core.model.names import GANG_REPLICA_LABEL, POD_GROUP_LABEL
-from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput, ResourceClaimInput
+from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.kube.podgroups import POD_GROUPS
@@ -235,8 +236,8 @@ class SimMachine(RuleBasedStateMachine):
         self._act(f"create {name} ({gpus} GPU" + (", a ResourceClaim)" if claim else ")"))
         pod = MakePod().Name(name).Req(gpus).Obj()
         if claim:
-            allocated = ResourceClaimInput(
-                "default", f"{name}-claim", uid=f"claim-{name}", allocated=True
+            allocated = ResourceClaim(
+                "default", f"{name}-claim", uid=f"claim-{name}", allocation=Allocation()
             )
             self.api.claims[allocated.key] = allocated
             for r in self.world.running():

@@ -31,12 +31,14 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.model.dra import RequestMapping, ResourceClaim
 from scheduler.core.model.names import DEVICES_ANNOTATION
-from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput, ResourceClaimInput
+from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.kube.api import BindResult
+from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
 from scheduler.kube.podgroups import POD_GROUPS, Eviction, EvictResult, Write
 from scheduler.kube.tuning import REQUEST_TIMEOUT_S
 from scheduler.service.leader import Leadership, LeaseTiming
@@ -147,7 +149,7 @@ class SimApiserver:
         self.gpus = gpus  # GPUs per node
         self.pods: dict[str, PodInput] = {}
         self.groups: dict[str, PodGroupInput] = {}
-        self.claims: dict[str, ResourceClaimInput] = {}  # allocated by a DRA driver
+        self.claims: dict[str, ResourceClaim] = {}  # allocated by a DRA driver
         self.version = 0
         self.streams: list[Streams] = []
         self.landed: list[Landed] = []
@@ -413,6 +415,25 @@ class Client:
         self, namespace: str, claims: tuple[tuple[str, str], ...], uid: str
     ) -> None:
         await self.api.unreserve_claims(namespace, claims, uid)
+
+    async def read_claim(self, namespace: str, name: str) -> ClaimObject | None:
+        raise AssertionError("the simulation allocates no ResourceClaim (yet)")
+
+    async def replace_claim(self, obj: ClaimObject, status: bool) -> ClaimWrite:
+        raise AssertionError("the simulation allocates no ResourceClaim (yet)")
+
+    async def create_claim(self, obj: ClaimObject) -> ClaimWrite:
+        raise AssertionError("the simulation allocates no ResourceClaim (yet)")
+
+    async def delete_claim(
+        self, namespace: str, name: str, uid: str, resource_version: str
+    ) -> Answer:
+        raise AssertionError("the simulation allocates no ResourceClaim (yet)")
+
+    async def record_extended_claim(
+        self, namespace: str, name: str, uid: str, claim: str, mappings: tuple[RequestMapping, ...]
+    ) -> Write:
+        raise AssertionError("the simulation allocates no ResourceClaim (yet)")
 
     async def event(
         self,

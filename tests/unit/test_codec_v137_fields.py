@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import json
 
-import msgspec
-
 from scheduler.core.model.objects import (
     ContainerStatusInput,
     NodeSelectorTerm,
     PodClaim,
     Requirement,
 )
-from scheduler.kube.codec import (
-    DeviceClass,
-    ResourceClaim,
-    decode_node,
-    decode_pod,
-    device_class_from_obj,
-    resource_claim_from_obj,
-)
+from scheduler.kube.codec import decode_node, decode_pod
+from scheduler.kube.dracodec import convert_device_class, convert_resource_claim
 
 
 def test_a_pod_of_v1_37_decodes_every_field_the_new_rules_read() -> None:
@@ -61,6 +53,10 @@ def test_a_pod_of_v1_37_decodes_every_field_the_new_rules_read() -> None:
             "allocatedResources": {"cpu": "2"},
             "conditions": [{"type": "PodResizePending", "reason": "Infeasible"}],
             "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-x7"}],
+            "extendedResourceClaimStatus": {
+                "requestMappings": [],
+                "resourceClaimName": "p-extended-resources-k2",
+            },
         },
     }
     pod = decode_pod(json.dumps(raw).encode())
@@ -76,12 +72,14 @@ def test_a_pod_of_v1_37_decodes_every_field_the_new_rules_read() -> None:
     assert pod.restart_rule_actions == ("RestartAllContainers",)
     assert pod.host_network and pod.host_users is False and pod.bind_mount_options
     assert pod.scheduling_group == "workers"
+    assert pod.extended_claim == "p-extended-resources-k2"
 
 
 def test_a_pending_pod_has_no_resize_status() -> None:
     raw = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
     pod = decode_pod(json.dumps(raw).encode())
     assert pod.resize is None and pod.resource_claims == () and pod.scheduling_group == ""
+    assert pod.extended_claim == ""
 
 
 def test_declared_features_of_a_node() -> None:
@@ -93,9 +91,19 @@ NODE = ["n1"]
 
 
 def test_resource_claims_and_device_classes() -> None:
-    claim = msgspec.convert(
+    got = convert_resource_claim(
         {
-            "metadata": {"name": "nic", "namespace": "ml", "uid": "c1"},
+            "metadata": {
+                "name": "nic",
+                "namespace": "ml",
+                "uid": "c1",
+                "deletionTimestamp": "2026-11-27T00:00:00Z",
+                "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                "ownerReferences": [
+                    {"kind": "Job", "uid": "j1"},
+                    {"kind": "Pod", "uid": "u1", "controller": True},
+                ],
+            },
             "status": {
                 "allocation": {
                     "devices": {"results": []},
@@ -111,23 +119,20 @@ def test_resource_claims_and_device_classes() -> None:
                 },
                 "reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}],
             },
-        },
-        ResourceClaim,
+        }
     )
-    got = resource_claim_from_obj(claim)
-    assert got.key == "ml/nic" and got.allocated and got.reserved_for == ("u1",)
-    assert got.node_selector == (
+    assert got.key == "ml/nic" and got.allocation is not None and got.reserved_for == ("u1",)
+    assert got.allocation.node_selector == (
         NodeSelectorTerm(match_fields=(Requirement("metadata.name", "In", ("n1",)),)),
     )
-    unallocated = resource_claim_from_obj(
-        msgspec.convert({"metadata": {"name": "x"}}, ResourceClaim)
-    )
-    assert not unallocated.allocated and unallocated.node_selector is None
-    dc = msgspec.convert(
+    assert got.deleting and got.extended and got.owner == "u1"
+    unallocated = convert_resource_claim({"metadata": {"name": "x"}})
+    assert unallocated.allocation is None and not unallocated.deleting
+    assert not unallocated.extended and unallocated.owner == ""
+    dc = convert_device_class(
         {
-            "metadata": {"name": "gpu.example.com"},
+            "metadata": {"name": "gpu.example.com", "creationTimestamp": "2026-11-01T00:00:00Z"},
             "spec": {"extendedResourceName": "example.com/gpu"},
-        },
-        DeviceClass,
+        }
     )
-    assert device_class_from_obj(dc).extended_resource_name == "example.com/gpu"
+    assert dc.extended_resource_name == "example.com/gpu" and dc.created.startswith("2026-11-01")

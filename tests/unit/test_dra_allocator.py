@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler.core.dra.allocator import INVALID_POOLS, NO_SOLUTION, Outcome, allocate
-from scheduler.core.dra.budget import Limits
 from scheduler.core.dra.cel import Selectors
 from scheduler.core.dra.inuse import InUse, in_use_from
 from scheduler.core.model.dra import (
@@ -38,6 +37,7 @@ from scheduler.core.model.dra import (
     SubRequest,
 )
 from scheduler.core.model.objects import NodeSelectorTerm, Requirement, Taint, Toleration
+from scheduler.core.settings import DraLimits
 
 DRIVER = "gpu.example.com"
 GPU_CLASS = DeviceClass(
@@ -92,7 +92,7 @@ def run(
     node: str = "n1",
     labels: dict[str, str] | None = None,
     classes: dict[str, DeviceClass] | None = None,
-    limits: Limits | None = None,
+    limits: DraLimits | None = None,
 ) -> Outcome:
     return allocate(
         claims,
@@ -168,7 +168,7 @@ def test_admin_access_takes_devices_in_use_and_holds_none() -> None:
     assert devices(outcome) == ["gpu-0", "gpu-1"]
     assert all(r.admin_access for r in outcome.allocations[0].results)
     # Its allocation holds nothing.
-    assert in_use_from([allocated(admin, outcome)]).exclusive == set()
+    assert in_use_from([allocated(admin, outcome)]).exclusive == {}
 
 
 # ---- pools -------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def test_the_claim_limit_of_32_results() -> None:
 
 
 def test_a_spent_budget_refuses_the_node() -> None:
-    outcome = run([claim(exactly(count=3))], [gpus(8)], limits=Limits(steps=2))
+    outcome = run([claim(exactly(count=3))], [gpus(8)], limits=DraLimits(steps=2))
     assert outcome.error and "timed out trying to allocate devices" in outcome.reason
 
 
@@ -454,7 +454,7 @@ def test_the_allocation_has_the_v1_shape() -> None:
 def test_a_huge_slice_gets_a_bounded_refusal() -> None:
     huge = node_slice(devices=[gpu(f"gpu-{i}") for i in range(10_000)])
     picky = claim(exactly(selectors=(f"device.attributes['{DRIVER}'].model == 'h200'",)))
-    outcome = run([picky], [huge], limits=Limits(evaluations=500))
+    outcome = run([picky], [huge], limits=DraLimits(evaluations=500))
     assert outcome.error and "timed out trying to allocate devices" in outcome.reason
     # Within the budget, a device far down the slice is found.
     last = node_slice(devices=[*huge.devices[:2000], gpu("wanted", model="h200")])
@@ -476,7 +476,7 @@ def test_a_malformed_counter_makes_the_pool_invalid_not_the_allocator_fail() -> 
     )
     bad = ResourceSlice(devices_.name, DRIVER, devices_.pool, node_name="n1", devices=(broken,))
     held = InUse()
-    held.exclusive.add((DRIVER, "n1", "gpu-0"))
+    held.exclusive[(DRIVER, "n1", "gpu-0")] = 1
     assert run([claim(exactly())], [counters, bad], held).reason == INVALID_POOLS
 
 
@@ -512,5 +512,5 @@ def test_counters_held_through_a_slice_of_another_node_count() -> None:
     ]
     assert devices(run([claim(exactly())], fabric)) == ["on-n1"]
     held = InUse()
-    held.exclusive.add((DRIVER, "fabric", "on-n2"))
+    held.exclusive[(DRIVER, "fabric", "on-n2")] = 1
     assert run([claim(exactly())], fabric, held).reason == NO_SOLUTION

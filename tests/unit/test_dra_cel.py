@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from scheduler.core.dra import semver
-from scheduler.core.dra.budget import Budget, Limits
+from scheduler.core.dra.budget import Budget
 from scheduler.core.dra.cel import MAX_EXPRESSION_BYTES, DeviceKey, Selectors
 from scheduler.core.model.dra import AttributeValue, DeviceCapacity, Version
+from scheduler.core.settings import DraLimits
 
 DRIVER = "gpu.nvidia.com"
 KEY: DeviceKey = (DRIVER, "node-a", "slice-0", 1, "gpu-0")
@@ -27,7 +28,7 @@ def match(expression: str, selectors: Selectors | None = None, key: DeviceKey = 
     error = selectors.compile_error(expression)
     if error is not None:
         return f"compile: {error}"
-    return selectors.matches(expression, key, ATTRIBUTES, CAPACITY, False, Budget(Limits()))
+    return selectors.matches(expression, key, ATTRIBUTES, CAPACITY, False, Budget(DraLimits()))
 
 
 @pytest.mark.parametrize(
@@ -99,7 +100,7 @@ def test_verdicts_are_memoised_per_device_and_generation() -> None:
 
 def test_evaluations_spend_the_budget() -> None:
     selectors = Selectors()
-    budget = Budget(Limits(evaluations=2))
+    budget = Budget(DraLimits(evaluations=2))
     expression = "device.attributes['gpu.nvidia.com'].type == 'gpu'"
     for i in range(2):
         key = (DRIVER, "p", "s", 1, f"gpu-{i}")
@@ -112,7 +113,7 @@ def test_evaluations_spend_the_budget() -> None:
 
 def test_a_bad_version_attribute_is_a_runtime_reason() -> None:
     selectors = Selectors()
-    verdict = selectors.matches("true", KEY, {"v": Version("1.2")}, {}, False, Budget(Limits()))
+    verdict = selectors.matches("true", KEY, {"v": Version("1.2")}, {}, False, Budget(DraLimits()))
     assert isinstance(verdict, str) and "attribute v" in verdict
 
 

@@ -8,7 +8,6 @@ import random
 from collections.abc import Sequence
 
 from scheduler.core.dra.allocator import Outcome, allocate
-from scheduler.core.dra.budget import Limits
 from scheduler.core.dra.cel import Selectors
 from scheduler.core.dra.inuse import InUse, in_use_from
 from scheduler.core.model.dra import (
@@ -27,6 +26,7 @@ from scheduler.core.model.names import GPUS_ANNOTATION
 from scheduler.core.model.objects import NodeInput
 from scheduler.core.resources.gpusets import Topology, brute_force_best_set
 from scheduler.core.resources.inventory import Inventory, read_inventory
+from scheduler.core.settings import DraLimits
 
 DRIVER = "gpu.nvidia.com"
 CLASS = DeviceClass(DRIVER, selectors=(f"device.attributes['{DRIVER}'].type == 'gpu'",))
@@ -80,7 +80,7 @@ def run(
     slices: Sequence[ResourceSlice] = (GPUS,),
     inv: Inventory | None = None,
     in_use: InUse | None = None,
-    limits: Limits | None = None,
+    limits: DraLimits | None = None,
 ) -> Outcome:
     return allocate(claims, CLASSES, slices, in_use or InUse(), "n1", {}, Selectors(), inv, limits)
 
@@ -230,7 +230,7 @@ def test_the_search_is_bounded_on_a_large_slice() -> None:
             for i in range(128)
         ]
     )
-    limits = Limits(steps=20_000, solutions=64)
+    limits = DraLimits(steps=20_000, solutions=64)
     outcome = run([claim(8), claim(8, name="d")], [many], limits=limits)
     assert len(chosen(outcome)) == 16
     # Each claim's 8 devices on one PCIe root (devices i and i + 16k share root i % 16).

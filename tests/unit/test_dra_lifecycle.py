@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from scheduler.core.model.objects import NodeSelectorTerm, PodClaim, Requirement, ResourceClaimInput
+from scheduler.core.model.dra import Allocation, DeviceRequest, ExactRequest, ResourceClaim
+from scheduler.core.model.objects import NodeSelectorTerm, PodClaim, Requirement
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
@@ -24,24 +25,25 @@ def claimed(name: str) -> object:
     return replace(pod, resource_claims=(PodClaim("net", "nic"),))
 
 
-async def test_an_unallocated_claim_keeps_the_pod_pending_and_unbound() -> None:
+async def test_a_claim_that_cannot_be_allocated_keeps_the_pod_pending_and_unbound() -> None:
     r = live()
     await r.elect([node(1)])
-    r.s.intake.replace(RESOURCE_CLAIMS, [ResourceClaimInput("default", "nic", "c1")])
+    nic = DeviceRequest("nic", ExactRequest("nic.example.com"))
+    r.s.intake.replace(RESOURCE_CLAIMS, [ResourceClaim("default", "nic", "c1", (nic,))])
     r.pending(claimed("p"))  # type: ignore[arg-type]
     assert await r.step() == "default/p"
     await r.settle()
     assert r.api.binds == [] and r.api.reserved == []
     explained = r.s.explain("default/p")
     assert explained is not None and explained.result == "unschedulable"
-    assert "topo-scheduler does not allocate ResourceClaims" in str(explained.reason)
+    assert "device class nic.example.com does not exist" in str(explained.reason)
 
 
 async def test_an_allocated_claim_is_reserved_for_the_pod_before_its_binding() -> None:
     r = live()
     await r.elect([node(1)])
     here = (NodeSelectorTerm(match_fields=(Requirement("metadata.name", "In", ("n",)),)),)
-    claim = ResourceClaimInput("default", "nic", "c1", allocated=True, node_selector=here)
+    claim = ResourceClaim("default", "nic", "c1", allocation=Allocation(node_selector=here))
     r.s.intake.replace(RESOURCE_CLAIMS, [claim])
     pod = r.pending(claimed("p"))  # type: ignore[arg-type]
     assert await r.step() == "default/p"

@@ -586,13 +586,14 @@ def test_a_relist_replaces_one_api_groups_pod_groups() -> None:
 def test_a_pod_naming_a_pod_group_waits_for_its_watch_to_list() -> None:
     h = IntakeHarness({POD_GROUPS.name: False, VOLCANO_POD_GROUPS.name: True})
     plain = MakePod().Name("p").Req(1).Obj()
-    assert h.intake.watches_ready(plain) and h.asked == []
+    # Every GPU pod asks for DRA's watches too (a DeviceClass may back nvidia.com/gpu).
+    assert h.intake.watches_ready(plain) and h.asked == ["dra"]
     pg = MakePod().Name("a").Req(1).Label(names.POD_GROUP_LABEL, "job").Obj()
     assert not h.intake.watches_ready(pg)
-    assert h.asked == [POD_GROUPS.name]
+    assert h.asked == ["dra", POD_GROUPS.name, "dra"]
     volcano = MakePod().Name("v").Req(1).Annotation(names.VOLCANO_GROUP_ANNOTATION, "j").Obj()
     assert h.intake.watches_ready(volcano)
-    assert h.asked[-1] == VOLCANO_POD_GROUPS.name
+    assert h.asked[-2] == VOLCANO_POD_GROUPS.name
 
 
 # ---- the watches follow their CRDs ------------------------------------------------------------

@@ -471,6 +471,10 @@ status:
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
 metadata: {name: nic-free}
+spec:
+  devices:
+    requests:
+    - {name: nic, exactly: {deviceClassName: nic.example.com}}
 ---
 apiVersion: resource.k8s.io/v1
 kind: DeviceClass
@@ -493,4 +497,78 @@ metadata: {name: nic.example.com}
     assert [(p["pod"], p["node"]) for p in doc["placements"]] == [("default/a", "n2")]
     (pending,) = doc["pending"]
     assert pending["pod"] == "default/b"
-    assert "topo-scheduler does not allocate ResourceClaims" in pending["reason"]
+    assert pending["reason"] == "0/2 nodes are available: 2 cannot allocate all claims."
+
+
+DRA_NODE = """
+apiVersion: v1
+kind: Node
+metadata:
+  name: d1
+  annotations:
+    topo-scheduler.io/gpus: '{"vendor": "nvidia",
+      "devices": [{"index": 0, "uuid": "GPU-a"}, {"index": 1, "uuid": "GPU-b"},
+                  {"index": 2, "uuid": "GPU-c"}, {"index": 3, "uuid": "GPU-d"}],
+      "scores": [[0,10,10,200],[10,0,10,10],[10,10,0,10],[200,10,10,0]]}'
+status:
+  allocatable: {cpu: "8", pods: "110"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: d1-gpus}
+spec:
+  driver: gpu.nvidia.com
+  pool: {name: d1, generation: 1, resourceSliceCount: 1}
+  nodeName: d1
+  devices:
+  - {name: gpu-0, attributes: {uuid: {string: GPU-a}}}
+  - {name: gpu-1, attributes: {uuid: {string: GPU-b}}}
+  - {name: gpu-2, attributes: {uuid: {string: GPU-c}}}
+  - {name: gpu-3, attributes: {uuid: {string: GPU-d}}}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec:
+  selectors: [{cel: {expression: "device.driver == 'gpu.nvidia.com'"}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: two-gpus}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpus, exactly: {deviceClassName: gpu.nvidia.com, count: 2}}
+"""
+
+
+def test_simulate_allocates_claims_from_templates_and_prints_their_devices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    templated = pod("t", 0).replace(
+        "  containers:",
+        "  resourceClaims: [{name: gpus, resourceClaimTemplateName: two-gpus}]\n  containers:",
+    )
+    missing = pod("m", 0).replace(
+        "  containers:",
+        "  resourceClaims: [{name: gpus, resourceClaimTemplateName: nowhere}]\n  containers:",
+    )
+    f = write(tmp_path, "d.yaml", DRA_NODE, templated, missing)
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0
+    doc = json.loads(out)
+    ((placed),) = doc["placements"]
+    assert placed["pod"] == "default/t" and placed["node"] == "d1"
+    ((claim),) = placed["claims"]
+    assert claim["claim"] == "default/t-gpus" and not claim["special"]
+    # The NVLink pair of the node's matrix (GPUs 0 and 3), not the first two devices.
+    assert [d["device"] for d in claim["devices"]] == [
+        "gpu.nvidia.com/d1/gpu-0",
+        "gpu.nvidia.com/d1/gpu-3",
+    ]
+    (pending,) = doc["pending"]
+    assert "waiting for the ResourceClaim of template nowhere" in pending["reason"]
+    code, table, _ = run(capsys, "simulate", f)
+    assert code == 0
+    assert "CLAIMS\n  default/t  d1\n    default/t-gpus: gpu.nvidia.com/d1/gpu-0, " in table

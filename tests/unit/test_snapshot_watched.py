@@ -3,8 +3,8 @@ whether anything changed, a LIST of one part leaves the others alone, derived st
 
 from __future__ import annotations
 
+from scheduler.core.model.dra import DeviceClass
 from scheduler.core.model.objects import (
-    DeviceClassInput,
     NamespaceInput,
     TopologyInput,
     TopologyLevel,
@@ -69,7 +69,9 @@ def test_a_kind_finds_its_collection() -> None:
 
 def test_the_snapshot_derives_from_its_inputs() -> None:
     state = ClusterState()
-    state.inputs.device_classes.put(DeviceClassInput("gpu.example.com", "example.com/gpu"))
+    state.inputs.device_classes.put(
+        DeviceClass("gpu.example.com", extended_resource_name="example.com/gpu")
+    )
     assert state.dra_extended["example.com/gpu"] == "gpu.example.com"
     state.inputs.device_classes.replace([])
     assert state.dra_extended == {}
@@ -88,3 +90,15 @@ def test_intake_wakes_waiting_pods_on_every_list_and_on_events_that_change_somet
     h.intake.event(NAMESPACES, "MODIFIED", ns("a", team="x"))
     h.intake.event(NAMESPACES, "DELETED", ns("a"))
     assert h.wakes == 4 and h.state.inputs.namespaces == {}
+
+
+def test_on_item_sees_each_item_before_and_after() -> None:
+    seen: list[tuple[object, object]] = []
+    keyed: Keyed[NamespaceInput] = Keyed(NAMESPACES)
+    keyed.on_item = lambda before, after: seen.append((before, after))
+    a, a2 = NamespaceInput("a"), NamespaceInput("a", {"x": "1"})
+    keyed.put(a)
+    keyed.put(a)  # no change: not seen
+    keyed.replace([a2])
+    keyed.event("DELETED", a2)
+    assert seen == [(None, a), (a, a2), (a2, None)]

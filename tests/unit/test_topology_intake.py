@@ -35,7 +35,7 @@ def test_a_pod_naming_a_topology_waits_for_its_watch_to_list() -> None:
     h = IntakeHarness({KAI_TOPOLOGIES.name: False, KUEUE_TOPOLOGIES.name: True})
     pod = MakePod().Name("a").Req(4).Annotation(names.KAI_TOPOLOGY_ANNOTATION, "dc").Obj()
     assert not h.intake.watches_ready(pod)
-    assert h.asked == [KAI_TOPOLOGIES.name]
+    assert h.asked == [KAI_TOPOLOGIES.name, "dra"]  # DRA's: a DeviceClass may back the GPUs
     kueue = (
         MakePod()
         .Name("k")
@@ -44,4 +44,4 @@ def test_a_pod_naming_a_topology_waits_for_its_watch_to_list() -> None:
         .Obj()
     )
     assert h.intake.watches_ready(kueue)
-    assert h.asked[-1] == KUEUE_TOPOLOGIES.name
+    assert h.asked[-2] == KUEUE_TOPOLOGIES.name

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the local control plane (kube-apiserver, kube-scheduler, etcd, kwok) and kubectl (for
+# Build the local control plane (kube-apiserver, kube-scheduler, kube-controller-manager, etcd,
+# kwok) and kubectl (for
 # `kubectl kustomize deploy/` / `kubectl apply -k deploy/` in tests and docs/install.md) from the Go modules
 # in this folder, into a cache outside the clone keyed by the versions in versions.env:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/topo-scheduler/k8s/<versions>/
@@ -7,8 +8,10 @@
 # Prints the cache folder as its last line.
 #
 # A cold build downloads a few hundred modules from the Go module proxy and compiles Kubernetes:
-# expect about 8 minutes on 2 cores. Go's own module and build caches live in the home folder,
-# so a rebuild after a version bump is mostly linking.
+# about 6 minutes on 2 quiet cores, over half an hour on a loaded machine (docs/control-plane.md;
+# kube-controller-manager adds 1 to 2 minutes, as it shares most packages with kube-apiserver).
+# Go's own module and build caches live in the home folder, so a rebuild after a version bump is
+# mostly linking.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -37,7 +40,7 @@ need_go() {
 
 mkdir -p "$cache"
 missing=()
-for bin in kube-apiserver etcd kube-scheduler kwok kwok-stages.yaml kubectl; do
+for bin in kube-apiserver etcd kube-scheduler kube-controller-manager kwok kwok-stages.yaml kubectl; do
   [ -e "$cache/$bin" ] || missing+=("$bin")
 done
 if [ ${#missing[@]} -eq 0 ]; then
@@ -48,7 +51,7 @@ fi
 
 need_go
 echo "building ${missing[*]} into $cache"
-echo "(a cold build takes about 8 minutes on 2 cores, kube-apiserver most of it; later runs reuse the cache)"
+echo "(a cold build takes 6 to 40 minutes on 2 cores, kube-apiserver most of it; later runs reuse the cache)"
 export CGO_ENABLED=0
 # Only the module proxy is reachable here, not the checksum database: go.sum (committed) pins
 # every module's hash, and the proxy serves the zips those hashes are checked against.
@@ -92,6 +95,9 @@ for bin in "${missing[@]}"; do
       build kube-apiserver apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags" ;;
     kube-scheduler)
       build kube-scheduler apiserver k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags" ;;
+    kube-controller-manager)  # the plane runs only its DRA controllers (resourceclaim, GC)
+      build kube-controller-manager apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+        "$k8s_ldflags" ;;
     kubectl) build kubectl apiserver k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags" ;;
     etcd) build etcd apiserver go.etcd.io/etcd/server/v3 "$etcd_ldflags" ;;
     kwok) build kwok kwok sigs.k8s.io/kwok/cmd/kwok "$kwok_ldflags" ;;

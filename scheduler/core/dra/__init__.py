@@ -14,9 +14,11 @@ Modules, from the entry point down:
 - ``constraints``: matchAttribute and distinctAttribute.
 - ``capacity``: consumable capacity (request policies, shares).
 - ``inuse``: the devices and capacity held by allocated claims.
+- ``extended``: the claim kube-scheduler creates for extended resources a DeviceClass backs.
 - ``cel`` (the only module importing the CEL library, cel-expr-python) and ``semver``: device
   selectors in the Kubernetes DRA CEL environment, memoised, bounded.
-- ``budget``: the deterministic bounds of one allocation (no clock in the core).
+- ``budget``: the deterministic bounds of one allocation (no clock in the core; the bounds
+  are the ``dra`` settings, ``settings.DraLimits``).
 - (the v1 objects the allocator reads and writes live in ``model/dra.py``: the vocabulary.)
 
 Covered (GA and beta-on in v1.37): ResourceSlices with pools and generations; nodeName,
@@ -33,12 +35,11 @@ capacity ranges (beta but off in a default v1.37 binary), claims reserved for a 
 (DRAWorkloadResourceClaims, beta off), DeviceTaintRules (the caller patches their taints into
 the slices' devices, as kube-scheduler does), and the CEL libraries listed in cel.py.
 
-Where it plugs in (next steps): scheduler/kube/dracodec.py already decodes resource.k8s.io/v1
-objects into ``model.dra`` and encodes an ``Allocation`` as ``status.allocation``, but the watch
-does not use it yet; the snapshot keeps slices, classes, claims and an ``InUse`` updated by
-claim events (and by our own in-flight allocations, as kube-scheduler's assumed claims); the
-filters call ``allocate`` per node for the pod's unallocated claims (and for the extended
-resources a DeviceClass backs), replacing filters/dra.py's "does not allocate" reason; the cycle
-keeps one ``Selectors`` for the life of the scheduler; the binder writes the ``Allocation``
-(finalizer, then status) before the Binding. ``budget.Limits`` becomes settings.
+Where it plugs in: scheduler/kube/dracodec.py decodes resource.k8s.io/v1 objects into
+``model.dra`` and encodes an ``Allocation`` as ``status.allocation``; the snapshot keeps
+slices, classes, claims, the devices in use (every claim's allocation and our assumed ones) and
+a per-class index of free devices (snapshot/devices.py); the DRA filter (filters/dra.py) calls
+``allocate_pools`` per node for the pod's unallocated claims and the special claim of its
+DRA-backed extended resources (``extended``), and the placement carries the allocations
+(``Placement.claims``) for the binder to write before the Binding.
 """

@@ -64,8 +64,9 @@ from ..model.dra import (
 from ..model.objects import NodeSelectorTerm, Requirement, Taint, Toleration
 from ..resources.inventory import Inventory
 from ..resources.requests import parse_quantity
+from ..settings import DraLimits
 from . import capacity as capacity_rules
-from .budget import Budget, Limits
+from .budget import Budget
 from .cel import Selectors
 from .choice import GpuMap, busy_units, guide, map_devices, rank
 from .constraints import Constraint
@@ -148,7 +149,7 @@ def allocate(
     labels: Mapping[str, str],
     selectors: Selectors,
     inventory: Inventory | None = None,
-    limits: Limits | None = None,
+    limits: DraLimits | None = None,
 ) -> Outcome:
     """Allocate ``claims`` (none allocated yet) together on ``node``; see the module doc.
 
@@ -157,10 +158,32 @@ def allocate(
     ``in_use`` holds the allocations of every claim, ours in flight included. ``selectors`` is
     the caller's, kept across calls for its memo; ``inventory`` is the node's GPU inventory, for
     the choice by interconnect (None: by device locations, or first fit)."""
-    search = _Search(
-        claims, classes, gather_pools(slices, node, labels), in_use, node, selectors, inventory
+    return allocate_pools(
+        claims,
+        classes,
+        gather_pools(slices, node, labels),
+        in_use,
+        node,
+        selectors,
+        inventory,
+        limits,
     )
-    return search.run(Budget(limits or Limits()))
+
+
+def allocate_pools(
+    claims: Sequence[ResourceClaim],
+    classes: Mapping[str, DeviceClass],
+    pools: list[Pool],
+    in_use: InUse,
+    node: str,
+    selectors: Selectors,
+    inventory: Inventory | None = None,
+    limits: DraLimits | None = None,
+) -> Outcome:
+    """``allocate`` over the node's pools as pools.gather_pools gathered them (the snapshot
+    keeps them per node)."""
+    search = _Search(claims, classes, pools, in_use, node, selectors, inventory)
+    return search.run(Budget(limits or DraLimits()))
 
 
 class _Search:
@@ -196,7 +219,7 @@ class _Search:
         self.share_count: dict[DeviceId, int] = {}
         self.counters = _counters_in_use(pools, in_use)
         self.matches: dict[tuple[int, DeviceId], bool] = {}  # (request, device) -> verdict
-        self.budget = Budget(Limits())
+        self.budget = Budget(DraLimits())
         self.best: tuple[tuple[object, ...], list[list[_Chosen]], list[list[int]]] | None = None
         self.found = 0
         self.single = sum(len(c.requests) for c in claims) == 1

@@ -6,34 +6,21 @@ search tries (``steps``) and the selector evaluations it makes (``evaluations``,
 A budget is spent by one ``allocate`` call (one pod on one node). Running out before any solution
 is found refuses the node with a reason ("timed out trying to allocate devices", as there);
 running out after one is found ends the search for a better-connected one (choice.py) and keeps
-the best found so far. The same input always gives the same answer.
+the best found so far. The same input always gives the same answer. The bounds are the
+``dra`` settings (core/settings.py ``DraLimits``, docs/configuration.md).
 """
 
 from __future__ import annotations
 
-from msgspec import Struct
-
-
-class Limits(Struct, frozen=True):
-    """The bounds of one allocation. Spending either default in full takes about half a second
-    of Python on the development machine (2 cores, shared); a typical claim on an 8-GPU node
-    spends a few dozen steps and, once the memo is warm, no evaluation."""
-
-    # Devices tried by the depth-first search (each a candidate check of one slot), and
-    # candidates considered while ordering a request's candidates.
-    steps: int = 100_000
-    # Selector evaluations that miss the memo.
-    evaluations: int = 20_000
-    # Complete solutions compared for the interconnect choice once one is found.
-    solutions: int = 512
+from ..settings import DraLimits
 
 
 class Budget:
-    """What is left of a ``Limits`` during one allocation."""
+    """What is left of a ``DraLimits`` during one allocation."""
 
     __slots__ = ("evaluations", "exhausted", "limits", "solutions", "steps")
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: DraLimits) -> None:
         self.limits = limits
         self.steps = limits.steps
         self.evaluations = limits.evaluations

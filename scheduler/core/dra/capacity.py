@@ -88,6 +88,15 @@ def take(
     CapacityError for a malformed quantity in the device's policies."""
     if any(name not in device.capacity for name in requests):
         return None
+    # An exclusive device asked for no amount takes all of each capacity, which fits unless a
+    # policy refuses the whole value: the common case, decided without parsing.
+    exclusive = not device.allow_multiple_allocations and not taken and not allocating
+    if (
+        exclusive
+        and not requests
+        and all(c.request_policy is None for c in device.capacity.values())
+    ):
+        return {}
     amounts: dict[str, Decimal] = {}
     for name, cap in device.capacity.items():
         amount = consumed(requests.get(name), cap)

@@ -8,7 +8,8 @@ step, cheap per node, and returns kube-scheduler's reasons (empty: the node pass
 
     NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit,
     VolumeBinding (node affinity of bound volumes), PodTopologySpread, InterPodAffinity,
-    DynamicResources (allocated claims' node selectors), NodeDeclaredFeatures
+    DynamicResources (allocated claims' node selectors; the pod's other claims allocated on the
+    node: filters/dra.py), NodeDeclaredFeatures
 
 Whole GPUs are not in the chain: the GPU rules (``placement``) rank node classes by GPU topology
 first and ask the chain only about the candidate nodes, so a node that fails here costs one
@@ -22,7 +23,7 @@ member's required anti-affinity matches another member (a job asking for one rep
 gets one per node).
 
 ``problem`` is a pod-level reason (an unbound or missing PersistentVolumeClaim, a ResourceClaim
-nobody allocated): no node can help.
+not created yet or being deleted): no node can help.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ..resources.accounting import Amounts, pod_requests
 from ..resources.ports import host_ports
 from ..snapshot.cluster import ClusterState
 from ..snapshot.nodes import NodeState
-from .dra import DraCheck, dra_backed_reason, prefilter_dra
+from .dra import DraCheck, prefilter_dra
 from .features import missing_features, required_features
 from .interpod import InterPod, prefilter_interpod
 from .node import (
@@ -78,7 +79,6 @@ class NodeInputs(Mapping[str, NodeInput]):
 class PodFilters:
     __slots__ = (
         "dra",
-        "dra_backed",
         "features",
         "has_preferences",
         "interpod",
@@ -107,13 +107,10 @@ class PodFilters:
         volumes = prefilter_volumes(pod, state.inputs.claims, state.inputs.volumes)
         self.problem: str | None = volumes if isinstance(volumes, str) else None
         self.volumes: VolumeCheck | None = volumes if isinstance(volumes, VolumeCheck) else None
-        dra = prefilter_dra(pod, state.inputs.resource_claims)
+        dra = prefilter_dra(pod, state)
         if self.problem is None and isinstance(dra, str):
             self.problem = dra
         self.dra: DraCheck | None = dra if isinstance(dra, DraCheck) else None
-        # The extended resources the pod asks for that a DeviceClass backs (resource -> class).
-        extended = state.dra_extended
-        self.dra_backed = {r: extended[r] for r, _ in self.requests if r in extended}
         self.features = required_features(pod)
         nodes = NodeInputs(state.nodes)
         self.interpod: InterPod | None = prefilter_interpod(
@@ -148,27 +145,26 @@ class PodFilters:
         if node.resources is not None:
             short = insufficient(self.requests, node.resources, node.requested, node.pod_count)
             if short:
-                return self._dra_backed(short, node.resources) if self.dra_backed else short
+                short = self._dra_backed(short, node) if self.dra is not None else short
+            if short:
+                return short
         why = (
             (self.volumes.check(n) if self.volumes is not None else None)
             or (self.spread.check(n) if self.spread is not None else None)
             or (self.interpod.check(n) if self.interpod is not None else None)
-            or (self.dra.check(n) if self.dra is not None else None)
+            or (self.dra.check(node) if self.dra is not None else None)
             or (missing_features(self.features, n) if self.features else None)
         )
         return [why] if why is not None else []
 
-    def _dra_backed(self, short: list[str], allocatable: Mapping[str, int]) -> list[str]:
-        """A resource the node has none of, which a DeviceClass backs, would be DRA's to
-        allocate there (kube-scheduler v1.37): say so instead of "Insufficient"."""
-        out = []
-        for reason in short:
-            resource = reason.removeprefix("Insufficient ")
-            device_class = self.dra_backed.get(resource)
-            if device_class is not None and not allocatable.get(resource, 0):
-                reason = dra_backed_reason(resource, device_class)
-            out.append(reason)
-        return out
+    def _dra_backed(self, short: list[str], node: NodeState) -> list[str]:
+        """A resource the node has none of, which a DeviceClass backs, is DRA's to allocate
+        there (kube-scheduler v1.37): not short, the DRA filter allocates it."""
+        assert self.dra is not None
+        side = self.dra.dra_side(node)
+        if not side:
+            return short
+        return [r for r in short if r.removeprefix("Insufficient ") not in side]
 
     def score(self, node: NodeState) -> int:
         if not self.has_preferences:
@@ -190,6 +186,7 @@ class GroupFilters:
     """
 
     __slots__ = (
+        "allocating",
         "has_preferences",
         "joint",
         "members",
@@ -198,6 +195,7 @@ class GroupFilters:
         "problem",
         "repel_keys",
         "requests",
+        "state",
     )
 
     def __init__(self, state: ClusterState, members: list[PodFilters], joint: bool = True) -> None:
@@ -217,6 +215,9 @@ class GroupFilters:
         self.nowhere = self.problem is not None or any(
             state.on_every_node(key) for key in self.repel_keys
         )
+        self.state = state
+        # Members with DRA claims to allocate: on one node, allocated one after the other.
+        self.allocating = [m for m in members if m.dra is not None and m.dra.allocates]
 
     def check(self, node: NodeState) -> list[str]:
         for m in self.members:
@@ -237,7 +238,26 @@ class GroupFilters:
         labels = node.node.labels
         if any(key in labels for key in self.repel_keys):
             return [ANTI_AFFINITY]
+        if len(self.allocating) > 1:
+            why = self._claims_together(node)
+            if why is not None:
+                return [why]
         return []
+
+    def _claims_together(self, node: NodeState) -> str | None:
+        """The members' claims allocated on the node one after the other, in the order gang
+        planning applies them (members.split_joint), each seeing the devices of those before
+        it (tentatively: the state is left as it was)."""
+        state = self.state
+        with state.tentative():
+            for m in self.allocating:
+                dra = m.dra
+                assert dra is not None
+                why = dra.check(node)
+                if why is not None:
+                    return why
+                state.charge_claims(m.pod.key, m.pod.uid, dra.claims_on(node))
+        return None
 
     def score(self, node: NodeState) -> int:
         return sum(m.score(node) for m in self.members) if self.has_preferences else 0

@@ -222,7 +222,10 @@ def pack_nodes(
         if found is None:
             return None
         node, part, joint = found
-        out.extend(split_joint(state, gang, node, joint, part, minimum))
+        split = split_joint(state, gang, node, joint, part, minimum)
+        if split is None:
+            return None
+        out.extend(split)
         free_of[node.name] = node.free_mask.bit_count()
         remaining = remaining[len(part) :]
     return out

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
 from msgspec import Struct
 
+from ..filters.dra import claims_for
 from ..model.decisions import Placement
 from ..model.objects import PodInput
 from ..placement.nodes import whole_placement
@@ -17,6 +19,17 @@ class Member(Struct, frozen=True):
     request: PodRequest
 
 
+def with_claims(state: ClusterState, member: Member, placement: Placement) -> Placement | None:
+    """The placement with the member's DRA claims allocated on its node (filters/dra.py), as
+    the devices in use stand now; None when they cannot be."""
+    if not member.pod.resource_claims and not state.dra_extended:
+        return placement
+    found = claims_for(state, member.pod, state.nodes[placement.node])
+    if isinstance(found, str):
+        return None
+    return msgspec.structs.replace(placement, claims=found) if found else placement
+
+
 def split_joint(
     state: ClusterState,
     gang: str,
@@ -24,9 +37,11 @@ def split_joint(
     joint: int,
     group: list[Member],
     minimum: int,
-) -> list[Placement]:
+) -> list[Placement] | None:
     """Give each member (in the given order) the best subset of the joint set that is left, and
-    apply it to the open tentative scope."""
+    its DRA claims allocated on the node after those of the members before it (none when the
+    group's filters allowed the node: they allocate in this order), and apply it to the open
+    tentative scope; None when a member's claims do not fit after all."""
     assert node.inventory is not None
     topology = node.inventory.topology
     out = []
@@ -40,7 +55,11 @@ def split_joint(
             assert choice is not None
             indices = choice.indices
             left &= ~choice.mask
-        placement = whole_placement(member.pod, member.request, node, indices, gang)
+        placement = with_claims(
+            state, member, whole_placement(member.pod, member.request, node, indices, gang)
+        )
+        if placement is None:
+            return None
         state.apply(placement, member.pod, minimum)
         out.append(placement)
     return out

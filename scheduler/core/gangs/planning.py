@@ -40,13 +40,20 @@ from ..filters.chain import GroupFilters, PodFilters
 from ..model import names
 from ..model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from ..model.gangsources import Gang, GangError, GangPending, resolve
-from ..placement.nodes import best_whole_node, unschedulable_reason, whole_placement
+from ..placement.devices import place_claims
+from ..placement.nodes import (
+    best_whole_node,
+    no_node_reason,
+    place_without_gpus,
+    unschedulable_reason,
+    whole_placement,
+)
 from ..resources.requests import RequestError
 from ..snapshot.cluster import ClusterState
 from ..snapshot.nodes import Demand, NodeState
 from .constraints import TopologyError, TopologyPending, rank_order
 from .indomains import Context, annotate, context, plan_in_domains, surplus_scopes
-from .members import Member, split_joint
+from .members import Member, split_joint, with_claims
 
 
 class Size(Struct, frozen=True):
@@ -134,7 +141,7 @@ def plan_gang(
     ordered = sorted(members, key=lambda m: (-m.request.gpus, m.pod.key))
     gpu_members = [m for m in ordered if m.request.gpus > 0]
     if not gpu_members:
-        return Unschedulable(keys, f"gang {gang}: no member asks for GPUs")
+        return _plan_claims(state, gang, ordered, size, keys)
     need = max(0, size.minimum - size.bound)
     with state.tentative():
         placements: list[Placement] = []
@@ -162,6 +169,47 @@ def plan_gang(
         return Unschedulable(keys, _surplus_reason(gang, size, left))
     waiting = tuple(sorted(left))
     return Placed(tuple(placements), waiting, _surplus_reason(gang, size, left) if left else "")
+
+
+def _plan_claims(
+    state: ClusterState, gang: str, ordered: list[Member], size: Size, keys: tuple[str, ...]
+) -> Decision:
+    """A gang asking for devices only through ResourceClaims (issue 29): every pending member
+    placed as a single pod would be (placement/devices.py; one without claims as any pod
+    without GPUs), one after the other inside a tentative scope so that each sees the devices
+    of those before it; all of them or none (no elastic surplus). Not yet through topology
+    domains."""
+    if not any(m.pod.resource_claims for m in ordered):
+        return Unschedulable(keys, f"gang {gang}: no member asks for GPUs")
+    if size.topology is not None:
+        return Unschedulable(
+            keys,
+            f"gang {gang}: its members ask for devices only through ResourceClaims, which "
+            "topo-scheduler does not plan through topology domains yet",
+        )
+    placements: list[Placement] = []
+    with state.tentative():
+        for member in sorted(ordered, key=lambda m: m.pod.key):
+            try:
+                filters = PodFilters(state, member.pod)
+            except RequestError as exc:
+                return Unschedulable(keys, f"gang {gang}: {exc}")
+            if filters.dra is not None and filters.dra.allocates:
+                spread = member.request.node_policy == "spread"
+                placement = place_claims(state, member.pod, filters, spread)
+            else:  # a member without devices (a launcher)
+                placement = place_without_gpus(state, member.pod, filters)
+            if placement is None:
+                why = filters.problem or no_node_reason(state, filters)
+                return Unschedulable(keys, f"gang {gang}: pod {member.pod.key}: {why}")
+            if filters.dra is not None:
+                claims = filters.dra.claims_on(state.nodes[placement.node])
+                placement = msgspec.structs.replace(
+                    placement, gang=gang, replicas=size.minimum, claims=claims
+                )
+            state.apply(placement, member.pod, size.minimum)
+            placements.append(placement)
+    return Placed(tuple(sorted(placements, key=lambda p: p.pod)))
 
 
 def _largest_first(members: list[Member]) -> list[Member]:
@@ -324,8 +372,12 @@ def _place_surplus(
             if found is None and not (topology is not None and topology.hard):
                 found = best_whole_node(state, filters, req.gpus, req.vendor, spread, demand)
             if found is not None:
-                placement = whole_placement(member.pod, req, found.node, found.choice.indices, gang)
-                if topology is not None:
+                placement = with_claims(
+                    state,
+                    member,
+                    whole_placement(member.pod, req, found.node, found.choice.indices, gang),
+                )
+                if placement is not None and topology is not None:
                     (placement,) = annotate(state, [placement], topology, [member.pod])
         if placement is None:
             left[member.pod.key] = unschedulable_reason(state, filters, req)
@@ -414,7 +466,10 @@ def _plan_fewest_nodes(
         if best is None:
             return None
         _, group, node, joint = best
-        out.extend(split_joint(state, gang, node, joint, group, minimum))
+        split = split_joint(state, gang, node, joint, group, minimum)
+        if split is None:
+            return None
+        out.extend(split)
         taken = {m.pod.key for m in group}
         remaining = [m for m in remaining if m.pod.key not in taken]
     return out

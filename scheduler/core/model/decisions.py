@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from msgspec import Struct, field
 
-from .dra import Allocation
+from .dra import Allocation, DeviceRequest, RequestMapping
 
 
 class Share(Struct, frozen=True, rename="camel", omit_defaults=True):
@@ -36,12 +36,17 @@ class ClaimAllocation(Struct, frozen=True):
     """A ResourceClaim a placement allocates (issue 29): the binder writes ``allocation`` into the
     claim's status (with the pod in ``reservedFor``) before the Binding, and undoes it when the
     Binding fails or is abandoned. ``special`` marks the claim kube-scheduler would create for
-    extended resources backed by a DeviceClass (the binder creates it first)."""
+    extended resources backed by a DeviceClass (the binder creates it first: ``claim`` is then
+    "namespace/<generateName>", ``<pod>-extended-resources-``, its spec's ``requests`` and the
+    pod's ``status.extendedResourceClaimStatus.requestMappings`` are ``requests`` and
+    ``mappings``; core/dra/extended.py)."""
 
     claim: str  # "namespace/name"
     uid: str  # the claim's uid: the precondition of every write ("" for a special claim)
     allocation: Allocation
     special: bool = False
+    requests: tuple[DeviceRequest, ...] = ()
+    mappings: tuple[RequestMapping, ...] = ()
 
 
 class Placement(Struct, frozen=True):

@@ -111,6 +111,9 @@ class DeviceClass(Struct, frozen=True):
     selectors: tuple[str, ...] = ()  # CEL expressions, all of which a device must match
     config: tuple[OpaqueConfig, ...] = ()
     extended_resource_name: str = ""
+    # metadata.creationTimestamp (RFC 3339, sorts as text): when two classes back one extended
+    # resource, the newer wins (kube-scheduler's extendedresourcecache).
+    created: str = ""
 
 
 EXACT_COUNT = "ExactCount"
@@ -190,7 +193,27 @@ class Allocation(Struct, frozen=True):
     node_selector: tuple[NodeSelectorTerm, ...] | None = None
 
 
+class RequestMapping(Struct, frozen=True):
+    """One entry of ``pod.status.extendedResourceClaimStatus.requestMappings``: which request of
+    the extended-resource claim serves a container's extended resource."""
+
+    container: str
+    resource: str
+    request: str
+
+
+# The annotation kube-scheduler puts on the claim it creates for a pod's extended resources
+# backed by a DeviceClass (KEP-5004), with value "true"; the claim's controller is the pod.
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+
+
 class ResourceClaim(Struct, frozen=True):
+    """A ResourceClaim: its spec, ``status.allocation`` (None: not allocated) and the consumers
+    it is reserved for (``status.reservedFor[].uid``); ``deleting`` once it has a deletion
+    timestamp. ``extended`` marks the claim created for a pod's DRA-backed extended resources
+    (the ``EXTENDED_RESOURCE_CLAIM`` annotation), ``owner`` is the uid of its controller
+    (metadata.ownerReferences with controller true; "" when none): for such a claim, the pod."""
+
     namespace: str
     name: str
     uid: str = ""
@@ -198,7 +221,15 @@ class ResourceClaim(Struct, frozen=True):
     constraints: tuple[DeviceConstraint, ...] = ()
     config: tuple[ClaimConfig, ...] = ()
     allocation: Allocation | None = None
+    reserved_for: tuple[str, ...] = ()
+    deleting: bool = False
+    extended: bool = False
+    owner: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def allocated(self) -> bool:
+        return self.allocation is not None

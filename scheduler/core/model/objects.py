@@ -213,33 +213,6 @@ class DisruptionBudgetInput(Struct, frozen=True):
         return f"{self.namespace}/{self.name}"
 
 
-class ResourceClaimInput(Struct, frozen=True):
-    """A DRA ResourceClaim (resource.k8s.io/v1): allocated once ``allocated`` is set (by
-    kube-scheduler or a DRA controller; topo-scheduler allocates none); the nodes its allocation
-    is reachable from (``status.allocation.nodeSelector``, None: every node); the consumers it
-    is reserved for (``status.reservedFor[].uid``)."""
-
-    namespace: str
-    name: str
-    uid: str = ""
-    allocated: bool = False
-    node_selector: tuple[NodeSelectorTerm, ...] | None = None
-    reserved_for: tuple[str, ...] = ()
-    deleting: bool = False
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-class DeviceClassInput(Struct, frozen=True):
-    """A DRA DeviceClass: the extended resource name its devices may be asked for by
-    (``spec.extendedResourceName``; "" for none)."""
-
-    name: str
-    extended_resource_name: str = ""
-
-
 class VolumeInput(Struct, frozen=True):
     """A PersistentVolume: its required node affinity (None: usable from any node)."""
 
@@ -344,6 +317,9 @@ class PodInput(Struct, frozen=True):
     resize: ResizeStatus | None = None
     # spec.resourceClaims (DRA, filters/dra.py).
     resource_claims: tuple[PodClaim, ...] = ()
+    # status.extendedResourceClaimStatus.resourceClaimName: the claim created for its extended
+    # resources backed by a DeviceClass (KEP-5004), once written ("" before).
+    extended_claim: str = ""
     # What NodeDeclaredFeatures infers features from (filters/features.py): the actions of every
     # (init) container's restartPolicyRules, hostNetwork, hostUsers, and whether any volume
     # mount sets bindMountOptions.

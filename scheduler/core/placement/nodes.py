@@ -49,8 +49,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Protocol, cast
 
+from ..dra.allocator import NO_SOLUTION
 from ..filters.chain import PodFilters
-from ..filters.dra import dra_backed_reason
 from ..model.decisions import ContainerDevices, Placement, Share
 from ..model.names import CORES_PER_CARD
 from ..model.objects import PodInput
@@ -872,23 +872,18 @@ def _node_reasons(
     together: list[tuple[int, str, int]],
     dra: list[tuple[int, str, str]],
 ) -> list[Reason]:
-    # A node with none of a GPU resource that a DeviceClass backs would get it from DRA (an
-    # allocation kube-scheduler would make; we make none): say so, once the filters pass.
-    backed = next(
-        (
-            dra_backed_reason(resource, device_class)
-            for index, resource, device_class in dra
-            if node.allocatable is not None and node.allocatable[index] == 0
-        ),
-        None,
+    # A node with none of a GPU resource that a DeviceClass backs gives it through DRA: the
+    # filter chain's DRA filter allocates it there (the special claim), and says why not.
+    backed = any(
+        node.allocatable is not None and node.allocatable[index] == 0 for index, _, _ in dra
     )
-    if node.inventory is None and backed is None:
+    if backed:
+        return list(filters.check(node)) or [NO_SOLUTION]
+    if node.inventory is None:
         return [_PHRASES["invalid" if node.error else "not-gpu"]]
     reasons: list[Reason] = list(filters.check(node))
     if reasons:
         return reasons
-    if backed is not None:
-        return [backed]
     return [_gpu_reason(node, req, k, demand, together)]
 
 

@@ -36,7 +36,8 @@ from decimal import ROUND_CEILING, Decimal
 
 import msgspec
 
-from ..model.objects import ContainerInput, DeviceClassInput, PodInput
+from ..model.dra import DeviceClass
+from ..model.objects import ContainerInput, PodInput
 from .memo import Memo
 from .requests import RequestError, parse_quantity
 
@@ -259,12 +260,15 @@ def node_allocatable(
     return out
 
 
-def extended_resources(classes: Iterable[DeviceClassInput]) -> dict[str, str]:
+def extended_resources(classes: Iterable[DeviceClass]) -> dict[str, str]:
     """Extended resource name -> the DeviceClass that backs it: each class's
     ``extendedResourceName`` and its implicit ``deviceclass.resource.kubernetes.io/<class>``
-    (the smallest class name when several declare the same resource)."""
+    (when several declare the same resource, the newest class, then the smallest name, as
+    kube-scheduler's extendedresourcecache)."""
     out: dict[str, str] = {}
-    for c in sorted(classes, key=lambda c: c.name):
+    newest_first = sorted(classes, key=lambda c: c.name)
+    newest_first.sort(key=lambda c: c.created, reverse=True)
+    for c in newest_first:
         out.setdefault(IMPLICIT_PREFIX + c.name, c.name)
         if c.extended_resource_name:
             out.setdefault(c.extended_resource_name, c.name)

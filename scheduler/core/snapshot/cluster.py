@@ -44,7 +44,8 @@ from types import MappingProxyType
 
 import msgspec
 
-from ..model.decisions import Placement
+from ..model.decisions import ClaimAllocation, Placement
+from ..model.dra import Allocation
 from ..model.gangsources import best_known
 from ..model.objects import NodeInput, PodInput
 from ..resources.accounting import extended_resources, node_allocatable
@@ -52,6 +53,7 @@ from ..resources.inventory import InventoryError, read_inventory
 from ..resources.requests import gpu_resource_names
 from ..settings import CoreSettings
 from .bound import allocated_mask, annotated_holding, guess
+from .devices import EXTENDED, Devices
 from .domains import Hierarchy, Path
 from .fragmentation import Profile, request_class
 from .holdings import Holding, Holdings, bits, holding_of, share_mask
@@ -61,7 +63,7 @@ from .nominations import Nominated, Nominations
 from .podindex import PodRecord
 from .records import Records, record_of
 from .topocounts import TopologyCounts
-from .undo import Held, Recorded, Released, Renominated, UndoLog
+from .undo import ClaimsAssumed, Held, Recorded, Released, Renominated, UndoLog
 from .watched import Inputs
 
 
@@ -99,6 +101,13 @@ class ClusterState:
         self.dra_extended: dict[str, str] = {}
         self.inputs.device_classes.on_change = self._read_device_classes
         self.inputs.topologies.on_change = self.node_index.forget_hierarchies
+        # DRA: the devices every claim holds (ours assumed included), slices by node and pool,
+        # the class indexes (snapshot/devices.py).
+        self.devices = Devices(
+            self.inputs.resource_slices, self.inputs.device_classes, self.nodes, self.settings.dra
+        )
+        self.inputs.resource_claims.on_item = self.devices.claim_changed
+        self.inputs.resource_slices.on_item = self.devices.slice_changed
 
     # ---- nodes -----------------------------------------------------------------------------
 
@@ -124,6 +133,8 @@ class ClusterState:
             self._charge_nomination(state, self._nominations.by_pod[key], +1)
         old = self.node_index.put(state)
         self._relabel(node.name, old.node.labels if old else None, node.labels)
+        if old is None or old.node.labels != node.labels:
+            self.devices.node_changed(node.name, node.labels)
         orphans = self._holdings.orphans
         pods = set(old.pods) if old else set()
         pods |= {k for k, h in orphans.items() if h.node == node.name}
@@ -159,6 +170,7 @@ class ClusterState:
         if state is None:
             return
         self._relabel(name, state.node.labels, None)
+        self.devices.node_changed(name, None)
         for key in state.pods:
             holding = self.holdings.pop(key, None)
             if holding is not None:
@@ -203,9 +215,11 @@ class ClusterState:
         return self.hold(holding) or warning
 
     def remove_pod(self, key: str) -> None:
-        """The pod left its node (deleted, finished): its holding and its record go."""
+        """The pod left its node (deleted, finished): its holding, its record and the DRA
+        allocations it assumed go (the claims' own allocations stay until they are cleared)."""
         self._drop_holding(key)
         self.drop_record(key)
+        self.assume_claims(key, ())
 
     def _drop_holding(self, key: str) -> None:
         orphan = self._holdings.orphans.pop(key, None)
@@ -296,6 +310,33 @@ class ClusterState:
         )
         self.put_record(record)
         self.hold(holding_of(placement, replicas))
+        if placement.claims:
+            self.charge_claims(placement.pod, placement.uid, placement.claims)
+
+    def charge_claims(self, pod: str, uid: str, claims: Iterable[ClaimAllocation]) -> None:
+        """Assume the claims a placement of the pod (``uid``) allocates: each by its account
+        (snapshot/devices.py; the special claim by the pod's uid)."""
+        self.assume_claims(
+            pod,
+            tuple((EXTENDED + uid if c.special else c.claim, c.allocation) for c in claims),
+        )
+
+    def hold_reloaded(self, holding: Holding) -> str | None:
+        """Hold a previous leader's reservation (reloaded or inherited from the store): its
+        GPUs, and the DRA allocations its placement made, whose writes may yet land."""
+        warning = self.hold(holding)
+        if holding.claims:
+            self.charge_claims(holding.pod, holding.uid, holding.claims)
+        return warning
+
+    def assume_claims(self, pod: str, claims: tuple[tuple[str, Allocation], ...]) -> None:
+        """The DRA allocations the pod's placement makes, by account (snapshot/devices.py),
+        charged until it is forgotten or leaves; empty drops them."""
+        before = self.devices.assumed_by(pod)
+        if before == claims:
+            return
+        self._undo.log(ClaimsAssumed(pod, before))
+        self.devices.assume(pod, claims)
 
     # ---- records (every pod on a node, for the Kubernetes filters) -----------------------
 
@@ -418,6 +459,7 @@ class ClusterState:
             **self._nominations.sizes(),
             "nominated_gpus": sum(s.nominated.bit_count() for s in self.nodes.values()),
             "profile": len(self.profile),
+            **self.devices.sizes(),
             **{k: v for k, v in records.items() if k.startswith("index.")},
         }
 
@@ -460,6 +502,7 @@ class ClusterState:
 
     def _read_device_classes(self) -> None:
         self.dra_extended = extended_resources(self.inputs.device_classes.values())
+        self.devices.forget_derived()
 
     def _reprofile(self, key: str) -> None:
         """The pod's request class in the target workload, from what is known of it now (asked

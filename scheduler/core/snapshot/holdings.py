@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..model.decisions import Placement, Share
+from ..model.decisions import ClaimAllocation, Placement, Share
 
 
 class Holding(msgspec.Struct, frozen=True):
@@ -42,6 +42,10 @@ class Holding(msgspec.Struct, frozen=True):
     # The pod is being deleted (deletionTimestamp set): its GPUs stay held until it is gone, but
     # it is no bound member of its gang (module doc).
     terminating: bool = False
+    # The ResourceClaims its placement allocates, while their allocation may not be in the
+    # watched claims yet (assumed, or a previous leader's reservation reloaded): their devices
+    # are held as the claims' would be (issue 29).
+    claims: tuple[ClaimAllocation, ...] = ()
 
 
 class Holdings:
@@ -100,6 +104,7 @@ def holding_of(placement: Placement, replicas: int = 0) -> Holding:
         replicas,
         placement.uid,
         placement.resources,
+        claims=placement.claims,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from msgspec import Struct
 
+from ..model.dra import Allocation
 from .holdings import Holding
 from .nominations import Nominated
 from .podindex import PodRecord
@@ -38,6 +39,8 @@ class Target(Protocol):
     def nominate(self, nomination: Nominated) -> None: ...
 
     def unnominate(self, pod: str) -> None: ...
+
+    def assume_claims(self, pod: str, claims: tuple[tuple[str, Allocation], ...]) -> None: ...
 
 
 class Held(Struct, frozen=True):
@@ -84,7 +87,18 @@ class Renominated(Struct, frozen=True):
             target.unnominate(self.pod)
 
 
-Operation = Held | Released | Recorded | Renominated
+class ClaimsAssumed(Struct, frozen=True):
+    """The DRA allocations a pod's placement makes were assumed or dropped: ``before`` is what
+    the pod had assumed (snapshot/devices.py)."""
+
+    pod: str
+    before: tuple[tuple[str, Allocation], ...]
+
+    def undo(self, target: Target) -> None:
+        target.assume_claims(self.pod, self.before)
+
+
+Operation = Held | Released | Recorded | Renominated | ClaimsAssumed
 
 
 class UndoLog:

@@ -1,7 +1,8 @@
 """The watched inputs: one keyed collection type for every kind of object the filters read.
 
 Namespaces, PersistentVolumeClaims and PersistentVolumes, PodDisruptionBudgets, DRA
-ResourceClaims and DeviceClasses, PodGroups and Topology objects all arrive the same way (a LIST,
+ResourceSlices, DeviceClasses and ResourceClaims, PodGroups and Topology objects all arrive the
+same way (a LIST,
 then watch events) and are kept the same way (by key, the last one seen). ``Keyed`` is that way,
 once: ``replace`` takes a LIST, ``event`` a watch event, and both say whether anything the core
 reads changed, so the shell wakes waiting pods only then.
@@ -13,6 +14,16 @@ the items' type without one method per kind.
 Some LISTs cover only part of a collection: a PodGroup watch lists one API group's PodGroups,
 a Topology watch one project's Topologies. Such a kind has a ``part`` (the API group, the
 project), and ``replace(items, part)`` leaves the other parts alone.
+
+DRA (issue 29; the seam between the core and the shell's watches): ``RESOURCE_SLICES``,
+``DEVICE_CLASSES`` and ``RESOURCE_CLAIMS`` hold the full ``model/dra.py`` objects, as
+scheduler/kube/dracodec.py decodes them (a claim with its spec, ``status.allocation``,
+``reservedFor`` uids, deletion, and the extended-resource annotation and controller owner).
+Slices are keyed by name (cluster-scoped), classes by name, claims by "namespace/name". Every
+claim's allocation, whoever made it, is in use in the snapshot (snapshot/devices.py follows the
+claims through ``on_item``); what a pod says of its claims is ``PodInput.resource_claims``
+(``spec.resourceClaims`` with the claim names ``status.resourceClaimStatuses`` resolves) and
+``PodInput.extended_claim``.
 """
 
 from __future__ import annotations
@@ -20,13 +31,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
+from ..model.dra import DeviceClass, ResourceClaim, ResourceSlice
 from ..model.objects import (
     ClaimInput,
-    DeviceClassInput,
     DisruptionBudgetInput,
     NamespaceInput,
     PodGroupInput,
-    ResourceClaimInput,
     TopologyInput,
     VolumeInput,
 )
@@ -63,14 +73,17 @@ class Keyed(Mapping[str, T]):
     """The items of one kind by key: read as a Mapping, changed by put/remove/replace/event.
 
     ``on_change`` is called after every change (what the snapshot derives from the items, such
-    as DRA's extended resources or the topology hierarchies, follows it).
+    as DRA's extended resources or the topology hierarchies, follows it); ``on_item`` before it,
+    with the item before and after (None: absent), for what the snapshot keeps incrementally
+    (the devices DRA claims hold).
     """
 
-    __slots__ = ("_items", "kind", "on_change")
+    __slots__ = ("_items", "kind", "on_change", "on_item")
 
     def __init__(self, kind: Kind[T], on_change: Callable[[], None] | None = None) -> None:
         self.kind = kind
         self.on_change = on_change
+        self.on_item: Callable[[T | None, T | None], None] | None = None
         self._items: dict[str, T] = {}
 
     # Mapping, with get and `in` straight from the dict (filters ask per pod and per term).
@@ -95,16 +108,22 @@ class Keyed(Mapping[str, T]):
     def put(self, item: T) -> bool:
         """Add or replace ``item`` under its key. Whether it changed anything."""
         key = self.kind.key(item)
-        if self._items.get(key) == item:
+        before = self._items.get(key)
+        if before == item:
             return False
         self._items[key] = item
+        if self.on_item is not None:
+            self.on_item(before, item)
         self._changed()
         return True
 
     def remove(self, key: str) -> bool:
         """Drop the item under ``key``. Whether there was one."""
-        if self._items.pop(key, None) is None:
+        before = self._items.pop(key, None)
+        if before is None:
             return False
+        if self.on_item is not None:
+            self.on_item(before, None)
         self._changed()
         return True
 
@@ -138,12 +157,12 @@ class Keyed(Mapping[str, T]):
             self.on_change()
 
 
-def _name(item: NamespaceInput | DeviceClassInput | VolumeInput) -> str:
+def _name(item: NamespaceInput | DeviceClass | ResourceSlice | VolumeInput) -> str:
     return item.name
 
 
 def _key(
-    item: ClaimInput | DisruptionBudgetInput | ResourceClaimInput | PodGroupInput | TopologyInput,
+    item: ClaimInput | DisruptionBudgetInput | ResourceClaim | PodGroupInput | TopologyInput,
 ) -> str:
     return item.key
 
@@ -160,8 +179,9 @@ NAMESPACES: Kind[NamespaceInput] = Kind("Namespace", _name, lambda i: i.namespac
 CLAIMS: Kind[ClaimInput] = Kind("PersistentVolumeClaim", _key, lambda i: i.claims)
 VOLUMES: Kind[VolumeInput] = Kind("PersistentVolume", _name, lambda i: i.volumes)
 BUDGETS: Kind[DisruptionBudgetInput] = Kind("PodDisruptionBudget", _key, lambda i: i.budgets)
-RESOURCE_CLAIMS: Kind[ResourceClaimInput] = Kind("ResourceClaim", _key, lambda i: i.resource_claims)
-DEVICE_CLASSES: Kind[DeviceClassInput] = Kind("DeviceClass", _name, lambda i: i.device_classes)
+RESOURCE_CLAIMS: Kind[ResourceClaim] = Kind("ResourceClaim", _key, lambda i: i.resource_claims)
+DEVICE_CLASSES: Kind[DeviceClass] = Kind("DeviceClass", _name, lambda i: i.device_classes)
+RESOURCE_SLICES: Kind[ResourceSlice] = Kind("ResourceSlice", _name, lambda i: i.resource_slices)
 # A PodGroup LIST covers one API group; a Topology LIST one project ("Kueue", "KAI").
 POD_GROUPS: Kind[PodGroupInput] = Kind("PodGroup", _key, lambda i: i.pod_groups, _api_group)
 TOPOLOGIES: Kind[TopologyInput] = Kind("Topology", _key, lambda i: i.topologies, _project)
@@ -177,6 +197,7 @@ class Inputs:
         "namespaces",
         "pod_groups",
         "resource_claims",
+        "resource_slices",
         "topologies",
         "volumes",
     )
@@ -187,9 +208,10 @@ class Inputs:
         self.volumes: Keyed[VolumeInput] = Keyed(VOLUMES)
         # Which victims preemption would rather spare (core/budgets.py).
         self.budgets: Keyed[DisruptionBudgetInput] = Keyed(BUDGETS)
-        # DRA (filters/dra.py).
-        self.resource_claims: Keyed[ResourceClaimInput] = Keyed(RESOURCE_CLAIMS)
-        self.device_classes: Keyed[DeviceClassInput] = Keyed(DEVICE_CLASSES)
+        # DRA (filters/dra.py, snapshot/devices.py).
+        self.resource_claims: Keyed[ResourceClaim] = Keyed(RESOURCE_CLAIMS)
+        self.device_classes: Keyed[DeviceClass] = Keyed(DEVICE_CLASSES)
+        self.resource_slices: Keyed[ResourceSlice] = Keyed(RESOURCE_SLICES)
         # Gang sizes for the pods that name one (gangsources.py).
         self.pod_groups: Keyed[PodGroupInput] = Keyed(POD_GROUPS)
         # Kueue's and KAI's hierarchies (issue 21, topoconstraints.py).
