@@ -722,8 +722,8 @@ def unschedulable_reason(
 def _resources_only(filters: PodFilters) -> bool:
     """True when the chain can refuse a node that is neither cordoned nor tainted and has a
     status only for want of resources (NodeResourcesFit): no node selector or required
-    affinity, host ports, volumes, spread, inter-pod terms, claims, features or DRA-backed
-    resources, whose answers read more of a node than what it has left."""
+    affinity, host ports, volumes, spread, inter-pod terms, claims or DRA-backed resources
+    (``dra``), or features, whose answers read more of a node than what it has left."""
     return not (
         filters.pinned
         or filters.ports
@@ -732,7 +732,6 @@ def _resources_only(filters: PodFilters) -> bool:
         or filters.interpod is not None
         or filters.dra is not None
         or filters.features
-        or filters.dra_backed
     )
 
 
