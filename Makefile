@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-failover bench-soak bench-smoke soak-sim clean \
+.PHONY: deps lint types imports unit integration redis-server test demo bench-core bench-frag bench-topology bench-live bench-scale bench-takeover bench-failover bench-soak bench-smoke sim soak-sim clean \
         k8s-build cluster-up cluster-down e2e
 
 $(STAMP): pyproject.toml
@@ -129,12 +129,23 @@ bench-smoke: deps redis-server k8s-build
 
 # The deterministic simulation of the live scheduler (issue 30; tests/sim/README.md): real
 # replicas on a simulated clock against a fake apiserver with faults, schedules drawn and shrunk
-# by Hypothesis. Not part of `make test` yet (it finds issue 30's open bugs on main). Examples:
+# by Hypothesis. `make sim` is make test's run-to-be (not in `test:` while main fails it): 20,000 steps over many seeds on both cores, then
+# every mutant (each fixed bug of issues 12, 20 and 30 put back) hunted from the seed that found
+# it last; it fails on any violation or missed mutant (about 2 minutes). SIM_CI_LEFT_OUT: the
+# rules that still find a bug open on main (seed 24: restart_gang; seed 5: etcd_restore; seed 48:
+# repeated FLUSHALLs and handovers, one epoch led twice; store faults: a livelock, pods left
+# pending with no reason; seeds 17 and 23 with slow Bindings or claims: pods pending beside a free
+# GPU), left out of the soak until its fix lands (the hunts use them). `make soak-sim` runs for a chosen time. Examples:
 #   make soak-sim SIM_ARGS="--seconds 3600"           a release soak
 #   make soak-sim SIM_ARGS="--seed 45 --steps 1"       replay one seed (prints its shortest timeline)
-#   make soak-sim SIM_ARGS="--mutant all --seconds 60" each fixed bug of issues 12/20 put back
+#   make soak-sim SIM_ARGS="--mutant all --seconds 60" each fixed bug of issues 12/20/30 put back
 #   make soak-sim SIM_ARGS="--redis"                   on a real redis-server
 # PYTHONHASHSEED is fixed so that a seed replays the same run.
+SIM_CI_LEFT_OUT ?= restart_gang,etcd_restore,store_fault,flush_store,slow,claims
+sim: deps
+	PYTHONHASHSEED=0 $(BIN)/python -m tests.sim.soak --ci --steps 20000 --jobs 2 \
+		--mutant-seconds 10 --without $(SIM_CI_LEFT_OUT)
+
 SIM_ARGS ?= --seconds 60
 soak-sim: deps redis-server
 	PYTHONHASHSEED=0 $(BIN)/python -m tests.sim.soak $(SIM_ARGS)

@@ -397,12 +397,16 @@ class Effects:
         """Re-read a pod until the apiserver answers, and tell the book what it says. An unsettled
         pod (a previous leader's Binding may still land) read pending by a read that started
         before ``settled_at`` is no answer: the read SETTLE_DUE asks for answers (this one,
-        read again, when that time has come meanwhile)."""
+        read again, when that time has come meanwhile). A pod our Binding bound (ASSUMED) read
+        pending by a read that started before that Binding was answered is no answer either
+        (it is read again); read pending by a later read (a quorum GET after the 201), the
+        Binding was undone: etcd was restored from a backup taken before it (issue 30, sim
+        seed 73), and the pod is pending again (``(ASSUMED, CHECKED_PENDING)``)."""
         namespace, _, name = key.partition("/")
         current: PodInput | None = None
         event: Event | None = None
         while event is None and self.accepting and self.book.stage(key, uid) in _CHECKED_STAGES:
-            started = self.clock()
+            started, began_in = self.clock(), self.book.stage(key, uid)
             try:
                 current = await self.cluster.get_pod(namespace, name)
             except Exception as exc:
@@ -418,11 +422,20 @@ class Effects:
             elif self.book.stage(key, uid) is Stage.UNSETTLED and started < self.settled_at:
                 if self.clock() < self.settled_at:
                     break  # SETTLE_DUE asks again
+            elif self.book.stage(key, uid) is Stage.ASSUMED and began_in is not Stage.ASSUMED:
+                continue  # read before our Binding was answered: it says nothing of it
             else:
                 event = Event.CHECKED_PENDING
         entry = self.book.get(key)
         if entry is not None and entry.uid == uid:
             entry.checking = False  # before the answer: it may ask for another re-read
+        if event is Event.CHECKED_PENDING and self.book.stage(key, uid) is Stage.ASSUMED:
+            log.warning(
+                "a pod our Binding bound is pending again (etcd restored from a backup?): "
+                "its GPUs go back and it is scheduled afresh",
+                pod=key,
+                uid=uid,
+            )
         if event is not None:
             self.dispatch(key, uid, event, Ctx(pod=current))
 

@@ -103,6 +103,9 @@ class Intake:
         # book's newest version when it was asked for.
         self._pending: dict[str, PodInput] = {}
         self._pending_since = 0
+        # The pods the pending watch shows pending (its last word on them) while the book holds
+        # them bound: set aside as stale, unless the bound watch stops showing them (``_unbound``).
+        self._set_aside: dict[str, PodInput] = {}
 
     # ---- pending pods ------------------------------------------------------------------------
 
@@ -165,6 +168,7 @@ class Intake:
         it lacks left the pending set, and the pods it shows are told in creation order."""
         fresh, self._pending = self._pending, {}
         self._new_era("pending-pods", version, self._pending_since)
+        self._set_aside = {}  # the LIST is the pending watch's whole word now
         for key, entry in list(self.book.entries.items()):
             if entry.stage in (Stage.BOUND, Stage.OTHER):
                 continue  # a pending re-list says nothing about a bound pod
@@ -183,6 +187,7 @@ class Intake:
     def pending_event(self, kind: str, pod: PodInput) -> None:
         if self.older(pod):
             return
+        self._set_aside.pop(pod.key, None)
         if kind == "DELETED":
             # The pod left the pending selector: bound (its node is set) or deleted.
             ended = pod.deleting and not pod.node_name
@@ -196,6 +201,8 @@ class Intake:
             same = entry is not None and entry.uid == pod.uid and pod.same_as(entry.pod)
             event = Event.PENDING_SAME if same else Event.PENDING_SEEN
             self.effects.dispatch(pod.key, pod.uid, event, Ctx(pod=pod))
+            if self.book.stage(pod.key, pod.uid) is Stage.BOUND:
+                self._set_aside[pod.key] = pod
         elif pod.deleting or pod.finished:
             self.effects.dispatch(pod.key, pod.uid, Event.PENDING_ENDED, None)
         else:
@@ -239,6 +246,7 @@ class Intake:
             "listing": len(self._listed),
             "listed-stale": len(self._stale),
             "listing-pending": len(self._pending),
+            "set-aside": len(self._set_aside),
         }
 
     def bound_list_begin(self) -> None:
@@ -273,7 +281,21 @@ class Intake:
             if 0 < version < entry.version:
                 continue  # newer than the LIST: the watch from the LIST's version tells
             self.effects.dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
+            self._unbound(entry.key, entry.uid)
         self.bound_synced = True
+
+    def _unbound(self, key: str, uid: str) -> None:
+        """A bound pod missing from a bound LIST: if the pending watch's last word on it was
+        "pending", that word stands now. The book set it aside as older than the Binding (a node
+        name is never unset), which it is, in one era, unless its version is unknown; but after
+        an etcd restore (a new era: versions order nothing) the pending LIST may come first and
+        show the pod pending because the restore undid its Binding, and the bound LIST that
+        comes after lacks it. Its entry leaves with BOUND_MISSING; told nothing more, the pod
+        would stay pending unscheduled with no reason, for good (issue 30, sim seed 5)."""
+        pod = self._set_aside.pop(key, None)
+        if pod is not None and pod.uid == uid:
+            log.warning("a bound pod is pending again (etcd restored from a backup?)", pod=key)
+            self.pending_event("ADDED", pod)
 
     def _new_era(self, watch: str, version: int, since: int) -> bool:
         """Whether a LIST at ``version`` begins a new era: its version is below ``since``, the

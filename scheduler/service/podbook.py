@@ -289,9 +289,12 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RELOADED, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.RELOADED, E.REPLACED): (S.GONE, _LEFT),
     (S.RELOADED, E.RELOAD): (S.RELOADED, (F.HOLD,)),
-    # Decided afresh: the snapshot lets the old reservation go (quietly: it is being decided);
-    # the new one replaces it in the store, and if there is none, the reconcile frees it.
-    (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE)),
+    # Decided afresh: the snapshot lets the old reservation go; the new one replaces it in the
+    # store, and if there is none, the reconcile frees it. Waiting pods retry: decided elsewhere
+    # or not at all (the cluster changed, its gang cannot be placed now), it leaves those GPUs
+    # free, and nothing else would tell them (they waited beside free GPUs until the
+    # unschedulable flush, minutes: sim seeds 17, 23 and 44).
+    (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE, F.RETRY)),
     # Its gang waits for a member still unsettled; it keeps holding where it was decided.
     (S.RELOADED, E.GANG_UNSETTLED): (S.RELOADED, (F.PARK,)),
     (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),
@@ -380,7 +383,13 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # A re-list that started before our bind landed: read the pod rather than free it.
     (S.ASSUMED, E.BOUND_MISSING): (S.ASSUMED, (F.CHECK,)),
     (S.ASSUMED, E.REPLACED): (S.GONE, _LEFT),
-    (S.ASSUMED, E.CHECKED_PENDING): (S.ASSUMED, _),
+    # Read pending after our Binding was answered 201 (effects.py's ``_check`` reads again when
+    # its read began earlier): the Binding was undone (etcd restored from a backup taken before
+    # it). Held on, its GPUs would stay taken by a pod that is not on them, for good.
+    (S.ASSUMED, E.CHECKED_PENDING): (
+        S.PENDING,
+        (F.KEEP_POD, F.FORGET, F.RELEASE_STORE, F.RETRY, F.ENQUEUE, F.WAKE_GANG),
+    ),
     (S.ASSUMED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE,)),
     (S.ASSUMED, E.CHECKED_GONE): (S.GONE, _LEFT),
     (S.ASSUMED, E.CRASHED): (S.ASSUMED, _),

@@ -54,11 +54,13 @@ CLAIMS = claims_path()
 TEMPLATES = templates_path()
 
 
-def inventory(node: str, gpus: int = 8) -> dict[str, Any]:
-    """A node inventory (``topo-scheduler.io/gpus``) of ``gpus`` GPUs with UUIDs: an NVLink
-    pair per two GPUs (NV18 within, SYS across), as the agent publishes it."""
+def inventory(node: str, gpus: int = 8, stride: int = 1) -> dict[str, Any]:
+    """A node inventory (``topo-scheduler.io/gpus``) of ``gpus`` GPUs with UUIDs: NVLink pairs
+    (NV18 within, SYS across), as the agent publishes it. GPU ``i`` is paired with ``i ^ stride``:
+    neighbours by default ((0, 1), (2, 3), ...), and with ``stride`` 4 on 8 GPUs (0, 4), (1, 5),
+    ..., where the first devices in the slice's order are not NVLinked."""
     links = [
-        ["X" if i == j else ("NV18" if i // 2 == j // 2 else "SYS") for j in range(gpus)]
+        ["X" if i == j else ("NV18" if i ^ stride == j else "SYS") for j in range(gpus)]
         for i in range(gpus)
     ]
     return {
@@ -80,6 +82,7 @@ class NodeKind:
     shares: str = ""
     unhealthy: Mapping[int, str] = field(default_factory=dict)
     device_plugin: bool = False  # nvidia.com/gpu allocatable and no slices: not a DRA node
+    stride: int = 1  # GPU i is NVLinked to GPU i ^ stride (``inventory``)
 
 
 # The nodes of the claim shapes, by the letter a shape names them with.
@@ -90,6 +93,7 @@ KINDS: dict[str, NodeKind] = {
     "s": NodeKind(2, shares="memory"),  # 2 H100 shared by memory (consumable capacity)
     "t": NodeKind(4, unhealthy={0: "79", 1: "79", 2: "79"}),  # 4 H100, 3 tainted (XID 79)
     "p": NodeKind(8, device_plugin=True),  # 8 nvidia.com/gpu from a device plugin
+    "x": NodeKind(8, stride=4),  # 8 H100, NVLink pairs (0, 4), (1, 5), ...: not first in order
 }
 
 
@@ -120,14 +124,18 @@ class DraScene:
 
     # ---- objects -----------------------------------------------------------------------------
 
-    def node(self, name: str, kind: NodeKind = KINDS["a"]) -> str:
+    def node(
+        self, name: str, kind: NodeKind = KINDS["a"], labels: Mapping[str, str] | None = None
+    ) -> str:
         """A KWOK node of ``kind`` with its inventory and, unless it is a device-plugin node,
-        no ``nvidia.com/gpu`` allocatable and the driver's slices for the same GPUs; returns its
-        full name."""
+        no ``nvidia.com/gpu`` allocatable and the driver's slices for the same GPUs; ``labels``
+        besides the scene's (a clique's); returns its full name."""
         full = self.full(name)
-        inv = inventory(full, kind.gpus)
+        inv = inventory(full, kind.gpus, kind.stride)
         resource = "nvidia.com/gpu" if kind.device_plugin else None
-        self.plane.create_gpu_node(full, inv, gpus=kind.gpus, resource=resource, labels=self.labels)
+        self.plane.create_gpu_node(
+            full, inv, gpus=kind.gpus, resource=resource, labels={**self.labels, **(labels or {})}
+        )
         if not kind.device_plugin:
             self.driver.publish_gpus(full, inv, kind.model, kind.mig, kind.shares, kind.unhealthy)
         if kind.imex:
@@ -187,10 +195,12 @@ class DraScene:
         limits: dict[str, str] | None = None,
         node_selector: dict[str, str] | None = None,
         namespace: str = NAMESPACE,
+        labels: dict[str, str] | None = None,
     ) -> str:
         """A pod of ``scheduler`` pinned to this scene's nodes: ``claims`` and ``templates`` map
         the pod's claim names to ResourceClaims and ResourceClaimTemplates (full names); its one
-        container uses them all and asks for ``limits``."""
+        container uses them all and asks for ``limits``; ``labels`` besides the scene's (a
+        gang's)."""
         full = self.full(name)
         refs = [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
         refs += [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
@@ -204,7 +214,7 @@ class DraScene:
         }
         if refs:
             spec["resourceClaims"] = refs
-        meta = {"name": full, "namespace": namespace, "labels": self.labels}
+        meta = {"name": full, "namespace": namespace, "labels": {**self.labels, **(labels or {})}}
         self.plane.apply({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
         return full
 
@@ -266,8 +276,14 @@ class DraScene:
                     return Verdict(node, devices=devices)
             else:
                 for c in last.get("status", {}).get("conditions", []) or []:
-                    if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message"):
-                        return Verdict("", message=str(c["message"]))
+                    message = str(c.get("message", ""))
+                    if c["type"] != "PodScheduled" or c["status"] != "False" or not message:
+                        continue
+                    # Not a verdict: the pod waits for the resourceclaim controller, which
+                    # topo-scheduler says on the pod (kube-scheduler's PreEnqueue keeps the pod
+                    # out of its queue without a word); it is tried again once the claim is in.
+                    if "to be created" not in message:
+                        return Verdict("", message=message)
             time.sleep(0.2)
         status = last.get("status")
         raise AssertionError(f"no verdict on pod {pod} after {timeout_s:.0f} s: {status}")

@@ -602,3 +602,31 @@ async def test_a_gpu_pod_on_a_dra_only_node_gets_its_special_claim_created_and_a
     assert claim == name and [(m.container, m.resource) for m in mappings] == [
         ("c0", "nvidia.com/gpu")
     ]
+
+
+async def test_a_pod_whose_failed_binding_deleted_its_special_claim_gets_a_new_one(
+    backend: Backend,
+) -> None:
+    """With the core's own allocator: the Binding refused, the special claim is deleted while
+    the pod's status still names it (recorded before the Binding). Tried again, the pod gets
+    the claim anew and binds (kube-scheduler looks the claim up by its owner and makes a new
+    one when there is none), instead of "cannot schedule extended resource claim" for ever."""
+    r = backend.live()
+    backed = msgspec.structs.replace(GPU_CLASS, extended_resource_name="nvidia.com/gpu")
+    r.s.intake.replace(DEVICE_CLASSES, [backed])
+    r.s.intake.replace(RESOURCE_SLICES, [GPU_SLICE])
+    await r.elect([MakeNode().Name("n").NoGPUs().Allocatable({"cpu": "8"}).Obj()])
+    a = r.pending(MakePod().Name("a").Req(1).Obj())
+    r.api.refuse["default/a"] = 403
+    assert await r.step() == "default/a"
+    await r.settle()
+    name = extended_claim_name("a", a.uid)
+    assert r.api.claims == {} and r.api.extended["default/a"][0] == name
+    r.s.intake.pending_event("MODIFIED", r.api.pods["default/a"])  # its status, as watched
+    del r.api.refuse["default/a"]
+    backend.clock.now += 2  # past the backoff (1 s after a first failure)
+    assert await r.step() == "default/a"
+    await r.settle()
+    assert r.s.book.stage("default/a") is not Stage.PENDING, r.api.unschedulable
+    assert [k for k, _, _ in r.api.binds] == ["default/a"]
+    assert holders(r.api, "gpu-0") == [f"default/{name}"]

@@ -29,10 +29,10 @@ from scheduler.kube.api import BindResult
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
-from tests.builders import MakePod
+from tests.builders import MakeNode, MakePod
 from tests.clock import ManualClock
 from tests.integration.test_pod_lifecycle import Backend, run, store_of
-from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node, until
+from tests.lifecycle import QUICK_RETRIES, TTL_MS, Apiserver, Replica, node, past_commit, until
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -318,3 +318,145 @@ async def test_issue30_6_news_of_the_new_era_is_taken_once_it_began(backend: Bac
     entry = r.s.book.get("default/w")
     assert entry is not None and entry.uid == "uid2" and entry.stage is Stage.BOUND
     assert r.held("default/w") == ("n", [0])
+
+
+# ---- 6, found by the simulation: a restore that undoes our own Binding -------------------------
+
+
+async def undone(backend: Backend, seen: bool) -> tuple[Replica, PodInput]:
+    """w is created (pending) and etcd backed up at that moment; w is bound by our Binding on
+    node n's one GPU (``seen``: and the bound watch showed it); etcd is restored from the backup
+    without ``--bump-revision``: w is pending again, unbound, at the backup's versions. The
+    watches break; each re-lists."""
+    r = backend.live()
+    r.api.version = 1000
+    await r.elect([node(1)])
+    w = r.pending(MakePod().Name("w").Req(1).Obj())
+    backup = dict(r.api.pods), r.api.version
+    await run(r)
+    assert r.api.binds == [("default/w", "n", "0")]
+    if seen:
+        r.bound_seen(w.key)
+    r.api.pods, r.api.version = dict(backup[0]), backup[1]
+    return r, w
+
+
+async def scheduled_again(r: Replica, w: PodInput) -> None:
+    """w, pending again, is scheduled again on the GPU its undone Binding had."""
+    await run(r)
+    assert r.api.binds == [("default/w", "n", "0")] * 2
+    assert r.api.pods[w.key].node_name == "n"
+    assert r.held("default/w") == ("n", [0])
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+
+
+async def test_issue30_6_a_binding_undone_by_a_restore_before_the_bound_watch_showed_it(
+    backend: Backend,
+) -> None:
+    """Sim seed 73: the restore comes before the bound watch showed w (ASSUMED). The bound
+    LIST lacks it: the book re-reads w, which is pending. Before the fix that read was ignored
+    (a read older than the Binding, it was taken to be): w stayed ASSUMED, its GPU held by a
+    pod not on it, and w was never scheduled again."""
+    r, w = await undone(backend, seen=False)
+    assert r.s.book.stage(w.key) is Stage.ASSUMED
+    r.s.intake.replace_pending([r.api.pods[w.key]], r.api.version)  # w pending, new era
+    r.s.intake.replace_bound(*r.bound_list())  # without w: it is re-read
+    await r.settle()
+    assert r.s.book.stage(w.key) is Stage.PENDING and r.held(w.key) is None
+    await scheduled_again(r, w)
+
+
+async def test_issue30_6_a_binding_undone_by_a_restore_after_the_bound_watch_showed_it(
+    backend: Backend,
+) -> None:
+    """Sim seed 5: w is BOUND (the bound watch showed it). After the restore the pending LIST
+    comes first (the bound watch lags): w pending, which the book sets aside (a node name is
+    never unset: older than the Binding, in one era); then the bound LIST lacks w and its entry
+    leaves. Before the fix nothing told the book of w again: w stayed pending, unscheduled and
+    with no reason written, for good."""
+    r, w = await undone(backend, seen=True)
+    assert r.s.book.stage(w.key) is Stage.BOUND
+    r.s.intake.replace_pending([r.api.pods[w.key]], r.api.version)  # w pending, new era
+    assert r.s.book.stage(w.key) is Stage.BOUND
+    r.s.intake.replace_bound(*r.bound_list())  # without w
+    await r.settle()
+    assert r.s.book.stage(w.key) is Stage.PENDING and r.held(w.key) is None
+    await scheduled_again(r, w)
+
+
+async def test_issue30_6_a_read_begun_before_our_binding_was_answered_says_nothing_of_it(
+    backend: Backend,
+) -> None:
+    """The guard of seed 73's fix: a re-read that began before our Binding was answered and
+    answers "pending" after it (the read back of a refused Binding, slow, while the next one
+    binds the pod) is read again, not taken for the Binding undone."""
+    r = backend.live()
+    await r.elect([node(1)])
+    w = r.pending(MakePod().Name("w").Req(1).Obj())
+    gate = asyncio.Event()
+    reads: list[str] = []
+    read = r.api.get_pod
+
+    async def slow_first_read(namespace: str, name: str) -> PodInput | None:
+        pod = await read(namespace, name)
+        reads.append(pod.node_name if pod is not None else "gone")
+        if len(reads) == 1:
+            await gate.wait()  # its answer, "pending", comes after the next Binding's
+        return pod
+
+    r.api.get_pod = slow_first_read  # type: ignore[method-assign]
+    r.api.refuse[w.key] = 500
+    await r.step()  # refused: pending again, and re-read (the read hangs)
+    await until(lambda: reads)
+    del r.api.refuse[w.key]
+    r.clock.now += 10.0  # its backoff
+    await r.renew()
+    await r.step()  # bound
+    await until(lambda: r.s.book.stage(w.key) is Stage.ASSUMED)
+    gate.set()
+    await r.settle()
+    assert reads == ["", "n"]  # read again: bound
+    assert r.s.book.stage(w.key) is Stage.BOUND and r.held(w.key) == ("n", [0])
+    assert r.api.binds == [("default/w", "n", "0")]
+
+
+# ---- found by the simulation (seed 44): a reservation let go when its pod is decided afresh -----
+
+
+async def test_issue30_sim44_a_reloaded_pod_decided_elsewhere_wakes_the_waiting_pods(
+    backend: Backend,
+) -> None:
+    """A previous leader reserved p on n2 and died before binding; the new leader holds p
+    there until no Binding of the old one can land. Meanwhile q (2 GPUs) finds no node with 2
+    free and waits. Then p is decided afresh, onto n1 (fuller, freed meanwhile): n2 is free.
+    Before the fix nothing woke q: it waited beside 2 free GPUs until the unschedulable pods'
+    flush (podMaxUnschedulableSeconds, 5 minutes)."""
+    api = Apiserver()
+    nodes = [MakeNode().Name(n).GPUs(2).Obj() for n in ("n1", "n2")]
+    x = api.create(MakePod().Name("x").Req(1).Bound("n1", "0").Obj())
+    y = api.create(MakePod().Name("y").Req(1).Bound("n1", "1").Obj())
+    p = api.create(MakePod().Name("p").Req(1).Obj())
+    api.gates[p.key] = asyncio.Event()  # its Binding never goes out: "old" dies first
+    old = backend.replica(api, "old")
+    await old.elect(nodes, [x, y])
+    old.s.intake.pending_event("ADDED", p)
+    await old.step()  # reserved on n2 (n1 is full)
+    assert old.held(p.key) is not None and old.held(p.key)[0] == "n2"  # type: ignore[index]
+    await backend.store.release_lease("old", old.leadership.epoch or 0)
+    old.s.accepting = False
+    for t in list(old.s.tasks.running):
+        t.cancel()
+    await asyncio.gather(*list(old.s.tasks.running), return_exceptions=True)
+    api.gates.clear()
+    r = backend.replica(api, "r")
+    r.s.intake.pending_event("ADDED", p)
+    await r.elect(nodes, [x, y])
+    assert r.s.book.stage(p.key) is Stage.UNSETTLED
+    r.s.intake.bound_event("DELETED", api.delete(y.key))  # n1/1 free
+    q = r.pending(MakePod().Name("q").Req(2).Obj())
+    await run(r)
+    assert r.s.book.stage(q.key) is Stage.PENDING and not api.binds  # no node has 2 free
+    await past_commit(r)  # p read back pending: decided afresh
+    await run(r)
+    assert r.held(p.key) == ("n1", [1])
+    assert api.binds == [(p.key, "n1", "1"), (q.key, "n2", "0,1")]

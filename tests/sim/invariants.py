@@ -11,6 +11,7 @@ Once the world is quiet (no fault, every stream caught up, time passed: ``Machin
 - ``partial_gangs``: no gang generation the world left alone has fewer than its minimum bound;
 - ``drift``: each replica's per-node sums equal those of a fresh LIST (the issue-20 auditor's
   rule, core/snapshot/nodesums.py);
+- ``stale_reservations``: no ResourceClaim reserved for a pending pod (Unreserve);
 - ``liveness``: every pending pod of ours has a reason written (PodScheduled=False), and no
   pending single pod fits a node whose GPUs the apiserver shows free.
 """
@@ -106,6 +107,22 @@ def liveness(api: SimApiserver, gangs: set[str]) -> list[str]:
         gang = pod.name.rpartition("-")[0] in gangs
         if not gang and requested_gpus(pod) <= most:
             out.append(f"{pod.name} is pending though a node has {most} GPUs free")
+    return out
+
+
+def stale_reservations(api: SimApiserver) -> list[str]:
+    """A ResourceClaim reserved for a pod that exists, is pending and has a reason written (no
+    Binding of it in flight once the world is quiet): kube-scheduler's Unreserve removes the
+    pod from ``reservedFor`` when its Binding is refused or abandoned (issue 30, 1). A pod that
+    no longer exists is the resource claim controller's to remove, which is not modelled."""
+    out = []
+    for key, claim in sorted(api.claims.items()):
+        for uid in claim.reserved_for:
+            pod = next((p for p in api.pods.values() if p.uid == uid), None)
+            if pod is None or pod.node_name or pod.deleting:
+                continue
+            if api.unschedulable.get(pod.key, ("", ""))[0] == uid:
+                out.append(f"{key} is reserved for {pod.name}, which is pending")
     return out
 
 

@@ -29,7 +29,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import msgspec
 from hypothesis import strategies as st
@@ -47,7 +47,7 @@ from tests.builders import MakeNode, MakePod
 
 from . import invariants
 from .vloop import Livelock, VirtualLoop
-from .world import NAME, SimApiserver, World
+from .world import NAME, FaultyStore, SimApiserver, World
 
 NODES = {"n1": 2, "n2": 2}
 SINGLE_NAMES = ("a", "b", "c", "d", "e")
@@ -107,8 +107,9 @@ class SimMachine(RuleBasedStateMachine):
         self.started = self.loop.time()
         nodes = [MakeNode().Name(n).GPUs(g).Obj() for n, g in NODES.items()]
         self.store = self.backend.make(self.loop.time)
+        self.faulty = FaultyStore(self.store)
         self.api = SimApiserver(nodes, dict(NODES))
-        self.world = World(self.loop, self.store, self.api)
+        self.world = World(self.loop, cast(Store, self.faulty), self.api)
         self.timeline: list[tuple[float, str]] = []  # (simulated time, what happened)
         self.seen_binds = 0
         self.seen_terms = 0
@@ -483,6 +484,30 @@ class SimMachine(RuleBasedStateMachine):
         self._run(self.backend.flush(self.store, self.loop.time))
         self._advance(STEP_S)
 
+    @precondition(lambda self: self.enabled("store_fault"))
+    @rule(
+        slow=st.booleans(),
+        seconds=st.sampled_from([3.0, 12.0, 25.0]),
+    )
+    def store_fault(self, slow: bool, seconds: float) -> None:
+        """The store unreachable for ``seconds`` (renewals fail: a leader's lease runs down
+        while it still leads), or every call answering ``seconds`` late (a renewal answered
+        after the local lease lapsed: the replica keeps its epoch and leads on)."""
+        if slow:
+            self._act(f"store calls answer {seconds:.0f}s late for {2 * seconds:.0f}s")
+            self.faulty.delay = seconds
+            self.loop.call_later(2 * seconds, self._store_back)
+        else:
+            self._act(f"store unreachable for {seconds:.0f}s")
+            self.faulty.down = True
+            self.loop.call_later(seconds, self._store_back)
+        self._advance(STEP_S)
+
+    def _store_back(self) -> None:
+        if self.faulty.down or self.faulty.delay:
+            self._note("the store answers again")
+        self.faulty.down, self.faulty.delay = False, 0.0
+
     @precondition(lambda self: self.enabled("tick"))
     @rule(seconds=st.sampled_from([0.5, 2.0, 5.0, 16.0]))
     def tick(self, seconds: float) -> None:
@@ -504,6 +529,7 @@ class SimMachine(RuleBasedStateMachine):
 
     def _quiet_checks(self) -> None:
         self._end_stall()
+        self._store_back()
         self.api.bind_faults.clear()
         self.api.claim_faults.clear()
         self.api.reads_fail = False
@@ -518,5 +544,6 @@ class SimMachine(RuleBasedStateMachine):
         for r in self.world.running():
             found += invariants.drift(self.api, r)
         found += invariants.liveness(self.api, set(self.minimums))
-        type(self).stats.checks += 5
+        found += invariants.stale_reservations(self.api)
+        type(self).stats.checks += 6
         self._fail(found)

@@ -1,17 +1,31 @@
-"""Mutants: each puts one fixed bug of issues 12 and 20 back into the live scheduler for a run,
-so that the simulation can show it finds it (a simulation that finds none tests nothing).
+"""Mutants: each puts one fixed bug of issues 12, 20 and 30 (and of the simulation's own finds)
+back into the live scheduler for a run, so that the simulation can show it finds it (a
+simulation that finds none tests nothing).
 
 A mutant is a list of patches applied to the fixed code and undone after the run: a pod book
 TABLE cell set back to what it was before the fix, or a function replaced by the old body.
 Production code knows nothing of them. ``applied(name)`` is the context manager soak.py uses
-(``--mutant NAME`` or ``--mutant all``).
-
-Issue 30's bugs are not fixed yet: the simulation finds them on main as it is (soak.py without
-a mutant). When they are fixed, each gets its mutant here the same way.
+(``--mutant NAME`` or ``--mutant all``); ``make sim`` hunts each from ``Mutant.seed``.
 
 Bugs no mutant stands for, because the world does not model what triggers them: 12.4 (node
-deletion), 12.5 (store failures), 12.8-12.12 (sizes, memory, device plugin, debug endpoint),
-20.5 (PodDisruptionBudgets), 20.6 (a crashing unit).
+deletion), 12.5 (store failures beyond the store unreachable or late: BUSY, Sentinel failover
+with lost writes), 12.8-12.12 (sizes, memory, device plugin, debug endpoint), 20.5
+(PodDisruptionBudgets), 20.6 (a crashing unit), 30.4 (the epoch witness: the memory store runs
+without one, and the world has no ConfigMap; it needs two stores, old master and promoted
+replica, as tests/unit/test_witness.py has), 30.7's fragmentation target (a function of the pods
+held: it weighs nodes, so a target rebuilt late makes run and simulate prefer other nodes but
+gives no GPU twice and breaks no invariant here; tests/unit compares run and simulate).
+
+Mutants the search has not found within a 45 s hunt (``seed`` None; make sim reports them as
+missed and does not fail on them): the 30.1 family (a re-send's claim write failing while an
+earlier Binding is still in flight, a re-read finding the pod bound, a refused Binding's
+Unreserve), 30.2 and 30.7c (a handover while a Binding is in flight), the handover double booking
+of sim seed 33, the shared-bit release of sim seed 2, the SIGKILL gang swap, 30.7b (a renewal
+answered after the local lease lapsed), 12.3 "Binding not fenced" (a leader sends with less lease
+than a request's timeout only when renewals fail: the store unreachable, ``store_fault``) and
+12.7 (a reloaded reservation is now UNSETTLED until its previous leader's Bindings cannot land,
+then RELOADED and taken at once: the window where a RELOADED pod is deleted before its turn is
+one loop turn). 30.3 is found by its hand-written timeline (timelines.py).
 """
 
 from __future__ import annotations
@@ -21,14 +35,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
+from scheduler.core.snapshot.holdings import Holding, Holdings
+from scheduler.core.snapshot.nodes import NodeState
 from scheduler.service import binder as binder_module
 from scheduler.service.binder import Binder
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import TABLE, Effect, Event, Stage
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import StoreSync
+from scheduler.state.memory import MemoryStore
 
 S, E, F = Stage, Event, Effect
 
@@ -36,9 +55,18 @@ S, E, F = Stage, Event, Effect
 Patch = tuple[Any, Any, Any]
 
 
-# Rules and faults a mutant hunt leaves out unless the mutant needs them: they find issue 30's
-# bugs on main within seconds, and every seed would fail with and without the mutant.
-MAIN_BUGS = frozenset({"restart_gang", "etcd_restore", "slow", "flush_store", "claims"})
+# Rules and faults a mutant hunt leaves out unless the mutant needs them: they find bugs still
+# open on main within seconds (seed 24: a restarted gang; seed 5: an etcd restore while a bound
+# watch lags; seed 7 with store faults: pods left pending with no reason), and every seed would
+# fail with and without the mutant.
+MAIN_BUGS = frozenset({"restart_gang", "etcd_restore", "store_fault"})
+
+
+# Rule groups a hunt leaves out to look where its bug is (a narrower world reaches it sooner).
+GANGS = frozenset({"create_gang", "restart_gang"})
+CHURN = frozenset({"create_other", "finish_pod", "recreate_pod"})
+LEADERS = frozenset({"handover", "kill", "flush_store"})
+REFUSALS = frozenset({"403", "404", "409", "500"})
 
 
 @dataclass(frozen=True)
@@ -47,6 +75,14 @@ class Mutant:
     patches: Callable[[], list[Patch]]
     needs: frozenset[str] = frozenset()  # of MAIN_BUGS, what reaches the bug
     without: frozenset[str] = frozenset()  # further rules left out (they hide it)
+    # The seed from which ``make sim`` hunts it: the one that found it last (a hunt from seed 1
+    # takes longer than make test's budget allows for some; a change in the scheduler or the
+    # world may move it: the hunt then searches on from there, and the new seed goes here).
+    # None: the search has not found it within a 45 s hunt; make sim reports it missed.
+    seed: int | None = None
+    # A hand-written schedule (timelines.py) that reaches the bug: make sim replays it with the
+    # mutant (it must fail) when the search missed it.
+    timeline: str = ""
 
     def disabled(self) -> frozenset[str]:
         return (MAIN_BUGS - self.needs) | self.without
@@ -144,6 +180,140 @@ def _one_read_settles() -> list[Patch]:
     return [(binder_module, "settle", settle)]
 
 
+def _claim_fail_forgets() -> list[Patch]:
+    """30.1a: a re-send whose ResourceClaim write fails is BIND_FAILED (the GPUs forgotten),
+    though an earlier Binding may still land."""
+    original = Binder._send
+
+    async def send(
+        self: Binder, pod: PodInput, placement: Placement, uncertain: bool
+    ) -> tuple[Event, PodInput | None]:
+        if pod.resource_claims and not await self._reserve(pod):
+            return Event.BIND_FAILED, None
+        unclaimed = msgspec.structs.replace(pod, resource_claims=())
+        return await original(self, unclaimed, placement, uncertain)
+
+    return [(Binder, "_send", send)]
+
+
+def _checked_bound_ignored() -> list[Patch]:
+    """30.1b: a re-read finding a pending pod bound (our lost answer landed) is ignored until
+    the bound watch says so."""
+    return [(TABLE, (S.PENDING, E.CHECKED_BOUND), (S.PENDING, ()))]
+
+
+def _checked_pending_forgets() -> list[Patch]:
+    """30.1: a re-read of a pod whose Binding is in flight that finds it still pending forgets
+    its GPUs (the Binding may yet land)."""
+    return [
+        (
+            TABLE,
+            (S.BINDING, E.CHECKED_PENDING),
+            (S.PENDING, (F.FORGET, F.RELEASE_STORE, F.RETRY, F.BACKOFF, F.RESTORE_NOMINATION)),
+        )
+    ]
+
+
+def _no_unreserve() -> list[Patch]:
+    """30.1: a refused or abandoned Binding leaves the pod in its claims' ``reservedFor``."""
+
+    async def unreserve(self: Binder, pod: PodInput) -> None:
+        return None
+
+    return [(Binder, "_unreserve", unreserve)]
+
+
+def _reload_decided_at_once() -> list[Patch]:
+    """30.2: a previous leader's reservation (its Binding maybe in flight) is decided afresh
+    at its turn, not held until that Binding can no longer land."""
+    return [(TABLE, (S.PENDING, E.RELOAD), (S.RELOADED, (F.HOLD,)))]
+
+
+def _inherited_pending_reloaded() -> list[Patch]:
+    """30.7c: an inherited record read pending is decided afresh at once, its store record
+    left "bound" (the next reconcile frees it)."""
+    old = (S.RELOADED, (F.KEEP_POD, F.ENQUEUE))
+    return [
+        (TABLE, (S.INHERITED, E.PENDING_SEEN), old),
+        (TABLE, (S.INHERITED, E.PENDING_SAME), old),
+        (TABLE, (S.INHERITED, E.CHECKED_PENDING), old),
+    ]
+
+
+def _questioned_not_read() -> list[Patch]:
+    """30.3: election inheritance by name: a name the book holds under another UID than a
+    store record is not read, and the record is freed."""
+
+    def questioned(self: StoreSync, records: Any) -> list[str]:
+        return []
+
+    return [(StoreSync, "questioned", questioned)]
+
+
+def _terminating_members_count() -> list[Patch]:
+    """30.5: a terminating gang member counts among its gang's bound members."""
+
+    def join_gang(self: Holdings, holding: Holding) -> None:
+        if holding.gang:
+            self.gang_bound.setdefault(holding.gang, set()).add(holding.pod)
+
+    return [(Holdings, "join_gang", join_gang)]
+
+
+def _versions_trusted_forever() -> list[Patch]:
+    """30.6: a LIST below the book's newest resourceVersion begins no new era."""
+
+    def new_era(self: Intake, watch: str, version: int, since: int) -> bool:
+        return False
+
+    return [(Intake, "_new_era", new_era)]
+
+
+def _lapsed_write_forgotten() -> list[Patch]:
+    """30.7b: a store write skipped while the local lease lapsed asks for no reconcile."""
+    original = StoreSync._write
+
+    async def write(self: StoreSync, call: Any, uids: list[str], what: str) -> None:
+        if self.leadership.epoch is not None and not self.leadership.leading:
+            return
+        await original(self, call, uids, what)
+
+    return [(StoreSync, "_write", write)]
+
+
+def _landed_records_freed() -> list[Patch]:
+    """Sim seed 33: a new leader's bound records of pods its pending watch still shows are freed
+    by the election's reconcile (no ``reserve_landed``)."""
+
+    async def reserve_landed(self: StoreSync, epoch: int, records: Any) -> None:
+        return None
+
+    return [(StoreSync, "reserve_landed", reserve_landed)]
+
+
+def _uncharge_clears_shared_bits() -> list[Patch]:
+    """Sim seed 2: uncharging a pod clears its GPUs' bits even where another pod holds them."""
+    original = NodeState.charge
+
+    def charge(self: NodeState, holding: Holding, resource_index: Any, sign: int) -> None:
+        original(self, holding, resource_index, sign)
+        if sign < 0:
+            self.whole &= ~holding.whole
+
+    return [(NodeState, "charge", charge)]
+
+
+def _unit_blocked_by_itself() -> list[Patch]:
+    """E2e SIGKILL gang swap: the store checks a unit's claims against the unit's own pods'
+    earlier records (a gang decided afresh cannot swap its members' GPUs; the next pod takes
+    the ones it let go)."""
+
+    def foreign_owner(self: MemoryStore, key: tuple[str, int], mine: set[str]) -> str | None:
+        return self._owner_uid(key)
+
+    return [(MemoryStore, "_foreign_owner", foreign_owner)]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it", _relist_frees_assumed
@@ -154,22 +324,27 @@ MUTANTS: dict[str, Mutant] = {
     "12.3-binding-not-fenced": Mutant(
         "a Binding is sent with less lease left than its timeout",
         _unfenced_binding,
-        needs=frozenset({"flush_store"}),
+        needs=frozenset({"flush_store", "store_fault"}),
     ),
     "12.3-no-wait-after-flush": Mutant(
         "after a FLUSHALL the new leader decides before the old one's Bindings ended",
         _no_wait_after_flush,
         needs=frozenset({"flush_store"}),
+        seed=4,
     ),
     "12.6-deleted-while-binding-held": Mutant(
-        "a pod deleted while its Binding is in flight stays held", _deleted_while_binding_held
+        "a pod deleted while its Binding is in flight stays held",
+        _deleted_while_binding_held,
+        seed=1,
     ),
     "12.7-reloaded-deleted-held": Mutant(
         "a reloaded reservation of a pod deleted before its turn stays held",
         _reloaded_deleted_held,
     ),
     "20.1-others-never-uncharged": Mutant(
-        "pods of other schedulers are never uncharged", _others_never_uncharged
+        "pods of other schedulers are never uncharged",
+        _others_never_uncharged,
+        seed=1,
     ),
     "20.2-stale-news-trusted": Mutant(
         "news older than the book's (an old UID's LIST page) is taken in", _stale_news_trusted
@@ -182,6 +357,86 @@ MUTANTS: dict[str, Mutant] = {
         _one_read_settles,
         needs=frozenset({"slow"}),
         without=frozenset({"kill", "handover"}),
+    ),
+    "30.1a-claim-write-fail-forgets": Mutant(
+        "a re-send's failed claim write forgets the GPUs of a Binding that may land",
+        _claim_fail_forgets,
+        without=GANGS | CHURN | LEADERS | REFUSALS | {"relist"},
+        needs=frozenset({"claims", "slow"}),
+    ),
+    "30.1b-checked-bound-ignored": Mutant(
+        "a re-read finding the pod bound is ignored until the bound watch says so",
+        _checked_bound_ignored,
+        needs=frozenset({"claims", "slow"}),
+        without=GANGS | CHURN | LEADERS | REFUSALS | {"relist"},
+    ),
+    "30.1-checked-pending-forgets": Mutant(
+        "a re-read finding a binding pod pending forgets the Binding in flight",
+        _checked_pending_forgets,
+        without=GANGS | CHURN | LEADERS | {"claims", "relist"},
+        needs=frozenset({"slow"}),
+    ),
+    "30.1-no-unreserve": Mutant(
+        "a refused Binding leaves the pod in its claims' reservedFor",
+        _no_unreserve,
+        without=GANGS | CHURN | LEADERS | {"relist", "lag", "stall", "404", "409"},
+        needs=frozenset({"claims"}),
+    ),
+    "30.2-reload-decided-at-once": Mutant(
+        "a handed-over reservation whose Binding may land is decided afresh",
+        _reload_decided_at_once,
+        without=GANGS | CHURN | REFUSALS | {"claims", "flush_store", "relist"},
+        needs=frozenset({"slow"}),
+    ),
+    "30.3-inheritance-by-name": Mutant(
+        "the election frees a record whose name the book holds under an older UID",
+        _questioned_not_read,
+        timeline="30.3-inheritance-by-name",
+        without=GANGS
+        | REFUSALS
+        | {"create_other", "finish_pod", "claims", "kill", "flush_store", "stall", "reads_fail"},
+    ),
+    "30.5-terminating-members-count": Mutant(
+        "a restarted gang counts its terminating members as bound",
+        _terminating_members_count,
+        seed=13,
+        without=CHURN | LEADERS | REFUSALS | {"claims", "stall", "lag", "relist"},
+        needs=frozenset({"restart_gang"}),
+    ),
+    "30.6-versions-trusted-forever": Mutant(
+        "after an etcd restore, the old era's resourceVersions order everything",
+        _versions_trusted_forever,
+        seed=2,
+        without=GANGS | LEADERS | REFUSALS | {"claims", "lag", "stall"},
+        needs=frozenset({"etcd_restore"}),
+    ),
+    "30.7b-lapsed-write-forgotten": Mutant(
+        "a store write skipped in a lapse of the lease is never written",
+        _lapsed_write_forgotten,
+        needs=frozenset({"store_fault"}),
+        without=GANGS | CHURN | REFUSALS | {"claims"},
+    ),
+    "30.7c-inherited-pending-reloaded": Mutant(
+        "an inherited record read pending is decided afresh, its record left bound",
+        _inherited_pending_reloaded,
+        without=GANGS | CHURN | REFUSALS | {"claims", "flush_store"},
+        needs=frozenset({"slow"}),
+    ),
+    "sim33-landed-records-freed": Mutant(
+        "the election's reconcile frees a landed record the pending watch still shows",
+        _landed_records_freed,
+        without=GANGS | CHURN | REFUSALS | {"claims", "flush_store"},
+    ),
+    "sim2-uncharge-clears-shared-bits": Mutant(
+        "releasing a pod clears GPUs another pod still holds",
+        _uncharge_clears_shared_bits,
+        without=GANGS | LEADERS | REFUSALS | {"claims", "stall"},
+    ),
+    "e2e-unit-blocked-by-itself": Mutant(
+        "a gang re-decided after a failover is refused its own members' GPUs",
+        _unit_blocked_by_itself,
+        without=CHURN | REFUSALS | {"claims", "relist", "create_pod"},
+        needs=frozenset({"slow"}),
     ),
 }
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -44,7 +45,7 @@ from scheduler.kube.tuning import REQUEST_TIMEOUT_S
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import Scheduler
-from scheduler.state.base import Store
+from scheduler.state.base import Store, Unavailable
 
 NAME = "topo-scheduler"
 TIMING = LeaseTiming()  # production's: lease 15 s, renew 5 s, retry 2 s
@@ -378,6 +379,33 @@ class SimApiserver:
                     self.claims[key] = msgspec.structs.replace(claim, reserved_for=left)
 
         await self._write(commit)
+
+
+class FaultyStore:
+    """The store as the replicas reach it, with its faults: ``down`` (every call fails, as while
+    Redis is unreachable or Sentinel fails over) and ``delay`` (every call answers that many
+    seconds late, as a store on a slow network or a busy master: a renewal's answer late
+    enough lets the local lease lapse while the replica keeps its epoch). Every other
+    attribute is the store's own."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.down = False
+        self.delay = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.inner, name)
+        if not inspect.iscoroutinefunction(value):
+            return value
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            if self.down:
+                raise Unavailable("the store is unreachable (injected)")
+            return await value(*args, **kwargs)
+
+        return call
 
 
 class Client:

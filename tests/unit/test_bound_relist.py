@@ -28,10 +28,20 @@ async def test_a_paged_relist_frees_what_it_did_not_show_only_when_it_ends() -> 
     intake.bound_list_page([b])
     assert r.held("default/b") == ("n", [1])  # taken in as its page arrived
     assert r.held("default/a") == ("n", [0])  # a later page may still show it
-    assert r.s.sizes()["intake"] == {"listing": 1, "listed-stale": 0, "listing-pending": 0}
+    assert r.s.sizes()["intake"] == {
+        "listing": 1,
+        "listed-stale": 0,
+        "listing-pending": 0,
+        "set-aside": 0,
+    }
     intake.bound_list_end(r.api.version)
     await r.settle()
     assert r.held("default/a") is None and r.s.book.get("default/a") is None
     assert r.held("default/b") == ("n", [1])
-    assert r.s.sizes()["intake"] == {"listing": 0, "listed-stale": 0, "listing-pending": 0}
+    assert r.s.sizes()["intake"] == {
+        "listing": 0,
+        "listed-stale": 0,
+        "listing-pending": 0,
+        "set-aside": 0,
+    }
     assert "default/a" not in await r.records()  # its store record was released too

@@ -88,6 +88,16 @@ def test_a_gpu_request_and_a_claim_on_one_node_get_one_jointly_chosen_set() -> N
 def test_the_claim_an_earlier_attempt_created_stands_for_the_extended_resources() -> None:
     state = dra_only_cluster()
     pod = replace(MakePod().Name("p").Req(1).Obj(), extended_claim="p-extended-resources-x1")
+    # Named on the pod but gone (deleted by the Unreserve of a failed Binding): none stands
+    # for them, a new one is allocated (kube-scheduler looks it up by owner).
+    (fresh,) = schedule(state, pod)
+    assert isinstance(fresh, Placed)
+    assert [c.special for c in fresh.placements[0].claims] == [True]
+    # There and not allocated: stale, its creator deletes it first.
+    unallocated = ResourceClaim(
+        "default", "p-extended-resources-x1", "cu", extended=True, owner=pod.uid
+    )
+    state.inputs.resource_claims.put(unallocated)
     (stale,) = schedule(state, pod)
     assert isinstance(stale, Unschedulable)
     assert "cannot schedule extended resource claim" in stale.reason

@@ -36,6 +36,7 @@ not depend on the pod.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
@@ -243,13 +244,19 @@ def split_name(name: str, driver: str) -> tuple[str, str]:
     return (domain, ident) if slash else (driver, name)
 
 
+# cel-cpp's text for a missing map key, and the hint kube-scheduler appends to cel-go's
+# "no such key: <id>" (dynamic-resource-allocation/cel/errors.go): the reason reads as there.
+_MISSING_KEY: Final = re.compile(r'Key not found in map ?: ?"?([^"]*)"?')
+_MISSING_KEY_HINT: Final = (
+    ". consider using CEL optional chaining (.? followed by orValue()) or guarding the check "
+    "with has() for optional fields"
+)
+
+
 def _runtime_message(text: str) -> str:
-    text = _clean(text)
-    if "Key not found" in text or "no such key" in text:
-        return (
-            f"{text} (consider using has() or .? and orValue() to check for attributes that "
-            "some devices do not have)"
-        )
+    text = _MISSING_KEY.sub(lambda m: f"no such key: {m.group(1)}", _clean(text))
+    if "no such key:" in text:
+        return text + _MISSING_KEY_HINT
     return text
 
 

@@ -248,17 +248,18 @@ def prefilter_dra(pod: PodInput, state: ClusterState) -> DraCheck | str | None:
         if allocation.node_selector is not None:
             terms.append(allocation.node_selector)
     covered = False
-    if pod.extended_claim and backed:
+    created = claims.get(f"{pod.namespace}/{pod.extended_claim}") if pod.extended_claim else None
+    if created is not None and backed:
         # The claim an earlier attempt created (by us or kube-scheduler) stands for the
         # extended resources: allocated, it is the pod's like any; not, it is stale (its
-        # creator deletes it), as kube-scheduler says.
-        created = claims.get(f"{pod.namespace}/{pod.extended_claim}")
-        if created is not None and created.allocation is not None:
-            if created.allocation.node_selector is not None:
-                terms.append(created.allocation.node_selector)
-            covered = True
-        else:
+        # creator deletes it), as kube-scheduler says. One the pod's status still names but
+        # that is gone (deleted by the Unreserve of a failed Binding) is none: kube-scheduler
+        # looks the claim up by its owner, and makes a new one when there is none.
+        if created.allocation is None:
             return "cannot schedule extended resource claim"
+        if created.allocation.node_selector is not None:
+            terms.append(created.allocation.node_selector)
+        covered = True
     for claim in unallocated:
         for request in claim.requests:
             subs = [request.exactly] if request.exactly is not None else []

@@ -51,6 +51,7 @@ from ..placement.nodes import (
 from ..resources.requests import RequestError
 from ..snapshot.cluster import ClusterState
 from ..snapshot.nodes import Demand, NodeState
+from .claims import plan_claims_in_domains
 from .constraints import TopologyError, TopologyPending, rank_order
 from .indomains import Context, annotate, context, plan_in_domains, surplus_scopes
 from .members import Member, split_joint, with_claims
@@ -177,16 +178,22 @@ def _plan_claims(
     """A gang asking for devices only through ResourceClaims (issue 29): every pending member
     placed as a single pod would be (placement/devices.py; one without claims as any pod
     without GPUs), one after the other inside a tentative scope so that each sees the devices
-    of those before it; all of them or none (no elastic surplus). Not yet through topology
-    domains."""
+    of those before it; all of them or none (no elastic surplus). Through topology domains
+    (gangs/claims.py) when the gang is planned that way, unless Kueue pinned its domain; a hard
+    constraint (an IMEX channel's clique included) is then never left."""
     if not any(m.pod.resource_claims for m in ordered):
         return Unschedulable(keys, f"gang {gang}: no member asks for GPUs")
-    if size.topology is not None:
-        return Unschedulable(
-            keys,
-            f"gang {gang}: its members ask for devices only through ResourceClaims, which "
-            "topo-scheduler does not plan through topology domains yet",
-        )
+    topology = size.topology
+    if topology is not None and not (topology.constraint and topology.constraint.pinned):
+        with state.tentative():
+            try:
+                found = plan_claims_in_domains(state, gang, ordered, size.minimum, topology)
+            except RequestError as exc:
+                return Unschedulable(keys, f"gang {gang}: {exc}")
+        if isinstance(found, list):
+            return Placed(tuple(sorted(found, key=lambda p: p.pod)))
+        if found:  # a hard constraint's shortfall: never placed outside its domains
+            return Unschedulable(keys, found)
     placements: list[Placement] = []
     with state.tentative():
         for member in sorted(ordered, key=lambda m: m.pod.key):

@@ -412,10 +412,14 @@ def fits(
     """decide's plan for ``unit`` with the terminating pods and the victims of ``chosen``
     gone, if it fits; ``room``, a cheap necessary condition, is asked first. ``within``: the
     nodes of the one domain a gang with a required topology level is searched in."""
+    victims = pool.victims(chosen)
     with state.tentative():
+        # Before the records go: the claims are found through the pods' uids.
+        for claim in pool.claims_freed(victims):
+            state.lift_claim(claim)
         for key in pool.going:
             _remove(state, key)
-        for record in pool.victims(chosen):
+        for record in victims:
             _remove(state, record.key)
         if room is not None and not room(state):
             return None
@@ -424,8 +428,10 @@ def fits(
 
 
 def _remove(state: ClusterState, key: str) -> None:
-    """A pod's holding and record go, tentatively (never its orphaned holding: not logged)."""
+    """A pod's holding, record and the DRA allocations its placement assumed go, tentatively
+    (never its orphaned holding: not logged)."""
     holding = state.holdings.get(key)
     if holding is not None:
         state.release(holding)
     state.drop_record(key)
+    state.assume_claims(key, ())

@@ -59,6 +59,16 @@ Shared GPUs need no rule of their own: a preemptor wanting whole GPUs fits only 
 tenant of a card it takes is gone, and the reprieve gives back every pod (on that card or
 elsewhere) the fit does not need, so all the tenants of the cards it takes are evicted and
 nothing else.
+
+**Devices** (issue 29; kube-scheduler never preempts for them: every DRA failure is unresolvable
+there). A pod or gang that needs devices through ResourceClaims preempts like any: in the dry
+run, the allocated claims that the victims and the terminating pods are all the consumers of
+(``reservedFor``; ``Pool.claims_freed``) are lifted (``ClusterState.lift_claim``) together with
+the victims, so the DynamicResources filter sees their devices free; a claim shared with a pod
+that stays keeps its devices. Outside the dry run nothing is lifted: a victim's devices count as
+free only once its claim's allocation is gone from the apiserver (the resourceclaim controller
+clears it after the pod is gone), and until then the nominated preemptor waits (its next
+preemption finds the room coming from the terminating victims and evicts nothing more).
 """
 
 from __future__ import annotations
@@ -270,6 +280,8 @@ def _summary(
     if domain:
         nodes = f"{nodes} (in {domain})"
     need = sum(len(p.devices) or len(p.shares) for p in placed.placements)
+    claimed = sum(len(c.allocation.results) for p in placed.placements for c in p.claims)
+    what = f"{need} GPU(s)" + (f" and {claimed} claimed device(s)" if claimed else "")
     if not victims:
         return (
             f"{who} (priority {priority}) is nominated to {nodes}: it waits for "
@@ -281,5 +293,5 @@ def _summary(
     return (
         f"{who} (priority {priority}) preempts {len(victims)} pod(s) "
         f"({len(gangs)} gang(s)) of priority <= {max(r.priority for r in victims)} "
-        f"for {need} GPU(s) on {nodes}: {shown}; frees {pool.freed(victims)} GPU(s)"
+        f"for {what} on {nodes}: {shown}; frees {pool.freed(victims)} GPU(s)"
     )

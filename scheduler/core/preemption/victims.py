@@ -37,6 +37,7 @@ from typing import NamedTuple
 from msgspec import Struct
 
 from ..model import names
+from ..model.dra import ResourceClaim
 from ..snapshot.cluster import ClusterState
 from ..snapshot.holdings import Holding
 from ..snapshot.podindex import PodRecord
@@ -104,6 +105,8 @@ class Pool:
             members.setdefault(record.gang, []).append(record)
             minimum[record.gang] = max(minimum.get(record.gang, 0), record.minimum)
         self.going.sort()
+        # uid -> the allocated claims reserved for it (claims_freed; built when first asked).
+        self._by_uid: dict[str, list[ResourceClaim]] | None = None
         self.gangs: dict[str, GangVictim] = {}
         self.gang_nodes: dict[str, set[str]] = {}  # node -> candidate gangs with a member there
         for key in sorted(members.keys() - excluded):
@@ -176,6 +179,29 @@ class Pool:
             picked = gang.members if len(pods) > gang.surplus else pods
             out.update((r.key, r) for r in picked)
         return sorted(out.values(), key=lambda r: r.key)
+
+    def claims_freed(self, victims: Iterable[PodRecord]) -> list[ResourceClaim]:
+        """The allocated ResourceClaims that the victims and the terminating pods together are
+        all the consumers of (``reservedFor``): their devices come free once those pods are
+        gone and the resourceclaim controller clears the allocations. A claim shared with a pod
+        that stays is not freed."""
+        if self._by_uid is None:
+            self._by_uid = {}
+            for claim in self.state.inputs.resource_claims.values():
+                if claim.allocation is not None:
+                    for uid in claim.reserved_for:
+                        self._by_uid.setdefault(uid, []).append(claim)
+        if not self._by_uid:
+            return []
+        records = self.state.index.records
+        uids = {r.uid for r in victims}
+        uids.update(records[k].uid for k in self.going if k in records)
+        out: dict[str, ResourceClaim] = {}
+        for uid in uids:
+            for claim in self._by_uid.get(uid, ()):
+                if uids.issuperset(claim.reserved_for):
+                    out[claim.key] = claim
+        return [out[key] for key in sorted(out)]
 
     def units(self, victims: Sequence[PodRecord]) -> int:
         """Gangs and lone pods among ``victims``: a gang counts once, whole or surplus."""

@@ -45,7 +45,7 @@ from types import MappingProxyType
 import msgspec
 
 from ..model.decisions import ClaimAllocation, Placement
-from ..model.dra import Allocation
+from ..model.dra import Allocation, ResourceClaim
 from ..model.gangsources import best_known
 from ..model.objects import NodeInput, PodInput
 from ..resources.accounting import extended_resources, node_allocatable
@@ -63,7 +63,7 @@ from .nominations import Nominated, Nominations
 from .podindex import PodRecord
 from .records import Records, record_of
 from .topocounts import TopologyCounts
-from .undo import ClaimsAssumed, Held, Recorded, Released, Renominated, UndoLog
+from .undo import ClaimLifted, ClaimsAssumed, Held, Recorded, Released, Renominated, UndoLog
 from .watched import Inputs
 
 
@@ -337,6 +337,16 @@ class ClusterState:
             return
         self._undo.log(ClaimsAssumed(pod, before))
         self.devices.assume(pod, claims)
+
+    def lift_claim(self, claim: ResourceClaim, lifted: bool = True) -> None:
+        """Count the claim's written allocation as gone (``lifted``), or again. A preemption's
+        dry run (preemption/candidates.py) lifts the claims of the pods it would evict, inside a
+        tentative scope: outside one, a claim's devices are free only once its allocation is
+        cleared on the apiserver."""
+        if self.devices.is_lifted(claim.key) == lifted:
+            return
+        self._undo.log(ClaimLifted(claim, lifted))
+        self.devices.lift(claim, lifted)
 
     # ---- records (every pod on a node, for the Kubernetes filters) -----------------------
 

@@ -112,6 +112,7 @@ class Devices:
         "_charged",
         "_classes",
         "_indexes",
+        "_lifted",
         "_nodes",
         "_pools",
         "_slices",
@@ -147,6 +148,8 @@ class Devices:
         self._by_pod: dict[str, tuple[tuple[str, Allocation], ...]] = {}
         # account -> what is charged to in_use for it now
         self._charged: dict[str, tuple[Allocation, ...]] = {}
+        # Claims whose written allocation is not counted (ClusterState.lift_claim).
+        self._lifted: set[str] = set()
         self._by_node: dict[str, set[str]] = {}
         self._unbound: set[str] = set()
         self._by_pool: dict[tuple[str, str], set[str]] = {}
@@ -179,6 +182,17 @@ class Devices:
             return claim.allocation
         return self._assumed.get(account_of(claim))
 
+    def lift(self, claim: ResourceClaim, lifted: bool) -> None:
+        """Count the claim's written allocation as gone (``lifted``) or back again."""
+        if lifted:
+            self._lifted.add(claim.key)
+        else:
+            self._lifted.discard(claim.key)
+        self._settle(account_of(claim))
+
+    def is_lifted(self, key: str) -> bool:
+        return key in self._lifted
+
     def assumed(self, account: str) -> Allocation | None:
         return self._assumed.get(account)
 
@@ -199,10 +213,14 @@ class Devices:
         return self._by_pod.get(pod, ())
 
     def _settle(self, account: str) -> None:
-        """Charge what the account holds now: its written allocations, else its assumed one."""
+        """Charge what the account holds now: its written allocations (those not lifted),
+        else its assumed one."""
         watched = self._watched.get(account)
         assumed = self._assumed.get(account)
-        now = tuple(watched.values()) if watched else ((assumed,) if assumed is not None else ())
+        if watched:
+            now = tuple(a for key, a in watched.items() if key not in self._lifted)
+        else:
+            now = (assumed,) if assumed is not None else ()
         before = self._charged.get(account, ())
         if now == before:
             return

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from msgspec import Struct
 
-from ..model.dra import Allocation
+from ..model.dra import Allocation, ResourceClaim
 from .holdings import Holding
 from .nominations import Nominated
 from .podindex import PodRecord
@@ -41,6 +41,8 @@ class Target(Protocol):
     def unnominate(self, pod: str) -> None: ...
 
     def assume_claims(self, pod: str, claims: tuple[tuple[str, Allocation], ...]) -> None: ...
+
+    def lift_claim(self, claim: ResourceClaim, lifted: bool = True) -> None: ...
 
 
 class Held(Struct, frozen=True):
@@ -98,7 +100,17 @@ class ClaimsAssumed(Struct, frozen=True):
         target.assume_claims(self.pod, self.before)
 
 
-Operation = Held | Released | Recorded | Renominated | ClaimsAssumed
+class ClaimLifted(Struct, frozen=True):
+    """A claim's written allocation was lifted (counted as gone) or counted again."""
+
+    claim: ResourceClaim
+    lifted: bool
+
+    def undo(self, target: Target) -> None:
+        target.lift_claim(self.claim, not self.lifted)
+
+
+Operation = Held | Released | Recorded | Renominated | ClaimsAssumed | ClaimLifted
 
 
 class UndoLog:
