@@ -49,7 +49,7 @@ from tests.builders import MakeNode, MakePod
 
 from . import invariants
 from .vloop import Livelock, VirtualLoop
-from .world import NAME, SimApiserver, World
+from .world import NAME, Backup, SimApiserver, World
 
 NODES = {"n1": 2, "n2": 2}
 SINGLE_NAMES = ("a", "b", "c", "d", "e")
@@ -154,7 +154,7 @@ class SimMachine(RuleBasedStateMachine):
         self.disturbed: set[str] = set()
         self.generation = 0
         self.violations: list[str] = []
-        self.saved: tuple[dict[str, PodInput], int] | None = None
+        self.saved: Backup | None = None
         type(self).stats.runs += 1
         self._run(self._start())
         self._record()

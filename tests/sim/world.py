@@ -28,7 +28,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
@@ -83,6 +83,10 @@ class Landed:
     epoch: int
     term: int  # the index of (holder, epoch) in ``World.terms`` (-1: unknown)
     at: float
+    # Sent under the binder's fencing rule by the newest term's leader: no later leader was
+    # elected yet, and the sender led with more lease left than the request's timeout
+    # (invariants.fencing).
+    fenced: bool
 
 
 class Streams:
@@ -147,6 +151,14 @@ class Streams:
                     intake.pending_event(kind, pod)
 
 
+class Backup(NamedTuple):
+    """What an etcd snapshot holds of the objects the simulation models."""
+
+    pods: dict[str, PodInput]
+    claims: dict[str, ResourceClaim]
+    version: int
+
+
 class SimApiserver:
     def __init__(self, nodes: list[NodeInput], gpus: dict[str, int]) -> None:
         self.nodes = nodes
@@ -173,6 +185,7 @@ class SimApiserver:
         self.witness_forbidden_until: dict[str, float] = {"read": 0.0, "write": 0.0}
         self.uids = itertools.count(1)
         self.term_of: Callable[[str, int], int] = lambda holder, epoch: -1
+        self.newest_term: Callable[[], int] = lambda: -1
         self.clock: Callable[[], float] = lambda: 0.0
 
     # ---- the truth -------------------------------------------------------------------------
@@ -213,15 +226,19 @@ class SimApiserver:
         selector = SELECTORS[stream]
         return [p for p in self.pods.values() if selector(p)], self.version
 
-    def backup(self) -> tuple[dict[str, PodInput], int]:
-        return dict(self.pods), self.version
+    def backup(self) -> Backup:
+        """An etcd snapshot: every object it holds, the claims beside the pods."""
+        return Backup(dict(self.pods), dict(self.claims), self.version)
 
-    def restore(self, saved: tuple[dict[str, PodInput], int]) -> None:
-        """etcd restored from a backup without ``--bump-revision``: the pods as they were, and
-        resourceVersions start again from the backup's (below what watchers have seen). Every
-        watch breaks and re-lists."""
-        self.pods, self.version = dict(saved[0]), saved[1]
+    def restore(self, saved: Backup) -> None:
+        """etcd restored from a backup without ``--bump-revision``: the pods and the claims as
+        they were (a claim's ``reservedFor`` too: kept as it is now, a claim reserved after the
+        backup for a pod the restore puts back to pending was a reservation no real etcd
+        holds), and resourceVersions start again from the backup's (below what watchers have
+        seen). Every watch breaks and re-lists."""
+        self.pods, self.claims, self.version = dict(saved.pods), dict(saved.claims), saved.version
         for s in self.streams:
+            s.replica.s.intake.replace(RESOURCE_CLAIMS, list(self.claims.values()))
             for stream in SELECTORS:
                 s.relist(stream, *self.listed(stream))
 
@@ -259,6 +276,12 @@ class SimApiserver:
     ) -> BindResult:
         key = f"{namespace}/{name}"
         holder, epoch = sender.name, sender.leadership.epoch or 0
+        lease = sender.leadership
+        fenced = (
+            lease.leading
+            and lease.remaining() > sender.s.binder.timeout_s
+            and 0 <= self.term_of(holder, epoch) == self.newest_term()
+        )
         fault = self.bind_faults.popleft() if self.bind_faults else ""
         if fault in ("403", "500"):
             return BindResult(int(fault), "injected")
@@ -266,7 +289,7 @@ class SimApiserver:
             await asyncio.Event().wait()
 
         def commit() -> BindResult:
-            return self._commit(key, uid, node, ann, holder, epoch)
+            return self._commit(key, uid, node, ann, holder, epoch, fenced)
 
         if fault == "slow":
             # One request hangs in a slow apiserver longer than the lease, then commits
@@ -295,7 +318,14 @@ class SimApiserver:
         return result
 
     def _commit(
-        self, key: str, uid: str, node: str, ann: dict[str, str], holder: str, epoch: int
+        self,
+        key: str,
+        uid: str,
+        node: str,
+        ann: dict[str, str],
+        holder: str,
+        epoch: int,
+        fenced: bool,
     ) -> BindResult:
         pod = self.pods.get(key)
         if pod is None or pod.uid != uid:
@@ -308,7 +338,15 @@ class SimApiserver:
         term = self.term_of(holder, epoch)
         self.landed.append(
             Landed(
-                key, uid, node, ann.get(DEVICES_ANNOTATION, ""), holder, epoch, term, self.clock()
+                key,
+                uid,
+                node,
+                ann.get(DEVICES_ANNOTATION, ""),
+                holder,
+                epoch,
+                term,
+                self.clock(),
+                fenced,
             )
         )
         return BindResult(201)
@@ -654,6 +692,7 @@ class World:
     def __post_init__(self) -> None:
         self.api.clock = self.loop.time
         self.api.term_of = self.term_of
+        self.api.newest_term = lambda: len(self.terms) - 1
 
     def store_of(self, replica: SimReplica) -> Store:
         if self.old_master is not None and replica.name in self.partitioned:
