@@ -505,7 +505,7 @@ MUTANTS: dict[str, Mutant] = {
     "30.5-terminating-members-count": Mutant(
         "a restarted gang counts its terminating members as bound",
         _terminating_members_count,
-        seed=13,
+        timeline="30.5-terminating-members-count",
         without=CHURN | LEADERS | REFUSALS | {"claims", "stall", "lag", "relist"},
         needs=frozenset({"restart_gang"}),
     ),

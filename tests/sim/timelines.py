@@ -349,7 +349,24 @@ def binding_not_fenced(m: SimMachine) -> None:
     m.quiesce()
 
 
+def terminating_members_count(m: SimMachine) -> None:
+    """Issue 30 bug 5: a restarted gang counts its terminating members as bound. a takes one of
+    the four GPUs and PodGroup gang j1 (minMember 2) two; a JobSet restart leaves j1's members
+    terminating (they hold their GPUs) and creates j2 of 2: one GPU is free, so j2 waits whole.
+    Counting j1's members toward the minimum makes j2's "surplus", and j2-0 is bound alone."""
+    m.create_pod("a", 1, False)
+    m.create_gang("j", 2, True)
+    past_first_wait(m)
+    m.tick(2.0)
+    m.restart_gang(0)
+    m.tick(5.0)
+    m.tick(5.0)
+    m.safe()
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "30.5-terminating-members-count": terminating_members_count,
     "30.3-inheritance-by-name": inheritance_by_name,
     "30.4-witness-off-after-403": witness_off_after_403,
     "30.1a-claim-write-fail-forgets": claim_write_fail_forgets,

@@ -220,6 +220,27 @@ def test_a_share_takes_the_card_it_leaves_no_sliver_on() -> None:
     assert placed(d) == ("t", (1,))
 
 
+def test_a_share_of_memory_alone_goes_to_a_card_with_no_core_free() -> None:
+    # a share asking for GPU memory and no core takes nothing of a card's core percent: with a
+    # target workload it may go to a card whose cores are all shared out (which the node's shape
+    # leaves out, as it has no free percent), and its gain is nothing there (it crashed:
+    # fragmentation.gain took the card's free percent out of a shape that has no such card)
+    shares = [gpu_node(f"z{i}", 8, pool="fill") for i in range(2)]
+    state = cluster(gpu_node("t", 1), *shares)
+    full = MakePod().Name("full").Shared(core=100, memory="1024").Requests(cpu="1")
+    fillers = [
+        MakePod().Name(f"f{i}").Shared(core=50).Requests(cpu="1").NodeSelector("pool", "fill")
+        for i in range(MIN_PODS)
+    ]
+    assert placed(schedule(state, full)[0]) == ("t", (0,))
+    assert all(isinstance(d, Placed) for d in schedule(state, *fillers))
+    assert state.profile.target() is not None
+    (d,) = schedule(state, MakePod().Name("m").Shared(memory="2048").Requests(cpu="1"))
+    assert placed(d) == ("t", (0,))
+    target = Target((((1000, 1, 50), 100),), DEFAULTS)
+    assert gain(target, (8000, (100,)), 1000, ((0, 0),)) == 0
+
+
 def test_a_cluster_past_the_scan_bound_keeps_the_free_count_first() -> None:
     # the nodes of test_with_a_target_whole_gpus_go_by_the_measure_before_the_smallest_fit, in
     # a cluster larger than scanNodes: the free count first (c), the measure between equals

@@ -2,12 +2,15 @@
 
 ``place_shared`` and ``place_without_gpus`` rank groups of the share index (snapshot/shares.py)
 and ask the filter chain only about candidates, and ``unschedulable_reason`` works a GPU reason
-out once per group or class; before, each walked every node (the chain on every node, every
-card ranked, every node's reason phrased). The walks are kept here as the reference (the rules
-as they stood), and hundreds of seeded random clusters (whole-GPU and shared pods already
-placed, cpu-only pods, pods leaving, cordoned and tainted nodes, unhealthy cards, model pinning,
-preferences, card memory, binpack and spread, with and without a target workload) check that
-both choose the same node and cards for every pod, and give the same reason when none fits.
+out once per group or class and, for a pod the chain refuses only for want of resources, counts
+what each GPU node has left (kept in the index while the node stays as it is filed); before,
+each walked every node (the chain on every node, every card ranked, every node's reason
+phrased). The walks are kept here as the reference (the rules as they stood), and hundreds of
+seeded random clusters (whole-GPU and shared pods already placed, cpu-only pods, pods and nodes
+leaving, cordoned and tainted nodes, nodes full of pods, a resource no node has, unhealthy
+cards, model pinning, preferences, card memory, binpack and spread, with and without a target
+workload) check that both choose the same node and cards for every pod, and give the same
+reason when none fits.
 """
 
 from __future__ import annotations
@@ -224,7 +227,7 @@ def _node(rng: random.Random, i: int) -> NodeInput:
         allocatable={
             "cpu": f"{cpu}m",
             "memory": f"{rng.choice((65536, 262144))}Mi",
-            "pods": "110",
+            "pods": rng.choice(("110", "110", "110", "4")),  # a few nodes full of pods
             "nvidia.com/gpu": str(gpus),
         },
         unschedulable=rng.random() < 0.03,
@@ -241,9 +244,7 @@ def _pod(rng: random.Random, i: int, share: bool) -> PodInput:
             limits[MEMORY_RESOURCE] = str(rng.choice((2048, 8192)))
             if rng.random() < 0.3:  # memory alone: a share of no core, even on a full card
                 del limits[CORE_RESOURCE]
-                # Spread (below), so no target ranks it: the measure cannot take a card with
-                # no core free yet (fragmentation.gain: the shape has no such card).
-        if rng.random() < 0.15 or CORE_RESOURCE not in limits:
+        if rng.random() < 0.15:
             annotations[GPU_POLICY_ANNOTATION] = "spread"
         if rng.random() < 0.1:
             annotations[NODE_POLICY_ANNOTATION] = "spread"
@@ -257,6 +258,12 @@ def _pod(rng: random.Random, i: int, share: bool) -> PodInput:
     elif roll < 0.15:
         term = NodeSelectorTerm(match_expressions=(Requirement(MODEL, "In", ("c",)),))
         affinity = Affinity(node_preferred=(PreferredNodeTerm(rng.choice((1, 5)), term),))
+    requests = {
+        "cpu": f"{rng.choice((500, 1000, 3152, 4000, 8000, 11908))}m",
+        "memory": f"{rng.choice((1024, 8192, 32768))}Mi",
+    }
+    if rng.random() < 0.05:  # a resource no node has
+        requests["example.com/fpga"] = "1"
     return PodInput(
         "default",
         f"p{i}",
@@ -266,10 +273,7 @@ def _pod(rng: random.Random, i: int, share: bool) -> PodInput:
             ContainerInput(
                 "main",
                 limits=limits,
-                requests={
-                    "cpu": f"{rng.choice((500, 1000, 3152, 4000, 8000, 11908))}m",
-                    "memory": f"{rng.choice((1024, 8192, 32768))}Mi",
-                },
+                requests=requests,
             ),
         ),
         annotations=annotations,
@@ -307,4 +311,44 @@ def test_the_indexes_choose_and_refuse_as_the_walks_over_every_node(seed: int) -
             apply_decision(state, decision, unit)
         if rng.random() < 0.1 and state.holdings:  # pods leave too
             state.remove_pod(rng.choice(sorted(state.holdings)))
+        if rng.random() < 0.03 and len(state.nodes) > 3:  # and nodes
+            state.remove_node(rng.choice(sorted(state.nodes)))
     assert compared
+
+
+def test_a_reason_counts_the_nodes_of_one_share_group_that_disagree_on_what_they_have_left() -> (
+    None
+):
+    # Two nodes of one group and cpu left, one with exactly the memory the pod asks for left and
+    # one with less: the reason counts them apart (the group is read node by node), and a third
+    # node lacks cpu; none has two free GPUs.
+    def node(name: str, memory: str, cpu: str = "16") -> NodeInput:
+        inventory = {"vendor": "nvidia", "devices": [{"index": 0, "uuid": f"GPU-{name}"}]}
+        return NodeInput(
+            name,
+            annotations={GPUS_ANNOTATION: json.dumps(inventory)},
+            allocatable={"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": "1"},
+        )
+
+    state = ClusterState()
+    for made in (node("a", "32Gi"), node("b", "31Gi"), node("c", "32Gi", cpu="4")):
+        state.set_node(made)
+    for share in (True, False):
+        limits = {CORE_RESOURCE: "50"} if share else {"nvidia.com/gpu": "2"}
+        pod = PodInput(
+            "default",
+            "p",
+            uid="u",
+            scheduler_name="topo-scheduler",
+            containers=(
+                ContainerInput("main", limits=limits, requests={"cpu": "8", "memory": "32Gi"}),
+            ),
+        )
+        req = parse_request(pod, state.settings, state.memos.asks)
+        filters = PodFilters(state, pod)
+        reason = unschedulable_reason(state, filters, req)
+        assert reason == walk_reason(state, filters, req)
+        gpu = "has no GPU with 50% free cores" if share else "has fewer than 2 GPUs in total"
+        assert reason == (
+            f"0/3 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 {gpu}."
+        )

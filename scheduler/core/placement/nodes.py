@@ -44,16 +44,17 @@ allocatable.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import Counter
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from ..dra.allocator import NO_SOLUTION
 from ..filters.chain import PodFilters
 from ..model.decisions import ContainerDevices, Placement, Share
 from ..model.names import CORES_PER_CARD
 from ..model.objects import PodInput
-from ..resources.accounting import pod_requests
+from ..resources.accounting import PODS, pod_requests
 from ..resources.gpusets import SetChoice
 from ..resources.inventory import Inventory
 from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
@@ -687,6 +688,9 @@ def unschedulable_reason(
     for name in state.node_index.plain:
         node = nodes[name]
         counts[_PHRASES["invalid" if node.error else "not-gpu"]] += 1
+    if isinstance(filters, PodFilters) and _resources_only(filters):
+        _count_by_row(state, filters, req, k, demand, together, counts)
+        return _histogram(len(state.nodes), counts)
     # A GPU node the chain accepts has the GPU reason, which is the same for every node of a
     # share group (a share's reads the inventory alone) or of a node class and allocatable (a
     # whole-GPU pod's): worked out once per group, not per node.
@@ -713,6 +717,117 @@ def unschedulable_reason(
                 reason = by_allocatable[memo_key] = _gpu_reason(node, req, k, demand, together)
             counts[reason] += 1
     return _histogram(len(state.nodes), counts)
+
+
+def _resources_only(filters: PodFilters) -> bool:
+    """True when the chain can refuse a node that is neither cordoned nor tainted and has a
+    status only for want of resources (NodeResourcesFit): no node selector or required
+    affinity, host ports, volumes, spread, inter-pod terms, claims or DRA-backed resources
+    (``dra``), or features, whose answers read more of a node than what it has left."""
+    return not (
+        filters.pinned
+        or filters.ports
+        or filters.volumes is not None
+        or filters.spread is not None
+        or filters.interpod is not None
+        or filters.dra is not None
+        or filters.features
+    )
+
+
+# What a whole-GPU pod's GPU reason reads of a node beside its group's key (vendor, idle cards):
+# its device count, allocatable and what is held of it.
+_WholeKey = tuple[int, tuple[int, ...] | None, tuple[int, ...]]
+# A GPU node as a refused pod's reason reads it when the chain asks only for resources
+# (ShareIndex.counted): what it has left of pods and of each resource asked for (allocatable
+# minus requested; None: it is cordoned, tainted or has no status, and the chain is asked about
+# it), what a share's GPU reason reads of its group's key (vendor, sGPU slots, card memory), what
+# a whole-GPU pod's reads (vendor, idle cards, the node's _WholeKey), and the node.
+_Row = tuple[tuple[int, ...] | None, tuple[Any, ...], tuple[Any, ...], NodeState]
+
+
+# What a pod needs left of a resource it does not ask for: less than any node can have left.
+_UNASKED = -(1 << 126)
+
+
+def _row(node: NodeState, group: CardGroup, asked: tuple[str, ...]) -> _Row:
+    whole = (group.key[0], group.idle, (node.total, node.allocatable, tuple(node.used)))
+    have = node.resources
+    lefts: tuple[int, ...] | None = None
+    if have is not None and not node.node.unschedulable and not node.node.taints:
+        used = node.requested
+        lefts = (
+            have.get(PODS, 0) - node.pod_count,
+            *[have.get(r, 0) - used.get(r, 0) for r in asked],
+        )
+    return (lefts, group.key[:3], whole, node)
+
+
+def _count_by_row(
+    state: ClusterState,
+    filters: PodFilters,
+    req: PodRequest,
+    k: int,
+    demand: list[tuple[int, str, int]],
+    together: list[tuple[int, str, int]],
+    counts: Counter[Reason],
+) -> None:
+    """Every GPU node counted as ``check`` and ``_gpu_reason`` would count it, for a chain that
+    asks only for resources (``_resources_only``): what each node has left of pods and of what
+    the pod asks for is kept in the share index (ShareIndex.counted, derived again only for the
+    nodes refiled since), and compared with the pod's requests in one pass, without asking the
+    chain. The GPU reason of a node the chain accepts is worked out once per distinct thing it
+    reads (a share's: its group key's vendor, sGPU slots and card memory; a whole-GPU pod's:
+    the vendor, idle cards and the node's _WholeKey)."""
+    index = state.node_index.shares
+    names = index.counted_of
+    amounts = dict(filters.requests)
+    if not amounts.keys() <= set(names):
+        names = index.counted_of = (*names, *sorted(amounts.keys() - set(names)))
+        index.recount()
+    rows = cast("dict[str, _Row]", index.counted)
+    if index.uncounted:
+        nodes = state.nodes
+        for name, group in index.uncounted.items():
+            rows[name] = _row(nodes[name], group, names)
+        index.uncounted.clear()
+    # (pods, each resource kept): what the pod needs left of each, itself counted; of a resource
+    # it does not ask for, nothing (no node has less than _UNASKED left).
+    wants = (1, *(amounts.get(r, _UNASKED) for r in names))
+    short = [0] * len(wants)
+    shared = req.shared is not None
+    check = filters.check
+    accepted: Counter[tuple[Any, ...]] = Counter()
+    first: dict[tuple[Any, ...], NodeState] = {}
+    for lefts, part, whole, node in rows.values():
+        if lefts is None:
+            if _counted(counts, check(node)):
+                continue
+        elif lefts >= wants and all(map(operator.ge, lefts, wants)):
+            pass
+        else:
+            fits = True
+            for i, n in enumerate(wants):
+                if n > lefts[i]:
+                    short[i] += 1
+                    fits = False
+            if not fits:
+                continue
+        if shared:
+            accepted[part] += 1
+            first.setdefault(part, node)
+        else:
+            accepted[whole] += 1
+    for what, n in accepted.items():
+        if shared:
+            counts[_gpu_reason(first[what], req, k, demand, together)] += n
+        else:
+            vendor, free, node_key = what
+            counts[_whole_reason(vendor, free, node_key, req, k, demand, together)] += n
+    reasons = ("Too many pods", *(f"Insufficient {r}" for r in names))
+    for reason, n in zip(reasons, short, strict=True):
+        if n:
+            counts[reason] += n
 
 
 def _counted(counts: Counter[Reason], reasons: list[str]) -> bool:
@@ -800,24 +915,38 @@ def _gpu_reason(
             return (f"has no GPU with {what}", f"have no GPU with {what}")
         few = f"fewer than {s.cards} GPUs with {what}"
         return (f"has {few}", f"have {few}")
-    if inv.vendor != req.vendor:
+    whole = (len(inv.devices), node.allocatable, tuple(node.used))
+    return _whole_reason(inv.vendor, node.free_mask.bit_count(), whole, req, k, demand, together)
+
+
+def _whole_reason(
+    vendor: str,
+    free: int,
+    node: _WholeKey,
+    req: PodRequest,
+    k: int,
+    demand: list[tuple[int, str, int]],
+    together: list[tuple[int, str, int]],
+) -> tuple[str, str]:
+    """A whole-GPU pod's GPU reason on a node of ``vendor`` with ``free`` GPUs free, and its
+    device count, allocatable and what is held of it (``node``)."""
+    total, allocatable, used = node
+    if vendor != req.vendor:
         return (f"has no {req.vendor} GPUs", f"have no {req.vendor} GPUs")
     noun = "GPU" if k == 1 else "GPUs"
-    if len(inv.devices) < k:
+    if total < k:
         return (f"has fewer than {k} {noun} in total", f"have fewer than {k} {noun} in total")
-    allocatable = node.allocatable
     if allocatable is not None:
         # Never enough, however many pods leave (e.g. the device plugin registers another
         # resource name, or is down): that is the reason, not the free GPUs.
         for index, resource, n in demand:
             if allocatable[index] < n:
                 return _too_little(resource)
-    free = node.free_mask.bit_count()
     if allocatable is not None and free >= k:
         # What is left of the allocatable limits the node more than its free GPUs do, and does
         # not cover everything asked (for one pod: its request, which its free GPUs cover).
         for index, resource, n in together:
-            left = allocatable[index] - node.used[index]
+            left = allocatable[index] - used[index]
             if left < n and left < free:
                 return _too_little(resource)
     return (f"has fewer than {k} free {noun}", f"have fewer than {k} free {noun}")

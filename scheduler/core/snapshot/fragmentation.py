@@ -126,11 +126,19 @@ def _frag(classes: Iterable[tuple[RequestClass, int]], shape: Shape) -> int:
     if not idle:
         return 0
     total = 0
+    count = len(cards)
+    # The free percent below each percent a class asks for, summed once per percent: many
+    # classes ask for the same (every whole-GPU class asks for 100), and a new target measures
+    # every node shape afresh.
+    slivers: dict[int, int] = {}
     for (need_cpu, k, core), weight in classes:
-        if not k or (0 <= cpu < need_cpu) or len(cards) < k or cards[k - 1] < core:
+        if not k or (0 <= cpu < need_cpu) or count < k or cards[k - 1] < core:
             total += weight * idle
         else:
-            total += weight * sum(f for f in cards if f < core)
+            sliver = slivers.get(core)
+            if sliver is None:
+                sliver = slivers[core] = sum(f for f in cards if f < core)
+            total += weight * sliver
     return total
 
 
@@ -236,8 +244,11 @@ def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]
     left, cards = shape
     after = list(cards)
     for free, core in take:
-        after.remove(free)
-        after.append(free - core)
+        # A share of GPU memory alone takes no core: the card keeps its free percent (and may
+        # have none, when the shape does not list it at all).
+        if core:
+            after.remove(free)
+            after.append(free - core)
     changed: Shape = (left if left < 0 else max(0, left - cpu), free_cards(after))
     return target.frag(shape) - target.frag(changed)
 

@@ -16,6 +16,10 @@ group only in the order the rank gives (issue 32: the chain ran on every node fo
   alone (which cards fit).
 - within a group, the nodes by cpu left (-1: the status says nothing of cpu), one ``NameSet``
   each: the shape is (cpu left, the group's free cards).
+- per node, what a refused pod's reason derives of it and its group (``counted``: what it has
+  left of the resources pods ask for; placement/nodes.unschedulable_reason), dropped when the
+  node is (a node whose records, status or cards change is refiled, so what is kept is always
+  the node's as it is); ``uncounted`` names the nodes filed since.
 
 A node is filed when ``NodeIndex.index`` files its class and leaves with ``unindex``; a record
 charged to it (its cpu) refiles it (``NodeIndex.refile_shares``).
@@ -62,11 +66,19 @@ class CardGroup:
 class ShareIndex:
     """GPU nodes by CardKey (per vendor) and cpu left."""
 
-    __slots__ = ("_by_vendor", "_where")
+    __slots__ = ("_by_vendor", "_where", "counted", "counted_of", "uncounted")
 
     def __init__(self) -> None:
         self._by_vendor: dict[str, dict[CardKey, CardGroup]] = {}
         self._where: dict[str, tuple[CardGroup, int]] = {}
+        # What the reason code derives per node, while the node stays where it is filed, and
+        # the nodes filed that it has not derived anything of yet.
+        self.counted: dict[str, object] = {}
+        self.uncounted: dict[str, CardGroup] = {}
+        # The resource names ``counted`` keeps what each node has left of: every name a pod
+        # whose reason was counted asked for (a few: it only grows with a name no pod asked
+        # for before, and is derived afresh then).
+        self.counted_of: tuple[str, ...] = ()
 
     def file(self, name: str, key: CardKey, left: int) -> None:
         """File a GPU node under its CardKey (NodeState.card_key) and cpu left (after ``drop``,
@@ -80,12 +92,15 @@ class ShareIndex:
             names = group.by_cpu[left] = NameSet()
         names.add(name)
         self._where[name] = (group, left)
+        self.uncounted[name] = group
 
     def drop(self, name: str) -> None:
         """The node leaves its group (before a change to its cards or cpu, or for good)."""
         found = self._where.pop(name, None)
         if found is None:
             return
+        self.counted.pop(name, None)
+        self.uncounted.pop(name, None)
         group, left = found
         names = group.by_cpu[left]
         names.names.discard(name)
@@ -99,6 +114,11 @@ class ShareIndex:
         del groups[group.key]
         if not groups:
             del self._by_vendor[vendor]
+
+    def recount(self) -> None:
+        """What the reason code derived of every node is forgotten (it derives it afresh)."""
+        self.counted.clear()
+        self.uncounted = {name: group for name, (group, _) in self._where.items()}
 
     def groups(self, vendor: str | None = None) -> Iterator[CardGroup]:
         """The groups of one vendor's nodes (None: every vendor's)."""
