@@ -138,8 +138,9 @@ bench-smoke: deps redis-server k8s-build
 # before its quiet check), etcd_restore (seed 27: a claim reserved for a pod pending after a
 # restore), slow (seed 41: a Binding etcd commits 20 s after the client gave up lands after
 # the next leader's first one; no GPU is given twice, the fencing check is stricter than the
-# invariant), store_fault (a livelock while the store is unreachable), flush_store, and claims
-# with them. `make soak-sim` runs for a chosen time. Examples:
+# invariant), store_fault (a livelock while the store is unreachable), flush_store (seed 32: a
+# replica's snapshot holds a gang member on a GPU a LIST does not show), and claims with them.
+# `make soak-sim` runs for a chosen time. Examples:
 #   make soak-sim SIM_ARGS="--seconds 3600"           a release soak
 #   make soak-sim SIM_ARGS="--seed 45 --steps 1"       replay one seed (prints its shortest timeline)
 #   make soak-sim SIM_ARGS="--mutant all --seconds 60" each fixed bug of issues 12/20/30 put back
