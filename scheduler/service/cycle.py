@@ -66,7 +66,7 @@ class Cycle:
         intake: Intake,
         sync: StoreSync,
         preemptions: Preemptions,
-        on_fenced: Callable[[], Awaitable[None]],
+        on_fenced: Callable[[int], Awaitable[None]],
         gang_wait_timeout: float,
         batch_pods: int,
     ) -> None:
@@ -303,7 +303,7 @@ class Cycle:
             )
         except Fenced:
             log.warning("fenced: no longer leader", epoch=epoch)
-            await self._on_fenced()
+            await self._on_fenced(epoch)
             return [Event.RESERVE_FENCED] * len(batch)
         except StoreError as exc:
             log.warning("store unavailable", error=str(exc))

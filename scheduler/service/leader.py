@@ -15,6 +15,14 @@ back to trying to acquire it: whoever wins next, this replica or another, prepar
 replica never keeps a lease it cannot lead with, and never stops competing for it. Time comes
 from the injected clock; sleeping from the injected sleep.
 
+A leader whose write the store fences (``step_down``: a reservation or nomination refused
+FENCED) does the same. Its term is over as far as that store is concerned, and the store it
+talks to next may give the lease back: a flushed master replaced by a replica promoted from
+before the FLUSHALL still holds this (holder, epoch), so its renewals would count again. Only
+an election prepares a leader (reconcile, the wait for a leader the store may not know), so
+the fenced leader does not wait for its renewals to fail, which they may never do: it gives the
+lease up and competes for it again, and whoever wins next prepares afresh.
+
 With ``superseded`` (the epoch witness in the apiserver, witness.py), a renewal Redis accepted
 counts only if the witness, read after the renewal was sent, holds no newer leader's record: a
 Redis that still takes this replica's renewals (an old master after a failover) cannot outvote
@@ -104,8 +112,10 @@ class Leadership:
                 await self._sleep(self.timing.retry_s)
                 continue
             await self._sleep(self.timing.renew_s)
-            if self._stopping or self.epoch is None:
+            if self._stopping:
                 break
+            if self.epoch is None:  # stepped down meanwhile (step_down): compete again
+                continue
             await self.renew(on_lost)
 
     async def renew(self, on_lost: Callable[[], Awaitable[None]]) -> None:
@@ -113,19 +123,22 @@ class Leadership:
         ``renew_s``): it counts when Redis accepts it and the epoch witness still holds this
         leader's record; a failure of either (Redis or the witness unanswered) leaves the lease
         its end, and once that end has passed the replica stops leading."""
-        assert self.epoch is not None
+        epoch = self.epoch
+        assert epoch is not None
         ttl_ms = int(self.timing.lease_s * 1000)
         # Measured before the request: Redis starts the new TTL later than this, so the
         # local lease always ends first and a deposed leader stops before a new one starts.
         sent = self._clock()
         try:
-            ok = await self.store.renew(self.holder, self.epoch, ttl_ms)
-            ok = ok and await self._still_ours(self.epoch)
+            ok = await self.store.renew(self.holder, epoch, ttl_ms)
+            ok = ok and await self._still_ours(epoch)
         except StoreError as exc:
-            log.warning("lease renew failed", error=str(exc), epoch=self.epoch)
+            log.warning("lease renew failed", error=str(exc), epoch=epoch)
             ok = self.leading  # keep trying while the lease may still be ours
             if ok:
                 return
+        if self.epoch != epoch:
+            return  # stepped down while it was asked (step_down): that term is over
         if ok:
             self._renewed_at = sent
         else:
@@ -193,6 +206,17 @@ class Leadership:
                 await self.store.release_lease(self.holder, epoch)
             except StoreError as exc:  # then it lapses after its TTL
                 log.warning("lease release failed", error=str(exc))
+
+    async def step_down(self, epoch: int, on_lost: Callable[[], Awaitable[None]]) -> None:
+        """The store fenced a write of term ``epoch``: stop leading and give the lease up, so
+        that ``run`` competes for it again and the next leader, this replica included, is
+        prepared by an election (the module's docstring says why renewals cannot be waited
+        for). The answer of a write sent in an earlier term changes nothing: this replica was
+        elected again since, and that election was prepared."""
+        if self.epoch != epoch:
+            return
+        log.warning("a write was fenced: stepping down to be elected afresh", epoch=epoch)
+        await self._give_up(on_lost)
 
     async def release(self) -> None:
         """Shutdown: give the lease up so a standby takes over at once, not after the TTL."""

@@ -99,7 +99,7 @@ class Preemptions:
         spawn: Callable[[Coroutine[Any, Any, None]], None],
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
-        on_fenced: Callable[[], Awaitable[None]],
+        on_fenced: Callable[[int], Awaitable[None]],
         hold_s: float,
         retry_s: float,
         *,
@@ -253,7 +253,7 @@ class Preemptions:
                 )
                 await self.store.nominate(self.leadership.holder, epoch, nomination, now_ms)
         except Fenced:
-            await self.on_fenced()
+            await self.on_fenced(epoch)
             return False
         except StoreError as exc:
             log.warning("nominations not written", pods=list(result.pods), error=str(exc))

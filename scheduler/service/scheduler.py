@@ -182,7 +182,7 @@ class Scheduler:
             self.tasks.spawn,
             clock,
             wall_ms,
-            self.on_lost,
+            self.on_fenced,
             preemption.hold_seconds,
             preemption.retry_seconds,
             dispatch=self._dispatch,
@@ -237,7 +237,7 @@ class Scheduler:
             self.intake,
             self.sync,
             self.preemptions,
-            self.on_lost,
+            self.on_fenced,
             gang_wait_timeout,
             tuning.batch_pods,
         )
@@ -255,6 +255,9 @@ class Scheduler:
     # ---- leadership --------------------------------------------------------------------------
 
     async def on_elected(self, epoch: int) -> None:
+        # Not deciding until this election is prepared, whatever an earlier one, cut short by
+        # a step down (on_fenced), left behind.
+        self.ready_to_schedule = False
         self.metrics.leader.set(1)
         self.metrics.epoch.set(epoch)
         while not self.intake.bound_synced:
@@ -345,6 +348,14 @@ class Scheduler:
         self.metrics.leader.set(0)
         self.metrics.epoch.set(0)
         self.ready_to_schedule = False
+
+    async def on_fenced(self, epoch: int) -> None:
+        """The store refused a write of term ``epoch`` (a reservation, a nomination): this
+        replica steps down and competes for the lease again (leader.py's ``step_down``), so it
+        decides again only after an election prepared it. Only stopping to decide would wait
+        for a renewal to fail, and a store that gives the lease back (a replica promoted from
+        before a FLUSHALL) lets every renewal succeed: the pods would stay pending for good."""
+        await self.leadership.step_down(epoch, self.on_lost)
 
     def may_decide(self) -> bool:
         return (

@@ -18,15 +18,24 @@ the store (per-GPU owners, pod records, gang records), and returns the violation
   without the pod record that claims that GPU; a gang record none of whose members exist;
 - ``store-disagrees``: a record that contradicts the apiserver (another node or other GPUs than
   the pod's annotations, ``bound`` for a pod that is not, a reservation with nothing in flight);
+- ``device-held-twice``: a DRA device (driver, pool, device) in the allocations of two
+  ResourceClaims each used by a bound pod that has not finished (a pod uses a claim it names, in
+  ``spec.resourceClaims`` directly or through ``status.resourceClaimStatuses`` and
+  ``status.extendedResourceClaimStatus``, or that is reserved for it);
+- ``claim-stranded``: an allocated ResourceClaim of ours (used by a pod of ours) whose devices
+  nobody runs with: reserved for no pod, or for one that does not exist, is not live, is not
+  bound, or is bound to a node the allocation's ``nodeSelector`` does not reach;
+- ``claim-unreserved``: a live bound pod of ours one of whose claims is not allocated or not
+  reserved for it (the kubelet would not run it);
 - ``snapshot-drift``: a replica's snapshot whose running sums of a node (cpu, memory and other
   requests, pod count, host ports, GPU holders: ``core/snapshot/nodesums.py``, read from its
   ``/debug/nodes``) differ from the same sums computed afresh from the LIST of every pod, ours
   and other schedulers' (a pod that left unseen and is still charged, say).
 
-The first two are safety rules: true at every moment, so a chaos test fails if any round ever
-sees one (``SAFETY``). The others hold once the system has settled (binds done, watches caught
-up, reconciles run): ``until_settled`` audits repeatedly until a round finds nothing, keeping
-every safety violation any round saw.
+The first two and ``device-held-twice`` are safety rules: true at every moment, so a chaos test
+fails if any round ever sees one (``SAFETY``). The others hold once the system has settled
+(binds done, watches caught up, reconciles run): ``until_settled`` audits repeatedly until a
+round finds nothing, keeping every safety violation any round saw.
 
 What is "ours" is the pods whose ``spec.schedulerName`` is the given scheduler name; the nodes
 are the ones given (a scenario's, or a benchmark's); pods are every pod of the cluster, so that
@@ -39,12 +48,21 @@ NoExecute taints and it offers the pod's GPU resource; its free GPUs are those o
 its allocatable minus what unfinished pods there ask for. A gang fits when a greedy placement
 (largest member first, onto the accepting node with the most free GPUs) places every member.
 Shared-GPU requests and the device plugin's ``topo-scheduler.io/allocated`` are not audited.
+
+The claims are one LIST read before the pods' (``collect``): two allocations holding one device
+in that LIST held it together at that moment, whatever the pods did since, and the pods read
+after only narrow the claims counted. Of a claim's results, admin access (it holds nothing)
+and shares of a device that allows several allocations (``shareID``) are not counted; nor are
+partitions of one device that overlap through shared counters (MIG profiles): each device name
+is counted alone. A DRA-backed extended resource (a pod with ``extendedResourceClaimStatus``) is
+held through the pod's special claim: its GPU count is not asked of its annotations.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
@@ -75,9 +93,14 @@ STORE_MISSING: Final = "store-missing"
 STORE_STALE: Final = "store-stale"
 STORE_DISAGREES: Final = "store-disagrees"
 SNAPSHOT_DRIFT: Final = "snapshot-drift"
+DEVICE_HELD_TWICE: Final = "device-held-twice"
+CLAIM_STRANDED: Final = "claim-stranded"
+CLAIM_UNRESERVED: Final = "claim-unreserved"
 
 # True at every moment: one sighting is a failure, whatever later rounds see.
-SAFETY: Final = frozenset({GPU_HELD_TWICE, BAD_ASSIGNMENT})
+SAFETY: Final = frozenset({GPU_HELD_TWICE, BAD_ASSIGNMENT, DEVICE_HELD_TWICE})
+
+CLAIMS_PATH: Final = "/apis/resource.k8s.io/v1/resourceclaims"
 
 # The whole-GPU resource names of the default configuration.
 DEFAULT_GPU_RESOURCES: Final = frozenset(CoreSettings().gpu_resources)
@@ -108,6 +131,8 @@ class View:
     gangs: dict[str, GangRecord] = field(default_factory=dict)
     # Replicas' snapshots (a name -> the sums of the view's nodes), for ``snapshot-drift``.
     snapshots: dict[str, dict[str, NodeSums]] = field(default_factory=dict)
+    # Every ResourceClaim of the cluster, as the apiserver's JSON (none where DRA is not served).
+    claims: list[Pod] = field(default_factory=list)
 
 
 def audit(view: View, gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES) -> list[Violation]:
@@ -117,6 +142,7 @@ def audit(view: View, gpu_resources: Iterable[str] = DEFAULT_GPU_RESOURCES) -> l
     held = _held_gpus(view, resources, out)
     _check_gangs(view, out)
     _check_fit(view, resources, held, out)
+    _check_claims(view, out)
     if view.records is not None:
         _check_store(view, out)
     if view.snapshots:
@@ -254,7 +280,9 @@ def _held_gpus(
 
 def _assignment_problem(pod: Pod, node: str, resources: frozenset[str]) -> str:
     annotations = annotations_of(pod)
-    asked = sum(requests_of(pod, resources).values())
+    # DRA-backed extended resources are held through the pod's special claim, not annotated.
+    dra = bool(pod.get("status", {}).get("extendedResourceClaimStatus"))
+    asked = 0 if dra else sum(requests_of(pod, resources).values())
     raw = annotations.get(names.DEVICES_ANNOTATION)
     if raw is None:
         return f"bound to {node} without annotation {names.DEVICES_ANNOTATION}" if asked else ""
@@ -417,6 +445,139 @@ def _place(pods: list[Pod], nodes: list[_Node], resources: frozenset[str]) -> li
     return used
 
 
+# ---- DRA: ResourceClaims -----------------------------------------------------------------------
+
+
+def claim_names_of(pod: Pod) -> list[str]:
+    """The ResourceClaims (by name, in the pod's namespace) the pod uses: those it names, those
+    the resource claim controller made from its templates, its special claim."""
+    refs = pod.get("spec", {}).get("resourceClaims") or []
+    out = [str(r["resourceClaimName"]) for r in refs if r.get("resourceClaimName")]
+    status = pod.get("status", {})
+    made = status.get("resourceClaimStatuses") or []
+    out += [str(s["resourceClaimName"]) for s in made if s.get("resourceClaimName")]
+    special = (status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    return out + ([str(special)] if special else [])
+
+
+def _allocation(claim: Pod) -> Mapping[str, Any] | None:
+    found = (claim.get("status") or {}).get("allocation")
+    return found if isinstance(found, Mapping) else None
+
+
+def _reserved(claim: Pod) -> list[str]:
+    return [str(r.get("uid", "")) for r in (claim.get("status") or {}).get("reservedFor") or []]
+
+
+def _held_devices(allocation: Mapping[str, Any]) -> set[str]:
+    """The devices an allocation holds alone, as driver/pool/device: not admin access, not a
+    share of a device that allows several allocations."""
+    return {
+        f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+        for r in (allocation.get("devices") or {}).get("results") or []
+        if not r.get("adminAccess") and not r.get("shareID")
+    }
+
+
+def _expression_matches(values: Mapping[str, str], expression: Mapping[str, Any]) -> bool:
+    key, operator = expression.get("key", ""), expression.get("operator", "")
+    wanted = [str(v) for v in expression.get("values") or []]
+    value = values.get(key)
+    if operator == "In":
+        return value in wanted
+    if operator == "NotIn":
+        return value not in wanted
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and len(wanted) == 1:
+        try:
+            left, right = int(value), int(wanted[0])
+        except ValueError:
+            return False
+        return left > right if operator == "Gt" else left < right
+    return False
+
+
+def _reaches(allocation: Mapping[str, Any], node: Pod) -> bool:
+    """The allocation's ``nodeSelector`` (none: every node) selects the node: one of its terms,
+    each of whose label expressions and ``metadata.name`` fields match."""
+    selector = allocation.get("nodeSelector")
+    if not selector:
+        return True
+    meta = node["metadata"]
+    labels = meta.get("labels") or {}
+    fields = {"metadata.name": meta["name"]}
+    return any(
+        all(_expression_matches(labels, e) for e in term.get("matchExpressions") or [])
+        and all(_expression_matches(fields, e) for e in term.get("matchFields") or [])
+        for term in selector.get("nodeSelectorTerms") or []
+    )
+
+
+def _check_claims(view: View, out: list[Violation]) -> None:
+    if not view.claims:
+        return
+    by_uid = {uid_of(p): p for p in view.pods if uid_of(p)}
+    nodes = {n["metadata"]["name"]: n for n in view.nodes}
+    # claim namespace/name -> the pods using it by name
+    users: dict[str, list[Pod]] = defaultdict(list)
+    for pod in view.pods:
+        for name in claim_names_of(pod):
+            users[f"{pod['metadata'].get('namespace', 'default')}/{name}"].append(pod)
+    claims = {key_of(c): c for c in view.claims}
+    holder: dict[str, str] = {}  # device -> the first claim with a running pod holding it
+    for key, claim in sorted(claims.items()):
+        allocation = _allocation(claim)
+        if allocation is None:
+            continue
+        pods = users.get(key, []) + [by_uid[u] for u in _reserved(claim) if u in by_uid]
+        if any(node_of(p) and not finished(p) for p in pods):
+            for device in sorted(_held_devices(allocation)):
+                other = holder.setdefault(device, key)
+                if other != key:
+                    out.append(Violation(DEVICE_HELD_TWICE, device, f"in claims {other} and {key}"))
+        if any(ours(view, p) for p in pods):
+            problem = _stranded(claim, allocation, by_uid, nodes)
+            if problem:
+                out.append(Violation(CLAIM_STRANDED, key, problem))
+    for pod in view.pods:
+        if not ours(view, pod) or not live(pod) or not node_of(pod):
+            continue
+        namespace = pod["metadata"].get("namespace", "default")
+        for name in claim_names_of(pod):
+            found = claims.get(f"{namespace}/{name}")
+            if found is None or _allocation(found) is None:
+                out.append(Violation(CLAIM_UNRESERVED, key_of(pod), f"claim {name} not allocated"))
+            elif uid_of(pod) not in _reserved(found):
+                out.append(
+                    Violation(CLAIM_UNRESERVED, key_of(pod), f"claim {name} not reserved for it")
+                )
+
+
+def _stranded(
+    claim: Pod, allocation: Mapping[str, Any], by_uid: Mapping[str, Pod], nodes: Mapping[str, Pod]
+) -> str:
+    """Why an allocated claim's devices serve nobody ("" when every pod reserved runs with it).
+    A node outside the view is taken to be reached."""
+    reserved = _reserved(claim)
+    if not reserved:
+        return "allocated, reserved for no pod"
+    for uid in reserved:
+        pod = by_uid.get(uid)
+        if pod is None or not live(pod):
+            return f"reserved for pod UID {uid}, which " + (
+                "does not exist" if pod is None else "is not live"
+            )
+        node = node_of(pod)
+        if not node:
+            return f"reserved for {key_of(pod)}, which is not bound"
+        if node in nodes and not _reaches(allocation, nodes[node]):
+            return f"reserved for {key_of(pod)}, bound to {node}, which the allocation misses"
+    return ""
+
+
 def _check_store(view: View, out: list[Violation]) -> None:
     records = view.records or {}
     by_uid = {uid_of(p): p for p in view.pods if uid_of(p)}
@@ -539,7 +700,7 @@ async def collect(
     a disagreement that the next round does not (``until_settled`` waits for a round with
     none). The apiserver's pods are one LIST, so what the safety rules read is consistent.
     ``snapshots``: replicas (a name -> the port of their HTTP server on this machine) whose
-    ``/debug/nodes`` is read too, before the LIST."""
+    ``/debug/nodes`` is read too, before the LIST; so is every ResourceClaim (module doc)."""
     selector = urllib.parse.quote(",".join(f"{k}={v}" for k, v in sorted(node_labels.items())))
     node_list = await asyncio.to_thread(
         plane.request, "GET", f"/api/v1/nodes?labelSelector={selector}"
@@ -558,9 +719,21 @@ async def collect(
     for replica, port in sorted((snapshots or {}).items()):
         sums = await asyncio.to_thread(_node_sums, port)
         read[replica] = {n: s for n, s in sums.items() if n in names}
+    claims = await asyncio.to_thread(_claims, plane)
     pods = await asyncio.to_thread(plane.request, "GET", "/api/v1/pods")
     items = list(pods.get("items", []))
-    return View(scheduler_name, items, nodes, records, owners, gangs, read)
+    return View(scheduler_name, items, nodes, records, owners, gangs, read, claims)
+
+
+def _claims(plane: ControlPlane) -> list[Pod]:
+    """Every ResourceClaim, or none where the apiserver does not serve DRA."""
+    try:
+        listed = plane.request("GET", CLAIMS_PATH)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return []
+        raise
+    return list(listed.get("items", []))
 
 
 def _node_sums(port: int) -> dict[str, NodeSums]:

@@ -9,18 +9,20 @@ slices, claims and templates labelled the same, and pods pinned to its nodes by 
 to them once their pods and nodes are gone).
 
 ``verdict`` waits for a scheduler's decision on a pod: bound (to which node, with which devices in
-which claims) or refused (its PodScheduled=False message). ``run_shape`` runs one claim shape of
-dra_shapes.py (its nodes, the pods scheduled before it, then the probe) and returns the probe's
-verdict: with kube-scheduler, the oracle side of the differential e2e; the same shape run with
-topo-scheduler must reach the same verdict.
+which claims) or refused (its PodScheduled=False message). ``bindings_refused`` has some pods'
+Bindings refused (a ValidatingAdmissionPolicy): a test stands between the claim writes and the
+Binding. ``run_shape`` runs one claim shape of dra_shapes.py (its nodes, the pods scheduled
+before it, then the probe) and returns the probe's verdict: with kube-scheduler, the oracle side
+of the differential e2e; the same shape run with topo-scheduler must reach the same verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.error
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,7 @@ from scheduler.testing.controlplane import RESOURCE_API, ControlPlane
 from scheduler.testing.dradriver import H100, V100, GpuModel, NvidiaDraDriver
 
 NAMESPACE = "default"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 # adminAccess is allowed only in namespaces labelled so (kube-apiserver's validation); the plane
 # runs no namespace controller to finish a namespace's deletion, so this one is created once and
 # kept.
@@ -331,6 +334,97 @@ class DraScene:
                 raise
             time.sleep(0.2)
         raise AssertionError(f"{path} still exists after {timeout_s:.0f} s")
+
+
+# ---- Bindings refused ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def bindings_refused(plane: ControlPlane, prefix: str) -> Iterator[None]:
+    """A ValidatingAdmissionPolicy refusing every Binding of a pod whose name starts with
+    ``prefix``, in force (checked with a pod of its own) until the block ends."""
+    name = f"refuse-{prefix}"
+    plane.request(
+        "POST",
+        f"{ADMISSION}/validatingadmissionpolicies",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods/binding"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": f"!object.metadata.name.startsWith('{prefix}')",
+                        "message": "this test refuses the Binding",
+                        "reason": "Forbidden",
+                    }
+                ],
+            },
+        },
+    )
+    plane.request(
+        "POST",
+        f"{ADMISSION}/validatingadmissionpolicybindings",
+        {
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        },
+    )
+    try:
+        _wait_refusing(plane, prefix)
+        yield
+    finally:
+        plane.delete(f"{ADMISSION}/validatingadmissionpolicybindings/{name}")
+        plane.delete(f"{ADMISSION}/validatingadmissionpolicies/{name}")
+
+
+def _wait_refusing(plane: ControlPlane, prefix: str, timeout_s: float = 30.0) -> None:
+    """Until a Binding of a pod named ``prefix``-check is refused (the apiserver loads a new
+    policy a moment after it is created)."""
+    pods = "/api/v1/namespaces/default/pods"
+    deadline = time.monotonic() + timeout_s
+    check = 0
+    try:
+        while time.monotonic() < deadline:
+            name = f"{prefix}-check-{check}"
+            plane.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "schedulerName": "nobody",
+                        "containers": [{"name": "main", "image": "busybox"}],
+                    },
+                }
+            )
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name},
+                "target": {"kind": "Node", "name": "nowhere"},
+            }
+            try:
+                plane.request("POST", f"{pods}/{name}/binding", binding)
+            except Exception as exc:  # the refusal: HTTP 403 with the policy's message
+                if "403" in str(exc):
+                    return
+                raise
+            check += 1  # bound (to no node): the policy is not in force yet
+            time.sleep(0.2)
+        raise AssertionError(f"the Binding policy for {prefix} never took effect")
+    finally:
+        for i in range(check + 1):
+            plane.delete(f"{pods}/{prefix}-check-{i}?gracePeriodSeconds=0")
 
 
 # ---- claim shapes --------------------------------------------------------------------------------

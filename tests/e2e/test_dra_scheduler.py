@@ -10,7 +10,6 @@ claims lands, all of it, on NVLink pairs inside one NVLink clique.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,12 +19,11 @@ import pytest
 from scheduler.testing.controlplane import ControlPlane
 from scheduler.testing.dradriver import CLIQUE_LABEL, GPU_CLASS, GPU_DRIVER, NvidiaDraDriver
 
-from .dra import CLAIMS, EXTENDED_CLAIM, KINDS, DraScene
+from .dra import CLAIMS, EXTENDED_CLAIM, KINDS, DraScene, bindings_refused
 from .dra_shapes import gpus
 from .live import Scenario
 
 PROTECTION = "resource.kubernetes.io/delete-protection"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -59,94 +57,6 @@ def claims_of(scene: DraScene, pod: dict[str, Any]) -> list[dict[str, Any]]:
         if any(o["uid"] == uid for o in c["metadata"].get("ownerReferences", []))
         or any(r["uid"] == uid for r in c.get("status", {}).get("reservedFor", []))
     ]
-
-
-@contextlib.contextmanager
-def bindings_refused(plane: ControlPlane, prefix: str) -> Iterator[None]:
-    """A ValidatingAdmissionPolicy refusing every Binding of a pod whose name starts with
-    ``prefix``, in force (checked with a pod of its own) until the block ends."""
-    name = f"refuse-{prefix}"
-    plane.request(
-        "POST",
-        f"{ADMISSION}/validatingadmissionpolicies",
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods/binding"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": f"!object.metadata.name.startsWith('{prefix}')",
-                        "message": "this test refuses the Binding",
-                        "reason": "Forbidden",
-                    }
-                ],
-            },
-        },
-    )
-    plane.request(
-        "POST",
-        f"{ADMISSION}/validatingadmissionpolicybindings",
-        {
-            "metadata": {"name": name},
-            "spec": {"policyName": name, "validationActions": ["Deny"]},
-        },
-    )
-    try:
-        _wait_refusing(plane, prefix)
-        yield
-    finally:
-        plane.delete(f"{ADMISSION}/validatingadmissionpolicybindings/{name}")
-        plane.delete(f"{ADMISSION}/validatingadmissionpolicies/{name}")
-
-
-def _wait_refusing(plane: ControlPlane, prefix: str, timeout_s: float = 30.0) -> None:
-    """Until a Binding of a pod named ``prefix``-check is refused (the apiserver loads a new
-    policy a moment after it is created)."""
-    pods = "/api/v1/namespaces/default/pods"
-    deadline = time.monotonic() + timeout_s
-    check = 0
-    try:
-        while time.monotonic() < deadline:
-            name = f"{prefix}-check-{check}"
-            plane.apply(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "schedulerName": "nobody",
-                        "containers": [{"name": "main", "image": "busybox"}],
-                    },
-                }
-            )
-            binding = {
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": name},
-                "target": {"kind": "Node", "name": "nowhere"},
-            }
-            try:
-                plane.request("POST", f"{pods}/{name}/binding", binding)
-            except Exception as exc:  # the refusal: HTTP 403 with the policy's message
-                if "403" in str(exc):
-                    return
-                raise
-            check += 1  # bound (to no node): the policy is not in force yet
-            time.sleep(0.2)
-        raise AssertionError(f"the Binding policy for {prefix} never took effect")
-    finally:
-        for i in range(check + 1):
-            plane.delete(f"{pods}/{prefix}-check-{i}?gracePeriodSeconds=0")
 
 
 def test_a_plain_gpu_request_on_a_dra_only_node_gets_its_special_claim_with_an_nvlink_pair(

@@ -17,6 +17,9 @@ from scheduler.kube.codec import convert_node, convert_pod
 from scheduler.state.base import Claim, GangRecord, Owner, Record
 from scheduler.testing.audit import (
     BAD_ASSIGNMENT,
+    CLAIM_STRANDED,
+    CLAIM_UNRESERVED,
+    DEVICE_HELD_TWICE,
     FITS_BUT_PENDING,
     GANG_PARTLY_BOUND,
     GPU_HELD_TWICE,
@@ -205,8 +208,8 @@ def test_a_bound_pod_of_ours_without_its_gpus_in_annotations() -> None:
         assert says in found[0].detail, found[0]
 
 
-def test_safety_rules_are_the_two_that_never_heal() -> None:
-    assert frozenset({GPU_HELD_TWICE, BAD_ASSIGNMENT}) == SAFETY
+def test_safety_rules_are_the_three_that_never_heal() -> None:
+    assert frozenset({GPU_HELD_TWICE, BAD_ASSIGNMENT, DEVICE_HELD_TWICE}) == SAFETY
 
 
 # ---- gangs ------------------------------------------------------------------------------------
@@ -536,3 +539,162 @@ def test_a_gpu_holder_the_list_does_not_show_is_drift() -> None:
         Violation(SNAPSHOT_DRIFT, "leader:n2", "1 pods, listed 0"),
         Violation(SNAPSHOT_DRIFT, "leader:n2", "GPU holders {'default/b': (0, 1)}, listed {}"),
     ]
+
+
+# ---- DRA: devices in ResourceClaims ------------------------------------------------------------
+
+DRIVER = "gpu.nvidia.com"
+
+
+def claim(
+    name: str, devices: tuple[str, ...] = (), node: str = "n1", reserved: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A ResourceClaim, allocated with ``devices`` of ``node``'s pool (none: not allocated) and
+    reserved for the pods named (by UID)."""
+    status: dict[str, Any] = {}
+    if devices:
+        status["allocation"] = {
+            "devices": {
+                "results": [
+                    {"request": "gpus", "driver": DRIVER, "pool": node, "device": d}
+                    for d in devices
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    if reserved:
+        status["reservedFor"] = [
+            {"resource": "pods", "name": r, "uid": f"uid-{r}"} for r in reserved
+        ]
+    return {
+        "metadata": {"name": name, "namespace": "default", "uid": f"cuid-{name}"},
+        "status": status,
+    }
+
+
+def dra_pod(
+    name: str, claims: tuple[str, ...], on: str = "", scheduler: str = NAME
+) -> dict[str, Any]:
+    """A pod asking for no GPU resource, whose template claims are ``claims``."""
+    p = pod(name, 0, on, scheduler=scheduler)
+    p["spec"]["resourceClaims"] = [
+        {"name": f"r{i}", "resourceClaimTemplateName": "t"} for i in range(len(claims))
+    ]
+    p["status"]["resourceClaimStatuses"] = [
+        {"name": f"r{i}", "resourceClaimName": c} for i, c in enumerate(claims)
+    ]
+    return p
+
+
+def dra_view() -> View:
+    """n1 and n2 of the clean view, no store: d1 bound on n1 with claim c1 (gpu-0 and gpu-1 of
+    n1), d2 pending with claim c2 not allocated yet, and a pod of another scheduler bound on n2
+    with claim k1 (gpu-0 of n2)."""
+    pods = [
+        dra_pod("d1", ("c1",), "n1"),
+        dra_pod("d2", ("c2",)),
+        dra_pod("k", ("k1",), "n2", scheduler="other"),
+    ]
+    claims = [
+        claim("c1", ("gpu-0", "gpu-1"), "n1", ("d1",)),
+        claim("c2"),
+        claim("k1", ("gpu-0",), "n2", ("k",)),
+    ]
+    return View(NAME, pods, [node("n1"), node("n2")], claims=claims)
+
+
+def test_the_clean_dra_view_has_no_violation() -> None:
+    assert audit(dra_view()) == []
+
+
+def test_a_device_in_two_claims_of_running_pods_is_held_twice() -> None:
+    view = dra_view()
+    view.pods[1] = dra_pod("d2", ("c2",), "n2")
+    view.claims[1] = claim("c2", ("gpu-0",), "n2", ("d2",))  # k1's device
+    assert audit(view) == [
+        Violation(DEVICE_HELD_TWICE, f"{DRIVER}/n2/gpu-0", "in claims default/c2 and default/k1")
+    ]
+
+
+def test_a_device_in_two_claims_is_not_held_twice_while_one_pod_is_pending_or_finished() -> None:
+    view = dra_view()
+    view.claims[1] = claim("c2", ("gpu-0",), "n2", ("d2",))  # d2 is pending
+    assert [v.rule for v in audit(view)] == [CLAIM_STRANDED]
+    done = dra_pod("d2", ("c2",), "n2")
+    done["status"]["phase"] = "Succeeded"
+    view.pods[1] = done
+    assert [v.rule for v in audit(view)] == [CLAIM_STRANDED]
+
+
+def test_admin_access_and_shares_hold_no_device() -> None:
+    view = dra_view()
+    view.pods[1] = dra_pod("d2", ("c2",), "n2")
+    shared = claim("c2", ("gpu-0",), "n2", ("d2",))
+    shared["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    view.claims[1] = shared
+    assert audit(view) == []
+    shared["status"]["allocation"]["devices"]["results"][0] |= {"adminAccess": None, "shareID": "s"}
+    assert audit(view) == []
+
+
+def test_an_allocated_claim_of_ours_that_no_running_pod_uses_is_stranded() -> None:
+    def gone(view: View) -> None:
+        view.claims[0] = claim("c1", ("gpu-0", "gpu-1"), "n1", ("d1", "ghost"))
+
+    def unreserved(view: View) -> None:
+        view.claims[1] = claim("c2", ("gpu-2",), "n1")
+
+    def pending(view: View) -> None:
+        view.claims[1] = claim("c2", ("gpu-2",), "n1", ("d2",))
+
+    def elsewhere(view: View) -> None:
+        view.pods[0] = dra_pod("d1", ("c1",), "n2")
+
+    def deleting(view: View) -> None:
+        view.pods[0]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+
+    for change, subject, says in (
+        (gone, "default/c1", "reserved for pod UID uid-ghost, which does not exist"),
+        (unreserved, "default/c2", "allocated, reserved for no pod"),
+        (pending, "default/c2", "reserved for default/d2, which is not bound"),
+        (
+            elsewhere,
+            "default/c1",
+            "reserved for default/d1, bound to n2, which the allocation misses",
+        ),
+        (deleting, "default/c1", "reserved for pod UID uid-d1, which is not live"),
+    ):
+        view = dra_view()
+        change(view)
+        assert audit(view) == [Violation(CLAIM_STRANDED, subject, says)], change.__name__
+
+
+def test_another_schedulers_claim_is_not_ours_to_call_stranded() -> None:
+    view = dra_view()
+    view.claims[2] = claim("k1", ("gpu-0",), "n2")
+    assert audit(view) == []
+
+
+def test_a_bound_pod_of_ours_whose_claim_is_not_allocated_or_reserved_for_it() -> None:
+    view = dra_view()
+    view.claims[0] = claim("c1")
+    assert audit(view) == [Violation(CLAIM_UNRESERVED, "default/d1", "claim c1 not allocated")]
+    view.claims[0] = claim("c1", ("gpu-0",), "n1", ("d2",))  # for the pending d2
+    assert audit(view) == [
+        Violation(CLAIM_STRANDED, "default/c1", "reserved for default/d2, which is not bound"),
+        Violation(CLAIM_UNRESERVED, "default/d1", "claim c1 not reserved for it"),
+    ]
+
+
+def test_a_dra_backed_gpu_request_needs_no_device_annotation() -> None:
+    view = dra_view()
+    special = pod("e", 2, "n1")  # nvidia.com/gpu: 2, its devices annotation empty
+    view.pods.append(special)
+    assert [v.rule for v in audit(view)] == [BAD_ASSIGNMENT]
+    special["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "e-x"}
+    view.claims.append(claim("e-x", ("gpu-4", "gpu-5"), "n1", ("e",)))
+    assert audit(view) == []

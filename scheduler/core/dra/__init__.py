@@ -32,8 +32,9 @@ last); claim config (FromClass, FromClaim); the 32-result limit.
 Not covered: alpha features (list attributes and ``includes()``, compatibility groups, derived
 attributes, node allocatable resources, partition types, optional node operations), fractional
 capacity ranges (beta but off in a default v1.37 binary), claims reserved for a PodGroup
-(DRAWorkloadResourceClaims, beta off), DeviceTaintRules (the caller patches their taints into
-the slices' devices, as kube-scheduler does), and the CEL libraries listed in cel.py.
+(DRAWorkloadResourceClaims, beta off), DeviceTaintRules (GA: a caller would patch their taints
+into the slices' devices, as kube-scheduler does; the shell does not watch them yet, so only the
+taints a driver publishes count, docs/dra.md), and the CEL libraries listed in cel.py.
 
 Where it plugs in: scheduler/kube/dracodec.py decodes resource.k8s.io/v1 objects into
 ``model.dra`` and encodes an ``Allocation`` as ``status.allocation``; the snapshot keeps

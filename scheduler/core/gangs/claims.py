@@ -28,8 +28,6 @@ never placed across cliques, refused with the shortfall when no clique holds it.
 
 from __future__ import annotations
 
-from itertools import islice
-
 from msgspec import structs
 
 from ..filters.chain import PodFilters
@@ -38,8 +36,8 @@ from ..snapshot.cluster import ClusterState
 from ..snapshot.domains import NVLINK, Path
 from ..snapshot.nodes import NodeState
 from .constraints import Constraint, rank_order
-from .domainchoice import Tree, plans, shortfall
-from .indomains import Context, annotate, bound_path
+from .domainchoice import Tree
+from .indomains import Context, annotate, bound_path, try_plans
 from .members import Member
 
 # The DeviceClass of a ComputeDomain's IMEX channel (NVIDIA's compute-domain controller writes
@@ -84,23 +82,11 @@ def plan_claims_in_domains(
     tree = Tree(ctx.hierarchy, fits, c)
     spread = any(m.request.node_policy == "spread" for m in ranked)
     sticky = bound_path(state, gang, ctx)
-    for plan in islice(plans(tree, c, n, ctx.compact, sticky), state.settings.topology.max_plans):
-        out: list[Placement] = []
-        pos = 0
-        for chunk in plan:
-            part = ranked[pos : pos + chunk.count]
-            pos += chunk.count
-            placed = _pack(state, gang, part, paths.get(chunk.path, []), needs, spread, minimum)
-            if placed is None:
-                for placement in out:  # this plan's part so far goes (the scope logs it)
-                    state.forget(placement.pod)
-                break
-            out.extend(placed)
-        else:
-            return annotate(state, out, ctx, ranked_pods)
-    if ctx.hard and c is not None:
-        return f"gang {gang}: {shortfall(tree, c, n)}"
-    return ""
+
+    def pack(path: Path, part: list[Member]) -> list[Placement] | None:
+        return _pack(state, gang, part, paths.get(path, []), needs, spread, minimum)
+
+    return try_plans(state, gang, tree, ctx, sticky, ranked, ranked_pods, pack)
 
 
 def with_imex(state: ClusterState, members: list[Member], ctx: Context) -> Context:

@@ -18,6 +18,7 @@ elastic gang's surplus, goes there; with a required level, nowhere else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import islice
 
 from msgspec import Struct, structs
@@ -114,15 +115,38 @@ def plan_in_domains(
     index = state.domain_index(ctx.hierarchy)
     # The members' filters, kept across chunks and plans when no member can change another's.
     kept = None if _dynamic(ranked) else dict[str, PodFilters]()
-    max_plans = state.settings.topology.max_plans
-    for plan in islice(plans(tree, c, n, ctx.compact, sticky), max_plans):
+
+    def pack(path: Path, part: list[Member]) -> list[Placement] | None:
+        nodes = [state.nodes[name] for name in sorted(index.names.get(path, ()))]
+        return pack_nodes(state, gang, part, nodes, vendor, spread, minimum, kept)
+
+    return try_plans(state, gang, tree, ctx, sticky, ranked, ranked_pods, pack)
+
+
+def try_plans(
+    state: ClusterState,
+    gang: str,
+    tree: Tree,
+    ctx: Context,
+    sticky: Path,
+    ranked: list[Member],
+    ranked_pods: list[PodInput],
+    pack: Callable[[Path, list[Member]], list[Placement] | None],
+) -> list[Placement] | str:
+    """The domain plans of ``tree`` in order (at most topology.maxPlans), each cut into chunks
+    of the ranked members that ``pack`` places in the chunk's domain: the first plan packed
+    whole wins (annotated with domain and rank); a plan that fails half-way takes back its
+    part so far. None packed: the shortfall per level for a hard constraint, "" otherwise.
+    One loop for every kind of gang (GPUs by count here, devices by claims in claims.py)."""
+    c = ctx.constraint
+    n = len(ranked)
+    for plan in islice(plans(tree, c, n, ctx.compact, sticky), state.settings.topology.max_plans):
         out: list[Placement] = []
         pos = 0
         for chunk in plan:
             part = ranked[pos : pos + chunk.count]
             pos += chunk.count
-            nodes = [state.nodes[name] for name in sorted(index.names.get(chunk.path, ()))]
-            placed = pack_nodes(state, gang, part, nodes, vendor, spread, minimum, kept)
+            placed = pack(chunk.path, part)
             if placed is None:
                 for placement in out:  # this plan's part so far goes (the scope logs it)
                     state.forget(placement.pod)
