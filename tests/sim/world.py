@@ -491,9 +491,12 @@ class FaultyStore:
     or the old master a partition leaves it on: ``World.store_of``), with the store's faults.
     Every other attribute is the store's own."""
 
-    def __init__(self, reach: Callable[[], Store], faults: StoreFaults) -> None:
+    def __init__(
+        self, reach: Callable[[], Store], faults: StoreFaults, alive: Callable[[], bool]
+    ) -> None:
         self.reach = reach
         self.faults = faults
+        self.alive = alive
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.reach(), name)
@@ -503,6 +506,12 @@ class FaultyStore:
         async def call(*args: Any, **kwargs: Any) -> Any:
             if self.faults.delay:
                 await asyncio.sleep(self.faults.delay)
+            if not self.alive():
+                # A killed process sends nothing. SIGKILL is modelled by cancelling the
+                # replica's tasks, and Python 3.11's asyncio.wait_for swallows a cancellation
+                # that lands as its call completes (the fake apiserver's witness write, seed
+                # 61): the dead replica's leadership loop went on renewing its lease for good.
+                await asyncio.Event().wait()
             if self.faults.down:
                 raise Unavailable("the store is unreachable (injected)")
             # The server of the moment the call is sent (a failover may come while it waits).
@@ -595,7 +604,12 @@ class SimReplica:
         client = Client(world.api, self)
         # The store as this replica reaches it (a partition may leave it on the old master),
         # and the epoch witness in the apiserver, as app.py wires them for a shared store.
-        self.store = cast(Store, FaultyStore(lambda: world.store_of(self), world.faults))
+        self.store = cast(
+            Store,
+            FaultyStore(
+                lambda: world.store_of(self), world.faults, lambda: self.state != "stopped"
+            ),
+        )
         self.witness = Witness(client, NAME, namespace=WITNESS_NAMESPACE)
         self.leadership = Leadership(
             self.store, name, TIMING, clock, superseded=self.witness.superseded
