@@ -606,9 +606,7 @@ class SimReplica:
         # and the epoch witness in the apiserver, as app.py wires them for a shared store.
         self.store = cast(
             Store,
-            FaultyStore(
-                lambda: world.store_of(self), world.faults, lambda: self.state != "stopped"
-            ),
+            FaultyStore(lambda: world.store_of(self), world.faults, lambda: not self.killed),
         )
         self.witness = Witness(client, NAME, namespace=WITNESS_NAMESPACE)
         self.leadership = Leadership(
@@ -629,6 +627,7 @@ class SimReplica:
         self.streams = Streams(self)
         self.tasks: list[asyncio.Task[None]] = []
         self.state = "new"  # running, stopping (SIGTERM), stopped
+        self.killed = False  # SIGKILL: its store calls never answer (FaultyStore)
 
     def start(self) -> None:
         """Watches listed and synced, then leadership and the loop (app.py's order)."""
@@ -670,6 +669,7 @@ class SimReplica:
         self._stop()
 
     def sigkill(self) -> None:
+        self.killed = True
         self._stop()
 
     def _stop(self) -> None:
