@@ -363,10 +363,18 @@ async def _bulk(
 
 
 def clear_namespace(plane: ControlPlane, namespace: str, timeout: float = 180) -> None:
-    """Delete every pod of the namespace (grace period 0) and wait until they are gone."""
-    plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
+    """Delete every pod of the namespace (grace period 0) and wait until they are gone.
+
+    The plane's kube-apiserver gives a request up after REQUEST_TIMEOUT_S (10 s): a collection
+    of thousands of pods takes longer to delete, so a 504 only means "still deleting", and the
+    DELETE is sent again while pods are left."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        try:
+            plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
+        except urllib.error.HTTPError as exc:
+            if exc.code != 504:
+                raise
         left = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")
         if not left["items"]:
             return
