@@ -25,7 +25,9 @@ from scheduler.testing.controlplane import (
     ControlPlaneError,
     build_binaries,
 )
+from scheduler.testing.dradriver import NvidiaDraDriver
 
+from .dra import DraScene
 from .live import VOLCANO_CRD, Scenario
 
 HELM_BUILD = Path(__file__).resolve().parents[2] / "tools" / "helm" / "build.sh"
@@ -124,3 +126,26 @@ def pod_group_crds(
         yield names
     finally:
         control_plane.delete_crd(VOLCANO_POD_GROUPS.name)
+
+
+@pytest.fixture(scope="module")
+def driver(control_plane: ControlPlane) -> Iterator[NvidiaDraDriver]:
+    """The test DRA driver, its DeviceClasses installed for the module that asks for it and
+    removed after it (``gpu.nvidia.com`` backs ``nvidia.com/gpu``: other tests expect a plane
+    without it)."""
+    dra = NvidiaDraDriver(control_plane)
+    dra.install_classes()
+    try:
+        yield dra
+    finally:
+        dra.remove_classes()
+
+
+@pytest.fixture
+def scene(control_plane: ControlPlane, driver: NvidiaDraDriver) -> Iterator[DraScene]:
+    """A DRA scene (nodes, slices, claims) for one test, its objects removed after it."""
+    s = DraScene(control_plane, driver)
+    try:
+        yield s
+    finally:
+        s.remove_objects()

@@ -9,37 +9,14 @@ a reason of its own waits with a clear reason, and the scheduler goes on schedul
 from __future__ import annotations
 
 import urllib.error
-from collections.abc import Iterator
 
 import pytest
 
-from scheduler.testing.controlplane import ControlPlane
-from scheduler.testing.dradriver import GPU_DRIVER, NvidiaDraDriver
+from scheduler.testing.dradriver import GPU_DRIVER
 
 from .dra import DraScene
 from .dra_shapes import claim, exactly, gpus
 from .live import Scenario
-
-
-@pytest.fixture(scope="module")
-def driver(control_plane: ControlPlane) -> Iterator[NvidiaDraDriver]:
-    """The test driver's DeviceClasses, for this module only (``gpu.nvidia.com`` backs
-    ``nvidia.com/gpu``: other tests expect a plane without it)."""
-    dra = NvidiaDraDriver(control_plane)
-    dra.install_classes()
-    try:
-        yield dra
-    finally:
-        dra.remove_classes()
-
-
-@pytest.fixture
-def scene(control_plane: ControlPlane, driver: NvidiaDraDriver) -> Iterator[DraScene]:
-    s = DraScene(control_plane, driver)
-    try:
-        yield s
-    finally:
-        s.remove_objects()
 
 
 def test_a_bad_selector_or_a_missing_class_leaves_its_pod_pending_with_a_reason(

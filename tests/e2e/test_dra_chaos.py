@@ -21,15 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from scheduler.state.redis_store import RedisStore
 from scheduler.testing.audit import View, collect, until_settled
-from scheduler.testing.controlplane import ControlPlane
-from scheduler.testing.dradriver import NvidiaDraDriver
 from scheduler.testing.redisserver import RedisServer
 
 from .dra import DraScene, bindings_refused
@@ -38,27 +33,6 @@ from .live import Scenario, SchedulerProcess, begin_history
 from .test_chaos import SETTLE_S, unexpected_book_events, wait_leader
 
 GPUS_PER_NODE = 8
-
-
-@pytest.fixture(scope="module")
-def driver(control_plane: ControlPlane) -> Iterator[NvidiaDraDriver]:
-    """The test driver's DeviceClasses, for this module only (``gpu.nvidia.com`` backs
-    ``nvidia.com/gpu``: other tests expect a plane without it)."""
-    dra = NvidiaDraDriver(control_plane)
-    dra.install_classes()
-    try:
-        yield dra
-    finally:
-        dra.remove_classes()
-
-
-@pytest.fixture
-def scene(control_plane: ControlPlane, driver: NvidiaDraDriver) -> Iterator[DraScene]:
-    s = DraScene(control_plane, driver)
-    try:
-        yield s
-    finally:
-        s.remove_objects()
 
 
 async def wait_refused(replicas: list[SchedulerProcess], pods: set[str]) -> SchedulerProcess:

@@ -48,18 +48,6 @@ GPU_DEVICE = re.compile(r"gpu-(\d+)")
 
 
 @pytest.fixture(scope="module")
-def driver(control_plane: ControlPlane) -> Iterator[NvidiaDraDriver]:
-    """The test driver's DeviceClasses, for this module only (``gpu.nvidia.com`` backs
-    ``nvidia.com/gpu``: other tests expect a plane without it)."""
-    dra = NvidiaDraDriver(control_plane)
-    dra.install_classes()
-    try:
-        yield dra
-    finally:
-        dra.remove_classes()
-
-
-@pytest.fixture(scope="module")
 def oracle(control_plane: ControlPlane) -> Iterator[KubeScheduler]:
     with KubeScheduler(control_plane, "kube-dra-diff") as scheduler:
         yield scheduler

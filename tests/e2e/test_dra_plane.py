@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from scheduler.testing.controlplane import ControlPlane
-from scheduler.testing.dradriver import GPU_CLASS, GPU_DRIVER, NvidiaDraDriver
+from scheduler.testing.dradriver import GPU_CLASS, GPU_DRIVER
 from scheduler.testing.kubescheduler import KubeScheduler
 
 from .dra import CLAIMS, EXTENDED_CLAIM, POD_CLAIM_NAME, TEMPLATES, DraScene, Shape, run_shape
@@ -21,30 +21,9 @@ from .dra_shapes import SHAPES
 
 
 @pytest.fixture(scope="module")
-def driver(control_plane: ControlPlane) -> Iterator[NvidiaDraDriver]:
-    """The test driver, its DeviceClasses installed for this module and removed after it
-    (``gpu.nvidia.com`` backs ``nvidia.com/gpu``: other tests expect a plane without it)."""
-    dra = NvidiaDraDriver(control_plane)
-    dra.install_classes()
-    try:
-        yield dra
-    finally:
-        dra.remove_classes()
-
-
-@pytest.fixture(scope="module")
 def oracle(control_plane: ControlPlane) -> Iterator[KubeScheduler]:
     with KubeScheduler(control_plane, "kube-dra") as scheduler:
         yield scheduler
-
-
-@pytest.fixture
-def scene(control_plane: ControlPlane, driver: NvidiaDraDriver) -> Iterator[DraScene]:
-    s = DraScene(control_plane, driver)
-    try:
-        yield s
-    finally:
-        s.remove_objects()
 
 
 def gpus(count: int, device_class: str = GPU_CLASS) -> dict[str, object]:

@@ -11,13 +11,9 @@ claims lands, all of it, on NVLink pairs inside one NVLink clique.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from scheduler.testing.controlplane import ControlPlane
-from scheduler.testing.dradriver import CLIQUE_LABEL, GPU_CLASS, GPU_DRIVER, NvidiaDraDriver
+from scheduler.testing.dradriver import CLIQUE_LABEL, GPU_CLASS, GPU_DRIVER
 
 from .dra import CLAIMS, EXTENDED_CLAIM, KINDS, DraScene, bindings_refused
 from .dra_shapes import gpus
@@ -25,27 +21,6 @@ from .live import Scenario
 
 PROTECTION = "resource.kubernetes.io/delete-protection"
 MERGE_PATCH = "application/merge-patch+json"
-
-
-@pytest.fixture(scope="module")
-def driver(control_plane: ControlPlane) -> Iterator[NvidiaDraDriver]:
-    """The test driver's DeviceClasses, for this module only (``gpu.nvidia.com`` backs
-    ``nvidia.com/gpu``: other tests expect a plane without it)."""
-    dra = NvidiaDraDriver(control_plane)
-    dra.install_classes()
-    try:
-        yield dra
-    finally:
-        dra.remove_classes()
-
-
-@pytest.fixture
-def scene(control_plane: ControlPlane, driver: NvidiaDraDriver) -> Iterator[DraScene]:
-    s = DraScene(control_plane, driver)
-    try:
-        yield s
-    finally:
-        s.remove_objects()
 
 
 def claims_of(scene: DraScene, pod: dict[str, Any]) -> list[dict[str, Any]]:
