@@ -147,13 +147,16 @@ def no_unreserve(m: SimMachine) -> None:
 def reload_decided_at_once(m: SimMachine) -> None:
     """Issue 30 bug 2: leader r1 decides a onto n2/1 and its Binding hangs in a slow apiserver
     (it commits 20 s later); a rolling update hands over to r2 with a still binding. The
-    cluster changes (b and d end): r2, deciding a afresh at once, puts it on n1 (its Binding
-    slow too) and c (2 GPUs) on n2/0,1; r1's Binding of a lands on n2/1 first."""
+    cluster changes (b and d end): r2, deciding a afresh at once, puts it on n1 and c (2 GPUs)
+    on n2/0,1; r1's Binding of a lands on n2/1 first, and c's on n2/0,1 after it. r2 sends
+    a's and c's Bindings in the same instant, in either order (its retries too), so both
+    first Bindings hang and both retries time out: a's on n1 cannot land before r1's, and
+    c's lands, whichever of the two takes which fault."""
     m.create_pod("b", 1, False)
     m.create_pod("e", 1, False)
     m.create_pod("d", 1, False)
     past_first_wait(m)
-    for fault in ("slow", "500", "500", "slow", "timeout", "timeout"):
+    for fault in ("slow", "500", "500", "slow", "slow", "timeout", "timeout"):
         m.bind_fault(fault)
     m.create_pod("a", 1, False)
     m.tick(0.5)
