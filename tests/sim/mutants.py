@@ -419,11 +419,7 @@ MUTANTS: dict[str, Mutant] = {
         "after a FLUSHALL the new leader decides before the old one's Bindings ended",
         _no_wait_after_flush,
         needs=frozenset({"flush_store"}),
-        # Not reached yet: seed 8 found it only as the old, stricter fencing check's false
-        # alarm (a slow Binding of the killed leader r2 landing after r3's first; no FLUSHALL
-        # in that run), which main gives too once the run takes that turn. Its bug wants a
-        # timeline: a FLUSHALL while the old leader's Binding hangs, and the new leader giving
-        # that GPU to another pod before the Binding lands.
+        timeline="12.3-no-wait-after-flush",
     ),
     "12.6-deleted-while-binding-held": Mutant(
         "a pod deleted while its Binding is in flight stays held",

@@ -352,6 +352,29 @@ def binding_not_fenced(m: SimMachine) -> None:
     m.quiesce()
 
 
+def no_wait_after_flush(m: SimMachine) -> None:
+    """Issue 12 bug 3 (the wait): the epoch witness is deleted and leader r1's Binding of a
+    (n2/1) hangs in a slow apiserver (it commits 20 s later); a FLUSHALL. r2 is elected on the
+    flushed store with no leader recorded anywhere: it must wait until r1's Bindings cannot
+    land (a lease plus bindCommitSeconds) before its first decision. Deciding at once, it gives
+    c (2 GPUs, pending meanwhile) n2/0,1 as d ends, and r1's Binding of a lands on n2/1. (With
+    the witness kept, r2 waits one lease only, which a Binding committing 20 s late outlasts:
+    main gives n2/1 twice then too, so the witness goes.)"""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.create_pod("c", 2, False)
+    m.delete_witness()
+    m.bind_fault("slow")
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.flush_store()
+    m.delete_pod(3, False)  # d
+    for _ in range(8):
+        m.tick(5.0)
+    m.quiesce()
+
+
 def terminating_members_count(m: SimMachine) -> None:
     """Issue 30 bug 5: a restarted gang counts its terminating members as bound. a takes one of
     the four GPUs and PodGroup gang j1 (minMember 2) two; a JobSet restart leaves j1's members
@@ -387,6 +410,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim2-uncharge-clears-shared-bits": uncharge_clears_shared_bits,
     "12.6-deleted-while-binding-held": deleted_while_binding_held,
     "12.3-binding-not-fenced": binding_not_fenced,
+    "12.3-no-wait-after-flush": no_wait_after_flush,
 }
 
 
