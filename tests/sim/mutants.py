@@ -533,6 +533,7 @@ MUTANTS: dict[str, Mutant] = {
         "the election's reconcile frees a landed record the pending watch still shows",
         _landed_records_freed,
         without=GANGS | CHURN | REFUSALS | {"claims", "flush_store"},
+        timeline="sim33-landed-records-freed",
     ),
     "sim2-uncharge-clears-shared-bits": Mutant(
         "releasing a pod clears GPUs another pod still holds",

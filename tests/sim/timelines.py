@@ -277,17 +277,22 @@ def one_read_settles(m: SimMachine) -> None:
 
 def landed_records_freed(m: SimMachine) -> None:
     """Sim seed 33: standby r2 saw a pending, then its watches lag; r1 binds a (its first two
-    Bindings refused) and hands over: r2's pending watch still shows a, and its election
-    reconcile must not free a's bound record (c would get its GPU)."""
+    Bindings refused) while a rolling update drains it, and r3, started with a still pending,
+    lags too. r3 is elected with a pending in its book: its election reconcile must not free
+    a's bound record (``reserve_landed`` makes it a reservation again). A second rolling update
+    makes r2 leader, a still pending in its book too: only the store's record keeps a's GPU
+    from c."""
     fill(m)
+    m.lag(1, "pending", 20.0)
+    m.lag(1, "bound", 20.0)
     m.bind_fault("500")
     m.bind_fault("500")
     m.create_pod("a", 1, False)
+    m.handover()
+    m.lag(2, "pending", 20.0)
+    m.lag(2, "bound", 20.0)
     m.create_pod("c", 1, False)
-    m.tick(0.5)
-    m.lag(1, "pending", 20.0)
-    m.lag(1, "bound", 20.0)
-    m.tick(2.0)
+    m.tick(5.0)
     m.handover()
     for _ in range(6):
         m.tick(5.0)
