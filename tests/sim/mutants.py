@@ -539,6 +539,7 @@ MUTANTS: dict[str, Mutant] = {
         "releasing a pod clears GPUs another pod still holds",
         _uncharge_clears_shared_bits,
         without=GANGS | LEADERS | REFUSALS | {"claims", "stall"},
+        timeline="sim2-uncharge-clears-shared-bits",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

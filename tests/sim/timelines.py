@@ -301,8 +301,10 @@ def landed_records_freed(m: SimMachine) -> None:
 
 def uncharge_clears_shared_bits(m: SimMachine) -> None:
     """Sim seed 2: standby r2's bound watch lags while x (n2/1) is deleted and y bound there; its
-    re-list (taken then) charges y and frees x, missing: freeing x must not clear the GPU y
-    holds (c would get it) once r2 leads."""
+    re-list, taken once y is bound, is delivered after r2 leads (y inherited meanwhile, x still
+    held): it charges y and frees x, missing. Freeing x must not clear the GPU y holds (c would
+    get it). (A LIST taken before y's Binding landed is followed by y's own event, which
+    charges y again and hides the damage.)"""
     m.create_pod("b", 2, False)
     m.create_pod("d", 1, False)
     m.create_pod("x", 1, False)
@@ -310,6 +312,7 @@ def uncharge_clears_shared_bits(m: SimMachine) -> None:
     m.lag(1, "bound", 20.0)
     m.delete_pod(2, False)  # x
     m.create_pod("y", 1, False)
+    m.tick(0.5)
     m.relist(1, "bound")
     m.handover()
     m.tick(16.0)
