@@ -429,6 +429,7 @@ MUTANTS: dict[str, Mutant] = {
     "12.7-reloaded-deleted-held": Mutant(
         "a reloaded reservation of a pod deleted before its turn stays held",
         _reloaded_deleted_held,
+        timeline="12.7-reloaded-deleted-held",
     ),
     "20.1-others-never-uncharged": Mutant(
         "pods of other schedulers are never uncharged",

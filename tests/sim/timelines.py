@@ -383,6 +383,37 @@ def no_wait_after_flush(m: SimMachine) -> None:
     m.quiesce()
 
 
+def reloaded_deleted_held(m: SimMachine) -> None:
+    """Issue 12 bug 7: a's Bindings never reach etcd and a rolling update hands r1's
+    reservation of a over to r2 (UNSETTLED). The store becomes unreachable, so r2's lease runs
+    out just after bindCommitSeconds; the re-read that settles a meets failing reads and
+    answers "pending" only once r2 has stopped leading: a is RELOADED, queued, but no longer
+    taken at once. a is deleted then: its reservation must go (on main r2 lets it go; held, it
+    stays in standby r2's snapshot, a GPU of a pod that no longer exists, for as long as r3
+    leads)."""
+    fill(m)
+    for _ in range(3):
+        m.bind_fault("timeout")
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.handover()  # r2 elected 20 s later; a's reservation settles 60 s after that
+    m.tick(16.0)
+    m.tick(5.0)
+    for _ in range(3):
+        m.tick(16.0)
+    m.tick(5.0)
+    m.store_fault(False, 25.0)  # r2 renewed 4 s ago: its lease ends 5 s after a is re-read
+    m.tick(5.0)
+    m.reads_fail(10.0)  # from just before a's re-read until after r2's lease ended
+    m.tick(5.0)
+    m.tick(5.0)
+    m.tick(2.0)
+    m.delete_pod(0, False)  # a
+    for _ in range(4):
+        m.tick(5.0)  # the store answers again: r3 is elected
+    m.quiesce()
+
+
 def terminating_members_count(m: SimMachine) -> None:
     """Issue 30 bug 5: a restarted gang counts its terminating members as bound. a takes one of
     the four GPUs and PodGroup gang j1 (minMember 2) two; a JobSet restart leaves j1's members
@@ -419,6 +450,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "12.6-deleted-while-binding-held": deleted_while_binding_held,
     "12.3-binding-not-fenced": binding_not_fenced,
     "12.3-no-wait-after-flush": no_wait_after_flush,
+    "12.7-reloaded-deleted-held": reloaded_deleted_held,
 }
 
 
