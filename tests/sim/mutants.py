@@ -23,21 +23,24 @@ target rebuilt late makes run and simulate prefer other nodes but gives no GPU t
 no invariant here; tests/unit compares run and simulate).
 
 Mutants not reached yet (no seed, no timeline; ``make sim`` names them and does not fail):
-- 12.7 (a reloaded reservation of a pod deleted before its turn stays held): a reloaded
-  reservation is UNSETTLED until its previous leader's Bindings cannot land, then RELOADED and
-  taken at once, so the window in which a RELOADED pod is deleted before its turn is one turn of
-  the loop: no schedule of whole steps opens it.
-- 30.7b (a store write skipped while the local lease lapsed): it needs the store answering late
-  (``store_fault``), which main fails on its own within seconds (a livelock, pods left pending
-  with no reason), so every seed that reaches it fails without the mutant too; and a timeline
-  needs the skipped write to matter later (a failover whose new leader lacks the record and has
-  not seen the pod), which none written so far lines up.
-- sim seed 2 (an uncharge clearing GPUs another pod holds) and seed 33 (a landed record freed by
-  the election's reconcile): the store's own check refuses the second pod's reservation in every
-  timeline written so far (the store still holds the first pod's record); the original seeds
-  reached them through an etcd restore and FLUSHALL, rules main still fails on.
-- the SIGKILL gang swap (the store checking a unit against its own pods' records): it needs a
-  gang decided afresh after a failover, with restart_gang, which main fails on (seed 24).
+- 30.7b (a store write skipped while the local lease lapsed asks for no reconcile): its damage
+  is in the store alone, a record left reserved instead of bound or left behind by a skipped
+  release, and no invariant here reads the store (they read the apiserver and the snapshots).
+  Every reader of a stale record errs towards holding: a new leader inherits and re-reads a
+  record of a pod it has not seen, reloads a reservation of a pod it has as pending, and a
+  reservation refused by a left-behind record asks for a reconcile. So the mutant only holds
+  GPUs longer, and a quiet world heals it. Checking the store against the apiserver (the
+  issue-20 auditor's store rules) would see it, but main fails that check too (timeline
+  sim2-uncharge-clears-shared-bits leaves y's GPU with no owner in the memory store: the
+  election reconcile wrote the stale x and y bound on one GPU, and x's release dropped the
+  GPU's owner).
+- the SIGKILL gang swap (the store checking a unit against its own pods' records): a schedule
+  of whole steps reaches the swap (b on n1/0; a gang of 3 decided onto n2/0, n2/1, n1/1, its
+  Bindings never reaching etcd; a rolling update hands it over and b is deleted; decided
+  afresh onto n1/0, n1/1, n2/0, each of two members takes another's old GPU), but the refused
+  reservation asks for a reconcile, which frees the unit's old reservations (its members are
+  pending again), and the next attempt a second later succeeds: no invariant sees a second's
+  delay.
 """
 
 from __future__ import annotations
