@@ -375,9 +375,10 @@ class Effects:
         not let go to whoever waits. The gang's members in the snapshot (``gang_bound``: bound,
         assumed, or held for a previous leader's Binding) count, but not those refused in the
         same binding cycle nor those pending again (RELOADED): a gang refused whole holds
-        nothing."""
+        nothing. Only while this replica leads: a Binding not sent because it no longer does
+        is the next leader's to decide (it reloads the store's reservation)."""
         gang = o.placement.gang
-        if gang is None:
+        if gang is None or not self.binder.leadership.leading:
             return False
         committed = [
             key
