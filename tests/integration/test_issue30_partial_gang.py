@@ -91,3 +91,35 @@ async def test_issue30_a_gang_refused_whole_holds_nothing(backend: Backend) -> N
         {0: "default/c", 1: "default/c"},
         {},
     )
+
+
+async def test_issue30_a_gang_member_refused_while_a_siblings_binding_may_land_keeps_its_gpus(
+    backend: Backend,
+) -> None:
+    """The sibling's Binding is unanswered (etcd stalls; it may yet commit): the refused member's
+    GPU is the gang's all the same, and is not given to the gang waiting for it."""
+    r = backend.live(bind_timeout=0.02)
+    await r.elect([node(3)])
+    for i in range(2):
+        r.pending(MakePod().Name(f"j-{i}").Req(1).Gang("j", 2).Obj())
+    r.api.stalled["default/j-0"] = None  # no answer; it commits when the stall ends
+    r.api.refuse["default/j-1"] = 403
+    for i in range(2):
+        r.pending(MakePod().Name(f"k-{i}").Req(1).Gang("k", 2).Obj())
+    assert await r.step() == "default/j-0"
+    await until(lambda: r.s.book.stage("default/j-1") is not Stage.BINDING)
+    assert await r.step() == "default/k-0"  # two GPUs wanted, one free
+    assert r.held("default/k-0") is None and r.held("default/k-1") is None
+    assert r.s.book.stage("default/j-0") is Stage.BINDING  # sent again until an answer says
+    assert r.s.book.stage("default/j-1") is Stage.RELOADED
+    assert r.held("default/j-1") == ("n", [1])
+    r.api.end_stall("default/j-0")  # j-0's first Binding commits
+    del r.api.refuse["default/j-1"]
+    await until(lambda: r.s.book.stage("default/j-0") is Stage.ASSUMED)
+    for _ in range(3):  # past j-1's backoff
+        r.clock.now += 10.0
+        await r.renew()
+    while await r.step() is not None:
+        await r.settle()
+    assert sorted(b[0] for b in r.api.binds) == ["default/j-0", "default/j-1"]
+    assert r.held("default/k-0") is None and r.held("default/k-1") is None
