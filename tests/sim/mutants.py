@@ -401,6 +401,12 @@ def _unit_blocked_by_itself() -> list[Patch]:
     return [(MemoryStore, "_foreign_owner", foreign_owner)]
 
 
+def _gang_member_refused_freed() -> list[Patch]:
+    """Sim seed 629: a gang member refused while its gang is below its minimum with members
+    bound lets its GPUs go (as any refused pod does)."""
+    return [(TABLE, (S.BINDING, E.GANG_BIND_FAILED), TABLE[(S.BINDING, E.BIND_FAILED)])]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it",
@@ -544,6 +550,11 @@ MUTANTS: dict[str, Mutant] = {
         _uncharge_clears_shared_bits,
         without=GANGS | LEADERS | REFUSALS | {"claims", "stall"},
         timeline="sim2-uncharge-clears-shared-bits",
+    ),
+    "sim629-gang-member-refused-freed": Mutant(
+        "a gang member refused beside a bound sibling lets the gang's GPUs go",
+        _gang_member_refused_freed,
+        timeline="sim629-gang-member-refused",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

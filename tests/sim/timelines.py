@@ -430,7 +430,24 @@ def terminating_members_count(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gang_member_refused(m: SimMachine) -> None:
+    """Sim seed 629: gang j1 (2) is decided whole on n1; j1-0's Binding commits (answered 404:
+    read back, bound as we asked), j1-1's is refused 403 on every attempt. Gang k2 (3) waits
+    for three GPUs meanwhile, two free. Letting j1-1's GPU go gives it to k2, and j1 stays at
+    1 of its minimum 2 bound."""
+    past_first_wait(m)
+    m.bind_fault("404")
+    for _ in range(3):
+        m.bind_fault("403")
+    m.create_gang("j", 2, False)
+    m.create_gang("k", 3, False)
+    for _ in range(3):
+        m.tick(5.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "sim629-gang-member-refused": gang_member_refused,
     "30.5-terminating-members-count": terminating_members_count,
     "30.3-inheritance-by-name": inheritance_by_name,
     "30.4-witness-off-after-403": witness_off_after_403,
