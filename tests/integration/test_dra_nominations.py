@@ -6,7 +6,8 @@ A low-priority pod's claim holds the one device (gpu-0 of node n); a high-priori
 claim needs it evicts the low one and is nominated. The leader dies while the victim
 terminates; the next one reloads the nomination from the store. Once the victim is gone and its
 claim's allocation cleared, a pod of lower priority than the preemptor asking for the device
-must not take it first (the preemptor would evict again): the preemptor gets it.
+must not take it first (the preemptor would evict again): the preemptor gets it. A preemptor of
+higher priority planning over a lower nomination's device ends that nomination.
 """
 
 from __future__ import annotations
@@ -80,3 +81,29 @@ async def test_a_reloaded_nomination_keeps_its_device_from_a_lower_pod(backend: 
     await run(new)
     assert [k for k, _, _ in api.binds] == ["default/p"]
     assert holders(api, "gpu-0") == ["default/gc"]
+
+
+async def test_a_preemptor_planning_over_a_lower_nominations_device_ends_it(
+    backend: Backend,
+) -> None:
+    """mid (priority 500) is nominated for v's device; while v terminates, high (priority 1000)
+    plans for the same device: mid's nomination is over (kube-scheduler clears the lower
+    nominations it plans over), so it holds the device for nobody once high has it."""
+    api = Apiserver()
+    for name in ("gv", "gc", "gq"):
+        api.add_claim(name, ONE_GPU)
+    low = api.create(with_claim(MakePod().Name("v").Priority(1).Bound("n"), "gv"))
+    allocated_to(api, "gv", low)
+    r = backend.replica(api, "a")
+    dra_world(r)
+    claim_seen(r, "gv")
+    await r.elect([node(1)], [low])
+    r.pending(with_claim(MakePod().Name("mid").Priority(500), "gc"))
+    await run(r)
+    assert api.evictions == ["default/v"] and api.nominated == {"default/mid": "n"}
+    r.s.intake.bound_event("MODIFIED", api.pods["default/v"])  # v terminates (slowly)
+    r.pending(with_claim(MakePod().Name("high").Priority(1000), "gq"))
+    await run(r)
+    assert api.nominated == {"default/high": "n"}
+    assert set(r.s.state.nominations) == {"default/high"}
+    assert [n.pod for n in (await r.store.nominations(0)).values()] == ["default/high"]
