@@ -22,10 +22,13 @@ from __future__ import annotations
 import asyncio
 import selectors
 from collections.abc import Callable
-from typing import Any
+from contextvars import Context
+from typing import Any, TypeVarTuple
 
 IO_WAIT_S = 5.0
 LIVELOCK_TURNS = 200_000
+
+_Ts = TypeVarTuple("_Ts")
 
 
 class Livelock(AssertionError):
@@ -91,7 +94,11 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         return self._now
 
     def call_at(
-        self, when: float, callback: Callable[..., object], *args: Any, context: Any = None
+        self,
+        when: float,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
     ) -> asyncio.TimerHandle:
         """A timer set in the future runs only once the clock jumped to it. asyncio runs in the
         same turn a timer due within ``_clock_resolution`` of now; in real time the clock moves
