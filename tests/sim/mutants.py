@@ -212,6 +212,20 @@ def _no_wait_after_flush() -> list[Patch]:
     return [(Scheduler, "may_decide", may_decide)]
 
 
+def _flush_waits_one_lease() -> list[Patch]:
+    """Sim: a store that lost every election (flushed, the witness kept) waits one lease only,
+    as a failover whose store kept the reservations does. (Main waited longer only when the
+    witness had no record either; this mutant shortens a new installation's wait too, which
+    the timeline's first wait outlasts anyway.)"""
+
+    def first_wait(self: Scheduler, history: History, chained: bool) -> float:
+        if chained or not self.wait_for_unknown_leader:
+            return 0.0
+        return self.leadership.timing.lease_s
+
+    return [(Scheduler, "first_wait", first_wait)]
+
+
 def _deleted_while_binding_held() -> list[Patch]:
     """12.6: a pod deleted while its Binding is in flight stays held (and recorded bound)."""
     return [
@@ -423,6 +437,12 @@ MUTANTS: dict[str, Mutant] = {
         _no_wait_after_flush,
         needs=frozenset({"flush_store"}),
         timeline="12.3-no-wait-after-flush",
+    ),
+    "sim-flush-waits-one-lease": Mutant(
+        "after a FLUSHALL with the witness kept, the new leader waits one lease only",
+        _flush_waits_one_lease,
+        needs=frozenset({"flush_store"}),
+        timeline="sim-flush-waits-one-lease",
     ),
     "12.6-deleted-while-binding-held": Mutant(
         "a pod deleted while its Binding is in flight stays held",
