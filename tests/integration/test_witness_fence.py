@@ -276,7 +276,7 @@ async def test_a_flushed_store_with_the_witness_kept_waits_out_the_old_leaders_b
         t.cancel()
     await asyncio.gather(*list(a.s.tasks.running), return_exceptions=True)
     await stores.flush()  # the lease, the epochs and p's reservation are gone; the witness stays
-    q = b.pending(MakePod().Name("q").Req(1).Obj())
+    b.pending(MakePod().Name("q").Req(1).Obj())
     assert await b.elect([node(1)]) == 1
     assert not b.s.may_decide()
     for _ in range(3):  # one lease passes: a's own lease is over, its Binding still stalled

@@ -30,10 +30,9 @@ Mutants not reached yet (no seed, no timeline; ``make sim`` names them and does 
   record of a pod it has not seen, reloads a reservation of a pod it has as pending, and a
   reservation refused by a left-behind record asks for a reconcile. So the mutant only holds
   GPUs longer, and a quiet world heals it. Checking the store against the apiserver (the
-  issue-20 auditor's store rules) would see it, but main fails that check too (timeline
-  sim2-uncharge-clears-shared-bits leaves y's GPU with no owner in the memory store: the
-  election reconcile wrote the stale x and y bound on one GPU, and x's release dropped the
-  GPU's owner).
+  issue-20 auditor's store rules) would see it (main failed that check until a release
+  removed only its own ownership: timeline sim2-uncharge-clears-shared-bits left y's GPU with
+  no owner; tests/integration/test_store_contract.py).
 - the SIGKILL gang swap (the store checking a unit against its own pods' records): a schedule
   of whole steps reaches the swap (b on n1/0; a gang of 3 decided onto n2/0, n2/1, n1/1, its
   Bindings never reaching etcd; a rolling update hands it over and b is deleted; decided
