@@ -284,13 +284,19 @@ class Scheduler:
         # The apiserver's record (witness.py): a store whose history does not end with the
         # leader recorded there waits one lease, and a store that lost it all waits longer
         # (below; a failure to read or write the record fails the election).
-        chained = history.kept
+        new, chained = False, history.kept
         if self.witness is not None:
-            _, chained = await self.witness.elected(self.leadership.holder, epoch, history)
+            new, chained = await self.witness.elected(self.leadership.holder, epoch, history)
         wait = self.first_wait(history, chained)
         self.first_decision_at = self.clock() + wait
         if wait:
-            log.info("previous leader unknown: waiting before the first decision", seconds=wait)
+            if new:  # a new installation, or the witness deleted too: the log says which case
+                log.info(
+                    "no leader recorded: waiting until a forgotten leader's Bindings cannot land",
+                    seconds=wait,
+                )
+            else:
+                log.info("previous leader unknown: waiting before the first decision", seconds=wait)
             # Its Bindings land during the wait, after the reconcile above, and a pod it bound
             # reaches the book as seen bound (nothing for the store): reconcile again before
             # the first decision, so the store also records the pods those Bindings bound.
