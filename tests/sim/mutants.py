@@ -329,6 +329,16 @@ def _reload_decided_at_once() -> list[Patch]:
     return [(TABLE, (S.PENDING, E.RELOAD), (S.RELOADED, (F.HOLD,)))]
 
 
+def _deposed_binding_held() -> list[Patch]:
+    """Sim seed 691: an unanswered Binding may land for as long as it is unsettled, so a
+    deposed leader (it sends no more) reads the pod back pending and holds its GPUs for good."""
+
+    def may_land(self: Binder, uid: str) -> bool:
+        return uid in self._sent
+
+    return [(Binder, "_may_land", may_land)]
+
+
 def _inherited_pending_reloaded() -> list[Patch]:
     """30.7c: an inherited record read pending is decided afresh at once, its store record
     left "bound" (the next reconcile frees it)."""
@@ -412,6 +422,12 @@ def _unit_blocked_by_itself() -> list[Patch]:
         return self._owner_uid(key)
 
     return [(MemoryStore, "_foreign_owner", foreign_owner)]
+
+
+def _gang_member_refused_freed() -> list[Patch]:
+    """Sim seed 629: a gang member refused while its gang is below its minimum with members
+    bound lets its GPUs go (as any refused pod does)."""
+    return [(TABLE, (S.BINDING, E.GANG_BIND_FAILED), TABLE[(S.BINDING, E.BIND_FAILED)])]
 
 
 MUTANTS: dict[str, Mutant] = {
@@ -510,6 +526,12 @@ MUTANTS: dict[str, Mutant] = {
         needs=frozenset({"slow"}),
         timeline="30.2-reload-decided-at-once",
     ),
+    "sim691-deposed-binding-held": Mutant(
+        "a deposed leader holds its unanswered Binding's GPUs for good",
+        _deposed_binding_held,
+        needs=frozenset({"failover"}),
+        timeline="sim691-deposed-binding-held",
+    ),
     "30.3-inheritance-by-name": Mutant(
         "the election frees a record whose name the book holds under an older UID",
         _questioned_not_read,
@@ -563,6 +585,11 @@ MUTANTS: dict[str, Mutant] = {
         _uncharge_clears_shared_bits,
         without=GANGS | LEADERS | REFUSALS | {"claims", "stall"},
         timeline="sim2-uncharge-clears-shared-bits",
+    ),
+    "sim629-gang-member-refused-freed": Mutant(
+        "a gang member refused beside a bound sibling lets the gang's GPUs go",
+        _gang_member_refused_freed,
+        timeline="sim629-gang-member-refused",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

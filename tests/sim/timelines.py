@@ -169,6 +169,27 @@ def reload_decided_at_once(m: SimMachine) -> None:
     m.quiesce()
 
 
+def deposed_binding_held(m: SimMachine) -> None:
+    """Soak seed 691 (its shrunk schedule): the witness deleted again and again while r1 leads
+    (these only line the rest up in time); a rolling update makes r2 leader; the next Binding
+    never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that one; etcd stalls
+    and a store failover leaves r2 on the old master, so r2 is deposed and r3 elected; j1-1 is
+    deleted (the gang can no longer be placed). The standby r2 kept j1-0 BINDING on n1/0 for
+    good (its snapshot's sums against the apiserver's, at the quiet)."""
+    for _ in range(26):
+        m.delete_witness()
+    m.handover()
+    m.bind_fault("timeout")
+    m.create_gang("j", 2, False)
+    m.lag(0, "pending", 5.0)
+    m.stall(20.0)
+    m.failover(False, 5.0)
+    m.lag(0, "pending", 5.0)
+    m.tick(16.0)
+    m.delete_pod(1, False)
+    m.quiesce()
+
+
 def inherited_pending_reloaded(m: SimMachine) -> None:
     """Issue 30 bug 7c: as 30.2, but standby r2's pending watch lags: a is not in r2's book at
     its election, only in the store (r1's reservation), so r2 inherits the record and re-reads
@@ -449,7 +470,24 @@ def terminating_members_count(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gang_member_refused(m: SimMachine) -> None:
+    """Sim seed 629: gang j1 (2) is decided whole on n1; j1-0's Binding commits (answered 404:
+    read back, bound as we asked), j1-1's is refused 403 on every attempt. Gang k2 (3) waits
+    for three GPUs meanwhile, two free. Letting j1-1's GPU go gives it to k2, and j1 stays at
+    1 of its minimum 2 bound."""
+    past_first_wait(m)
+    m.bind_fault("404")
+    for _ in range(3):
+        m.bind_fault("403")
+    m.create_gang("j", 2, False)
+    m.create_gang("k", 3, False)
+    for _ in range(3):
+        m.tick(5.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "sim629-gang-member-refused": gang_member_refused,
     "30.5-terminating-members-count": terminating_members_count,
     "30.3-inheritance-by-name": inheritance_by_name,
     "30.4-witness-off-after-403": witness_off_after_403,
@@ -458,6 +496,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.1-checked-pending-forgets": checked_pending_forgets,
     "30.1-no-unreserve": no_unreserve,
     "30.2-reload-decided-at-once": reload_decided_at_once,
+    "sim691-deposed-binding-held": deposed_binding_held,
     "30.7c-inherited-pending-reloaded": inherited_pending_reloaded,
     "12.1-relist-frees-in-flight-bind": relist_frees_in_flight_bind,
     "12.2-409-counted-as-failed": conflict_is_failure,
