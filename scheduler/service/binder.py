@@ -6,8 +6,9 @@ has more than the bind timeout left, and is abandoned when that timeout runs out
 of a leader completes before its local lease ends, and its local lease ends before the store's lease
 (renewals are timed from before the request). A replica that takes over after the lease lapsed
 cannot race a Binding of the previous leader; one that cannot know who led before (the
-store's epochs started afresh: a flushed or new Redis) waits one lease duration before its
-first decision (scheduler.py), by which time any previous leader's Binding has completed.
+store's history cut: flushed, new, restarted or promoted) waits one lease plus
+bindCommitSeconds before its first decision (scheduler.py's ``first_wait``), by which time any
+previous leader's Binding has committed or never will.
 
 The outcome of one pod:
 - ``BIND_OK``: the apiserver bound it (or a retry found our own earlier bind landed);

@@ -25,11 +25,11 @@ call it writes every node's inventory), loads the reservations a previous leader
 that are still pending (held where they are until that leader's Bindings can no longer land:
 run.tuning.bindCommitSeconds after the election, the pod book's UNSETTLED), and only then takes
 the first pod; when the store cannot say who led before, or may have lost its last writes (a
-restart from disk, a replica promoted by Sentinel: ``kept_history``), it first waits one lease
-duration, so that a previous leader has stopped sending Bindings (the fencing rule in
-binder.py), and reconciles again before deciding, so that the store also records the pods
-those Bindings bound; a store that lost every election (flushed or new) lost that leader's
-reservations too, and waits one lease plus bindCommitSeconds (``first_wait``).
+restart from disk, a replica promoted by Sentinel, flushed or new: ``kept_history``), it may
+have lost the reservations of that leader's last Bindings too: it first waits one lease (that
+leader stops sending: the fencing rule in binder.py) plus bindCommitSeconds (a Binding sent
+may still commit), and reconciles again before deciding, so that the store also records the
+pods those Bindings bound (``first_wait``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from scheduler.config import Preemption
 from scheduler.config.tuning import Tuning
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
-from scheduler.state.base import History, Record, Store
+from scheduler.state.base import Record, Store
 
 from .apiserver import Cluster
 from .binder import Binder, bind_timeout_for
@@ -284,12 +284,12 @@ class Scheduler:
         self.stale.rescan()  # a gang that fell below its minimum while no one led
         history = await self.store.kept_history(self.leadership.holder, epoch)
         # The apiserver's record (witness.py): a store whose history does not end with the
-        # leader recorded there waits one lease, and a store that lost it all waits longer
-        # (below; a failure to read or write the record fails the election).
+        # leader recorded there waits (below; a failure to read or write the record fails the
+        # election).
         new, chained = False, history.kept
         if self.witness is not None:
             new, chained = await self.witness.elected(self.leadership.holder, epoch, history)
-        wait = self.first_wait(history, chained)
+        wait = self.first_wait(chained)
         self.first_decision_at = self.clock() + wait
         if wait:
             if new:  # a new installation, or the witness deleted too: the log says which case
@@ -308,7 +308,7 @@ class Scheduler:
             self.effects.dispatch(entry.key, entry.uid, Event.ELECTED)
         self.tasks.wake()
 
-    def first_wait(self, history: History, chained: bool) -> float:
+    def first_wait(self, chained: bool) -> float:
         """How long an elected leader waits before its first decision, for the Bindings a
         previous leader the store does not know of may still have in flight (0 when none).
 
@@ -322,15 +322,13 @@ class Scheduler:
         apiserver or the store holds tells a new installation from that (the witness deleted
         too, or kept), so a new installation pays this once, at its first start. Any other
         store whose history is cut (restarted from disk, a replica promoted by Sentinel, or a
-        newer leader recorded in the witness than its history knows) still holds the previous
-        leader's reservations as it last replicated them, which the election reloads and holds
-        until bindCommitSeconds after it (podbook.py, UNSETTLED): it waits one lease, for that
-        leader's local lease to end."""
+        newer leader recorded in the witness than its history knows) lost the writes after its
+        last snapshot or replication: the reservation of a Binding sent just before may be
+        among them, so it waits the same (one rule: a history not chained to the last leader
+        proves nothing about what that leader has in flight)."""
         if chained or not self.wait_for_unknown_leader:
             return 0.0
-        if not history.kept and not history.previous:
-            return self.leadership.timing.lease_s + self.bind_commit_s
-        return self.leadership.timing.lease_s
+        return self.leadership.timing.lease_s + self.bind_commit_s
 
     async def _read_questioned(self, records: dict[str, Record]) -> None:
         """Read from the apiserver every name the book holds under another UID than a store

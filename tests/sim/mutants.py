@@ -212,12 +212,12 @@ def _no_wait_after_flush() -> list[Patch]:
 
 
 def _flush_waits_one_lease() -> list[Patch]:
-    """Sim: a store that lost every election (flushed, the witness kept) waits one lease only,
-    as a failover whose store kept the reservations does. (Main waited longer only when the
-    witness had no record either; this mutant shortens a new installation's wait too, which
-    the timeline's first wait outlasts anyway.)"""
+    """Sim: a store whose history is cut (flushed with the witness kept, or a failover that
+    lost writes) waits one lease only, not the Bindings' commit time after it. (Main once
+    waited longer only when the witness had no record either; this mutant shortens a new
+    installation's wait too, which the timeline's first wait outlasts anyway.)"""
 
-    def first_wait(self: Scheduler, history: History, chained: bool) -> float:
+    def first_wait(self: Scheduler, chained: bool) -> float:
         if chained or not self.wait_for_unknown_leader:
             return 0.0
         return self.leadership.timing.lease_s
