@@ -23,7 +23,10 @@ The outcome of one pod:
   timeout, or its answer lost) and nothing has settled it since. A read-back that finds the pod
   still pending settles nothing (the abandoned request may yet commit, after an etcd stall): the
   book keeps its GPUs and has the same Binding sent again (``bind_all(..., uncertain=True)``), until
-  an answer says: 201, 404, or a 409 whose pod is bound as we asked (then it is ours).
+  an answer says: 201, 404, or a 409 whose pod is bound as we asked (then it is ours). A replica
+  that may no longer send (deposed, or with too little lease left) reads the pod back instead,
+  and from ``commit_s`` (run.tuning.bindCommitSeconds) after its last Binding was sent, a pod read
+  pending is BIND_FAILED: no Binding of it sent by this replica can land any more.
 
 A pod with ResourceClaims has them reserved for it before every Binding, re-sends included (the
 kubelet runs a pod only with its claims reserved for it). A claim write that fails before the
@@ -113,6 +116,8 @@ class Binder:
         binding_wait_s: float = 600.0,
         binding_poll_s: float = 5.0,
         wall_ms: Callable[[], int],
+        clock: Callable[[], float],
+        commit_s: float,
     ) -> None:
         self.cluster = cluster
         # The watched ResourceClaims by key: their UIDs are the preconditions of an Unreserve.
@@ -131,12 +136,18 @@ class Binder:
         self.binding_wait_s = binding_wait_s
         self.binding_poll_s = binding_poll_s
         self.wall_ms = wall_ms  # the allocation timestamp's clock
+        # A Binding commits, if at all, within ``commit_s`` of being sent (the apiserver's
+        # request timeout, run.tuning.bindCommitSeconds: what a new leader waits for a
+        # previous one's, podbook.py's UNSETTLED); ``clock`` times each send against it.
+        self.clock = clock
+        self.commit_s = commit_s
         self.in_flight = 0  # pods handed over whose outcome has not been returned yet
-        # Pods (UIDs) a Binding was sent for without a settled outcome (BIND_UNKNOWN): a re-send
-        # is uncertain only for them, not for a pod whose claim write alone was left unknown
-        # (no Binding of it was sent: a failed claim write then fails it, and Unreserve runs).
-        # A pod that leaves while unknown stays here: one UID per such pod.
-        self._sent: set[str] = set()
+        # Pods (UIDs) a Binding was sent for without a settled outcome (BIND_UNKNOWN), with when
+        # the last one was sent: a re-send is uncertain only for them, not for a pod whose claim
+        # write alone was left unknown (no Binding of it was sent: a failed claim write then
+        # fails it, and Unreserve runs). A pod that leaves while unknown stays here: one UID
+        # per such pod.
+        self._sent: dict[str, float] = {}
 
     async def bind_all(
         self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False
@@ -167,7 +178,7 @@ class Binder:
             log.exception("bind crashed", pod=pod.key)
             event, current = Event.BIND_UNKNOWN, None
         if event is not Event.BIND_UNKNOWN:
-            self._sent.discard(pod.uid)
+            self._sent.pop(pod.uid, None)
         return Outcome(pod, placement, event, current)
 
     async def _bind(
@@ -204,11 +215,15 @@ class Binder:
         for attempt in range(1, self.attempts + 1):
             if not self.may_send():
                 # A deposed leader must not bind, nor one whose request could outlive its
-                # lease.
+                # lease. Its last Binding may still land, until ``commit_s`` after it was
+                # sent: a pod read pending after that has none left that can land (a deposed
+                # replica that held it for good kept its GPUs in its snapshot, and would send
+                # that Binding again once elected again: sim seed 32).
                 if maybe_sent:
-                    return await self._read_back(pod, placement, maybe_sent)
+                    landed_or_not = self.clock() - self._sent[pod.uid] >= self.commit_s
+                    return await self._read_back(pod, placement, not landed_or_not)
                 return Event.BIND_FAILED, None
-            self._sent.add(pod.uid)
+            self._sent[pod.uid] = self.clock()
             try:
                 result = await asyncio.wait_for(
                     self.cluster.bind(

@@ -516,3 +516,41 @@ async def test_issue30_2_a_gang_is_not_decided_while_a_member_is_unsettled(
     await b.settle()
     assert sorted((k, n) for k, n, _ in api.binds) == [("default/g0", "n1"), ("default/g1", "n3")]
     assert gpus_given_twice(api) == []
+
+
+# ---- sim seed 32: a deposed leader's unanswered Binding ---------------------------------------
+
+
+async def test_sim32_a_deposed_leader_lets_an_unanswered_binding_go_once_none_can_land(
+    backend: Backend,
+) -> None:
+    """Sim seed 32: a leader's Binding of a gets no answer (it never reaches etcd) and the
+    leader is deposed before anything settled it. Deposed, it may not send again, so it reads
+    a back: pending, which says nothing while that Binding may still land (a keeps its GPU).
+    From bindCommitSeconds after it was sent on, none can: a read pending then is pending for
+    good, and a is pending again with its GPU free in this replica's snapshot. Before, the
+    deposed replica re-read a for ever and held its GPU for good: a drift the issue-20 auditor
+    reports, and a Binding of an earlier term it would send again once elected again."""
+    r = backend.live(bind_timeout=0.02)
+    await r.elect([node(1)])
+    r.pending(MakePod().Name("a").Req(1).Obj())
+    r.api.stalled["default/a"] = None  # a's Binding never gets an answer
+    reads: list[str] = []
+    read = r.api.get_pod
+
+    async def counted(namespace: str, name: str) -> PodInput | None:
+        reads.append(name)
+        return await read(namespace, name)
+
+    r.api.get_pod = counted  # type: ignore[method-assign]
+    await r.step()
+    await until(lambda: r.api.stalled["default/a"] is not None)  # sent
+    r.clock.now += TTL_MS / 1000 + 1  # the lease lapses unrenewed: deposed
+    assert not r.leadership.leading
+    seen = len(reads)
+    await until(lambda: len(reads) >= seen + 3)  # read back pending, again and again
+    assert r.s.book.stage("default/a") is Stage.BINDING and r.held("default/a") == ("n", [0])
+    r.clock.now += r.s.bind_commit_s  # no Binding sent before now can land any more
+    await until(lambda: r.s.book.stage("default/a") is not Stage.BINDING)
+    assert r.s.book.stage("default/a") is Stage.PENDING and r.held("default/a") is None
+    assert r.api.binds == [] and r.s.binder.sizes()["sent_unsettled"] == 0
