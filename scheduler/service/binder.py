@@ -14,7 +14,9 @@ The outcome of one pod:
 - ``BIND_FAILED``: refused, or not sent because the lease is too short (or because its
   ResourceClaims could not be reserved for it): no Binding of this pod sent by this replica can
   land. Only then are its ResourceClaims' ``reservedFor`` entries for it removed (kube-scheduler's
-  Unreserve; the allocation stays);
+  Unreserve; the allocation stays). A gang member's, while its gang is below its minimum with
+  other members bound or binding, is GANG_BIND_FAILED in the book (effects.py): its GPUs stay
+  the gang's;
 - ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now); the claims
   its placement allocated are released as after BIND_FAILED;
 - ``BIND_ELSEWHERE``: another scheduler or a previous leader bound it; the pod read back is
