@@ -136,10 +136,8 @@ bench-smoke: deps redis-server k8s-build
 # that still find something open on main, each left out of the soak (the mutants' timelines
 # and seeds still use them): flush_store, for what its draws reach with no FLUSHALL in the
 # shrunk timeline: seed 5 (a restarted PodGroup gang's new member bound alone: the leader's
-# bound watch, one turn behind after a re-list, still showed the old members running) and
-# seed 32 with etcd_restore,slow,claims,restart_gang,store_fault also out (a deposed leader
-# keeps re-reading a pod whose Binding went unanswered, holding its GPU in its snapshot for
-# good: BINDING, BIND_UNKNOWN).
+# bound watch, one turn behind after a re-list, still showed the old members running, so the
+# new ones were members beyond the minimum).
 # `make soak-sim` runs for a chosen time. Examples:
 #   make soak-sim SIM_ARGS="--seconds 3600"           a release soak
 #   make soak-sim SIM_ARGS="--seed 45 --steps 1"       replay one seed (prints its shortest timeline)
