@@ -222,8 +222,10 @@ class Binder:
                 # replica that held it for good kept its GPUs in its snapshot, and would send
                 # that Binding again once elected again: sim seed 32).
                 if maybe_sent:
-                    landed_or_not = self.clock() - self._sent[pod.uid] >= self.commit_s
-                    return await self._read_back(pod, placement, not landed_or_not)
+                    # (No time recorded: another call settled it meanwhile; wait as if sent now.)
+                    sent = self._sent.get(pod.uid, self.clock())
+                    past_commit = self.clock() - sent >= self.commit_s
+                    return await self._read_back(pod, placement, not past_commit)
                 return Event.BIND_FAILED, None
             self._sent[pod.uid] = self.clock()
             try:
