@@ -26,9 +26,12 @@ The outcome of one pod:
   still pending settles nothing (the abandoned request may yet commit, after an etcd stall): the
   book keeps its GPUs and has the same Binding sent again (``bind_all(..., uncertain=True)``), until
   an answer says: 201, 404, or a 409 whose pod is bound as we asked (then it is ours). A replica
-  that may no longer send (deposed, or with too little lease left) reads the pod back instead,
-  and from ``commit_s`` (run.tuning.bindCommitSeconds) after its last Binding was sent, a pod read
-  pending is BIND_FAILED: no Binding of it sent by this replica can land any more.
+  that may no longer send (deposed: a partition, a store failover) only reads the pod back, and
+  a read begun ``commit_s`` (run.tuning.bindCommitSeconds, the apiserver's request timeout)
+  after the last Binding was sent settles it: still pending, none of ours can bind it any more
+  (BIND_FAILED). Held on, its GPUs stayed taken in the standby's snapshot for good, and elected
+  again it sent that old term's Binding onto GPUs a later leader had given away (issue 30, sim
+  seed 691).
 
 A pod with ResourceClaims has them reserved for it before every Binding, re-sends included (the
 kubelet runs a pod only with its claims reserved for it). A claim write that fails before the
@@ -138,17 +141,14 @@ class Binder:
         self.binding_wait_s = binding_wait_s
         self.binding_poll_s = binding_poll_s
         self.wall_ms = wall_ms  # the allocation timestamp's clock
-        # A Binding commits, if at all, within ``commit_s`` of being sent (the apiserver's
-        # request timeout, run.tuning.bindCommitSeconds: what a new leader waits for a
-        # previous one's, podbook.py's UNSETTLED); ``clock`` times each send against it.
         self.clock = clock
-        self.commit_s = commit_s
+        self.commit_s = commit_s  # a Binding commits, if at all, this long after it was sent
         self.in_flight = 0  # pods handed over whose outcome has not been returned yet
-        # Pods (UIDs) a Binding was sent for without a settled outcome (BIND_UNKNOWN), with when
-        # the last one was sent: a re-send is uncertain only for them, not for a pod whose claim
-        # write alone was left unknown (no Binding of it was sent: a failed claim write then
-        # fails it, and Unreserve runs). A pod that leaves while unknown stays here: one UID
-        # per such pod.
+        # Pods (UIDs) a Binding was sent for without a settled outcome (BIND_UNKNOWN), with the
+        # time the last one was sent: a re-send is uncertain only for them, not for a pod whose
+        # claim write alone was left unknown (no Binding of it was sent: a failed claim write
+        # then fails it, and Unreserve runs), and only while that Binding may still commit.
+        # A pod that leaves while unknown stays here: one UID per such pod.
         self._sent: dict[str, float] = {}
 
     async def bind_all(
@@ -166,6 +166,13 @@ class Binder:
 
     def sizes(self) -> dict[str, int]:
         return {"in_flight": self.in_flight, "sent_unsettled": len(self._sent)}
+
+    def _may_land(self, uid: str) -> bool:
+        """A Binding of this pod sent without an answer may still commit: the last was sent less
+        than ``commit_s`` ago. Asked before a read back begins: past that time, a read that
+        finds the pod pending is the answer (not bound, and none of ours can bind it)."""
+        sent = self._sent.get(uid)
+        return sent is not None and self.clock() < sent + self.commit_s
 
     def may_send(self) -> bool:
         """The fencing rule: the lease outlives a request started now."""
@@ -209,7 +216,7 @@ class Binder:
         if written is not Written.DONE:
             if maybe_sent:
                 # A re-send's claim write failed: an earlier Binding may still land.
-                return await self._read_back(pod, placement, maybe_sent)
+                return await self._read_back(pod, placement, self._may_land(pod.uid))
             if written is Written.UNKNOWN:
                 # A claim write may yet land: everything stays held, and it is all sent again.
                 return Event.BIND_UNKNOWN, None
@@ -217,15 +224,9 @@ class Binder:
         for attempt in range(1, self.attempts + 1):
             if not self.may_send():
                 # A deposed leader must not bind, nor one whose request could outlive its
-                # lease. Its last Binding may still land, until ``commit_s`` after it was
-                # sent: a pod read pending after that has none left that can land (a deposed
-                # replica that held it for good kept its GPUs in its snapshot, and would send
-                # that Binding again once elected again: sim seed 32).
+                # lease.
                 if maybe_sent:
-                    # (No time recorded: another call settled it meanwhile; wait as if sent now.)
-                    sent = self._sent.get(pod.uid, self.clock())
-                    past_commit = self.clock() - sent >= self.commit_s
-                    return await self._read_back(pod, placement, not past_commit)
+                    return await self._read_back(pod, placement, self._may_land(pod.uid))
                 return Event.BIND_FAILED, None
             self._sent[pod.uid] = self.clock()
             try:
@@ -251,7 +252,7 @@ class Binder:
             log.warning("bind refused", pod=pod.key, status=result.status, message=result.message)
             await asyncio.sleep(self.retry_s * attempt)
         if maybe_sent:
-            return await self._read_back(pod, placement, maybe_sent)
+            return await self._read_back(pod, placement, self._may_land(pod.uid))
         return Event.BIND_FAILED, None
 
     # ---- PreBind ----------------------------------------------------------------------------

@@ -316,6 +316,16 @@ def _reload_decided_at_once() -> list[Patch]:
     return [(TABLE, (S.PENDING, E.RELOAD), (S.RELOADED, (F.HOLD,)))]
 
 
+def _deposed_binding_held() -> list[Patch]:
+    """Sim seed 691: an unanswered Binding may land for as long as it is unsettled, so a
+    deposed leader (it sends no more) reads the pod back pending and holds its GPUs for good."""
+
+    def may_land(self: Binder, uid: str) -> bool:
+        return uid in self._sent
+
+    return [(Binder, "_may_land", may_land)]
+
+
 def _inherited_pending_reloaded() -> list[Patch]:
     """30.7c: an inherited record read pending is decided afresh at once, its store record
     left "bound" (the next reconcile frees it)."""
@@ -496,6 +506,12 @@ MUTANTS: dict[str, Mutant] = {
         without=GANGS | CHURN | REFUSALS | {"claims", "flush_store", "relist"},
         needs=frozenset({"slow"}),
         timeline="30.2-reload-decided-at-once",
+    ),
+    "sim691-deposed-binding-held": Mutant(
+        "a deposed leader holds its unanswered Binding's GPUs for good",
+        _deposed_binding_held,
+        needs=frozenset({"failover"}),
+        timeline="sim691-deposed-binding-held",
     ),
     "30.3-inheritance-by-name": Mutant(
         "the election frees a record whose name the book holds under an older UID",

@@ -169,6 +169,27 @@ def reload_decided_at_once(m: SimMachine) -> None:
     m.quiesce()
 
 
+def deposed_binding_held(m: SimMachine) -> None:
+    """Soak seed 691 (its shrunk schedule): the witness deleted again and again while r1 leads
+    (these only line the rest up in time); a rolling update makes r2 leader; the next Binding
+    never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that one; etcd stalls
+    and a store failover leaves r2 on the old master, so r2 is deposed and r3 elected; j1-1 is
+    deleted (the gang can no longer be placed). The standby r2 kept j1-0 BINDING on n1/0 for
+    good (its snapshot's sums against the apiserver's, at the quiet)."""
+    for _ in range(26):
+        m.delete_witness()
+    m.handover()
+    m.bind_fault("timeout")
+    m.create_gang("j", 2, False)
+    m.lag(0, "pending", 5.0)
+    m.stall(20.0)
+    m.failover(False, 5.0)
+    m.lag(0, "pending", 5.0)
+    m.tick(16.0)
+    m.delete_pod(1, False)
+    m.quiesce()
+
+
 def inherited_pending_reloaded(m: SimMachine) -> None:
     """Issue 30 bug 7c: as 30.2, but standby r2's pending watch lags: a is not in r2's book at
     its election, only in the store (r1's reservation), so r2 inherits the record and re-reads
@@ -456,6 +477,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.1-checked-pending-forgets": checked_pending_forgets,
     "30.1-no-unreserve": no_unreserve,
     "30.2-reload-decided-at-once": reload_decided_at_once,
+    "sim691-deposed-binding-held": deposed_binding_held,
     "30.7c-inherited-pending-reloaded": inherited_pending_reloaded,
     "12.1-relist-frees-in-flight-bind": relist_frees_in_flight_bind,
     "12.2-409-counted-as-failed": conflict_is_failure,
