@@ -235,8 +235,15 @@ class SimApiserver:
         they were (a claim's ``reservedFor`` too: kept as it is now, a claim reserved after the
         backup for a pod the restore puts back to pending was a reservation no real etcd
         holds), and resourceVersions start again from the backup's (below what watchers have
-        seen). Every watch breaks and re-lists."""
+        seen). Every watch breaks and re-lists. A write waiting in an etcd stall never commits:
+        the restore replaced the members it waited for, and its client gets an error (left
+        to commit after the restore, a Binding sent before it onto GPUs a pod deleted then
+        gave back landed beside that pod, which the restore brought back: seed 54)."""
         self.pods, self.claims, self.version = dict(saved.pods), dict(saved.claims), saved.version
+        waiting, self.in_stall = self.in_stall, []
+        for _, answer in waiting:
+            if not answer.done():
+                answer.set_exception(ConnectionError("etcd was restored from a backup"))
         for s in self.streams:
             s.replica.s.intake.replace(RESOURCE_CLAIMS, list(self.claims.values()))
             for stream in SELECTORS:
