@@ -381,7 +381,8 @@ def clear_namespace(plane: ControlPlane, namespace: str, timeout: float = 180) -
 
     The plane's kube-apiserver gives a request up after REQUEST_TIMEOUT_S (10 s): a collection
     of thousands of pods takes longer to delete, so a 504 only means "still deleting", and the
-    DELETE is sent again while pods are left."""
+    DELETE is sent again while pods are left; so is a connection closed without an answer (seen
+    with pods using ResourceClaims on a loaded machine)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -389,6 +390,8 @@ def clear_namespace(plane: ControlPlane, namespace: str, timeout: float = 180) -
         except urllib.error.HTTPError as exc:
             if exc.code != 504:
                 raise
+        except OSError:
+            pass  # the connection closed unanswered (a loaded apiserver): the same, ask again
         left = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")
         if not left["items"]:
             return
@@ -410,6 +413,8 @@ def clear_claims(plane: ControlPlane, namespace: str, timeout: float = 180) -> N
         except urllib.error.HTTPError as exc:
             if exc.code != 504:  # still deleting (clear_namespace says why)
                 raise
+        except OSError:
+            pass  # closed unanswered: as a 504
         if not plane.request("GET", f"{path}?limit=1")["items"]:
             return
         time.sleep(0.5)
