@@ -169,9 +169,9 @@ class KubeApi:
 
     async def list_kind(self, kind: str) -> bytes:
         """LIST of namespaces, persistentvolumeclaims, persistentvolumes, poddisruptionbudgets,
-        DRA's resourceclaims, deviceclasses and resourceslices, or a custom resource of
-        ``podgroups.CUSTOM_RESOURCES`` by its CRD's name (``podgroups.scheduling.x-k8s.io``),
-        across all namespaces."""
+        DRA's resourceclaims, deviceclasses, resourceslices and devicetaintrules, or a custom
+        resource of ``podgroups.CUSTOM_RESOURCES`` by its CRD's name
+        (``podgroups.scheduling.x-k8s.io``), across all namespaces."""
         status, body = await self._call(self._lister(kind))
         raise_for_status(status, body)
         return body
@@ -217,6 +217,9 @@ class KubeApi:
             ),
             "resourceslices": functools.partial(
                 self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceslices"
+            ),
+            "devicetaintrules": functools.partial(
+                self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "devicetaintrules"
             ),
         }
         return listers[kind]

@@ -1,11 +1,11 @@
 """msgspec codecs between resource.k8s.io/v1 JSON and the core's DRA objects (core/model/dra.py).
 
-Decoding: ResourceSlices, DeviceClasses and ResourceClaims, with only the fields allocation reads
-(unknown fields are skipped, as in codec.py). Quantities arrive as strings from the apiserver and
-as numbers from hand-written YAML; both are kept as strings for the core's parser. Opaque config
-``parameters`` become compact JSON text. Attribute values are exactly one of int, bool, string,
-version; an attribute with none of them is dropped (a newer API's type, e.g. the alpha list
-types).
+Decoding: ResourceSlices, DeviceTaintRules, DeviceClasses and ResourceClaims, with only the fields
+allocation reads (unknown fields are skipped, as in codec.py). Quantities arrive as strings from the
+apiserver and as numbers from hand-written YAML; both are kept as strings for the core's parser.
+Opaque config ``parameters`` become compact JSON text. Attribute values are exactly one of int,
+bool, string, version; an attribute with none of them is dropped (a newer API's type, e.g. the alpha
+list types).
 
 Encoding: ``allocation_json`` is ``status.allocation`` as kube-scheduler writes it (without
 ``allocationTimestamp``, which the binder adds when it writes); ``requests_json`` is a claim's
@@ -39,6 +39,8 @@ from scheduler.core.model.dra import (
     DeviceConstraint,
     DeviceRequest,
     DeviceResult,
+    DeviceTaintRule,
+    DeviceTaintSelector,
     ExactRequest,
     OpaqueConfig,
     ResourceClaim,
@@ -214,6 +216,22 @@ class _ClassSpec(msgspec.Struct, rename="camel"):
 class DeviceClassWire(msgspec.Struct):
     metadata: ObjectMeta
     spec: _ClassSpec = msgspec.field(default_factory=_ClassSpec)
+
+
+class _TaintSelector(msgspec.Struct):
+    driver: Short | None = None
+    pool: Short | None = None
+    device: Short | None = None
+
+
+class _TaintRuleSpec(msgspec.Struct, rename="camel"):
+    taint: _DeviceTaint
+    device_selector: _TaintSelector | None = None
+
+
+class DeviceTaintRuleWire(msgspec.Struct):
+    metadata: ObjectMeta
+    spec: _TaintRuleSpec
 
 
 class _Toleration(msgspec.Struct):
@@ -447,6 +465,19 @@ def device_class_from_obj(wire: DeviceClassWire) -> DeviceClass:
     )
 
 
+def device_taint_rule_from_obj(wire: DeviceTaintRuleWire) -> DeviceTaintRule:
+    """The rule's selector and taint; its status (the eviction controller's) is not read."""
+    taint = wire.spec.taint
+    selector = wire.spec.device_selector
+    return DeviceTaintRule(
+        name=wire.metadata.name,
+        taint=Taint(taint.key, taint.effect, taint.value),
+        selector=None
+        if selector is None
+        else DeviceTaintSelector(selector.driver or "", selector.pool or "", selector.device or ""),
+    )
+
+
 def _toleration(wire: _Toleration) -> Toleration:
     return Toleration(wire.key, wire.operator, wire.value, wire.effect)
 
@@ -528,6 +559,7 @@ def resource_claim_from_obj(wire: ResourceClaimWire) -> ResourceClaim:
 _slice_decoder = msgspec.json.Decoder(ResourceSliceWire)
 _class_decoder = msgspec.json.Decoder(DeviceClassWire)
 _claim_decoder = msgspec.json.Decoder(ResourceClaimWire)
+_rule_decoder = msgspec.json.Decoder(DeviceTaintRuleWire)
 
 
 def decode_resource_slice(raw: bytes) -> ResourceSlice:
@@ -540,6 +572,10 @@ def decode_device_class(raw: bytes) -> DeviceClass:
 
 def decode_resource_claim(raw: bytes) -> ResourceClaim:
     return resource_claim_from_obj(_claim_decoder.decode(raw))
+
+
+def decode_device_taint_rule(raw: bytes) -> DeviceTaintRule:
+    return device_taint_rule_from_obj(_rule_decoder.decode(raw))
 
 
 class _Named(msgspec.Struct):
@@ -592,6 +628,10 @@ def convert_device_class(obj: dict[str, Any]) -> DeviceClass:
 
 def convert_resource_claim(obj: dict[str, Any]) -> ResourceClaim:
     return resource_claim_from_obj(msgspec.convert(obj, ResourceClaimWire, strict=False))
+
+
+def convert_device_taint_rule(obj: dict[str, Any]) -> DeviceTaintRule:
+    return device_taint_rule_from_obj(msgspec.convert(obj, DeviceTaintRuleWire, strict=False))
 
 
 # ---- core -> wire -------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ The outcome of one pod:
 - ``BIND_FAILED``: refused, or not sent because the lease is too short (or because its
   ResourceClaims could not be reserved for it): no Binding of this pod sent by this replica can
   land. Only then are its ResourceClaims' ``reservedFor`` entries for it removed (kube-scheduler's
-  Unreserve; the allocation stays);
+  Unreserve; the allocation stays). A gang member's, while its gang is below its minimum with
+  other members bound or binding, is GANG_BIND_FAILED in the book (effects.py): its GPUs stay
+  the gang's;
 - ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now); the claims
   its placement allocated are released as after BIND_FAILED;
 - ``BIND_ELSEWHERE``: another scheduler or a previous leader bound it; the pod read back is
@@ -23,7 +25,13 @@ The outcome of one pod:
   timeout, or its answer lost) and nothing has settled it since. A read-back that finds the pod
   still pending settles nothing (the abandoned request may yet commit, after an etcd stall): the
   book keeps its GPUs and has the same Binding sent again (``bind_all(..., uncertain=True)``), until
-  an answer says: 201, 404, or a 409 whose pod is bound as we asked (then it is ours).
+  an answer says: 201, 404, or a 409 whose pod is bound as we asked (then it is ours). A replica
+  that may no longer send (deposed: a partition, a store failover) only reads the pod back, and
+  a read begun ``commit_s`` (run.tuning.bindCommitSeconds, the apiserver's request timeout)
+  after the last Binding was sent settles it: still pending, none of ours can bind it any more
+  (BIND_FAILED). Held on, its GPUs stayed taken in the standby's snapshot for good, and elected
+  again it sent that old term's Binding onto GPUs a later leader had given away (issue 30, sim
+  seed 691).
 
 A pod with ResourceClaims has them reserved for it before every Binding, re-sends included (the
 kubelet runs a pod only with its claims reserved for it). A claim write that fails before the
@@ -113,6 +121,8 @@ class Binder:
         binding_wait_s: float = 600.0,
         binding_poll_s: float = 5.0,
         wall_ms: Callable[[], int],
+        clock: Callable[[], float],
+        commit_s: float,
     ) -> None:
         self.cluster = cluster
         # The watched ResourceClaims by key: their UIDs are the preconditions of an Unreserve.
@@ -131,12 +141,15 @@ class Binder:
         self.binding_wait_s = binding_wait_s
         self.binding_poll_s = binding_poll_s
         self.wall_ms = wall_ms  # the allocation timestamp's clock
+        self.clock = clock
+        self.commit_s = commit_s  # a Binding commits, if at all, this long after it was sent
         self.in_flight = 0  # pods handed over whose outcome has not been returned yet
-        # Pods (UIDs) a Binding was sent for without a settled outcome (BIND_UNKNOWN): a re-send
-        # is uncertain only for them, not for a pod whose claim write alone was left unknown
-        # (no Binding of it was sent: a failed claim write then fails it, and Unreserve runs).
+        # Pods (UIDs) a Binding was sent for without a settled outcome (BIND_UNKNOWN), with the
+        # time the last one was sent: a re-send is uncertain only for them, not for a pod whose
+        # claim write alone was left unknown (no Binding of it was sent: a failed claim write
+        # then fails it, and Unreserve runs), and only while that Binding may still commit.
         # A pod that leaves while unknown stays here: one UID per such pod.
-        self._sent: set[str] = set()
+        self._sent: dict[str, float] = {}
 
     async def bind_all(
         self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False
@@ -154,6 +167,13 @@ class Binder:
     def sizes(self) -> dict[str, int]:
         return {"in_flight": self.in_flight, "sent_unsettled": len(self._sent)}
 
+    def _may_land(self, uid: str) -> bool:
+        """A Binding of this pod sent without an answer may still commit: the last was sent less
+        than ``commit_s`` ago. Asked before a read back begins: past that time, a read that
+        finds the pod pending is the answer (not bound, and none of ours can bind it)."""
+        sent = self._sent.get(uid)
+        return sent is not None and self.clock() < sent + self.commit_s
+
     def may_send(self) -> bool:
         """The fencing rule: the lease outlives a request started now."""
         return self.leadership.leading and self.leadership.remaining() > self.timeout_s
@@ -167,7 +187,7 @@ class Binder:
             log.exception("bind crashed", pod=pod.key)
             event, current = Event.BIND_UNKNOWN, None
         if event is not Event.BIND_UNKNOWN:
-            self._sent.discard(pod.uid)
+            self._sent.pop(pod.uid, None)
         return Outcome(pod, placement, event, current)
 
     async def _bind(
@@ -196,7 +216,7 @@ class Binder:
         if written is not Written.DONE:
             if maybe_sent:
                 # A re-send's claim write failed: an earlier Binding may still land.
-                return await self._read_back(pod, placement, maybe_sent)
+                return await self._read_back(pod, placement, self._may_land(pod.uid))
             if written is Written.UNKNOWN:
                 # A claim write may yet land: everything stays held, and it is all sent again.
                 return Event.BIND_UNKNOWN, None
@@ -206,9 +226,9 @@ class Binder:
                 # A deposed leader must not bind, nor one whose request could outlive its
                 # lease.
                 if maybe_sent:
-                    return await self._read_back(pod, placement, maybe_sent)
+                    return await self._read_back(pod, placement, self._may_land(pod.uid))
                 return Event.BIND_FAILED, None
-            self._sent.add(pod.uid)
+            self._sent[pod.uid] = self.clock()
             try:
                 result = await asyncio.wait_for(
                     self.cluster.bind(
@@ -232,7 +252,7 @@ class Binder:
             log.warning("bind refused", pod=pod.key, status=result.status, message=result.message)
             await asyncio.sleep(self.retry_s * attempt)
         if maybe_sent:
-            return await self._read_back(pod, placement, maybe_sent)
+            return await self._read_back(pod, placement, self._may_land(pod.uid))
         return Event.BIND_FAILED, None
 
     # ---- PreBind ----------------------------------------------------------------------------

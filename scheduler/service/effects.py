@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import structlog
 
-from scheduler.core.cycle import assume
+from scheduler.core.cycle import assume, gang_minimum
 from scheduler.core.filters.requeue import helped_by_added
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
@@ -357,13 +357,35 @@ class Effects:
         if gang and not uncertain and all(o.event is Event.BIND_OK for o in outcomes):
             seen = [e.first_seen for o in outcomes if (e := self.book.get(o.pod.key)) is not None]
             self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
+        refused = {o.pod.key for o in outcomes if o.event is Event.BIND_FAILED}
         for o in outcomes:
-            self._outcome(o)
+            self._outcome(o, refused)
         self.tasks.wake()
 
-    def _outcome(self, o: Outcome) -> None:
+    def _outcome(self, o: Outcome, refused: set[str]) -> None:
         pod = o.pod if o.event is Event.BIND_OK else o.current or o.pod
-        self.dispatch(o.pod.key, o.pod.uid, o.event, Ctx(pod=pod, placement=o.placement))
+        event = o.event
+        if event is Event.BIND_FAILED and self._gang_committed(o, refused):
+            event = Event.GANG_BIND_FAILED
+        self.dispatch(o.pod.key, o.pod.uid, event, Ctx(pod=pod, placement=o.placement))
+
+    def _gang_committed(self, o: Outcome, refused: set[str]) -> bool:
+        """Whether the refused pod's gang is below its minimum with other members bound or
+        binding (sim seed 629): its GPUs are then the gang's, held for it (GANG_BIND_FAILED),
+        not let go to whoever waits. The gang's members in the snapshot (``gang_bound``: bound,
+        assumed, or held for a previous leader's Binding) count, but not those refused in the
+        same binding cycle nor those pending again (RELOADED): a gang refused whole holds
+        nothing. Only while this replica leads: a Binding not sent because it no longer does
+        is the next leader's to decide (it reloads the store's reservation)."""
+        gang = o.placement.gang
+        if gang is None or not self.binder.leadership.leading:
+            return False
+        committed = [
+            key
+            for key in self.state.gang_bound.get(gang, ())
+            if key not in refused and self.book.stage(key) is not Stage.RELOADED
+        ]
+        return 0 < len(committed) < gang_minimum(self.state, o.pod)
 
     async def _rebind(self, key: str, uid: str, pod: PodInput, placement: Placement) -> None:
         """Send the same Binding again (same node, same annotations) while its pod is still

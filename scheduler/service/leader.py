@@ -32,7 +32,6 @@ the apiserver's record of a newer leader. The replica then stops leading, as whe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -186,8 +185,12 @@ class Leadership:
             await work
         finally:
             done.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            # Shielded, not suppressed: the renewer is never cancelled, so a CancelledError
+            # here is this loop's own (a shutdown, or the replica's tasks cancelled in the
+            # turns the renewer takes to see ``done``) and must end the loop; swallowing it
+            # left a cancelled loop leading and renewing for good (sim seed 61). The renewer
+            # still ends on its own, between requests.
+            await asyncio.shield(renewer)
 
     async def _still_ours(self, epoch: int) -> bool:
         """After a renewal Redis accepted: False when the epoch witness holds a newer leader."""

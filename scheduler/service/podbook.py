@@ -23,8 +23,14 @@ Stages (a pod the book does not hold is GONE):
   leader decided, held in the snapshot and reserved in the store, until a watch or a re-read
   says it is bound or gone, or a re-read made once that time has passed (SETTLE_DUE) says it is
   pending: then no Binding of the previous leader can land any more, and it is RELOADED.
-- RELOADED: pending, holding a reservation a previous leader made, whose Bindings can no longer
-  land; decided afresh when its turn comes.
+- RELOADED: pending, holding a reservation whose Bindings can no longer land; decided afresh when
+  its turn comes, the GPUs it held free to it. A previous leader's reservation, or a gang
+  member's own: its Binding was refused while its gang, below its minimum, has other members
+  bound or binding (GANG_BIND_FAILED). Let go, the GPUs the gang was decided with would go to
+  whoever waits for them (another gang: sim seed 629), and the gang would stay partial; held,
+  the member is retried on them after its backoff: a gang's allocation is its own until the
+  gang is bound whole or lets it go (a gang scheduler's all-or-nothing; kube-scheduler's
+  per-pod retry alone would leave the gang split).
 - RESERVING: the cycle placed it and the snapshot assumes it (so the next decision sees its
   GPUs taken); the store reservation is being written. A refused one forgets it.
 - BINDING: reserved in the store and assumed in the snapshot; the Binding is in flight.
@@ -107,6 +113,9 @@ class Event(enum.Enum):
     # binder
     BIND_OK = "bind-ok"
     BIND_FAILED = "bind-failed"  # refused, or not sent (no longer leading)
+    # BIND_FAILED while its gang is below its minimum with other members bound or binding (the
+    # gang's partial commitment: effects.py tells the two apart)
+    GANG_BIND_FAILED = "gang-bind-failed"
     BIND_GONE = "bind-gone"  # the pod no longer exists (404, or another UID)
     BIND_ELSEWHERE = "bind-elsewhere"  # bound by someone else: the pod read back is the truth
     BIND_UNKNOWN = "bind-unknown"  # no answer and the pod could not be read back
@@ -206,6 +215,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.RESERVE_FENCED): (S.GONE, _),
     (S.GONE, E.BIND_OK): (S.GONE, (F.RELEASE_STORE,)),
     (S.GONE, E.BIND_FAILED): (S.GONE, (F.RELEASE_STORE,)),
+    (S.GONE, E.GANG_BIND_FAILED): (S.GONE, (F.RELEASE_STORE,)),
     (S.GONE, E.BIND_GONE): (S.GONE, (F.RELEASE_STORE,)),
     (S.GONE, E.BIND_ELSEWHERE): (S.GONE, (F.RELEASE_STORE,)),
     (S.GONE, E.BIND_UNKNOWN): (S.GONE, (F.RELEASE_STORE,)),
@@ -356,6 +366,11 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
         S.PENDING,
         (F.FORGET, F.RELEASE_STORE, F.RETRY, F.BACKOFF, F.CHECK, F.RESTORE_NOMINATION),
     ),
+    # The same while its gang is below its minimum with other members bound or binding: the
+    # gang keeps what it was decided with (RELOADED: the GPUs stay held, in the store too),
+    # and the member is decided again after its backoff, those GPUs free to it. Nothing was
+    # let go, so nobody retries.
+    (S.BINDING, E.GANG_BIND_FAILED): (S.RELOADED, (F.BACKOFF, F.CHECK)),
     (S.BINDING, E.BIND_GONE): (S.GONE, _LEFT),
     # Bound by someone else (a previous leader): where it is bound is the truth.
     (S.BINDING, E.BIND_ELSEWHERE): (S.BOUND, (F.CHARGE, F.RECONCILE, F.END_NOMINATION)),
@@ -407,6 +422,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # Our bind's answer came after the watch showed the pod bound.
     (S.BOUND, E.BIND_OK): (S.BOUND, (F.MARK_BOUND, F.SCHEDULED)),
     (S.BOUND, E.BIND_FAILED): (S.BOUND, (F.RECONCILE,)),
+    (S.BOUND, E.GANG_BIND_FAILED): (S.BOUND, (F.RECONCILE,)),
     (S.BOUND, E.BIND_GONE): (S.BOUND, (F.RECONCILE,)),
     (S.BOUND, E.BIND_ELSEWHERE): (S.BOUND, (F.CHARGE, F.RECONCILE)),
     (S.BOUND, E.BIND_UNKNOWN): (S.BOUND, (F.RECONCILE,)),

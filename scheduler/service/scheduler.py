@@ -159,6 +159,8 @@ class Scheduler:
             binding_wait_s=tuning.binding_conditions_seconds,
             binding_poll_s=tuning.binding_conditions_poll_seconds,
             wall_ms=wall_ms,
+            clock=clock,
+            commit_s=self.bind_commit_s,
         )
         events = functools.partial(report, cluster)
         self.stale = StaleGangs(

@@ -11,14 +11,14 @@ PodDisruptionBudgets are watched from the start (preemption ranks its candidates
 they would break) but not waited for: a replica whose watch of them fails (no RBAC for them, say)
 still schedules, and an eviction a budget refuses is still handled (preemption.py).
 
-Optional ones: namespaces, claims and volumes, and DRA's objects (ResourceSlices, DeviceClasses,
-ResourceClaims), once a pending pod needs them (``needed``: most clusters' pods use no volume
-claim nor namespaceSelector, and a scheduler that never needs them asks the apiserver for
+Optional ones: namespaces, claims and volumes, and DRA's objects (ResourceSlices, DeviceTaintRules,
+DeviceClasses, ResourceClaims), once a pending pod needs them (``needed``: most clusters' pods use
+no volume claim nor namespaceSelector, and a scheduler that never needs them asks the apiserver for
 nothing more; DRA's are needed by a pod with a ResourceClaim or an extended resource, which a
-DeviceClass may back); PodGroups (scheduler-plugins', Volcano's, the upstream Workload
-API's) and Kueue's and KAI's Topology objects while their CRD exists (podgroups.py's
-``CrdWatches``: checked at start, then every minute). The PodGroup watches also feed the
-PodGroup status writer (``Scheduler.statuses``).
+DeviceClass may back); PodGroups (scheduler-plugins', Volcano's, the upstream Workload API's) and
+Kueue's and KAI's Topology objects while their CRD exists (podgroups.py's ``CrdWatches``: checked at
+start, then every minute). The PodGroup watches also feed the PodGroup status writer
+(``Scheduler.statuses``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,19 @@ import msgspec
 import structlog
 
 from scheduler.config.tuning import Tuning
-from scheduler.core.model.dra import DeviceClass, ResourceClaim, ResourcePool, ResourceSlice
-from scheduler.core.model.objects import PodInput, TopologyInput
+from scheduler.core.model.dra import (
+    DeviceClass,
+    DeviceTaintRule,
+    ResourceClaim,
+    ResourcePool,
+    ResourceSlice,
+)
+from scheduler.core.model.objects import PodInput, Taint, TopologyInput
 from scheduler.core.snapshot.watched import (
     CLAIMS,
     DELETED,
     DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
     NAMESPACES,
     POD_GROUPS,
     RESOURCE_CLAIMS,
@@ -63,6 +70,7 @@ from scheduler.kube.codec import (
 from scheduler.kube.dracodec import (
     Refused,
     decode_device_class,
+    decode_device_taint_rule,
     decode_or_refuse,
     decode_resource_claim,
     decode_resource_slice,
@@ -151,14 +159,22 @@ class Watches:
                     NAMESPACES,
                 )
             ],
-            # DRA (issue 29): ResourceSlices, DeviceClasses and ResourceClaims, once a pod uses
-            # a claim or asks for an extended resource (a DeviceClass may back it).
+            # DRA (issue 29): ResourceSlices, DeviceTaintRules, DeviceClasses and
+            # ResourceClaims, once a pod uses a claim or asks for an extended resource (a
+            # DeviceClass may back it). The rules are needed as the slices are: kube-scheduler
+            # allocates from the slices with the rules' taints patched in.
             "dra": [
                 self._dra(
                     "resourceslices",
                     decode_resource_slice,
                     lambda namespace, name: ResourceSlice(name, "", ResourcePool("", 0, 0)),
                     RESOURCE_SLICES,
+                ),
+                self._dra(
+                    "devicetaintrules",
+                    decode_device_taint_rule,
+                    lambda namespace, name: DeviceTaintRule(name, Taint("", "")),
+                    DEVICE_TAINT_RULES,
                 ),
                 self._dra(
                     "deviceclasses",

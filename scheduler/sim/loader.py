@@ -1,6 +1,6 @@
 """Read v1 Node and v1 Pod objects (and namespaces, claims, volumes, PodGroups, Kueue's and
-KAI's Topology objects, and DRA's ResourceSlices, DeviceClasses, ResourceClaims and
-ResourceClaimTemplates) from YAML or JSON files.
+KAI's Topology objects, and DRA's ResourceSlices, DeviceTaintRules, DeviceClasses, ResourceClaims
+and ResourceClaimTemplates) from YAML or JSON files.
 
 A file may hold several YAML documents, or a ``kind: List`` with ``items``. Every document is
 composed separately so its start line is known: an error names the file and line, and for an
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
-from scheduler.core.model.dra import DeviceClass, ResourceClaim, ResourceSlice
+from scheduler.core.model.dra import DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice
 from scheduler.core.model.objects import (
     ClaimInput,
     NamespaceInput,
@@ -40,6 +40,7 @@ from scheduler.kube.codec import (
 )
 from scheduler.kube.dracodec import (
     convert_device_class,
+    convert_device_taint_rule,
     convert_resource_claim,
     convert_resource_slice,
 )
@@ -82,10 +83,12 @@ class Loaded(msgspec.Struct):
     namespaces: list[NamespaceInput] = msgspec.field(default_factory=list)
     claims: list[ClaimInput] = msgspec.field(default_factory=list)
     volumes: list[VolumeInput] = msgspec.field(default_factory=list)
-    # DRA: ResourceClaims (allocated or not, as written), DeviceClasses and ResourceSlices.
+    # DRA: ResourceClaims (allocated or not, as written), DeviceClasses, ResourceSlices and the
+    # DeviceTaintRules that taint their devices.
     resource_claims: list[ResourceClaim] = msgspec.field(default_factory=list)
     device_classes: list[DeviceClass] = msgspec.field(default_factory=list)
     resource_slices: list[ResourceSlice] = msgspec.field(default_factory=list)
+    device_taint_rules: list[DeviceTaintRule] = msgspec.field(default_factory=list)
     # ResourceClaimTemplates, each as the claim it stamps out (named as the template).
     claim_templates: list[ResourceClaim] = msgspec.field(default_factory=list)
     # PodGroups of scheduler-plugins (scheduling.x-k8s.io) and Volcano (scheduling.volcano.sh).
@@ -176,6 +179,8 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
             out.device_classes.append(convert_device_class(obj))
         elif kind == "ResourceSlice":
             out.resource_slices.append(convert_resource_slice(obj))
+        elif kind == "DeviceTaintRule":
+            out.device_taint_rules.append(convert_device_taint_rule(obj))
         elif kind == "ResourceClaimTemplate":
             spec = obj.get("spec") or {}
             template = {"metadata": obj.get("metadata") or {}, "spec": spec.get("spec") or {}}
@@ -203,6 +208,7 @@ def _add_object(path: str, line: int, prefix: str, obj: Any, out: Loaded) -> Non
         "ResourceClaim": out.resource_claims,
         "DeviceClass": out.device_classes,
         "ResourceSlice": out.resource_slices,
+        "DeviceTaintRule": out.device_taint_rules,
         "ResourceClaimTemplate": out.claim_templates,
     }
     if not by_kind[str(kind)][-1].name:

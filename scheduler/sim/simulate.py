@@ -78,6 +78,7 @@ def simulate(loaded: Loaded, config: Config) -> SimResult:
     inputs.resource_claims.replace(loaded.resource_claims)
     inputs.device_classes.replace(loaded.device_classes)
     inputs.resource_slices.replace(loaded.resource_slices)
+    inputs.device_taint_rules.replace(loaded.device_taint_rules)
     inputs.volumes.replace(loaded.volumes)
     for group in loaded.pod_groups:
         if group.key in inputs.pod_groups:

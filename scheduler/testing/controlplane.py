@@ -778,6 +778,7 @@ def _collection_path(obj: dict[str, Any]) -> str:
         "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
         "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
         "ResourceSlice": (RESOURCE_API, "resourceslices", False),
+        "DeviceTaintRule": (RESOURCE_API, "devicetaintrules", False),
         "DeviceClass": (RESOURCE_API, "deviceclasses", False),
         "ResourceClaim": (RESOURCE_API, "resourceclaims", True),
         "ResourceClaimTemplate": (RESOURCE_API, "resourceclaimtemplates", True),

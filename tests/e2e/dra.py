@@ -5,8 +5,9 @@ driver (scheduler/testing/dradriver.py) publishes NVIDIA-shaped ResourceSlices f
 kube-scheduler (kubescheduler.py) allocates the claims of the pods that name it. ``DraScene`` is
 one test's share of that: its own id, DRA-only KWOK nodes labelled ``test=<id>`` with their
 slices, claims and templates labelled the same, and pods pinned to its nodes by that label.
-``remove_objects`` deletes them all (claims and slices too: the garbage collector would only get
-to them once their pods and nodes are gone).
+``taint_rule`` adds a DeviceTaintRule on one of its nodes' pools. ``remove_objects`` deletes them
+all (claims, slices and rules too: the garbage collector would only get to them once their pods
+and nodes are gone, and a rule has no owner).
 
 ``verdict`` waits for a scheduler's decision on a pod: bound (to which node, with which devices in
 which claims) or refused (its PodScheduled=False message). ``bindings_refused`` has some pods'
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.testing.controlplane import RESOURCE_API, ControlPlane
-from scheduler.testing.dradriver import H100, V100, GpuModel, NvidiaDraDriver
+from scheduler.testing.dradriver import GPU_DRIVER, H100, V100, GpuModel, NvidiaDraDriver
 
 NAMESPACE = "default"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
@@ -38,6 +39,13 @@ ADMIN_NAMESPACE = "dra-admin"
 ADMIN_LABEL = "resource.kubernetes.io/admin-access"
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+
+
+TAINT_RULES = f"{RESOURCE_API}/devicetaintrules"
+# How long a shape's DeviceTaintRules are given to reach both schedulers' watches before its pods
+# are created (nothing on the API says a scheduler has seen a rule; a watch event takes
+# milliseconds on the local plane).
+RULE_SETTLE_S = 1.0
 
 
 def pods_path(namespace: str = NAMESPACE) -> str:
@@ -189,6 +197,23 @@ class DraScene:
         )
         return full
 
+    def taint_rule(self, name: str, selector: dict[str, str] | None, taint: dict[str, str]) -> str:
+        """A DeviceTaintRule adding ``taint`` to the devices ``selector`` picks (its driver,
+        pool and device; None: no selector, which picks none)."""
+        full = self.full(name)
+        spec: dict[str, Any] = {"taint": taint}
+        if selector is not None:
+            spec["deviceSelector"] = selector
+        self.plane.apply(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": full, "labels": self.labels},
+                "spec": spec,
+            }
+        )
+        return full
+
     def pod(
         self,
         name: str,
@@ -245,8 +270,10 @@ class DraScene:
         self._delete(f"{pods_path(namespace)}/{name}?gracePeriodSeconds=0")
 
     def remove_objects(self) -> None:
-        """Delete this scene's pods, claims, templates, nodes and the nodes' slices."""
+        """Delete this scene's pods, claims, templates, DeviceTaintRules, nodes and the nodes'
+        slices."""
         selector = f"labelSelector=test%3D{self.id}"
+        self._delete(f"{TAINT_RULES}?{selector}")
         for ns in sorted(self.namespaces):
             self._delete(f"{pods_path(ns)}?{selector}&gracePeriodSeconds=0")
             for path in (claims_path(ns), templates_path(ns)):
@@ -450,16 +477,30 @@ class PodShape:
 
 
 @dataclass(frozen=True)
+class TaintRule:
+    """A DeviceTaintRule on the GPU pool of the shape's node of kind ``on``: every device of it,
+    or only ``device``; ``selector`` False makes a rule without a device selector (it taints
+    nothing)."""
+
+    on: str
+    key: str = "example.com/maintenance"
+    effect: str = "NoSchedule"
+    device: str = ""
+    selector: bool = True
+
+
+@dataclass(frozen=True)
 class Shape:
-    """Nodes (kinds of ``KINDS``, one node each), pods scheduled first (each must bind), the
-    probe pod, and the verdict kube-scheduler v1.37.2 reached on the plane: the kind of the node
-    the probe went to, or "" when it was refused."""
+    """Nodes (kinds of ``KINDS``, one node each), DeviceTaintRules on their devices, pods
+    scheduled first (each must bind), the probe pod, and the verdict kube-scheduler v1.37.2
+    reached on the plane: the kind of the node the probe went to, or "" when it was refused."""
 
     name: str
     nodes: str
     probe: PodShape
     expect: str
     before: tuple[PodShape, ...] = ()
+    rules: tuple[TaintRule, ...] = ()
 
 
 def run_shape(scene: DraScene, scheduler: str, shape: Shape, timeout_s: float = 30.0) -> Verdict:
@@ -467,6 +508,14 @@ def run_shape(scene: DraScene, scheduler: str, shape: Shape, timeout_s: float = 
     then the probe; returns the probe's verdict."""
     for kind in shape.nodes:
         scene.node(kind, KINDS[kind])
+    for i, rule in enumerate(shape.rules):
+        selector = {"driver": GPU_DRIVER, "pool": scene.full(rule.on)}
+        if rule.device:
+            selector["device"] = rule.device
+        taint = {"key": rule.key, "effect": rule.effect}
+        scene.taint_rule(f"rule-{i}", selector if rule.selector else None, taint)
+    if shape.rules:
+        time.sleep(RULE_SETTLE_S)
     for i, before in enumerate(shape.before):
         first = _run_pod(scene, scheduler, f"before-{i}", before, timeout_s)
         assert first.feasible, f"{shape.name}: pod before-{i} refused: {first.message}"

@@ -3,7 +3,8 @@
 Each ``Shape`` (tests/e2e/dra.py) names its nodes by kind (``KINDS``: ``a`` 8 H100 with an IMEX
 channel, ``b`` 4 V100, ``m`` 2 partitionable H100 with MIG profiles, ``s`` 2 H100 shared by
 memory, ``t`` 4 H100 of which 3 are tainted, ``p`` a device-plugin node), the pods scheduled before
-the probe, the probe, and where kube-scheduler put the probe ("" when it refused it). Shapes are
+the probe, the probe, and where kube-scheduler put the probe ("" when it refused it); a shape may add
+DeviceTaintRules on its nodes' pools (``TaintRule``) before its pods. Shapes are
 built so that at most one node can take the probe: agreeing on the verdict is agreeing on the node
 set. test_dra_plane.py checks every verdict against kube-scheduler; the differential e2e runs
 the same shapes against topo-scheduler once its core allocates claims.
@@ -17,7 +18,7 @@ from typing import Any
 
 from scheduler.testing.dradriver import CHANNEL_CLASS, GPU_CLASS, GPU_DRIVER, MIG_CLASS, XID_TAINT
 
-from .dra import PodShape, Shape, Use
+from .dra import PodShape, Shape, TaintRule, Use
 
 ATTR = f"device.attributes['{GPU_DRIVER}']"
 STD = "device.attributes['resource.kubernetes.io']"
@@ -91,6 +92,8 @@ PRODUCT = f"{GPU_DRIVER}/productName"
 ROOT = "resource.kubernetes.io/pcieRoot"
 NUMA = "resource.kubernetes.io/numaNode"
 TOLERATE_XID = {"key": XID_TAINT, "operator": "Exists"}
+MAINTENANCE = TaintRule("b").key
+TOLERATE_MAINTENANCE = {"key": MAINTENANCE, "operator": "Exists"}
 EIGHT_SHARED = Use(gpus(8), name="shared")  # a ResourceClaim named "shared", for two pods
 
 SHAPES: tuple[Shape, ...] = (
@@ -147,6 +150,15 @@ SHAPES: tuple[Shape, ...] = (
     Shape("taints-one-healthy", "t", pod(gpus(1)), "t"),
     Shape("taints-two-not-tolerated", "t", pod(gpus(2)), ""),
     Shape("taints-tolerated", "t", pod(gpus(4, tolerations=[TOLERATE_XID])), "t"),
+    # DeviceTaintRules: their taints patched into the slices' devices
+    Shape("taint-rule-pool", "b", pod(gpus(1)), "", rules=(TaintRule("b"),)),
+    Shape("taint-rule-pool-other-node", "ab", pod(gpus(1)), "b", rules=(TaintRule("a"),)),
+    Shape("taint-rule-one-device-4", "b", pod(gpus(4)), "", rules=(TaintRule("b", device="gpu-0"),)),
+    Shape("taint-rule-one-device-3", "b", pod(gpus(3)), "b", rules=(TaintRule("b", device="gpu-0"),)),
+    Shape("taint-rule-no-execute-tolerated", "b", pod(gpus(4, tolerations=[TOLERATE_MAINTENANCE])), "b", rules=(TaintRule("b", effect="NoExecute"),)),
+    Shape("taint-rule-effect-none", "b", pod(gpus(4)), "b", rules=(TaintRule("b", effect="None"),)),
+    Shape("taint-rule-without-selector", "b", pod(gpus(4)), "b", rules=(TaintRule("b", selector=False),)),
+    Shape("taint-rule-and-driver-taints", "t", pod(gpus(4, tolerations=[TOLERATE_XID])), "", rules=(TaintRule("t", device="gpu-3"),)),
     # consumable capacity (allowMultipleAllocations, memory by request policy)
     Shape("consumable-40gi", "s", pod(gpus(1, capacity={"requests": {"memory": "40Gi"}})), "s"),
     Shape("consumable-over-the-device", "s", pod(gpus(1, capacity={"requests": {"memory": "100Gi"}})), ""),

@@ -23,21 +23,24 @@ target rebuilt late makes run and simulate prefer other nodes but gives no GPU t
 no invariant here; tests/unit compares run and simulate).
 
 Mutants not reached yet (no seed, no timeline; ``make sim`` names them and does not fail):
-- 12.7 (a reloaded reservation of a pod deleted before its turn stays held): a reloaded
-  reservation is UNSETTLED until its previous leader's Bindings cannot land, then RELOADED and
-  taken at once, so the window in which a RELOADED pod is deleted before its turn is one turn of
-  the loop: no schedule of whole steps opens it.
-- 30.7b (a store write skipped while the local lease lapsed): it needs the store answering late
-  (``store_fault``), which main fails on its own within seconds (a livelock, pods left pending
-  with no reason), so every seed that reaches it fails without the mutant too; and a timeline
-  needs the skipped write to matter later (a failover whose new leader lacks the record and has
-  not seen the pod), which none written so far lines up.
-- sim seed 2 (an uncharge clearing GPUs another pod holds) and seed 33 (a landed record freed by
-  the election's reconcile): the store's own check refuses the second pod's reservation in every
-  timeline written so far (the store still holds the first pod's record); the original seeds
-  reached them through an etcd restore and FLUSHALL, rules main still fails on.
-- the SIGKILL gang swap (the store checking a unit against its own pods' records): it needs a
-  gang decided afresh after a failover, with restart_gang, which main fails on (seed 24).
+- 30.7b (a store write skipped while the local lease lapsed asks for no reconcile): its damage
+  is in the store alone, a record left reserved instead of bound or left behind by a skipped
+  release, and no invariant here reads the store (they read the apiserver and the snapshots).
+  Every reader of a stale record errs towards holding: a new leader inherits and re-reads a
+  record of a pod it has not seen, reloads a reservation of a pod it has as pending, and a
+  reservation refused by a left-behind record asks for a reconcile. So the mutant only holds
+  GPUs longer, and a quiet world heals it. Checking the store against the apiserver (the
+  issue-20 auditor's store rules) would see it, but main fails that check too (timeline
+  sim2-uncharge-clears-shared-bits leaves y's GPU with no owner in the memory store: the
+  election reconcile wrote the stale x and y bound on one GPU, and x's release dropped the
+  GPU's owner).
+- the SIGKILL gang swap (the store checking a unit against its own pods' records): a schedule
+  of whole steps reaches the swap (b on n1/0; a gang of 3 decided onto n2/0, n2/1, n1/1, its
+  Bindings never reaching etcd; a rolling update hands it over and b is deleted; decided
+  afresh onto n1/0, n1/1, n2/0, each of two members takes another's old GPU), but the refused
+  reservation asks for a reconcile, which frees the unit's old reservations (its members are
+  pending again), and the next attempt a second later succeeds: no invariant sees a second's
+  delay.
 """
 
 from __future__ import annotations
@@ -313,6 +316,16 @@ def _reload_decided_at_once() -> list[Patch]:
     return [(TABLE, (S.PENDING, E.RELOAD), (S.RELOADED, (F.HOLD,)))]
 
 
+def _deposed_binding_held() -> list[Patch]:
+    """Sim seed 691: an unanswered Binding may land for as long as it is unsettled, so a
+    deposed leader (it sends no more) reads the pod back pending and holds its GPUs for good."""
+
+    def may_land(self: Binder, uid: str) -> bool:
+        return uid in self._sent
+
+    return [(Binder, "_may_land", may_land)]
+
+
 def _inherited_pending_reloaded() -> list[Patch]:
     """30.7c: an inherited record read pending is decided afresh at once, its store record
     left "bound" (the next reconcile frees it)."""
@@ -398,6 +411,12 @@ def _unit_blocked_by_itself() -> list[Patch]:
     return [(MemoryStore, "_foreign_owner", foreign_owner)]
 
 
+def _gang_member_refused_freed() -> list[Patch]:
+    """Sim seed 629: a gang member refused while its gang is below its minimum with members
+    bound lets its GPUs go (as any refused pod does)."""
+    return [(TABLE, (S.BINDING, E.GANG_BIND_FAILED), TABLE[(S.BINDING, E.BIND_FAILED)])]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it",
@@ -419,11 +438,7 @@ MUTANTS: dict[str, Mutant] = {
         "after a FLUSHALL the new leader decides before the old one's Bindings ended",
         _no_wait_after_flush,
         needs=frozenset({"flush_store"}),
-        # Not reached yet: seed 8 found it only as the old, stricter fencing check's false
-        # alarm (a slow Binding of the killed leader r2 landing after r3's first; no FLUSHALL
-        # in that run), which main gives too once the run takes that turn. Its bug wants a
-        # timeline: a FLUSHALL while the old leader's Binding hangs, and the new leader giving
-        # that GPU to another pod before the Binding lands.
+        timeline="12.3-no-wait-after-flush",
     ),
     "12.6-deleted-while-binding-held": Mutant(
         "a pod deleted while its Binding is in flight stays held",
@@ -433,6 +448,7 @@ MUTANTS: dict[str, Mutant] = {
     "12.7-reloaded-deleted-held": Mutant(
         "a reloaded reservation of a pod deleted before its turn stays held",
         _reloaded_deleted_held,
+        timeline="12.7-reloaded-deleted-held",
     ),
     "20.1-others-never-uncharged": Mutant(
         "pods of other schedulers are never uncharged",
@@ -491,6 +507,12 @@ MUTANTS: dict[str, Mutant] = {
         needs=frozenset({"slow"}),
         timeline="30.2-reload-decided-at-once",
     ),
+    "sim691-deposed-binding-held": Mutant(
+        "a deposed leader holds its unanswered Binding's GPUs for good",
+        _deposed_binding_held,
+        needs=frozenset({"failover"}),
+        timeline="sim691-deposed-binding-held",
+    ),
     "30.3-inheritance-by-name": Mutant(
         "the election frees a record whose name the book holds under an older UID",
         _questioned_not_read,
@@ -537,11 +559,18 @@ MUTANTS: dict[str, Mutant] = {
         "the election's reconcile frees a landed record the pending watch still shows",
         _landed_records_freed,
         without=GANGS | CHURN | REFUSALS | {"claims", "flush_store"},
+        timeline="sim33-landed-records-freed",
     ),
     "sim2-uncharge-clears-shared-bits": Mutant(
         "releasing a pod clears GPUs another pod still holds",
         _uncharge_clears_shared_bits,
         without=GANGS | LEADERS | REFUSALS | {"claims", "stall"},
+        timeline="sim2-uncharge-clears-shared-bits",
+    ),
+    "sim629-gang-member-refused-freed": Mutant(
+        "a gang member refused beside a bound sibling lets the gang's GPUs go",
+        _gang_member_refused_freed,
+        timeline="sim629-gang-member-refused",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

@@ -147,13 +147,16 @@ def no_unreserve(m: SimMachine) -> None:
 def reload_decided_at_once(m: SimMachine) -> None:
     """Issue 30 bug 2: leader r1 decides a onto n2/1 and its Binding hangs in a slow apiserver
     (it commits 20 s later); a rolling update hands over to r2 with a still binding. The
-    cluster changes (b and d end): r2, deciding a afresh at once, puts it on n1 (its Binding
-    slow too) and c (2 GPUs) on n2/0,1; r1's Binding of a lands on n2/1 first."""
+    cluster changes (b and d end): r2, deciding a afresh at once, puts it on n1 and c (2 GPUs)
+    on n2/0,1; r1's Binding of a lands on n2/1 first, and c's on n2/0,1 after it. r2 sends
+    a's and c's Bindings in the same instant, in either order (its retries too), so both
+    first Bindings hang and both retries time out: a's on n1 cannot land before r1's, and
+    c's lands, whichever of the two takes which fault."""
     m.create_pod("b", 1, False)
     m.create_pod("e", 1, False)
     m.create_pod("d", 1, False)
     past_first_wait(m)
-    for fault in ("slow", "500", "500", "slow", "timeout", "timeout"):
+    for fault in ("slow", "500", "500", "slow", "slow", "timeout", "timeout"):
         m.bind_fault(fault)
     m.create_pod("a", 1, False)
     m.tick(0.5)
@@ -163,6 +166,27 @@ def reload_decided_at_once(m: SimMachine) -> None:
     m.create_pod("c", 2, False)
     for _ in range(6):
         m.tick(5.0)
+    m.quiesce()
+
+
+def deposed_binding_held(m: SimMachine) -> None:
+    """Soak seed 691 (its shrunk schedule): the witness deleted again and again while r1 leads
+    (these only line the rest up in time); a rolling update makes r2 leader; the next Binding
+    never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that one; etcd stalls
+    and a store failover leaves r2 on the old master, so r2 is deposed and r3 elected; j1-1 is
+    deleted (the gang can no longer be placed). The standby r2 kept j1-0 BINDING on n1/0 for
+    good (its snapshot's sums against the apiserver's, at the quiet)."""
+    for _ in range(26):
+        m.delete_witness()
+    m.handover()
+    m.bind_fault("timeout")
+    m.create_gang("j", 2, False)
+    m.lag(0, "pending", 5.0)
+    m.stall(20.0)
+    m.failover(False, 5.0)
+    m.lag(0, "pending", 5.0)
+    m.tick(16.0)
+    m.delete_pod(1, False)
     m.quiesce()
 
 
@@ -274,17 +298,22 @@ def one_read_settles(m: SimMachine) -> None:
 
 def landed_records_freed(m: SimMachine) -> None:
     """Sim seed 33: standby r2 saw a pending, then its watches lag; r1 binds a (its first two
-    Bindings refused) and hands over: r2's pending watch still shows a, and its election
-    reconcile must not free a's bound record (c would get its GPU)."""
+    Bindings refused) while a rolling update drains it, and r3, started with a still pending,
+    lags too. r3 is elected with a pending in its book: its election reconcile must not free
+    a's bound record (``reserve_landed`` makes it a reservation again). A second rolling update
+    makes r2 leader, a still pending in its book too: only the store's record keeps a's GPU
+    from c."""
     fill(m)
+    m.lag(1, "pending", 20.0)
+    m.lag(1, "bound", 20.0)
     m.bind_fault("500")
     m.bind_fault("500")
     m.create_pod("a", 1, False)
+    m.handover()
+    m.lag(2, "pending", 20.0)
+    m.lag(2, "bound", 20.0)
     m.create_pod("c", 1, False)
-    m.tick(0.5)
-    m.lag(1, "pending", 20.0)
-    m.lag(1, "bound", 20.0)
-    m.tick(2.0)
+    m.tick(5.0)
     m.handover()
     for _ in range(6):
         m.tick(5.0)
@@ -293,8 +322,10 @@ def landed_records_freed(m: SimMachine) -> None:
 
 def uncharge_clears_shared_bits(m: SimMachine) -> None:
     """Sim seed 2: standby r2's bound watch lags while x (n2/1) is deleted and y bound there; its
-    re-list (taken then) charges y and frees x, missing: freeing x must not clear the GPU y
-    holds (c would get it) once r2 leads."""
+    re-list, taken once y is bound, is delivered after r2 leads (y inherited meanwhile, x still
+    held): it charges y and frees x, missing. Freeing x must not clear the GPU y holds (c would
+    get it). (A LIST taken before y's Binding landed is followed by y's own event, which
+    charges y again and hides the damage.)"""
     m.create_pod("b", 2, False)
     m.create_pod("d", 1, False)
     m.create_pod("x", 1, False)
@@ -302,6 +333,7 @@ def uncharge_clears_shared_bits(m: SimMachine) -> None:
     m.lag(1, "bound", 20.0)
     m.delete_pod(2, False)  # x
     m.create_pod("y", 1, False)
+    m.tick(0.5)
     m.relist(1, "bound")
     m.handover()
     m.tick(16.0)
@@ -349,6 +381,60 @@ def binding_not_fenced(m: SimMachine) -> None:
     m.quiesce()
 
 
+def no_wait_after_flush(m: SimMachine) -> None:
+    """Issue 12 bug 3 (the wait): the epoch witness is deleted and leader r1's Binding of a
+    (n2/1) hangs in a slow apiserver (it commits 20 s later); a FLUSHALL. r2 is elected on the
+    flushed store with no leader recorded anywhere: it must wait until r1's Bindings cannot
+    land (a lease plus bindCommitSeconds) before its first decision. Deciding at once, it gives
+    c (2 GPUs, pending meanwhile) n2/0,1 as d ends, and r1's Binding of a lands on n2/1. (With
+    the witness kept, r2 waits one lease only, which a Binding committing 20 s late outlasts:
+    main gives n2/1 twice then too, so the witness goes.)"""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.create_pod("c", 2, False)
+    m.delete_witness()
+    m.bind_fault("slow")
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.flush_store()
+    m.delete_pod(3, False)  # d
+    for _ in range(8):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def reloaded_deleted_held(m: SimMachine) -> None:
+    """Issue 12 bug 7: a's Bindings never reach etcd and a rolling update hands r1's
+    reservation of a over to r2 (UNSETTLED). The store becomes unreachable, so r2's lease runs
+    out just after bindCommitSeconds; the re-read that settles a meets failing reads and
+    answers "pending" only once r2 has stopped leading: a is RELOADED, queued, but no longer
+    taken at once. a is deleted then: its reservation must go (on main r2 lets it go; held, it
+    stays in standby r2's snapshot, a GPU of a pod that no longer exists, for as long as r3
+    leads)."""
+    fill(m)
+    for _ in range(3):
+        m.bind_fault("timeout")
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.handover()  # r2 elected 20 s later; a's reservation settles 60 s after that
+    m.tick(16.0)
+    m.tick(5.0)
+    for _ in range(3):
+        m.tick(16.0)
+    m.tick(5.0)
+    m.store_fault(False, 25.0)  # r2 renewed 4 s ago: its lease ends 5 s after a is re-read
+    m.tick(5.0)
+    m.reads_fail(10.0)  # from just before a's re-read until after r2's lease ended
+    m.tick(5.0)
+    m.tick(5.0)
+    m.tick(2.0)
+    m.delete_pod(0, False)  # a
+    for _ in range(4):
+        m.tick(5.0)  # the store answers again: r3 is elected
+    m.quiesce()
+
+
 def terminating_members_count(m: SimMachine) -> None:
     """Issue 30 bug 5: a restarted gang counts its terminating members as bound. a takes one of
     the four GPUs and PodGroup gang j1 (minMember 2) two; a JobSet restart leaves j1's members
@@ -365,7 +451,24 @@ def terminating_members_count(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gang_member_refused(m: SimMachine) -> None:
+    """Sim seed 629: gang j1 (2) is decided whole on n1; j1-0's Binding commits (answered 404:
+    read back, bound as we asked), j1-1's is refused 403 on every attempt. Gang k2 (3) waits
+    for three GPUs meanwhile, two free. Letting j1-1's GPU go gives it to k2, and j1 stays at
+    1 of its minimum 2 bound."""
+    past_first_wait(m)
+    m.bind_fault("404")
+    for _ in range(3):
+        m.bind_fault("403")
+    m.create_gang("j", 2, False)
+    m.create_gang("k", 3, False)
+    for _ in range(3):
+        m.tick(5.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "sim629-gang-member-refused": gang_member_refused,
     "30.5-terminating-members-count": terminating_members_count,
     "30.3-inheritance-by-name": inheritance_by_name,
     "30.4-witness-off-after-403": witness_off_after_403,
@@ -374,6 +477,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.1-checked-pending-forgets": checked_pending_forgets,
     "30.1-no-unreserve": no_unreserve,
     "30.2-reload-decided-at-once": reload_decided_at_once,
+    "sim691-deposed-binding-held": deposed_binding_held,
     "30.7c-inherited-pending-reloaded": inherited_pending_reloaded,
     "12.1-relist-frees-in-flight-bind": relist_frees_in_flight_bind,
     "12.2-409-counted-as-failed": conflict_is_failure,
@@ -384,6 +488,8 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim2-uncharge-clears-shared-bits": uncharge_clears_shared_bits,
     "12.6-deleted-while-binding-held": deleted_while_binding_held,
     "12.3-binding-not-fenced": binding_not_fenced,
+    "12.3-no-wait-after-flush": no_wait_after_flush,
+    "12.7-reloaded-deleted-held": reloaded_deleted_held,
 }
 
 

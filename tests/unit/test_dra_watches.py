@@ -1,7 +1,7 @@
-"""Issue 29 item 1: DRA's ResourceSlices, DeviceClasses and ResourceClaims are watched into the
-snapshot as model/dra.py's full objects; an object beyond the API's limits (a slice of 10,000
-devices, a device with a megabyte of attributes) is refused on its own with an error naming it
-and the field, and the others go on being watched."""
+"""Issue 29 item 1: DRA's ResourceSlices, DeviceTaintRules, DeviceClasses and ResourceClaims are
+watched into the snapshot as model/dra.py's full objects; an object beyond the API's limits (a slice
+of 10,000 devices, a device with a megabyte of attributes) is refused on its own with an error
+naming it and the field, and the others go on being watched."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from scheduler.config.tuning import Tuning
-from scheduler.core.model.dra import Allocation, DeviceResult, ResourceClaim
+from scheduler.core.model.dra import (
+    Allocation,
+    DeviceResult,
+    DeviceTaintRule,
+    DeviceTaintSelector,
+    ResourceClaim,
+)
+from scheduler.core.model.objects import Taint
 from scheduler.service.watches import Watches
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
@@ -35,6 +42,18 @@ def slice_(name: str, devices: list[dict[str, Any]], version: str = "1") -> dict
 GOOD = slice_("n1", [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0"}}}])
 MANY = slice_("n2", [{"name": f"gpu-{i}"} for i in range(10_000)])
 HUGE = slice_("n3", [{"name": "gpu-0", "attributes": {"blob": {"string": "x" * (1 << 20)}}}])
+RULE = {
+    "metadata": {"name": "drain", "resourceVersion": "4"},
+    "spec": {
+        "deviceSelector": {"driver": "gpu.example.com", "pool": "n1"},
+        "taint": {
+            "key": "example.com/drain",
+            "effect": "NoExecute",
+            "timeAdded": "2026-11-27T00:00:00Z",
+        },
+    },
+    "status": {"conditions": [{"type": "EvictionInProgress", "status": "False"}]},
+}
 CLASS = {
     "metadata": {"name": "gpu.example.com"},
     "spec": {"extendedResourceName": "example.com/gpu"},
@@ -65,6 +84,7 @@ class Api:
     def __init__(self) -> None:
         self.lists: dict[str, list[dict[str, Any]]] = {
             "resourceslices": [GOOD, MANY, HUGE],
+            "devicetaintrules": [RULE],
             "deviceclasses": [CLASS],
             "resourceclaims": [CLAIM],
         }
@@ -96,13 +116,18 @@ async def test_dra_objects_are_watched_whole_and_an_object_beyond_the_limits_is_
     r = Replica(Apiserver(), MemoryStore(clock), clock)
     api = Api()
     watches = Watches(api, "topo-scheduler", r.s, Tuning())  # type: ignore[arg-type]
-    slices, classes, claims = watches._optional["dra"]  # stepped here, not started
+    slices, rules, classes, claims = watches._optional["dra"]  # stepped here, not started
     with capture_logs() as logs:
-        for reflector in (slices, classes, claims):
+        for reflector in (slices, rules, classes, claims):
             await reflector._list()
     inputs = r.s.state.inputs
     assert list(inputs.resource_slices) == ["n1"]
     assert inputs.resource_slices["n1"].devices[0].attributes == {"uuid": "GPU-0"}
+    assert inputs.device_taint_rules["drain"] == DeviceTaintRule(
+        "drain",
+        Taint("example.com/drain", "NoExecute"),
+        DeviceTaintSelector("gpu.example.com", "n1"),
+    )
     assert inputs.device_classes["gpu.example.com"].extended_resource_name == "example.com/gpu"
     claim = inputs.resource_claims["ns/c"]
     assert claim.reserved_for == ("pu",) and claim.allocation == Allocation(
@@ -121,6 +146,15 @@ async def test_dra_objects_are_watched_whole_and_an_object_beyond_the_limits_is_
     ]
     assert await slices._watch_once()
     assert list(inputs.resource_slices) == ["n4"] and slices.resource_version == "11"
+    # A rule updated beyond the limits (a key longer than any label name) taints nothing.
+    api.events["devicetaintrules"] = [
+        {
+            "type": "MODIFIED",
+            "object": {**RULE, "spec": {"taint": {"key": "k" * 300, "effect": "NoSchedule"}}},
+        },
+    ]
+    assert await rules._watch_once()
+    assert list(inputs.device_taint_rules) == []
     # A claim deleted: gone from the snapshot.
     api.events["resourceclaims"] = [{"type": "DELETED", "object": CLAIM}]
     assert await claims._watch_once()

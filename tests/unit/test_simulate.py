@@ -572,3 +572,29 @@ def test_simulate_allocates_claims_from_templates_and_prints_their_devices(
     code, table, _ = run(capsys, "simulate", f)
     assert code == 0
     assert "CLAIMS\n  default/t  d1\n    default/t-gpus: gpu.nvidia.com/d1/gpu-0, " in table
+
+
+DRAIN_GPU_3 = """
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: drain-gpu-3}
+spec:
+  deviceSelector: {driver: gpu.nvidia.com, pool: d1, device: gpu-3}
+  taint: {key: example.com/drain, effect: NoSchedule}
+"""
+
+
+def test_simulate_keeps_a_device_a_taint_rule_taints_from_the_claims(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    templated = pod("t", 0).replace(
+        "  containers:",
+        "  resourceClaims: [{name: gpus, resourceClaimTemplateName: two-gpus}]\n  containers:",
+    )
+    f = write(tmp_path, "d.yaml", DRA_NODE, DRAIN_GPU_3, templated)
+    code, out, _ = run(capsys, "simulate", "-o", "json", f)
+    assert code == 0
+    ((placed),) = json.loads(out)["placements"]
+    ((claim),) = placed["claims"]
+    # GPU 3 would pair with GPU 0 over NVLink, but the rule taints it.
+    assert "gpu.nvidia.com/d1/gpu-3" not in [d["device"] for d in claim["devices"]]

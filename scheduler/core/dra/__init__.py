@@ -11,6 +11,8 @@ Modules, from the entry point down:
   meets rule 1's best set first.
 - ``pools``: slices gathered into the node's usable pools (generations, completeness, validity,
   node-local, network-attached and per-device node selection).
+- ``taintrules``: DeviceTaintRules' taints patched into a slice's devices, as kube-scheduler's
+  slice tracker does, before the pools are gathered.
 - ``constraints``: matchAttribute and distinctAttribute.
 - ``capacity``: consumable capacity (request policies, shares).
 - ``inuse``: the devices and capacity held by allocated claims.
@@ -32,9 +34,9 @@ last); claim config (FromClass, FromClaim); the 32-result limit.
 Not covered: alpha features (list attributes and ``includes()``, compatibility groups, derived
 attributes, node allocatable resources, partition types, optional node operations), fractional
 capacity ranges (beta but off in a default v1.37 binary), claims reserved for a PodGroup
-(DRAWorkloadResourceClaims, beta off), DeviceTaintRules (GA: a caller would patch their taints
-into the slices' devices, as kube-scheduler does; the shell does not watch them yet, so only the
-taints a driver publishes count, docs/dra.md), and the CEL libraries listed in cel.py.
+(DRAWorkloadResourceClaims, beta off), and the CEL libraries listed in cel.py. DeviceTaintRules
+(GA) are covered by the snapshot, which patches their taints into the slices' devices before
+gathering pools, as kube-scheduler's slice tracker does (``taintrules``).
 
 Where it plugs in: scheduler/kube/dracodec.py decodes resource.k8s.io/v1 objects into
 ``model.dra`` and encodes an ``Allocation`` as ``status.allocation``; the snapshot keeps

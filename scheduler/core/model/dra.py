@@ -99,6 +99,26 @@ class ResourceSlice(Struct, frozen=True):
     shared_counters: tuple[CounterSet, ...] = ()
 
 
+class DeviceTaintSelector(Struct, frozen=True):
+    """Which devices a DeviceTaintRule taints: those of ``driver``, in ``pool`` and named
+    ``device``, each only when set ("" matches any). The empty selector matches every device."""
+
+    driver: str = ""
+    pool: str = ""
+    device: str = ""
+
+
+class DeviceTaintRule(Struct, frozen=True):
+    """A DeviceTaintRule (GA in v1.37): one taint added to every device its selector matches,
+    as if the driver had published it in the slice. A rule without a selector taints no device
+    (the API's rule). Its status (the eviction controller's conditions) plays no part in
+    allocation."""
+
+    name: str
+    taint: Taint
+    selector: DeviceTaintSelector | None = None
+
+
 class OpaqueConfig(Struct, frozen=True):
     """Driver configuration, passed through: ``parameters`` is the raw JSON text."""
 

@@ -108,6 +108,8 @@ class ClusterState:
         )
         self.inputs.resource_claims.on_item = self.devices.claim_changed
         self.inputs.resource_slices.on_item = self.devices.slice_changed
+        rules = self.inputs.device_taint_rules
+        rules.on_change = lambda: self.devices.rules_changed(rules)
 
     # ---- nodes -----------------------------------------------------------------------------
 

@@ -14,8 +14,10 @@ counted twice for one claim, and never offered while any visible claim holds it.
 Slices. ``slices_for(node)`` gives the slices the allocator must see for one node: those
 published for it by name, those without a node name (node selectors, all nodes, per-device
 selection), and every other slice of their pools (a pool is judged complete by all of its
-slices). ``pools(node, labels)`` gathers them into pools (dra/pools.py), remembered per node
-until a slice changes or the node's labels do.
+slices), each with the taints of the DeviceTaintRules that match its devices patched in
+(dra/taintrules.py, as kube-scheduler's slice tracker does). ``pools(node, labels)`` gathers
+them into pools (dra/pools.py), remembered per node until a slice or a rule changes or the
+node's labels do.
 
 The class index. For the DRA filter to cost nothing on a node with no candidate device,
 ``ClassIndex`` keeps, for one DeviceClass, the node-local devices of each node that match the
@@ -36,7 +38,8 @@ from ..dra.budget import Budget
 from ..dra.cel import Selectors
 from ..dra.inuse import DeviceId, InUse
 from ..dra.pools import Candidate, Pool, gather_pools
-from ..model.dra import Allocation, DeviceClass, ResourceClaim, ResourceSlice
+from ..dra.taintrules import with_taint_rules
+from ..model.dra import Allocation, DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice
 from ..settings import DraLimits
 from .names import NameSet
 from .nodes import NodeState
@@ -115,6 +118,7 @@ class Devices:
         "_lifted",
         "_nodes",
         "_pools",
+        "_rules",
         "_slices",
         "_unbound",
         "_watched",
@@ -132,6 +136,8 @@ class Devices:
         limits: DraLimits,
     ) -> None:
         self._slices = slices
+        # The DeviceTaintRules, by name (their order is the order their taints are appended in).
+        self._rules: tuple[DeviceTaintRule, ...] = ()
         self._classes = classes
         self._nodes = nodes
         self.limits = limits
@@ -291,6 +297,13 @@ class Devices:
                 nodes.add(self._slices[name].node_name)
         return nodes.pop() if len(nodes) == 1 else None
 
+    def rules_changed(self, rules: Mapping[str, DeviceTaintRule]) -> None:
+        """The DeviceTaintRules changed (the DEVICE_TAINT_RULES collection's ``on_change``):
+        every node's pools are gathered again with their taints. The class indexes stay: a
+        taint does not change which devices match a class, only which the allocator takes."""
+        self._rules = tuple(rules[name] for name in sorted(rules))
+        self._pools.clear()
+
     def forget_derived(self) -> None:
         """Slices or classes changed: pools and class indexes are rebuilt when next read."""
         self._pools.clear()
@@ -319,7 +332,7 @@ class Devices:
         pools = {(self._slices[n].driver, self._slices[n].pool.name) for n in names}
         for pool in pools:
             names = names | self._by_pool[pool]
-        return [self._slices[n] for n in sorted(names)]
+        return [with_taint_rules(self._slices[n], self._rules) for n in sorted(names)]
 
     def pools(self, node: str, labels: Mapping[str, str]) -> list[Pool]:
         found = self._pools.get(node)

@@ -16,10 +16,10 @@ a Topology watch one project's Topologies. Such a kind has a ``part`` (the API g
 project), and ``replace(items, part)`` leaves the other parts alone.
 
 DRA (issue 29; the seam between the core and the shell's watches): ``RESOURCE_SLICES``,
-``DEVICE_CLASSES`` and ``RESOURCE_CLAIMS`` hold the full ``model/dra.py`` objects, as
-scheduler/kube/dracodec.py decodes them (a claim with its spec, ``status.allocation``,
-``reservedFor`` uids, deletion, and the extended-resource annotation and controller owner).
-Slices are keyed by name (cluster-scoped), classes by name, claims by "namespace/name". Every
+``DEVICE_TAINT_RULES``, ``DEVICE_CLASSES`` and ``RESOURCE_CLAIMS`` hold the full ``model/dra.py``
+objects, as scheduler/kube/dracodec.py decodes them (a claim with its spec, ``status.allocation``,
+``reservedFor`` uids, deletion, and the extended-resource annotation and controller owner). Slices,
+DeviceTaintRules and classes are keyed by name (cluster-scoped), claims by "namespace/name". Every
 claim's allocation, whoever made it, is in use in the snapshot (snapshot/devices.py follows the
 claims through ``on_item``); what a pod says of its claims is ``PodInput.resource_claims``
 (``spec.resourceClaims`` with the claim names ``status.resourceClaimStatuses`` resolves) and
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-from ..model.dra import DeviceClass, ResourceClaim, ResourceSlice
+from ..model.dra import DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice
 from ..model.objects import (
     ClaimInput,
     DisruptionBudgetInput,
@@ -157,7 +157,9 @@ class Keyed(Mapping[str, T]):
             self.on_change()
 
 
-def _name(item: NamespaceInput | DeviceClass | ResourceSlice | VolumeInput) -> str:
+def _name(
+    item: NamespaceInput | DeviceClass | ResourceSlice | DeviceTaintRule | VolumeInput,
+) -> str:
     return item.name
 
 
@@ -182,6 +184,9 @@ BUDGETS: Kind[DisruptionBudgetInput] = Kind("PodDisruptionBudget", _key, lambda 
 RESOURCE_CLAIMS: Kind[ResourceClaim] = Kind("ResourceClaim", _key, lambda i: i.resource_claims)
 DEVICE_CLASSES: Kind[DeviceClass] = Kind("DeviceClass", _name, lambda i: i.device_classes)
 RESOURCE_SLICES: Kind[ResourceSlice] = Kind("ResourceSlice", _name, lambda i: i.resource_slices)
+DEVICE_TAINT_RULES: Kind[DeviceTaintRule] = Kind(
+    "DeviceTaintRule", _name, lambda i: i.device_taint_rules
+)
 # A PodGroup LIST covers one API group; a Topology LIST one project ("Kueue", "KAI").
 POD_GROUPS: Kind[PodGroupInput] = Kind("PodGroup", _key, lambda i: i.pod_groups, _api_group)
 TOPOLOGIES: Kind[TopologyInput] = Kind("Topology", _key, lambda i: i.topologies, _project)
@@ -194,6 +199,7 @@ class Inputs:
         "budgets",
         "claims",
         "device_classes",
+        "device_taint_rules",
         "namespaces",
         "pod_groups",
         "resource_claims",
@@ -212,6 +218,7 @@ class Inputs:
         self.resource_claims: Keyed[ResourceClaim] = Keyed(RESOURCE_CLAIMS)
         self.device_classes: Keyed[DeviceClass] = Keyed(DEVICE_CLASSES)
         self.resource_slices: Keyed[ResourceSlice] = Keyed(RESOURCE_SLICES)
+        self.device_taint_rules: Keyed[DeviceTaintRule] = Keyed(DEVICE_TAINT_RULES)
         # Gang sizes for the pods that name one (gangsources.py).
         self.pod_groups: Keyed[PodGroupInput] = Keyed(POD_GROUPS)
         # Kueue's and KAI's hierarchies (issue 21, topoconstraints.py).
