@@ -36,7 +36,8 @@ Then the contender is stopped, its peak RSS read (VmHWM), and the pods deleted. 
 - failover: two topo-scheduler replicas (lease 15 s), the leader SIGKILLed, until the standby
   binds a new pod.
 
-Prints one table of medians over the rounds; never fails on the figures. ``--quick`` (also
+Prints one table of medians over the rounds (the claims part one of its own); never fails on
+the figures. ``--quick`` (also
 bench-smoke's) runs one round on 50 nodes with backlogs of 100 pods and streams of 3 s: about a
 few minutes, every part once; it fails (exit status 1) when a backlog (the claims part's too),
 the gangs or the failover's pod are not all bound: the run is broken, whatever its figures.
@@ -86,12 +87,7 @@ from benchmarks.liveplane import (
     wait_nodes_ready,
 )
 from benchmarks.profiler import Profiler, summary
-from scheduler.testing.controlplane import (
-    ADMIN_TOKEN,
-    ControlPlane,
-    build_binaries,
-    pod_manifest,
-)
+from scheduler.testing.controlplane import ADMIN_TOKEN, ControlPlane, build_binaries, pod_manifest
 from scheduler.testing.dradriver import GPU_CLASS, V100, NvidiaDraDriver, gpu_slices, to_json
 from scheduler.testing.kubescheduler import KubeScheduler
 from scheduler.testing.redisserver import RedisServer
