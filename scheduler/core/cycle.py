@@ -83,9 +83,9 @@ def group_units(pods: Sequence[PodInput]) -> list[Unit]:
 
 
 def decide(state: ClusterState, unit: Unit, within: frozenset[str] = frozenset()) -> Decision:
-    """The unit's decision on ``state``, which is left as it was. Nominations (GPUs held for
-    preemptors) bind it unless they are its own or of lower priority than it: those are lifted
-    for the decision (ClusterState.lifted_nominations).
+    """The unit's decision on ``state``, which is left as it was. Nominations (GPUs and DRA
+    devices held for preemptors) bind it unless they are its own or of lower priority than it:
+    those are lifted for the decision (ClusterState.lifted_nominations).
 
     A gang placed through topology domains keeps to the domain its bound members, the nodes
     its own members are nominated to (a preemption's domain, while its victims leave) and

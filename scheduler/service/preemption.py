@@ -5,12 +5,13 @@ the core which lower-priority pods to evict (``core/preemption/preempt.py``: who
 elastic gang's surplus, never one member alone; only if the unit then fits, checked with the same
 core). If there are victims, in this order:
 
-1. The nominations are written to the store (fenced, one per preemptor pod: the node and the
-   GPUs the plan gives it, the victims' UIDs, an expiry ``preemptionHoldSeconds`` ahead). A store
-   that refuses (fenced, unavailable) means nothing is evicted: the unit is retried later.
+1. The nominations are written to the store (fenced, one per preemptor pod: the node, the
+   GPUs and the claims' DRA allocations the plan gives it, the victims' UIDs, an expiry
+   ``preemptionHoldSeconds`` ahead). A store that refuses (fenced, unavailable) means nothing is
+   evicted: the unit is retried later.
 2. The pod book's NOMINATED event: the preemptor's entry and the snapshot hold the same
    nominations (``ClusterState.nominate``): pods of equal or lower priority cannot take those
-   GPUs; the preemptor itself and higher-priority pods can.
+   GPUs and DRA devices; the preemptor itself and higher-priority pods can.
 3. Off the cycle's path: each preemptor pod's ``status.nominatedNodeName`` is set; every victim's
    eviction is first asked as a dry run, and only when none is refused are they all evicted
    through the Eviction API, so a plan (a gang above all) is carried out whole or not at all;
@@ -216,19 +217,14 @@ class Preemptions:
         return set(self.refused)
 
     def _plan_over_lower(self, result: Preemption) -> None:
-        """End the nominations of lower priority whose GPUs ``result`` plans to use: the core
-        lifted them for this plan, so they no longer hold (kube-scheduler clears the lower
-        nominations on the node it preempts on)."""
+        """End the nominations of lower priority whose GPUs or DRA devices ``result`` plans to
+        use: the core lifted them for this plan, so they no longer hold (kube-scheduler clears
+        the lower nominations on the node it preempts on)."""
         mine = set(result.pods)
         for n in result.nominations:
             for key, held in list(self._held()):
                 other = held.nominated
-                if (
-                    key not in mine
-                    and other.node == n.node
-                    and other.priority < result.priority
-                    and set(other.devices) & set(n.devices)
-                ):
+                if key not in mine and other.priority < result.priority and n.overlaps(other):
                     log.info("nomination planned over", pod=key, by=n.pod, node=n.node)
                     self.dispatch(key, held.nominated.uid, Event.NOMINATION_ENDED)
 
@@ -248,6 +244,7 @@ class Preemptions:
                     node=n.node,
                     devices=n.devices,
                     victims=victims,
+                    allocations=n.allocations,
                     created_ms=now_ms,
                     expires_ms=now_ms + int(self.hold_s * 1000),
                 )
@@ -438,6 +435,7 @@ class Preemptions:
                 node=n.node,
                 devices=n.devices,
                 requests=pod_requests(pod, self.state.gpu_names, memo=self.state.memos.requests),
+                allocations=n.allocations,
             )
             entry = self.book.get(n.pod)
             if entry is None or entry.uid != uid:

@@ -25,10 +25,11 @@ call it writes every node's inventory), loads the reservations a previous leader
 that are still pending (held where they are until that leader's Bindings can no longer land:
 run.tuning.bindCommitSeconds after the election, the pod book's UNSETTLED), and only then takes
 the first pod; when the store cannot say who led before, or may have lost its last writes (a
-flushed or new Redis, a restart from disk, a replica promoted by Sentinel: ``kept_history``),
-it first waits one lease duration, so that any Binding a previous leader still had in
-flight has completed (the fencing rule in binder.py), and reconciles again before deciding, so
-that the store also records the pods those Bindings bound.
+restart from disk, a replica promoted by Sentinel: ``kept_history``), it first waits one lease
+duration, so that a previous leader has stopped sending Bindings (the fencing rule in
+binder.py), and reconciles again before deciding, so that the store also records the pods
+those Bindings bound; a store that lost every election (flushed or new) lost that leader's
+reservations too, and waits one lease plus bindCommitSeconds (``first_wait``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from scheduler.config import Preemption
 from scheduler.config.tuning import Tuning
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
-from scheduler.state.base import Record, Store
+from scheduler.state.base import History, Record, Store
 
 from .apiserver import Cluster
 from .binder import Binder, bind_timeout_for
@@ -281,47 +282,55 @@ class Scheduler:
         }
         await self.preemptions.reload(pending)  # GPUs held for preemptors survive a failover
         self.stale.rescan()  # a gang that fell below its minimum while no one led
-        self.first_decision_at = 0.0
         history = await self.store.kept_history(self.leadership.holder, epoch)
         # The apiserver's record (witness.py): a store whose history does not end with the
-        # leader recorded there waits one lease, and no record at all waits longer (below; a
-        # failure to read or write it fails the election).
+        # leader recorded there waits one lease, and a store that lost it all waits longer
+        # (below; a failure to read or write the record fails the election).
         new, chained = False, history.kept
         if self.witness is not None:
             new, chained = await self.witness.elected(self.leadership.holder, epoch, history)
-        if new and self.wait_for_unknown_leader:
-            # No leader recorded and a store without history: a new installation, or the
-            # witness deleted and the store flushed while an old leader still sent Bindings
-            # (its very first ones, with no pod of it bound yet, included). Nothing the
-            # apiserver or the store holds tells these apart, so the wait covers the worst:
-            # that leader sends until its local lease ends (at most one lease after this
-            # election: its renewals fail on the flushed store and against the witness), and a
-            # Binding it sent may commit up to bindCommitSeconds later (an etcd stall). A
-            # new installation pays this once, at its first start.
-            wait = self.leadership.timing.lease_s + self.bind_commit_s
-            self.first_decision_at = self.clock() + wait
-            log.info(
-                "no leader recorded: waiting until a forgotten leader's Bindings cannot land",
-                seconds=wait,
-            )
-            self.sync.request()  # its Bindings land during the wait: the store records them
-        elif not new and not chained and self.wait_for_unknown_leader:
-            # The store may have lost its last writes: new or flushed (its epochs started
-            # afresh), restarted from disk, or a replica promoted over its master; or a newer
-            # leader than its history knows is recorded in the apiserver. Whoever led last is
-            # unknown to the store (or its lease was lost) and may still have Bindings in flight
-            # that the store does not know of. They end within one lease.
-            wait = self.leadership.timing.lease_s
-            self.first_decision_at = self.clock() + wait
-            log.info("previous leader unknown: waiting before the first decision", seconds=wait)
+        wait = self.first_wait(history, chained)
+        self.first_decision_at = self.clock() + wait
+        if wait:
+            if new:  # a new installation, or the witness deleted too: the log says which case
+                log.info(
+                    "no leader recorded: waiting until a forgotten leader's Bindings cannot land",
+                    seconds=wait,
+                )
+            else:
+                log.info("previous leader unknown: waiting before the first decision", seconds=wait)
             # Its Bindings land during the wait, after the reconcile above, and a pod it bound
             # reaches the book as seen bound (nothing for the store): reconcile again before
-            # the first decision, so the store records them too.
+            # the first decision, so the store also records the pods those Bindings bound.
             self.sync.request()
         self.ready_to_schedule = True
         for entry in self.book.in_stages(SCHEDULABLE_STAGES):
             self.effects.dispatch(entry.key, entry.uid, Event.ELECTED)
         self.tasks.wake()
+
+    def first_wait(self, history: History, chained: bool) -> float:
+        """How long an elected leader waits before its first decision, for the Bindings a
+        previous leader the store does not know of may still have in flight (0 when none).
+
+        A store whose history ends with the leader last recorded (``chained``), or a single
+        replica's own store (no other leader exists), waits for nothing. A store that holds no
+        election at all (new or flushed: Redis' FLUSHALL, a memory store restarted) lost every
+        reservation a previous leader made, so a Binding of that leader's is in nobody's
+        record: that leader sends until its local lease ends (at most one lease after this
+        election: its renewals fail on the flushed store and against the witness), and a
+        Binding it sent may commit up to bindCommitSeconds later (an etcd stall). Nothing the
+        apiserver or the store holds tells a new installation from that (the witness deleted
+        too, or kept), so a new installation pays this once, at its first start. Any other
+        store whose history is cut (restarted from disk, a replica promoted by Sentinel, or a
+        newer leader recorded in the witness than its history knows) still holds the previous
+        leader's reservations as it last replicated them, which the election reloads and holds
+        until bindCommitSeconds after it (podbook.py, UNSETTLED): it waits one lease, for that
+        leader's local lease to end."""
+        if chained or not self.wait_for_unknown_leader:
+            return 0.0
+        if not history.kept and not history.previous:
+            return self.leadership.timing.lease_s + self.bind_commit_s
+        return self.leadership.timing.lease_s
 
     async def _read_questioned(self, records: dict[str, Record]) -> None:
         """Read from the apiserver every name the book holds under another UID than a store

@@ -9,11 +9,12 @@ resourceVersion is read from etcd (a quorum read), so the order of records and r
 It serves three purposes (docs/operations.md "State and HA"):
 - *No record is no proof.* A Redis that may have lost its last writes cannot say who led
   before, so the new leader waits one lease before its first decision, unless its history ends
-  with the leader recorded here (``chained``). With no record at all (``elected`` says "new"),
-  a new installation cannot be told from a witness deleted and a store flushed while an old
-  leader's Bindings, its very first ones included, are in flight: the new leader waits until
-  those can no longer land, one lease plus run.tuning.bindCommitSeconds (scheduler.py). A new
-  installation pays that once.
+  with the leader recorded here (``chained``). A Redis that lost every election (flushed or
+  new) waits until an old leader's Bindings can no longer land, one lease plus
+  run.tuning.bindCommitSeconds (scheduler.py's ``first_wait``), whatever is recorded here: with
+  no record at all (``elected`` says "new"), a new installation cannot be told from a witness
+  deleted and a store flushed while an old leader's Bindings, its very first ones included, are
+  in flight. A new installation pays that once.
 - *A renewal counts only while the witness holds the renewer's own record* (``superseded``,
   checked by leader.py after Redis accepted the renewal). A later leader that cannot trust its
   Redis records itself before its one-lease wait: a renewal sent after that record does not

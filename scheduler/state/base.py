@@ -40,8 +40,9 @@ tests against both):
   the pod records (bound members' gangs come from the truth's claims). Nominations (below) are
   not pod records: ``reconcile`` leaves them alone.
 - Nominations (``nominations``; issue 14's preemption): while a preemptor's victims terminate, the
-  GPUs freed for it (whole GPU indices on one node; none when it needs only cpu/memory) are held
-  for it by a ``Nomination``, at most one per preemptor UID. ``nominate`` writes one, fenced like
+  GPUs freed for it (whole GPU indices on one node; none when it needs only cpu/memory) and the
+  DRA allocations its plan gives its claims are held for it by a ``Nomination``, at most one per
+  preemptor UID. ``nominate`` writes one, fenced like
   every write, replacing any earlier nomination of the same UID; ``drop_nominations`` removes
   those of the UIDs given (the preemptor bound, was deleted, or was given up; unknown UIDs are
   ignored). A nomination carries its own ``expires_ms`` (unix milliseconds, chosen by the caller:
@@ -65,6 +66,7 @@ from typing import Protocol
 from msgspec import Struct
 
 from scheduler.core.model.decisions import ClaimAllocation
+from scheduler.core.model.dra import Allocation
 
 
 class StoreError(Exception):
@@ -154,6 +156,9 @@ class Nomination(Struct, frozen=True, kw_only=True):
     node: str  # the node nominated for it (its status.nominatedNodeName)
     devices: tuple[int, ...] = ()  # whole GPU indices held for it; () when it needs no whole GPU
     victims: tuple[str, ...] = ()  # the UIDs of the pods evicted for it
+    # The allocations the plan gives its ResourceClaims (issue 29): the next leader holds their
+    # DRA devices for it too. Absent in nominations written before it existed (decoded as ()).
+    allocations: tuple[Allocation, ...] = ()
     created_ms: int  # unix milliseconds
     expires_ms: int  # unix milliseconds; live while now_ms < expires_ms
 

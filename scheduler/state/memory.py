@@ -33,6 +33,11 @@ class MemoryStore(ReservesUnits):
         self._records: dict[str, Record] = {}
         # (node, index) -> owner of a whole GPU.
         self._owners: dict[tuple[str, int], Owner] = {}
+        # (node, index) -> the UIDs whose claims on that whole GPU a later claim was written
+        # over (an election reconcile writing two bound claims on it): the owner's successors
+        # when it is released, if their records still name the GPU (redis_store.py's
+        # P:contested).
+        self._contested: dict[tuple[str, int], list[str]] = {}
         # (node, index) -> pod UID -> that pod's shares of the card, kept by _write and _drop:
         # a reservation reads only the cards its claims touch, never every record.
         self._cards: dict[tuple[str, int], dict[str, list[ShareClaim]]] = {}
@@ -160,7 +165,11 @@ class MemoryStore(ReservesUnits):
     def _write(self, claim: Claim, state: str, epoch: int, touched: set[str]) -> None:
         self._records[claim.uid] = Record(claim, state, epoch)
         for index in claim.devices:
-            self._owners[(claim.node, index)] = Owner(claim.uid, claim.gang, epoch)
+            key = (claim.node, index)
+            before = self._owner_uid(key)
+            if before is not None and before != claim.uid:
+                self._contested.setdefault(key, []).append(before)
+            self._owners[key] = Owner(claim.uid, claim.gang, epoch)
         for s in claim.shares:
             self._cards.setdefault((claim.node, s.index), {}).setdefault(claim.uid, []).append(s)
         if claim.gang:
@@ -172,8 +181,10 @@ class MemoryStore(ReservesUnits):
         if rec is None:
             return
         for index in rec.claim.devices:
-            if self._owner_uid((rec.claim.node, index)) == uid:
-                del self._owners[(rec.claim.node, index)]
+            key = (rec.claim.node, index)
+            if self._owner_uid(key) == uid:
+                del self._owners[key]
+                self._succeed(key)
         for s in rec.claim.shares:
             key = (rec.claim.node, s.index)
             card = self._cards.get(key)
@@ -184,6 +195,19 @@ class MemoryStore(ReservesUnits):
         if rec.claim.gang:
             self._members.get(rec.claim.gang, set()).discard(uid)
             touched.add(rec.claim.gang)
+
+    def _succeed(self, key: tuple[str, int]) -> None:
+        """GPU ``key``'s owner was released: the GPU goes to the latest claim written over on
+        it whose record still names it (a release removes only the ownership its record
+        holds, never another record's claim)."""
+        waiting = self._contested.pop(key, [])
+        while waiting:
+            rec = self._records.get(waiting.pop())
+            if rec is not None and rec.claim.node == key[0] and key[1] in rec.claim.devices:
+                self._owners[key] = Owner(rec.claim.uid, rec.claim.gang, rec.epoch)
+                if waiting:
+                    self._contested[key] = waiting
+                return
 
     def _settle(self, gangs: set[str], epoch: int) -> None:
         """Rewrite the records of these gangs from their members (see base.py)."""

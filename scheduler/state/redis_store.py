@@ -11,6 +11,7 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
 | ``P:pods`` | hash | pod UID -> the claim as JSON, exactly as Python encoded it |
 | ``P:pstate`` | hash | pod UID -> ``reserved|<epoch>`` or ``bound|<epoch>`` |
 | ``P:gpu:<node>`` | hash | GPU index -> ``<uid>|<gang>|<epoch>`` of the pod holding it whole |
+| ``P:contested:<node>`` | hash | GPU index -> UIDs whose claim on it a later one was written over |
 | ``P:card:<node>:<index>`` | hash | pod UID -> ``core|memoryMiB|sgpu|qos`` of its share |
 | ``P:gang:<namespace/job>`` | hash | ``state``, ``epoch``, ``replicas``, ``members`` of a gang |
 | ``P:gangs`` | set | every gang key that has a ``P:gang:`` record |
@@ -29,6 +30,11 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
   xargs redis-cli del``, or simply FLUSHDB the scheduler's Redis database (the apiserver is the
   truth: the next leader's reconcile writes the store again from it). Those versions ignore gang
   records and ``P:nodes``.
+- ``P:contested:<node>``: only an election reconcile writes two bound claims on one GPU (the
+  apiserver's pods as a lagging replica has them: a stale one and the real one); the later
+  becomes the owner and the earlier is listed here. When the owner is released, the GPU goes
+  to the latest one listed whose record still names it (an entry whose record is gone or moved
+  is dropped then): a release removes only its own ownership, never another record's claim.
 - ``P:gang:<namespace/job>``: ``state`` is ``reserved``, ``bound`` or ``partial`` (base.py),
   ``epoch`` the epoch of the call that last wrote the record, ``replicas`` the gang's replica
   count (0 = unknown), ``members`` the member pod UIDs, sorted and comma-separated.
@@ -192,12 +198,41 @@ local function settle_touched()
   for _, gang in ipairs(gangs) do settle(gang) end
   touched = {}
 end
+-- GPU `index` of `node` lost its owner (released): it goes to the latest claim written over
+-- on it (P:contested) whose record still names it. A release removes only its own ownership.
+local function contested_key(node) return P .. ':contested:' .. node end
+local function succeed(node, index)
+  local list = redis.call('HGET', contested_key(node), index)
+  if not list then return end
+  redis.call('HDEL', contested_key(node), index)
+  local waiting = split(list)
+  while #waiting > 0 do
+    local u = table.remove(waiting)
+    local raw = redis.call('HGET', PODS, u)
+    local c = raw and cjson.decode(raw)
+    if c and c.node == node then
+      for _, i in ipairs(c.devices) do
+        if tostring(i) == tostring(index) then
+          local epoch = string.match(redis.call('HGET', PSTATE, u) or '', '|(%d+)$') or EPOCH
+          redis.call('HSET', gpu_key(node), index, u .. '|' .. (c.gang or '') .. '|' .. epoch)
+          if #waiting > 0 then
+            redis.call('HSET', contested_key(node), index, table.concat(waiting, ','))
+          end
+          return
+        end
+      end
+    end
+  end
+end
 local function drop(uid)
   local raw = redis.call('HGET', PODS, uid)
   if not raw then return false end
   local c = cjson.decode(raw)
   for _, index in ipairs(c.devices) do
-    if owner_of(c.node, index) == uid then redis.call('HDEL', gpu_key(c.node), index) end
+    if owner_of(c.node, index) == uid then
+      redis.call('HDEL', gpu_key(c.node), index)
+      succeed(c.node, index)
+    end
   end
   for _, s in ipairs(c.shares) do redis.call('HDEL', card_key(c.node, s[1]), uid) end
   redis.call('HDEL', PODS, uid)
@@ -210,6 +245,11 @@ local function write(raw, c, state)
   redis.call('HSET', PODS, c.uid, raw)
   redis.call('HSET', PSTATE, c.uid, state .. '|' .. EPOCH)
   for _, index in ipairs(c.devices) do
+    local before = owner_of(c.node, index)
+    if before and before ~= c.uid then
+      local list = redis.call('HGET', contested_key(c.node), index)
+      redis.call('HSET', contested_key(c.node), index, list and (list .. ',' .. before) or before)
+    end
     redis.call('HSET', gpu_key(c.node), index, c.uid .. '|' .. gang .. '|' .. EPOCH)
   end
   for _, s in ipairs(c.shares) do

@@ -316,8 +316,8 @@ async def test_redis_flushall_under_two_replicas_while_scheduling(
 ) -> None:
     """4 nodes of 8 GPUs (32) and 40 pods asking for 1 or 2 GPUs (60), all there when two
     replicas start on one Redis: FLUSHALL as the first binds land. The lease and every record
-    go; a replica leads again at epoch 1, reconciles from the apiserver and waits one lease for
-    the Bindings of a leader it cannot know before it decides."""
+    go; a replica leads again at epoch 1, reconciles from the apiserver and waits one lease plus
+    bindCommitSeconds for the Bindings of a leader it cannot know before it decides."""
     # The standby tries for the lease every 50 ms (not 0.5 s): it takes over while the flushed
     # leader's last Bindings are still landing, the race this test is after.
     config = scenario.config.read_text()

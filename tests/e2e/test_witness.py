@@ -1,7 +1,8 @@
 """The epoch witness (scheduler/service/witness.py) on the real apiserver, under deploy/'s Role:
 it tells no leader ever recorded (a new installation, or a deleted witness) from a Redis that
-lost its history: the first waits one lease plus bindCommitSeconds, the second one lease
-(docs/operations.md "State and HA")."""
+lost its history; both wait one lease plus bindCommitSeconds when the Redis lost every election
+(a FLUSHALL, a restart without persistence), since the reservations of a leader whose Bindings
+may still land went with them (docs/operations.md "State and HA")."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kubernetes_asyncio.client import ApiClient
 from scheduler.kube.api import KubeApi
 from scheduler.service.witness import NAME, NEVER, Witness, WitnessError
 from scheduler.state.base import History
-from scheduler.testing.controlplane import ControlPlane
+from scheduler.testing.controlplane import REQUEST_TIMEOUT_S, ControlPlane
 from scheduler.testing.redisserver import RedisServer
 from tests.conftest import started_redis
 from tests.manifests import NAMESPACE
@@ -53,7 +54,7 @@ async def test_the_witness_records_elections_per_scheduler_under_deploys_role(
         await elsewhere.elected("h1", 1, History(False, ""))
 
 
-async def test_a_new_installation_and_a_flushed_redis_each_wait_their_own_time(
+async def test_a_new_installation_and_a_flushed_redis_are_told_apart_and_both_wait(
     scenario: Scenario, fresh_redis: RedisServer
 ) -> None:
     scenario.configure(lease=(3, 1))
@@ -66,8 +67,9 @@ async def test_a_new_installation_and_a_flushed_redis_each_wait_their_own_time(
     assert "no leader recorded: waiting until a forgotten leader's Bindings cannot land" in events
     assert "previous leader unknown: waiting before the first decision" not in events
     assert first.terminate() == 0
-    # The same scheduler after its Redis lost everything: it led before, so the next leader
-    # cannot rule out Bindings in flight and waits.
+    # The same scheduler after its Redis lost everything: it led before (the witness names it),
+    # so the next leader cannot rule out Bindings in flight, none of them held by a reservation
+    # any more: it waits one lease plus bindCommitSeconds too.
     fresh_redis.stop()
     fresh_redis.start()
     scenario.pod("second", 1)
@@ -75,6 +77,12 @@ async def test_a_new_installation_and_a_flushed_redis_each_wait_their_own_time(
     await scenario.wait_bound(["second"])
     events = [line.get("event") for line in second.lines()]
     assert "previous leader unknown: waiting before the first decision" in events
+    waits = [
+        line.get("seconds")
+        for line in second.lines()
+        if line.get("event") == "previous leader unknown: waiting before the first decision"
+    ]
+    assert 3 + REQUEST_TIMEOUT_S in waits  # the lease (3 s) plus bindCommitSeconds
     assert (
         "no leader recorded: waiting until a forgotten leader's Bindings cannot land" not in events
     )

@@ -273,6 +273,29 @@ async def test_reconcile_reports_gpus_claimed_twice_by_the_truth(h: Harness) -> 
     assert report.conflicts == ("pod default/p2: GPU 0 on node n is held by pod UID p1",)
 
 
+async def test_releasing_one_of_two_claims_on_a_gpu_leaves_the_other_its_owner(h: Harness) -> None:
+    """Sim timeline sim2-uncharge-clears-shared-bits: an election reconcile writes two bound
+    claims on one GPU, the real y (already recorded) and a stale x its lagging book still has
+    bound, which becomes the GPU's owner. x is released: the GPU must stay y's. Before the fix
+    releasing x removed the GPU's owner while y's record stayed, and the store accepted c's
+    reservation of y's GPU."""
+    e = await h.store.acquire("a", TTL)
+    assert e is not None
+    await h.store.reconcile("a", e, [claim("y", devices=(1,), gang="default/j")], [])
+    report = await h.store.reconcile(
+        "a", e, [claim("y", devices=(1,), gang="default/j"), claim("x", devices=(1,))], []
+    )
+    assert report.conflicts == ("pod default/x: GPU 1 on node n is held by pod UID y",)
+    await h.store.release("a", e, ["x"])
+    assert set(await h.store.records()) == {"y"}
+    assert await h.store.owners("n") == {1: Owner("y", "default/j", e)}, "y's GPU has no owner"
+    with pytest.raises(Conflict):
+        await h.store.reserve("a", e, [claim("c", devices=(1,))])
+    await h.store.release("a", e, ["y"])  # the last claim on it gone: the GPU is free
+    assert await h.store.owners("n") == {}
+    await h.store.reserve("a", e, [claim("c", devices=(1,))])
+
+
 # ---- several units in one call (reserve_each) ----------------------------------------------
 
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import redis.asyncio as aioredis
 
+from scheduler.core.model.dra import Allocation, DeviceResult
 from scheduler.state.base import Fenced, Nomination, Unavailable
 from scheduler.state.redis_store import RedisStore
 from tests.integration import test_store_contract
@@ -67,6 +69,17 @@ async def test_a_nomination_is_read_back_as_written(h: Harness) -> None:
     nominations = await h.store.nominations(NOW + 1)
     assert nominations["q"].devices == () and nominations["q"].priority == -5
     assert nominations["p"].victims == ("v1", "v2")
+
+
+async def test_a_nominations_dra_allocations_are_read_back_as_written(h: Harness) -> None:
+    """Issue 29: the DRA devices a preemptor's plan allocates are held across a failover."""
+    e = await leader(h)
+    result = DeviceResult("gpu", "gpu.example.com", "n", "gpu-0", consumed_capacity={"mem": "4Gi"})
+    claimed = msgspec.structs.replace(
+        nomination("p", devices=()), allocations=(Allocation((result,)),)
+    )
+    await h.store.nominate("a", e, claimed, NOW)
+    assert await h.store.nominations(NOW) == {"p": claimed}
 
 
 async def test_a_preemptor_has_at_most_one_nomination_the_last_written(h: Harness) -> None:
@@ -209,11 +222,13 @@ async def test_redis_nomination_keys(redis_server: Any) -> None:
         assert await client.hgetall("N:nominations") == {
             "p": (
                 '{"uid":"p","pod":"default/p","priority":1000,"node":"n","devices":[2,3],'
-                f'"victims":["v1","v2"],"created_ms":{NOW},"expires_ms":{NOW + HOLD_MS}}}'
+                '"victims":["v1","v2"],"allocations":[],'
+                f'"created_ms":{NOW},"expires_ms":{NOW + HOLD_MS}}}'
             ),
             "q": (
                 '{"uid":"q","pod":"default/q","priority":1000,"node":"n","devices":[],'
-                f'"victims":["q-victim"],"created_ms":{NOW},"expires_ms":{NOW + 7}}}'
+                '"victims":["q-victim"],"allocations":[],'
+                f'"created_ms":{NOW},"expires_ms":{NOW + 7}}}'
             ),
         }
         assert await client.zrange("N:nomexpiry", 0, -1, withscores=True) == [

@@ -15,12 +15,12 @@ import redis.asyncio as aioredis
 
 from scheduler.kube.watch import HttpError
 from scheduler.service.witness import Witness, WitnessError
-from scheduler.state.base import Store
+from scheduler.state.base import History, Store
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakePod
 from tests.clock import ManualClock
-from tests.lifecycle import QUICK_RETRIES, Apiserver, ConfigMaps, Replica, node
+from tests.lifecycle import QUICK_RETRIES, Apiserver, ConfigMaps, Replica, node, until
 
 
 class Stores:
@@ -39,6 +39,23 @@ class Stores:
         )
         self.made.append(store)
         return store
+
+    async def promote(self, store: Store) -> None:
+        """Sentinel's failover that lost nothing: another Redis process serves the store's
+        data (its ``P:server`` is another run_id), so the next election finds its history cut;
+        the memory store, one process, says so once."""
+        if isinstance(store, RedisStore):
+            client = aioredis.Redis.from_url(self.url)
+            await client.set(f"{store.prefix}:server", "another-run-id")
+            await client.aclose()
+            return
+        kept_history = store.kept_history
+
+        async def cut(holder: str, epoch: int) -> History:
+            store.kept_history = kept_history  # type: ignore[method-assign]
+            return History(False, (await kept_history(holder, epoch)).previous)
+
+        store.kept_history = cut  # type: ignore[method-assign]
 
     async def flush(self) -> None:
         """FLUSHALL: the lease, the epochs and every record are gone."""
@@ -99,17 +116,18 @@ async def test_issue30_4_a_transient_403_on_the_witness_does_not_give_two_leader
     stores: Stores, clock: ManualClock
 ) -> None:
     """A partition: a leads on the old master m1, which still takes its writes; the Sentinels
-    promoted m2 and b is elected there, recorded in the witness, and waits one lease (its
-    store's history is cut). a's renewal on m1 reads the witness while an authorization webhook
-    times out (403). Before the fix that one 403 turned the witness off for good: every later
-    renewal m1 accepted counted, a led on past b's wait, and both bound a pod on n/0."""
+    promoted m2 and b is elected there, recorded in the witness, and waits (m2 lost every
+    election: one lease plus bindCommitSeconds). a's renewal on m1 reads the witness while an
+    authorization webhook times out (403). Before the fix that one 403 turned the witness off
+    for good: every later renewal m1 accepted counted, a led on past b's wait, and both bound a
+    pod on n/0."""
     api, maps = Apiserver(), ConfigMaps()
     a = replica(api, stores(), clock, "a", maps)
     b = replica(api, stores(), clock, "b", maps)
     assert await a.elect([node(1)]) == 1
     assert not a.s.may_decide()  # no leader recorded: one lease plus bindCommitSeconds first
     assert await b.elect([node(1)]) == 1  # the promoted replica: a's lease and epoch lost
-    assert not b.s.may_decide()  # its history is cut: one lease first (until 15 s)
+    assert not b.s.may_decide()  # its store holds no election: one lease plus bindCommitSeconds
     clock.now += 5.0
     maps.failure = HttpError(403, "forbidden: webhook authorizer timed out")
     await a.renewal()  # m1 accepts it; the witness cannot confirm a's epoch: it does not count
@@ -117,8 +135,7 @@ async def test_issue30_4_a_transient_403_on_the_witness_does_not_give_two_leader
     clock.now += 5.0
     await a.renewal()  # m1 accepts it; the witness holds b's record: a is deposed
     await b.renewal()  # m2 accepts it, and the witness holds b's record: it counts
-    clock.now += 5.0
-    assert b.s.may_decide()
+    await waited(b)
     # Each side has a pod to place on the one GPU; whoever may decide does.
     for r, name in ((a, "p"), (b, "q")):
         r.pending(MakePod().Name(name).Req(1).Obj())
@@ -230,3 +247,72 @@ async def test_issue30_7a_an_old_leaders_first_bindings_in_flight_hold_a_new_lea
     await b.settle()
     assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
     assert b.held("default/q") is None and b.held("default/p") == ("n", [0])
+
+
+# ---- a flushed store with the witness kept; a failover that lost nothing -----------------------
+
+
+async def test_a_flushed_store_with_the_witness_kept_waits_out_the_old_leaders_bindings(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """a leads (past its first wait) and its Binding of p (n/0) stalls in etcd: it commits up
+    to bindCommitSeconds after it was sent. The store is flushed (the witness kept: a's record
+    is there); b is elected on a store that lost every election and every reservation, so
+    nothing holds p's GPU for it. Before the fix that was only "history cut": b waited one
+    lease (15 s), decided q onto n/0, and then a's Binding of p committed there too."""
+    api, maps = Apiserver(), ConfigMaps()
+    store = stores()
+    a = replica(api, store, clock, "a", maps)
+    b = replica(api, store, clock, "b", maps)
+    assert await a.elect([node(1)]) == 1
+    await waited(a)
+    api.stalled["default/p"] = None  # etcd stalls: p's Binding gets no answer
+    a.pending(MakePod().Name("p").Req(1).Obj())
+    await a.step()
+    await until(lambda: api.stalled["default/p"] is not None)  # sent, no answer
+    # kill -9: nothing of a runs any more; its Binding stays in etcd.
+    a.s.accepting = False
+    for t in list(a.s.tasks.running):
+        t.cancel()
+    await asyncio.gather(*list(a.s.tasks.running), return_exceptions=True)
+    await stores.flush()  # the lease, the epochs and p's reservation are gone; the witness stays
+    b.pending(MakePod().Name("q").Req(1).Obj())
+    assert await b.elect([node(1)]) == 1
+    assert not b.s.may_decide()
+    for _ in range(3):  # one lease passes: a's own lease is over, its Binding still stalled
+        clock.now += 5.0
+        await b.renewal()
+    if b.s.may_decide():  # what one lease allowed: q decided onto the GPU p's Binding takes
+        await b.step()
+        await until(lambda: api.binds)
+    api.end_stall("default/p")  # p's Binding commits, within bindCommitSeconds of its sending
+    assert api.binds == [("default/p", "n", "0")], "n/0 given twice: b decided after one lease"
+    b.bound_seen("default/p")
+    await waited(b)
+    await b.step()
+    await b.settle()
+    assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
+    assert b.held("default/q") is None and b.held("default/p") == ("n", [0])
+
+
+async def test_a_failover_that_lost_nothing_waits_one_lease_only(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """Sentinel promotes a replica that holds a's election (its history is cut: another Redis
+    process serves it, so the last writes may be lost, but it lost no election): b waits one
+    lease for a's local lease to end, not the bindCommitSeconds a flushed store waits. Any
+    reservation a left there is reloaded and held until bindCommitSeconds after b's election
+    (podbook.py, UNSETTLED)."""
+    api, maps = Apiserver(), ConfigMaps()
+    store = stores()
+    a = replica(api, store, clock, "a", maps)
+    b = replica(api, store, clock, "b", maps)
+    assert await a.elect([node(1)]) == 1
+    await waited(a)
+    await stores.promote(store)  # its history cut, a's election kept
+    await store.release_lease("a", 1)  # a stops (a kill -9 lets its lease run out the same)
+    elected = clock.now
+    assert await b.elect([node(1)]) == 2
+    assert not b.s.may_decide()
+    await waited(b)
+    assert clock.now == elected + 15.0  # one lease

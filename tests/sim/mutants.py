@@ -30,10 +30,9 @@ Mutants not reached yet (no seed, no timeline; ``make sim`` names them and does 
   record of a pod it has not seen, reloads a reservation of a pod it has as pending, and a
   reservation refused by a left-behind record asks for a reconcile. So the mutant only holds
   GPUs longer, and a quiet world heals it. Checking the store against the apiserver (the
-  issue-20 auditor's store rules) would see it, but main fails that check too (timeline
-  sim2-uncharge-clears-shared-bits leaves y's GPU with no owner in the memory store: the
-  election reconcile wrote the stale x and y bound on one GPU, and x's release dropped the
-  GPU's owner).
+  issue-20 auditor's store rules) would see it (main failed that check until a release
+  removed only its own ownership: timeline sim2-uncharge-clears-shared-bits left y's GPU with
+  no owner; tests/integration/test_store_contract.py).
 - the SIGKILL gang swap (the store checking a unit against its own pods' records): a schedule
   of whole steps reaches the swap (b on n1/0; a gang of 3 decided onto n2/0, n2/1, n1/1, its
   Bindings never reaching etcd; a rolling update hands it over and b is deleted; decided
@@ -210,6 +209,20 @@ def _no_wait_after_flush() -> list[Patch]:
         return self.accepting and self.ready_to_schedule and self.leadership.leading
 
     return [(Scheduler, "may_decide", may_decide)]
+
+
+def _flush_waits_one_lease() -> list[Patch]:
+    """Sim: a store that lost every election (flushed, the witness kept) waits one lease only,
+    as a failover whose store kept the reservations does. (Main waited longer only when the
+    witness had no record either; this mutant shortens a new installation's wait too, which
+    the timeline's first wait outlasts anyway.)"""
+
+    def first_wait(self: Scheduler, history: History, chained: bool) -> float:
+        if chained or not self.wait_for_unknown_leader:
+            return 0.0
+        return self.leadership.timing.lease_s
+
+    return [(Scheduler, "first_wait", first_wait)]
 
 
 def _deleted_while_binding_held() -> list[Patch]:
@@ -439,6 +452,12 @@ MUTANTS: dict[str, Mutant] = {
         _no_wait_after_flush,
         needs=frozenset({"flush_store"}),
         timeline="12.3-no-wait-after-flush",
+    ),
+    "sim-flush-waits-one-lease": Mutant(
+        "after a FLUSHALL with the witness kept, the new leader waits one lease only",
+        _flush_waits_one_lease,
+        needs=frozenset({"flush_store"}),
+        timeline="sim-flush-waits-one-lease",
     ),
     "12.6-deleted-while-binding-held": Mutant(
         "a pod deleted while its Binding is in flight stays held",

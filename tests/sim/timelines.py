@@ -386,14 +386,33 @@ def no_wait_after_flush(m: SimMachine) -> None:
     (n2/1) hangs in a slow apiserver (it commits 20 s later); a FLUSHALL. r2 is elected on the
     flushed store with no leader recorded anywhere: it must wait until r1's Bindings cannot
     land (a lease plus bindCommitSeconds) before its first decision. Deciding at once, it gives
-    c (2 GPUs, pending meanwhile) n2/0,1 as d ends, and r1's Binding of a lands on n2/1. (With
-    the witness kept, r2 waits one lease only, which a Binding committing 20 s late outlasts:
-    main gives n2/1 twice then too, so the witness goes.)"""
+    c (2 GPUs, pending meanwhile) n2/0,1 as d ends, and r1's Binding of a lands on n2/1. (The
+    witness kept: sim-flush-waits-one-lease.)"""
     m.create_pod("b", 2, False)
     m.create_pod("d", 1, False)
     past_first_wait(m)
     m.create_pod("c", 2, False)
     m.delete_witness()
+    m.bind_fault("slow")
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.flush_store()
+    m.delete_pod(3, False)  # d
+    for _ in range(8):
+        m.tick(5.0)
+    m.quiesce()
+
+
+def flush_waits_one_lease(m: SimMachine) -> None:
+    """Sim: the same with the epoch witness kept (it names r1). r2 is elected on a store that
+    lost every election and reservation: nothing holds n2/1 for a, so it must wait until r1's
+    Bindings cannot land (a lease plus bindCommitSeconds). Waiting one lease only (as after a
+    failover, whose store keeps the reservations), it binds c on n2/0,1 at 99.2 s, and r1's
+    Binding of a lands on n2/1 at 103.4 s."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.create_pod("c", 2, False)
     m.bind_fault("slow")
     m.create_pod("a", 1, False)
     m.tick(0.5)
@@ -489,6 +508,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "12.6-deleted-while-binding-held": deleted_while_binding_held,
     "12.3-binding-not-fenced": binding_not_fenced,
     "12.3-no-wait-after-flush": no_wait_after_flush,
+    "sim-flush-waits-one-lease": flush_waits_one_lease,
     "12.7-reloaded-deleted-held": reloaded_deleted_held,
 }
 

@@ -156,3 +156,85 @@ def test_a_gang_needing_devices_evicts_a_lone_pod_for_them() -> None:
         for p in result.placements
     )
     assert len(pairs) == 2 and all(b == a ^ 4 for a, b in pairs)
+
+
+def nominated_for_pair() -> tuple[ClusterState, PodInput, Preemption]:
+    """A low pod's claim holds the NVLink pair 0/4, a high one's the other six GPUs: the
+    preemptor of a pair evicts the low pod and is nominated for its pair. The victim then goes
+    and its claim's allocation is cleared."""
+    low = with_claims(MakePod().Name("low").Priority(LOW).Bound("a"), "theirs")
+    keep = with_claims(MakePod().Name("keep").Priority(HIGH).Bound("a"), "kept")
+    kept = claim("kept", 6, (1, 2, 3, 5, 6, 7), "keep")
+    state = node_a(low, keep, claims=(claim("theirs", 2, (0, 4), "low"), kept))
+    pod = preemptor(state)
+    result = preempt(state, unit_of(pod))
+    assert isinstance(result, Preemption), result
+    assert [v.pod for v in result.victims] == ["default/low"]
+    (nomination,) = result.nominations
+    assert [sorted(r.device for r in a.results) for a in nomination.allocations] == [
+        ["gpu-0", "gpu-4"]
+    ]
+    state.nominate(nomination)
+    state.remove_pod("default/low")
+    state.inputs.resource_claims.put(claim("theirs", 2))
+    return state, pod, result
+
+
+def rival(state: ClusterState, name: str, priority: int) -> PodInput:
+    state.inputs.resource_claims.put(claim(f"{name}-pair", 2))
+    return with_claims(MakePod().Name(name).Priority(priority), f"{name}-pair")
+
+
+def test_a_nomination_holds_the_devices_its_plan_allocates() -> None:
+    """The victim's claim let its pair go: while the nomination stands, a pod of lower (or
+    equal) priority needing the pair is refused (it would make the preemptor evict again);
+    the preemptor gets it, and so may a pod of higher priority. Deciding lifts the nomination
+    only in its scope: the devices stay held after each decision."""
+    state, pod, _ = nominated_for_pair()
+    held = in_use(state)
+    for name, priority in (("lower", HIGH - 1), ("equal", HIGH)):
+        refused = decide(state, unit_of(rival(state, name, priority)))
+        assert isinstance(refused, Unschedulable), refused
+        assert "cannot allocate all claims" in refused.reason
+        assert in_use(state) == held
+    assert held[(DRIVER, "a", "gpu-0")] == held[(DRIVER, "a", "gpu-4")] == 1
+
+    placed = decide(state, unit_of(pod))
+    assert isinstance(placed, Placed), placed
+    (placement,) = placed.placements
+    assert sorted(r.device for c in placement.claims for r in c.allocation.results) == [
+        "gpu-0",
+        "gpu-4",
+    ]
+    assert in_use(state) == held
+
+    higher = decide(state, unit_of(rival(state, "higher", HIGH + 1)))
+    assert isinstance(higher, Placed), higher
+    assert in_use(state) == held
+
+    # Placed, the preemptor's nomination is used up: its claim's allocation holds the pair now.
+    state.apply(placement, pod)
+    assert "default/high" not in state.nominations
+    assert in_use(state) == held
+    state.forget("default/high")
+    assert in_use(state) == {d: n for d, n in held.items() if d[2] not in ("gpu-0", "gpu-4")}
+
+
+def test_a_nomination_ended_or_undone_lets_its_devices_go() -> None:
+    """Unnominated (it expired, an eviction was refused), the pair is anyone's; a tentative
+    scope that nominates (or unnominates) leaves the devices in use as they were."""
+    state, _, result = nominated_for_pair()
+    held = in_use(state)
+    with state.tentative():
+        state.unnominate("default/high")
+        assert isinstance(decide(state, unit_of(rival(state, "lower", LOW))), Placed)
+    assert in_use(state) == held
+    state.unnominate("default/high")
+    free = in_use(state)
+    assert (DRIVER, "a", "gpu-0") not in free and (DRIVER, "a", "gpu-4") not in free
+    assert state.sizes()["dra_nominated"] == 0
+    with state.tentative():
+        state.nominate(result.nominations[0])
+        assert in_use(state) == held
+    assert in_use(state) == free
+    assert isinstance(decide(state, unit_of(rival(state, "lower", LOW))), Placed)

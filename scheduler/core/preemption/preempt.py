@@ -246,6 +246,7 @@ def _preemption(
                 node=placement.node,
                 devices=devices,
                 requests=pod_requests(pod, state.gpu_names, memo=state.memos.requests),
+                allocations=tuple(c.allocation for c in placement.claims),
             )
         )
     plan_nodes = {p.node for p in placed.placements}

@@ -396,8 +396,9 @@ class ClusterState:
     # ---- nominations (preemption/preempt.py) -----------------------------------------------
 
     def nominate(self, nomination: Nominated) -> None:
-        """Hold ``nomination.devices`` (and its requests) on its node for the preemptor while
-        its victims terminate; a preemptor has one nomination, the last one given."""
+        """Hold ``nomination.devices`` (and its requests) on its node, and the DRA devices of
+        ``nomination.allocations``, for the preemptor while its victims terminate; a preemptor
+        has one nomination, the last one given."""
         previous = self._nominations.by_pod.get(nomination.pod)
         if previous == nomination:
             return
@@ -405,6 +406,7 @@ class ClusterState:
         if previous is not None:
             self._unnominate(previous)
         self._nominations.add(nomination)
+        self.devices.nominate(nomination.pod, nomination.allocations)
         state = self.nodes.get(nomination.node)
         if state is not None:
             self.node_index.unindex(state.name)
@@ -421,6 +423,7 @@ class ClusterState:
 
     def _unnominate(self, nomination: Nominated) -> None:
         self._nominations.remove(nomination)
+        self.devices.nominate(nomination.pod, ())
         state = self.nodes.get(nomination.node)
         if state is not None:
             self.node_index.unindex(state.name)

@@ -9,7 +9,9 @@ it makes (``assume``) until the pod is forgotten or leaves, as its GPUs are; onc
 written one and the watch brings it back, the written one counts instead (one *account* per
 claim: the claim's key, or for the claim created for a pod's extended resources, which has a
 name only once created, ``extended:<pod uid>``, the claim's controller). So a device is never
-counted twice for one claim, and never offered while any visible claim holds it.
+counted twice for one claim, and never offered while any visible claim holds it. A preemptor's
+nomination holds the allocations its plan makes the same way (``nominate``), until it ends or a
+decision it does not bind lifts it (snapshot/nominations.py).
 
 Slices. ``slices_for(node)`` gives the slices the allocator must see for one node: those
 published for it by name, those without a node name (node selectors, all nodes, per-device
@@ -117,6 +119,7 @@ class Devices:
         "_indexes",
         "_lifted",
         "_nodes",
+        "_nominated",
         "_pools",
         "_rules",
         "_slices",
@@ -156,6 +159,8 @@ class Devices:
         self._charged: dict[str, tuple[Allocation, ...]] = {}
         # Claims whose written allocation is not counted (ClusterState.lift_claim).
         self._lifted: set[str] = set()
+        # preemptor pod key -> the allocations its nomination holds (ClusterState.nominate)
+        self._nominated: dict[str, tuple[Allocation, ...]] = {}
         self._by_node: dict[str, set[str]] = {}
         self._unbound: set[str] = set()
         self._by_pool: dict[tuple[str, str], set[str]] = {}
@@ -218,6 +223,22 @@ class Devices:
     def assumed_by(self, pod: str) -> tuple[tuple[str, Allocation], ...]:
         return self._by_pod.get(pod, ())
 
+    def nominate(self, pod: str, allocations: tuple[Allocation, ...]) -> None:
+        """Hold the allocations a preemptor's plan makes while its nomination stands (empty:
+        it ended, or a decision lifts it). Charged beside the claims' own: while a victim's
+        claim still holds a device, both count, and it is free only once both let it go."""
+        before = self._nominated.pop(pod, ())
+        if allocations:
+            self._nominated[pod] = allocations
+        if before == allocations:
+            return
+        self.version += 1
+        for allocation in before:
+            self.in_use.charge(allocation, -1)
+        for allocation in allocations:
+            self.in_use.charge(allocation, +1)
+        self._recount(before + allocations)
+
     def _settle(self, account: str) -> None:
         """Charge what the account holds now: its written allocations (those not lifted),
         else its assumed one."""
@@ -264,6 +285,7 @@ class Devices:
             "dra_assumed": len(self._assumed),
             "dra_assumed_pods": len(self._by_pod),
             "dra_charged": len(self._charged),
+            "dra_nominated": len(self._nominated),
             "dra_exclusive": len(self.in_use.exclusive),
         }
 

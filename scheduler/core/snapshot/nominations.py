@@ -4,9 +4,13 @@ While a preemptor's victims terminate, the GPUs (and the cpu, memory... on the n
 it are held for it. A nomination is not a holding: no pod holds it, the store never sees it as a
 claim. It is charged to its node as a mask of GPUs that ``NodeState.free_mask`` leaves out (and
 shared placement skips), plus the preemptor's requests, so every pod is kept off it by the
-ordinary rules and the class index stays right. ``decide`` lifts, inside a tentative scope, the
-nominations that do not bind the unit it decides (``lifted``): its own, and those of lower
-priority than it (kube-scheduler's rule for nominated pods).
+ordinary rules and the class index stays right. The DRA devices its plan allocates to its claims
+(issue 29's preemption through devices) are charged to the snapshot's devices in use
+(``Devices.nominate``) as a claim's allocation is: once the victims' claims let them go, nobody
+bound by the nomination can take them first, which would make the preemptor evict again.
+``decide`` lifts, inside a tentative scope, the nominations that do not bind the unit it decides
+(``lifted``): its own, and those of lower priority than it (kube-scheduler's rule for nominated
+pods).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Iterable
 
 from msgspec import Struct
 
+from ..model.dra import Allocation
 from ..resources.accounting import Amounts
 
 
@@ -27,6 +32,17 @@ class Nominated(Struct, frozen=True, kw_only=True):
     node: str  # the node nominated for it (its status.nominatedNodeName)
     devices: tuple[int, ...] = ()  # whole GPUs (or shared cards) held for it, by index
     requests: Amounts = ()  # its cpu, memory... (resources.accounting's units), held on the node
+    # The allocations its plan gives its claims (Placement.claims): their DRA devices are held.
+    allocations: tuple[Allocation, ...] = ()
+
+    def overlaps(self, other: Nominated) -> bool:
+        """Whether the two hold a GPU of one node or a DRA device in common."""
+        if other.node == self.node and set(other.devices) & set(self.devices):
+            return True
+        mine = {(r.driver, r.pool, r.device) for a in self.allocations for r in a.results}
+        return any(
+            (r.driver, r.pool, r.device) in mine for a in other.allocations for r in a.results
+        )
 
 
 class Nominations:
