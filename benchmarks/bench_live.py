@@ -22,13 +22,28 @@ Then the contender is stopped, its peak RSS read (VmHWM), and the pods deleted. 
 - gangs: 250 gangs of 4 x 2 GPUs for topo-scheduler (Redis), in pods/s, beside kube-scheduler's
   1-GPU pods/s;
 - stream: pods created at 50/s for 10 s under each scheduler, create-to-bind p50/p99;
+- claims (DRA, issue 29): as many DRA-only KWOK nodes again (``dra-*``: no ``nvidia.com/gpu``
+  allocatable; their 8 GPUs, DGX-1 V100, are devices of the ResourceSlice the test DRA driver,
+  scheduler/testing/dradriver.py, publishes; its DeviceClasses without extendedResourceName, so
+  the plain pods never land there), then kube-scheduler and topo-scheduler (Redis) alternated
+  over the rounds, each with a backlog of as many pods, each pod using one ResourceClaim for 1
+  GPU of class gpu.nvidia.com with cpu and memory requests. Variant ``claims``: the claims
+  pre-created, one per pod; variant ``templates``: one ResourceClaimTemplate, the resourceclaim
+  controller's claims all made before the contender starts (the controller is not what is
+  measured). Its own table: pods/s and the ratio to kube-scheduler of the same variant. A
+  round's claims are deleted after its pods, and the next round waits until they are gone
+  (their devices free again);
 - failover: two topo-scheduler replicas (lease 15 s), the leader SIGKILLed, until the standby
   binds a new pod.
 
-Prints one table of medians over the rounds; never fails on the figures. ``--quick`` (also
+Prints one table of medians over the rounds (the claims part one of its own); never fails on
+the figures. ``--quick`` (also
 bench-smoke's) runs one round on 50 nodes with backlogs of 100 pods and streams of 3 s: about a
-minute and a half, every part once; it fails (exit status 1) when a backlog, the gangs or the
-failover's pod are not all bound: the run is broken, whatever its figures.
+few minutes, every part once; it fails (exit status 1) when a backlog (the claims part's too),
+the gangs or the failover's pod are not all bound: the run is broken, whatever its figures.
+``--only`` runs some contenders' backlog rounds (words of their labels: ``kube,Redis``) and,
+with ``claims`` or ``templates``, that variant of the claims part, nothing else; with only
+those two words, no plain node is created.
 Usage: python -m benchmarks.bench_live [--quick] [--rounds 2] [--nodes 500] [--pods 2000]
        [--kube-verbosity 2] [--logs DIR] [--profile DIR]
        [--only WORDS]
@@ -59,7 +74,10 @@ from benchmarks.liveplane import (
     TOPO_NAME,
     RssSampler,
     Watch,
+    bulk_create,
+    clear_claims,
     clear_namespace,
+    dgx1_dra_inventory,
     kill,
     pct,
     start_topo,
@@ -70,10 +88,14 @@ from benchmarks.liveplane import (
 )
 from benchmarks.profiler import Profiler, summary
 from scheduler.testing.controlplane import ADMIN_TOKEN, ControlPlane, build_binaries, pod_manifest
+from scheduler.testing.dradriver import GPU_CLASS, V100, NvidiaDraDriver, gpu_slices, to_json
 from scheduler.testing.kubescheduler import KubeScheduler
 from scheduler.testing.redisserver import RedisServer
 
 BINDER_NAME = "binder-bench"
+DRA_LABEL = "bench-dra=true"  # the DRA-only nodes of the claims part
+# One GPU of the driver's full-GPU class: every pod's one claim, pre-created or from a template.
+CLAIM_SPEC = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS}}]}}
 
 
 class Contender:
@@ -169,6 +191,86 @@ def stream(
     return latencies
 
 
+def add_dra_nodes(plane: ControlPlane, count: int) -> None:
+    """``count`` DRA-only KWOK nodes (no ``nvidia.com/gpu`` allocatable) of 8 V100 GPUs in the
+    DGX-1 topology, each GPU a device of the ResourceSlice the test DRA driver would publish for
+    it; the driver's DeviceClasses installed without ``extendedResourceName``, so the plain
+    backlog's ``nvidia.com/gpu`` pods can never land on these nodes."""
+    NvidiaDraDriver(plane).install_classes(extended_resource=False)
+    key, _, value = DRA_LABEL.partition("=")
+
+    def one(i: int) -> None:
+        name = f"dra-{i:04d}"
+        inventory = dgx1_dra_inventory(name)
+        node = plane.create_gpu_node(name, inventory, resource=None, labels={key: value})
+        for piece in gpu_slices(name, inventory, V100, node_uid=node["metadata"]["uid"]):
+            plane.apply(to_json(piece))
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(count)))
+    wait_nodes_ready(plane, count, label=DRA_LABEL)
+
+
+def create_claim_pods(
+    plane: ControlPlane, namespace: str, scheduler: str, names: list[str], template: bool
+) -> None:
+    """The claims part's backlog in ``namespace``: pods with cpu/memory requests, each using one
+    ResourceClaim for 1 GPU (``CLAIM_SPEC``): pre-created, one per pod, or with ``template``
+    made from one ResourceClaimTemplate by the resourceclaim controller. Either way every claim
+    exists and is named in its pod's status before this returns, so the contender started next
+    is measured and not the controller."""
+    plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    ref: dict[str, str] = {"name": "gpu"}
+    if template:
+        meta = {"name": "gpu", "namespace": namespace}
+        kind = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate"}
+        plane.apply({**kind, "metadata": meta, "spec": {"spec": CLAIM_SPEC}})
+    else:
+        claims = [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"c-{name}", "namespace": namespace},
+                "spec": CLAIM_SPEC,
+            }
+            for name in names
+        ]
+        bulk_create(plane, claims)
+
+    def pod(name: str) -> dict[str, object]:
+        manifest = pod_manifest(name, namespace, scheduler, {"main": dict(LIMITS)})
+        source = (
+            {"resourceClaimTemplateName": "gpu"} if template else {"resourceClaimName": f"c-{name}"}
+        )
+        manifest["spec"]["resourceClaims"] = [{**ref, **source}]
+        manifest["spec"]["containers"][0]["resources"]["claims"] = [ref]
+        return manifest
+
+    bulk_create(plane, [pod(n) for n in names])
+    if template:
+        wait_claims_made(plane, namespace, len(names))
+
+
+def wait_claims_made(plane: ControlPlane, namespace: str, count: int, timeout: float = 300) -> None:
+    """Until ``count`` pods of the namespace name the claim the resourceclaim controller made
+    for them from their template (``status.resourceClaimStatuses``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+        made = sum(
+            1
+            for p in pods
+            if any(
+                s.get("resourceClaimName")
+                for s in p.get("status", {}).get("resourceClaimStatuses", [])
+            )
+        )
+        if made >= count:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"{namespace}: the resourceclaim controller made only some claims")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -186,7 +288,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        help="comma-separated words of the contenders to run (e.g. kube,Redis); "
+        help="comma-separated words of the contenders to run (e.g. kube,Redis); 'claims' runs "
+        "the DRA part with pre-created claims, 'templates' its template variant; "
         "skips the gangs, stream and failover parts",
     )
     args = parser.parse_args()
@@ -203,14 +306,18 @@ def main() -> None:
         plane.start()
         redis.start()
         plane.grant_scheduler_role()
-        with ThreadPoolExecutor(16) as pool:
-            list(
-                pool.map(
-                    lambda i: plane.create_gpu_node(f"node-{i:04d}", DGX1_INVENTORY),
-                    range(args.nodes),
+        words = args.only.split(",") if args.only else []
+        variants = [v for v in ("claims", "templates") if not words or v in words]
+        plain = [w for w in words if w not in variants]
+        if plain or not words:
+            with ThreadPoolExecutor(16) as pool:
+                list(
+                    pool.map(
+                        lambda i: plane.create_gpu_node(f"node-{i:04d}", DGX1_INVENTORY),
+                        range(args.nodes),
+                    )
                 )
-            )
-        wait_nodes_ready(plane, args.nodes)
+            wait_nodes_ready(plane, args.nodes)
         config = topo_config(plane.dir)
         current: dict[str, subprocess.Popen[bytes] | None] = {"p": None}
 
@@ -261,36 +368,92 @@ def main() -> None:
             Contender("topo-scheduler, Redis", TOPO_NAME, start_topo_with(redis.url), stop_current),
             Contender("topo-scheduler, embedded", TOPO_NAME, start_topo_with(None), stop_current),
         ]
-        if args.only:
-            words = args.only.split(",")
-            contenders = [c for c in contenders if any(w in c.label for w in words)]
+        # The claims part's: the same two schedulers, their own records, per variant.
+        dra = [
+            contender
+            for v in variants
+            for contender in (
+                Contender(f"kube-scheduler v1.37, {v}", KUBE_NAME, start_kube, stop_kube),
+                Contender(
+                    f"topo-scheduler, Redis, {v}",
+                    TOPO_NAME,
+                    start_topo_with(redis.url),
+                    stop_current,
+                ),
+            )
+        ]
+        if words:
+            contenders = [c for c in contenders if any(w in c.label for w in plain)]
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
-            for c in contenders:
+            for c in contenders + dra:
                 if c.name == TOPO_NAME:
                     c.profile_to = args.profile
         names = [f"p-{i:05d}" for i in range(args.pods)]
+
+        def backlog(rnd: int, c: Contender, ns: str, claims: str = "") -> None:
+            """One round of one contender: its backlog created, started, every bind awaited
+            (180 s at most), stopped, the backlog deleted; ``claims`` names the claims part's
+            variant (its pods use ResourceClaims)."""
+            if claims:
+                create_claim_pods(plane, ns, c.name, names, template=claims == "templates")
+            else:
+                plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+                create_pods(plane, ns, c.name, names)
+            watch = Watch(plane, ns)
+            c.start(ns, len(names))
+            times = watch.wait(names, 180)
+            if len(times) < len(names):
+                problems.append(f"round {rnd + 1} {c.label} bound {len(times)}/{len(names)}")
+            c.stop()
+            c.rates.append(throughput(times))
+            print(
+                f"  round {rnd + 1} {c.label}: {len(times)} bound, {c.rates[-1]:.0f} pods/s",
+                flush=True,
+            )
+            if claims:
+                clear_claims(plane, ns)
+            else:
+                clear_namespace(plane, ns)
+
+        def claims_part() -> None:
+            """The DRA part: its nodes added to the plane, its rounds, its table."""
+            if not dra:
+                return
+            add_dra_nodes(plane, args.nodes)
+            for rnd in range(args.rounds):
+                order = dra if rnd % 2 == 0 else dra[::-1]
+                for c in order:
+                    variant = c.label.rpartition(", ")[2]
+                    backlog(rnd, c, f"{variant}-r{rnd}-{c.name}", variant)
+            print()
+            print(
+                f"bench-live claims: {args.nodes} DRA-only KWOK nodes x 8 GPUs (ResourceSlices of "
+                f"the test DRA driver), backlog of {args.pods} pods each with one ResourceClaim "
+                f"for 1 GPU (cpu/memory requests), median of {args.rounds} alternated round(s)"
+            )
+            print(f"{'contender':<34} {'pods/s':>7} {'x kube':>7} {'peak RSS':>9}")
+            for kube_c, topo_c in zip(dra[::2], dra[1::2], strict=True):
+                kube_rate = statistics.median(kube_c.rates)
+                for c in (kube_c, topo_c):
+                    rate = statistics.median(c.rates)
+                    ratio = rate / kube_rate if kube_rate else float("nan")
+                    print(f"{c.label:<34} {rate:>7.0f} {ratio:>7.2f} {max(c.rss):>6.0f} MB")
+            print(
+                "(claims: one pre-created claim per pod; templates: one ResourceClaimTemplate, "
+                "its claims made before the contender starts)"
+            )
+
         for rnd in range(args.rounds):
             order = contenders if rnd % 2 == 0 else contenders[::-1]
             for c in order:
-                ns = f"r{rnd}-{c.name}-{contenders.index(c)}"
-                plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-                create_pods(plane, ns, c.name, names)
-                watch = Watch(plane, ns)
-                c.start(ns, len(names))
-                times = watch.wait(names, 180)
-                if len(times) < len(names):
-                    problems.append(f"round {rnd + 1} {c.label} bound {len(times)}/{len(names)}")
-                c.stop()
-                c.rates.append(throughput(times))
-                print(
-                    f"  round {rnd + 1} {c.label}: {len(times)} bound, {c.rates[-1]:.0f} pods/s",
-                    flush=True,
-                )
-                clear_namespace(plane, ns)
+                backlog(rnd, c, f"r{rnd}-{c.name}-{contenders.index(c)}")
         if args.only:
             for c in contenders:
                 print(f"{c.label:<28} {statistics.median(c.rates):>7.0f} pods/s")
+            claims_part()
+            if args.quick and problems:
+                raise SystemExit("bench-live --quick: broken: " + "; ".join(problems))
             return
 
         # Gangs: 250 x 4 pods x 2 GPUs under topo-scheduler with Redis.
@@ -356,6 +519,7 @@ def main() -> None:
             f"{gang_rate / binder_rate:>8.2f} {'-':>7} {'-':>7} {'':>9}"
         )
         print(f"(p50/p99: create-to-bind for pods created at 50/s for {stream_s} s)")
+        claims_part()
 
         # Failover with the default lease.
         leader = start_topo(plane, config, redis.url, plane.dir / "leader.log")

@@ -6,8 +6,9 @@
 - ``bulk_create`` / ``bulk_delete_pods``: thousands of objects created or deleted through one
   pool of keep-alive connections with a bounded number of requests in flight
   (``ControlPlane.request`` opens a new TLS connection per call: fine for a few hundred);
-- ``keep_logs``, ``wait_nodes_ready``, ``clear_namespace``, ``wait_http_ok``, ``metric``,
-  ``throughput``, ``pct``.
+- ``dgx1_dra_inventory``: the DGX-1 inventory with GPU UUIDs, for DRA-only nodes;
+- ``keep_logs``, ``wait_nodes_ready``, ``clear_namespace``, ``clear_claims``, ``wait_http_ok``,
+  ``metric``, ``throughput``, ``pct``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from scheduler.testing.controlplane import ADMIN_TOKEN, ControlPlane, free_port
+from scheduler.testing.controlplane import ADMIN_TOKEN, RESOURCE_API, ControlPlane, free_port
 from scheduler.testing.kubescheduler import KubeScheduler
 from scheduler.testing.redisserver import RedisServer
 from tests.topologies import DGX1_V100
@@ -45,6 +47,13 @@ DGX1_INVENTORY: dict[str, Any] = {
     "devices": [{"index": i} for i in range(8)],
     "links": DGX1_V100,
 }
+
+
+def dgx1_dra_inventory(node: str) -> dict[str, Any]:
+    """``DGX1_INVENTORY`` with a UUID per GPU: what the test DRA driver (dradriver.py) maps its
+    devices to, and topo-scheduler maps a DRA device to its place in the NVLink matrix by."""
+    devices = [{"index": i, "uuid": f"GPU-{node}-{i}"} for i in range(8)]
+    return {**DGX1_INVENTORY, "devices": devices}
 
 
 def _insecure_context() -> ssl.SSLContext:
@@ -278,6 +287,10 @@ def _collection(obj: dict[str, Any]) -> str:
         return "/api/v1/nodes"
     if obj["kind"] == "Pod":
         return f"/api/v1/namespaces/{obj['metadata']['namespace']}/pods"
+    if obj["kind"] == "ResourceClaim":
+        return f"{RESOURCE_API}/namespaces/{obj['metadata']['namespace']}/resourceclaims"
+    if obj["kind"] == "ResourceSlice":
+        return f"{RESOURCE_API}/resourceslices"
     raise ValueError(f"bulk_create: unsupported kind {obj['kind']}")
 
 
@@ -288,9 +301,10 @@ def bulk_create(
     progress: str = "",
     every: int = 10_000,
 ) -> int:
-    """Create Nodes and Pods as the admin over one pool of keep-alive connections, at most
-    ``in_flight`` requests at a time; 429/5xx and broken connections are retried (an object
-    that already exists counts as created). Returns how many objects were created."""
+    """Create Nodes, Pods, ResourceClaims and ResourceSlices as the admin over one pool of
+    keep-alive connections, at most ``in_flight`` requests at a time; 429/5xx and broken
+    connections are retried (an object that already exists counts as created). Returns how many
+    objects were created."""
     requests = [("POST", _collection(obj), obj) for obj in objects]
     return asyncio.run(_bulk(plane.server, requests, in_flight, progress, every))
 
@@ -367,7 +381,8 @@ def clear_namespace(plane: ControlPlane, namespace: str, timeout: float = 180) -
 
     The plane's kube-apiserver gives a request up after REQUEST_TIMEOUT_S (10 s): a collection
     of thousands of pods takes longer to delete, so a 504 only means "still deleting", and the
-    DELETE is sent again while pods are left."""
+    DELETE is sent again while pods are left; so is a connection closed without an answer (seen
+    with pods using ResourceClaims on a loaded machine)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -375,23 +390,53 @@ def clear_namespace(plane: ControlPlane, namespace: str, timeout: float = 180) -
         except urllib.error.HTTPError as exc:
             if exc.code != 504:
                 raise
+        except OSError:
+            pass  # the connection closed unanswered (a loaded apiserver): the same, ask again
         left = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")
         if not left["items"]:
             return
         time.sleep(0.5)
 
 
-def wait_nodes_ready(plane: ControlPlane, count: int, timeout: float = 300) -> float:
+def clear_claims(plane: ControlPlane, namespace: str, timeout: float = 180) -> None:
+    """Delete every pod of the namespace, then every ResourceClaim, and wait until they are gone.
+
+    A claim a scheduler allocated carries the delete-protection finalizer: the resourceclaim
+    controller takes it off (and the allocation with it) once no pod is left in ``reservedFor``,
+    so the claims go only after their pods, and their devices are free again only then."""
+    clear_namespace(plane, namespace, timeout)
+    path = f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            plane.request("DELETE", path)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 504:  # still deleting (clear_namespace says why)
+                raise
+        except OSError:
+            pass  # closed unanswered: as a 504
+        if not plane.request("GET", f"{path}?limit=1")["items"]:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"the ResourceClaims of {namespace} were not gone in {timeout:.0f} s")
+
+
+def wait_nodes_ready(
+    plane: ControlPlane, count: int, timeout: float = 300, label: str = ""
+) -> float:
     """Every node Ready (KWOK) with its allocatable GPUs, so no contender starts on a half-made
-    cluster. Returns the seconds waited."""
+    cluster; with ``label`` (``key=value``), every node carrying it Ready, whatever its
+    allocatable (a DRA-only node has no GPUs there: its ResourceSlices announce them). Returns
+    the seconds waited."""
     began = time.monotonic()
     deadline = began + timeout
+    path = "/api/v1/nodes" + (f"?labelSelector={urllib.parse.quote(label)}" if label else "")
     while time.monotonic() < deadline:
-        nodes = plane.request("GET", "/api/v1/nodes")["items"]
+        nodes = plane.request("GET", path)["items"]
         ready = [
             n
             for n in nodes
-            if n.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu")
+            if (label or n.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu"))
             and any(
                 c["type"] == "Ready" and c["status"] == "True"
                 for c in n.get("status", {}).get("conditions", [])
