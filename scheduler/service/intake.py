@@ -304,10 +304,17 @@ class Intake:
         members beyond the minimum, bound one at a time: a partial gang holding GPUs (issue
         30, sim seed 5). A gang's bound members are therefore counted only in a view that
         covers the members they are counted for (cycle.py); it catches up with the bound
-        watch's next event or bookmark (about once a minute)."""
+        watch's next event or bookmark (about once a minute). A pod's version is the lower of
+        its own and the book's (0 after an etcd restore began a new era: the old era's versions
+        order nothing)."""
         if not self.bound_version:
             return True
-        return all(p.version <= self.bound_version for p in pods)
+        for pod in pods:
+            entry = self.book.get(pod.key)
+            version = pod.version if entry is None else min(pod.version, entry.version)
+            if version > self.bound_version:
+                return False
+        return True
 
     def _unbound(self, key: str, uid: str) -> None:
         """A bound pod missing from a bound LIST: if the pending watch's last word on it was
