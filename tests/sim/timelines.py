@@ -43,26 +43,31 @@ def inheritance_by_name(m: SimMachine) -> None:
 
 def witness_off_after_403(m: SimMachine) -> None:
     """Issue 30 bug 4: one transient 403 turns the epoch witness off for good, and an off
-    witness fences nothing. r1 leads; one read of the witness (after a renewal) is refused
-    403; the store fails over and a partition leaves r1 on the old master, which still takes
-    its renewals; r2 is elected on the promoted replica and records itself. With the witness
-    on, r1's next renewal finds r2 recorded and r1 stops leading before r2's first decision;
-    with it off, both lead and both bind."""
+    witness fences nothing. r1 leads; three of the four GPUs are taken; one read of the witness
+    (after a renewal) is refused 403; the store fails over and a partition leaves r1 on the old
+    master, which still takes its renewals; r2 is elected on the promoted replica, records
+    itself and waits out r1's Bindings (one lease plus bindCommitSeconds). With the witness on,
+    r1's next renewal finds r2 recorded and r1 stops leading before r2's first decision; with
+    it off, both lead: r2 binds b on the free GPU while r1's watches lag, then r1, which never
+    saw b bound, binds c there too."""
     m.create_pod("a", 1, False)
+    m.create_pod("f1", 1, False)
+    m.create_pod("f2", 1, False)
     m.tick(16.0)
     for _ in range(4):
         m.tick(16.0)
     m.tick(2.0)
     m.witness_fault("read", 0.0)
     m.tick(5.0)
-    m.failover(False, 60.0)
-    for _ in range(3):
+    m.failover(False, 140.0)
+    for _ in range(6):  # r2 elected once r1's lease lapses there, then its first wait
         m.tick(16.0)
-        m.create_pod("b", 1, False)
-        m.create_pod("c", 1, False)
-        m.tick(5.0)
-        m.delete_pod(0, False)
-        m.delete_pod(0, False)
+    m.lag(0, "pending", 10.0)  # r1 does not see b ...
+    m.lag(0, "bound", 40.0)  # ... nor b bound
+    m.create_pod("b", 1, False)
+    m.tick(12.0)
+    m.create_pod("c", 1, False)
+    m.tick(5.0)
     m.quiesce()
 
 
