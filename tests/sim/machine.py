@@ -55,6 +55,9 @@ from .world import NAME, Backup, SimApiserver, World
 NODES = {"n1": 2, "n2": 2}
 SINGLE_NAMES = ("a", "b", "c", "d", "e")
 GANG_JOBS = ("j", "k")
+HIGH_NAMES = ("p", "q")  # single pods of high priority
+HIGH_JOBS = ("h",)  # gangs of high priority
+HIGH_PRIORITY = 1000  # every other pod has priority 0: a high one preempts them
 OTHER_NAMES = ("o1", "o2")
 BIND_FAULTS = {
     "lose": "commits, its answer lost",
@@ -152,6 +155,7 @@ class SimMachine(RuleBasedStateMachine):
         self.timeline: list[tuple[float, str]] = []  # (simulated time, what happened)
         self.seen_binds = 0
         self.seen_terms = 0
+        self.seen_evictions = 0
         self.minimums: dict[str, int] = {}  # gang generation -> minimum
         self.disturbed: set[str] = set()
         self.generation = 0
@@ -208,6 +212,12 @@ class SimMachine(RuleBasedStateMachine):
             what = f"  {b.key.split('/')[1]} bound on {b.node}/{b.devices} by {b.holder}"
             happened.append((b.at, what + f" (epoch {b.epoch})"))
         self.seen_binds = len(self.api.landed)
+        for at, key in self.api.evictions[self.seen_evictions :]:
+            name = key.split("/")[1]
+            # A gang preempted is evicted whole: below its minimum from then on, rightly.
+            self.disturbed.add(name.rpartition("-")[0])
+            happened.append((at, f"  {name} evicted (preempted)"))
+        self.seen_evictions = len(self.api.evictions)
         for at, what in sorted(happened, key=lambda h: h[0]):
             self.timeline.append((at, what))
 
@@ -313,21 +323,47 @@ class SimMachine(RuleBasedStateMachine):
         self._create_gang(job, size, podgroup)
         self._advance(STEP_S)
 
-    def _create_gang(self, job: str, size: int, podgroup: bool) -> None:
+    def _create_gang(self, job: str, size: int, podgroup: bool, priority: int = 0) -> None:
         self.generation += 1
         generation = f"{job}{self.generation}"
         self.minimums[generation] = size
         how = "PodGroup" if podgroup else "labels"
-        self._act(f"create gang {generation} of {size} x 1 GPU ({how})")
+        high = f", priority {priority}" if priority else ""
+        self._act(f"create gang {generation} of {size} x 1 GPU ({how}{high})")
         if podgroup:
             group = PodGroupInput(POD_GROUPS.group, "default", job, min_member=size)
             self.api.groups[group.key] = group
             for r in self.world.running():
                 self._inside(functools.partial(r.s.intake.event, POD_GROUP_KIND, "ADDED", group))
         for i in range(size):
-            pod = MakePod().Name(f"{generation}-{i}").Req(1).Label("job", job)
+            pod = MakePod().Name(f"{generation}-{i}").Req(1).Label("job", job).Priority(priority)
             pod = pod.Label(POD_GROUP_LABEL, job) if podgroup else pod.Gang(job, size)
             self.api.create(pod.Obj())
+
+    @precondition(lambda self: self.enabled("create_high"))
+    @rule(
+        name=st.sampled_from(HIGH_NAMES),
+        gpus=st.integers(1, 2),
+        gang=st.sampled_from([0, 2, 3]),
+        podgroup=st.booleans(),
+    )
+    def create_high(self, name: str, gpus: int, gang: int, podgroup: bool) -> None:
+        """A pod of high priority (a PriorityClass's value on its spec, as admission writes it),
+        or with ``gang`` a gang of that many: when it does not fit, the leader preempts pods of
+        priority 0 (whole gangs, never one member alone) through the Eviction API; the fake
+        apiserver makes each victim terminating, ``reap`` ends it like any deletion, and the
+        preemptor binds on the GPUs its nomination holds."""
+        if gang:
+            job = HIGH_JOBS[0]
+            if any(p.labels.get("job") == job for p in self.api.pods.values()):
+                return
+            self._create_gang(job, gang, podgroup, HIGH_PRIORITY)
+        else:
+            if f"default/{name}" in self.api.pods:
+                return
+            self._act(f"create {name} ({gpus} GPU, priority {HIGH_PRIORITY})")
+            self.api.create(MakePod().Name(name).Req(gpus).Priority(HIGH_PRIORITY).Obj())
+        self._advance(STEP_S)
 
     @precondition(lambda self: self.enabled("restart_gang"))
     @rule(index=st.integers(0, 99))
@@ -343,7 +379,7 @@ class SimMachine(RuleBasedStateMachine):
         for p in members:
             self._terminate(p)
         size = int(old.labels.get(GANG_REPLICA_LABEL, "0")) or len(members)
-        self._create_gang(job, size, POD_GROUP_LABEL in old.labels)
+        self._create_gang(job, size, POD_GROUP_LABEL in old.labels, old.priority)
         self._advance(STEP_S)
 
     def _terminate(self, pod: PodInput) -> None:
@@ -409,7 +445,7 @@ class SimMachine(RuleBasedStateMachine):
             return
         self._act(f"recreate {pod.name} (new UID, {gpus} GPU)")
         self.api.remove(pod.key)
-        spec = MakePod().Name(pod.name).Req(gpus).Obj()
+        spec = MakePod().Name(pod.name).Req(gpus).Priority(pod.priority).Obj()
         fresh = msgspec.structs.replace(spec, resource_claims=pod.resource_claims)
         self.api.create(fresh)
         self._advance(STEP_S)

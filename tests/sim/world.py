@@ -173,7 +173,7 @@ class SimApiserver:
         self.streams: list[Streams] = []
         self.landed: list[Landed] = []
         self.unschedulable: dict[str, tuple[str, str]] = {}  # pod -> (uid, message)
-        self.evictions: list[str] = []
+        self.evictions: list[tuple[float, str]] = []  # (when, pod) evicted: made terminating
         # Faults.
         self.stalled = False
         self.in_stall: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
@@ -384,8 +384,9 @@ class SimApiserver:
         if pod is None or pod.uid != uid:
             return EvictResult(Eviction.GONE, 404)
         if not dry_run:
+            # Accepted: the pod is deleted gracefully (terminating until ``reap``).
             self.put(msgspec.structs.replace(pod, deleting=True))
-            self.evictions.append(key)
+            self.evictions.append((self.clock(), key))
         return EvictResult(Eviction.EVICTED, 201)
 
     async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
