@@ -39,11 +39,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from scheduler.core.model.dra import Allocation, ResourceClaim
-from scheduler.core.model.names import GANG_REPLICA_LABEL, POD_GROUP_LABEL
+from scheduler.core.model.names import (
+    GANG_REPLICA_LABEL,
+    KUEUE_GROUP_LABEL,
+    KUEUE_TOTAL_ANNOTATION,
+    POD_GROUP_LABEL,
+)
 from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
-from scheduler.kube.podgroups import POD_GROUPS
+from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_GROUP
 from scheduler.state.base import History, Store
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
@@ -58,6 +63,9 @@ GANG_JOBS = ("j", "k")
 HIGH_NAMES = ("p", "q")  # single pods of high priority
 HIGH_JOBS = ("h",)  # gangs of high priority
 HIGH_PRIORITY = 1000  # every other pod has priority 0: a high one preempts them
+# Where a gang's pods say they are one: gpu-topology labels, a scheduler-plugins PodGroup,
+# Kueue's pod-group label and total count, the upstream Workload API's PodGroup.
+GANG_SOURCES = ("labels", "PodGroup", "Kueue", "upstream PodGroup")
 OTHER_NAMES = ("o1", "o2")
 BIND_FAULTS = {
     "lose": "commits, its answer lost",
@@ -132,6 +140,15 @@ async def _flush_memory(store: Store, clock: Callable[[], float]) -> None:
 def _promote_memory(store: Store, loop: asyncio.AbstractEventLoop) -> Store:
     assert isinstance(store, ServerStore)
     return store.promoted(loop)
+
+
+def gang_source(pod: PodInput) -> str:
+    """Which of ``GANG_SOURCES`` a member of a gang the world made names."""
+    if POD_GROUP_LABEL in pod.labels:
+        return "PodGroup"
+    if KUEUE_GROUP_LABEL in pod.labels:
+        return "Kueue"
+    return "upstream PodGroup" if pod.scheduling_group else "labels"
 
 
 class SimMachine(RuleBasedStateMachine):
@@ -320,34 +337,58 @@ class SimMachine(RuleBasedStateMachine):
     def create_gang(self, job: str, size: int, podgroup: bool) -> None:
         if any(p.labels.get("job") == job for p in self.api.pods.values()):
             return
-        self._create_gang(job, size, podgroup)
+        self._create_gang(job, size, "PodGroup" if podgroup else "labels")
         self._advance(STEP_S)
 
-    def _create_gang(self, job: str, size: int, podgroup: bool, priority: int = 0) -> None:
+    @precondition(lambda self: self.enabled("create_gang_from"))
+    @rule(
+        job=st.sampled_from(GANG_JOBS),
+        size=st.integers(2, 3),
+        source=st.sampled_from(GANG_SOURCES[2:]),
+    )
+    def create_gang_from(self, job: str, size: int, source: str) -> None:
+        """A gang of the other sources: Kueue's plain pod group (admitted: no gate left), or
+        the upstream PodGroup (scheduling.k8s.io, its gang policy's minCount) the pods name in
+        spec.schedulingGroup."""
+        if any(p.labels.get("job") == job for p in self.api.pods.values()):
+            return
+        self._create_gang(job, size, source)
+        self._advance(STEP_S)
+
+    def _create_gang(self, job: str, size: int, source: str, priority: int = 0) -> None:
         self.generation += 1
         generation = f"{job}{self.generation}"
         self.minimums[generation] = size
-        how = "PodGroup" if podgroup else "labels"
         high = f", priority {priority}" if priority else ""
-        self._act(f"create gang {generation} of {size} x 1 GPU ({how}{high})")
-        if podgroup:
-            group = PodGroupInput(POD_GROUPS.group, "default", job, min_member=size)
+        self._act(f"create gang {generation} of {size} x 1 GPU ({source}{high})")
+        if source in ("PodGroup", "upstream PodGroup"):
+            api = POD_GROUPS.group if source == "PodGroup" else UPSTREAM_GROUP
+            group = PodGroupInput(api, "default", job, min_member=size)
             self.api.groups[group.key] = group
             for r in self.world.running():
                 self._inside(functools.partial(r.s.intake.event, POD_GROUP_KIND, "ADDED", group))
         for i in range(size):
             pod = MakePod().Name(f"{generation}-{i}").Req(1).Label("job", job).Priority(priority)
-            pod = pod.Label(POD_GROUP_LABEL, job) if podgroup else pod.Gang(job, size)
-            self.api.create(pod.Obj())
+            if source == "PodGroup":
+                pod = pod.Label(POD_GROUP_LABEL, job)
+            elif source == "Kueue":
+                pod = pod.Label(KUEUE_GROUP_LABEL, job)
+                pod = pod.Annotation(KUEUE_TOTAL_ANNOTATION, str(size))
+            elif source == "labels":
+                pod = pod.Gang(job, size)
+            made = pod.Obj()
+            if source == "upstream PodGroup":
+                made = msgspec.structs.replace(made, scheduling_group=job)
+            self.api.create(made)
 
     @precondition(lambda self: self.enabled("create_high"))
     @rule(
         name=st.sampled_from(HIGH_NAMES),
         gpus=st.integers(1, 2),
         gang=st.sampled_from([0, 2, 3]),
-        podgroup=st.booleans(),
+        source=st.sampled_from(GANG_SOURCES),
     )
-    def create_high(self, name: str, gpus: int, gang: int, podgroup: bool) -> None:
+    def create_high(self, name: str, gpus: int, gang: int, source: str) -> None:
         """A pod of high priority (a PriorityClass's value on its spec, as admission writes it),
         or with ``gang`` a gang of that many: when it does not fit, the leader preempts pods of
         priority 0 (whole gangs, never one member alone) through the Eviction API; the fake
@@ -357,7 +398,7 @@ class SimMachine(RuleBasedStateMachine):
             job = HIGH_JOBS[0]
             if any(p.labels.get("job") == job for p in self.api.pods.values()):
                 return
-            self._create_gang(job, gang, podgroup, HIGH_PRIORITY)
+            self._create_gang(job, gang, source, HIGH_PRIORITY)
         else:
             if f"default/{name}" in self.api.pods:
                 return
@@ -379,7 +420,7 @@ class SimMachine(RuleBasedStateMachine):
         for p in members:
             self._terminate(p)
         size = int(old.labels.get(GANG_REPLICA_LABEL, "0")) or len(members)
-        self._create_gang(job, size, POD_GROUP_LABEL in old.labels, old.priority)
+        self._create_gang(job, size, gang_source(old), old.priority)
         self._advance(STEP_S)
 
     def _terminate(self, pod: PodInput) -> None:

@@ -40,7 +40,7 @@ from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.kube.api import BindResult, ConfigMapData
 from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
-from scheduler.kube.podgroups import POD_GROUPS, Eviction, EvictResult, Write
+from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_GROUP, Eviction, EvictResult, Write
 from scheduler.kube.tuning import REQUEST_TIMEOUT_S
 from scheduler.kube.watch import HttpError
 from scheduler.service.leader import Leadership, LeaseTiming
@@ -645,7 +645,9 @@ class SimReplica:
         api = self.world.api
         api.streams.append(self.streams)
         self.s.intake.replace_nodes(api.nodes)
-        self.s.intake.replace(POD_GROUP_KIND, list(api.groups.values()), POD_GROUPS.group)
+        for part in (POD_GROUPS.group, UPSTREAM_GROUP):  # one LIST per API group
+            groups = [g for g in api.groups.values() if g.group == part]
+            self.s.intake.replace(POD_GROUP_KIND, groups, part)
         self.s.intake.replace(RESOURCE_CLAIMS, list(api.claims.values()))
         for stream in ("bound", "pending"):
             self.streams.relist(stream, *api.listed(stream))
