@@ -14,7 +14,8 @@ name, a gang restarted).
 Actions: single pods created, deleted (terminating first, then reaped), finished, recreated
 under the same name; gangs by labels, PodGroup (scheduler-plugins), Kueue and the upstream
 PodGroup created and restarted (old members terminating while the new ones come); pods and
-gangs of high priority, which preempt (victims evicted: terminating, then reaped). Faults: the next Binding's answer lost, timed out, 403,
+gangs of high priority, which preempt (victims evicted: terminating, then reaped).
+Faults: the next Binding's answer lost, timed out, 403,
 404 or 409 after committing, 500; an etcd stall of up to 30 s (longer than the lease: writes
 commit when it ends); reads failing; either pod stream of either replica lagging, or
 re-listing (410: a LIST delivered when the stream catches up); the leader's SIGTERM (a rolling
