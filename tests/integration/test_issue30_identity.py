@@ -320,6 +320,33 @@ async def test_issue30_6_news_of_the_new_era_is_taken_once_it_began(backend: Bac
     assert r.held("default/w") == ("n", [0])
 
 
+async def test_issue30_6_a_pod_a_restore_brings_back_bound_is_recorded_in_the_store(
+    backend: Backend,
+) -> None:
+    """Sim seed 10 (its store check, the issue-20 auditor's store-missing): w is bound on node
+    n's one GPU, etcd is backed up, w is deleted (its record released), and etcd is restored
+    from the backup: w is bound again. The bound LIST begins a new era and the book takes w in
+    as bound (charged in the snapshot), which writes nothing to the store. Before the fix
+    nothing else did either: the store had no record of w, and no owner of its GPU, until the
+    next election."""
+    r = backend.live()
+    r.api.version = 1000
+    w = r.api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [w])
+    backup = dict(r.api.pods), r.api.version
+    r.s.intake.bound_event("DELETED", r.api.delete(w.key))
+    await r.settle()
+    assert await store_of(r) == ({}, {}, {})
+    r.api.pods, r.api.version = backup  # w bound again, at the backup's versions
+    r.s.intake.replace_bound(*r.bound_list())  # below the book's newest: a new era
+    await r.settle()
+    assert r.s.book.stage(w.key) is Stage.BOUND and r.held(w.key) == ("n", [0])
+    r.clock.now += Tuning().store_reconcile_seconds
+    await r.renew()
+    await run(r)
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+
+
 # ---- 6, found by the simulation: a restore that undoes our own Binding -------------------------
 
 
