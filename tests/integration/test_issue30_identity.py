@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -27,6 +28,7 @@ from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import PodInput
 from scheduler.kube.api import BindResult
 from scheduler.service.podbook import Stage
+from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakeNode, MakePod
@@ -66,6 +68,48 @@ class Sending(Apiserver):
     ) -> BindResult:
         self.sent.append(f"{namespace}/{name}")
         return await super().bind(namespace, name, uid, node, annotations)
+
+
+class GatedReconcile:
+    """The store, with each reconcile call held at ``gate`` before it is sent (a reconcile
+    slower than a release sent after it: real I/O)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def reconcile(self, *args: Any) -> Any:
+        await self.gate.wait()
+        return await self.store.reconcile(*args)
+
+
+async def test_a_release_sent_while_a_reconcile_is_under_way_asks_for_another(
+    backend: Backend,
+) -> None:
+    """Sim on Redis: a new leader's election reconcile writes an inherited record bound (its
+    truth taken then); the pod's re-read finds it finished and its release lands before the
+    reconcile, which writes the record back. Before the fix nothing asked for another
+    reconcile: the store kept a bound record of a finished pod until the next election."""
+    store = GatedReconcile(backend.store)
+    r = Replica(Apiserver(), cast(Store, store), backend.clock, tuning=QUICK_RETRIES)
+    w = r.api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    epoch = await r.elect([node(1)], [w])
+    store.gate.clear()
+    reconcile = asyncio.create_task(r.s.sync.reconcile(epoch))  # its truth: w bound
+    await asyncio.sleep(0)
+    r.s.intake.bound_event("DELETED", r.api.delete(w.key))
+    await r.settle()  # w released
+    assert await store_of(r) == ({}, {}, {})
+    store.gate.set()
+    await reconcile  # writes w bound again
+    r.clock.now += Tuning().store_reconcile_seconds
+    await r.renew()
+    await run(r)
+    assert await store_of(r) == ({}, {}, {})
 
 
 # ---- 7b: store writes skipped while the local lease had lapsed ----------------------------------
