@@ -80,6 +80,10 @@ class Apiserver:
         self.unreserved: list[tuple[str, str, str]] = []
         self.events: list[tuple[str, str, str]] = []  # (pod, reason, message)
         self.unschedulable: dict[str, str] = {}  # PodScheduled=False messages by pod
+        # PodScheduled=False writes: a pod's next one waits for its gate here and lands when it
+        # is set (a slow write, overtaken by later ones); a pod's in ``refuse_status`` fail.
+        self.status_gates: dict[str, asyncio.Event] = {}
+        self.refuse_status: set[str] = set()
         # Pods whose Bindings get no answer; the first one commits when the stall ends.
         self.stalled: dict[str, tuple[str, str, dict[str, str]] | None] = {}
         self.version = 0  # the last resourceVersion given
@@ -153,6 +157,11 @@ class Apiserver:
     async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
         """PodScheduled=False, with the UID precondition the apiserver checks (409 otherwise)."""
         key = f"{namespace}/{name}"
+        gate = self.status_gates.pop(key, None)
+        if gate is not None:
+            await gate.wait()
+        if key in self.refuse_status:
+            raise ConnectionError("apiserver unavailable")
         pod = self.pods.get(key)
         if pod is not None and pod.uid == uid:
             self.unschedulable[key] = message

@@ -115,6 +115,7 @@ class Reflector(Generic[T]):
         relist: Relist | None = None,
         timing: WatchTiming | None = None,
         ordered: bool = False,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.name = name
         self._timing = timing or WatchTiming()
@@ -130,6 +131,8 @@ class Reflector(Generic[T]):
         # that a LIST of 50,000 pods never holds both their decoded and converted forms.
         self._convert = convert
         self._relist = relist  # with a page_call: pages handed on as they arrive
+        # Told each bookmark's version: everything up to it has been delivered.
+        self._progress = progress
         # Whether the consumer orders this stream's news by resourceVersion (the pod watches:
         # intake.py drops news older than what it knows). A version that is not an integer
         # switches that off for the object it comes with: said once per stream, not per event.
@@ -253,6 +256,8 @@ class Reflector(Generic[T]):
             if event.type == "BOOKMARK":
                 meta = msgspec.json.decode(event.object, type=_WithMeta)
                 self.resource_version = meta.metadata.resourceVersion or self.resource_version
+                if self._progress is not None and meta.metadata.resourceVersion:
+                    self._progress(meta.metadata.resourceVersion)
                 continue
             obj = self._decoder.decode(event.object)
             version = self._version_of(obj)

@@ -170,6 +170,19 @@ class Cycle:
             for p in unit.pods:
                 self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
             return None
+        if (
+            unit.gang is not None
+            and self.state.gang_bound.get(unit.gang)
+            and not self.intake.bound_view_covers(unit.pods)
+        ):
+            # Its gang's bound members are counted from a view older than these members: they
+            # may be gone already (a restart's deletions not delivered yet), and counted they
+            # would make these members surplus, bound one at a time (intake.bound_view_covers).
+            # Retry after the backoff, by which the bound watch has likely caught up.
+            log.info("gang's bound members not confirmed yet: bound watch behind", pod=key)
+            for p in unit.pods:
+                self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
+            return None
         if unit.gang is not None and (held := self.book.gang_members(unit.gang, _UNSETTLED)):
             # A member is held where a previous leader decided, its Binding maybe still
             # landing: deciding the others now, without it, could split the gang (it lands

@@ -29,7 +29,7 @@ from .apiserver import Cluster
 from .binder import Binder, Outcome
 from .events import EventLane
 from .metrics import Metrics
-from .podbook import Ctx, Effect, Event, Explanation, PodBook, Stage, Transition
+from .podbook import Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
 from .podgroups import PodGroupStatuses
 from .preemption import Preemptions
 from .queue import SchedulingQueue
@@ -476,7 +476,9 @@ class Effects:
         )
         if entry.reported != ctx.reason:
             entry.reported = ctx.reason
-            self.tasks.spawn(self._report_unschedulable(ctx.pod, ctx.reason))
+            if not entry.reporting:
+                entry.reporting = True
+                self.tasks.spawn(self._report_unschedulable(entry, ctx.pod))
         if ctx.timed_out and not entry.timed_out:
             entry.timed_out = True
             pod, message = ctx.pod, f"gang {ctx.gang} timed out: {ctx.reason}"
@@ -502,18 +504,38 @@ class Effects:
     def still_pending(self, key: str, uid: str) -> bool:
         return self.book.stage(key, uid) in (Stage.PENDING, Stage.RELOADED)
 
-    async def _report_unschedulable(self, pod: PodInput, reason: str) -> None:
-        """PodScheduled=False on the pod of this UID only, and only while it is still pending
-        here: a late report must not contradict its Binding."""
-        if not self.still_pending(pod.key, pod.uid):
-            return
-        try:
-            await self.cluster.set_unschedulable(pod.namespace, pod.name, pod.uid, reason)
-            await self.cluster.event(
-                pod.namespace, pod.name, pod.uid, "FailedScheduling", reason, "Warning", now()
-            )
-        except Exception as exc:
-            log.warning("could not report unschedulable pod", pod=pod.key, error=str(exc))
+    async def _report_unschedulable(self, entry: Entry, pod: PodInput) -> None:
+        """PodScheduled=False with the reason of the pod's last decision (``entry.reported``),
+        on the pod of this UID only, and only while it is still pending here: a late report
+        must not contradict its Binding.
+
+        One write per pod at a time, the newest reason written last: two writes in flight may
+        land in either order, and the older landing last would stay on the pod for good (the
+        book does not write a reason it holds as written again; a template claim's probe
+        showed "waiting for the ResourceClaim of template" long after it was decided afresh).
+        So a reason decided while a write is under way is written after it. A refused write
+        is forgotten, so the next decision writes its reason again, as kube-scheduler, which
+        compares with the condition the pod shows, does."""
+        written: str | None = None
+        while (
+            self.book.get(entry.key) is entry
+            and self.still_pending(pod.key, pod.uid)
+            and entry.reported not in (None, written)
+        ):
+            reason = entry.reported
+            assert reason is not None
+            try:
+                await self.cluster.set_unschedulable(pod.namespace, pod.name, pod.uid, reason)
+                await self.cluster.event(
+                    pod.namespace, pod.name, pod.uid, "FailedScheduling", reason, "Warning", now()
+                )
+            except Exception as exc:
+                log.warning("could not report unschedulable pod", pod=pod.key, error=str(exc))
+                if entry.reported == reason:
+                    entry.reported = None  # not written: the next decision writes it
+            else:
+                written = reason
+        entry.reporting = False
 
 
 async def report(

@@ -99,6 +99,9 @@ class Intake:
         self._listed: dict[str, str] = {}
         self._stale: list[PodInput] = []
         self._bound_since = 0
+        # How far the bound pods' view reaches: the resourceVersion up to which the bound
+        # watch has delivered everything (0: unknown; ``bound_view_covers``).
+        self.bound_version = 0
         # A pending LIST under way: the pods it showed that are ours and pending, by key; the
         # book's newest version when it was asked for.
         self._pending: dict[str, PodInput] = {}
@@ -283,6 +286,35 @@ class Intake:
             self.effects.dispatch(entry.key, entry.uid, Event.BOUND_MISSING, None)
             self._unbound(entry.key, entry.uid)
         self.bound_synced = True
+        self.bound_version = version  # the LIST's view (0: unknown), even below the last
+
+    def bound_progress(self, version: int) -> None:
+        """The bound watch has delivered everything up to ``version`` (a bookmark)."""
+        self.bound_version = max(self.bound_version, version)
+
+    def bound_view_covers(self, pods: Iterable[PodInput]) -> bool:
+        """Whether the bound pods' view is at least as new as these pending pods: the bound
+        watch has delivered everything up to their versions (its events, LISTs and bookmarks;
+        unknown versions order nothing, so they pass).
+
+        The two pod watches are separate streams with no order between them: the pending one
+        can show a gang's new members while the bound one still shows the members they replace
+        running (a re-list or a lag, and the deletions of a JobSet or Kubeflow restart, which
+        came before the new pods, not delivered yet). Counted, those members made the new ones
+        members beyond the minimum, bound one at a time: a partial gang holding GPUs (issue
+        30, sim seed 5). A gang's bound members are therefore counted only in a view that
+        covers the members they are counted for (cycle.py); it catches up with the bound
+        watch's next event or bookmark (about once a minute). A pod's version is the lower of
+        its own and the book's (0 after an etcd restore began a new era: the old era's versions
+        order nothing)."""
+        if not self.bound_version:
+            return True
+        for pod in pods:
+            entry = self.book.get(pod.key)
+            version = pod.version if entry is None else min(pod.version, entry.version)
+            if version > self.bound_version:
+                return False
+        return True
 
     def _unbound(self, key: str, uid: str) -> None:
         """A bound pod missing from a bound LIST: if the pending watch's last word on it was
@@ -322,6 +354,7 @@ class Intake:
         return True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:
+        self.bound_version = max(self.bound_version, pod.version)
         if self.older(pod):
             log.info("older than what is known: dropped", pod=pod.key, uid=pod.uid)
             return

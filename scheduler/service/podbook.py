@@ -518,7 +518,8 @@ class Entry:
     first_seen: float
     pod: PodInput | None = None  # the latest pending object (None for pods only seen bound)
     placement: Placement | None = None  # while reserving, binding or assumed
-    reported: str | None = None  # the last reason written to the pod, to not repeat it
+    reported: str | None = None  # the reason the pod is to show (written, or to be written)
+    reporting: bool = False  # a write of it is under way (one at a time: effects.py)
     timed_out: bool = False  # its gang's GangTimeout event was sent
     explanation: Explanation | None = None  # the last decision, for /debug
     checking: bool = False  # a re-read (effect CHECK) is under way

@@ -125,6 +125,8 @@ class Watches:
                 intake.bound_event,
                 # Taken in as it arrives, page by page.
                 PodList(intake.bound_list_begin, intake.bound_list_page, intake.bound_list_end),
+                # Its bookmarks: how far the bound pods' view reaches (gangs count on it).
+                lambda version: intake.bound_progress(resource_version(version)),
             ),
             self._pod_reflector(
                 "pending-pods",
@@ -260,6 +262,7 @@ class Watches:
         selector: str,
         event: Callable[[str, PodInput], None],
         relist: PodList,
+        progress: Callable[[str], None] | None = None,
     ) -> Reflector[Pod]:
         """One of the two pod streams: listed in pages (``relist`` takes the LIST in), watched
         in resourceVersion order."""
@@ -277,6 +280,7 @@ class Watches:
             relist=relist,
             timing=self.timing,
             ordered=True,
+            progress=progress,
         )
 
     def _run(self, reflector: Reflector[Any]) -> None:

@@ -983,3 +983,65 @@ async def test_issue30_5_a_restarted_gang_is_not_bound_one_at_a_time_beside_its_
     assert sorted(owners.values()) == ["default/job-b0", "default/job-b1"]
     assert gangs == {"default/job": "bound:default/job-b0,default/job-b1"}
     assert r.s.statuses.desired(group.key) == Desired(PodGroupPhase.SCHEDULED, 2, 0)
+
+
+async def test_issue30_5_a_restarted_gang_is_not_counted_from_a_bound_view_older_than_its_members(
+    backend: Backend,
+) -> None:
+    """The same restart (sim seed 5), with the bound pods' watch behind the pending one (a
+    re-list, or a lag: two streams, no order between them). The old members' deletions came
+    before the new pods, but only the new pods are delivered: the bound view still shows the old
+    members running. Counted, they made job-b0 and job-b1 members beyond the minimum: before the
+    fix job-b0 was bound alone on the one free GPU. Bound members count only in a view at least
+    as new as the pending members they are counted for: the new ones wait until the bound watch
+    catches up (its events, then a bookmark), then as a whole gang for room."""
+    r = backend.live()
+    await r.elect([node(3)])
+    group = PodGroupInput(names.POD_GROUP_API, "default", "job", min_member=2, uid="pg")
+    r.s.state.inputs.pod_groups.put(group)
+
+    def member(name: str) -> PodInput:
+        return MakePod().Name(name).Req(1).Label(names.POD_GROUP_LABEL, "job").Obj()
+
+    for name in ("job-a0", "job-a1"):
+        r.pending(member(name))
+    await run(r)
+    for key in ("default/job-a0", "default/job-a1"):
+        r.api.pods[key] = r.api.stamp(msgspec.structs.replace(r.api.pods[key], phase="Running"))
+        r.bound_seen(key)
+    # The restart: both old members are deleted, then the new ones created; only the new ones
+    # are delivered (the bound watch re-lists, its LIST taken before the deletions).
+    going = []
+    for key in ("default/job-a0", "default/job-a1"):
+        r.api.pods[key] = r.api.stamp(msgspec.structs.replace(r.api.pods[key], deleting=True))
+        going.append(r.api.pods[key])
+    for name in ("job-b0", "job-b1"):
+        r.pending(member(name))
+    await run(r)
+    assert sorted(k for k, _, _ in r.api.binds) == ["default/job-a0", "default/job-a1"]
+    assert r.held("default/job-b0") is None and r.held("default/job-b1") is None
+    assert r.s.queue.counts()["backoff"] == 2  # retried once the bound view has caught up
+    # The bound watch catches up: the deletions, then a bookmark. The old members are not the
+    # gang's bound members: the new ones are the whole minimum, and one GPU is free.
+    for pod in going:
+        r.s.intake.bound_event("MODIFIED", pod)
+    r.s.intake.bound_progress(r.api.version)
+    r.clock.now += 1.0  # their backoff since their attempt
+    await r.renew()
+    await run(r)
+    assert sorted(k for k, _, _ in r.api.binds) == ["default/job-a0", "default/job-a1"]
+    for key in ("default/job-b0", "default/job-b1"):
+        explanation = r.s.explain(key)
+        assert explanation is not None and "beyond its minimum" not in explanation.reason
+    # The old members are gone: the new gang is placed whole.
+    for key in ("default/job-a0", "default/job-a1"):
+        r.s.intake.bound_event("DELETED", r.api.delete(key))
+    await r.settle()
+    r.clock.now += 2.0  # their backoff since their last attempt
+    await r.renew()
+    await run(r)
+    binds = sorted(k for k, _, _ in r.api.binds if k.startswith("default/job-b"))
+    assert binds == ["default/job-b0", "default/job-b1"]
+    records, owners, _ = await store_of(r)
+    assert sorted(records) == ["default/job-b0", "default/job-b1"]
+    assert sorted(owners.values()) == ["default/job-b0", "default/job-b1"]

@@ -40,7 +40,7 @@ Mutants not reached yet (no seed, no timeline; ``make sim`` names them and does 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -365,6 +365,16 @@ def _terminating_members_count() -> list[Patch]:
     return [(Holdings, "join_gang", join_gang)]
 
 
+def _bound_view_trusted() -> list[Patch]:
+    """Sim seed 5: a gang's bound members count in a bound view older than its pending
+    members."""
+
+    def covers(self: Intake, pods: Iterable[PodInput]) -> bool:
+        return True
+
+    return [(Intake, "bound_view_covers", covers)]
+
+
 def _versions_trusted_forever() -> list[Patch]:
     """30.6: a LIST below the book's newest resourceVersion begins no new era."""
 
@@ -548,6 +558,13 @@ MUTANTS: dict[str, Mutant] = {
         timeline="30.5-terminating-members-count",
         without=CHURN | LEADERS | REFUSALS | {"claims", "stall", "lag", "relist"},
         needs=frozenset({"restart_gang"}),
+    ),
+    "sim5-bound-view-trusted": Mutant(
+        "a restarted gang counted from a bound view older than its new members",
+        _bound_view_trusted,
+        timeline="sim5-bound-view-behind",
+        without=CHURN | LEADERS | REFUSALS | {"claims", "stall", "lag"},
+        needs=frozenset({"restart_gang", "relist"}),
     ),
     "30.6-versions-trusted-forever": Mutant(
         "after an etcd restore, the old era's resourceVersions order everything",

@@ -475,6 +475,24 @@ def terminating_members_count(m: SimMachine) -> None:
     m.quiesce()
 
 
+def bound_view_behind(m: SimMachine) -> None:
+    """Sim seed 5: a restarted gang counted from a bound view older than its new members. a
+    takes one of the four GPUs and PodGroup gang j1 (minMember 2) two; the leader's bound watch
+    re-lists (its LIST taken now), then a JobSet restart leaves j1's members terminating and
+    creates j2 of 2. The LIST, delivered with j2, still shows j1 running: counted, j1 made j2's
+    members "surplus", and j2-0 was bound alone on the one free GPU."""
+    m.create_pod("a", 1, False)
+    m.create_gang("j", 2, True)
+    past_first_wait(m)
+    m.tick(2.1)  # the LIST taken half a watch period before the pump delivers it
+    m.relist(0, "bound")
+    m.restart_gang(0)
+    m.tick(5.0)
+    m.tick(5.0)
+    m.safe()
+    m.quiesce()
+
+
 def gang_member_refused(m: SimMachine) -> None:
     """Sim seed 629: gang j1 (2) is decided whole on n1; j1-0's Binding commits (answered 404:
     read back, bound as we asked), j1-1's is refused 403 on every attempt. Gang k2 (3) waits
@@ -515,6 +533,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
     "30.5-terminating-members-count": terminating_members_count,
+    "sim5-bound-view-behind": bound_view_behind,
     "30.3-inheritance-by-name": inheritance_by_name,
     "30.4-witness-off-after-403": witness_off_after_403,
     "30.1a-claim-write-fail-forgets": claim_write_fail_forgets,

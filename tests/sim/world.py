@@ -149,6 +149,9 @@ class Streams:
                     intake.bound_event(kind, pod)
                 else:
                     intake.pending_event(kind, pod)
+            if stream == "bound":
+                # A bookmark: everything up to the apiserver's version now is delivered.
+                intake.bound_progress(self.replica.world.api.version)
 
 
 class Backup(NamedTuple):

@@ -89,3 +89,34 @@ async def test_integer_versions_or_an_unordered_watch_say_nothing() -> None:
         await unordered._list()
         await unordered._watch_once()
     assert told(logs) == []
+
+
+async def test_a_bookmark_tells_how_far_the_watch_has_delivered() -> None:
+    """Issue 30, sim seed 5: the bound pods' watch's bookmarks are its progress (intake's
+    bound view, which a gang's bound members are counted in); events are told as events."""
+
+    async def watch(rv: str, timeout: int) -> AsyncIterator[bytes]:
+        async def lines() -> AsyncIterator[bytes]:
+            yield json.dumps({"type": "MODIFIED", "object": item("p", "8")}).encode()
+            yield json.dumps({"type": "BOOKMARK", "object": item("", "12")}).encode()
+
+        return lines()
+
+    async def no_list() -> bytes:
+        raise AssertionError("listed")
+
+    applied: list[str] = []
+    progress: list[str] = []
+    r = Reflector(
+        "pods",
+        Item,
+        no_list,
+        watch,
+        lambda items: None,
+        lambda kind, obj: applied.append(obj.metadata.resourceVersion),
+        lambda obj: obj.metadata.resourceVersion,
+        progress=progress.append,
+    )
+    r.resource_version = "7"
+    assert await r._watch_once()
+    assert applied == ["8"] and progress == ["12"] and r.resource_version == "12"
