@@ -103,8 +103,9 @@ class StoreSync:
         self._marks: list[str] = []
         self._releases: dict[str, str] = {}  # uid -> pod key
         self._flushing = False
-        # True while a reconcile's call is under way (``release``).
-        self._reconciling = False
+        # Set while no reconcile is under way (``release`` waits for it).
+        self._reconciled = asyncio.Event()
+        self._reconciled.set()
         # Set while no release is queued or in flight (``released`` waits for it).
         self._idle = asyncio.Event()
         self._idle.set()
@@ -166,12 +167,11 @@ class StoreSync:
         await self._idle.wait()
 
     async def release(self, uids: list[str]) -> None:
-        """A release sent while a reconcile is under way asks for another: the reconcile's truth
-        was taken before it was sent and may still hold the pod, and a release that lands first
-        is undone by it (an election's reconcile writing an inherited record bound while that
-        pod's re-read found it finished: a bound record of a finished pod, sim on Redis)."""
-        if self._reconciling:
-            self.needed = True
+        """Sent once no reconcile is under way: a reconcile's truth was taken when it began and
+        may still hold the pod, so a release that landed before it would be undone by it (an
+        election's reconcile writing an inherited record bound while that pod's re-read found
+        it finished: a bound record of a finished pod, sim on Redis)."""
+        await self._reconciled.wait()
         await self._write(self.store.release, uids, "release")
 
     async def _write(
@@ -245,14 +245,14 @@ class StoreSync:
         a reconcile is still needed: the loop tries again."""
         self.needed = False
         self.last = self.clock()
-        self._reconciling = True
+        self._reconciled.clear()
         try:
             await self._write_truth(epoch, elected)
         except BaseException:
             self.needed = True
             raise
         finally:
-            self._reconciling = False
+            self._reconciled.set()
 
     async def _write_truth(self, epoch: int, elected: bool) -> None:
         reserved = {e.key for e in self.book.in_stages(RESERVED_STAGES)}
