@@ -252,14 +252,18 @@ async def test_issue30_7a_an_old_leaders_first_bindings_in_flight_hold_a_new_lea
 # ---- a flushed store with the witness kept; a failover that lost a write ------------------------
 
 
-async def test_a_flushed_store_with_the_witness_kept_waits_out_the_old_leaders_bindings(
-    stores: Stores, clock: ManualClock
+@pytest.mark.parametrize("lost", ["flush", "promotion"])
+async def test_a_store_that_lost_the_reservation_waits_out_the_old_leaders_bindings(
+    stores: Stores, clock: ManualClock, lost: str
 ) -> None:
     """a leads (past its first wait) and its Binding of p (n/0) stalls in etcd: it commits up
-    to bindCommitSeconds after it was sent. The store is flushed (the witness kept: a's record
-    is there); b is elected on a store that lost every election and every reservation, so
-    nothing holds p's GPU for it. Before the fix that was only "history cut": b waited one
-    lease (15 s), decided q onto n/0, and then a's Binding of p committed there too."""
+    to bindCommitSeconds after it was sent. Then the store loses p's reservation: flushed (the
+    witness kept: a's record is there; the lease, the epochs and every record gone), or
+    Sentinel promotes a replica that holds a's election but not p's reservation (written to
+    the old master, never replicated: its history is cut). b, elected there, has nothing that
+    holds p's GPU. Before the fixes b waited one lease (15 s), decided q onto n/0, and then a's
+    Binding of p committed there too: first wait after a flush, then after a promotion. Every
+    cut history waits one lease plus bindCommitSeconds."""
     api, maps = Apiserver(), ConfigMaps()
     store = stores()
     a = replica(api, store, clock, "a", maps)
@@ -275,56 +279,15 @@ async def test_a_flushed_store_with_the_witness_kept_waits_out_the_old_leaders_b
     for t in list(a.s.tasks.running):
         t.cancel()
     await asyncio.gather(*list(a.s.tasks.running), return_exceptions=True)
-    await stores.flush()  # the lease, the epochs and p's reservation are gone; the witness stays
-    b.pending(MakePod().Name("q").Req(1).Obj())
-    assert await b.elect([node(1)]) == 1
-    assert not b.s.may_decide()
-    for _ in range(3):  # one lease passes: a's own lease is over, its Binding still stalled
-        clock.now += 5.0
-        await b.renewal()
-    if b.s.may_decide():  # what one lease allowed: q decided onto the GPU p's Binding takes
-        await b.step()
-        await until(lambda: api.binds)
-    api.end_stall("default/p")  # p's Binding commits, within bindCommitSeconds of its sending
-    assert api.binds == [("default/p", "n", "0")], "n/0 given twice: b decided after one lease"
-    b.bound_seen("default/p")
-    await waited(b)
-    await b.step()
-    await b.settle()
-    assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
-    assert b.held("default/q") is None and b.held("default/p") == ("n", [0])
-
-
-async def test_a_failover_that_lost_the_last_write_waits_out_the_old_leaders_bindings(
-    stores: Stores, clock: ManualClock
-) -> None:
-    """a leads and its Binding of p (n/0) stalls in etcd. Sentinel promotes a replica that
-    holds a's election but not p's reservation (written to the old master, never replicated:
-    its history is cut). b, elected there, has nothing that holds p's GPU, exactly as after a
-    flush. Before the fix a cut history waited one lease only (15 s): b decided q onto n/0,
-    then a's Binding of p committed there too. Now every cut history waits one lease plus
-    bindCommitSeconds."""
-    api, maps = Apiserver(), ConfigMaps()
-    store = stores()
-    a = replica(api, store, clock, "a", maps)
-    b = replica(api, store, clock, "b", maps)
-    assert await a.elect([node(1)]) == 1
-    await waited(a)
-    api.stalled["default/p"] = None  # etcd stalls: p's Binding gets no answer
-    a.pending(MakePod().Name("p").Req(1).Obj())
-    await a.step()
-    await until(lambda: api.stalled["default/p"] is not None)  # sent, no answer
-    # kill -9: nothing of a runs any more; its Binding stays in etcd.
-    a.s.accepting = False
-    for t in list(a.s.tasks.running):
-        t.cancel()
-    await asyncio.gather(*list(a.s.tasks.running), return_exceptions=True)
-    await stores.promote(store)  # another process serves the data: the history is cut
-    await store.release("a", 1, ["uid-default-p"])  # p's reservation was the write it lost
-    await store.release_lease("a", 1)  # a's lease ran out meanwhile
+    if lost == "flush":
+        await stores.flush()
+    else:
+        await stores.promote(store)  # another process serves the data: the history is cut
+        await store.release("a", 1, ["uid-default-p"])  # p's reservation was the write it lost
+        await store.release_lease("a", 1)  # a's lease ran out meanwhile
     b.pending(MakePod().Name("q").Req(1).Obj())
     elected = clock.now
-    assert await b.elect([node(1)]) == 2
+    assert await b.elect([node(1)]) == (1 if lost == "flush" else 2)
     assert not b.s.may_decide()
     for _ in range(3):  # one lease passes: a's own lease is over, its Binding still stalled
         clock.now += 5.0
@@ -340,3 +303,4 @@ async def test_a_failover_that_lost_the_last_write_waits_out_the_old_leaders_bin
     await b.step()
     await b.settle()
     assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
+    assert b.held("default/q") is None and b.held("default/p") == ("n", [0])

@@ -393,19 +393,7 @@ def no_wait_after_flush(m: SimMachine) -> None:
     land (a lease plus bindCommitSeconds) before its first decision. Deciding at once, it gives
     c (2 GPUs, pending meanwhile) n2/0,1 as d ends, and r1's Binding of a lands on n2/1. (The
     witness kept: sim-flush-waits-one-lease.)"""
-    m.create_pod("b", 2, False)
-    m.create_pod("d", 1, False)
-    past_first_wait(m)
-    m.create_pod("c", 2, False)
-    m.delete_witness()
-    m.bind_fault("slow")
-    m.create_pod("a", 1, False)
-    m.tick(0.5)
-    m.flush_store()
-    m.delete_pod(3, False)  # d
-    for _ in range(8):
-        m.tick(5.0)
-    m.quiesce()
+    _flush_under_a_late_binding(m, delete_witness=True)
 
 
 def flush_waits_one_lease(m: SimMachine) -> None:
@@ -414,10 +402,19 @@ def flush_waits_one_lease(m: SimMachine) -> None:
     Bindings cannot land (a lease plus bindCommitSeconds). Waiting one lease only (as after a
     failover, whose store keeps the reservations), it binds c on n2/0,1 at 99.2 s, and r1's
     Binding of a lands on n2/1 at 103.4 s."""
+    _flush_under_a_late_binding(m, delete_witness=False)
+
+
+def _flush_under_a_late_binding(m: SimMachine, delete_witness: bool) -> None:
+    """b (2 GPUs) and d taken, c (2 GPUs) waiting; r1's Binding of a is slow (it commits
+    later than r1 waited), the store is flushed half a second after and d deleted: whoever
+    leads next must not give a's GPU to c before a's Binding can no longer land."""
     m.create_pod("b", 2, False)
     m.create_pod("d", 1, False)
     past_first_wait(m)
     m.create_pod("c", 2, False)
+    if delete_witness:
+        m.delete_witness()
     m.bind_fault("slow")
     m.create_pod("a", 1, False)
     m.tick(0.5)
