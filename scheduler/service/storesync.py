@@ -103,7 +103,7 @@ class StoreSync:
         self._marks: list[str] = []
         self._releases: dict[str, str] = {}  # uid -> pod key
         self._flushing = False
-        # Set while no reconcile is under way (``release`` waits for it).
+        # Set while no reconcile is under way (``flush`` waits for it before a release).
         self._reconciled = asyncio.Event()
         self._reconciled.set()
         # Set while no release is queued or in flight (``released`` waits for it).
@@ -151,8 +151,13 @@ class StoreSync:
                 batch = list(self._releases.items())[: self.write_batch]
                 for uid, _ in batch:
                     del self._releases[uid]
-                # A pod reserved again meanwhile (its bind failed; decided afresh) keeps its
-                # new reservation; only pods gone or pending again lose theirs.
+                # Sent once no reconcile is under way (its truth, taken when it began, may
+                # still hold the pod and would undo a release that landed first: an election's
+                # reconcile writing an inherited record back after the pod's re-read found it
+                # finished, sim on Redis). A pod reserved again meanwhile (its bind failed;
+                # decided afresh) keeps its new reservation; only pods gone or pending again
+                # lose theirs, as the book says once the wait is over.
+                await self._reconciled.wait()
                 uids = [u for u, k in batch if self.book.stage(k, u) in _RELEASABLE]
                 if uids:
                     await self.release(uids)
@@ -167,11 +172,6 @@ class StoreSync:
         await self._idle.wait()
 
     async def release(self, uids: list[str]) -> None:
-        """Sent once no reconcile is under way: a reconcile's truth was taken when it began and
-        may still hold the pod, so a release that landed before it would be undone by it (an
-        election's reconcile writing an inherited record bound while that pod's re-read found
-        it finished: a bound record of a finished pod, sim on Redis)."""
-        await self._reconciled.wait()
         await self._write(self.store.release, uids, "release")
 
     async def _write(
