@@ -337,7 +337,9 @@ class Intake:
         ``--bump-revision``. Then every event about a known name would be "older" and dropped,
         and a LIST lacking a pod would not free it, for good; instead the LIST is the truth (as
         client-go's Replace is) and the book forgets the old era's versions. Said loudly: an
-        operator should know the cluster went back in time."""
+        operator should know the cluster went back in time. The store is reconciled too: its
+        records are of the era before (a pod the restore brought back bound was released when
+        it left, and the book takes it in as a bound pod, which writes nothing: sim seed 10)."""
         if not 0 < version < since:
             return False
         log.warning(
@@ -348,6 +350,7 @@ class Intake:
             book_version=since,
         )
         self.book.new_era(version)
+        self.effects.sync.request()
         return True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:

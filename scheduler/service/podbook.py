@@ -355,7 +355,12 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BINDING, E.PENDING_SAME): (S.BINDING, _),
     (S.BINDING, E.PENDING_LEFT): (S.BINDING, _),  # our bind moved it off the pending watch
     (S.BINDING, E.PENDING_ENDED): (S.GONE, _LEFT),
-    (S.BINDING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.END_NOMINATION, F.WAKE)),
+    # Bound where it was reserved: its reservation is bound now (the binder stops at a pod
+    # the book holds bound, so an unanswered Binding's answer may never mark it).
+    (S.BINDING, E.BOUND_SEEN): (
+        S.BOUND,
+        (F.GROUP_COUNT, F.MARK_BOUND, F.END_NOMINATION, F.WAKE),
+    ),
     (S.BINDING, E.BOUND_MOVED): (S.BOUND, (F.GROUP_COUNT, F.RECONCILE, F.END_NOMINATION)),
     (S.BINDING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.BINDING, E.REPLACED): (S.GONE, _LEFT),

@@ -103,6 +103,9 @@ class StoreSync:
         self._marks: list[str] = []
         self._releases: dict[str, str] = {}  # uid -> pod key
         self._flushing = False
+        # Set while no reconcile is under way (``flush`` waits for it before a release).
+        self._reconciled = asyncio.Event()
+        self._reconciled.set()
         # Set while no release is queued or in flight (``released`` waits for it).
         self._idle = asyncio.Event()
         self._idle.set()
@@ -148,8 +151,13 @@ class StoreSync:
                 batch = list(self._releases.items())[: self.write_batch]
                 for uid, _ in batch:
                     del self._releases[uid]
-                # A pod reserved again meanwhile (its bind failed; decided afresh) keeps its
-                # new reservation; only pods gone or pending again lose theirs.
+                # Sent once no reconcile is under way (its truth, taken when it began, may
+                # still hold the pod and would undo a release that landed first: an election's
+                # reconcile writing an inherited record back after the pod's re-read found it
+                # finished, sim on Redis). A pod reserved again meanwhile (its bind failed;
+                # decided afresh) keeps its new reservation; only pods gone or pending again
+                # lose theirs, as the book says once the wait is over.
+                await self._reconciled.wait()
                 uids = [u for u, k in batch if self.book.stage(k, u) in _RELEASABLE]
                 if uids:
                     await self.release(uids)
@@ -237,11 +245,14 @@ class StoreSync:
         a reconcile is still needed: the loop tries again."""
         self.needed = False
         self.last = self.clock()
+        self._reconciled.clear()
         try:
             await self._write_truth(epoch, elected)
         except BaseException:
             self.needed = True
             raise
+        finally:
+            self._reconciled.set()
 
     async def _write_truth(self, epoch: int, elected: bool) -> None:
         reserved = {e.key for e in self.book.in_stages(RESERVED_STAGES)}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -27,6 +28,7 @@ from scheduler.config.tuning import Tuning
 from scheduler.core.model.objects import PodInput
 from scheduler.kube.api import BindResult
 from scheduler.service.podbook import Stage
+from scheduler.state.base import Store
 from scheduler.state.memory import MemoryStore
 from scheduler.state.redis_store import RedisStore
 from tests.builders import MakeNode, MakePod
@@ -66,6 +68,49 @@ class Sending(Apiserver):
     ) -> BindResult:
         self.sent.append(f"{namespace}/{name}")
         return await super().bind(namespace, name, uid, node, annotations)
+
+
+class GatedReconcile:
+    """The store, with each reconcile call held at ``gate`` before it is sent (a reconcile
+    slower than a release sent after it: real I/O)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def reconcile(self, *args: Any) -> Any:
+        await self.gate.wait()
+        return await self.store.reconcile(*args)
+
+
+async def test_a_release_waits_for_a_reconcile_under_way(
+    backend: Backend,
+) -> None:
+    """Sim on Redis: a new leader's election reconcile writes an inherited record bound (its
+    truth taken then); the pod's re-read finds it finished and its release lands before the
+    reconcile, which writes the record back. Before the fix the release did not wait for the
+    reconcile: the store kept a bound record of a finished pod until the next election."""
+    store = GatedReconcile(backend.store)
+    r = Replica(Apiserver(), cast(Store, store), backend.clock, tuning=QUICK_RETRIES)
+    w = r.api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    epoch = await r.elect([node(1)], [w])
+    store.gate.clear()
+    reconcile = asyncio.create_task(r.s.sync.reconcile(epoch))  # its truth: w bound
+    await asyncio.sleep(0)
+    r.s.intake.bound_event("DELETED", r.api.delete(w.key))  # w's release is queued
+    for _ in range(10):
+        await asyncio.sleep(0)  # before the fix it landed here, before the reconcile
+    store.gate.set()
+    await reconcile
+    await r.settle()
+    r.clock.now += Tuning().store_reconcile_seconds
+    await r.renew()
+    await run(r)
+    assert await store_of(r) == ({}, {}, {})
 
 
 # ---- 7b: store writes skipped while the local lease had lapsed ----------------------------------
@@ -318,6 +363,33 @@ async def test_issue30_6_news_of_the_new_era_is_taken_once_it_began(backend: Bac
     entry = r.s.book.get("default/w")
     assert entry is not None and entry.uid == "uid2" and entry.stage is Stage.BOUND
     assert r.held("default/w") == ("n", [0])
+
+
+async def test_issue30_6_a_pod_a_restore_brings_back_bound_is_recorded_in_the_store(
+    backend: Backend,
+) -> None:
+    """Sim seed 10 (its store check, the issue-20 auditor's store-missing): w is bound on node
+    n's one GPU, etcd is backed up, w is deleted (its record released), and etcd is restored
+    from the backup: w is bound again. The bound LIST begins a new era and the book takes w in
+    as bound (charged in the snapshot), which writes nothing to the store. Before the fix
+    nothing else did either: the store had no record of w, and no owner of its GPU, until the
+    next election."""
+    r = backend.live()
+    r.api.version = 1000
+    w = r.api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [w])
+    backup = dict(r.api.pods), r.api.version
+    r.s.intake.bound_event("DELETED", r.api.delete(w.key))
+    await r.settle()
+    assert await store_of(r) == ({}, {}, {})
+    r.api.pods, r.api.version = backup  # w bound again, at the backup's versions
+    r.s.intake.replace_bound(*r.bound_list())  # below the book's newest: a new era
+    await r.settle()
+    assert r.s.book.stage(w.key) is Stage.BOUND and r.held(w.key) == ("n", [0])
+    r.clock.now += Tuning().store_reconcile_seconds
+    await r.renew()
+    await run(r)
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
 
 
 # ---- 6, found by the simulation: a restore that undoes our own Binding -------------------------

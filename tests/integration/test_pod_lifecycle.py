@@ -254,6 +254,30 @@ async def test_2_a_lost_bind_answer_with_the_read_back_failing_keeps_the_gpus(
     assert await store_of(r) == ({"default/a": "bound:(0,)"}, {0: "default/a"}, {})
 
 
+async def test_2_a_binding_the_bound_watch_shows_landed_is_marked_bound_in_the_store(
+    backend: Backend,
+) -> None:
+    """Sim (the store check, the issue-20 auditor's store-disagrees; timeline 12.2 without its
+    mutant): a's Binding lands but its answer is lost and reads fail, so its outcome stays
+    unknown; the bound watch then shows a bound where it was reserved. Before the fix that
+    moved a to BOUND without marking its reservation bound, expecting the binder's answer to
+    (BOUND, BIND_OK); but the binder stops at a pod the book holds bound, so no answer came
+    and the store kept a "reserved" record of a bound pod until the next election."""
+    r = backend.live()
+    await r.elect([node(1)])
+    r.pending(MakePod().Name("a").Req(1).Obj())
+    r.api.lose_answer.add("default/a")
+    r.api.reads_fail = True
+    await r.step()
+    await until(lambda: r.s.metrics.bind_errors.labels(reason="409")._value.get() >= 1)
+    r.bound_seen("default/a")
+    r.api.reads_fail = False
+    await r.settle()
+    assert r.s.book.stage("default/a") is Stage.BOUND and r.held("default/a") == ("n", [0])
+    assert len(r.api.binds) == 1
+    assert await store_of(r) == ({"default/a": "bound:(0,)"}, {0: "default/a"}, {})
+
+
 # ---- issue 12, 3: the Binding is fenced by time ------------------------------------------------
 
 

@@ -13,6 +13,8 @@ Once the world is quiet (no fault, every stream caught up, time passed: ``Machin
 - ``drift``: each replica's per-node sums equal those of a fresh LIST (the issue-20 auditor's
   rule, core/snapshot/nodesums.py);
 - ``stale_reservations``: no ResourceClaim reserved for a pending pod (Unreserve);
+- ``store_records``: the leader's store agrees with the apiserver (the issue-20 auditor's store
+  rules, scheduler/testing/audit.py, for pods' records and GPU owners);
 - ``liveness``: every pending pod of ours has a reason written (PodScheduled=False), and no
   pending single pod fits a node whose GPUs the apiserver shows free.
 """
@@ -29,6 +31,7 @@ from scheduler.core.model.names import DEVICES_ANNOTATION
 from scheduler.core.model.objects import PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot import nodesums
+from scheduler.state.base import Owner, Record
 
 from .world import NAME, Landed, SimApiserver, SimReplica
 
@@ -182,3 +185,67 @@ def stale_reservations(api: SimApiserver) -> list[str]:
 
 def requested_gpus(pod: PodInput) -> int:
     return sum(int(c.limits.get("nvidia.com/gpu", "0")) for c in pod.containers)
+
+
+def store_records(
+    api: SimApiserver, records: dict[str, Record], owners: dict[str, dict[int, Owner]]
+) -> list[str]:
+    """The leader's store (``records`` by pod UID, ``owners``: node -> GPU -> owner) against the
+    apiserver, by the issue-20 auditor's store rules (audit.py ``_check_store``) and no stricter:
+    every live bound pod of ours is recorded bound on its node and GPUs, and owns each of them
+    (store-missing); no record of a pod that does not exist or has finished, nor a bound record
+    on another node than its pod's, nor a reservation of a pending pod of ours once nothing is
+    in flight (store-stale, store-disagrees); no GPU owner without a record claiming that GPU.
+    A store write skipped and never made up for (30.7b: a mark, a release) is seen only here:
+    the snapshots and the apiserver are right, and every reader of a stale record errs towards
+    holding, so no other invariant sees it. Gang records are not checked (the auditor's rule
+    reads gangs by their source's labels, which the sim's PodGroup gangs do not carry)."""
+    out = []
+    by_uid = {p.uid: p for p in api.pods.values()}
+    for pod in sorted(api.pods.values(), key=lambda p: p.key):
+        if pod.scheduler_name != NAME or not pod.node_name or pod.deleting or pod.finished:
+            continue
+        gpus = gpus_of(pod)
+        if not gpus:
+            continue
+        record = records.get(pod.uid)
+        where = f"{pod.name} bound to {pod.node_name} GPUs {sorted(gpus)}"
+        if record is None:
+            out.append(f"store: {where}, no record")
+            continue
+        if record.state != "bound":
+            out.append(f"store: {where}, recorded {record.state}")
+        if record.claim.node != pod.node_name or sorted(record.claim.devices) != sorted(gpus):
+            out.append(
+                f"store: {where}, recorded on {record.claim.node} "
+                f"GPUs {sorted(record.claim.devices)}"
+            )
+        for gpu in gpus:
+            owner = owners.get(pod.node_name, {}).get(gpu)
+            if owner is None or owner.uid != pod.uid:
+                holder = "no owner" if owner is None else f"owned by {_named(owner.uid, by_uid)}"
+                out.append(f"store: GPU {pod.node_name}/{gpu} held by {pod.name}, {holder}")
+    for uid, record in sorted(records.items()):
+        found = by_uid.get(uid)
+        what = f"{record.claim.pod} ({uid}) recorded {record.state} on {record.claim.node}"
+        if found is None or found.finished:
+            gone = "does not exist" if found is None else "has finished"
+            out.append(f"store: {what}, the pod {gone}")
+        elif record.state == "bound" and found.node_name != record.claim.node:
+            out.append(f"store: {what}, the pod is on {found.node_name or 'no node'}")
+        elif record.state != "bound" and found.scheduler_name == NAME and not found.node_name:
+            out.append(f"store: {what}, the pod is pending with nothing in flight")
+    for node, held in sorted(owners.items()):
+        for gpu, owner in sorted(held.items()):
+            claimed = records.get(owner.uid)
+            if claimed is None or claimed.claim.node != node or gpu not in claimed.claim.devices:
+                out.append(
+                    f"store: GPU {node}/{gpu} owned by {_named(owner.uid, by_uid)}, "
+                    "no record claiming it"
+                )
+    return out
+
+
+def _named(uid: str, by_uid: dict[str, PodInput]) -> str:
+    pod = by_uid.get(uid)
+    return f"{pod.name} ({uid})" if pod is not None else f"UID {uid} (no such pod)"

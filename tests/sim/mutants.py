@@ -15,6 +15,11 @@ stand in where a search finds the bug only after minutes: most need three or fou
 up within a few seconds (a Binding slow, its retries timing out, a claim write failing, the
 bound watch lagging) on a cluster full but for one GPU.
 
+30.7b (a store write skipped while the local lease lapsed asks for no reconcile) damages the
+store alone: a record left reserved instead of bound, or left behind by a skipped release.
+Every reader of a stale record errs towards holding, so only the store check (the issue-20
+auditor's store rules, invariants.store_records) sees it.
+
 Bugs no mutant stands for, because the world does not model what triggers them: 12.4 (node
 deletion), 12.5 (store errors beyond the store unreachable or late, FLUSHALL and failover: BUSY),
 12.8-12.12 (sizes, memory, device plugin, debug endpoint), 20.5 (PodDisruptionBudgets), 20.6 (a
@@ -23,16 +28,6 @@ target rebuilt late makes run and simulate prefer other nodes but gives no GPU t
 no invariant here; tests/unit compares run and simulate).
 
 Mutants not reached yet (no seed, no timeline; ``make sim`` names them and does not fail):
-- 30.7b (a store write skipped while the local lease lapsed asks for no reconcile): its damage
-  is in the store alone, a record left reserved instead of bound or left behind by a skipped
-  release, and no invariant here reads the store (they read the apiserver and the snapshots).
-  Every reader of a stale record errs towards holding: a new leader inherits and re-reads a
-  record of a pod it has not seen, reloads a reservation of a pod it has as pending, and a
-  reservation refused by a left-behind record asks for a reconcile. So the mutant only holds
-  GPUs longer, and a quiet world heals it. Checking the store against the apiserver (the
-  issue-20 auditor's store rules) would see it (main failed that check until a release
-  removed only its own ownership: timeline sim2-uncharge-clears-shared-bits left y's GPU with
-  no owner; tests/integration/test_store_contract.py).
 - the SIGKILL gang swap (the store checking a unit against its own pods' records): a schedule
   of whole steps reaches the swap (b on n1/0; a gang of 3 decided onto n2/0, n2/1, n1/1, its
   Bindings never reaching etcd; a rolling update hands it over and b is deleted; decided
@@ -586,6 +581,7 @@ MUTANTS: dict[str, Mutant] = {
         _lapsed_write_forgotten,
         needs=frozenset({"store_fault"}),
         without=GANGS | CHURN | REFUSALS | {"claims"},
+        timeline="30.7b-lapsed-write-forgotten",
     ),
     "30.7c-inherited-pending-reloaded": Mutant(
         "an inherited record read pending is decided afresh, its record left bound",

@@ -506,7 +506,28 @@ def gang_member_refused(m: SimMachine) -> None:
     m.quiesce()
 
 
+def lapsed_write_forgotten(m: SimMachine) -> None:
+    """Issue 30 bug 7b: a store write skipped while the local lease had lapsed asks for no
+    reconcile. a and b are bound by r1; every store call then answers 25 s late. r1's renewals
+    come back too late and the store's lease ends; a is deleted; r2's acquire, sent while the
+    store is slow, is answered after its own local lease time: r2 holds epoch 2 but does not
+    count as leading yet. Its election inherits r1's record of a (a pod its book does not
+    know), reads a gone and releases the record: skipped, as r2 does not lead yet. r2 then
+    leads on with no reconcile, and the store keeps a bound record of a pod that does not
+    exist (seen only by the store check: every reader of it errs towards holding)."""
+    m.create_pod("a", 1, False)
+    m.create_pod("b", 1, False)
+    past_first_wait(m)
+    m.store_fault(True, 25.0)
+    m.tick(2.0)
+    m.delete_pod(0, False)
+    for _ in range(3):
+        m.tick(5.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
     "30.5-terminating-members-count": terminating_members_count,
     "sim5-bound-view-behind": bound_view_behind,
