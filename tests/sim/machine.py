@@ -12,8 +12,10 @@ soak.py). Pod names come from small pools so that names are reused (a pod recrea
 name, a gang restarted).
 
 Actions: single pods created, deleted (terminating first, then reaped), finished, recreated
-under the same name; gangs by labels and by PodGroup created and restarted (old members
-terminating while the new ones come). Faults: the next Binding's answer lost, timed out, 403,
+under the same name; gangs by labels, PodGroup (scheduler-plugins), Kueue and the upstream
+PodGroup created and restarted (old members terminating while the new ones come); pods and
+gangs of high priority, which preempt (victims evicted: terminating, then reaped).
+Faults: the next Binding's answer lost, timed out, 403,
 404 or 409 after committing, 500; an etcd stall of up to 30 s (longer than the lease: writes
 commit when it ends); reads failing; either pod stream of either replica lagging, or
 re-listing (410: a LIST delivered when the stream catches up); the leader's SIGTERM (a rolling
@@ -39,11 +41,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from scheduler.core.model.dra import Allocation, ResourceClaim
-from scheduler.core.model.names import GANG_REPLICA_LABEL, POD_GROUP_LABEL
+from scheduler.core.model.names import (
+    GANG_REPLICA_LABEL,
+    KUEUE_GROUP_LABEL,
+    KUEUE_TOTAL_ANNOTATION,
+    POD_GROUP_LABEL,
+)
 from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
-from scheduler.kube.podgroups import POD_GROUPS
+from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_GROUP
 from scheduler.state.base import History, Store
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
@@ -55,6 +62,12 @@ from .world import NAME, Backup, SimApiserver, World
 NODES = {"n1": 2, "n2": 2}
 SINGLE_NAMES = ("a", "b", "c", "d", "e")
 GANG_JOBS = ("j", "k")
+HIGH_NAMES = ("p", "q")  # single pods of high priority
+HIGH_JOBS = ("h",)  # gangs of high priority
+HIGH_PRIORITY = 1000  # every other pod has priority 0: a high one preempts them
+# Where a gang's pods say they are one: gpu-topology labels, a scheduler-plugins PodGroup,
+# Kueue's pod-group label and total count, the upstream Workload API's PodGroup.
+GANG_SOURCES = ("labels", "PodGroup", "Kueue", "upstream PodGroup")
 OTHER_NAMES = ("o1", "o2")
 BIND_FAULTS = {
     "lose": "commits, its answer lost",
@@ -131,6 +144,15 @@ def _promote_memory(store: Store, loop: asyncio.AbstractEventLoop) -> Store:
     return store.promoted(loop)
 
 
+def gang_source(pod: PodInput) -> str:
+    """Which of ``GANG_SOURCES`` a member of a gang the world made names."""
+    if POD_GROUP_LABEL in pod.labels:
+        return "PodGroup"
+    if KUEUE_GROUP_LABEL in pod.labels:
+        return "Kueue"
+    return "upstream PodGroup" if pod.scheduling_group else "labels"
+
+
 class SimMachine(RuleBasedStateMachine):
     stats: ClassVar[Stats] = Stats()
     # Rules left out of the search (soak.py --without): to look past a bug already found.
@@ -152,6 +174,7 @@ class SimMachine(RuleBasedStateMachine):
         self.timeline: list[tuple[float, str]] = []  # (simulated time, what happened)
         self.seen_binds = 0
         self.seen_terms = 0
+        self.seen_evictions = 0
         self.minimums: dict[str, int] = {}  # gang generation -> minimum
         self.disturbed: set[str] = set()
         self.generation = 0
@@ -208,6 +231,12 @@ class SimMachine(RuleBasedStateMachine):
             what = f"  {b.key.split('/')[1]} bound on {b.node}/{b.devices} by {b.holder}"
             happened.append((b.at, what + f" (epoch {b.epoch})"))
         self.seen_binds = len(self.api.landed)
+        for at, key in self.api.evictions[self.seen_evictions :]:
+            name = key.split("/")[1]
+            # A gang preempted is evicted whole: below its minimum from then on, rightly.
+            self.disturbed.add(name.rpartition("-")[0])
+            happened.append((at, f"  {name} evicted (preempted)"))
+        self.seen_evictions = len(self.api.evictions)
         for at, what in sorted(happened, key=lambda h: h[0]):
             self.timeline.append((at, what))
 
@@ -310,24 +339,34 @@ class SimMachine(RuleBasedStateMachine):
     def create_gang(self, job: str, size: int, podgroup: bool) -> None:
         if any(p.labels.get("job") == job for p in self.api.pods.values()):
             return
-        self._create_gang(job, size, podgroup)
+        self._create_gang(job, size, "PodGroup" if podgroup else "labels")
         self._advance(STEP_S)
 
-    def _create_gang(self, job: str, size: int, podgroup: bool) -> None:
+    def _create_gang(self, job: str, size: int, source: str, priority: int = 0) -> None:
         self.generation += 1
         generation = f"{job}{self.generation}"
         self.minimums[generation] = size
-        how = "PodGroup" if podgroup else "labels"
-        self._act(f"create gang {generation} of {size} x 1 GPU ({how})")
-        if podgroup:
-            group = PodGroupInput(POD_GROUPS.group, "default", job, min_member=size)
+        high = f", priority {priority}" if priority else ""
+        self._act(f"create gang {generation} of {size} x 1 GPU ({source}{high})")
+        if source in ("PodGroup", "upstream PodGroup"):
+            api = POD_GROUPS.group if source == "PodGroup" else UPSTREAM_GROUP
+            group = PodGroupInput(api, "default", job, min_member=size)
             self.api.groups[group.key] = group
             for r in self.world.running():
                 self._inside(functools.partial(r.s.intake.event, POD_GROUP_KIND, "ADDED", group))
         for i in range(size):
-            pod = MakePod().Name(f"{generation}-{i}").Req(1).Label("job", job)
-            pod = pod.Label(POD_GROUP_LABEL, job) if podgroup else pod.Gang(job, size)
-            self.api.create(pod.Obj())
+            pod = MakePod().Name(f"{generation}-{i}").Req(1).Label("job", job).Priority(priority)
+            if source == "PodGroup":
+                pod = pod.Label(POD_GROUP_LABEL, job)
+            elif source == "Kueue":
+                pod = pod.Label(KUEUE_GROUP_LABEL, job)
+                pod = pod.Annotation(KUEUE_TOTAL_ANNOTATION, str(size))
+            elif source == "labels":
+                pod = pod.Gang(job, size)
+            made = pod.Obj()
+            if source == "upstream PodGroup":
+                made = msgspec.structs.replace(made, scheduling_group=job)
+            self.api.create(made)
 
     @precondition(lambda self: self.enabled("restart_gang"))
     @rule(index=st.integers(0, 99))
@@ -343,7 +382,7 @@ class SimMachine(RuleBasedStateMachine):
         for p in members:
             self._terminate(p)
         size = int(old.labels.get(GANG_REPLICA_LABEL, "0")) or len(members)
-        self._create_gang(job, size, POD_GROUP_LABEL in old.labels)
+        self._create_gang(job, size, gang_source(old), old.priority)
         self._advance(STEP_S)
 
     def _terminate(self, pod: PodInput) -> None:
@@ -409,7 +448,7 @@ class SimMachine(RuleBasedStateMachine):
             return
         self._act(f"recreate {pod.name} (new UID, {gpus} GPU)")
         self.api.remove(pod.key)
-        spec = MakePod().Name(pod.name).Req(gpus).Obj()
+        spec = MakePod().Name(pod.name).Req(gpus).Priority(pod.priority).Obj()
         fresh = msgspec.structs.replace(spec, resource_claims=pod.resource_claims)
         self.api.create(fresh)
         self._advance(STEP_S)
@@ -668,3 +707,61 @@ class SimMachine(RuleBasedStateMachine):
         found += invariants.stale_reservations(self.api)
         type(self).stats.checks += 6
         return found
+
+
+# Round four's rules, in a subclass: every rule a class has moves every seed's draws (Hypothesis
+# draws a rule's index among all of them), so the world with them left out (make sim's
+# SIM_CI_LEFT_OUT, the mutants' searches: ``machine_for``) is ``SimMachine`` itself, whose seeds
+# draw what they drew before these rules came.
+NEW_RULES = frozenset({"create_high", "create_gang_from"})
+
+
+class FullMachine(SimMachine):
+    """The world with every rule: ``SimMachine``'s, and pods and gangs of high priority
+    (preemption), gangs by Kueue and by the upstream PodGroup."""
+
+    @precondition(lambda self: self.enabled("create_high"))
+    @rule(
+        name=st.sampled_from(HIGH_NAMES),
+        gpus=st.integers(1, 2),
+        gang=st.sampled_from([0, 2, 3]),
+        source=st.sampled_from(GANG_SOURCES),
+    )
+    def create_high(self, name: str, gpus: int, gang: int, source: str) -> None:
+        """A pod of high priority (a PriorityClass's value on its spec, as admission writes it),
+        or with ``gang`` a gang of that many: when it does not fit, the leader preempts pods of
+        priority 0 (whole gangs, never one member alone) through the Eviction API; the fake
+        apiserver makes each victim terminating, ``reap`` ends it like any deletion, and the
+        preemptor binds on the GPUs its nomination holds."""
+        if gang:
+            job = HIGH_JOBS[0]
+            if any(p.labels.get("job") == job for p in self.api.pods.values()):
+                return
+            self._create_gang(job, gang, source, HIGH_PRIORITY)
+        else:
+            if f"default/{name}" in self.api.pods:
+                return
+            self._act(f"create {name} ({gpus} GPU, priority {HIGH_PRIORITY})")
+            self.api.create(MakePod().Name(name).Req(gpus).Priority(HIGH_PRIORITY).Obj())
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("create_gang_from"))
+    @rule(
+        job=st.sampled_from(GANG_JOBS),
+        size=st.integers(2, 3),
+        source=st.sampled_from(GANG_SOURCES[2:]),
+    )
+    def create_gang_from(self, job: str, size: int, source: str) -> None:
+        """A gang of the other sources: Kueue's plain pod group (admitted: no gate left), or
+        the upstream PodGroup (scheduling.k8s.io, its gang policy's minCount) the pods name in
+        spec.schedulingGroup."""
+        if any(p.labels.get("job") == job for p in self.api.pods.values()):
+            return
+        self._create_gang(job, size, source)
+        self._advance(STEP_S)
+
+
+def machine_for(disabled: frozenset[str]) -> type[SimMachine]:
+    """The machine whose rules are the ones not ``disabled``: ``SimMachine`` when round four's
+    are all left out (its seeds draw as before them), else ``FullMachine``."""
+    return SimMachine if disabled >= NEW_RULES else FullMachine

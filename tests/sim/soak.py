@@ -37,7 +37,7 @@ from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
 from . import mutants, timelines
-from .machine import SimMachine, Stats
+from .machine import SimMachine, Stats, machine_for
 
 
 def quiet_logs() -> None:
@@ -48,7 +48,8 @@ def quiet_logs() -> None:
 def search(seed: int, runs: int, steps: int, shrink: bool = True) -> str | None:
     """One seed's search in this process; the violation with its timeline (shrunk unless
     ``shrink`` is False: a quick yes or no), or None."""
-    machine = type(f"SimMachine_{seed}", (SimMachine,), {"_hypothesis_internal_use_seed": seed})
+    base = machine_for(SimMachine.disabled)
+    machine = type(f"SimMachine_{seed}", (base,), {"_hypothesis_internal_use_seed": seed})
     config = settings(
         max_examples=runs,
         stateful_step_count=steps,

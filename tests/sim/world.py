@@ -40,7 +40,7 @@ from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.kube.api import BindResult, ConfigMapData
 from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
-from scheduler.kube.podgroups import POD_GROUPS, Eviction, EvictResult, Write
+from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_GROUP, Eviction, EvictResult, Write
 from scheduler.kube.tuning import REQUEST_TIMEOUT_S
 from scheduler.kube.watch import HttpError
 from scheduler.service.leader import Leadership, LeaseTiming
@@ -173,7 +173,7 @@ class SimApiserver:
         self.streams: list[Streams] = []
         self.landed: list[Landed] = []
         self.unschedulable: dict[str, tuple[str, str]] = {}  # pod -> (uid, message)
-        self.evictions: list[str] = []
+        self.evictions: list[tuple[float, str]] = []  # (when, pod) evicted: made terminating
         # Faults.
         self.stalled = False
         self.in_stall: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
@@ -384,8 +384,9 @@ class SimApiserver:
         if pod is None or pod.uid != uid:
             return EvictResult(Eviction.GONE, 404)
         if not dry_run:
+            # Accepted: the pod is deleted gracefully (terminating until ``reap``).
             self.put(msgspec.structs.replace(pod, deleting=True))
-            self.evictions.append(key)
+            self.evictions.append((self.clock(), key))
         return EvictResult(Eviction.EVICTED, 201)
 
     async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
@@ -644,7 +645,9 @@ class SimReplica:
         api = self.world.api
         api.streams.append(self.streams)
         self.s.intake.replace_nodes(api.nodes)
-        self.s.intake.replace(POD_GROUP_KIND, list(api.groups.values()), POD_GROUPS.group)
+        for part in (POD_GROUPS.group, UPSTREAM_GROUP):  # one LIST per API group
+            groups = [g for g in api.groups.values() if g.group == part]
+            self.s.intake.replace(POD_GROUP_KIND, groups, part)
         self.s.intake.replace(RESOURCE_CLAIMS, list(api.claims.values()))
         for stream in ("bound", "pending"):
             self.streams.relist(stream, *api.listed(stream))
