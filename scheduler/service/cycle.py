@@ -170,6 +170,13 @@ class Cycle:
             for p in unit.pods:
                 self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
             return None
+        if self.intake.between_eras:
+            # One pod watch has listed after an etcd restore, the other not yet: the snapshot
+            # mixes two eras (intake.between_eras). Retry after the backoff.
+            log.info("one pod watch still in the era before a restore: waiting", pod=key)
+            for p in unit.pods:
+                self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
+            return None
         if (
             unit.gang is not None
             and self.state.gang_bound.get(unit.gang)

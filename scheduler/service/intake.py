@@ -106,6 +106,11 @@ class Intake:
         # book's newest version when it was asked for.
         self._pending: dict[str, PodInput] = {}
         self._pending_since = 0
+        # Eras begun (``_new_era``); the pod watch that has not listed in this era yet, if any
+        # (``between_eras``), and the era each watch's LIST under way was asked for in.
+        self._eras = 0
+        self._unlisted = ""
+        self._pending_era = self._bound_era = 0
         # The pods the pending watch shows pending (its last word on them) while the book holds
         # them bound: set aside as stale, unless the bound watch stops showing them (``_unbound``).
         self._set_aside: dict[str, PodInput] = {}
@@ -162,6 +167,7 @@ class Intake:
     def pending_list_begin(self) -> None:
         self._pending = {}
         self._pending_since = self.book.newest
+        self._pending_era = self._eras
 
     def pending_list_page(self, pods: list[PodInput]) -> None:
         self._pending.update((p.key, p) for p in pods if self.ours_pending(p))
@@ -170,7 +176,7 @@ class Intake:
         """The LIST (at resourceVersion ``version``, 0: unknown) is all in: every pending entry
         it lacks left the pending set, and the pods it shows are told in creation order."""
         fresh, self._pending = self._pending, {}
-        self._new_era("pending-pods", version, self._pending_since)
+        self._new_era("pending-pods", version, self._pending_since, self._pending_era)
         self._set_aside = {}  # the LIST is the pending watch's whole word now
         for key, entry in list(self.book.entries.items()):
             if entry.stage in (Stage.BOUND, Stage.OTHER):
@@ -255,6 +261,7 @@ class Intake:
     def bound_list_begin(self) -> None:
         self._listed, self._stale = {}, []
         self._bound_since = self.book.newest
+        self._bound_era = self._eras
 
     def bound_list_page(self, pods: list[PodInput]) -> None:
         for pod in pods:
@@ -272,7 +279,7 @@ class Intake:
         are taken in now, and the versions of the era before keep nothing."""
         listed, self._listed = self._listed, {}
         stale, self._stale = self._stale, []
-        if self._new_era("bound-pods", version, self._bound_since):
+        if self._new_era("bound-pods", version, self._bound_since, self._bound_era):
             for pod in stale:
                 self.bound_event("ADDED", pod)
         elif stale:
@@ -329,7 +336,18 @@ class Intake:
             log.warning("a bound pod is pending again (etcd restored from a backup?)", pod=key)
             self.pending_event("ADDED", pod)
 
-    def _new_era(self, watch: str, version: int, since: int) -> bool:
+    @property
+    def between_eras(self) -> bool:
+        """Whether one pod watch has listed in a new era and the other not yet: nothing is
+        decided then (cycle.py). The two are separate streams, and after a restore each
+        re-lists when its own watch breaks: the pending LIST can show the restored world (a
+        pod pending again, another's namesake of the era before gone) while the bound view is
+        still the era before's (the GPU free that the restore gave back to a pod bound at the
+        backup). A decision from such a mix bound a pod on top of the restored one (issue 30,
+        sim seed 179); kube-scheduler reads one stream, so its re-list replaces both at once."""
+        return bool(self._unlisted)
+
+    def _new_era(self, watch: str, version: int, since: int, era: int) -> bool:
         """Whether a LIST at ``version`` begins a new era: its version is below ``since``, the
         newest the book had been told when the LIST was asked for. In one era that cannot be
         (a LIST is read at least as late as anything answered before it was asked for), so the
@@ -339,8 +357,12 @@ class Intake:
         client-go's Replace is) and the book forgets the old era's versions. Said loudly: an
         operator should know the cluster went back in time. The store is reconciled too: its
         records are of the era before (a pod the restore brought back bound was released when
-        it left, and the book takes it in as a bound pod, which writes nothing: sim seed 10)."""
+        it left, and the book takes it in as a bound pod, which writes nothing: sim seed 10). A
+        LIST asked for in the current era ends the wait for ``watch`` (``between_eras``); one
+        that begins an era starts the other's, or ends it."""
         if not 0 < version < since:
+            if watch == self._unlisted and era == self._eras:
+                self._unlisted = ""
             return False
         log.warning(
             "resourceVersion went back (etcd restored without --bump-revision?): "
@@ -351,6 +373,11 @@ class Intake:
         )
         self.book.new_era(version)
         self.effects.sync.request()
+        self._eras += 1
+        # The other watch's LIST that this one awaited, asked for before the era began, is of
+        # it all the same (its version went back): both have listed then.
+        other = "bound-pods" if watch == "pending-pods" else "pending-pods"
+        self._unlisted = "" if watch == self._unlisted else other
         return True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:

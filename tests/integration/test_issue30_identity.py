@@ -456,6 +456,41 @@ async def test_issue30_6_a_binding_undone_by_a_restore_after_the_bound_watch_sho
     await scheduled_again(r, w)
 
 
+async def test_issue30_6_nothing_is_decided_until_both_pod_watches_listed_in_the_new_era(
+    backend: Backend,
+) -> None:
+    """Sim seed 179: etcd is backed up while j holds node n's one GPU and a (uid1) waits; then j
+    ends, a is recreated (uid2) and we bind it on that GPU. etcd is restored from the backup:
+    j holds the GPU again and a (uid1) is pending. The pending LIST comes first (the bound
+    watch lags): a new era, uid1 replaces uid2, whose charge goes. Before the fix a was decided
+    at once, from a bound view of the era before (j gone, the GPU free), and bound on top of
+    j. Now nothing is decided until the bound watch has listed in the new era too."""
+    r = backend.live()
+    r.api.version = 1000
+    j = r.api.create(MakePod().Name("j").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [j])
+    a1 = r.pending(MakePod().Name("a").Req(1).Obj())
+    backup = dict(r.api.pods), r.api.version
+    r.s.intake.bound_event("DELETED", r.api.delete(j.key))
+    r.s.intake.pending_event("DELETED", r.api.delete(a1.key))
+    a2 = r.pending(msgspec.structs.replace(MakePod().Name("a").Req(1).Obj(), uid="uid2"))
+    await r.settle()  # j's record is released
+    await run(r)
+    r.bound_seen(a2.key)
+    assert r.api.binds == [("default/a", "n", "0")] and r.held(a2.key) == ("n", [0])
+    r.api.pods, r.api.version = dict(backup[0]), backup[1]  # the restore
+    r.s.intake.replace_pending([r.api.pods[a1.key]], r.api.version)  # a (uid1) pending
+    await r.settle()
+    await run(r)
+    assert r.api.binds == [("default/a", "n", "0")]  # nothing decided between the eras
+    r.s.intake.replace_bound(*r.bound_list())  # j on the GPU
+    await r.settle()
+    assert r.held(j.key) == ("n", [0])
+    await run(r)
+    assert r.api.binds == [("default/a", "n", "0")]  # a waits: j holds the one GPU
+    assert r.api.pods[a1.key].node_name == ""
+
+
 async def test_issue30_6_a_read_begun_before_our_binding_was_answered_says_nothing_of_it(
     backend: Backend,
 ) -> None:

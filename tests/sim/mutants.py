@@ -381,7 +381,7 @@ def _bound_view_trusted() -> list[Patch]:
 def _versions_trusted_forever() -> list[Patch]:
     """30.6: a LIST below the book's newest resourceVersion begins no new era."""
 
-    def new_era(self: Intake, watch: str, version: int, since: int) -> bool:
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int) -> bool:
         return False
 
     return [(Intake, "_new_era", new_era)]
