@@ -22,7 +22,8 @@ Stages (a pod the book does not hold is GONE):
   (run.tuning.bindCommitSeconds) after it was sent. Not queued: it stays where the previous
   leader decided, held in the snapshot and reserved in the store, until a watch or a re-read
   says it is bound or gone, or a re-read made once that time has passed (SETTLE_DUE) says it is
-  pending: then no Binding of the previous leader can land any more, and it is RELOADED.
+  pending: then no Binding of the previous leader can land any more, and it is RELOADED. A
+  replica deposed meanwhile settles nothing (DEPOSED: see RELOADED).
 - RELOADED: pending, holding a reservation whose Bindings can no longer land; decided afresh when
   its turn comes, the GPUs it held free to it. A previous leader's reservation, or a gang
   member's own: its Binding was refused while its gang, below its minimum, has other members
@@ -31,6 +32,12 @@ Stages (a pod the book does not hold is GONE):
   the member is retried on them after its backoff: a gang's allocation is its own until the
   gang is bound whole or lets it go (a gang scheduler's all-or-nothing; kube-scheduler's
   per-pod retry alone would leave the gang split).
+  Both holdings are a leader's: a deposed replica (DEPOSED) lets them go and re-reads an
+  unsettled pod, so its book is any standby's (its snapshot holds nothing for a pending pod,
+  and a pod deleted meanwhile leaves). Held on, the settling re-read and the turn that decides
+  a reloaded pod, both a leader's, never came: a pod deleted while unsettled stayed held in the
+  standby's snapshot for good (issue 30, sim seed 380). Elected again, it reloads the store's
+  reservations, which the leaders since have kept.
 - RESERVING: the cycle placed it and the snapshot assumes it (so the next decision sees its
   GPUs taken); the store reservation is being written. A refused one forgets it.
 - BINDING: reserved in the store and assumed in the snapshot; the Binding is in flight.
@@ -98,6 +105,7 @@ class Event(enum.Enum):
     # leadership
     RELOAD = "reload"  # a previous leader's reservation for this pending pod was loaded
     INHERIT = "inherit"  # a previous leader's record for a pod no watch has shown
+    DEPOSED = "deposed"  # this replica no longer leads: a leader's holdings go (on_lost)
     # No Binding a previous leader sent can land any more (bindCommitSeconds after the election)
     SETTLE_DUE = "settle-due"
     # scheduling cycle
@@ -286,6 +294,10 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.UNSETTLED, E.NOMINATION_EXPIRED): (S.UNSETTLED, _NOMINATION_EXPIRED),
     (S.UNSETTLED, E.NOMINATION_RESET): (S.UNSETTLED, (F.FORGET_NOMINATION,)),
     (S.UNSETTLED, E.VICTIMS_GONE): (S.UNSETTLED, _),  # not queued
+    # Deposed: nothing will settle it here (SETTLE_DUE is a leader's timer). A standby holds
+    # nothing for a pending pod; the re-read says whether it left the pending watch meanwhile
+    # (PENDING_LEFT left it as it was: bound, or deleted for good, issue 30's sim seed 380).
+    (S.UNSETTLED, E.DEPOSED): (S.PENDING, (F.FORGET, F.ENQUEUE, F.CHECK)),
     # ---- pending, holding a previous leader's reservation ----------------------------------
     (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
     (S.RELOADED, E.PENDING_SAME): (S.RELOADED, _),
@@ -322,6 +334,8 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RELOADED, E.NOMINATION_EXPIRED): (S.RELOADED, _NOMINATION_EXPIRED),
     (S.RELOADED, E.NOMINATION_RESET): (S.RELOADED, (F.FORGET_NOMINATION,)),
     (S.RELOADED, E.VICTIMS_GONE): (S.RELOADED, (F.ACTIVATE,)),
+    # Deposed: no turn of this replica's decides it afresh; a standby holds nothing for it.
+    (S.RELOADED, E.DEPOSED): (S.PENDING, (F.FORGET,)),
     # ---- assumed; the store reservation is being written ------------------------------------
     (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, (F.KEEP_POD,)),
     (S.RESERVING, E.PENDING_SAME): (S.RESERVING, _),
@@ -483,6 +497,8 @@ RESERVED_STAGES = frozenset({S.UNSETTLED, S.RELOADED, S.RESERVING, S.BINDING})
 BOUND_STAGES = frozenset({S.ASSUMED, S.BOUND})
 # Stages a bound re-list speaks about: a pod it lacks has left (or the LIST predates it).
 LISTED_STAGES = frozenset({S.ASSUMED, S.BOUND, S.OTHER})
+# Stages holding a reservation only a leader keeps: a deposed replica lets them go (DEPOSED).
+DEPOSED_STAGES = frozenset({S.UNSETTLED, S.RELOADED})
 # Stages the scheduling cycle may take a pod from.
 SCHEDULABLE_STAGES = frozenset({S.PENDING, S.RELOADED})
 

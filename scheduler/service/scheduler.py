@@ -54,7 +54,16 @@ from .effects import Effects, report
 from .intake import Intake
 from .leader import Leadership
 from .metrics import Metrics
-from .podbook import SCHEDULABLE_STAGES, Ctx, Event, Explanation, PodBook, Stage, Transition
+from .podbook import (
+    DEPOSED_STAGES,
+    SCHEDULABLE_STAGES,
+    Ctx,
+    Event,
+    Explanation,
+    PodBook,
+    Stage,
+    Transition,
+)
 from .podgroups import MarkScheduled, Patch, PodGroupStatuses
 from .preemption import Preemptions
 from .queue import SchedulingQueue
@@ -357,6 +366,10 @@ class Scheduler:
         self.metrics.leader.set(0)
         self.metrics.epoch.set(0)
         self.ready_to_schedule = False
+        # A previous leader's reservations held until they settle, and the pods decided afresh
+        # on them, are a leader's (podbook.py, DEPOSED): a standby holds neither.
+        for entry in self.book.in_stages(DEPOSED_STAGES):
+            self.effects.dispatch(entry.key, entry.uid, Event.DEPOSED)
 
     async def on_fenced(self, epoch: int) -> None:
         """The store refused a write of term ``epoch`` (a reservation, a nomination): this
