@@ -337,6 +337,16 @@ def _deposed_binding_held() -> list[Patch]:
     return [(Binder, "_may_land", may_land)]
 
 
+def _deposed_unsettled_held() -> list[Patch]:
+    """Sim seed 380: a deposed leader keeps a previous leader's reservations it held (unsettled,
+    reloaded): the re-read that settles one and the turn that decides one afresh are a
+    leader's, so a pod deleted while unsettled stays held in the standby's snapshot for good."""
+    return [
+        (TABLE, (S.UNSETTLED, E.DEPOSED), (S.UNSETTLED, ())),
+        (TABLE, (S.RELOADED, E.DEPOSED), (S.RELOADED, ())),
+    ]
+
+
 def _inherited_pending_reloaded() -> list[Patch]:
     """30.7c: an inherited record read pending is decided afresh at once, its store record
     left "bound" (the next reconcile frees it)."""
@@ -539,6 +549,11 @@ MUTANTS: dict[str, Mutant] = {
         _deposed_binding_held,
         needs=frozenset({"failover"}),
         timeline="sim691-deposed-binding-held",
+    ),
+    "sim380-deposed-unsettled-held": Mutant(
+        "a deposed leader holds a previous leader's reservations for good",
+        _deposed_unsettled_held,
+        timeline="sim380-deposed-unsettled-held",
     ),
     "30.3-inheritance-by-name": Mutant(
         "the election frees a record whose name the book holds under an older UID",

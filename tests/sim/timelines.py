@@ -195,6 +195,24 @@ def deposed_binding_held(m: SimMachine) -> None:
     m.quiesce()
 
 
+def deposed_unsettled_held(m: SimMachine) -> None:
+    """Soak seed 380 (its shrunk schedule): etcd stalls for 20 s and the next witness read is
+    refused; gang j1 (2 x 1 GPU) is created and r1, deciding it, is killed with both Bindings
+    stalled; r3 is elected, holds both where r1 decided (unsettled) and is deposed at once (r2
+    elected); j1-0 is deleted, then etcd answers and r1's Binding of j1-1 lands. The standby r3
+    kept j1-0 unsettled on n1/0 for good: the pending watch's DELETED says "bound or deleted",
+    and the re-read that tells them apart is a leader's (its snapshot's sums against the
+    apiserver's, at the quiet)."""
+    m.quiesce()
+    m.stall(20.0)
+    m.witness_fault("read", 0.0)
+    m.create_gang("j", 2, False)
+    m.kill()
+    m.tick(16.0)
+    m.delete_pod(0, False)
+    m.quiesce()
+
+
 def inherited_pending_reloaded(m: SimMachine) -> None:
     """Issue 30 bug 7c: as 30.2, but standby r2's pending watch lags: a is not in r2's book at
     its election, only in the store (r1's reservation), so r2 inherits the record and re-reads
@@ -539,6 +557,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.1-no-unreserve": no_unreserve,
     "30.2-reload-decided-at-once": reload_decided_at_once,
     "sim691-deposed-binding-held": deposed_binding_held,
+    "sim380-deposed-unsettled-held": deposed_unsettled_held,
     "30.7c-inherited-pending-reloaded": inherited_pending_reloaded,
     "12.1-relist-frees-in-flight-bind": relist_frees_in_flight_bind,
     "12.2-409-counted-as-failed": conflict_is_failure,
