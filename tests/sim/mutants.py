@@ -232,10 +232,14 @@ def _deleted_while_binding_held() -> list[Patch]:
 
 
 def _reloaded_deleted_held() -> list[Patch]:
-    """12.7: a reloaded reservation of a pod deleted before its turn stays held."""
+    """12.7: a reloaded reservation of a pod deleted before its turn stays held. Only a replica
+    that takes no turn holds it for good (a leader's turn forgets it), and since seed 380's fix
+    a deposed replica holds no unsettled or reloaded pod at all (DEPOSED): the mutant puts that
+    holding back too (``_deposed_unsettled_held``), or its timeline could not reach the bug."""
     return [
         (TABLE, (S.RELOADED, E.PENDING_ENDED), (S.RELOADED, ())),
         (TABLE, (S.RELOADED, E.CHECKED_GONE), (S.RELOADED, ())),
+        *_deposed_unsettled_held(),
     ]
 
 

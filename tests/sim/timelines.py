@@ -450,7 +450,8 @@ def reloaded_deleted_held(m: SimMachine) -> None:
     answers "pending" only once r2 has stopped leading: a is RELOADED, queued, but no longer
     taken at once. a is deleted then: its reservation must go (on main r2 lets it go; held, it
     stays in standby r2's snapshot, a GPU of a pod that no longer exists, for as long as r3
-    leads)."""
+    leads). Since seed 380's fix r2 lets a go as it is deposed already (DEPOSED), so the mutant
+    puts that holding back too."""
     fill(m)
     for _ in range(3):
         m.bind_fault("timeout")
