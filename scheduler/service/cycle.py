@@ -164,29 +164,11 @@ class Cycle:
             return None
         start = self.clock()
         unit = self._unit_for(entry, entry.pod)
-        if not all(self.intake.watches_ready(p) for p in unit.pods):
-            # Its claims or namespaces are not known yet (their watch just started): deciding
-            # now would say "not found". Retry after the backoff; the LIST wakes it sooner.
-            for p in unit.pods:
-                self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
-            return None
-        if self.intake.between_eras:
-            # One pod watch has listed after an etcd restore, the other not yet: the snapshot
-            # mixes two eras (intake.between_eras). Retry after the backoff.
-            log.info("one pod watch still in the era before a restore: waiting", pod=key)
-            for p in unit.pods:
-                self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
-            return None
-        if (
-            unit.gang is not None
-            and self.state.gang_bound.get(unit.gang)
-            and not self.intake.bound_view_covers(unit.pods)
-        ):
-            # Its gang's bound members are counted from a view older than these members: they
-            # may be gone already (a restart's deletions not delivered yet), and counted they
-            # would make these members surplus, bound one at a time (intake.bound_view_covers).
-            # Retry after the backoff, by which the bound watch has likely caught up.
-            log.info("gang's bound members not confirmed yet: bound watch behind", pod=key)
+        waiting = self._not_ready(unit)
+        if waiting is not None:
+            # Retry after the backoff (a LIST or the bound watch's next event wakes it sooner).
+            if waiting:
+                log.info(waiting, pod=key)
             for p in unit.pods:
                 self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
             return None
@@ -208,6 +190,28 @@ class Cycle:
             # afresh: TAKEN lets the snapshot's copy of that reservation go.
             self.effects.dispatch(member.key, member.uid, Event.TAKEN, None)
         return _Attempt(key, unit, decide(self.state, unit), start)
+
+    def _not_ready(self, unit: Unit) -> str | None:
+        """Why ``unit`` cannot be decided yet (a line for the log; "" says nothing), or None
+        when it can."""
+        if not all(self.intake.watches_ready(p) for p in unit.pods):
+            # Its claims or namespaces are not known yet (their watch just started): deciding
+            # now would say "not found"; their LIST wakes it.
+            return ""
+        if self.intake.between_eras:
+            # One pod watch has listed after an etcd restore, the other not yet: the snapshot
+            # mixes two eras (intake.between_eras).
+            return "one pod watch still in the era before a restore: waiting"
+        if (
+            unit.gang is not None
+            and self.state.gang_bound.get(unit.gang)
+            and not self.intake.bound_view_covers(unit.pods)
+        ):
+            # Its gang's bound members are counted from a view older than these members: they
+            # may be gone already (a restart's deletions not delivered yet), and counted they
+            # would make these members surplus, bound one at a time (intake.bound_view_covers).
+            return "gang's bound members not confirmed yet: bound watch behind"
+        return None
 
     def _summarize(self, attempt: _Attempt, result: str) -> None:
         """The attempt's metrics and its one log line."""
