@@ -545,7 +545,30 @@ def lapsed_write_forgotten(m: SimMachine) -> None:
     m.quiesce()
 
 
+def unit_blocked_by_itself(m: SimMachine) -> None:
+    """The e2e SIGKILL gang swap: b takes n1/0; gang j1 (3) is decided onto n2/0, n2/1, n1/1,
+    j1-0's Binding commits (answered 404: read back, bound) and j1-1's and j1-2's never reach
+    etcd; a rolling update hands the two over to r2 (RELOADED) and b is deleted. r2 binds c on
+    n1/0 and decides j1-1 and j1-2 afresh onto n1/1 and n2/1: each takes the other's old GPU,
+    which the store must not refuse (``invariants.own_refusals``)."""
+    m.create_pod("b", 1, False)
+    past_first_wait(m)
+    m.bind_fault("404")
+    for _ in range(6):
+        m.bind_fault("timeout")
+    m.create_gang("j", 3, False)
+    m.tick(0.5)
+    m.handover()
+    m.delete_pod(0, False)  # b
+    m.create_pod("c", 1, False)
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()  # the faults end: r2's reloaded pair is decided in the quiet
+    m.safe()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
     "30.5-terminating-members-count": terminating_members_count,
