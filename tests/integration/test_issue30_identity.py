@@ -527,6 +527,65 @@ async def test_issue30_6_a_read_begun_before_our_binding_was_answered_says_nothi
     assert r.api.binds == [("default/w", "n", "0")]
 
 
+class SlowAnswer(Apiserver):
+    """Bindings commit at once; their answers wait at ``answer`` (slow on the way back)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> BindResult:
+        result = await super().bind(namespace, name, uid, node, annotations)
+        await self.answer.wait()
+        return result
+
+
+@pytest.mark.parametrize("existed", [False, True], ids=["created-after", "pending-at"])
+async def test_issue30_6_a_binding_answered_after_the_restore_began_a_new_era_is_re_read(
+    backend: Backend, existed: bool
+) -> None:
+    """Sim seeds 726, 1101 (``created-after``) and 1318 (``pending-at``): our Binding of w
+    commits, etcd is restored from a backup taken before w existed (or while it was pending),
+    both watches re-list in the new era while the Binding's answer is on its way (w BINDING:
+    a LIST says nothing of a pod binding), then the answer comes, 201. Before the fix the 201
+    made w ASSUMED for good: the bound watch of the new era never shows it, so its GPU stayed
+    held by a pod that does not exist (or is pending, unscheduled, with no reason written),
+    and its store record stayed bound. A 201 for a Binding sent before the era began is
+    re-read (BIND_OK_STALE): gone, w leaves; pending, it is scheduled afresh."""
+    r = Replica(SlowAnswer(), backend.store, backend.clock, tuning=QUICK_RETRIES)
+    api = cast(SlowAnswer, r.api)
+    api.version = 1000
+    await r.elect([node(1)])
+    backup = dict(api.pods), api.version
+    w = r.pending(MakePod().Name("w").Req(1).Obj())
+    if existed:
+        backup = dict(api.pods), api.version
+    # Another scheduler's pod bound after the backup: the book has seen a version the restore
+    # takes back (else nothing tells that the versions went back).
+    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("o").Bound("n").Obj()))
+    await r.step()
+    await until(lambda: api.binds)
+    assert r.s.book.stage(w.key) is Stage.BINDING
+    api.pods, api.version = dict(backup[0]), backup[1]  # the restore
+    r.s.intake.replace_pending([p for p in api.pods.values() if not p.node_name], api.version)
+    r.s.intake.replace_bound(*r.bound_list())
+    assert r.s.book.stage(w.key) is Stage.BINDING
+    api.answer.set()  # 201
+    await r.settle()
+    assert r.s.book.get("default/o") is None  # gone with the restore
+    if not existed:
+        assert r.s.book.get(w.key) is None and r.held(w.key) is None
+        assert await store_of(r) == ({}, {}, {})
+        return
+    assert r.s.book.stage(w.key) is Stage.PENDING and r.held(w.key) is None
+    await run(r)
+    assert api.binds == [("default/w", "n", "0")] * 2 and api.pods[w.key].node_name == "n"
+    assert r.held(w.key) == ("n", [0])
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+
+
 # ---- found by the simulation (seed 44): a reservation let go when its pod is decided afresh -----
 
 

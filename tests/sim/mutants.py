@@ -452,6 +452,12 @@ def _gang_member_refused_freed() -> list[Patch]:
     return [(TABLE, (S.BINDING, E.GANG_BIND_FAILED), TABLE[(S.BINDING, E.BIND_FAILED)])]
 
 
+def _stale_bind_ok_trusted() -> list[Patch]:
+    """Sim seed 726: a 201 for a Binding sent before an etcd restore began a new era is taken
+    as any 201 (assumed, not re-read)."""
+    return [(TABLE, (S.BINDING, E.BIND_OK_STALE), TABLE[(S.BINDING, E.BIND_OK)])]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it",
@@ -625,6 +631,11 @@ MUTANTS: dict[str, Mutant] = {
         "a gang member refused beside a bound sibling lets the gang's GPUs go",
         _gang_member_refused_freed,
         timeline="sim629-gang-member-refused",
+    ),
+    "sim726-stale-bind-ok-trusted": Mutant(
+        "a Binding answered after an etcd restore began a new era is assumed, not re-read",
+        _stale_bind_ok_trusted,
+        timeline="sim726-restore-after-binding-answered-late",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

@@ -545,7 +545,24 @@ def lapsed_write_forgotten(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restore_after_binding_answered_late(m: SimMachine) -> None:
+    """Sim seed 726 (and 1101, 1318): etcd is backed up before gang j1 exists; r1 binds j1-1
+    (j1-0's Binding is refused 403) and etcd is restored from the backup while the Binding's
+    answer is on its way: the watches re-list in the new era while j1-1 is binding, then the
+    201 comes. Held assumed on it, j1-1 kept its GPU in r1's snapshot for good, a pod that no
+    longer exists."""
+    m.bind_fault("403")
+    m.delete_witness()
+    m.etcd_restore(False)
+    m.quiesce()
+    m.bind_fault("403")
+    m.create_gang("j1", 2, False)
+    m.etcd_restore(True)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "sim726-restore-after-binding-answered-late": restore_after_binding_answered_late,
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
     "30.5-terminating-members-count": terminating_members_count,
