@@ -527,6 +527,46 @@ async def test_issue30_6_a_read_begun_before_our_binding_was_answered_says_nothi
     assert r.api.binds == [("default/w", "n", "0")]
 
 
+async def test_issue30_6_a_list_asked_for_before_the_other_watch_began_the_era_is_of_that_era(
+    backend: Backend,
+) -> None:
+    """Sim seed 1132: w (uid1) is bound on node n's one GPU; etcd is backed up, then restored.
+    Both watches re-list at once, but the bound LIST is slow to arrive. The pending LIST comes
+    first and begins the new era; in it w's controller recreates w (uid2, pending), which the
+    pending watch tells. Then the bound LIST arrives, taken before uid2 existed, showing uid1
+    bound. Before the fix it began a second new era: its uid1, older than uid2 in this era,
+    was taken in as news and replaced uid2, whose entry left; the bound watch's deletion of
+    uid1 then emptied the book of w, and uid2 stayed pending for good with no reason written.
+    A LIST asked for after the restore and before the era the other watch began is of that
+    era: its versions compare with the book's, and its uid1 is older news than uid2."""
+    r = backend.live()
+    r.api.version = 1000
+    w1 = r.api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [w1])
+    backup = dict(r.api.pods), r.api.version
+    # Another scheduler's pod bound after the backup: the book has seen a version the restore
+    # takes back.
+    r.s.intake.bound_event("ADDED", r.api.create(MakePod().Name("o").Bound("n").Obj()))
+    r.api.pods, r.api.version = dict(backup[0]), backup[1]  # the restore
+    r.s.intake.bound_list_begin()  # both watches re-list; the bound LIST is slow
+    bound_list = r.bound_list()
+    r.s.intake.pending_list_begin()
+    r.s.intake.pending_list_page([])
+    r.s.intake.pending_list_end(r.api.version)  # the new era
+    gone = r.api.delete(w1.key)
+    w2 = r.pending(msgspec.structs.replace(MakePod().Name("w").Req(1).Obj(), uid="uid2"))
+    await r.settle()
+    r.s.intake.bound_list_page(bound_list[0])  # uid1 bound, taken before uid2 existed
+    r.s.intake.bound_list_end(bound_list[1])
+    r.s.intake.bound_event("DELETED", gone)  # the bound watch from the LIST's version
+    await r.settle()
+    entry = r.s.book.get(w2.key)
+    assert entry is not None and (entry.uid, entry.stage) == ("uid2", Stage.PENDING)
+    assert r.held(w2.key) is None
+    await run(r)
+    assert r.api.binds == [("default/w", "n", "0")] and r.held(w2.key) == ("n", [0])
+
+
 class SlowAnswer(Apiserver):
     """Bindings commit at once; their answers wait at ``answer`` (slow on the way back)."""
 
