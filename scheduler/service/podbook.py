@@ -389,8 +389,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # bound watch, listed in the new era while the pod was binding, will never show it. Held
     # as assumed on the 201 alone, its GPUs stayed taken by a pod that was not on them, or did
     # not exist, for good (issue 30, sim seeds 726, 1101, 1318). Re-read: an assumed pod read
-    # pending is scheduled afresh, one gone leaves (kube-scheduler's cache forgets an assumed
-    # pod whose binding the informer never confirms).
+    # pending is scheduled afresh, one gone leaves. (kube-scheduler's cache once expired an
+    # assumed pod the informer never confirmed after a TTL; since kubernetes#106361 it never
+    # does, as a TTL raced slow Bindings: a read asks the apiserver instead of guessing.)
     (S.BINDING, E.BIND_OK_STALE): (
         S.ASSUMED,
         (F.MARK_BOUND, F.SCHEDULED, F.END_NOMINATION, F.CHECK),
