@@ -144,6 +144,12 @@ class InterPod:
         """Whether some node can score other than 0 (a matching pod under a preferred term)."""
         return bool(self._scores)
 
+    def refused(self) -> list[tuple[str, Iterable[str]]]:
+        """Domains whose nodes ``check`` refuses, (topology key, values): those holding a pod
+        a required anti-affinity term matches, the pod's own or an existing pod's. (The
+        domains required affinity refuses are the others, not named.)"""
+        return [*self._anti.items(), *self._existing.items()]
+
     def check(self, node: NodeInput) -> str | None:
         labels = node.labels
         if self._affinity_keys:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from typing import Any, Protocol, cast
 
 from ..dra.allocator import NO_SOLUTION
@@ -78,6 +78,10 @@ class Filter(Protocol):
     @property
     def nowhere(self) -> bool:
         """True when no node can pass (known without asking each): skip the ranking."""
+        ...
+
+    def refused(self) -> Set[str]:
+        """Names of nodes ``check`` refuses, known without asking each (not all of them)."""
         ...
 
     def check(self, node: NodeState) -> list[str]: ...
@@ -220,6 +224,11 @@ def _least_fragmenting_node(
     top = min(ranked, default=None, key=lambda item: item[:4])
     if top is not None and not filters.check(nodes[top[3]]):
         return nodes[top[3]], top[4], top[5]
+    # The best refused: the rest are ranked and asked without the nodes the chain refuses for
+    # their domain (spread, anti-affinity), often most of those a binpack order prefers.
+    refused = filters.refused()
+    if refused:
+        ranked = [item for item in ranked if item[3] not in refused]
     ranked.sort(key=lambda item: item[:4])
     for _, _, _, name, choice, key in ranked:
         node = nodes[name]
