@@ -1,9 +1,8 @@
 """The nodes the spread and inter-pod filters refuse by their domain (``PodFilters.refused``).
 
-Placement asks for them once its best node is refused and ranks only the rest
-(placement/nodes.py): a hint, never a verdict, so it must name only nodes ``check`` refuses,
-and placements must be what they were without it. Stepped by hand on a few nodes, then the same
-backlogs decided with and without the hint on seeded random clusters.
+Placement does not rank them (placement/nodes.py): a hint, never a verdict, so it must name
+only nodes ``check`` refuses, and placements must be what they were without it. Stepped by hand
+on a few nodes, then the same backlogs decided with and without the hint on seeded random clusters.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from tests.topologies import DGX1_V100, PCIE8
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 # A target workload from the first GPU pod on: placement ranks by the fragmentation measure,
-# the path that asks for the hint.
+# the path that reads the hint.
 EARLY_TARGET = CoreSettings(fragmentation=FragmentationSettings(min_pods=1))
 
 
@@ -110,9 +109,13 @@ def random_backlog(rng: random.Random, count: int) -> list[MakePod]:
     return pods
 
 
+SMALLEST_FIT = CoreSettings(binpack_order="smallestFit")
+
+
+@pytest.mark.parametrize("settings", [EARLY_TARGET, SMALLEST_FIT], ids=["measure", "smallestFit"])
 @pytest.mark.parametrize("seed", range(20))
 def test_placements_are_the_same_without_the_hint(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, settings: CoreSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
     nodes = [
@@ -128,9 +131,9 @@ def test_placements_are_the_same_without_the_hint(
         return real_check(self, node)  # type: ignore[arg-type]
 
     monkeypatch.setattr(chain.PodFilters, "check", counted)
-    with_hint = schedule(cluster(*nodes, settings=EARLY_TARGET), *backlog)
+    with_hint = schedule(cluster(*nodes, settings=settings), *backlog)
     checks_with = asked.pop("checks", 0)
     monkeypatch.setattr(chain.PodFilters, "refused", lambda self: frozenset())
-    without = schedule(cluster(*nodes, settings=EARLY_TARGET), *backlog)
+    without = schedule(cluster(*nodes, settings=settings), *backlog)
     assert with_hint == without
     assert checks_with <= asked.get("checks", 0)

@@ -27,10 +27,10 @@ not created yet or being deleted): no node can help.
 
 ``refused()`` names nodes ``check`` refuses, known without asking each: those in the domains
 PodTopologySpread and InterPodAffinity refuse (a spread domain over its limit, a domain holding
-a pod an anti-affinity term matches), from the snapshot's nodes per domain. Placement asks for
-them once its best node is refused, and ranks only the rest: with maxSkew 1 over hostnames, or
-one pod per node, the nodes refused are most of those a binpack order prefers, and asking each
-in turn cost a check per node refused.
+a pod an anti-affinity term matches), from the snapshot's nodes per domain. Placement does not
+rank them: with maxSkew 1 over hostnames, or one pod per node, the nodes refused are most of
+those a binpack order prefers, and ranking them, then asking each in turn, cost a ranking and a
+check per node refused.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ class NodeInputs(Mapping[str, NodeInput]):
 class PodFilters:
     __slots__ = (
         "_counts",
+        "_refused",
         "dra",
         "features",
         "has_preferences",
@@ -138,17 +139,20 @@ class PodFilters:
             or (self.spread is not None and self.spread.has_preferences)
         )
         self._counts: TopologyCounts = state.domain_counts
+        self._refused: Set[str] | None = None
 
     def refused(self) -> Set[str]:
         """Names of nodes ``check`` refuses (not all of them): those in a domain the spread
-        or inter-pod filter refuses. Built when asked, in the domains refused and their
-        nodes; a new set."""
-        domains: list[tuple[str, Iterable[str]]] = []
-        if self.spread is not None:
-            domains += self.spread.refused()
-        if self.interpod is not None:
-            domains += self.interpod.refused()
-        return self._counts.nodes_in(domains) if domains else frozenset()
+        or inter-pod filter refuses. Built on the first call, in the domains refused and their
+        nodes, then kept: like the counts it is read from, it is this PreFilter's."""
+        if self._refused is None:
+            domains: list[tuple[str, Iterable[str]]] = []
+            if self.spread is not None:
+                domains += self.spread.refused()
+            if self.interpod is not None:
+                domains += self.interpod.refused()
+            self._refused = self._counts.nodes_in(domains) if domains else frozenset()
+        return self._refused
 
     def check(self, node: NodeState) -> list[str]:
         """kube-scheduler's reasons this node cannot take the pod; empty when it can."""

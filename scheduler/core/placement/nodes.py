@@ -212,8 +212,13 @@ def _least_fragmenting_node(
     every = by_score or sum(len(cls.names) for _, cls, _ in group) <= scan
     seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
     ranked: list[tuple[int, int, int, str, SetChoice, tuple[int, int, int, int]]] = []
+    # Nodes the chain refuses for their domain (spread, anti-affinity) are not ranked: with
+    # maxSkew 1 over hostnames or one pod per node, most of those a binpack order prefers.
+    refused = filters.refused()
     for key, cls, choice in group:
         for name in cls.names if every else (cls.first(),):
+            if name in refused:
+                continue
             node = nodes[name]
             shape = node.frag_shape or shape_of(node)
             rank = seen.get(shape)
@@ -224,11 +229,6 @@ def _least_fragmenting_node(
     top = min(ranked, default=None, key=lambda item: item[:4])
     if top is not None and not filters.check(nodes[top[3]]):
         return nodes[top[3]], top[4], top[5]
-    # The best refused: the rest are ranked and asked without the nodes the chain refuses for
-    # their domain (spread, anti-affinity), often most of those a binpack order prefers.
-    refused = filters.refused()
-    if refused:
-        ranked = [item for item in ranked if item[3] not in refused]
     ranked.sort(key=lambda item: item[:4])
     for _, _, _, name, choice, key in ranked:
         node = nodes[name]
@@ -281,10 +281,11 @@ def _first_accepting(
         return None
     if not filters.check(state.nodes[name]):
         return name
+    refused = filters.refused()  # refused for their domain: not asked one by one
     for name in cls.in_order():
         if below is not None and name >= below:
             return None
-        if not filters.check(state.nodes[name]):
+        if name not in refused and not filters.check(state.nodes[name]):
             return name
     return None
 
