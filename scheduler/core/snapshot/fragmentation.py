@@ -80,11 +80,13 @@ class Target:
         "cpu_per",
         "delta",
         "key",
+        "levels",
         "memo",
         "memo_limit",
         "per_cpu",
         "ranks",
         "strand",
+        "weight",
     )
 
     def __init__(
@@ -126,6 +128,14 @@ class Target:
             if 2 * len(delta) < len(key):
                 self.before, self.delta = (before.asks, before.memo), delta
         self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
+        if before is not None and self.before is not None and not self.delta:
+            # The same classes and weights in another order (the pods held changed which of
+            # two equally common classes comes first): the same measure, its memos kept.
+            self.memo, self.ranks, self.before = before.memo, before.ranks, None
+        # Per cpu level (how many of ``asks`` a cpu left covers), the GPU classes it covers
+        # summed by (cards, percent): (cards, percent, weight), built when first asked for.
+        self.levels: dict[int, list[tuple[int, int, int]]] = {}
+        self.weight = sum(weight for _, weight in key)
 
     def rank(self, shape: Shape, cpu: int, take: tuple[tuple[int, int], ...]) -> int:
         """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered. The cpu left
@@ -166,21 +176,46 @@ class Target:
         if found is None:
             if len(self.memo) >= self.memo_limit:
                 _forget_oldest(self.memo)
-            found = self.memo[key] = self._measured(left, key)
+            found = self.memo[key] = self._measured(left, i, cards)
         return found + self.strand * self.stranded(shape)
 
-    def _measured(self, left: int, key: tuple[int, tuple[int, ...]]) -> int:
-        """The classes' part for ``key`` (cpu covered, cards), of a node with ``left`` cpu: the
-        target before's value plus what the changed classes add, when it measured the shape."""
+    def _measured(self, left: int, level: int, cards: tuple[int, ...]) -> int:
+        """The classes' part for cards ``cards`` on a node with ``left`` cpu (covering the
+        first ``level`` of ``asks``): the target before's value plus what the changed classes
+        add, when it measured the shape; else summed over the classes grouped by what they ask
+        of the cards (_frag's sum, a term per (cards, percent) instead of per class)."""
         if self.before is not None:
             asks, memo = self.before
             i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
-            then = memo.get((asks[i - 1] if i else -1, key[1]))
+            then = memo.get((asks[i - 1] if i else -1, cards))
             if then is not None:
                 # A class that left (or came) covered as the cpu left covers it, not as the
                 # classes kept now do: _frag compares what each asks with the cpu itself.
-                return then + _frag(self.delta, (left if left >= 0 else _ANY_CPU, key[1]))
-        return _frag(self.classes, key)
+                return then + _frag(self.delta, (left if left >= 0 else _ANY_CPU, cards))
+        idle = sum(cards)
+        if not idle:
+            return 0
+        groups = self.levels.get(level)
+        if groups is None:
+            groups = self.levels[level] = self._level(level)
+        # Every class counts all the idle percent, but one that runs there (its cards with its
+        # percent free: cards[k - 1], the k-th largest) counts only the slivers below it.
+        total = self.weight * idle
+        count = len(cards)
+        for k, core, weight in groups:
+            if count >= k and cards[k - 1] >= core:
+                total -= weight * (idle - sum(f for f in cards if f < core))
+        return total
+
+    def _level(self, level: int) -> list[tuple[int, int, int]]:
+        """The GPU classes a cpu left covering the first ``level`` asks feeds, their weights
+        summed by (cards, percent)."""
+        covered = self.asks[level - 1] if level else -1
+        summed: dict[tuple[int, int], int] = {}
+        for (need_cpu, k, core), weight in self.classes:
+            if k and need_cpu <= covered:
+                summed[(k, core)] = summed.get((k, core), 0) + weight
+        return [(k, core, weight) for (k, core), weight in sorted(summed.items())]
 
     def stranded(self, shape: Shape) -> int:
         """The free card percent of a node of this shape that its cpu left cannot feed at the
