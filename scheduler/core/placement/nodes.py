@@ -801,20 +801,10 @@ def _count_by_row(
     wants = (1, *(amounts.get(r, _UNASKED) for r in names))
     shared = req.shared is not None
     check = filters.check
-    accepted: Counter[tuple[Any, ...]] = Counter()
-    first: dict[tuple[Any, ...], NodeState] = {}
-
-    def accept(node: NodeState, part: tuple[Any, ...], whole: tuple[Any, ...]) -> None:
-        if shared:
-            accepted[part] += 1
-            first.setdefault(part, node)
-        else:
-            accepted[whole] += 1
-
-    for name in index.unknown:
-        _, part, whole, node = rows[name]
-        if not _counted(counts, check(node)):
-            accept(node, part, whole)
+    # The nodes the chain accepts: of those whose left is not known, the ones it passes.
+    accepted_rows = [
+        row for name in index.unknown if not _counted(counts, check((row := rows[name])[3]))
+    ]
     # The nodes short of each resource, counted in its column; those with enough of every
     # one are among the nodes with enough of the scarcest, read one by one.
     short = [0] * len(wants)
@@ -824,10 +814,17 @@ def _count_by_row(
             for column, n in zip(index.by_left, wants, strict=True)
         ]
         scarcest = max(range(len(short)), key=short.__getitem__)
-        for _, name in index.by_left[scarcest][short[scarcest] :]:
-            lefts, part, whole, node = rows[name]
-            if all(map(operator.ge, lefts, wants)):  # type: ignore[arg-type]
-                accept(node, part, whole)
+        ge = operator.ge
+        accepted_rows += [
+            row
+            for _, name in index.by_left[scarcest][short[scarcest] :]
+            if all(map(ge, (row := rows[name])[0], wants))  # type: ignore[arg-type]
+        ]
+    # What the GPU reason of each reads, counted in one call.
+    reads = [row[1] if shared else row[2] for row in accepted_rows]
+    accepted = Counter(reads)
+    # Any node of a share's part has its GPU reason (it reads the part alone).
+    first = dict(zip(reads, [row[3] for row in accepted_rows], strict=True)) if shared else {}
     for what, n in accepted.items():
         if shared:
             counts[_gpu_reason(first[what], req, k, demand, together)] += n
