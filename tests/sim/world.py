@@ -47,7 +47,7 @@ from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.witness import Witness
-from scheduler.state.base import Store, Unavailable
+from scheduler.state.base import Claim, Store, Unavailable
 
 NAME = "topo-scheduler"
 WITNESS_NAMESPACE = "topo-scheduler"
@@ -241,7 +241,17 @@ class SimApiserver:
         seen). Every watch breaks and re-lists. A write waiting in an etcd stall never commits:
         the restore replaced the members it waited for, and its client gets an error (left
         to commit after the restore, a Binding sent before it onto GPUs a pod deleted then
-        gave back landed beside that pod, which the restore brought back: seed 54)."""
+        gave back landed beside that pod, which the restore brought back: seed 54).
+
+        A pod that finished before the restore and that the restore brings back running on the
+        same node is finished again at once: its kubelet ran it to its end and never runs it
+        again (a kubelet never moves a pod from a terminal phase back), and its status manager
+        writes the pod's status it holds to the apiserver whenever the apiserver's differs
+        (status_manager.go's reconcile). Left running, the restored pod held in the
+        apiserver's view a GPU no container used any more, and a pod bound there afterwards
+        was a GPU given twice in this world only (seed 718); the scheduler sees the kubelet's
+        write as any pod finishing."""
+        ended = {p.uid: p for p in self.pods.values() if p.finished and p.node_name}
         self.pods, self.claims, self.version = dict(saved.pods), dict(saved.claims), saved.version
         waiting, self.in_stall = self.in_stall, []
         for _, answer in waiting:
@@ -251,6 +261,10 @@ class SimApiserver:
             s.replica.s.intake.replace(RESOURCE_CLAIMS, list(self.claims.values()))
             for stream in SELECTORS:
                 s.relist(stream, *self.listed(stream))
+        for pod in list(self.pods.values()):
+            end = ended.get(pod.uid)
+            if end is not None and not pod.finished and pod.node_name == end.node_name:
+                self.put(msgspec.structs.replace(pod, phase=end.phase))
 
     def create(self, pod: PodInput) -> PodInput:
         return self.put(msgspec.structs.replace(pod, uid=f"u{next(self.uids)}"))
@@ -411,8 +425,8 @@ class SimApiserver:
                 key = f"{namespace}/{name}"
                 claim = self.claims.get(key)
                 if claim is not None and uid not in claim.reserved_for:
-                    self.claims[key] = msgspec.structs.replace(
-                        claim, reserved_for=(*claim.reserved_for, uid)
+                    self._claim_changed(
+                        msgspec.structs.replace(claim, reserved_for=(*claim.reserved_for, uid))
                     )
             return Write.DONE
 
@@ -479,11 +493,19 @@ class SimApiserver:
             for name, claim_uid in claims:
                 key = f"{namespace}/{name}"
                 claim = self.claims.get(key)
-                if claim is not None and claim.uid == claim_uid:
+                if claim is not None and claim.uid == claim_uid and uid in claim.reserved_for:
                     left = tuple(u for u in claim.reserved_for if u != uid)
-                    self.claims[key] = msgspec.structs.replace(claim, reserved_for=left)
+                    self._claim_changed(msgspec.structs.replace(claim, reserved_for=left))
 
         await self._write(commit)
+
+    def _claim_changed(self, claim: ResourceClaim) -> None:
+        """A claim's write committed: every running replica's claim watch delivers it (as a
+        real one does; the world delivered only a claim's creation, so no replica saw a
+        reservation, and a leader could not know one was left for a pending pod)."""
+        self.claims[claim.key] = claim
+        for s in self.streams:
+            s.replica.s.intake.event(RESOURCE_CLAIMS, "MODIFIED", claim)
 
 
 @dataclass
@@ -500,14 +522,20 @@ class StoreFaults:
 class FaultyStore:
     """The store as one replica reaches it: the server ``reach`` names at each call (the master,
     or the old master a partition leaves it on: ``World.store_of``), with the store's faults.
-    Every other attribute is the store's own."""
+    Every other attribute is the store's own. Each unit ``reserve_each`` refuses goes into
+    ``refused`` with the store's reason, for ``invariants.own_refusals``."""
 
     def __init__(
-        self, reach: Callable[[], Store], faults: StoreFaults, alive: Callable[[], bool]
+        self,
+        reach: Callable[[], Store],
+        faults: StoreFaults,
+        alive: Callable[[], bool],
+        refused: list[tuple[list[Claim], str]],
     ) -> None:
         self.reach = reach
         self.faults = faults
         self.alive = alive
+        self.refused = refused
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.reach(), name)
@@ -526,7 +554,11 @@ class FaultyStore:
             if self.faults.down:
                 raise Unavailable("the store is unreachable (injected)")
             # The server of the moment the call is sent (a failover may come while it waits).
-            return await getattr(self.reach(), name)(*args, **kwargs)
+            answer = await getattr(self.reach(), name)(*args, **kwargs)
+            if name == "reserve_each":
+                units: list[list[Claim]] = args[2]
+                self.refused += [(u, why) for u, why in zip(units, answer, strict=True) if why]
+            return answer
 
         return call
 
@@ -617,7 +649,12 @@ class SimReplica:
         # and the epoch witness in the apiserver, as app.py wires them for a shared store.
         self.store = cast(
             Store,
-            FaultyStore(lambda: world.store_of(self), world.faults, lambda: not self.killed),
+            FaultyStore(
+                lambda: world.store_of(self),
+                world.faults,
+                lambda: not self.killed,
+                world.refused,
+            ),
         )
         self.witness = Witness(client, NAME, namespace=WITNESS_NAMESPACE)
         self.leadership = Leadership(
@@ -713,6 +750,8 @@ class World:
     partitioned: set[str] = field(default_factory=set)
     replicas: list[SimReplica] = field(default_factory=list)
     terms: list[tuple[str, int]] = field(default_factory=list)
+    # Every unit a store refused to reserve, with the store's reason (FaultyStore).
+    refused: list[tuple[list[Claim], str]] = field(default_factory=list)
     elected_at: list[float] = field(default_factory=list)
     names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 

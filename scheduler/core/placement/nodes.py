@@ -47,7 +47,7 @@ import bisect
 import heapq
 import operator
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from typing import Any, Protocol, cast
 
 from ..dra.allocator import NO_SOLUTION
@@ -79,6 +79,10 @@ class Filter(Protocol):
     @property
     def nowhere(self) -> bool:
         """True when no node can pass (known without asking each): skip the ranking."""
+        ...
+
+    def refused(self) -> Set[str]:
+        """Names of nodes ``check`` refuses, known without asking each (not all of them)."""
         ...
 
     def check(self, node: NodeState) -> list[str]: ...
@@ -209,8 +213,13 @@ def _least_fragmenting_node(
     every = by_score or sum(len(cls.names) for _, cls, _ in group) <= scan
     seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
     ranked: list[tuple[int, int, int, str, SetChoice, tuple[int, int, int, int]]] = []
+    # Nodes the chain refuses for their domain (spread, anti-affinity) are not ranked: with
+    # maxSkew 1 over hostnames or one pod per node, most of those a binpack order prefers.
+    refused = filters.refused()
     for key, cls, choice in group:
         for name in cls.names if every else (cls.first(),):
+            if name in refused:
+                continue
             node = nodes[name]
             shape = node.frag_shape or shape_of(node)
             rank = seen.get(shape)
@@ -273,10 +282,11 @@ def _first_accepting(
         return None
     if not filters.check(state.nodes[name]):
         return name
+    refused = filters.refused()  # refused for their domain: not asked one by one
     for name in cls.in_order():
         if below is not None and name >= below:
             return None
-        if not filters.check(state.nodes[name]):
+        if name not in refused and not filters.check(state.nodes[name]):
             return name
     return None
 
