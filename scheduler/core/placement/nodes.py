@@ -825,10 +825,11 @@ def _count_by_row(
         ]
         scarcest = max(range(len(short)), key=short.__getitem__)
         ge = operator.ge
+        column = cast("list[tuple[int, str, _Row]]", index.by_left[scarcest])
         accepted_rows += [
             row
-            for _, name in index.by_left[scarcest][short[scarcest] :]
-            if all(map(ge, (row := rows[name])[0], wants))  # type: ignore[arg-type]
+            for _, _, row in column[short[scarcest] :]
+            if all(map(ge, row[0], wants))  # type: ignore[arg-type]
         ]
     # What the GPU reason of each reads, counted in one call.
     reads = [row[1] if shared else row[2] for row in accepted_rows]

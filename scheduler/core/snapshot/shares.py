@@ -92,10 +92,11 @@ class ShareIndex:
         # whose reason was counted asked for (a few: it only grows with a name no pod asked
         # for before, and is derived afresh then).
         self.counted_of: tuple[str, ...] = ()
-        # Per resource (pods, then ``counted_of``'s), (what a counted node has left, its name)
-        # in ascending order; the counted nodes whose left is not known (cordoned, tainted or
-        # without a status: the filter chain is asked about them), in the order counted.
-        self.by_left: list[list[tuple[int, str]]] = []
+        # Per resource (pods, then ``counted_of``'s), (what a counted node has left, its name,
+        # what the reason code derived of it) in ascending order; the counted nodes whose left
+        # is not known (cordoned, tainted or without a status: the filter chain is asked about
+        # them), in the order counted.
+        self.by_left: list[list[tuple[int, str, object]]] = []
         self.unknown: dict[str, None] = {}
         self._lefts: dict[str, tuple[int, ...]] = {}
 
@@ -145,7 +146,7 @@ class ShareIndex:
         if not self.by_left:
             self.by_left = [[] for _ in lefts]
         for column, left in zip(self.by_left, lefts, strict=True):
-            bisect.insort(column, (left, name))
+            bisect.insort(column, (left, name, row))
         self._lefts[name] = lefts
 
     def _uncount(self, name: str) -> None:
