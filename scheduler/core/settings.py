@@ -64,7 +64,7 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
     min_pods: int = 32
     # A stranded GPU percent counts this many times the whole workload's weight.
     stranded_weight: int = 4
-    # Node shapes (and placement ranks) remembered per target before its memo starts over.
+    # Node shapes (and placement ranks) remembered per target; a full memo drops its older half.
     memo_shapes: int = 1 << 16
     # A cluster of at most this many nodes ranks every node of a whole-GPU pod's best set score
     # by the measure (openb's 1,213 nodes: about 0.5 ms a pod); a larger one ranks by the free

@@ -43,6 +43,7 @@ allocatable.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import operator
 from collections import Counter
@@ -785,10 +786,13 @@ def _count_by_row(
     """Every GPU node counted as ``check`` and ``_gpu_reason`` would count it, for a chain that
     asks only for resources (``_resources_only``): what each node has left of pods and of what
     the pod asks for is kept in the share index (ShareIndex.counted, derived again only for the
-    nodes refiled since), and compared with the pod's requests in one pass, without asking the
-    chain. The GPU reason of a node the chain accepts is worked out once per distinct thing it
-    reads (a share's: its group key's vendor, sGPU slots and card memory; a whole-GPU pod's:
-    the vendor, idle cards and the node's _WholeKey)."""
+    nodes refiled since), also per resource in ascending order (ShareIndex.by_left): the nodes
+    short of each resource are counted by bisection, and only the nodes with enough of the
+    resource fewest have enough of are compared with the pod's requests, without asking the
+    chain (issue 32: the reason walked every node). The GPU reason of a node the chain accepts
+    is worked out once per distinct thing it reads (a share's: its group key's vendor, sGPU
+    slots and card memory; a whole-GPU pod's: the vendor, idle cards and the node's
+    _WholeKey)."""
     index = state.node_index.shares
     names = index.counted_of
     amounts = dict(filters.requests)
@@ -799,35 +803,39 @@ def _count_by_row(
     if index.uncounted:
         nodes = state.nodes
         for name, group in index.uncounted.items():
-            rows[name] = _row(nodes[name], group, names)
+            row = _row(nodes[name], group, names)
+            index.count(name, row, row[0])
         index.uncounted.clear()
     # (pods, each resource kept): what the pod needs left of each, itself counted; of a resource
     # it does not ask for, nothing (no node has less than _UNASKED left).
     wants = (1, *(amounts.get(r, _UNASKED) for r in names))
-    short = [0] * len(wants)
     shared = req.shared is not None
     check = filters.check
-    accepted: Counter[tuple[Any, ...]] = Counter()
-    first: dict[tuple[Any, ...], NodeState] = {}
-    for lefts, part, whole, node in rows.values():
-        if lefts is None:
-            if _counted(counts, check(node)):
-                continue
-        elif lefts >= wants and all(map(operator.ge, lefts, wants)):
-            pass
-        else:
-            fits = True
-            for i, n in enumerate(wants):
-                if n > lefts[i]:
-                    short[i] += 1
-                    fits = False
-            if not fits:
-                continue
-        if shared:
-            accepted[part] += 1
-            first.setdefault(part, node)
-        else:
-            accepted[whole] += 1
+    # The nodes the chain accepts: of those whose left is not known, the ones it passes.
+    accepted_rows = [
+        row for name in index.unknown if not _counted(counts, check((row := rows[name])[3]))
+    ]
+    # The nodes short of each resource, counted in its column; those with enough of every
+    # one are among the nodes with enough of the scarcest, read one by one.
+    short = [0] * len(wants)
+    if index.by_left:
+        short = [
+            bisect.bisect_left(column, (n, ""))
+            for column, n in zip(index.by_left, wants, strict=True)
+        ]
+        scarcest = max(range(len(short)), key=short.__getitem__)
+        ge = operator.ge
+        column = cast("list[tuple[int, str, _Row]]", index.by_left[scarcest])
+        accepted_rows += [
+            row
+            for _, _, row in column[short[scarcest] :]
+            if all(map(ge, row[0], wants))  # type: ignore[arg-type]
+        ]
+    # What the GPU reason of each reads, counted in one call.
+    reads = [row[1] if shared else row[2] for row in accepted_rows]
+    accepted = Counter(reads)
+    # Any node of a share's part has its GPU reason (it reads the part alone).
+    first = dict(zip(reads, [row[3] for row in accepted_rows], strict=True)) if shared else {}
     for what, n in accepted.items():
         if shared:
             counts[_gpu_reason(first[what], req, k, demand, together)] += n
