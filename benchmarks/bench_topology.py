@@ -1,23 +1,38 @@
-"""bench-topology: cross-node topology choices compared on one seeded stream (issue 21).
+"""bench-topology: cross-node topology choices compared on one seeded stream (issues 21, 32).
 
 The cluster and the stream of ``topology_workload.py`` (5,040 nodes = 70 blocks x 4 racks x 18
 nodes of 4 GPUs, each rack one NVLink clique; gangs of 16 x 4 required in one nvlink, 64 x 4
-preferred in one block, small gangs and single pods), jobs arriving and leaving until the first
-refusal, replayed through the core under:
+preferred in one block, small gangs and single pods), replayed through the core under:
 
   (a) ours: the joint choice of domain, nodes and GPUs (topology levels configured);
+  (a') (queued replay only) ours with ``topology.packDomains`` off: single pods' ties by name;
   (b) the same scheduler with topology off (no levels, no constraints, no compact gangs);
-  (c) Kueue's BestFit order of domains followed by our in-node choice (kueue_reference.py).
+  (c) Kueue's BestFit order of domains followed by our in-node choice (kueue_reference.py);
+      its single pods are not TAS podsets and go through our decide without packDomains.
 
-Printed side by side: GPUs allocated at the first refusal; gangs with a level (16 x 4 nvlink,
-64 x 4 block) placed within it; the mean number of racks (= NVLink cliques) and blocks per gang
-(every gang of several pods). A benchmark, not a test: it never fails on its figures.
+Two replays:
 
-``--quick`` (bench-smoke) replays at most 400 jobs on 8 blocks (576 nodes): seconds, to check that
-it runs; its figures mean nothing.
+- first refusal (issue 21): jobs arrive and leave until the first refusal; printed: GPUs
+  allocated then; gangs with a level (16 x 4 nvlink, 64 x 4 block) placed within it; the mean
+  number of racks (= NVLink cliques) and blocks per gang (every gang of several pods).
+- queued (issue 32 item 7, domain fragmentation): a job that does not fit waits and is retried
+  in arrival order whenever something left (Kueue's BestEffortFIFO); it leaves its lifetime
+  after it was placed. Means over the second half of the arrivals (one arrival = one minute):
+  the racks a 16 x 4 gang still fits in and the blocks a 64 x 4 gang fits in (whole domains
+  left for the gang classes, Kueue's count: free GPUs // 4 per node, summed); the wait of each
+  gang class, in arrivals (gangs still waiting at the end count until then); GPU-hours stranded:
+  free GPUs that no waiting gang could use (not on a node where one of its pods fits, or, for a
+  gang that requires a clique, not in a rack that fits it whole), summed while some gang waits.
+  The stranded figure is the workload's: topology off never keeps a gang waiting for a clique
+  (it splits it), so it strands little and places almost no gang within its level.
+
+A benchmark, not a test: it never fails on its figures.
+
+``--quick`` (bench-smoke) replays at most 400 jobs (600 queued) on 8 blocks (576 nodes): seconds,
+to check that it runs; its figures mean nothing.
 
 Usage: python -m benchmarks.bench_topology [--quick] [--seed 7] [--jobs 20000] [--seeds 1]
-       [--blocks 70]
+       [--blocks 70] [--arrivals 4000] [--only refusal|queued]
 """
 
 from __future__ import annotations

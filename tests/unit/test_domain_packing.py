@@ -115,3 +115,35 @@ def test_spread_pods_are_not_packed() -> None:
     running = (held("big", "b2-r3-0", "0,1,2,3"),)
     pod = MakePod().Name("p").Req(4).NodePolicy("spread")
     assert node_of(racks(LAYOUT, running), pod) == "b1-r1-0"
+
+
+def test_the_domain_sums_follow_placements_and_removals() -> None:
+    # The DomainIndex keeps free GPUs, GPUs and nodes per domain as nodes change class; after
+    # pods come and go they equal a count from scratch, and an emptied domain leaves no entry.
+    from scheduler.core.snapshot.domains import configured
+
+    state = racks(LAYOUT)
+    index = state.domain_index(configured(state.settings.topology))
+
+    def recount() -> dict[tuple[str, ...], list[int]]:
+        sums: dict[tuple[str, ...], list[int]] = {}
+        for name, path in index.where.items():
+            node = state.nodes[name]
+            for depth in range(1, len(path) + 1):
+                entry = sums.setdefault(path[:depth], [0, 0, 0])
+                entry[0] += node.free_mask.bit_count()
+                entry[1] += 4
+                entry[2] += 1
+        return sums
+
+    pods = [MakePod().Name(f"p{i}").Req(n) for i, n in enumerate((4, 1, 2, 3, 4))]
+    for decision in schedule(state, *pods):
+        assert isinstance(decision, Placed)
+    assert index.sums == recount()
+    for pod in pods[:3]:
+        state.remove_pod(pod.Obj().key)
+    assert index.sums == recount()
+    state.remove_node("b2-r3-0")
+    state.remove_node("b2-r3-1")
+    assert index.sums == recount()
+    assert not any(path[0] == "b2" for path in index.sums)

@@ -14,8 +14,8 @@ comes first. The fewest free GPUs first is Kueue's order for pods without a topo
 (LeastFreeCapacity); here it is a tie-break, never above the node rule's own key.
 
 The hierarchy is the configured one (``topology.levels`` and the built-in NVLink levels); the
-counts are read off the snapshot's DomainIndex (free GPUs per node class, per path), one pass
-over the paths per decision (a few hundred on bench-topology's 5,040 nodes). Pure and
+free GPUs per domain are the snapshot's DomainIndex's, kept as nodes change class, and the
+best node of a class is found walking down the domains that hold it, best first. Pure and
 deterministic: a function of the snapshot. ``topology.packDomains`` (TopologySettings) turns it
 off, and it is off by itself when no node carries a level's label.
 """
@@ -26,52 +26,55 @@ from collections.abc import Iterable, Iterator
 
 from ..snapshot.cluster import ClusterState
 from ..snapshot.domains import Path, configured, in_use
-from ..snapshot.nodes import NodeClass, NodeState
+from ..snapshot.nodes import ClassKey, NodeClass, NodeState
 
 
 class DomainOrder:
-    """The configured hierarchy's paths ranked for a pod that needs no domain: per path, each of
-    its domains widest first, broken before whole, then the fewest free GPUs."""
+    """The configured hierarchy's domains ranked for a pod that needs no domain: each of a
+    node's domains widest first, broken before whole, then the fewest free GPUs. Read off the
+    DomainIndex's sums per domain, as they stand (nothing is summed per decision)."""
 
-    __slots__ = ("_index", "_keys", "_ordered", "_state")
+    __slots__ = ("_index", "_state")
 
     def __init__(self, state: ClusterState) -> None:
         self._state = state
-        hierarchy = configured(state.settings.topology)
-        self._index = index = state.domain_index(hierarchy)
-        # Per domain (a path's prefix): its free GPUs and its GPUs.
-        free: dict[Path, list[int]] = {}
-        for path, classes in index.classes.items():
-            n = sum(key[3].bit_count() * count for key, count in classes.items())
-            total = sum(key[2] * count for key, count in classes.items())
-            for depth in range(1, len(path) + 1):
-                sums = free.setdefault(path[:depth], [0, 0])
-                sums[0] += n
-                sums[1] += total
-        # Per level, widest first: whole (1) after broken (0), then the fewest free GPUs.
-        self._keys: dict[Path, tuple[tuple[int, int], ...]] = {}
-        for path in index.classes:
-            prefixes = (free[path[:depth]] for depth in range(1, len(path) + 1))
-            self._keys[path] = tuple((int(n == total), n) for n, total in prefixes)
-        self._ordered = sorted(index.classes, key=lambda path: (self._keys[path], path))
+        self._index = state.domain_index(configured(state.settings.topology))
+
+    def _rank(self, domain: Path) -> tuple[int, int, Path]:
+        free, gpus, _ = self._index.sums[domain]
+        return int(free == gpus), free, domain
 
     def key(self, name: str) -> tuple[tuple[int, int], ...]:
         """The node's rank: per domain of it, widest first, whether it is whole, then its free
         GPUs (smaller first)."""
-        return self._keys[self._index.where[name]]
+        path = self._index.where[name]
+        return tuple(self._rank(path[:depth])[:2] for depth in range(1, len(path) + 1))
 
     def nodes(self, classes: Iterable[NodeClass]) -> Iterator[tuple[NodeState, NodeClass]]:
         """The nodes of these classes (with their class), best first: by their domains' rank,
-        then by name."""
+        then by name. Walked from the top: at each level only the domains holding one of the
+        classes, best first (a few hundred domains on bench-topology's 5,040 nodes, of which
+        usually one per level is entered)."""
         wanted = {cls.key: cls for cls in classes}
-        state = self._state
-        for path in self._ordered:
-            if wanted.keys().isdisjoint(self._index.classes[path]):
-                continue
-            for name in sorted(self._index.names[path]):
+        return self._walk((), wanted)
+
+    def _walk(
+        self, domain: Path, wanted: dict[ClassKey, NodeClass]
+    ) -> Iterator[tuple[NodeState, NodeClass]]:
+        index, state = self._index, self._state
+        # Nodes whose path ends here (without the next level's label) break no narrower domain.
+        here = index.classes.get(domain)
+        if here is not None and not wanted.keys().isdisjoint(here):
+            for name in sorted(index.names[domain]):
                 cls = state.class_of(name)
                 if cls is not None and cls.key in wanted:
                     yield state.nodes[name], wanted[cls.key]
+        within = index.within
+        kids = [
+            d for d in index.children.get(domain, ()) if not wanted.keys().isdisjoint(within[d])
+        ]
+        for kid in sorted(kids, key=self._rank):
+            yield from self._walk(kid, wanted)
 
 
 def domain_order(state: ClusterState) -> DomainOrder | None:
