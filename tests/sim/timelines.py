@@ -85,6 +85,7 @@ def claim_write_fail_forgets(m: SimMachine) -> None:
     m.create_pod("a", 1, True)
     m.tick(2.0)
     m.bind_fault("claim-fail")
+    m.bind_fault("claim-fail")  # the Unreserve after it too: no claim event wakes a before c
     m.create_pod("c", 1, False)
     for _ in range(6):
         m.tick(5.0)
