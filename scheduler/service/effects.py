@@ -352,7 +352,7 @@ class Effects:
             self.tasks.spawn(self._bind(pods, uncertain=False))
 
     async def _bind(self, pods: list[tuple[PodInput, Placement]], uncertain: bool) -> None:
-        era = self.book.era
+        era, lists = self.book.era, self.book.bound_lists
         outcomes = await self.binder.bind_all(pods, uncertain)
         now = self.clock()  # the binds are done: end-to-end latency ends here
         gang = outcomes[0].placement.gang if outcomes else None
@@ -361,12 +361,18 @@ class Effects:
             self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
         refused = {o.pod.key for o in outcomes if o.event is Event.BIND_FAILED}
         for o in outcomes:
-            self._outcome(o, refused, stale=era != self.book.era)
+            self._outcome(o, refused, stale=(era, lists) != (self.book.era, self.book.bound_lists))
         self.tasks.wake()
 
     def _outcome(self, o: Outcome, refused: set[str], stale: bool) -> None:
         """Tell the book a Binding's outcome; ``stale``: an etcd restore began a new era while
-        it was under way (a 201 then is BIND_OK_STALE: the restore may have undone it)."""
+        it was under way, or a bound LIST began (a 201 then is BIND_OK_STALE, re-read: the
+        restore may have undone it). The era alone misses a restore from a backup taken at the
+        newest version the book had been told, the Binding's own events not delivered yet: the
+        LISTs of the restored history are at that version, no new era begins, and the bound
+        LIST, ended while the pod was binding, says nothing of it; held as assumed on the 201,
+        its GPU stayed taken by a pod the apiserver shows pending (issue 30, sim seed 870). A
+        bound LIST in the same era costs one GET, which reads the pod bound."""
         pod = o.pod if o.event is Event.BIND_OK else o.current or o.pod
         event = o.event
         if event is Event.BIND_FAILED and self._gang_committed(o, refused):

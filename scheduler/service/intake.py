@@ -260,6 +260,7 @@ class Intake:
 
     def bound_list_begin(self) -> None:
         self._listed, self._stale = {}, []
+        self.book.bound_lists += 1
         self._bound_since = self.book.newest
         self._bound_era = self._eras
 

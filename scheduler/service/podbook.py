@@ -619,6 +619,10 @@ class PodBook:
     newest: int = 0
     # How many eras began (``new_era``): a Binding's answer is of the era it was sent in.
     era: int = 0
+    # How many bound LISTs began (intake's ``bound_list_begin``): a 201 for a Binding during
+    # which one began may be older than that LIST, which may not show it (effects.py's
+    # ``_outcome``: it is re-read).
+    bound_lists: int = 0
 
     def get(self, key: str) -> Entry | None:
         return self.entries.get(key)

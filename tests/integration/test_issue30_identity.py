@@ -626,6 +626,37 @@ async def test_issue30_6_a_binding_answered_after_the_restore_began_a_new_era_is
     assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
 
 
+async def test_issue30_sim870_a_binding_answered_after_a_bound_list_that_lacked_it_is_re_read(
+    backend: Backend,
+) -> None:
+    """Sim seed 870: as above, but etcd was backed up at the newest version the book had been
+    told (w's creation; the events of w's Binding not delivered before the restore): the LISTs
+    of the restored history are at that version, so no new era begins, and the bound LIST ends
+    while w is binding (saying nothing of it). Then the 201 comes. Before the fix it made w
+    ASSUMED for good: its GPU held by a pod the apiserver shows pending, which was never
+    scheduled again. A 201 for a Binding during which a bound LIST began is re-read."""
+    r = Replica(SlowAnswer(), backend.store, backend.clock, tuning=QUICK_RETRIES)
+    api = cast(SlowAnswer, r.api)
+    api.version = 1000
+    await r.elect([node(1)])
+    w = r.pending(MakePod().Name("w").Req(1).Obj())
+    backup = dict(api.pods), api.version
+    await r.step()
+    await until(lambda: api.binds)
+    assert r.s.book.stage(w.key) is Stage.BINDING
+    api.pods, api.version = dict(backup[0]), backup[1]  # the restore, at the book's newest
+    r.s.intake.replace_pending([p for p in api.pods.values() if not p.node_name], api.version)
+    r.s.intake.replace_bound(*r.bound_list())
+    assert r.s.book.era == 0 and r.s.book.stage(w.key) is Stage.BINDING  # no new era
+    api.answer.set()  # 201
+    await r.settle()
+    assert r.s.book.stage(w.key) is Stage.PENDING and r.held(w.key) is None
+    await run(r)
+    assert api.binds == [("default/w", "n", "0")] * 2 and api.pods[w.key].node_name == "n"
+    assert r.held(w.key) == ("n", [0])
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+
+
 # ---- found by the simulation (seed 44): a reservation let go when its pod is decided afresh -----
 
 

@@ -477,6 +477,19 @@ def _stale_bind_ok_trusted() -> list[Patch]:
     return [(TABLE, (S.BINDING, E.BIND_OK_STALE), TABLE[(S.BINDING, E.BIND_OK)])]
 
 
+def _bound_list_not_counted() -> list[Patch]:
+    """Sim seed 870: a 201 for a Binding during which a bound LIST began (no new era: the
+    restore's LIST at the book's newest version) is taken as any 201 (assumed, not re-read)."""
+    fixed = Intake.bound_list_begin
+
+    def bound_list_begin(self: Intake) -> None:
+        lists = self.book.bound_lists
+        fixed(self)
+        self.book.bound_lists = lists
+
+    return [(Intake, "bound_list_begin", bound_list_begin)]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it",
@@ -660,6 +673,11 @@ MUTANTS: dict[str, Mutant] = {
         "a LIST asked for before the other watch began the era begins another era",
         _list_of_the_era_begins_another,
         timeline="sim1132-list-of-the-era-begun-meanwhile",
+    ),
+    "sim870-bound-list-not-counted": Mutant(
+        "a Binding answered after a bound LIST that lacked it (no new era) is assumed, not re-read",
+        _bound_list_not_counted,
+        timeline="sim870-restore-undoes-gang-bind",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .machine import SimMachine
+from .machine import FullMachine, SimMachine
 
 
 def past_first_wait(m: SimMachine) -> None:
@@ -606,6 +606,46 @@ def list_of_the_era_begun_meanwhile(m: SimMachine) -> None:
     m.quiesce()
 
 
+def victim_binding_in_flight(m: SimMachine) -> None:
+    """Soak seed 909 (on e0b9be5, its shrunk schedule's end): a holds n1; etcd stalls, d is
+    decided onto n2/0 and its Binding waits in the stall; p (2 GPUs, high priority) preempts d,
+    whose eviction makes it terminating; when etcd answers, d's Binding must not land on the
+    GPU p's nomination holds (the apiserver's BindingREST refuses a pod being deleted, 409)."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("a", 2, False)
+    past_first_wait(m)
+    m.stall(2.0)
+    m.create_pod("d", 1, False)
+    m.create_high("p", 2, 0, "")
+    m.tick(5.0)
+    m.tick(60.0)
+    m.safe()
+
+
+def restore_undoes_gang_bind(m: SimMachine) -> None:
+    """Soak seed 870: gang k1 (2 x 1 GPU) waits for room; the next Binding commits but is
+    answered 500; a finishes while the store answers late, and etcd is backed up; the leader
+    binds k1 (k1-0's answer the 500, k1-1's a 201, their answers still on the way back) and
+    etcd is restored from the backup before the watches delivered the Bindings' events: the
+    LISTs of the restored history are at the newest version the book had been told (no new
+    era), and the bound LIST ends while k1 is binding. The 201 that comes after must not
+    leave k1-1 on the GPU the apiserver no longer shows it on."""
+    m.create_pod("a", 2, False)
+    m.create_pod("b", 2, False)
+    past_first_wait(m)
+    m.create_gang("k", 2, True)
+    m.tick(30.0)
+    m.bind_fault("500-committed")
+    m.store_fault(True, 0.3)
+    m.finish_pod(0)
+    m.etcd_restore(False)
+    m.tick(2.3)
+    m.etcd_restore(True)
+    m.tick(5.0)
+    m.quiesce()
+    m.safe()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
@@ -636,12 +676,15 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "12.3-no-wait-after-flush": no_wait_after_flush,
     "sim-flush-waits-one-lease": flush_waits_one_lease,
     "12.7-reloaded-deleted-held": reloaded_deleted_held,
+    "sim909-victim-binding-in-flight": victim_binding_in_flight,
+    "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
 }
 
 
 def replay(name: str) -> str | None:
-    """The timeline ``name`` on a fresh world: its violation, or None when it holds."""
-    machine = SimMachine()
+    """The timeline ``name`` on a fresh world (every rule's: the rules a timeline calls are all
+    there, and none runs uncalled): its violation, or None when it holds."""
+    machine = FullMachine()
     try:
         TIMELINES[name](machine)
     except AssertionError as exc:
