@@ -420,6 +420,23 @@ def _list_of_the_era_begins_another() -> list[Patch]:
     return [(Intake, "_new_era", new_era)]
 
 
+def _store_asked_at_era_begin() -> list[Patch]:
+    """Sim seed 603: the store's reconcile is asked for when a new era begins, not when both pod
+    watches have listed in it (a reconcile between the eras leaves none needed)."""
+    fixed = Intake._new_era
+
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int) -> bool:
+        needed = self.effects.sync.needed
+        began = fixed(self, watch, version, since, era)
+        if began:
+            self.effects.sync.request()
+        else:
+            self.effects.sync.needed = needed
+        return began
+
+    return [(Intake, "_new_era", new_era)]
+
+
 def _lapsed_write_forgotten() -> list[Patch]:
     """30.7b: a store write skipped while the local lease lapsed asks for no reconcile."""
     original = StoreSync._write
@@ -660,6 +677,11 @@ MUTANTS: dict[str, Mutant] = {
         "a LIST asked for before the other watch began the era begins another era",
         _list_of_the_era_begins_another,
         timeline="sim1132-list-of-the-era-begun-meanwhile",
+    ),
+    "sim603-store-asked-at-era-begin": Mutant(
+        "the store's reconcile after an etcd restore is asked for when the new era begins",
+        _store_asked_at_era_begin,
+        timeline="sim603-store-between-eras",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

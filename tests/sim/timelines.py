@@ -605,9 +605,30 @@ def list_of_the_era_begun_meanwhile(m: SimMachine) -> None:
     m.quiesce()
 
 
+def store_between_eras(m: SimMachine) -> None:
+    """Sim seed 603: a is bound on n1/0; etcd is backed up; a is deleted (its record released)
+    and b bound on its GPU; standby r2's bound watch lags when r1 hands over and etcd is
+    restored (a bound again, b gone). r2's pending LIST begins the new era, r2 is elected and
+    its election's reconcile writes the bound view of the era before (b, not a); then its bound
+    LIST brings a back, which writes nothing. With the reconcile asked for when the era began,
+    the election's was it, and the store had no record of a for good."""
+    m.create_pod("a", 1, False)
+    m.quiesce()
+    m.etcd_restore(False)
+    m.delete_pod(0, False)
+    m.create_pod("b", 1, False)
+    m.tick(1.0)
+    m.lag(1, "bound", 20.0)
+    m.handover()
+    m.etcd_restore(True)
+    m.tick(3.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
+    "sim603-store-between-eras": store_between_eras,
     "sim726-restore-after-binding-answered-late": restore_after_binding_answered_late,
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
