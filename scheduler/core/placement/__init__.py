@@ -3,5 +3,4 @@
 - ``nodes``: node choice and order (rules 2 and 4) and the unschedulable reasons (rule 5).
 - ``devices``: node choice for a pod whose ResourceClaims we allocate (issue 29), by the
   snapshot's per-class index of free devices.
-- ``shapes``: a node's shape as the fragmentation measure reads it.
 """
