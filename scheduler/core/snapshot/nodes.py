@@ -12,6 +12,12 @@ a few hundred classes, each with a memoised best set, and then taking the first 
 winning class (a lazily cleaned heap). A node leaves its class before a charge and joins its new
 one after (``unindex``, ``index``). Per topology hierarchy a ``DomainIndex`` counts the classes
 in each domain, kept up to date the same way.
+Within a class, nodes differ for a whole-GPU pod with a target workload only by their shape as
+the fragmentation measure reads it and whether a GPU pod uses them: each class keeps its nodes by
+cards, untouched flag and cpu left (``NodeClass.shapes``, ``ShapeGroup``), so placement ranks
+shapes, not nodes, at every cluster size (issue 32). It is kept lazily as the share index is: a
+node that joins a class or whose records change its cpu is filed again when the shapes are next
+read (``shaped``).
 The share index (``shares.py``) groups the same GPU nodes by what a share reads of them (their
 usable cards' state and cpu left). It is kept lazily: a node whose cards or cpu change (it leaves
 or joins its class, or a record changes its cpu: ``refile_shares``) is only marked stale, and
