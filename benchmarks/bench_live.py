@@ -33,6 +33,15 @@ Then the contender is stopped, its peak RSS read (VmHWM), and the pods deleted. 
   measured). Its own table: pods/s and the ratio to kube-scheduler of the same variant. A
   round's claims are deleted after its pods, and the next round waits until they are gone
   (their devices free again);
+- spread and anti-affinity (issue 32 item 3): the shapes kube-scheduler's scheduler_perf suite
+  times (its pod-with-topology-spreading and pod-with-pod-anti-affinity templates), on the same
+  1-GPU pods: ``spread``, a backlog of ``--pods`` pods labelled ``color: blue`` with one
+  DoNotSchedule constraint of maxSkew 1 over ``kubernetes.io/hostname`` selecting them (as
+  many pods per node, give or take one); ``anti-affinity``, one pod per node (``--nodes``,
+  at most ``--pods``) labelled ``color: green`` with a required pod anti-affinity term over
+  the hostname selecting them. kube-scheduler, the binder (which binds them round robin,
+  the apiserver's ceiling, rules or not) and topo-scheduler (Redis) alternated over the
+  rounds; a table of its own, pods/s and the ratios to kube-scheduler and the binder;
 - failover: two topo-scheduler replicas (lease 15 s), the leader SIGKILLed, until the standby
   binds a new pod.
 
@@ -42,8 +51,9 @@ bench-smoke's) runs one round on 50 nodes with backlogs of 100 pods and streams 
 few minutes, every part once; it fails (exit status 1) when a backlog (the claims part's too),
 the gangs or the failover's pod are not all bound: the run is broken, whatever its figures.
 ``--only`` runs some contenders' backlog rounds (words of their labels: ``kube,Redis``) and,
-with ``claims`` or ``templates``, that variant of the claims part, nothing else; with only
-those two words, no plain node is created.
+with ``claims`` or ``templates``, that variant of the claims part, with ``spread`` or
+``anti-affinity`` that workload (for the contenders named, or all three), nothing else; with
+only the claims' words, no plain node is created; with only workload words, no plain round runs.
 Usage: python -m benchmarks.bench_live [--quick] [--rounds 2] [--nodes 500] [--pods 2000]
        [--kube-verbosity 2] [--logs DIR] [--profile DIR]
        [--only WORDS]
@@ -96,6 +106,9 @@ BINDER_NAME = "binder-bench"
 DRA_LABEL = "bench-dra=true"  # the DRA-only nodes of the claims part
 # One GPU of the driver's full-GPU class: every pod's one claim, pre-created or from a template.
 CLAIM_SPEC = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS}}]}}
+HOSTNAME = "kubernetes.io/hostname"
+# The constrained workloads (issue 32 item 3), words of ``--only``.
+WORKLOADS = ("spread", "anti-affinity")
 
 
 class Contender:
@@ -251,6 +264,32 @@ def create_claim_pods(
         wait_claims_made(plane, namespace, len(names))
 
 
+def constrained_pod(name: str, namespace: str, scheduler: str, workload: str) -> dict[str, object]:
+    """One pod of a constrained workload: the plain backlog's 1-GPU pod with scheduler_perf's
+    constraint (its pod-with-topology-spreading template over hostnames with maxSkew 1, its
+    pod-with-pod-anti-affinity template in the pod's own namespace)."""
+    manifest = pod_manifest(name, namespace, scheduler, {"main": {**LIMITS, "nvidia.com/gpu": "1"}})
+    spec = manifest["spec"]
+    if workload == "spread":
+        labels = {"color": "blue"}
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": HOSTNAME,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": labels},
+            }
+        ]
+    else:
+        labels = {"color": "green"}
+        term = {"labelSelector": {"matchLabels": labels}, "topologyKey": HOSTNAME}
+        spec["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+    manifest["metadata"]["labels"] = labels
+    return manifest
+
+
 def wait_claims_made(plane: ControlPlane, namespace: str, count: int, timeout: float = 300) -> None:
     """Until ``count`` pods of the namespace name the claim the resourceclaim controller made
     for them from their template (``status.resourceClaimStatuses``)."""
@@ -289,8 +328,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         help="comma-separated words of the contenders to run (e.g. kube,Redis); 'claims' runs "
-        "the DRA part with pre-created claims, 'templates' its template variant; "
-        "skips the gangs, stream and failover parts",
+        "the DRA part with pre-created claims, 'templates' its template variant; 'spread' and "
+        "'anti-affinity' those workloads; skips the gangs, stream and failover parts",
     )
     args = parser.parse_args()
     stream_s = 10
@@ -308,8 +347,9 @@ def main() -> None:
         plane.grant_scheduler_role()
         words = args.only.split(",") if args.only else []
         variants = [v for v in ("claims", "templates") if not words or v in words]
-        plain = [w for w in words if w not in variants]
-        if plain or not words:
+        workloads = [w for w in WORKLOADS if not words or w in words]
+        plain = [w for w in words if w not in variants and w not in workloads]
+        if plain or workloads:
             with ThreadPoolExecutor(16) as pool:
                 list(
                     pool.map(
@@ -382,29 +422,46 @@ def main() -> None:
                 ),
             )
         ]
+        # The constrained workloads': kube-scheduler, the binder, topo-scheduler with Redis.
+        constrained = [
+            Contender(f"{label}, {w}", name, start, stop)
+            for w in workloads
+            for label, name, start, stop in (
+                ("kube-scheduler v1.37", KUBE_NAME, start_kube, stop_kube),
+                ("decide-nothing binder", BINDER_NAME, start_binder, stop_current),
+                ("topo-scheduler, Redis", TOPO_NAME, start_topo_with(redis.url), stop_current),
+            )
+            if not plain or any(word in label for word in plain)
+        ]
         if words:
             contenders = [c for c in contenders if any(w in c.label for w in plain)]
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
-            for c in contenders + dra:
+            for c in contenders + dra + constrained:
                 if c.name == TOPO_NAME:
                     c.profile_to = args.profile
         names = [f"p-{i:05d}" for i in range(args.pods)]
 
-        def backlog(rnd: int, c: Contender, ns: str, claims: str = "") -> None:
+        def backlog(rnd: int, c: Contender, ns: str, claims: str = "", workload: str = "") -> None:
             """One round of one contender: its backlog created, started, every bind awaited
             (180 s at most), stopped, the backlog deleted; ``claims`` names the claims part's
-            variant (its pods use ResourceClaims)."""
+            variant (its pods use ResourceClaims), ``workload`` a constrained workload."""
+            pods = names
             if claims:
                 create_claim_pods(plane, ns, c.name, names, template=claims == "templates")
+            elif workload:
+                # Anti-affinity over hostnames: one pod per node at most.
+                pods = names if workload == "spread" else names[: args.nodes]
+                plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+                bulk_create(plane, [constrained_pod(n, ns, c.name, workload) for n in pods])
             else:
                 plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
                 create_pods(plane, ns, c.name, names)
             watch = Watch(plane, ns)
-            c.start(ns, len(names))
-            times = watch.wait(names, 180)
-            if len(times) < len(names):
-                problems.append(f"round {rnd + 1} {c.label} bound {len(times)}/{len(names)}")
+            c.start(ns, len(pods))
+            times = watch.wait(pods, 180)
+            if len(times) < len(pods):
+                problems.append(f"round {rnd + 1} {c.label} bound {len(times)}/{len(pods)}")
             c.stop()
             c.rates.append(throughput(times))
             print(
@@ -444,13 +501,45 @@ def main() -> None:
                 "its claims made before the contender starts)"
             )
 
-        for rnd in range(args.rounds):
-            order = contenders if rnd % 2 == 0 else contenders[::-1]
-            for c in order:
-                backlog(rnd, c, f"r{rnd}-{c.name}-{contenders.index(c)}")
+        def constrained_part() -> None:
+            """The spread and anti-affinity workloads: their rounds, their table."""
+            if not constrained:
+                return
+            for rnd in range(args.rounds):
+                order = constrained if rnd % 2 == 0 else constrained[::-1]
+                for c in order:
+                    workload = c.label.rpartition(", ")[2]
+                    backlog(rnd, c, f"{workload}-r{rnd}-{c.name}", workload=workload)
+            print()
+            print(
+                f"bench-live constrained: {args.nodes} KWOK nodes x 8 GPUs, 1-GPU pods (cpu/memory "
+                f"requests); spread: {args.pods} pods, maxSkew 1 over hostnames; anti-affinity: "
+                f"{min(args.pods, args.nodes)} pods, required anti-affinity over hostnames; "
+                f"median of {args.rounds} alternated round(s)"
+            )
+            print(f"{'contender':<38} {'pods/s':>7} {'x kube':>7} {'x binder':>8} {'peak RSS':>9}")
+            for w in workloads:
+                mine = {c.name: c for c in constrained if c.label.endswith(f", {w}")}
+                rates = {name: statistics.median(c.rates) for name, c in mine.items()}
+                for name, c in mine.items():
+                    kube_x = rates[name] / rates[KUBE_NAME] if rates.get(KUBE_NAME) else None
+                    binder_x = rates[name] / rates[BINDER_NAME] if rates.get(BINDER_NAME) else None
+                    print(
+                        f"{c.label:<38} {rates[name]:>7.0f} "
+                        f"{'-' if kube_x is None else f'{kube_x:.2f}':>7} "
+                        f"{'-' if binder_x is None else f'{binder_x:.2f}':>8} "
+                        f"{max(c.rss):>6.0f} MB"
+                    )
+
+        if not words or plain:
+            for rnd in range(args.rounds):
+                order = contenders if rnd % 2 == 0 else contenders[::-1]
+                for c in order:
+                    backlog(rnd, c, f"r{rnd}-{c.name}-{contenders.index(c)}")
         if args.only:
             for c in contenders:
                 print(f"{c.label:<28} {statistics.median(c.rates):>7.0f} pods/s")
+            constrained_part()
             claims_part()
             if args.quick and problems:
                 raise SystemExit("bench-live --quick: broken: " + "; ".join(problems))
@@ -519,6 +608,7 @@ def main() -> None:
             f"{gang_rate / binder_rate:>8.2f} {'-':>7} {'-':>7} {'':>9}"
         )
         print(f"(p50/p99: create-to-bind for pods created at 50/s for {stream_s} s)")
+        constrained_part()
         claims_part()
 
         # Failover with the default lease.

@@ -351,6 +351,7 @@ class Effects:
             self.tasks.spawn(self._bind(pods, uncertain=False))
 
     async def _bind(self, pods: list[tuple[PodInput, Placement]], uncertain: bool) -> None:
+        era = self.book.era
         outcomes = await self.binder.bind_all(pods, uncertain)
         now = self.clock()  # the binds are done: end-to-end latency ends here
         gang = outcomes[0].placement.gang if outcomes else None
@@ -359,14 +360,18 @@ class Effects:
             self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
         refused = {o.pod.key for o in outcomes if o.event is Event.BIND_FAILED}
         for o in outcomes:
-            self._outcome(o, refused)
+            self._outcome(o, refused, stale=era != self.book.era)
         self.tasks.wake()
 
-    def _outcome(self, o: Outcome, refused: set[str]) -> None:
+    def _outcome(self, o: Outcome, refused: set[str], stale: bool) -> None:
+        """Tell the book a Binding's outcome; ``stale``: an etcd restore began a new era while
+        it was under way (a 201 then is BIND_OK_STALE: the restore may have undone it)."""
         pod = o.pod if o.event is Event.BIND_OK else o.current or o.pod
         event = o.event
         if event is Event.BIND_FAILED and self._gang_committed(o, refused):
             event = Event.GANG_BIND_FAILED
+        elif event is Event.BIND_OK and stale:
+            event = Event.BIND_OK_STALE
         self.dispatch(o.pod.key, o.pod.uid, event, Ctx(pod=pod, placement=o.placement))
 
     def _gang_committed(self, o: Outcome, refused: set[str]) -> bool:

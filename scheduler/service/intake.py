@@ -359,9 +359,19 @@ class Intake:
         records are of the era before (a pod the restore brought back bound was released when
         it left, and the book takes it in as a bound pod, which writes nothing: sim seed 10). A
         LIST asked for in the current era ends the wait for ``watch`` (``between_eras``); one
-        that begins an era starts the other's, or ends it."""
-        if not 0 < version < since:
-            if watch == self._unlisted and era == self._eras:
+        that begins an era starts the other's.
+
+        A LIST whose version went back but that was asked for before the current era began
+        (``era``: the other watch's LIST began it meanwhile) is of that era: asked for after
+        the restore, it read the restored history the other LIST began the era with. It ends
+        the wait and begins nothing: the news the book was told since the era began is of the
+        same history and may be newer than the LIST, so the LIST's pods are judged by the
+        book's versions like any LIST's. Taken for another new era, its stale pods were taken
+        in as the truth: a pod recreated in the era after the restore (a new UID, pending) was
+        replaced by its namesake the LIST still showed bound, and left the book for good when
+        the bound watch then told that namesake's deletion (issue 30, sim seed 1132)."""
+        if not 0 < version < since or era != self._eras:
+            if watch == self._unlisted and (era == self._eras or 0 < version < since):
                 self._unlisted = ""
             return False
         log.warning(
@@ -374,10 +384,7 @@ class Intake:
         self.book.new_era(version)
         self.effects.sync.request()
         self._eras += 1
-        # The other watch's LIST that this one awaited, asked for before the era began, is of
-        # it all the same (its version went back): both have listed then.
-        other = "bound-pods" if watch == "pending-pods" else "pending-pods"
-        self._unlisted = "" if watch == self._unlisted else other
+        self._unlisted = "bound-pods" if watch == "pending-pods" else "pending-pods"
         return True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:

@@ -120,6 +120,10 @@ class Event(enum.Enum):
     RESERVE_FENCED = "reserve-fenced"  # no longer leader: back to the queue
     # binder
     BIND_OK = "bind-ok"
+    # BIND_OK for a Binding sent before an etcd restore began a new era (PodBook.new_era): the
+    # restore may have undone it, and the new era's bound LIST, taken while it was binding,
+    # said nothing of it (effects.py tells the two apart)
+    BIND_OK_STALE = "bind-ok-stale"
     BIND_FAILED = "bind-failed"  # refused, or not sent (no longer leading)
     # BIND_FAILED while its gang is below its minimum with other members bound or binding (the
     # gang's partial commitment: effects.py tells the two apart)
@@ -222,6 +226,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.RESERVE_FAILED): (S.GONE, _),
     (S.GONE, E.RESERVE_FENCED): (S.GONE, _),
     (S.GONE, E.BIND_OK): (S.GONE, (F.RELEASE_STORE,)),
+    (S.GONE, E.BIND_OK_STALE): (S.GONE, (F.RELEASE_STORE,)),
     (S.GONE, E.BIND_FAILED): (S.GONE, (F.RELEASE_STORE,)),
     (S.GONE, E.GANG_BIND_FAILED): (S.GONE, (F.RELEASE_STORE,)),
     (S.GONE, E.BIND_GONE): (S.GONE, (F.RELEASE_STORE,)),
@@ -379,6 +384,18 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BINDING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
     (S.BINDING, E.REPLACED): (S.GONE, _LEFT),
     (S.BINDING, E.BIND_OK): (S.ASSUMED, (F.MARK_BOUND, F.SCHEDULED, F.END_NOMINATION)),
+    # Answered 201, but sent before an etcd restore began the era the book is in: the restore
+    # may have undone it (taken before the Binding, or before the pod was created), and the
+    # bound watch, listed in the new era while the pod was binding, will never show it. Held
+    # as assumed on the 201 alone, its GPUs stayed taken by a pod that was not on them, or did
+    # not exist, for good (issue 30, sim seeds 726, 1101, 1318). Re-read: an assumed pod read
+    # pending is scheduled afresh, one gone leaves. (kube-scheduler's cache once expired an
+    # assumed pod the informer never confirmed after a TTL; since kubernetes#106361 it never
+    # does, as a TTL raced slow Bindings: a read asks the apiserver instead of guessing.)
+    (S.BINDING, E.BIND_OK_STALE): (
+        S.ASSUMED,
+        (F.MARK_BOUND, F.SCHEDULED, F.END_NOMINATION, F.CHECK),
+    ),
     # Not bound: let the assumption and the reservation go; re-read it in case it left. A
     # preemptor holds its nominated GPUs again (a Binding may fail: they were kept for it).
     (S.BINDING, E.BIND_FAILED): (
@@ -440,6 +457,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BOUND, E.REPLACED): (S.GONE, _BOUND_LEFT),
     # Our bind's answer came after the watch showed the pod bound.
     (S.BOUND, E.BIND_OK): (S.BOUND, (F.MARK_BOUND, F.SCHEDULED)),
+    (S.BOUND, E.BIND_OK_STALE): (S.BOUND, (F.MARK_BOUND, F.SCHEDULED)),  # the new era shows it
     (S.BOUND, E.BIND_FAILED): (S.BOUND, (F.RECONCILE,)),
     (S.BOUND, E.GANG_BIND_FAILED): (S.BOUND, (F.RECONCILE,)),
     (S.BOUND, E.BIND_GONE): (S.BOUND, (F.RECONCILE,)),
@@ -596,6 +614,8 @@ class PodBook:
     # The highest resourceVersion any event has told the book in this era (``new_era``): a
     # LIST answered after that event is at least as high, unless the versions went back.
     newest: int = 0
+    # How many eras began (``new_era``): a Binding's answer is of the era it was sent in.
+    era: int = 0
 
     def get(self, key: str) -> Entry | None:
         return self.entries.get(key)
@@ -674,6 +694,7 @@ class PodBook:
         for entry in self.entries.values():
             entry.version = 0
         self.newest = version
+        self.era += 1
 
     def in_stages(self, stages: frozenset[Stage]) -> list[Entry]:
         return [e for e in self.entries.values() if e.stage in stages]

@@ -527,6 +527,105 @@ async def test_issue30_6_a_read_begun_before_our_binding_was_answered_says_nothi
     assert r.api.binds == [("default/w", "n", "0")]
 
 
+async def test_issue30_6_a_list_asked_for_before_the_other_watch_began_the_era_is_of_that_era(
+    backend: Backend,
+) -> None:
+    """Sim seed 1132: w (uid1) is bound on node n's one GPU; etcd is backed up, then restored.
+    Both watches re-list at once, but the bound LIST is slow to arrive. The pending LIST comes
+    first and begins the new era; in it w's controller recreates w (uid2, pending), which the
+    pending watch tells. Then the bound LIST arrives, taken before uid2 existed, showing uid1
+    bound. Before the fix it began a second new era: its uid1, older than uid2 in this era,
+    was taken in as news and replaced uid2, whose entry left; the bound watch's deletion of
+    uid1 then emptied the book of w, and uid2 stayed pending for good with no reason written.
+    A LIST asked for after the restore and before the era the other watch began is of that
+    era: its versions compare with the book's, and its uid1 is older news than uid2."""
+    r = backend.live()
+    r.api.version = 1000
+    w1 = r.api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [w1])
+    backup = dict(r.api.pods), r.api.version
+    # Another scheduler's pod bound after the backup: the book has seen a version the restore
+    # takes back.
+    r.s.intake.bound_event("ADDED", r.api.create(MakePod().Name("o").Bound("n").Obj()))
+    r.api.pods, r.api.version = dict(backup[0]), backup[1]  # the restore
+    r.s.intake.bound_list_begin()  # both watches re-list; the bound LIST is slow
+    bound_list = r.bound_list()
+    r.s.intake.pending_list_begin()
+    r.s.intake.pending_list_page([])
+    r.s.intake.pending_list_end(r.api.version)  # the new era
+    gone = r.api.delete(w1.key)
+    w2 = r.pending(msgspec.structs.replace(MakePod().Name("w").Req(1).Obj(), uid="uid2"))
+    await r.settle()
+    r.s.intake.bound_list_page(bound_list[0])  # uid1 bound, taken before uid2 existed
+    r.s.intake.bound_list_end(bound_list[1])
+    r.s.intake.bound_event("DELETED", gone)  # the bound watch from the LIST's version
+    await r.settle()
+    entry = r.s.book.get(w2.key)
+    assert entry is not None and (entry.uid, entry.stage) == ("uid2", Stage.PENDING)
+    assert r.held(w2.key) is None
+    await run(r)
+    assert r.api.binds == [("default/w", "n", "0")] and r.held(w2.key) == ("n", [0])
+
+
+class SlowAnswer(Apiserver):
+    """Bindings commit at once; their answers wait at ``answer`` (slow on the way back)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> BindResult:
+        result = await super().bind(namespace, name, uid, node, annotations)
+        await self.answer.wait()
+        return result
+
+
+@pytest.mark.parametrize("existed", [False, True], ids=["created-after", "pending-at"])
+async def test_issue30_6_a_binding_answered_after_the_restore_began_a_new_era_is_re_read(
+    backend: Backend, existed: bool
+) -> None:
+    """Sim seeds 726, 1101 (``created-after``) and 1318 (``pending-at``): our Binding of w
+    commits, etcd is restored from a backup taken before w existed (or while it was pending),
+    both watches re-list in the new era while the Binding's answer is on its way (w BINDING:
+    a LIST says nothing of a pod binding), then the answer comes, 201. Before the fix the 201
+    made w ASSUMED for good: the bound watch of the new era never shows it, so its GPU stayed
+    held by a pod that does not exist (or is pending, unscheduled, with no reason written),
+    and its store record stayed bound. A 201 for a Binding sent before the era began is
+    re-read (BIND_OK_STALE): gone, w leaves; pending, it is scheduled afresh."""
+    r = Replica(SlowAnswer(), backend.store, backend.clock, tuning=QUICK_RETRIES)
+    api = cast(SlowAnswer, r.api)
+    api.version = 1000
+    await r.elect([node(1)])
+    backup = dict(api.pods), api.version
+    w = r.pending(MakePod().Name("w").Req(1).Obj())
+    if existed:
+        backup = dict(api.pods), api.version
+    # Another scheduler's pod bound after the backup: the book has seen a version the restore
+    # takes back (else nothing tells that the versions went back).
+    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("o").Bound("n").Obj()))
+    await r.step()
+    await until(lambda: api.binds)
+    assert r.s.book.stage(w.key) is Stage.BINDING
+    api.pods, api.version = dict(backup[0]), backup[1]  # the restore
+    r.s.intake.replace_pending([p for p in api.pods.values() if not p.node_name], api.version)
+    r.s.intake.replace_bound(*r.bound_list())
+    assert r.s.book.stage(w.key) is Stage.BINDING
+    api.answer.set()  # 201
+    await r.settle()
+    assert r.s.book.get("default/o") is None  # gone with the restore
+    if not existed:
+        assert r.s.book.get(w.key) is None and r.held(w.key) is None
+        assert await store_of(r) == ({}, {}, {})
+        return
+    assert r.s.book.stage(w.key) is Stage.PENDING and r.held(w.key) is None
+    await run(r)
+    assert api.binds == [("default/w", "n", "0")] * 2 and api.pods[w.key].node_name == "n"
+    assert r.held(w.key) == ("n", [0])
+    assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+
+
 # ---- found by the simulation (seed 44): a reservation let go when its pod is decided afresh -----
 
 

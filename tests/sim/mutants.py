@@ -401,6 +401,23 @@ def _versions_trusted_forever() -> list[Patch]:
     return [(Intake, "_new_era", new_era)]
 
 
+def _list_of_the_era_begins_another() -> list[Patch]:
+    """Sim seed 1132: a LIST whose version went back, asked for before the other watch's LIST
+    began the era, begins another era (its stale pods taken in as the truth)."""
+    fixed = Intake._new_era
+
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int) -> bool:
+        if not (0 < version < since and era != self._eras):
+            return fixed(self, watch, version, since, era)
+        awaited = watch == self._unlisted
+        began = fixed(self, watch, version, since, self._eras)
+        if awaited:
+            self._unlisted = ""
+        return began
+
+    return [(Intake, "_new_era", new_era)]
+
+
 def _lapsed_write_forgotten() -> list[Patch]:
     """30.7b: a store write skipped while the local lease lapsed asks for no reconcile."""
     original = StoreSync._write
@@ -450,6 +467,12 @@ def _gang_member_refused_freed() -> list[Patch]:
     """Sim seed 629: a gang member refused while its gang is below its minimum with members
     bound lets its GPUs go (as any refused pod does)."""
     return [(TABLE, (S.BINDING, E.GANG_BIND_FAILED), TABLE[(S.BINDING, E.BIND_FAILED)])]
+
+
+def _stale_bind_ok_trusted() -> list[Patch]:
+    """Sim seed 726: a 201 for a Binding sent before an etcd restore began a new era is taken
+    as any 201 (assumed, not re-read)."""
+    return [(TABLE, (S.BINDING, E.BIND_OK_STALE), TABLE[(S.BINDING, E.BIND_OK)])]
 
 
 MUTANTS: dict[str, Mutant] = {
@@ -625,6 +648,16 @@ MUTANTS: dict[str, Mutant] = {
         "a gang member refused beside a bound sibling lets the gang's GPUs go",
         _gang_member_refused_freed,
         timeline="sim629-gang-member-refused",
+    ),
+    "sim726-stale-bind-ok-trusted": Mutant(
+        "a Binding answered after an etcd restore began a new era is assumed, not re-read",
+        _stale_bind_ok_trusted,
+        timeline="sim726-restore-after-binding-answered-late",
+    ),
+    "sim1132-list-of-the-era-begins-another": Mutant(
+        "a LIST asked for before the other watch began the era begins another era",
+        _list_of_the_era_begins_another,
+        timeline="sim1132-list-of-the-era-begun-meanwhile",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

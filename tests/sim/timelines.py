@@ -545,7 +545,42 @@ def lapsed_write_forgotten(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restore_after_binding_answered_late(m: SimMachine) -> None:
+    """Sim seed 726 (and 1101, 1318): etcd is backed up before gang j1 exists; r1 binds j1-1
+    (j1-0's Binding is refused 403) and etcd is restored from the backup while the Binding's
+    answer is on its way: the watches re-list in the new era while j1-1 is binding, then the
+    201 comes. Held assumed on it, j1-1 kept its GPU in r1's snapshot for good, a pod that no
+    longer exists."""
+    m.bind_fault("403")
+    m.delete_witness()
+    m.etcd_restore(False)
+    m.quiesce()
+    m.bind_fault("403")
+    m.create_gang("j1", 2, False)
+    m.etcd_restore(True)
+    m.quiesce()
+
+
+def list_of_the_era_begun_meanwhile(m: SimMachine) -> None:
+    """Sim seed 1132: a is bound on n1/0; etcd is backed up; r1's bound watch lags when etcd
+    is restored, so its bound LIST (asked for at the restore) arrives late, after the pending
+    LIST began the new era and a was recreated (a new UID, pending) in it. Taken for another
+    new era, that LIST's old a replaced the new one in r1's book, and the bound watch's
+    deletion of the old a then emptied it: the new a stayed pending, with no reason, for good."""
+    m.create_pod("a", 1, False)
+    m.quiesce()
+    m.etcd_restore(False)
+    m.create_other("o1", "n1")
+    m.lag(0, "bound", 5.0)
+    m.etcd_restore(True)
+    m.tick(0.5)
+    m.recreate_pod(0, 1)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
+    "sim726-restore-after-binding-answered-late": restore_after_binding_answered_late,
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
     "30.5-terminating-members-count": terminating_members_count,

@@ -241,7 +241,17 @@ class SimApiserver:
         seen). Every watch breaks and re-lists. A write waiting in an etcd stall never commits:
         the restore replaced the members it waited for, and its client gets an error (left
         to commit after the restore, a Binding sent before it onto GPUs a pod deleted then
-        gave back landed beside that pod, which the restore brought back: seed 54)."""
+        gave back landed beside that pod, which the restore brought back: seed 54).
+
+        A pod that finished before the restore and that the restore brings back running on the
+        same node is finished again at once: its kubelet ran it to its end and never runs it
+        again (a kubelet never moves a pod from a terminal phase back), and its status manager
+        writes the pod's status it holds to the apiserver whenever the apiserver's differs
+        (status_manager.go's reconcile). Left running, the restored pod held in the
+        apiserver's view a GPU no container used any more, and a pod bound there afterwards
+        was a GPU given twice in this world only (seed 718); the scheduler sees the kubelet's
+        write as any pod finishing."""
+        ended = {p.uid: p for p in self.pods.values() if p.finished and p.node_name}
         self.pods, self.claims, self.version = dict(saved.pods), dict(saved.claims), saved.version
         waiting, self.in_stall = self.in_stall, []
         for _, answer in waiting:
@@ -251,6 +261,10 @@ class SimApiserver:
             s.replica.s.intake.replace(RESOURCE_CLAIMS, list(self.claims.values()))
             for stream in SELECTORS:
                 s.relist(stream, *self.listed(stream))
+        for pod in list(self.pods.values()):
+            end = ended.get(pod.uid)
+            if end is not None and not pod.finished and pod.node_name == end.node_name:
+                self.put(msgspec.structs.replace(pod, phase=end.phase))
 
     def create(self, pod: PodInput) -> PodInput:
         return self.put(msgspec.structs.replace(pod, uid=f"u{next(self.uids)}"))

@@ -4,7 +4,9 @@ The spread and inter-pod affinity PreFilter read matching pods per domain from
 ``ClusterState.domain_counts``; without it (``counts=None``) they walk the pods as before. On
 hundreds of seeded random clusters, changed between decisions (pods put, dropped, terminating;
 nodes relabelled, removed, added after their pods; tentative scopes opened and closed), both give
-every node the same verdict, reason and score. And the counts shrink when the pods leave.
+every node the same verdict, reason and score; the nodes the filters name as refused by their
+domain (``refused``, placement's hint) are nodes they refuse, and the snapshot's nodes per
+domain name exactly the nodes carrying each value. And the counts shrink when the pods leave.
 """
 
 from __future__ import annotations
@@ -171,6 +173,32 @@ def same_decisions(state: ClusterState, rng: random.Random, bound: list[str]) ->
                 ns, name, labels=random_labels(rng), spread=pod.spread, affinity=pod.affinity
             )
         assert verdicts(state, pod, True) == verdicts(state, pod, False)
+        refused_are_refused(state, pod)
+
+
+def refused_are_refused(state: ClusterState, pod: PodInput) -> None:
+    """What ``refused`` names, ``check`` refuses; the nodes named per domain are those whose
+    labels carry it (for the keys in use)."""
+    nodes = NodeInputs(state.nodes)
+    counts = state.domain_counts
+    spread = prefilter_spread(
+        pod, state.index, nodes, lambda node: affinity_matches(pod, node), counts
+    )
+    interpod = prefilter_interpod(pod, state.index, nodes, state.inputs.namespaces, counts)
+    domains = [*(spread.refused() if spread else ()), *(interpod.refused() if interpod else ())]
+    named = counts.nodes_in(domains)
+    for name in named:
+        node = nodes[name]
+        assert (spread is not None and spread.check(node)) or (
+            interpod is not None and interpod.check(node)
+        ), name
+    carrying = {
+        name
+        for name, node in nodes.items()
+        for key, values in domains
+        if key in counts.domains and node.labels.get(key) in set(values)
+    }
+    assert named == carrying
 
 
 def mutate(state: ClusterState, rng: random.Random, bound: list[str], serial: list[int]) -> None:

@@ -24,11 +24,18 @@ gets one per node).
 
 ``problem`` is a pod-level reason (an unbound or missing PersistentVolumeClaim, a ResourceClaim
 not created yet or being deleted): no node can help.
+
+``refused()`` names nodes ``check`` refuses, known without asking each: those in the domains
+PodTopologySpread and InterPodAffinity refuse (a spread domain over its limit, a domain holding
+a pod an anti-affinity term matches), from the snapshot's nodes per domain. Placement does not
+rank them: with maxSkew 1 over hostnames, or one pod per node, the nodes refused are most of
+those a binpack order prefers, and ranking them, then asking each in turn, cost a ranking and a
+check per node refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Set
 
 from ..model.labels import selector_matches
 from ..model.objects import HostPort, NodeInput, PodAffinityTerm, PodInput
@@ -36,6 +43,7 @@ from ..resources.accounting import Amounts, pod_requests
 from ..resources.ports import host_ports
 from ..snapshot.cluster import ClusterState
 from ..snapshot.nodes import NodeState
+from ..snapshot.topocounts import TopologyCounts
 from .dra import DraCheck, prefilter_dra
 from .features import missing_features, required_features
 from .interpod import InterPod, prefilter_interpod
@@ -78,6 +86,8 @@ class NodeInputs(Mapping[str, NodeInput]):
 
 class PodFilters:
     __slots__ = (
+        "_counts",
+        "_refused",
         "dra",
         "features",
         "has_preferences",
@@ -128,6 +138,21 @@ class PodFilters:
             or (self.interpod is not None and self.interpod.has_preferences)
             or (self.spread is not None and self.spread.has_preferences)
         )
+        self._counts: TopologyCounts = state.domain_counts
+        self._refused: Set[str] | None = None
+
+    def refused(self) -> Set[str]:
+        """Names of nodes ``check`` refuses (not all of them): those in a domain the spread
+        or inter-pod filter refuses. Built on the first call, in the domains refused and their
+        nodes, then kept: like the counts it is read from, it is this PreFilter's."""
+        if self._refused is None:
+            domains: list[tuple[str, Iterable[str]]] = []
+            if self.spread is not None:
+                domains += self.spread.refused()
+            if self.interpod is not None:
+                domains += self.interpod.refused()
+            self._refused = self._counts.nodes_in(domains) if domains else frozenset()
+        return self._refused
 
     def check(self, node: NodeState) -> list[str]:
         """kube-scheduler's reasons this node cannot take the pod; empty when it can."""
@@ -218,6 +243,13 @@ class GroupFilters:
         self.state = state
         # Members with DRA claims to allocate: on one node, allocated one after the other.
         self.allocating = [m for m in members if m.dra is not None and m.dra.allocates]
+
+    def refused(self) -> Set[str]:
+        """Every member must pass on its own: the nodes any member's filters refuse."""
+        out: set[str] = set()
+        for m in self.members:
+            out |= m.refused()
+        return out
 
     def check(self, node: NodeState) -> list[str]:
         for m in self.members:

@@ -1,6 +1,6 @@
 """InterPodAffinity, as kube-scheduler v1.33's plugin filters and scores.
 
-PreFilter (``prefilter_interpod``, once per decision) counts, per topology pair (label key, value):
+PreFilter (``prefilter_interpod``, once per decision) counts, per topology key and value:
 
 - ``affinity``: bound pods that match *all* the incoming pod's required affinity terms, once per
   term's topology key on the pod's node (kube-scheduler's ``podMatchesAllAffinityTerms``);
@@ -77,8 +77,11 @@ AFFINITY = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
 
-# (topology key, value) -> how many pods counted there.
-PairCounts = dict[tuple[str, str], int]
+# topology key -> value -> how many pods counted there (never 0; a key without any is absent).
+# Per key, not per (key, value) pair: a term whose selector the snapshot's counts answer is
+# one copy of their values (made in C), not a tuple per domain.
+KeyCounts = dict[str, dict[str, int]]
+_NONE: dict[str, int] = {}
 
 
 class _Term:
@@ -119,11 +122,11 @@ class InterPod:
     def __init__(
         self,
         affinity_keys: tuple[str, ...],
-        affinity: PairCounts,
+        affinity: KeyCounts,
         first_of_group: bool,
         anti_keys: tuple[str, ...],
-        anti: PairCounts,
-        existing: PairCounts,
+        anti: KeyCounts,
+        existing: KeyCounts,
         scores: dict[str, dict[str, int]],
     ) -> None:
         self._affinity_keys = affinity_keys
@@ -133,13 +136,19 @@ class InterPod:
         self._anti = anti
         self._existing = existing
         # Only the keys that occur in ``existing``: a node's other labels cannot hit a pair.
-        self._existing_keys = tuple(dict.fromkeys(key for key, _ in existing))
+        self._existing_keys = tuple(existing)
         self._scores = scores
 
     @property
     def has_preferences(self) -> bool:
         """Whether some node can score other than 0 (a matching pod under a preferred term)."""
         return bool(self._scores)
+
+    def refused(self) -> list[tuple[str, Iterable[str]]]:
+        """Domains whose nodes ``check`` refuses, (topology key, values): those holding a pod
+        a required anti-affinity term matches, the pod's own or an existing pod's. (The
+        domains required affinity refuses are the others, not named.)"""
+        return [*self._anti.items(), *self._existing.items()]
 
     def check(self, node: NodeInput) -> str | None:
         labels = node.labels
@@ -150,19 +159,19 @@ class InterPod:
                 if value is None:
                     # Every term's topology key must be on the node, even for the first pod.
                     return AFFINITY
-                if (key, value) not in self._affinity:
+                if value not in self._affinity.get(key, _NONE):
                     every_domain_has_pods = False
             if not every_domain_has_pods and not self._first_of_group:
                 return AFFINITY
         if self._anti:
             for key in self._anti_keys:
                 value = labels.get(key)
-                if value is not None and (key, value) in self._anti:
+                if value is not None and value in self._anti.get(key, _NONE):
                     return ANTI_AFFINITY
         if self._existing:
             for key in self._existing_keys:
                 value = labels.get(key)
-                if value is not None and (key, value) in self._existing:
+                if value is not None and value in self._existing[key]:
                     return EXISTING_ANTI_AFFINITY
         return None
 
@@ -199,7 +208,7 @@ def prefilter_interpod(
     else:
         existing = _existing_anti_terms(pod, ns_labels, counts, index, nodes)
 
-    affinity_counts: PairCounts = {}
+    affinity_counts: KeyCounts = {}
     first_of_group = False
     if required:
         affinity_counts = _affinity_counts(required, pods)
@@ -207,9 +216,9 @@ def prefilter_interpod(
         # terms anywhere, but the pod itself does.
         first_of_group = not affinity_counts and all(t.matches(own, pod.labels) for t in required)
 
-    anti: PairCounts = {}
+    anti: KeyCounts = {}
     for term in anti_terms:
-        pods.count(anti, term, 1)
+        pods.count(anti, term)
 
     scores: dict[str, dict[str, int]] = {}
     if affinity is not None:
@@ -285,16 +294,18 @@ class _Pods:
             if node is not None:
                 yield record, node
 
-    def count(self, counts: PairCounts, term: _Term, step: int) -> None:
-        """Add ``step`` per pod the term matches to its domain's pair."""
+    def count(self, counts: KeyCounts, term: _Term) -> None:
+        """Add one per pod the term matches to its domain's count."""
         key = term.key
         conj = conjunction(term.selector) if term.selector is not None else None
         if self._counts is None or conj is None:
+            by_value = counts.setdefault(key, {})
             for _, node in self.walk(term):
                 value = node.labels.get(key)
                 if value is not None:
-                    pair = (key, value)
-                    counts[pair] = counts.get(pair, 0) + step
+                    by_value[value] = by_value.get(value, 0) + 1
+            if not by_value:
+                del counts[key]
             return
         found = self._counts.pods_per_domain(
             conj, term.namespaces, key, self._index, self._nodes, terminating=True
@@ -304,18 +315,32 @@ class _Pods:
             own_node = self._nodes.get(own.node)
             value = own_node.labels.get(key) if own_node is not None else None
             if value is not None:
-                found[value] -= 1  # the own record is never counted against itself
-        for value, n in found.items():
-            if n:
-                pair = (key, value)
-                counts[pair] = counts.get(pair, 0) + step * n
+                # The own record is never counted against itself.
+                if found[value] == 1:
+                    del found[value]
+                else:
+                    found[value] -= 1
+        _merge(counts, key, found)
 
 
-def _affinity_counts(terms: list[_Term], pods: _Pods) -> PairCounts:
+def _merge(counts: KeyCounts, key: str, found: dict[str, int]) -> None:
+    """Add ``found`` (value -> a positive count, a dict of the caller's own) to ``key``'s counts:
+    the first one for a key is kept as it is."""
+    if not found:
+        return
+    by_value = counts.get(key)
+    if by_value is None:
+        counts[key] = found
+        return
+    for value, n in found.items():
+        by_value[value] = by_value.get(value, 0) + n
+
+
+def _affinity_counts(terms: list[_Term], pods: _Pods) -> KeyCounts:
     """Pods matching every required affinity term, once per term's key on their node."""
-    counts: PairCounts = {}
+    counts: KeyCounts = {}
     if len(terms) == 1:
-        pods.count(counts, terms[0], 1)
+        pods.count(counts, terms[0])
         return counts
     # Several terms: a pod counts only if it matches them all, which no per-selector count
     # says. Drive the walk with a term the inverted index can narrow; the others are checked.
@@ -329,8 +354,8 @@ def _affinity_counts(terms: list[_Term], pods: _Pods) -> PairCounts:
         for key in keys:
             value = labels.get(key)
             if value is not None:
-                pair = (key, value)
-                counts[pair] = counts.get(pair, 0) + 1
+                by_value = counts.setdefault(key, {})
+                by_value[value] = by_value.get(value, 0) + 1
     return counts
 
 
@@ -339,9 +364,9 @@ def _existing_anti_counts(
     namespace_labels: Mapping[str, str],
     index: PodIndex,
     nodes: Mapping[str, NodeInput],
-) -> PairCounts:
-    """Pairs where a bound pod's required anti-affinity term matches the incoming pod."""
-    counts: PairCounts = {}
+) -> KeyCounts:
+    """Where a bound pod's required anti-affinity term matches the incoming pod, per key."""
+    counts: KeyCounts = {}
     for record in index.anti_affinity_pods():
         if record.key == pod.key:
             continue
@@ -356,8 +381,8 @@ def _existing_anti_counts(
                     break
             value = node.labels.get(term.topology_key)
             if value is not None:
-                pair = (term.topology_key, value)
-                counts[pair] = counts.get(pair, 0) + 1
+                by_value = counts.setdefault(term.topology_key, {})
+                by_value[value] = by_value.get(value, 0) + 1
     return counts
 
 
@@ -367,19 +392,17 @@ def _existing_anti_terms(
     counts: TopologyCounts,
     index: PodIndex,
     nodes: Mapping[str, NodeInput],
-) -> PairCounts:
-    """The same pairs from the snapshot's distinct anti-affinity terms, each evaluated once."""
-    out: PairCounts = {}
+) -> KeyCounts:
+    """The same counts from the snapshot's distinct anti-affinity terms, each evaluated once."""
+    out: KeyCounts = {}
     for entry in counts.anti_terms(pod.labels):
         term = entry.term
         if not entry.values or not _existing_term_matches(
             term, entry.namespace, pod, namespace_labels
         ):
             continue
-        key = term.topology_key
-        for value, n in entry.values.items():
-            pair = (key, value)
-            out[pair] = out.get(pair, 0) + n
+        # A copy (made in C): the entry's values are the snapshot's, kept as pods come and go.
+        _merge(out, term.topology_key, dict(entry.values))
     own = index.records.get(pod.key)
     node = nodes.get(own.node) if own is not None and own.anti_required else None
     if own is not None and node is not None:
@@ -390,12 +413,14 @@ def _existing_anti_terms(
                 term, own.namespace, pod, namespace_labels
             ):
                 continue
-            pair = (term.topology_key, own_value)
-            left = out[pair] - 1
+            by_value = out[term.topology_key]
+            left = by_value[own_value] - 1
             if left:
-                out[pair] = left
+                by_value[own_value] = left
             else:
-                del out[pair]
+                del by_value[own_value]
+                if not by_value:
+                    del out[term.topology_key]
     return out
 
 
@@ -424,16 +449,17 @@ def _score_terms(
         if weighted.weight == 0:
             continue
         term = _Term(weighted.term, pod.namespace, namespaces)
-        counts: PairCounts = {}
-        pods.count(counts, term, 1)
+        counts: KeyCounts = {}
+        pods.count(counts, term)
         step = sign * weighted.weight
-        for (key, value), n in counts.items():
+        for key, found in counts.items():
             by_value = scores.setdefault(key, {})
-            total = by_value.get(value, 0) + step * n
-            if total:
-                by_value[value] = total
-            else:
-                # Affinity and anti-affinity weights can cancel out: keep only what ranks.
-                by_value.pop(value, None)
-                if not by_value:
-                    del scores[key]
+            for value, n in found.items():
+                total = by_value.get(value, 0) + step * n
+                if total:
+                    by_value[value] = total
+                else:
+                    # Affinity and anti-affinity weights can cancel out: keep only what ranks.
+                    by_value.pop(value, None)
+            if not by_value:
+                del scores[key]

@@ -92,6 +92,14 @@ class Spread:
     def has_preferences(self) -> bool:
         return bool(self._soft)
 
+    def refused(self) -> list[tuple[str, list[str]]]:
+        """The domains whose nodes ``check`` refuses, (topology key, values) per DoNotSchedule
+        constraint: those holding more matching pods than the constraint's limit."""
+        return [
+            (key, [value for value, n in counts.items() if n > limit])
+            for key, limit, counts in self._hard
+        ]
+
     def check(self, node: NodeInput) -> str | None:
         labels = node.labels
         for key, limit, counts in self._hard:

@@ -33,6 +33,8 @@ single pod's placement.
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 import msgspec
 from msgspec import Struct
 
@@ -329,6 +331,9 @@ class _OnNodes:
     @property
     def nowhere(self) -> bool:
         return self.inner.nowhere or not self.nodes
+
+    def refused(self) -> Set[str]:
+        return self.inner.refused()
 
     def check(self, node: NodeState) -> list[str]:
         if node.name not in self.nodes:

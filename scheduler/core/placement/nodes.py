@@ -48,7 +48,7 @@ import bisect
 import heapq
 import operator
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from typing import Any, Protocol, cast
 
 from ..dra.allocator import NO_SOLUTION
@@ -79,6 +79,10 @@ class Filter(Protocol):
     @property
     def nowhere(self) -> bool:
         """True when no node can pass (known without asking each): skip the ranking."""
+        ...
+
+    def refused(self) -> Set[str]:
+        """Names of nodes ``check`` refuses, known without asking each (not all of them)."""
         ...
 
     def check(self, node: NodeState) -> list[str]: ...
@@ -299,10 +303,11 @@ def _first_accepting(
         return None
     if not filters.check(state.nodes[name]):
         return name
+    refused = filters.refused()  # refused for their domain: not asked one by one
     for name in cls.in_order():
         if below is not None and name >= below:
             return None
-        if not filters.check(state.nodes[name]):
+        if name not in refused and not filters.check(state.nodes[name]):
             return name
     return None
 

@@ -509,9 +509,9 @@ class ClusterState:
         if before == after:
             return
         if before is not None:
-            self.domain_counts.node(before, -1)
+            self.domain_counts.node(name, before, -1)
         if after is not None:
-            self.domain_counts.node(after, +1)
+            self.domain_counts.node(name, after, +1)
         records = self.index.records
         self.domain_counts.relabel((records[k] for k in self._records.on(name)), before, after)
 
