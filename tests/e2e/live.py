@@ -294,6 +294,35 @@ VOLCANO_CRD = {
 }
 
 
+async def tail_logs(
+    replicas: list[SchedulerProcess],
+    marker: bytes,
+    enough: Callable[[SchedulerProcess, list[dict[str, Any]]], bool],
+    timeout_s: float,
+    poll_s: float,
+) -> SchedulerProcess | None:
+    """Read the replicas' logs as they grow, every ``poll_s``, and return the first replica for
+    which ``enough`` is true of its new complete lines containing ``marker`` (parsed as JSON;
+    ``enough`` keeps its own count across calls, and is called after every read, new lines or
+    none); None after ``timeout_s``. Reading only what was appended since the last read is what
+    lets a test act within milliseconds of a log line (polling the apiserver would see a bind
+    only once it is done)."""
+    offsets = dict.fromkeys(replicas, 0)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for s in replicas:
+            with s.log.open("rb") as f:
+                f.seek(offsets[s])
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1
+            offsets[s] += end
+            lines = [json.loads(raw) for raw in chunk[:end].splitlines() if marker in raw]
+            if enough(s, lines):
+                return s
+        await asyncio.sleep(poll_s)
+    return None
+
+
 async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
     """Poll ``check`` until it returns something true (that is returned), at most ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +39,7 @@ from tests.conftest import started_redis
 from tests.topologies import DGX1_V100
 
 from .churn import OtherSchedulers, through_outage
-from .live import Scenario, SchedulerProcess, begin_history
+from .live import Scenario, SchedulerProcess, begin_history, tail_logs
 
 # Every scenario settles in a few seconds; this is the bound beyond which it never did.
 SETTLE_S = 40.0
@@ -130,22 +129,15 @@ async def wait_scheduled(schedulers: list[SchedulerProcess], attempts: int) -> S
     binder (the log line follows the reservation): the replica whose binds are in flight.
     The logs are read as they grow, every few milliseconds: polling the apiserver for bound pods
     would see the binds only once they are done."""
-    offsets = dict.fromkeys(schedulers, 0)
     seen = dict.fromkeys(schedulers, 0)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for s in schedulers:
-            with s.log.open("rb") as f:
-                f.seek(offsets[s])
-                chunk = f.read()
-            end = chunk.rfind(b"\n") + 1
-            offsets[s] += end
-            for raw in chunk[:end].splitlines():
-                if b'"scheduling attempt"' in raw and json.loads(raw).get("result") == "scheduled":
-                    seen[s] += 1
-            if seen[s] >= attempts:
-                return s
-        await asyncio.sleep(0.002)
+
+    def enough(s: SchedulerProcess, lines: list[dict[str, Any]]) -> bool:
+        seen[s] += sum(1 for line in lines if line.get("result") == "scheduled")
+        return seen[s] >= attempts
+
+    found = await tail_logs(schedulers, b'"scheduling attempt"', enough, 30, 0.002)
+    if found is not None:
+        return found
     raise AssertionError("nothing was scheduled\n" + "\n".join(s.tail() for s in schedulers))
 
 

@@ -18,9 +18,6 @@ two claims of running pods, and whether any claim of ours is left allocated for 
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 from typing import Any
 
 from scheduler.state.redis_store import RedisStore
@@ -29,7 +26,7 @@ from scheduler.testing.redisserver import RedisServer
 
 from .dra import DraScene, bindings_refused
 from .dra_shapes import gpus
-from .live import Scenario, SchedulerProcess, begin_history
+from .live import Scenario, SchedulerProcess, begin_history, tail_logs
 from .test_chaos import SETTLE_S, unexpected_book_events, wait_leader
 
 GPUS_PER_NODE = 8
@@ -38,22 +35,15 @@ GPUS_PER_NODE = 8
 async def wait_refused(replicas: list[SchedulerProcess], pods: set[str]) -> SchedulerProcess:
     """The replica whose log shows a refused Binding of every one of ``pods`` (keys): their
     claims were written, their Bindings are being retried. The logs are read as they grow."""
-    offsets = dict.fromkeys(replicas, 0)
     seen: dict[SchedulerProcess, set[str]] = {s: set() for s in replicas}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for s in replicas:
-            with s.log.open("rb") as f:
-                f.seek(offsets[s])
-                chunk = f.read()
-            end = chunk.rfind(b"\n") + 1
-            offsets[s] += end
-            for raw in chunk[:end].splitlines():
-                if b'"bind refused"' in raw:
-                    seen[s].add(str(json.loads(raw).get("pod")))
-            if pods <= seen[s]:
-                return s
-        await asyncio.sleep(0.01)
+
+    def enough(s: SchedulerProcess, lines: list[dict[str, Any]]) -> bool:
+        seen[s].update(str(line.get("pod")) for line in lines)
+        return pods <= seen[s]
+
+    found = await tail_logs(replicas, b'"bind refused"', enough, 60, 0.01)
+    if found is not None:
+        return found
     logs = "\n".join(s.tail() for s in replicas)
     raise AssertionError(f"not every held pod was refused: {seen}\n{logs}")
 

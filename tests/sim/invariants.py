@@ -4,6 +4,7 @@ snapshot). Each check returns its violations as lines of text (empty: it holds).
 After every step:
 - ``double_gpus``: no whole GPU held by two pods the apiserver shows bound and not finished
   (terminating pods still hold theirs: the kubelet runs them until they end);
+- ``own_refusals``: no unit refused by the store for a GPU one of its own pods holds;
 - ``fencing``: at most one replica's decisions reach the apiserver per epoch (issue 30): once
   a Binding of a later term has landed, one of an earlier term may land only if it was sent
   under the binder's fencing rule (issue 12 #3; ``fencing`` says why a late commit is allowed).
@@ -31,7 +32,7 @@ from scheduler.core.model.names import DEVICES_ANNOTATION
 from scheduler.core.model.objects import PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot import nodesums
-from scheduler.state.base import Owner, Record
+from scheduler.state.base import Claim, Owner, Record
 
 from .world import NAME, Landed, SimApiserver, SimReplica
 
@@ -81,6 +82,27 @@ def fencing(landed: list[Landed]) -> list[str]:
             )
         if latest is None or bind.term > latest.term:
             latest = bind
+    return out
+
+
+def own_refusals(refused: list[tuple[list[Claim], str]]) -> list[str]:
+    """No unit refused by the store for a GPU one of its own pods holds (``refused``: each unit
+    a store refused, with the reason it gave, which names the holder's UID). The store's
+    contract (state/base.py ``reserve``): a pod of the same call may own it, as its new claim
+    replaces its earlier one. A unit refused over its own holdings is a gang decided afresh
+    (its members RELOADED after a failover or handover) that swaps its members' GPUs: the
+    refusal asks for a reconcile, which frees the members' reservations, and a pod or gang
+    waiting for GPUs may take them before the gang's next attempt, leaving it below its
+    minimum with members bound (the e2e chaos failure of the SIGKILL gang swap: job11
+    partly bound). The gap between the two is one turn of the scheduler, which the
+    simulation's schedule does not split, so the refusal itself is what is checked."""
+    out = []
+    for unit, why in refused:
+        mine = {claim.uid for claim in unit}
+        owner = why.rpartition("pod UID ")[2]
+        if "pod UID " in why and owner in mine:
+            pods = ", ".join(sorted(claim.pod for claim in unit))
+            out.append(f"the store refused {pods} a GPU of its own unit: {why}")
     return out
 
 

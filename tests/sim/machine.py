@@ -678,8 +678,12 @@ class SimMachine(RuleBasedStateMachine):
 
     @invariant()
     def safe(self) -> None:
-        type(self).stats.checks += 2
-        self._fail(invariants.double_gpus(self.api) + invariants.fencing(self.api.landed))
+        type(self).stats.checks += 3
+        self._fail(
+            invariants.double_gpus(self.api)
+            + invariants.fencing(self.api.landed)
+            + invariants.own_refusals(self.world.refused)
+        )
 
     def _quiet_checks(self) -> None:
         self._end_stall()

@@ -545,6 +545,32 @@ def lapsed_write_forgotten(m: SimMachine) -> None:
     m.quiesce()
 
 
+def unit_blocked_by_itself(m: SimMachine) -> None:
+    """The e2e SIGKILL gang swap: b takes n1/0; gang j1 (3) is decided onto n2/0, n2/1, n1/1,
+    j1-0's Binding commits (answered 404: read back, bound) and j1-1's and j1-2's never reach
+    etcd; a rolling update hands the two over to r2 (RELOADED) and b is deleted. r2 binds c on
+    n1/0 and decides j1-1 and j1-2 afresh onto n1/1 and n2/1: each takes the other's old GPU,
+    which the store must not refuse (``invariants.own_refusals``). Open on the Redis store
+    (``--redis``), with or without the mutant: r2's mark of j1-1 and j1-2 as bound lands inside
+    a reconcile that named them pending (the Redis reconcile is several calls), whose free step
+    keeps a pending record only while it is reserved: both are freed (freed=2), and the store
+    check finds j1-1 and j1-2 bound with no record."""
+    m.create_pod("b", 1, False)
+    past_first_wait(m)
+    m.bind_fault("404")
+    for _ in range(6):
+        m.bind_fault("timeout")
+    m.create_gang("j", 3, False)
+    m.tick(0.5)
+    m.handover()
+    m.delete_pod(0, False)  # b
+    m.create_pod("c", 1, False)
+    for _ in range(6):
+        m.tick(5.0)
+    m.quiesce()  # the faults end: r2's reloaded pair is decided in the quiet
+    m.safe()
+
+
 def restore_after_binding_answered_late(m: SimMachine) -> None:
     """Sim seed 726 (and 1101, 1318): etcd is backed up before gang j1 exists; r1 binds j1-1
     (j1-0's Binding is refused 403) and etcd is restored from the backup while the Binding's
@@ -579,6 +605,7 @@ def list_of_the_era_begun_meanwhile(m: SimMachine) -> None:
 
 
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
     "sim726-restore-after-binding-answered-late": restore_after_binding_answered_late,
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,

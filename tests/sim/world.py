@@ -47,7 +47,7 @@ from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.service.metrics import Metrics
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.witness import Witness
-from scheduler.state.base import Store, Unavailable
+from scheduler.state.base import Claim, Store, Unavailable
 
 NAME = "topo-scheduler"
 WITNESS_NAMESPACE = "topo-scheduler"
@@ -514,14 +514,20 @@ class StoreFaults:
 class FaultyStore:
     """The store as one replica reaches it: the server ``reach`` names at each call (the master,
     or the old master a partition leaves it on: ``World.store_of``), with the store's faults.
-    Every other attribute is the store's own."""
+    Every other attribute is the store's own. Each unit ``reserve_each`` refuses goes into
+    ``refused`` with the store's reason, for ``invariants.own_refusals``."""
 
     def __init__(
-        self, reach: Callable[[], Store], faults: StoreFaults, alive: Callable[[], bool]
+        self,
+        reach: Callable[[], Store],
+        faults: StoreFaults,
+        alive: Callable[[], bool],
+        refused: list[tuple[list[Claim], str]],
     ) -> None:
         self.reach = reach
         self.faults = faults
         self.alive = alive
+        self.refused = refused
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.reach(), name)
@@ -540,7 +546,11 @@ class FaultyStore:
             if self.faults.down:
                 raise Unavailable("the store is unreachable (injected)")
             # The server of the moment the call is sent (a failover may come while it waits).
-            return await getattr(self.reach(), name)(*args, **kwargs)
+            answer = await getattr(self.reach(), name)(*args, **kwargs)
+            if name == "reserve_each":
+                units: list[list[Claim]] = args[2]
+                self.refused += [(u, why) for u, why in zip(units, answer, strict=True) if why]
+            return answer
 
         return call
 
@@ -631,7 +641,12 @@ class SimReplica:
         # and the epoch witness in the apiserver, as app.py wires them for a shared store.
         self.store = cast(
             Store,
-            FaultyStore(lambda: world.store_of(self), world.faults, lambda: not self.killed),
+            FaultyStore(
+                lambda: world.store_of(self),
+                world.faults,
+                lambda: not self.killed,
+                world.refused,
+            ),
         )
         self.witness = Witness(client, NAME, namespace=WITNESS_NAMESPACE)
         self.leadership = Leadership(
@@ -727,6 +742,8 @@ class World:
     partitioned: set[str] = field(default_factory=set)
     replicas: list[SimReplica] = field(default_factory=list)
     terms: list[tuple[str, int]] = field(default_factory=list)
+    # Every unit a store refused to reserve, with the store's reason (FaultyStore).
+    refused: list[tuple[list[Claim], str]] = field(default_factory=list)
     elected_at: list[float] = field(default_factory=list)
     names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
