@@ -99,9 +99,10 @@ bench-core: deps
 bench-frag: deps
 	$(BIN)/python -m benchmarks.bench_frag $(FRAG_ARGS)
 
-# Cross-node topology (issue 21): one seeded stream of gangs on 5,040 nodes until the first
+# Cross-node topology (issues 21, 32): one seeded stream of gangs on 5,040 nodes until the first
 # refusal, under our joint choice, topology off, and Kueue's BestFit order + our in-node choice,
-# side by side (about a minute on 2 cores).
+# side by side; then the same stream queued (gangs wait and retry): domain fragmentation,
+# gang wait and GPU-hours stranded per policy (about 3 minutes on 2 cores).
 bench-topology: deps
 	$(BIN)/python -m benchmarks.bench_topology
 
@@ -135,18 +136,16 @@ bench-smoke: deps redis-server k8s-build
 # and 30 put back) checked by its hand-written timeline or from its known seed, both cores at
 # once; it fails on any violation or missed mutant (about 1 minute). SIM_CI_LEFT_OUT: the rules
 # that still find something open on main, each named here with its seed, left out of the soak
-# (the mutants' timelines and seeds still use them). create_high and create_gang_from (round
-# four's new rules) move every seed's draws; with them in, the soak meets two bugs open on main:
-# seed 14 (a standby's snapshot keeps an unsettled gang member's GPU after an etcd restore and a
-# recreate took it: drift) and seed 25 (a ResourceClaim left reserved for a pending pod after
-# failovers, FLUSHALL and SIGKILL: no Unreserve).
+# (the mutants' timelines and seeds still use them). None now: seed 14 (standby drift after an
+# etcd restore and a recreate) passes since seed 380's fix, seed 25 (a ResourceClaim left
+# reserved for a pending pod) since the leader Unreserves it (the not-placed cell's unreserve).
 # `make soak-sim` runs for a chosen time. Examples:
 #   make soak-sim SIM_ARGS="--seconds 3600"           a release soak
 #   make soak-sim SIM_ARGS="--seed 45 --steps 1"       replay one seed (prints its shortest timeline)
 #   make soak-sim SIM_ARGS="--mutant all --seconds 60" each fixed bug of issues 12/20/30 put back
 #   make soak-sim SIM_ARGS="--redis"                   on a real redis-server
 # PYTHONHASHSEED is fixed so that a seed replays the same run.
-SIM_CI_LEFT_OUT ?= create_high,create_gang_from
+SIM_CI_LEFT_OUT ?=
 sim: deps
 	PYTHONHASHSEED=0 $(BIN)/python -m tests.sim.soak --ci --steps 20000 --jobs 2 \
 		--mutant-seconds 10 --without "$(SIM_CI_LEFT_OUT)"

@@ -151,6 +151,10 @@ class Binder:
         # then fails it, and Unreserve runs), and only while that Binding may still commit.
         # A pod that leaves while unknown stays here: one UID per such pod.
         self._sent: dict[str, float] = {}
+        # Pods (UIDs) whose stale reservations are being removed (``unreserve_stale``): set
+        # when that write is answered or given up. Their next reservation waits for it, so that
+        # the older write cannot land after the newer one and undo it.
+        self._unreserving: dict[str, asyncio.Event] = {}
 
     async def bind_all(
         self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False
@@ -440,6 +444,8 @@ class Binder:
         """DRA: reserve the pod's (allocated) ResourceClaims for it before its Binding, as
         kube-scheduler's PreBind does (the kubelet runs a pod only with its claims reserved for
         it). False when a claim is gone or the apiserver refused: the bind is not sent."""
+        if (unreserving := self._unreserving.get(pod.uid)) is not None:
+            await unreserving.wait()
         if not self.may_send():
             return False
         claims = self._others(pod, placement)
@@ -463,10 +469,39 @@ class Binder:
         for claim in self._others(pod, placement):
             known = self.resource_claims.get(f"{pod.namespace}/{claim}")
             claims.append((claim, known.uid if known is not None else ""))
+        await self._unreserve_claims(pod, tuple(claims))
+
+    async def unreserve_stale(self, pod: PodInput) -> None:
+        """Unreserve the claims the watch shows still reserved for ``pod``, a pending pod the
+        leader just found no place for and holds nowhere: a reservation left by a Binding that
+        no replica will Unreserve (a leader deposed, killed or fenced between its PreBind and
+        its Binding's outcome, issue 30, sim seeds 25 and 1016). The resource claim controller
+        removes only the entries of pods that are gone or done, and kube-scheduler, one process,
+        Unreserves before it could lose its turn; left, the claim counts towards its
+        ``reservedFor`` limit and says the pod may run. Fenced like every claim write: a deposed
+        replica leaves it to the next leader's turn of the pod."""
+        claims = tuple(
+            (c.claim, known.uid)
+            for c in pod.resource_claims
+            if c.claim
+            and (known := self.resource_claims.get(f"{pod.namespace}/{c.claim}")) is not None
+            and pod.uid in known.reserved_for
+        )
+        if not claims or pod.uid in self._unreserving or not self.may_send():
+            return
+        done = self._unreserving[pod.uid] = asyncio.Event()
+        try:
+            await self._unreserve_claims(pod, claims)
+        finally:
+            del self._unreserving[pod.uid]
+            done.set()
+
+    async def _unreserve_claims(self, pod: PodInput, claims: tuple[tuple[str, str], ...]) -> None:
+        """The pod leaves the ``reservedFor`` of ``claims`` (name, UID precondition); a
+        failure is logged."""
         try:
             await asyncio.wait_for(
-                self.cluster.unreserve_claims(pod.namespace, tuple(claims), pod.uid),
-                self.timeout_s,
+                self.cluster.unreserve_claims(pod.namespace, claims, pod.uid), self.timeout_s
             )
         except Exception as exc:
             log.warning(

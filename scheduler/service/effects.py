@@ -124,6 +124,7 @@ class Effects:
             Effect.REBIND: self._rebind_effect,
             Effect.CHECK: self._check_effect,
             Effect.SCHEDULED: self._scheduled,
+            Effect.UNRESERVE: self._unreserve,
             Effect.NOTE_SEARCH: self._note_search,
             Effect.NOMINATE: self._nominate,
             Effect.END_NOMINATION: self._end_nomination,
@@ -488,6 +489,12 @@ class Effects:
             entry.timed_out = True
             pod, message = ctx.pod, f"gang {ctx.gang} timed out: {ctx.reason}"
             self.tasks.spawn(report(self.cluster, pod.key, pod.uid, "GangTimeout", message))
+
+    def _unreserve(self, t: Transition, ctx: Ctx) -> None:
+        pod = ctx.pod
+        assert pod is not None
+        if pod.resource_claims:
+            self.tasks.spawn(self.binder.unreserve_stale(pod))
 
     def _scheduled(self, t: Transition, ctx: Ctx) -> None:
         entry = t.entry

@@ -179,6 +179,7 @@ class Effect(enum.Enum):
     REBIND = "rebind"  # send the same Binding again: the last one's outcome is unknown
     CHECK = "check"  # re-read the pod until the apiserver answers (one re-read at a time)
     SCHEDULED = "scheduled"  # report the bind (event, latency, explanation)
+    UNRESERVE = "unreserve"  # its claims reserved for it (held nowhere here): Unreserve them
     # a preemptor's nomination (held in its entry, the snapshot, the store and the pod)
     NOTE_SEARCH = "note-search"  # the entry keeps the search the event carries (or none)
     NOMINATE = "nominate"  # the entry and the snapshot hold the nomination the event carries
@@ -249,7 +250,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.PENDING, E.RELOAD): (S.UNSETTLED, (F.DEQUEUE, F.HOLD, F.SETTLE)),
     (S.PENDING, E.TAKEN): (S.PENDING, (F.TAKE,)),
     (S.PENDING, E.PLACED): (S.RESERVING, (F.ASSUME,)),
-    (S.PENDING, E.NOT_PLACED): (S.PENDING, (F.PARK,)),
+    # Not placed, it holds nothing here: a claim still reserved for it (a Binding another
+    # leader abandoned, its Unreserve never sent) is Unreserved, as after a refused Binding.
+    (S.PENDING, E.NOT_PLACED): (S.PENDING, (F.PARK, F.UNRESERVE)),
     # A member still held where a previous leader decided may yet be bound there: the others
     # wait for it (decided now, without it, the gang could be split); its settling wakes them.
     (S.PENDING, E.GANG_UNSETTLED): (S.PENDING, (F.PARK,)),

@@ -187,6 +187,72 @@ async def test_issue30_1_unreserve_not_while_a_binding_may_land(backend: Backend
     assert r.api.reserved == [("default/gc", a.uid)]
 
 
+async def test_issue30_1_unreserve_a_reservation_no_replica_will_unreserve(
+    backend: Backend,
+) -> None:
+    """Sim seeds 25 and 1016: a previous leader reserved a's claim, then lost its term before
+    its Binding's outcome (deposed, killed, fenced), so no Unreserve of it was ever sent. The
+    new leader holds a nowhere and finds no place for it (b has the GPU): it Unreserves the
+    claim, which the watch shows reserved for a. c's claim, not reserved for it, is left
+    alone."""
+    r = backend.live()
+    b = r.api.create(MakePod().Name("b").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [b])
+    a = r.pending(with_claim(r, MakePod().Name("a").Req(1).Obj()))
+    r.api.reserved.append(("default/gc", a.uid))  # the previous leader's PreBind
+    r.s.state.inputs.resource_claims.put(
+        ResourceClaim(
+            "default", "gc", uid="claim-uid", allocation=Allocation(), reserved_for=(a.uid,)
+        )
+    )
+    r.s.state.inputs.resource_claims.put(
+        ResourceClaim("default", "gc2", uid="claim2-uid", allocation=Allocation())
+    )
+    c = MakePod().Name("c").Req(1).Obj()
+    r.pending(msgspec.structs.replace(c, resource_claims=(PodClaim("gpu", "gc2"),)))
+    while await r.step() is not None:
+        pass
+    await r.settle()
+    assert r.s.book.stage("default/a") is Stage.PENDING and r.held("default/a") is None
+    assert r.api.unreserved == [("default/gc", "claim-uid", a.uid)]
+    assert r.api.reserved == []
+
+
+async def test_issue30_1_a_reservation_waits_for_the_unreserve_before_it(
+    backend: Backend,
+) -> None:
+    """The Unreserve of a stale reservation (its answer slow: the apiserver stalls) and the
+    pod's next reservation, once b has left: the reservation is sent only after the Unreserve
+    was answered, so the older write cannot land last and leave the pod bound with its claim
+    not reserved for it."""
+    r = backend.live(bind_timeout=1.0)
+    b = r.api.create(MakePod().Name("b").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [b])
+    a = r.pending(with_claim(r, MakePod().Name("a").Req(1).Obj()))
+    r.api.reserved.append(("default/gc", a.uid))
+    r.s.state.inputs.resource_claims.put(
+        ResourceClaim(
+            "default", "gc", uid="claim-uid", allocation=Allocation(), reserved_for=(a.uid,)
+        )
+    )
+    r.api.claim_writes = "stall"
+    await r.step()  # a: no place; its Unreserve is sent and gets no answer yet
+    await until(lambda: r.api.claim_writes_tried == 1)
+    r.api.claim_writes = ""
+    r.clock.now += 2  # past a's first backoff
+    await r.renew()
+    r.api.delete("default/b")
+    r.s.intake.bound_event("DELETED", b)
+    while (await store_of(r))[0]:  # b's record released (the Unreserve still unanswered)
+        await asyncio.sleep(0.01)
+    assert await r.step() == "default/a"  # placed: its reservation waits for the Unreserve
+    await asyncio.sleep(0.1)
+    assert r.api.claim_writes_tried == 1 and r.s.book.stage("default/a") is Stage.BINDING
+    await r.settle()  # the Unreserve given up at the bind timeout, then the reservation
+    assert r.api.claim_writes_tried == 2 and r.api.reserved == [("default/gc", a.uid)]
+    assert r.s.book.stage("default/a") is Stage.ASSUMED
+
+
 # ---- 2: a handover or a failover keeps a Binding in flight where it is -------------------------
 
 

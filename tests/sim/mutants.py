@@ -315,12 +315,16 @@ def _checked_pending_forgets() -> list[Patch]:
 
 
 def _no_unreserve() -> list[Patch]:
-    """30.1: a refused or abandoned Binding leaves the pod in its claims' ``reservedFor``."""
+    """30.1: a refused or abandoned Binding leaves the pod in its claims' ``reservedFor``
+    (neither the binder's Unreserve nor the leader's of a pod it found no place for)."""
 
     async def unreserve(self: Binder, pod: PodInput, placement: Placement) -> None:
         return None
 
-    return [(Binder, "_unreserve", unreserve)]
+    async def unreserve_stale(self: Binder, pod: PodInput) -> None:
+        return None
+
+    return [(Binder, "_unreserve", unreserve), (Binder, "unreserve_stale", unreserve_stale)]
 
 
 def _reload_decided_at_once() -> list[Patch]:

@@ -356,6 +356,11 @@ class SimApiserver:
             return BindResult(404, "not found")
         if pod.node_name:
             return BindResult(409, "already bound")
+        if pod.deleting:
+            # The apiserver's BindingREST refuses a pod with a deletionTimestamp ("is being
+            # deleted, cannot be assigned to a host", a 409): an evicted or deleted pod whose
+            # Binding was still in flight never lands on the node its GPUs were given away from.
+            return BindResult(409, "being deleted")
         self.put(
             msgspec.structs.replace(pod, node_name=node, annotations={**pod.annotations, **ann})
         )
@@ -425,8 +430,8 @@ class SimApiserver:
                 key = f"{namespace}/{name}"
                 claim = self.claims.get(key)
                 if claim is not None and uid not in claim.reserved_for:
-                    self.claims[key] = msgspec.structs.replace(
-                        claim, reserved_for=(*claim.reserved_for, uid)
+                    self._claim_changed(
+                        msgspec.structs.replace(claim, reserved_for=(*claim.reserved_for, uid))
                     )
             return Write.DONE
 
@@ -493,11 +498,19 @@ class SimApiserver:
             for name, claim_uid in claims:
                 key = f"{namespace}/{name}"
                 claim = self.claims.get(key)
-                if claim is not None and claim.uid == claim_uid:
+                if claim is not None and claim.uid == claim_uid and uid in claim.reserved_for:
                     left = tuple(u for u in claim.reserved_for if u != uid)
-                    self.claims[key] = msgspec.structs.replace(claim, reserved_for=left)
+                    self._claim_changed(msgspec.structs.replace(claim, reserved_for=left))
 
         await self._write(commit)
+
+    def _claim_changed(self, claim: ResourceClaim) -> None:
+        """A claim's write committed: every running replica's claim watch delivers it (as a
+        real one does; the world delivered only a claim's creation, so no replica saw a
+        reservation, and a leader could not know one was left for a pending pod)."""
+        self.claims[claim.key] = claim
+        for s in self.streams:
+            s.replica.s.intake.event(RESOURCE_CLAIMS, "MODIFIED", claim)
 
 
 @dataclass

@@ -65,6 +65,7 @@ from ..snapshot.fragmentation import Shape, Target
 from ..snapshot.names import NameSet
 from ..snapshot.nodes import Demand, NodeClass, NodeState, ShapeGroup
 from ..snapshot.shares import CardGroup, CardUseKey
+from .domainorder import DomainOrder, domain_order
 
 
 class Filter(Protocol):
@@ -131,11 +132,13 @@ def best_whole_node(
     spread: bool,
     demand: Demand = (),
     frag: tuple[Target, int] | None = None,
+    domains: DomainOrder | None = None,
 ) -> WholeChoice | None:
     """Rule 2: the best node for k whole GPUs of ``vendor`` that the filter chain accepts, whose
     allocatable headroom covers ``demand`` (the pods' GPUs per resource name). With ``frag``
     (the target workload and the pod's cpu), the nodes of the best key are told apart by the
-    fragmentation the pod would leave on each, then by name."""
+    fragmentation the pod would leave on each; with ``domains`` (a pod that needs no domain),
+    by the broken domains first (domainorder.py); then by name."""
     if filters.problem is not None or filters.nowhere:
         return None
     # (rank, position, class, set): the position makes every entry unique, so entries order
@@ -167,7 +170,7 @@ def best_whole_node(
         for entry_key, _, cls, choice in ranked:
             scores.setdefault(entry_key[0], []).append((entry_key, cls, choice))
         for score in sorted(scores):
-            picked = _least_fragmenting_node(state, scores[score], filters, k, *frag)
+            picked = _least_fragmenting_node(state, scores[score], filters, k, *frag, domains)
             if picked is not None:
                 return WholeChoice(*picked)
         return None
@@ -181,6 +184,12 @@ def best_whole_node(
         while ranked and ranked[0][0] == key:
             entry_key, _, cls, choice = heapq.heappop(ranked)
             group.append((entry_key, cls, choice))
+        if domains is not None:
+            choices = {cls.key: choice for _, cls, choice in group}
+            for node, cls in domains.nodes(cls for _, cls, _ in group):
+                if not filters.check(node):
+                    return WholeChoice(node, choices[cls.key], key)
+            continue
         best: tuple[str, NodeClass, SetChoice] | None = None
         for _, cls, choice in group:
             name = _first_accepting(state, cls, filters, best[0] if best else None)
@@ -198,6 +207,7 @@ def _least_fragmenting_node(
     k: int,
     target: Target,
     cpu: int,
+    domains: DomainOrder | None,
 ) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
     """Among the accepting nodes of one set score, the best by (the fragmentation gain's rank
     (snapshot/fragmentation.gain_rank), highest first; a node some GPU pod uses before an
@@ -207,7 +217,8 @@ def _least_fragmenting_node(
     ranked, each cpu value below that one by one and the rest together, not the nodes, and
     ranks are looked up by shape (most classes share a few). The filter chain is asked best
     first, only until one node passes: the smallest accepting name among the entries of the
-    best rank, then of the next."""
+    best rank (with ``domains``, a pod that needs no domain: the first accepting node in the
+    domains' order, broken domains first, then by name), then of the next."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
     seen: dict[Shape, int] = {}
     # (order, position, shape group, its cpus from, to, set, class key): the position makes
@@ -251,18 +262,46 @@ def _least_fragmenting_node(
     while ranked:
         order = ranked[0][0]
         best: tuple[str, SetChoice, tuple[int, int, int, int]] | None = None
+        tied: list[tuple[NameSet, SetChoice, tuple[int, int, int, int]]] = []
         while ranked and ranked[0][0] == order:
             _, _, shapes, start, stop, choice, key = heapq.heappop(ranked)
             if start == 0 and stop == len(shapes.cpus):
-                every: Iterable[NameSet] = (shapes.names,)
+                tied.append((shapes.names, choice, key))
             else:
-                every = [shapes.by_cpu[c] for c in shapes.cpus[start:stop]]
-            for names in every:
-                name = _first_accepting(state, names, filters, best[0] if best else None)
-                if name is not None and (best is None or name < best[0]):
-                    best = (name, choice, key)
+                tied += [(shapes.by_cpu[c], choice, key) for c in shapes.cpus[start:stop]]
+        if domains is not None:
+            picked = _first_in_domains(state, tied, filters, domains)
+            if picked is not None:
+                return picked
+            continue
+        for names, choice, key in tied:
+            name = _first_accepting(state, names, filters, best[0] if best else None)
+            if name is not None and (best is None or name < best[0]):
+                best = (name, choice, key)
         if best is not None:
             return nodes[best[0]], best[1], best[2]
+    return None
+
+
+def _first_in_domains(
+    state: ClusterState,
+    tied: list[tuple[NameSet, SetChoice, tuple[int, int, int, int]]],
+    filters: Filter,
+    domains: DomainOrder,
+) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
+    """The first node of the tied entries the chain accepts, in the domains' order (broken
+    domains first), then by name: every node of the best rank is ordered, not only ranked."""
+    refused = filters.refused()
+    order = sorted(
+        (domains.key(name), name, choice, key)
+        for names, choice, key in tied
+        for name in names.names
+        if name not in refused
+    )
+    for _, name, choice, key in order:
+        node = state.nodes[name]
+        if not filters.check(node):
+            return node, choice, key
     return None
 
 
@@ -377,6 +416,7 @@ def place_whole(
         spread,
         state.demand(req.resources),
         None if target is None else (target, _cpu(state, pod)),
+        None if spread else domain_order(state),
     )
     if found is None:
         return None
@@ -807,10 +847,13 @@ def _count_by_row(
     """Every GPU node counted as ``check`` and ``_gpu_reason`` would count it, for a chain that
     asks only for resources (``_resources_only``): what each node has left of pods and of what
     the pod asks for is kept in the share index (ShareIndex.counted, derived again only for the
-    nodes refiled since), and compared with the pod's requests in one pass, without asking the
-    chain. The GPU reason of a node the chain accepts is worked out once per distinct thing it
-    reads (a share's: its group key's vendor, sGPU slots and card memory; a whole-GPU pod's:
-    the vendor, idle cards and the node's _WholeKey)."""
+    nodes refiled since), also per resource in ascending order (ShareIndex.by_left): the nodes
+    short of each resource are counted by bisection, and only the nodes with enough of the
+    resource fewest have enough of are compared with the pod's requests, without asking the
+    chain (issue 32: the reason walked every node). The GPU reason of a node the chain accepts
+    is worked out once per distinct thing it reads (a share's: its group key's vendor, sGPU
+    slots and card memory; a whole-GPU pod's: the vendor, idle cards and the node's
+    _WholeKey)."""
     index = state.node_index.shares
     names = index.counted_of
     amounts = dict(filters.requests)
@@ -821,35 +864,39 @@ def _count_by_row(
     if index.uncounted:
         nodes = state.nodes
         for name, group in index.uncounted.items():
-            rows[name] = _row(nodes[name], group, names)
+            row = _row(nodes[name], group, names)
+            index.count(name, row, row[0])
         index.uncounted.clear()
     # (pods, each resource kept): what the pod needs left of each, itself counted; of a resource
     # it does not ask for, nothing (no node has less than _UNASKED left).
     wants = (1, *(amounts.get(r, _UNASKED) for r in names))
-    short = [0] * len(wants)
     shared = req.shared is not None
     check = filters.check
-    accepted: Counter[tuple[Any, ...]] = Counter()
-    first: dict[tuple[Any, ...], NodeState] = {}
-    for lefts, part, whole, node in rows.values():
-        if lefts is None:
-            if _counted(counts, check(node)):
-                continue
-        elif lefts >= wants and all(map(operator.ge, lefts, wants)):
-            pass
-        else:
-            fits = True
-            for i, n in enumerate(wants):
-                if n > lefts[i]:
-                    short[i] += 1
-                    fits = False
-            if not fits:
-                continue
-        if shared:
-            accepted[part] += 1
-            first.setdefault(part, node)
-        else:
-            accepted[whole] += 1
+    # The nodes the chain accepts: of those whose left is not known, the ones it passes.
+    accepted_rows = [
+        row for name in index.unknown if not _counted(counts, check((row := rows[name])[3]))
+    ]
+    # The nodes short of each resource, counted in its column; those with enough of every
+    # one are among the nodes with enough of the scarcest, read one by one.
+    short = [0] * len(wants)
+    if index.by_left:
+        short = [
+            bisect.bisect_left(column, (n, ""))
+            for column, n in zip(index.by_left, wants, strict=True)
+        ]
+        scarcest = max(range(len(short)), key=short.__getitem__)
+        ge = operator.ge
+        column = cast("list[tuple[int, str, _Row]]", index.by_left[scarcest])
+        accepted_rows += [
+            row
+            for _, _, row in column[short[scarcest] :]
+            if all(map(ge, row[0], wants))  # type: ignore[arg-type]
+        ]
+    # What the GPU reason of each reads, counted in one call.
+    reads = [row[1] if shared else row[2] for row in accepted_rows]
+    accepted = Counter(reads)
+    # Any node of a share's part has its GPU reason (it reads the part alone).
+    first = dict(zip(reads, [row[3] for row in accepted_rows], strict=True)) if shared else {}
     for what, n in accepted.items():
         if shared:
             counts[_gpu_reason(first[what], req, k, demand, together)] += n
