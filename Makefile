@@ -98,9 +98,10 @@ bench-core: deps
 bench-frag: deps
 	$(BIN)/python -m benchmarks.bench_frag $(FRAG_ARGS)
 
-# Cross-node topology (issue 21): one seeded stream of gangs on 5,040 nodes until the first
+# Cross-node topology (issues 21, 32): one seeded stream of gangs on 5,040 nodes until the first
 # refusal, under our joint choice, topology off, and Kueue's BestFit order + our in-node choice,
-# side by side (about a minute on 2 cores).
+# side by side; then the same stream queued (gangs wait and retry): domain fragmentation,
+# gang wait and GPU-hours stranded per policy (about 3 minutes on 2 cores).
 bench-topology: deps
 	$(BIN)/python -m benchmarks.bench_topology
 

@@ -575,11 +575,12 @@ def unit_blocked_by_itself(m: SimMachine) -> None:
     j1-0's Binding commits (answered 404: read back, bound) and j1-1's and j1-2's never reach
     etcd; a rolling update hands the two over to r2 (RELOADED) and b is deleted. r2 binds c on
     n1/0 and decides j1-1 and j1-2 afresh onto n1/1 and n2/1: each takes the other's old GPU,
-    which the store must not refuse (``invariants.own_refusals``). Open on the Redis store
-    (``--redis``), with or without the mutant: r2's mark of j1-1 and j1-2 as bound lands inside
-    a reconcile that named them pending (the Redis reconcile is several calls), whose free step
-    keeps a pending record only while it is reserved: both are freed (freed=2), and the store
-    check finds j1-1 and j1-2 bound with no record."""
+    which the store must not refuse (``invariants.own_refusals``). On the Redis store
+    (``--redis``) it also found, with or without the mutant, r2's mark of j1-1 and j1-2 as bound
+    landing inside a reconcile that named them pending (the Redis reconcile is several calls),
+    whose free step keeps a pending record only while it is reserved: both were freed (freed=2),
+    and the store check found j1-1 and j1-2 bound with no record. Marks now wait for a reconcile
+    under way (storesync.py; tests/integration/test_issue30_reconcile_marks.py)."""
     m.create_pod("b", 1, False)
     past_first_wait(m)
     m.bind_fault("404")

@@ -4,4 +4,5 @@
 - ``devices``: node choice for a pod whose ResourceClaims we allocate (issue 29), by the
   snapshot's per-class index of free devices.
 - ``shapes``: a node's shape as the fragmentation measure reads it.
+- ``domainorder``: broken domains first, for a single GPU pod's ties (issue 32 item 7).
 """

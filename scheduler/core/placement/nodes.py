@@ -43,6 +43,7 @@ allocatable.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import operator
 from collections import Counter
@@ -63,6 +64,7 @@ from ..snapshot.fragmentation import Shape, Target
 from ..snapshot.names import NameSet
 from ..snapshot.nodes import Demand, NodeClass, NodeState
 from ..snapshot.shares import CardGroup, CardUseKey
+from .domainorder import DomainOrder, domain_order
 from .shapes import shape_of, untouched
 
 
@@ -130,11 +132,13 @@ def best_whole_node(
     spread: bool,
     demand: Demand = (),
     frag: tuple[Target, int] | None = None,
+    domains: DomainOrder | None = None,
 ) -> WholeChoice | None:
     """Rule 2: the best node for k whole GPUs of ``vendor`` that the filter chain accepts, whose
     allocatable headroom covers ``demand`` (the pods' GPUs per resource name). With ``frag``
     (the target workload and the pod's cpu), the nodes of the best key are told apart by the
-    fragmentation the pod would leave on each, then by name."""
+    fragmentation the pod would leave on each; with ``domains`` (a pod that needs no domain),
+    by the broken domains first (domainorder.py); then by name."""
     if filters.problem is not None or filters.nowhere:
         return None
     # (rank, position, class, set): the position makes every entry unique, so entries order
@@ -175,9 +179,15 @@ def best_whole_node(
             entry_key, _, cls, choice = heapq.heappop(ranked)
             group.append((entry_key, cls, choice))
         if frag is not None:
-            picked = _least_fragmenting_node(state, group, filters, k, by_score, *frag)
+            picked = _least_fragmenting_node(state, group, filters, k, by_score, *frag, domains)
             if picked is not None:
                 return WholeChoice(*picked)
+            continue
+        if domains is not None:
+            choices = {cls.key: choice for _, cls, choice in group}
+            for node, cls in domains.nodes(cls for _, cls, _ in group):
+                if not filters.check(node):
+                    return WholeChoice(node, choices[cls.key], key)
             continue
         best: tuple[str, NodeClass, SetChoice] | None = None
         for _, cls, choice in group:
@@ -197,26 +207,35 @@ def _least_fragmenting_node(
     by_score: bool,
     target: Target,
     cpu: int,
+    domains: DomainOrder | None,
 ) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
     """Among the accepting nodes of one set score, the best by (the fragmentation gain's rank
     (snapshot/fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched
-    one; the damage the set does; the name). Ranks are looked up by node shape (most nodes share a
-    few), and the filter chain is asked best first, only until one node passes. A group of
-    equal keys (not ``by_score``) of more than ``group_scan_nodes`` nodes is told apart by each
-    class's
-    first node only (what ranking costs stays bounded); when none of those passes, by the rest
-    of the key, then the name."""
+    one; the damage the set does; with ``domains``, the broken domains first; the name). Ranks
+    are looked up by node shape (most nodes share a few), and the filter chain is asked best
+    first, only until one node passes. A group of equal keys (not ``by_score``) of more than
+    ``group_scan_nodes`` nodes is told apart by each class's first node only (by name, or the
+    first in the domains' order; what ranking costs stays bounded); when none of those passes,
+    by the rest of the key, then the name."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
     nodes = state.nodes
     scan = state.settings.fragmentation.group_scan_nodes
     every = by_score or sum(len(cls.names) for _, cls, _ in group) <= scan
     seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
-    ranked: list[tuple[int, int, int, str, SetChoice, tuple[int, int, int, int]]] = []
+    ranked: list[
+        tuple[int, int, int, tuple[tuple[int, int], ...], str, SetChoice, tuple[int, int, int, int]]
+    ] = []
     # Nodes the chain refuses for their domain (spread, anti-affinity) are not ranked: with
     # maxSkew 1 over hostnames or one pod per node, most of those a binpack order prefers.
     refused = filters.refused()
     for key, cls, choice in group:
-        for name in cls.names if every else (cls.first(),):
+        if every:
+            names: Iterable[str] = cls.names
+        elif domains is not None:  # the class's first node in the domains' order
+            names = (next(iter(domains.nodes((cls,))))[0].name,)
+        else:
+            names = (cls.first(),)
+        for name in names:
             if name in refused:
                 continue
             node = nodes[name]
@@ -224,13 +243,14 @@ def _least_fragmenting_node(
             rank = seen.get(shape)
             if rank is None:
                 rank = seen[shape] = target.rank(shape, cpu, take)
-            ranked.append((-rank, untouched(node), choice.damage, name, choice, key))
+            where = domains.key(name) if domains is not None else ()
+            ranked.append((-rank, untouched(node), choice.damage, where, name, choice, key))
     # Best first; the chain is asked in that order.
-    top = min(ranked, default=None, key=lambda item: item[:4])
-    if top is not None and not filters.check(nodes[top[3]]):
-        return nodes[top[3]], top[4], top[5]
-    ranked.sort(key=lambda item: item[:4])
-    for _, _, _, name, choice, key in ranked:
+    top = min(ranked, default=None, key=lambda item: item[:5])
+    if top is not None and not filters.check(nodes[top[4]]):
+        return nodes[top[4]], top[5], top[6]
+    ranked.sort(key=lambda item: item[:5])
+    for _, _, _, _, name, choice, key in ranked:
         node = nodes[name]
         if not filters.check(node):
             return node, choice, key
@@ -355,6 +375,7 @@ def place_whole(
         spread,
         state.demand(req.resources),
         None if target is None else (target, _cpu(state, pod)),
+        None if spread else domain_order(state),
     )
     if found is None:
         return None
@@ -785,10 +806,13 @@ def _count_by_row(
     """Every GPU node counted as ``check`` and ``_gpu_reason`` would count it, for a chain that
     asks only for resources (``_resources_only``): what each node has left of pods and of what
     the pod asks for is kept in the share index (ShareIndex.counted, derived again only for the
-    nodes refiled since), and compared with the pod's requests in one pass, without asking the
-    chain. The GPU reason of a node the chain accepts is worked out once per distinct thing it
-    reads (a share's: its group key's vendor, sGPU slots and card memory; a whole-GPU pod's:
-    the vendor, idle cards and the node's _WholeKey)."""
+    nodes refiled since), also per resource in ascending order (ShareIndex.by_left): the nodes
+    short of each resource are counted by bisection, and only the nodes with enough of the
+    resource fewest have enough of are compared with the pod's requests, without asking the
+    chain (issue 32: the reason walked every node). The GPU reason of a node the chain accepts
+    is worked out once per distinct thing it reads (a share's: its group key's vendor, sGPU
+    slots and card memory; a whole-GPU pod's: the vendor, idle cards and the node's
+    _WholeKey)."""
     index = state.node_index.shares
     names = index.counted_of
     amounts = dict(filters.requests)
@@ -799,35 +823,39 @@ def _count_by_row(
     if index.uncounted:
         nodes = state.nodes
         for name, group in index.uncounted.items():
-            rows[name] = _row(nodes[name], group, names)
+            row = _row(nodes[name], group, names)
+            index.count(name, row, row[0])
         index.uncounted.clear()
     # (pods, each resource kept): what the pod needs left of each, itself counted; of a resource
     # it does not ask for, nothing (no node has less than _UNASKED left).
     wants = (1, *(amounts.get(r, _UNASKED) for r in names))
-    short = [0] * len(wants)
     shared = req.shared is not None
     check = filters.check
-    accepted: Counter[tuple[Any, ...]] = Counter()
-    first: dict[tuple[Any, ...], NodeState] = {}
-    for lefts, part, whole, node in rows.values():
-        if lefts is None:
-            if _counted(counts, check(node)):
-                continue
-        elif lefts >= wants and all(map(operator.ge, lefts, wants)):
-            pass
-        else:
-            fits = True
-            for i, n in enumerate(wants):
-                if n > lefts[i]:
-                    short[i] += 1
-                    fits = False
-            if not fits:
-                continue
-        if shared:
-            accepted[part] += 1
-            first.setdefault(part, node)
-        else:
-            accepted[whole] += 1
+    # The nodes the chain accepts: of those whose left is not known, the ones it passes.
+    accepted_rows = [
+        row for name in index.unknown if not _counted(counts, check((row := rows[name])[3]))
+    ]
+    # The nodes short of each resource, counted in its column; those with enough of every
+    # one are among the nodes with enough of the scarcest, read one by one.
+    short = [0] * len(wants)
+    if index.by_left:
+        short = [
+            bisect.bisect_left(column, (n, ""))
+            for column, n in zip(index.by_left, wants, strict=True)
+        ]
+        scarcest = max(range(len(short)), key=short.__getitem__)
+        ge = operator.ge
+        column = cast("list[tuple[int, str, _Row]]", index.by_left[scarcest])
+        accepted_rows += [
+            row
+            for _, _, row in column[short[scarcest] :]
+            if all(map(ge, row[0], wants))  # type: ignore[arg-type]
+        ]
+    # What the GPU reason of each reads, counted in one call.
+    reads = [row[1] if shared else row[2] for row in accepted_rows]
+    accepted = Counter(reads)
+    # Any node of a share's part has its GPU reason (it reads the part alone).
+    first = dict(zip(reads, [row[3] for row in accepted_rows], strict=True)) if shared else {}
     for what, n in accepted.items():
         if shared:
             counts[_gpu_reason(first[what], req, k, demand, together)] += n

@@ -279,20 +279,28 @@ class NodeClass(NameSet):
 class DomainIndex:
     """One hierarchy's view of the GPU nodes: per path (domains.Hierarchy.path), its nodes and
     how many of them are in each node class, kept as nodes change class (``NodeIndex.index``), so a
-    gang counts what fits per domain over a few hundred paths, not every node."""
+    gang counts what fits per domain over a few hundred paths, not every node. Per domain (every
+    prefix of a path, the root ``()`` above them), also its free GPUs and GPUs (``sums``), how
+    many of its nodes are in each class (``within``) and the domains one level down
+    (``children``): a pod that needs no domain walks them to the broken ones
+    (placement/domainorder.py) without summing the nodes."""
 
-    __slots__ = ("classes", "names", "where")
+    __slots__ = ("children", "classes", "names", "sums", "where", "within")
 
     def __init__(self) -> None:
         self.names: dict[Path, set[str]] = {}
         self.classes: dict[Path, dict[ClassKey, int]] = {}
         self.where: dict[str, Path] = {}
+        self.sums: dict[Path, list[int]] = {}
+        self.within: dict[Path, dict[ClassKey, int]] = {}
+        self.children: dict[Path, set[Path]] = {}
 
     def add(self, name: str, path: Path, key: ClassKey) -> None:
         self.where[name] = path
         self.names.setdefault(path, set()).add(name)
         counts = self.classes.setdefault(path, {})
         counts[key] = counts.get(key, 0) + 1
+        self._charge(path, key, +1)
 
     def discard(self, name: str, key: ClassKey) -> None:
         path = self.where.pop(name)
@@ -304,6 +312,29 @@ class DomainIndex:
             del counts[key]
         if not names:
             del self.names[path], self.classes[path]
+        self._charge(path, key, -1)
+
+    def _charge(self, path: Path, key: ClassKey, sign: int) -> None:
+        free, gpus = key[3].bit_count(), key[2]
+        for depth in range(1, len(path) + 1):
+            prefix = path[:depth]
+            sums = self.sums.setdefault(prefix, [0, 0, 0])  # free GPUs, GPUs, nodes
+            sums[0] += sign * free
+            sums[1] += sign * gpus
+            sums[2] += sign
+            within = self.within.setdefault(prefix, {})
+            within[key] = within.get(key, 0) + sign
+            if not within[key]:
+                del within[key]
+            parent = path[: depth - 1]
+            if sums[2]:
+                self.children.setdefault(parent, set()).add(prefix)
+            else:
+                del self.sums[prefix], self.within[prefix]
+                kids = self.children[parent]
+                kids.discard(prefix)
+                if not kids:
+                    del self.children[parent]
 
 
 class NodeIndex:
