@@ -94,13 +94,15 @@ bench-core: deps
 # GPU fragmentation on Alibaba's openb trace, replayed as the FGD paper's simulator does (issue
 # 23): BestFit and FGD calibrated against the published means, then ours; 10 seeds, a table and
 # a plot in build/bench-frag/. The trace is read from ../shared/data/openb (or $$TOPO_OPENB_DIR);
-# FRAG_ARGS="--trace openb_pod_list_multigpu50.csv" replays another variant.
+# FRAG_ARGS="--trace openb_pod_list_multigpu50.csv" replays another variant;
+# FRAG_ARGS="--scaled 5000,10000 --seeds 42-44" the node list repeated to those sizes (ours).
 bench-frag: deps
 	$(BIN)/python -m benchmarks.bench_frag $(FRAG_ARGS)
 
-# Cross-node topology (issue 21): one seeded stream of gangs on 5,040 nodes until the first
+# Cross-node topology (issues 21, 32): one seeded stream of gangs on 5,040 nodes until the first
 # refusal, under our joint choice, topology off, and Kueue's BestFit order + our in-node choice,
-# side by side (about a minute on 2 cores).
+# side by side; then the same stream queued (gangs wait and retry): domain fragmentation,
+# gang wait and GPU-hours stranded per policy (about 3 minutes on 2 cores).
 bench-topology: deps
 	$(BIN)/python -m benchmarks.bench_topology
 

@@ -1,6 +1,8 @@
 """The reference for bench-topology's column (c): Kueue's Topology-Aware Scheduling order of
-domains (written here from Kueue's KEP 2724 and docs, not from its code), followed by our in-node
-GPU choice on each node it picks.
+domains (written here from Kueue's KEP 2724 and docs, not from its code; the BestFit order checked
+against Kueue's ``sortedDomains`` in pkg/cache/scheduler/tas_flavor_snapshot.go: pods that fit
+descending, then level values, the last domain the tightest that holds the rest), followed by our
+in-node GPU choice on each node it picks.
 
 Kueue counts a node's capacity as a scalar: free GPUs // GPUs per pod (it has no in-node device
 choice). Per level, a domain's capacity is the sum of its nodes'. Then:

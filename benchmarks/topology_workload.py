@@ -38,10 +38,11 @@ PREFERRED = "topo-scheduler.io/topology-preferred"
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-def settings(topology: bool = True) -> CoreSettings:
-    """Ours (levels, the clique label, compact gangs), or the same scheduler without topology."""
+def settings(topology: bool = True, pack_domains: bool = True) -> CoreSettings:
+    """Ours (levels, the clique label, compact gangs; single pods' ties to the broken domains
+    first unless ``pack_domains`` is False), or the same scheduler without topology."""
     if topology:
-        return CoreSettings(topology=TopologySettings(levels=LEVELS))
+        return CoreSettings(topology=TopologySettings(levels=LEVELS, pack_domains=pack_domains))
     return CoreSettings(topology=TopologySettings(accelerator_label="", compact_gangs=False))
 
 

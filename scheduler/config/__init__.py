@@ -137,6 +137,8 @@ class Topology(msgspec.Struct, forbid_unknown_fields=True, rename="camel", froze
     compact_gangs: bool = True
     # Domain plans a gang tries (each costs a node-level plan) before it gives the reason.
     max_plans: int = _CORE.topology.max_plans
+    # Single pods' ties go to the domains already broken (placement/domainorder.py).
+    pack_domains: bool = _CORE.topology.pack_domains
 
 
 def _check_topology(topology: Topology, problems: list[str]) -> None:
@@ -196,6 +198,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
                 accelerator_label=self.topology.accelerator_label,
                 compact_gangs=self.topology.compact_gangs,
                 max_plans=self.topology.max_plans,
+                pack_domains=self.topology.pack_domains,
             ),
             fragmentation=self.fragmentation,
             memos=self.memos,

@@ -29,7 +29,8 @@ the book then holds the pod of the record's UID, or the read proved that UID gon
 The marks after binds and the releases of pods that left are queued and sent by one flush at a
 time, so a backlog's binds or a burst of deletes are a few store calls rather than one per pod
 (past the Redis client's pool of 100 connections those failed); a release whose pod has been
-reserved again meanwhile is not sent.
+reserved again meanwhile is not sent. Neither is sent while a reconcile is under way (it writes
+the store from the book as it read it; a mark or release landing inside it would be undone).
 
 Every failed store write asks for a reconcile, which the loop runs at most every
 ``reconcile_min_s`` (run.tuning.storeReconcileSeconds) and tries again while it fails; so does
@@ -144,6 +145,15 @@ class StoreSync:
         100, and past it a call fails) per pod."""
         try:
             while self._marks or self._releases:
+                # Sent once no reconcile is under way: it judges the store against the book as
+                # it read it when it began, and on Redis it is several calls, so a write landing
+                # inside it is undone. A release: its truth may still hold the pod and writes the
+                # record back (an election's reconcile, an inherited record whose pod's re-read
+                # found it finished; sim on Redis). A mark: the pod was named pending then, and
+                # the free step frees a pending pod's record once bound (sim timeline
+                # e2e-unit-blocked-by-itself on Redis). After it, the mark turns the kept
+                # reservation bound.
+                await self._reconciled.wait()
                 marks = self._marks[: self.write_batch]
                 del self._marks[: self.write_batch]
                 if marks:
@@ -151,12 +161,9 @@ class StoreSync:
                 batch = list(self._releases.items())[: self.write_batch]
                 for uid, _ in batch:
                     del self._releases[uid]
-                # Sent once no reconcile is under way (its truth, taken when it began, may
-                # still hold the pod and would undo a release that landed first: an election's
-                # reconcile writing an inherited record back after the pod's re-read found it
-                # finished, sim on Redis). A pod reserved again meanwhile (its bind failed;
-                # decided afresh) keeps its new reservation; only pods gone or pending again
-                # lose theirs, as the book says once the wait is over.
+                # A pod reserved again meanwhile (its bind failed; decided afresh) keeps its new
+                # reservation; only pods gone or pending again lose theirs, as the book says
+                # once the wait is over.
                 await self._reconciled.wait()
                 uids = [u for u, k in batch if self.book.stage(k, u) in _RELEASABLE]
                 if uids:

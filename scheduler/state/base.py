@@ -38,7 +38,10 @@ tests against both):
   every pod still unbound, since a previous leader may have been binding them when it died).
   Any other reservation is freed, whichever epoch wrote it. Every gang record is then rebuilt from
   the pod records (bound members' gangs come from the truth's claims). Nominations (below) are
-  not pod records: ``reconcile`` leaves them alone.
+  not pod records: ``reconcile`` leaves them alone. The caller sends no ``mark_bound`` or
+  ``release`` until its ``reconcile`` returns: ``truth`` and ``pending`` are what it knew when it
+  began, and RedisStore's reconcile is several calls, so such a write could land inside it and
+  be undone (a pending UID's record marked bound meanwhile would be freed); memory's is one.
 - Nominations (``nominations``; issue 14's preemption): while a preemptor's victims terminate, the
   GPUs freed for it (whole GPU indices on one node; none when it needs only cpu/memory) and the
   DRA allocations its plan gives its claims are held for it by a ``Nomination``, at most one per

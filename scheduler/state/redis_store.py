@@ -393,8 +393,8 @@ return n
 # each: every call checks the lease, so a leader deposed half-way stops at its next chunk.
 
 # ARGV[4..]: UIDs the truth does not back, each prefixed `w` (a pending pod: its reservation is
-# kept, whatever its epoch) or `-`. Reservations of the current epoch are kept too (our own binds
-# in flight); everything else is dropped.
+# kept, whatever its epoch: the caller names its own binds in flight so) or `-`. Everything else
+# is dropped.
 _RECONCILE_FREE = (
     _PRELUDE
     + r"""
@@ -782,8 +782,9 @@ class RedisStore(ReservesUnits):
         reads between them (which UIDs, gangs and nodes the store holds) are HSCAN/SSCAN
         batches, so no single command walks 100,000 entries either. The store is the leader's
         alone while it reconciles (a new leader reconciles before its first decision; later
-        reconciles run beside its own reservations, which the caller names as pending), so the
-        steps need not be one transaction: what matters is that each is fenced."""
+        reconciles run beside its own reservations, which the caller names as pending, and it
+        sends no mark or release until this returns: base.py), so the steps need not be one
+        transaction: what matters is that each is fenced."""
         prefix = self.prefix
         known = {c.uid for c in truth}
         waiting = set(pending)

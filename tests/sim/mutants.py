@@ -54,6 +54,7 @@ from scheduler.service import binder as binder_module
 from scheduler.service.binder import Binder
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import TABLE, Effect, Event, Stage
+from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import StoreSync
 from scheduler.service.witness import NAME as WITNESS_NAME
@@ -488,6 +489,16 @@ def _gang_member_refused_freed() -> list[Patch]:
     return [(TABLE, (S.BINDING, E.GANG_BIND_FAILED), TABLE[(S.BINDING, E.BIND_FAILED)])]
 
 
+def _plain_priority_sort() -> list[Patch]:
+    """Sim seed 549: the queue is plain PrioritySort; a gang being completed (members bound,
+    fewer than its minimum) waits behind older pods of its priority."""
+
+    def tier(self: SchedulingQueue, key: str) -> int:
+        return 1
+
+    return [(SchedulingQueue, "_tier", tier)]
+
+
 def _stale_bind_ok_trusted() -> list[Patch]:
     """Sim seed 726: a 201 for a Binding sent before an etcd restore began a new era is taken
     as any 201 (assumed, not re-read)."""
@@ -667,6 +678,11 @@ MUTANTS: dict[str, Mutant] = {
         "a gang member refused beside a bound sibling lets the gang's GPUs go",
         _gang_member_refused_freed,
         timeline="sim629-gang-member-refused",
+    ),
+    "sim549-plain-priority-sort": Mutant(
+        "a gang being completed waits behind older pods of its priority",
+        _plain_priority_sort,
+        timeline="sim549-gang-hold-lost-in-failover",
     ),
     "sim726-stale-bind-ok-trusted": Mutant(
         "a Binding answered after an etcd restore began a new era is assumed, not re-read",

@@ -526,6 +526,30 @@ def gang_member_refused(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gang_hold_lost_in_failover(m: SimMachine) -> None:
+    """Sim seed 549: r3 decides gang j3 (2) whole on n2; j3-0's Binding commits (answered 404:
+    read back, bound), j3-1's is refused 403 on every attempt, so r3 holds j3-1's GPU for the
+    gang. That hold lives in r3's book and on the store master, which a failover (not
+    chained) loses. The new leader reloads from the apiserver: j3 has 1 of 2 bound, and the
+    older single pod a waits at the same priority. In PrioritySort order a takes the GPU and
+    j3 stays below its minimum for good; a gang being completed goes first (queue.py)."""
+    past_first_wait(m)
+    m.create_gang("k", 2, True)
+    m.create_gang("j", 2, True)
+    m.tick(5.0)
+    m.bind_fault("404")
+    for _ in range(30):
+        m.bind_fault("403")
+    m.failover(False, 60.0)
+    m.create_pod("a", 1, False)
+    m.restart_gang(1)
+    m.reap()
+    m.tick(2.0)
+    for _ in range(4):
+        m.tick(16.0)
+    m.quiesce()
+
+
 def lapsed_write_forgotten(m: SimMachine) -> None:
     """Issue 30 bug 7b: a store write skipped while the local lease had lapsed asks for no
     reconcile. a and b are bound by r1; every store call then answers 25 s late. r1's renewals
@@ -551,11 +575,12 @@ def unit_blocked_by_itself(m: SimMachine) -> None:
     j1-0's Binding commits (answered 404: read back, bound) and j1-1's and j1-2's never reach
     etcd; a rolling update hands the two over to r2 (RELOADED) and b is deleted. r2 binds c on
     n1/0 and decides j1-1 and j1-2 afresh onto n1/1 and n2/1: each takes the other's old GPU,
-    which the store must not refuse (``invariants.own_refusals``). Open on the Redis store
-    (``--redis``), with or without the mutant: r2's mark of j1-1 and j1-2 as bound lands inside
-    a reconcile that named them pending (the Redis reconcile is several calls), whose free step
-    keeps a pending record only while it is reserved: both are freed (freed=2), and the store
-    check finds j1-1 and j1-2 bound with no record."""
+    which the store must not refuse (``invariants.own_refusals``). On the Redis store
+    (``--redis``) it also found, with or without the mutant, r2's mark of j1-1 and j1-2 as bound
+    landing inside a reconcile that named them pending (the Redis reconcile is several calls),
+    whose free step keeps a pending record only while it is reserved: both were freed (freed=2),
+    and the store check found j1-1 and j1-2 bound with no record. Marks now wait for a reconcile
+    under way (storesync.py; tests/integration/test_issue30_reconcile_marks.py)."""
     m.create_pod("b", 1, False)
     past_first_wait(m)
     m.bind_fault("404")
@@ -632,6 +657,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim726-restore-after-binding-answered-late": restore_after_binding_answered_late,
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
+    "sim549-gang-hold-lost-in-failover": gang_hold_lost_in_failover,
     "30.5-terminating-members-count": terminating_members_count,
     "sim5-bound-view-behind": bound_view_behind,
     "30.3-inheritance-by-name": inheritance_by_name,

@@ -356,6 +356,11 @@ class SimApiserver:
             return BindResult(404, "not found")
         if pod.node_name:
             return BindResult(409, "already bound")
+        if pod.deleting:
+            # The apiserver's BindingREST refuses a pod with a deletionTimestamp ("is being
+            # deleted, cannot be assigned to a host", a 409): an evicted or deleted pod whose
+            # Binding was still in flight never lands on the node its GPUs were given away from.
+            return BindResult(409, "being deleted")
         self.put(
             msgspec.structs.replace(pod, node_name=node, annotations={**pod.annotations, **ann})
         )

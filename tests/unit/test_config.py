@@ -208,12 +208,13 @@ def test_topology_section_reaches_the_core_and_bad_levels_are_named() -> None:
                 "levels": [{"nodeLabel": "x/block", "alias": "block"}, {"nodeLabel": "x/rack"}],
                 "acceleratorLabel": "",
                 "compactGangs": False,
+                "packDomains": False,
             }
         }
     )
     core = config.to_core().topology
     assert core.levels == (TopologyLevel("x/block", "block"), TopologyLevel("x/rack"))
-    assert core.accelerator_label == "" and not core.compact_gangs
+    assert core.accelerator_label == "" and not core.compact_gangs and not core.pack_domains
     with pytest.raises(ConfigError) as exc:
         parse_config(
             {

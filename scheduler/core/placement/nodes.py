@@ -8,13 +8,14 @@ the best-connected set first (that is why it asked us); for k = 1 it is always 0
 to "smallest fitting node, then least damage". Ranking runs over ClusterState's node classes, not
 nodes; only the winning class is searched for a name, and only a pod with a node selector or a
 node with a taint costs a scan of that class. Binpack with a target workload
-(snapshot/fragmentation.py, a cluster holding at least ``min_pods`` pods on GPU nodes) of at most
-``scan_nodes`` nodes (both FragmentationSettings, core/settings.py) keeps the set score first and
-then ranks the nodes by the fragmentation the pod would remove, not by their free GPUs: (-set
-score, -gain rank, used before untouched, damage, name). "Smallest fitting node" is the measure's
-own answer whenever the workload has pods a larger node must be kept whole for, and a fixed
-preference for it leaves more GPUs idle (bench-frag). In a larger cluster the free count stays
-first and the measure orders nodes of an equal key. A cluster whose binpack order is
+(snapshot/fragmentation.py, a cluster holding at least ``min_pods`` pods on GPU nodes,
+FragmentationSettings in core/settings.py) keeps the set score first and then ranks the nodes by
+the fragmentation the pod would remove, not by their free GPUs: (-set score, -gain rank, used
+before untouched, damage, name). "Smallest fitting node" is the measure's own answer whenever the
+workload has pods a larger node must be kept whole for, and a fixed preference for it leaves more
+GPUs idle (bench-frag). The same rule holds at every cluster size: what comes before the name is
+read off the class's shape index (snapshot/nodes.NodeClass.shapes), so ranking costs what ranking
+shapes costs, not nodes (``_least_fragmenting_node``). A cluster whose binpack order is
 ``smallestFit`` (CoreSettings.binpack_order, the file's placement.nodeOrder) never ranks by the
 measure: the binpack key above decides, as the seeds' HAMi rule states it (``ranked_by``).
 A class fits only when its allocatable headroom
@@ -43,6 +44,7 @@ allocatable.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import operator
 from collections import Counter
@@ -61,9 +63,9 @@ from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_
 from ..snapshot.cluster import ClusterState
 from ..snapshot.fragmentation import Shape, Target
 from ..snapshot.names import NameSet
-from ..snapshot.nodes import Demand, NodeClass, NodeState
+from ..snapshot.nodes import Demand, NodeClass, NodeState, ShapeGroup
 from ..snapshot.shares import CardGroup, CardUseKey
-from .shapes import shape_of, untouched
+from .domainorder import DomainOrder, domain_order
 
 
 class Filter(Protocol):
@@ -130,11 +132,13 @@ def best_whole_node(
     spread: bool,
     demand: Demand = (),
     frag: tuple[Target, int] | None = None,
+    domains: DomainOrder | None = None,
 ) -> WholeChoice | None:
     """Rule 2: the best node for k whole GPUs of ``vendor`` that the filter chain accepts, whose
     allocatable headroom covers ``demand`` (the pods' GPUs per resource name). With ``frag``
     (the target workload and the pod's cpu), the nodes of the best key are told apart by the
-    fragmentation the pod would leave on each, then by name."""
+    fragmentation the pod would leave on each; with ``domains`` (a pod that needs no domain),
+    by the broken domains first (domainorder.py); then by name."""
     if filters.problem is not None or filters.nowhere:
         return None
     # (rank, position, class, set): the position makes every entry unique, so entries order
@@ -158,26 +162,33 @@ def best_whole_node(
     if filters.has_preferences:
         ranked.sort()
         return _best_preferred(state, [(r, c, s) for r, _, c, s in ranked], filters)
+    if frag is not None:
+        # With a target workload, a group is every class of the same set score, best first:
+        # the measure ranks their nodes, not the free count (see _least_fragmenting_node).
+        state.node_index.shaped()
+        scores: dict[int, list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]]] = {}
+        for entry_key, _, cls, choice in ranked:
+            scores.setdefault(entry_key[0], []).append((entry_key, cls, choice))
+        for score in sorted(scores):
+            picked = _least_fragmenting_node(state, scores[score], filters, k, *frag, domains)
+            if picked is not None:
+                return WholeChoice(*picked)
+        return None
     # Best rank first, one group of equal ranks at a time (in the order the classes came);
     # usually the first group takes the pod, so a heap (linear to build) serves instead of
     # sorting every class.
     heapq.heapify(ranked)
-    # Up to ``scan_nodes`` nodes, the measure ranks every node of a set score; past it, ranking
-    # them all would cost more than a decision may (bench-core's 5,000 nodes: 1 ms), and the free
-    # count comes first again, the measure telling apart nodes of an equal key.
-    by_score = frag is not None and len(state.nodes) <= state.settings.fragmentation.scan_nodes
     while ranked:
         key = ranked[0][0]
         group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
-        # With a target workload, a group is every class of the same set score: the measure
-        # ranks its nodes, not the free count (see _least_fragmenting_node).
-        while ranked and (ranked[0][0] == key or (by_score and ranked[0][0][0] == key[0])):
+        while ranked and ranked[0][0] == key:
             entry_key, _, cls, choice = heapq.heappop(ranked)
             group.append((entry_key, cls, choice))
-        if frag is not None:
-            picked = _least_fragmenting_node(state, group, filters, k, by_score, *frag)
-            if picked is not None:
-                return WholeChoice(*picked)
+        if domains is not None:
+            choices = {cls.key: choice for _, cls, choice in group}
+            for node, cls in domains.nodes(cls for _, cls, _ in group):
+                if not filters.check(node):
+                    return WholeChoice(node, choices[cls.key], key)
             continue
         best: tuple[str, NodeClass, SetChoice] | None = None
         for _, cls, choice in group:
@@ -194,54 +205,104 @@ def _least_fragmenting_node(
     group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]],
     filters: Filter,
     k: int,
-    by_score: bool,
     target: Target,
     cpu: int,
+    domains: DomainOrder | None,
 ) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
     """Among the accepting nodes of one set score, the best by (the fragmentation gain's rank
-    (snapshot/fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched
-    one; the damage the set does; the name). Ranks are looked up by node shape (most nodes share a
-    few), and the filter chain is asked best first, only until one node passes. A group of
-    equal keys (not ``by_score``) of more than ``group_scan_nodes`` nodes is told apart by each
-    class's
-    first node only (what ranking costs stays bounded); when none of those passes, by the rest
-    of the key, then the name."""
+    (snapshot/fragmentation.gain_rank), highest first; a node some GPU pod uses before an
+    untouched one; the damage the set does; the name). What comes before the name is a function
+    of a node's class, cards and untouched flag (NodeClass.shapes) and of its cpu left up to
+    what the pod and the workload could use (Target.roomy): the classes' shape groups are
+    ranked, each cpu value below that one by one and the rest together, not the nodes, and
+    ranks are looked up by shape (most classes share a few). The filter chain is asked best
+    first, only until one node passes: the smallest accepting name among the entries of the
+    best rank (with ``domains``, a pod that needs no domain: the first accepting node in the
+    domains' order, broken domains first, then by name), then of the next."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
-    nodes = state.nodes
-    scan = state.settings.fragmentation.group_scan_nodes
-    every = by_score or sum(len(cls.names) for _, cls, _ in group) <= scan
-    seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
-    ranked: list[tuple[int, int, int, str, SetChoice, tuple[int, int, int, int]]] = []
-    # Nodes the chain refuses for their domain (spread, anti-affinity) are not ranked: with
-    # maxSkew 1 over hostnames or one pod per node, most of those a binpack order prefers.
-    refused = filters.refused()
+    seen: dict[Shape, int] = {}
+    # (order, position, shape group, its cpus from, to, set, class key): the position makes
+    # every entry unique; the names are gathered only for the entries the chain is asked about.
+    ranked: list[
+        tuple[
+            tuple[int, int, int],
+            int,
+            ShapeGroup,
+            int,
+            int,
+            SetChoice,
+            tuple[int, int, int, int],
+        ]
+    ] = []
+    roomies: dict[tuple[int, ...], int] = {}
     for key, cls, choice in group:
-        for name in cls.names if every else (cls.first(),):
-            if name in refused:
-                continue
-            node = nodes[name]
-            shape = node.frag_shape or shape_of(node)
-            rank = seen.get(shape)
-            if rank is None:
-                rank = seen[shape] = target.rank(shape, cpu, take)
-            ranked.append((-rank, untouched(node), choice.damage, name, choice, key))
-    # Best first; the chain is asked in that order.
-    top = min(ranked, default=None, key=lambda item: item[:4])
-    if top is not None and not filters.check(nodes[top[3]]):
-        return nodes[top[3]], top[4], top[5]
-    ranked.sort(key=lambda item: item[:4])
-    for _, _, _, name, choice, key in ranked:
-        node = nodes[name]
+        damage = choice.damage
+        for shapes in cls.shapes.values():
+            cards, cpus = shapes.cards, shapes.cpus
+            roomy = roomies.get(cards)
+            if roomy is None:
+                roomy = roomies[cards] = target.roomy(cards, cpu)
+            below = bisect.bisect_left(cpus, roomy)
+            for i in range(below):
+                shape = (cpus[i], cards)
+                rank = seen.get(shape)
+                if rank is None:
+                    rank = seen[shape] = target.rank(shape, cpu, take)
+                order = (-rank, shapes.untouched, damage)
+                ranked.append((order, len(ranked), shapes, i, i + 1, choice, key))
+            if below < len(cpus):
+                shape = (roomy, cards)
+                rank = seen.get(shape)
+                if rank is None:
+                    rank = seen[shape] = target.rank(shape, cpu, take)
+                order = (-rank, shapes.untouched, damage)
+                ranked.append((order, len(ranked), shapes, below, len(cpus), choice, key))
+    heapq.heapify(ranked)
+    nodes = state.nodes
+    while ranked:
+        order = ranked[0][0]
+        best: tuple[str, SetChoice, tuple[int, int, int, int]] | None = None
+        tied: list[tuple[NameSet, SetChoice, tuple[int, int, int, int]]] = []
+        while ranked and ranked[0][0] == order:
+            _, _, shapes, start, stop, choice, key = heapq.heappop(ranked)
+            if start == 0 and stop == len(shapes.cpus):
+                tied.append((shapes.names, choice, key))
+            else:
+                tied += [(shapes.by_cpu[c], choice, key) for c in shapes.cpus[start:stop]]
+        if domains is not None:
+            picked = _first_in_domains(state, tied, filters, domains)
+            if picked is not None:
+                return picked
+            continue
+        for names, choice, key in tied:
+            name = _first_accepting(state, names, filters, best[0] if best else None)
+            if name is not None and (best is None or name < best[0]):
+                best = (name, choice, key)
+        if best is not None:
+            return nodes[best[0]], best[1], best[2]
+    return None
+
+
+def _first_in_domains(
+    state: ClusterState,
+    tied: list[tuple[NameSet, SetChoice, tuple[int, int, int, int]]],
+    filters: Filter,
+    domains: DomainOrder,
+) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
+    """The first node of the tied entries the chain accepts, in the domains' order (broken
+    domains first), then by name: every node of the best rank is ordered, not only ranked."""
+    refused = filters.refused()
+    order = sorted(
+        (domains.key(name), name, choice, key)
+        for names, choice, key in tied
+        for name in names.names
+        if name not in refused
+    )
+    for _, name, choice, key in order:
+        node = state.nodes[name]
         if not filters.check(node):
             return node, choice, key
-    best: tuple[tuple[int, int, int, int], str, SetChoice] | None = None
-    for key, cls, choice in sorted(group, key=lambda entry: entry[0]):
-        if best is not None and key > best[0]:
-            break
-        found = _first_accepting(state, cls, filters, best[1] if best else None)
-        if found is not None and (best is None or found < best[1]):
-            best = (key, found, choice)
-    return None if best is None else (nodes[best[1]], best[2], best[0])
+    return None
 
 
 def _best_preferred(
@@ -355,6 +416,7 @@ def place_whole(
         spread,
         state.demand(req.resources),
         None if target is None else (target, _cpu(state, pod)),
+        None if spread else domain_order(state),
     )
     if found is None:
         return None
@@ -785,10 +847,13 @@ def _count_by_row(
     """Every GPU node counted as ``check`` and ``_gpu_reason`` would count it, for a chain that
     asks only for resources (``_resources_only``): what each node has left of pods and of what
     the pod asks for is kept in the share index (ShareIndex.counted, derived again only for the
-    nodes refiled since), and compared with the pod's requests in one pass, without asking the
-    chain. The GPU reason of a node the chain accepts is worked out once per distinct thing it
-    reads (a share's: its group key's vendor, sGPU slots and card memory; a whole-GPU pod's:
-    the vendor, idle cards and the node's _WholeKey)."""
+    nodes refiled since), also per resource in ascending order (ShareIndex.by_left): the nodes
+    short of each resource are counted by bisection, and only the nodes with enough of the
+    resource fewest have enough of are compared with the pod's requests, without asking the
+    chain (issue 32: the reason walked every node). The GPU reason of a node the chain accepts
+    is worked out once per distinct thing it reads (a share's: its group key's vendor, sGPU
+    slots and card memory; a whole-GPU pod's: the vendor, idle cards and the node's
+    _WholeKey)."""
     index = state.node_index.shares
     names = index.counted_of
     amounts = dict(filters.requests)
@@ -799,35 +864,39 @@ def _count_by_row(
     if index.uncounted:
         nodes = state.nodes
         for name, group in index.uncounted.items():
-            rows[name] = _row(nodes[name], group, names)
+            row = _row(nodes[name], group, names)
+            index.count(name, row, row[0])
         index.uncounted.clear()
     # (pods, each resource kept): what the pod needs left of each, itself counted; of a resource
     # it does not ask for, nothing (no node has less than _UNASKED left).
     wants = (1, *(amounts.get(r, _UNASKED) for r in names))
-    short = [0] * len(wants)
     shared = req.shared is not None
     check = filters.check
-    accepted: Counter[tuple[Any, ...]] = Counter()
-    first: dict[tuple[Any, ...], NodeState] = {}
-    for lefts, part, whole, node in rows.values():
-        if lefts is None:
-            if _counted(counts, check(node)):
-                continue
-        elif lefts >= wants and all(map(operator.ge, lefts, wants)):
-            pass
-        else:
-            fits = True
-            for i, n in enumerate(wants):
-                if n > lefts[i]:
-                    short[i] += 1
-                    fits = False
-            if not fits:
-                continue
-        if shared:
-            accepted[part] += 1
-            first.setdefault(part, node)
-        else:
-            accepted[whole] += 1
+    # The nodes the chain accepts: of those whose left is not known, the ones it passes.
+    accepted_rows = [
+        row for name in index.unknown if not _counted(counts, check((row := rows[name])[3]))
+    ]
+    # The nodes short of each resource, counted in its column; those with enough of every
+    # one are among the nodes with enough of the scarcest, read one by one.
+    short = [0] * len(wants)
+    if index.by_left:
+        short = [
+            bisect.bisect_left(column, (n, ""))
+            for column, n in zip(index.by_left, wants, strict=True)
+        ]
+        scarcest = max(range(len(short)), key=short.__getitem__)
+        ge = operator.ge
+        column = cast("list[tuple[int, str, _Row]]", index.by_left[scarcest])
+        accepted_rows += [
+            row
+            for _, _, row in column[short[scarcest] :]
+            if all(map(ge, row[0], wants))  # type: ignore[arg-type]
+        ]
+    # What the GPU reason of each reads, counted in one call.
+    reads = [row[1] if shared else row[2] for row in accepted_rows]
+    accepted = Counter(reads)
+    # Any node of a share's part has its GPU reason (it reads the part alone).
+    first = dict(zip(reads, [row[3] for row in accepted_rows], strict=True)) if shared else {}
     for what, n in accepted.items():
         if shared:
             counts[_gpu_reason(first[what], req, k, demand, together)] += n

@@ -34,8 +34,11 @@ node, busiest card); its ties go to a node some GPU pod uses already, then by na
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from ..model.names import CORES_PER_CARD
 from ..settings import FragmentationSettings
@@ -49,27 +52,55 @@ Shape = tuple[int, tuple[int, ...]]
 
 
 class Target:
-    """One target workload M and the fragmentation of every node shape measured under it."""
+    """One target workload M and the fragmentation of every node shape measured under it.
+
+    F_n(M) is measured in two parts, each remembered by what it depends on, so that a placement
+    never measures a node shape afresh when only the cpu left (or the pod's cpu) differs (issue
+    32: a share with a cpu request the memo had not seen measured every candidate afresh, some
+    thousand a decision at 5,000 nodes):
+
+    - the classes' part (``_frag``) reads the cpu left only through which classes it can feed,
+      so it is kept by (the largest cpu a class asks that the cpu left covers, the cards);
+    - the stranded part is a line of the cpu left, worked out each time.
+
+    A new target (the pods held changed a class's whole-percent weight) starts from the one
+    before it (``before``): the cards a placement leaves do not depend on the target and are
+    shared, and the classes' part of a shape the one before measured is its value plus what the
+    classes whose weight changed add (``delta``, usually a few classes), not a new sum over every
+    class. The targets of a filling 5,000-node cluster change every few dozen pods, and each
+    emptied memo made the next shares measure every candidate afresh (issue 32).
+    """
 
     __slots__ = (
+        "afters",
+        "asks",
+        "before",
         "classes",
         "cpu_cap",
         "cpu_per",
+        "delta",
         "key",
+        "levels",
         "memo",
         "memo_limit",
         "per_cpu",
         "ranks",
         "strand",
+        "weight",
     )
 
     def __init__(
-        self, key: tuple[tuple[RequestClass, int], ...], settings: FragmentationSettings
+        self,
+        key: tuple[tuple[RequestClass, int], ...],
+        settings: FragmentationSettings,
+        before: Target | None = None,
     ) -> None:
         self.key = key
         self.classes = key
         # No class asks for more cpu: above it, nodes differing in cpu left measure the same.
         self.cpu_cap = max((request[0] for request, _ in key), default=0)
+        # The cpu the classes ask for, ascending: which of them a cpu left covers.
+        self.asks = sorted({request[0] for request, _ in key})
         # The workload's cpu per card percent, as a fraction: what its GPU classes ask for of
         # each, weighted as they are (stranded()).
         gpu = [(request, weight) for request, weight in key if request[1]]
@@ -77,38 +108,121 @@ class Target:
         self.per_cpu = sum(weight * request[1] * request[2] for request, weight in gpu)
         self.strand = settings.stranded_weight * sum(weight for _, weight in key)
         self.memo_limit = settings.memo_shapes
-        self.memo: dict[Shape, int] = {}
+        # The classes' part by (cpu covered, cards), and the cards a placement leaves by
+        # (cards, what it takes of them).
+        self.memo: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.afters: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], tuple[int, ...]] = (
+            {} if before is None else before.afters
+        )
+        # The target before this one (its asks and memo; not its own ``before``: no chain) and
+        # each class's weight now minus then, when fewer classes changed than there are.
+        self.before: tuple[list[int], dict[tuple[int, tuple[int, ...]], int]] | None = None
+        self.delta: tuple[tuple[RequestClass, int], ...] = ()
+        if before is not None:
+            now, then = dict(key), dict(before.key)
+            delta = tuple(
+                (request, now.get(request, 0) - then.get(request, 0))
+                for request in sorted(now.keys() | then.keys())
+                if now.get(request, 0) != then.get(request, 0)
+            )
+            if 2 * len(delta) < len(key):
+                self.before, self.delta = (before.asks, before.memo), delta
         self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
+        if before is not None and self.before is not None and not self.delta:
+            # The same classes and weights in another order (the pods held changed which of
+            # two equally common classes comes first): the same measure, its memos kept.
+            self.memo, self.ranks, self.before = before.memo, before.ranks, None
+        # Per cpu level (how many of ``asks`` a cpu left covers), the GPU classes it covers
+        # summed by (cards, percent): (cards, percent, weight), built when first asked for.
+        self.levels: dict[int, list[tuple[int, int, int]]] = {}
+        self.weight = sum(weight for _, weight in key)
 
     def rank(self, shape: Shape, cpu: int, take: tuple[tuple[int, int], ...]) -> int:
         """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered. The cpu left
         is capped at what the pod and any class could ask, or feeding every free card would
         (the same gain above it), so nodes with cpu to spare share their answers."""
         left, cards = shape
+        roomy = self.roomy(cards, cpu)
+        if left > roomy:
+            shape = (left := roomy, cards)
+        key = (shape, cpu, take)
+        found = self.ranks.get(key)
+        if found is not None:
+            return found
+        if len(self.ranks) >= self.memo_limit:
+            _forget_oldest(self.ranks)
+        moved = (cards, take)
+        after = self.afters.get(moved)
+        if after is None:
+            if len(self.afters) >= self.memo_limit:
+                _forget_oldest(self.afters)
+            after = self.afters[moved] = _after(cards, take)
+        changed = (left if left < 0 else max(0, left - cpu), after)
+        found = self.ranks[key] = gain_rank(self.frag(shape) - self.frag(changed))
+        return found
+
+    def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
+        """The cpu left from which up a placement asking for ``cpu`` millicores ranks the same
+        on any node with these cards (``rank``): what the pod and any class could ask, or
+        feeding every free card at the workload's cpu per GPU would take."""
         need = self.cpu_cap
         if self.per_cpu:
             need = max(need, -(-sum(cards) * self.cpu_per // self.per_cpu))
-        if left > need + cpu:
-            shape = (need + cpu, cards)
-        key = (shape, cpu, take)
-        found = self.ranks.get(key)
-        if found is None:
-            if len(self.ranks) >= self.memo_limit:
-                self.ranks.clear()
-            found = self.ranks[key] = gain_rank(gain(self, shape, cpu, take))
-        return found
+        return need + cpu
 
     def frag(self, shape: Shape) -> int:
         """F_n(M) of a node of this shape, in percent-of-a-card x percent of the workload,
         plus its stranded GPU percent, ``stranded_weight`` times the whole workload's weight."""
-        found = self.memo.get(shape)
+        left, cards = shape
+        asks = self.asks
+        # The largest cpu a class asks that ``left`` covers (-1: none; a node whose status has
+        # no cpu covers every class).
+        i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
+        key = (asks[i - 1] if i else -1, cards)
+        found = self.memo.get(key)
         if found is None:
             if len(self.memo) >= self.memo_limit:
-                self.memo.clear()
-            found = self.memo[shape] = _frag(self.classes, shape) + self.strand * self.stranded(
-                shape
-            )
-        return found
+                _forget_oldest(self.memo)
+            found = self.memo[key] = self._measured(left, i, cards)
+        return found + self.strand * self.stranded(shape)
+
+    def _measured(self, left: int, level: int, cards: tuple[int, ...]) -> int:
+        """The classes' part for cards ``cards`` on a node with ``left`` cpu (covering the
+        first ``level`` of ``asks``): the target before's value plus what the changed classes
+        add, when it measured the shape; else summed over the classes grouped by what they ask
+        of the cards (_frag's sum, a term per (cards, percent) instead of per class)."""
+        if self.before is not None:
+            asks, memo = self.before
+            i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
+            then = memo.get((asks[i - 1] if i else -1, cards))
+            if then is not None:
+                # A class that left (or came) covered as the cpu left covers it, not as the
+                # classes kept now do: _frag compares what each asks with the cpu itself.
+                return then + _frag(self.delta, (left if left >= 0 else _ANY_CPU, cards))
+        idle = sum(cards)
+        if not idle:
+            return 0
+        groups = self.levels.get(level)
+        if groups is None:
+            groups = self.levels[level] = self._level(level)
+        # Every class counts all the idle percent, but one that runs there (its cards with its
+        # percent free: cards[k - 1], the k-th largest) counts only the slivers below it.
+        total = self.weight * idle
+        count = len(cards)
+        for k, core, weight in groups:
+            if count >= k and cards[k - 1] >= core:
+                total -= weight * (idle - sum(f for f in cards if f < core))
+        return total
+
+    def _level(self, level: int) -> list[tuple[int, int, int]]:
+        """The GPU classes a cpu left covering the first ``level`` asks feeds, their weights
+        summed by (cards, percent)."""
+        covered = self.asks[level - 1] if level else -1
+        summed: dict[tuple[int, int], int] = {}
+        for (need_cpu, k, core), weight in self.classes:
+            if k and need_cpu <= covered:
+                summed[(k, core)] = summed.get((k, core), 0) + weight
+        return [(k, core, weight) for (k, core), weight in sorted(summed.items())]
 
     def stranded(self, shape: Shape) -> int:
         """The free card percent of a node of this shape that its cpu left cannot feed at the
@@ -120,8 +234,14 @@ class Target:
         return max(0, sum(cards) - left * self.per_cpu // self.cpu_per)
 
 
-def _frag(classes: Iterable[tuple[RequestClass, int]], shape: Shape) -> int:
-    cpu, cards = shape
+# More cpu than any class asks (the node's status says nothing of cpu: it covers every class).
+_ANY_CPU = 1 << 62
+
+
+def _frag(classes: Iterable[tuple[RequestClass, int]], key: tuple[int, tuple[int, ...]]) -> int:
+    """The classes' part of F_n(M) on cards ``key[1]`` whose cpu left covers the classes asking
+    at most ``key[0]`` (-1: none)."""
+    covered, cards = key
     idle = sum(cards)
     if not idle:
         return 0
@@ -132,7 +252,7 @@ def _frag(classes: Iterable[tuple[RequestClass, int]], shape: Shape) -> int:
     # every node shape afresh.
     slivers: dict[int, int] = {}
     for (need_cpu, k, core), weight in classes:
-        if not k or (0 <= cpu < need_cpu) or count < k or cards[k - 1] < core:
+        if not k or need_cpu > covered or count < k or cards[k - 1] < core:
             total += weight * idle
         else:
             sliver = slivers.get(core)
@@ -140,6 +260,27 @@ def _frag(classes: Iterable[tuple[RequestClass, int]], shape: Shape) -> int:
                 sliver = slivers[core] = sum(f for f in cards if f < core)
             total += weight * sliver
     return total
+
+
+def _forget_oldest(memo: dict[Any, Any]) -> None:
+    """Drop the older half of a full memo. Emptying it instead made every candidate of the next
+    decisions a miss at once (issue 32: most shares slower than 10 ms at 5,000 nodes came right
+    after the rank memo filled)."""
+    for key in list(itertools.islice(memo, len(memo) // 2)):
+        del memo[key]
+
+
+def _after(cards: tuple[int, ...], take: Iterable[tuple[int, int]]) -> tuple[int, ...]:
+    """The cards' free percent (as a Shape holds them) after taking, per card, (that card's
+    free percent, the percent taken)."""
+    after = list(cards)
+    for free, core in take:
+        # A share of GPU memory alone takes no core: the card keeps its free percent (and may
+        # have none, when the shape does not list it at all).
+        if core:
+            after.remove(free)
+            after.append(free - core)
+    return free_cards(after)
 
 
 class Profile:
@@ -204,7 +345,7 @@ class Profile:
             self._changed = False
             key = self._key()
             if self._target is None or self._target.key != key:
-                self._target = Target(key, self._settings)
+                self._target = Target(key, self._settings, self._target)
         return self._target
 
     def _key(self) -> tuple[tuple[RequestClass, int], ...]:
@@ -242,14 +383,7 @@ def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]
     """F_n(M) before minus after placing, on a node of ``shape``, a pod asking for ``cpu``
     millicores and, per card it takes, (that card's free percent, the percent it takes)."""
     left, cards = shape
-    after = list(cards)
-    for free, core in take:
-        # A share of GPU memory alone takes no core: the card keeps its free percent (and may
-        # have none, when the shape does not list it at all).
-        if core:
-            after.remove(free)
-            after.append(free - core)
-    changed: Shape = (left if left < 0 else max(0, left - cpu), free_cards(after))
+    changed: Shape = (left if left < 0 else max(0, left - cpu), _after(cards, take))
     return target.frag(shape) - target.frag(changed)
 
 

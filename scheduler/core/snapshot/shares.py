@@ -19,7 +19,10 @@ group only in the order the rank gives (issue 32: the chain ran on every node fo
 - per node, what a refused pod's reason derives of it and its group (``counted``: what it has
   left of the resources pods ask for; placement/nodes.unschedulable_reason), dropped when the
   node is (a node whose records, status or cards change is refiled, so what is kept is always
-  the node's as it is); ``uncounted`` names the nodes filed since.
+  the node's as it is); ``uncounted`` names the nodes filed since. What each counted node has
+  left is also kept per resource in ascending order (``by_left``), so a refused pod's count of
+  the nodes short of each resource is a bisection, and only the nodes with enough of the
+  scarcest resource it asks for are read one by one (issue 32: the reason walked every node).
 
 A node is filed when ``NodeIndex.index`` files its class and leaves with ``unindex``; a record
 charged to it (its cpu) refiles it (``NodeIndex.refile_shares``).
@@ -27,6 +30,7 @@ charged to it (its cpu) refiles it (``NodeIndex.refile_shares``).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 
 from ..model.names import CORES_PER_CARD
@@ -66,7 +70,16 @@ class CardGroup:
 class ShareIndex:
     """GPU nodes by CardKey (per vendor) and cpu left."""
 
-    __slots__ = ("_by_vendor", "_where", "counted", "counted_of", "uncounted")
+    __slots__ = (
+        "_by_vendor",
+        "_lefts",
+        "_where",
+        "by_left",
+        "counted",
+        "counted_of",
+        "uncounted",
+        "unknown",
+    )
 
     def __init__(self) -> None:
         self._by_vendor: dict[str, dict[CardKey, CardGroup]] = {}
@@ -79,6 +92,13 @@ class ShareIndex:
         # whose reason was counted asked for (a few: it only grows with a name no pod asked
         # for before, and is derived afresh then).
         self.counted_of: tuple[str, ...] = ()
+        # Per resource (pods, then ``counted_of``'s), (what a counted node has left, its name,
+        # what the reason code derived of it) in ascending order; the counted nodes whose left
+        # is not known (cordoned, tainted or without a status: the filter chain is asked about
+        # them), in the order counted.
+        self.by_left: list[list[tuple[int, str, object]]] = []
+        self.unknown: dict[str, None] = {}
+        self._lefts: dict[str, tuple[int, ...]] = {}
 
     def file(self, name: str, key: CardKey, left: int) -> None:
         """File a GPU node under its CardKey (NodeState.card_key) and cpu left (after ``drop``,
@@ -99,7 +119,8 @@ class ShareIndex:
         found = self._where.pop(name, None)
         if found is None:
             return
-        self.counted.pop(name, None)
+        if self.counted.pop(name, None) is not None:
+            self._uncount(name)
         self.uncounted.pop(name, None)
         group, left = found
         names = group.by_cpu[left]
@@ -115,9 +136,33 @@ class ShareIndex:
         if not groups:
             del self._by_vendor[vendor]
 
+    def count(self, name: str, row: object, lefts: tuple[int, ...] | None) -> None:
+        """What the reason code derived of an uncounted node (``row``), and what the node has
+        left of pods and of each resource of ``counted_of`` (None: not known)."""
+        self.counted[name] = row
+        if lefts is None:
+            self.unknown[name] = None
+            return
+        if not self.by_left:
+            self.by_left = [[] for _ in lefts]
+        for column, left in zip(self.by_left, lefts, strict=True):
+            bisect.insort(column, (left, name, row))
+        self._lefts[name] = lefts
+
+    def _uncount(self, name: str) -> None:
+        lefts = self._lefts.pop(name, None)
+        if lefts is None:
+            self.unknown.pop(name, None)
+            return
+        for column, left in zip(self.by_left, lefts, strict=True):
+            del column[bisect.bisect_left(column, (left, name))]
+
     def recount(self) -> None:
         """What the reason code derived of every node is forgotten (it derives it afresh)."""
         self.counted.clear()
+        self.by_left = []
+        self.unknown.clear()
+        self._lefts.clear()
         self.uncounted = {name: group for name, (group, _) in self._where.items()}
 
     def groups(self, vendor: str | None = None) -> Iterator[CardGroup]:
