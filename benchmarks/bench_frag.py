@@ -19,9 +19,16 @@ The published means are not a slice's: the calibration is not checked. Without t
 trace at hand (a clone that has no ../shared beside it), it replays a made-up stand-in of the
 trace's shape instead (``trace.stand_in``) and says so.
 
+``--scaled 5000,10000`` (issue 32: one rule at every cluster size) replays the same trace on the
+node list repeated to each of those sizes (``trace.scaled``; the workload drawn for it inflated to
+match, the same 130% of the larger cluster's GPUs), ours alone by default (the references rank
+every node in Python), beside the trace's own cluster, and prints each size's unallocated GPU %
+at 100% arrived against the trace's own figure (goal: within 0.3 points) with the mean decision
+time.
+
 Usage: python -m benchmarks.bench_frag [--quick] [--trace openb_pod_list_default.csv]
        [--trace-dir DIR] [--seeds 42-51] [--policies BestFit,FGD,topo-scheduler] [--jobs 2]
-       [--out build/bench-frag]
+       [--scaled 5000,10000] [--out build/bench-frag]
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -46,6 +54,7 @@ from benchmarks.frag.trace import (
     TraceError,
     load_nodes,
     load_pods,
+    scaled,
     stand_in,
     trace_dir,
     workload,
@@ -54,6 +63,7 @@ from benchmarks.frag.trace import (
 POLICIES: dict[str, Callable[[Cluster], Policy]] = {"BestFit": BestFit, "FGD": FGD, Ours.name: Ours}
 RATIO = 1.3
 QUICK_STRIDE = 8  # --quick: every 8th node and every 8th pod of the trace
+SCALED_TOLERANCE = 0.3  # --scaled: unallocated % at 100% arrived within this of the trace's own
 
 # Per worker process: the trace and the measure (with its memo of node shapes).
 _nodes: list[NodeSpec] = []
@@ -71,6 +81,51 @@ def _run(job: tuple[str, int]) -> Run:
     assert _meter is not None
     work = workload(_nodes, _pods, seed, RATIO)
     return replay(_nodes, work, _meter, POLICIES[policy], time.perf_counter)
+
+
+def _run_scaled(job: tuple[int, str, int]) -> tuple[int, Run]:
+    """One replay on the node list repeated to ``count`` nodes (the trace's own: ``count`` is
+    its length)."""
+    count, policy, seed = job
+    assert _meter is not None
+    nodes = scaled(_nodes, count)
+    work = workload(nodes, _pods, seed, RATIO)
+    return count, replay(nodes, work, _meter, POLICIES[policy], time.perf_counter)
+
+
+def _scaled_report(sizes: list[int], runs: list[tuple[int, Run]]) -> list[str]:
+    """Per size and policy: unallocated % at 100% arrived (mean, per seed), its difference to
+    the trace's own cluster (the first size), the pods replayed and the mean decision time."""
+    own = sizes[0]
+    lines = [
+        "Scaled (the node list repeated, the workload inflated to match): unallocated GPU % at "
+        "100% arrived",
+        "",
+        "| nodes | policy | pods | mean | per seed | diff to "
+        f"{own:,} nodes | decision mean | replay |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by: dict[tuple[int, str], list[Run]] = {}
+    for count, run in runs:
+        by.setdefault((count, run.policy), []).append(run)
+    checks = []
+    for (count, policy), rs in by.items():
+        mean = statistics.fmean(report.series(rs, 100))
+        base = statistics.fmean(report.series(by[(own, policy)], 100))
+        cells = ", ".join(f"{v:.2f}" for v in report.series(rs, 100))
+        decision = 1000 * sum(r.deciding for r in rs) / sum(r.pods for r in rs)
+        replayed = sum(r.seconds for r in rs) / len(rs)
+        lines.append(
+            f"| {count:,} | {policy} | {rs[0].pods:,} | {mean:.2f} | {cells} | "
+            f"{mean - base:+.2f} | {decision:.3f} ms | {replayed:.0f} s |"
+        )
+        if count != own:
+            inside = abs(mean - base) <= SCALED_TOLERANCE
+            checks.append(
+                f"goal {'PASS' if inside else 'MISS'}: {policy} at {count:,} nodes within "
+                f"{SCALED_TOLERANCE} points of {own:,} ({mean - base:+.2f})"
+            )
+    return [*lines, "", *checks]
 
 
 def _seeds(text: str) -> list[int]:
@@ -109,11 +164,20 @@ def main() -> int:
     parser.add_argument("--seeds", default="42-51", type=_seeds)
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument(
+        "--scaled",
+        default=None,
+        type=lambda text: [int(n) for n in text.split(",")],
+        help="node counts to repeat the node list to, beside the trace's own (ours alone "
+        "unless --policies says otherwise)",
+    )
     parser.add_argument("--out", default=None, type=Path, help="default: build/bench-frag")
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.jobs = args.seeds[:1], 1
     args.out = args.out or Path("build/bench-frag-quick" if args.quick else "build/bench-frag")
+    if args.scaled and "--policies" not in sys.argv:
+        args.policies = Ours.name
     policies = args.policies.split(",")
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -130,6 +194,8 @@ def main() -> int:
         f"seeds {args.seeds[0]}..{args.seeds[-1]}, up to {RATIO:.0%} arrived, "
         f"{args.jobs} processes"
     )
+    if args.scaled:
+        return _scaled(args, nodes, pods, policies)
     jobs = [(p, s) for p in policies for s in args.seeds]
     start = time.perf_counter()
     if args.jobs > 1:
@@ -172,6 +238,30 @@ def main() -> int:
     print("\n".join(lines))
     print(f"\nwritten: {args.out / (stem + '.md')}, {args.out / (stem + '.png')}")
     return 0 if calibrated else 2
+
+
+def _scaled(
+    args: argparse.Namespace, nodes: list[NodeSpec], pods: list[PodSpec], policies: list[str]
+) -> int:
+    sizes = [len(nodes), *args.scaled]
+    # The largest first, so the two processes finish together.
+    jobs = [(n, p, s) for n in sorted(sizes, reverse=True) for p in policies for s in args.seeds]
+    start = time.perf_counter()
+    if args.jobs > 1:
+        with multiprocessing.get_context("fork").Pool(args.jobs, _load, (nodes, pods)) as pool:
+            runs = pool.map(_run_scaled, jobs, chunksize=1)
+    else:
+        _load(nodes, pods)
+        runs = [_run_scaled(job) for job in jobs]
+    runs.sort(key=lambda item: (sizes.index(item[0]), policies.index(item[1].policy)))
+    lines = _scaled_report(sizes, runs)
+    lines.append(f"wall time: {time.perf_counter() - start:.0f} s on {args.jobs} processes")
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{Path(args.trace).stem}-scaled.md"
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"\nwritten: {path}")
+    return 0
 
 
 if __name__ == "__main__":

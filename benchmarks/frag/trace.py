@@ -173,6 +173,18 @@ def workload(nodes: list[NodeSpec], pods: list[PodSpec], seed: int, ratio: float
     return Workload(seed, order, ranks)
 
 
+def scaled(nodes: list[NodeSpec], count: int) -> list[NodeSpec]:
+    """The node list repeated up to ``count`` nodes (the last copy cut short), each copy's names
+    suffixed with its number: the same cluster, larger. The workload drawn for it (``workload``)
+    is inflated to match, since its copies fill the same share of the larger cluster's GPUs."""
+    out = list(nodes)
+    copy = 1
+    while len(out) < count:
+        out += [n._replace(name=f"{n.name}-x{copy}") for n in nodes[: count - len(out)]]
+        copy += 1
+    return out[:count]
+
+
 def stand_in() -> tuple[list[NodeSpec], list[PodSpec]]:
     """A made-up trace of openb's shape, for ``bench-frag --quick`` where the trace is not at
     hand: 96 nodes of 2, 4 and 8 GPUs (three models) and 800 pods, a third of them GPU shares

@@ -53,8 +53,6 @@ RANGES: dict[str, Range] = {
     "fragmentation.minPods": AT_LEAST_1,
     "fragmentation.strandedWeight": NOT_NEGATIVE,
     "fragmentation.memoShapes": AT_LEAST_1,
-    "fragmentation.scanNodes": NOT_NEGATIVE,
-    "fragmentation.groupScanNodes": NOT_NEGATIVE,
     "memos.asks": AT_LEAST_1,
     "memos.requests": AT_LEAST_1,
     "memos.quantities": AT_LEAST_1,

@@ -56,9 +56,9 @@ class TopologySettings(Struct, frozen=True):
 
 
 class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
-    """The fragmentation measure (snapshot/fragmentation.py) and when placement ranks by it
-    (placement/nodes.py). All of it is the core's, so this Struct is also the config file's
-    ``fragmentation`` section as it stands (camelCase there)."""
+    """The fragmentation measure (snapshot/fragmentation.py), which placement ranks by at every
+    cluster size (placement/nodes.py). All of it is the core's, so this Struct is also the config
+    file's ``fragmentation`` section as it stands (camelCase there)."""
 
     # Percent of the pods held that the target workload's request classes cover.
     coverage_percent: int = 95
@@ -68,13 +68,6 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
     stranded_weight: int = 4
     # Node shapes (and placement ranks) remembered per target; a full memo drops its older half.
     memo_shapes: int = 1 << 16
-    # A cluster of at most this many nodes ranks every node of a whole-GPU pod's best set score
-    # by the measure (openb's 1,213 nodes: about 0.5 ms a pod); a larger one ranks by the free
-    # count first and by the measure between nodes of an equal key.
-    scan_nodes: int = 2048
-    # In a larger cluster, a group of equal keys of more than this many nodes is told apart by
-    # each node class's first node only (bench-core's 5,000-node groups).
-    group_scan_nodes: int = 640
 
 
 class MemoSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):

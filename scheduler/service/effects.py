@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import structlog
 
-from scheduler.core.cycle import assume, gang_minimum
+from scheduler.core.cycle import assume, gang_minimum, gang_of
 from scheduler.core.filters.requeue import helped_by_added
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
@@ -381,6 +381,16 @@ class Effects:
             event = Event.BIND_OK_STALE
         self.dispatch(o.pod.key, o.pod.uid, event, Ctx(pod=pod, placement=o.placement))
 
+    def completing(self, gang: str) -> bool:
+        """Whether ``gang`` is being completed: some of its members bound or assumed, fewer
+        than its minimum (its pending members go first in the queue, queue.py)."""
+        bound = self.state.gang_bound.get(gang)
+        if not bound:
+            return False
+        pods = (e.pod for e in self.book.gang_members(gang, frozenset(Stage)) if e.pod is not None)
+        pod = next(pods, None)
+        return pod is not None and len(bound) < gang_minimum(self.state, pod)
+
     def _gang_committed(self, o: Outcome, refused: set[str]) -> bool:
         """Whether the refused pod's gang is below its minimum with other members bound or
         binding (sim seed 629): its GPUs are then the gang's, held for it (GANG_BIND_FAILED),
@@ -583,6 +593,8 @@ def charge(state: ClusterState, pod: PodInput) -> None:
         log.warning("bound pod", pod=pod.key, warning=warning)
 
 
-def rank(pod: PodInput | None) -> tuple[int, str]:
-    """The queue's order for a pod: kube-scheduler's PrioritySort (priority, creation time)."""
-    return (pod.priority, pod.created) if pod is not None else (0, "")
+def rank(pod: PodInput | None) -> tuple[int, str, str | None]:
+    """The queue's order for a pod: kube-scheduler's PrioritySort (priority, creation time),
+    and its gang, whose members go first among their priority while it is being completed
+    (queue.py)."""
+    return (pod.priority, pod.created, gang_of(pod)) if pod is not None else (0, "", None)

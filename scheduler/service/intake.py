@@ -356,11 +356,15 @@ class Intake:
         ``--bump-revision``. Then every event about a known name would be "older" and dropped,
         and a LIST lacking a pod would not free it, for good; instead the LIST is the truth (as
         client-go's Replace is) and the book forgets the old era's versions. Said loudly: an
-        operator should know the cluster went back in time. The store is reconciled too: its
-        records are of the era before (a pod the restore brought back bound was released when
-        it left, and the book takes it in as a bound pod, which writes nothing: sim seed 10). A
-        LIST asked for in the current era ends the wait for ``watch`` (``between_eras``); one
-        that begins an era starts the other's.
+        operator should know the cluster went back in time. A LIST asked for in the current
+        era ends the wait for ``watch`` (``between_eras``); one that begins an era starts the
+        other's. The store is reconciled once the wait ends: its records are of the era before
+        (a pod the restore brought back bound was released when it left, and the book takes it
+        in as a bound pod, which writes nothing: sim seed 10), and only then does the book hold
+        the new era's truth. A reconcile between the eras writes a bound view of the era before
+        (an election's, or one a write failure asked for) and leaves none needed: asked for
+        when the era began, the store lacked for good a pod the bound LIST then brought back
+        (sim seed 603). Each reconcile is fenced by the leader's epoch, as any.
 
         A LIST whose version went back but that was asked for before the current era began
         (``era``: the other watch's LIST began it meanwhile) is of that era: asked for after
@@ -374,6 +378,7 @@ class Intake:
         if not 0 < version < since or era != self._eras:
             if watch == self._unlisted and (era == self._eras or 0 < version < since):
                 self._unlisted = ""
+                self.effects.sync.request()
             return False
         log.warning(
             "resourceVersion went back (etcd restored without --bump-revision?): "
@@ -383,7 +388,6 @@ class Intake:
             book_version=since,
         )
         self.book.new_era(version)
-        self.effects.sync.request()
         self._eras += 1
         self._unlisted = "bound-pods" if watch == "pending-pods" else "pending-pods"
         return True

@@ -2,6 +2,15 @@
 
 - active: pods ready for a scheduling attempt, in kube-scheduler's PrioritySort order: higher
   ``spec.priority`` first, then older ``creationTimestamp``, then the order they became ready;
+  with one tier between priority and creation time: a member of a gang being completed (some
+  of its members bound or assumed, fewer than its minimum) goes before the other pods of its
+  priority (docs/gangs.md, "Queue order"). Its GPUs are what a previous leader held for it
+  (a hold a store failover may have lost, sim seed 549); a pod of the same priority taking
+  them first would leave the gang partial for good, the cross-gang deadlock the gangs rule out.
+  The tier is read from the snapshot at the pod's turn, not frozen at enqueue: the injected
+  ``completing`` says whether a gang is being completed, and every pop first re-reads it for
+  the gangs whose bound members changed since (``gangs_changed``, ``regang``; after a
+  failover the bound pods' LIST may arrive after the pending members were queued);
 - backoff: pods whose last attempt failed for a reason that may pass by itself (a store conflict,
   an apiserver error); they wait ``initial_backoff_s`` (1 s by default), doubling per attempt up
   to ``max_backoff_s`` (10 s);
@@ -32,15 +41,24 @@ class SchedulingQueue:
         initial_backoff_s: float,
         max_backoff_s: float,
         max_unschedulable_s: float,
+        completing: Callable[[str], bool] | None = None,
+        gangs_changed: Callable[[], set[str]] | None = None,
     ) -> None:
         self._clock = clock
+        # Whether a gang is being completed, and which gangs' bound members changed since the
+        # last call (module doc); None: no gang ever is, or changes.
+        self._completing = completing
+        self._gangs_changed = gangs_changed
         self._initial_backoff_s = initial_backoff_s
         self._max_backoff_s = max_backoff_s
         self._max_unschedulable_s = max_unschedulable_s
         self._seq = 0
-        # (-priority, created, seq, key) heap
-        self._active: list[tuple[int, str, int, str]] = []
+        # (-priority, tier, created, seq, key) heap; tier 0: a gang being completed (module doc)
+        self._active: list[tuple[int, int, str, int, str]] = []
         self._rank: dict[str, tuple[int, str]] = {}  # key -> (-priority, created) while queued
+        self._gang: dict[str, str] = {}  # key -> its gang while queued
+        self._members: dict[str, set[str]] = {}  # gang -> its queued keys
+        self._first: set[str] = set()  # the active keys whose live entry is in tier 0
         self._in_active: dict[str, int] = {}  # key -> seq of its live heap entry
         self._backoff: dict[str, float] = {}  # key -> time it may be retried
         self._unschedulable: dict[str, float] = {}  # key -> time it is retried at the latest
@@ -49,9 +67,10 @@ class SchedulingQueue:
 
     # ---- arrivals --------------------------------------------------------------------------
 
-    def add(self, key: str, priority: int = 0, created: str = "") -> None:
+    def add(self, key: str, priority: int = 0, created: str = "", gang: str | None = None) -> None:
         """A pending pod appeared or changed: make it ready now, unless it is backing off."""
         self._rank[key] = (-priority, created)
+        self._join(key, gang)
         if key in self._in_active or key in self._backoff:
             return
         self._unschedulable.pop(key, None)
@@ -64,7 +83,39 @@ class SchedulingQueue:
         self._attempts.pop(key, None)
         self._last_attempt.pop(key, None)
         self._rank.pop(key, None)
+        self._join(key, None)
+        self._first.discard(key)
         self._compact()
+
+    def _join(self, key: str, gang: str | None) -> None:
+        """Index ``key`` under its gang (None: under none), for ``regang``."""
+        old = self._gang.pop(key, None)
+        if old is not None:
+            keys = self._members[old]
+            keys.discard(key)
+            if not keys:
+                del self._members[old]
+        if gang is not None:
+            self._gang[key] = gang
+            self._members.setdefault(gang, set()).add(key)
+
+    def regang(self) -> None:
+        """The gangs whose bound members changed: their active members whose tier changed
+        with it take their new place (a new heap entry; the old one goes stale). Every pop
+        does it first; a standby's loop, which pops nothing, does it too, so the changes
+        taken stay few and its queue is in order when it leads."""
+        if self._gangs_changed is None:
+            return
+        for gang in self._gangs_changed():
+            for key in list(self._members.get(gang, ())):
+                if key in self._in_active and (self._tier(key) == 0) != (key in self._first):
+                    self._push(key)
+        self._compact()
+
+    def _tier(self, key: str) -> int:
+        gang = self._gang.get(key)
+        first = gang is not None and self._completing is not None and self._completing(gang)
+        return 0 if first else 1
 
     def _compact(self) -> None:
         """Drop the heap's stale entries once they outnumber the live ones: a queue that is
@@ -73,7 +124,7 @@ class SchedulingQueue:
         if not self._in_active:
             self._active.clear()
         elif len(self._active) > 2 * len(self._in_active) + 64:
-            self._active = [e for e in self._active if self._in_active.get(e[3]) == e[2]]
+            self._active = [e for e in self._active if self._in_active.get(e[4]) == e[3]]
             heapq.heapify(self._active)
 
     def sizes(self) -> dict[str, int]:
@@ -86,6 +137,8 @@ class SchedulingQueue:
             "attempts": len(self._attempts),
             "last_attempt": len(self._last_attempt),
             "rank": len(self._rank),
+            "gang": len(self._gang),
+            "first": len(self._first),
         }
 
     def done(self, key: str) -> None:
@@ -94,14 +147,18 @@ class SchedulingQueue:
 
     # ---- after an attempt ------------------------------------------------------------------
 
-    def backoff(self, key: str, priority: int | None = None, created: str = "") -> float:
+    def backoff(
+        self, key: str, priority: int | None = None, created: str = "", gang: str | None = None
+    ) -> float:
         """The attempt failed transiently: retry after the pod's backoff. Returns the delay.
-        ``priority`` (with ``created``) restores the pod's rank when it left the queue in
-        between (assumed, then its bind failed)."""
+        ``priority`` (with ``created`` and ``gang``) restores the pod's rank when it left the
+        queue in between (assumed, then its bind failed)."""
         if priority is not None:
             self._rank[key] = (-priority, created)
+            self._join(key, gang)
         delay = self._record_attempt(key)
         self._in_active.pop(key, None)
+        self._first.discard(key)
         self._unschedulable.pop(key, None)
         self._backoff[key] = self._clock() + delay
         self._compact()
@@ -112,6 +169,7 @@ class SchedulingQueue:
         ``retry_by``, a clock time, comes sooner: a gang's wait timeout changes its reason)."""
         self._record_attempt(key)
         self._in_active.pop(key, None)
+        self._first.discard(key)
         self._backoff.pop(key, None)
         self._compact()
         latest = self._clock() + self._max_unschedulable_s
@@ -182,10 +240,12 @@ class SchedulingQueue:
 
     def pop(self) -> str | None:
         self.flush()
+        self.regang()
         while self._active:
-            _, _, seq, key = heapq.heappop(self._active)
+            _, _, _, seq, key = heapq.heappop(self._active)
             if self._in_active.get(key) == seq:
                 del self._in_active[key]
+                self._first.discard(key)
                 return key
         return None
 
@@ -194,6 +254,7 @@ class SchedulingQueue:
         it was queued."""
         queued = key in self._in_active or key in self._backoff or key in self._unschedulable
         self._in_active.pop(key, None)
+        self._first.discard(key)
         self._backoff.pop(key, None)
         self._unschedulable.pop(key, None)
         self._compact()
@@ -216,9 +277,15 @@ class SchedulingQueue:
         return self._attempts.get(key, 0)
 
     def _push(self, key: str) -> None:
-        """Into the active heap; entries of equal rank (creationTimestamp has whole seconds) keep
-        the order in which they became ready, by sequence number."""
+        """Into the active heap, in its tier as the snapshot says now (module doc); entries of
+        equal rank (creationTimestamp has whole seconds) keep the order in which they became
+        ready, by sequence number."""
         self._seq += 1
         self._in_active[key] = self._seq
         priority, created = self._rank.get(key, (0, ""))
-        heapq.heappush(self._active, (priority, created, self._seq, key))
+        tier = self._tier(key)
+        if tier == 0:
+            self._first.add(key)
+        else:
+            self._first.discard(key)
+        heapq.heappush(self._active, (priority, tier, created, self._seq, key))

@@ -139,6 +139,8 @@ class Scheduler:
             initial_backoff_s=tuning.pod_initial_backoff_seconds,
             max_backoff_s=tuning.pod_max_backoff_seconds,
             max_unschedulable_s=tuning.pod_max_unschedulable_seconds,
+            completing=lambda gang: self.effects.completing(gang),
+            gangs_changed=self.state.take_gangs_changed,
         )
         self.book = PodBook()
         leading = self._may_write
@@ -392,6 +394,7 @@ class Scheduler:
     async def run(self) -> None:
         while True:
             if not self.may_decide():
+                self.queue.regang()  # its gangs' tiers kept as a leader's are (queue.py)
                 await self.tasks.sleep(self.tick_s)
                 continue
             await self.sync.if_needed()

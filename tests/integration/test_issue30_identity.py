@@ -384,12 +384,59 @@ async def test_issue30_6_a_pod_a_restore_brings_back_bound_is_recorded_in_the_st
     assert await store_of(r) == ({}, {}, {})
     r.api.pods, r.api.version = backup  # w bound again, at the backup's versions
     r.s.intake.replace_bound(*r.bound_list())  # below the book's newest: a new era
+    r.s.intake.replace_pending([], r.api.version)  # every watch re-lists after a restore
     await r.settle()
     assert r.s.book.stage(w.key) is Stage.BOUND and r.held(w.key) == ("n", [0])
     r.clock.now += Tuning().store_reconcile_seconds
     await r.renew()
     await run(r)
     assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
+
+
+@pytest.mark.parametrize("between", ["reconcile", "election"])
+async def test_issue30_6_the_store_follows_the_new_era_once_both_pod_watches_listed_in_it(
+    backend: Backend, between: str
+) -> None:
+    """Sim seed 603: w is bound on node n's one GPU, etcd is backed up, w is deleted (its record
+    released), and etcd is restored from the backup: w is bound again. The pending LIST comes
+    first and begins the new era; the bound LIST lags. Meanwhile the store is reconciled, from
+    the bound view of the era before (without w): the loop's rate-limited reconcile, or (the
+    seed) an election's, standby b taking over from a drained leader a. Then the bound LIST
+    brings w back, which writes nothing. Before the fix the reconcile was asked for when the
+    era began, and the one between the eras was it: the store had no record of w, and no owner
+    of its GPU, for good. It is asked for when both watches have listed in the new era."""
+    api = Apiserver()
+    api.version = 1000
+    a = backend.replica(api, "a")
+    b = backend.replica(api, "b") if between == "election" else a
+    w = api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    if b is not a:
+        b.s.intake.replace_nodes([node(1)])
+        b.s.intake.replace_bound([w], api.version)
+    await a.elect([node(1)], [w])
+    backup = dict(api.pods), api.version
+    deleted = api.delete(w.key)
+    for r in {a, b}:
+        r.s.intake.bound_event("DELETED", deleted)
+    await a.settle()
+    assert await store_of(a) == ({}, {}, {})
+    api.pods, api.version = backup  # w bound again, at the backup's versions
+    b.s.intake.replace_pending([], api.version)  # below the book's newest: a new era
+    b.clock.now += Tuning().store_reconcile_seconds
+    if b is a:
+        await a.renew()
+        await a.s.sync.if_needed()
+    else:
+        await a.s.drain()
+        await backend.store.release_lease("a", a.leadership.epoch or 0)
+        await take_lease(b)
+    b.s.intake.replace_bound(*b.bound_list())  # the bound LIST of the new era: w
+    await b.settle()
+    assert b.s.book.stage(w.key) is Stage.BOUND and b.held(w.key) == ("n", [0])
+    b.clock.now += Tuning().store_reconcile_seconds
+    await b.renew()
+    await run(b)
+    assert await store_of(b) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
 
 
 # ---- 6, found by the simulation: a restore that undoes our own Binding -------------------------

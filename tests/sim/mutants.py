@@ -54,6 +54,7 @@ from scheduler.service import binder as binder_module
 from scheduler.service.binder import Binder
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import TABLE, Effect, Event, Stage
+from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import StoreSync
 from scheduler.service.witness import NAME as WITNESS_NAME
@@ -420,6 +421,23 @@ def _list_of_the_era_begins_another() -> list[Patch]:
     return [(Intake, "_new_era", new_era)]
 
 
+def _store_asked_at_era_begin() -> list[Patch]:
+    """Sim seed 603: the store's reconcile is asked for when a new era begins, not when both pod
+    watches have listed in it (a reconcile between the eras leaves none needed)."""
+    fixed = Intake._new_era
+
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int) -> bool:
+        needed = self.effects.sync.needed
+        began = fixed(self, watch, version, since, era)
+        if began:
+            self.effects.sync.request()
+        else:
+            self.effects.sync.needed = needed
+        return began
+
+    return [(Intake, "_new_era", new_era)]
+
+
 def _lapsed_write_forgotten() -> list[Patch]:
     """30.7b: a store write skipped while the local lease lapsed asks for no reconcile."""
     original = StoreSync._write
@@ -469,6 +487,16 @@ def _gang_member_refused_freed() -> list[Patch]:
     """Sim seed 629: a gang member refused while its gang is below its minimum with members
     bound lets its GPUs go (as any refused pod does)."""
     return [(TABLE, (S.BINDING, E.GANG_BIND_FAILED), TABLE[(S.BINDING, E.BIND_FAILED)])]
+
+
+def _plain_priority_sort() -> list[Patch]:
+    """Sim seed 549: the queue is plain PrioritySort; a gang being completed (members bound,
+    fewer than its minimum) waits behind older pods of its priority."""
+
+    def tier(self: SchedulingQueue, key: str) -> int:
+        return 1
+
+    return [(SchedulingQueue, "_tier", tier)]
 
 
 def _stale_bind_ok_trusted() -> list[Patch]:
@@ -664,6 +692,11 @@ MUTANTS: dict[str, Mutant] = {
         _gang_member_refused_freed,
         timeline="sim629-gang-member-refused",
     ),
+    "sim549-plain-priority-sort": Mutant(
+        "a gang being completed waits behind older pods of its priority",
+        _plain_priority_sort,
+        timeline="sim549-gang-hold-lost-in-failover",
+    ),
     "sim726-stale-bind-ok-trusted": Mutant(
         "a Binding answered after an etcd restore began a new era is assumed, not re-read",
         _stale_bind_ok_trusted,
@@ -678,6 +711,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding answered after a bound LIST that lacked it (no new era) is assumed, not re-read",
         _bound_list_not_counted,
         timeline="sim870-restore-undoes-gang-bind",
+    ),
+    "sim603-store-asked-at-era-begin": Mutant(
+        "the store's reconcile after an etcd restore is asked for when the new era begins",
+        _store_asked_at_era_begin,
+        timeline="sim603-store-between-eras",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

@@ -526,6 +526,30 @@ def gang_member_refused(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gang_hold_lost_in_failover(m: SimMachine) -> None:
+    """Sim seed 549: r3 decides gang j3 (2) whole on n2; j3-0's Binding commits (answered 404:
+    read back, bound), j3-1's is refused 403 on every attempt, so r3 holds j3-1's GPU for the
+    gang. That hold lives in r3's book and on the store master, which a failover (not
+    chained) loses. The new leader reloads from the apiserver: j3 has 1 of 2 bound, and the
+    older single pod a waits at the same priority. In PrioritySort order a takes the GPU and
+    j3 stays below its minimum for good; a gang being completed goes first (queue.py)."""
+    past_first_wait(m)
+    m.create_gang("k", 2, True)
+    m.create_gang("j", 2, True)
+    m.tick(5.0)
+    m.bind_fault("404")
+    for _ in range(30):
+        m.bind_fault("403")
+    m.failover(False, 60.0)
+    m.create_pod("a", 1, False)
+    m.restart_gang(1)
+    m.reap()
+    m.tick(2.0)
+    for _ in range(4):
+        m.tick(16.0)
+    m.quiesce()
+
+
 def lapsed_write_forgotten(m: SimMachine) -> None:
     """Issue 30 bug 7b: a store write skipped while the local lease had lapsed asks for no
     reconcile. a and b are bound by r1; every store call then answers 25 s late. r1's renewals
@@ -646,12 +670,34 @@ def restore_undoes_gang_bind(m: SimMachine) -> None:
     m.safe()
 
 
+def store_between_eras(m: SimMachine) -> None:
+    """Sim seed 603: a is bound on n1/0; etcd is backed up; a is deleted (its record released)
+    and b bound on its GPU; standby r2's bound watch lags when r1 hands over and etcd is
+    restored (a bound again, b gone). r2's pending LIST begins the new era, r2 is elected and
+    its election's reconcile writes the bound view of the era before (b, not a); then its bound
+    LIST brings a back, which writes nothing. With the reconcile asked for when the era began,
+    the election's was it, and the store had no record of a for good."""
+    m.create_pod("a", 1, False)
+    m.quiesce()
+    m.etcd_restore(False)
+    m.delete_pod(0, False)
+    m.create_pod("b", 1, False)
+    m.tick(1.0)
+    m.lag(1, "bound", 20.0)
+    m.handover()
+    m.etcd_restore(True)
+    m.tick(3.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
+    "sim603-store-between-eras": store_between_eras,
     "sim726-restore-after-binding-answered-late": restore_after_binding_answered_late,
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
+    "sim549-gang-hold-lost-in-failover": gang_hold_lost_in_failover,
     "30.5-terminating-members-count": terminating_members_count,
     "sim5-bound-view-behind": bound_view_behind,
     "30.3-inheritance-by-name": inheritance_by_name,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 from scheduler.core.model.decisions import Placed
-from scheduler.core.placement.shapes import shape_of
 from scheduler.core.settings import CoreSettings, FragmentationSettings
 from scheduler.core.snapshot.fragmentation import Profile, Target, free_cards, gain, gain_rank
 from tests.builders import MakeNode, MakePod, cluster, schedule
@@ -141,10 +140,10 @@ def test_shape_of_a_node_counts_idle_and_shared_cards_and_cpu_left() -> None:
         MakePod().Name("s").Shared(core=30).Requests(cpu="2", memory="1Gi"),
     )
     node = state.nodes["n"]
-    assert shape_of(node) == (54_000, (100, 100, 70))
+    assert node.shape() == (54_000, (100, 100, 70))
     assert state.sizes()["profile"] == 2
     state.remove_pod("default/w")
-    assert shape_of(node) == (62_000, (100, 100, 100, 70))
+    assert node.shape() == (62_000, (100, 100, 100, 70))
     assert state.sizes()["profile"] == 1
 
 
@@ -243,22 +242,14 @@ def test_a_share_of_memory_alone_goes_to_a_card_with_no_core_free() -> None:
     assert gain(target, (8000, (100,)), 1000, ((0, 0),)) == 0
 
 
-def test_a_cluster_past_the_scan_bound_keeps_the_free_count_first() -> None:
-    # the nodes of test_with_a_target_whole_gpus_go_by_the_measure_before_the_smallest_fit, in
-    # a cluster larger than scanNodes: the free count first (c), the measure between equals
-    small = FragmentationSettings(scan_nodes=4)
-    state = filled(gpu_node("b", 4), gpu_node("c", 2, cpu="12"), settings=small)
+def test_a_cluster_of_any_size_ranks_whole_gpus_by_the_measure() -> None:
+    # the nodes of test_with_a_target_whole_gpus_go_by_the_measure_before_the_smallest_fit,
+    # among 2,048 more (cordoned): past 2,048 nodes the free count came first (c); now the same
+    # rule at every size (the shape index: test_shape_index.py)
+    far = [gpu_node(f"far{i}", 8).Cordoned() for i in range(2048)]
+    state = filled(gpu_node("b", 4), gpu_node("c", 2, cpu="12"), *far)
     (d,) = schedule(state, whole("p"))
-    assert placed(d)[0] == "c"
-
-
-def test_a_key_group_past_the_scan_bound_is_told_apart_by_each_class_first_node() -> None:
-    # a and b are one class (same GPUs, same free mask); with the bound below the group's size
-    # only the class's first node, a, is ranked: the cost stays that of ranking classes
-    small = FragmentationSettings(scan_nodes=1, group_scan_nodes=1)
-    state = filled(gpu_node("a", 2, cpu="12"), gpu_node("b", 2), settings=small)
-    (d,) = schedule(state, whole("p"))
-    assert placed(d)[0] == "a"
+    assert placed(d)[0] == "b"
 
 
 def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count() -> None:

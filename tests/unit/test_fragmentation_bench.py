@@ -13,7 +13,7 @@ from benchmarks.frag.measure import Cluster, Klass, Meter, target_classes
 from benchmarks.frag.ours import Ours
 from benchmarks.frag.references import FGD, BestFit, bestfit_score, fgd_score
 from benchmarks.frag.replay import replay
-from benchmarks.frag.trace import NodeSpec, PodSpec, TraceError, trace_dir, workload
+from benchmarks.frag.trace import NodeSpec, PodSpec, TraceError, scaled, trace_dir, workload
 
 
 def pod(name: str, cpu: int = 1000, gpus: int = 0, milli: int = 0, mem: int = 1024) -> PodSpec:
@@ -169,6 +169,17 @@ def test_workload_draws_copies_until_the_next_would_pass_the_ratio() -> None:
     # above the ratio already: pods are dropped until it is not
     down = workload(nodes, pods * 3, seed=7, ratio=0.5)
     assert sum(p.total_milli for p in down.pods) <= 1000
+
+
+def test_scaled_repeats_the_node_list_and_the_workload_grows_with_it() -> None:
+    nodes = [spec("n0", 2), spec("n1", 4)]
+    five = scaled(nodes, 5)
+    assert [n.name for n in five] == ["n0", "n1", "n0-x1", "n1-x1", "n0-x2"]
+    assert [n.gpus for n in five] == [2, 4, 2, 4, 2]
+    assert scaled(nodes, 2) == nodes
+    pods = [pod("p0", gpus=1, milli=1000)]
+    assert len(workload(five, pods, seed=42, ratio=1.0).pods) == 14  # 14 of its 14 GPUs
+    assert len(workload(nodes, pods, seed=42, ratio=1.0).pods) == 6
 
 
 def test_replay_bins_by_arrived_percent_and_counts_failures_by_class() -> None:

@@ -44,8 +44,6 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
         min_pods=32,
         stranded_weight=4,
         memo_shapes=1 << 16,
-        scan_nodes=2048,
-        group_scan_nodes=640,
     )
     assert CoreSettings().preemption == PreemptionSettings(
         min_candidate_nodes=100, min_candidate_nodes_percent=10, max_candidate_domains=16
@@ -151,7 +149,7 @@ def test_range_problems_are_collected_with_the_others() -> None:
 def test_the_files_core_values_reach_core_settings() -> None:
     core = parse_config(
         {
-            "fragmentation": {"scanNodes": 4, "groupScanNodes": 1, "minPods": 2},
+            "fragmentation": {"strandedWeight": 3, "memoShapes": 9, "minPods": 2},
             "preemption": {
                 "minCandidateNodes": 7,
                 "minCandidateNodesPercent": 50,
@@ -161,7 +159,7 @@ def test_the_files_core_values_reach_core_settings() -> None:
             "memos": {"asks": 5, "requests": 6, "quantities": 7, "bestSets": 8},
         }
     ).to_core()
-    assert core.fragmentation == FragmentationSettings(scan_nodes=4, group_scan_nodes=1, min_pods=2)
+    assert core.fragmentation == FragmentationSettings(stranded_weight=3, memo_shapes=9, min_pods=2)
     assert core.preemption == PreemptionSettings(7, 50, 3)
     assert core.topology.max_plans == 2
     memos = ClusterState(core).memos

@@ -54,7 +54,6 @@ from scheduler.core.placement.nodes import (
     ranked_by,
     unschedulable_reason,
 )
-from scheduler.core.placement.shapes import shape_of, untouched
 from scheduler.core.resources.requests import PodRequest, SharedRequest, parse_request
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.fragmentation import Target
@@ -96,7 +95,7 @@ def _least_fragmenting(
     fits: list[tuple[int, int, int]],
     busiest: list[tuple[int, int, int]],
 ) -> tuple[int, list[tuple[int, int, int]]]:
-    shape = shape_of(node)
+    shape = node.shape()
     core = shared.core
     if shared.cards > 1:
         take = tuple((f[0] + core, core) for f in busiest)
@@ -144,7 +143,7 @@ def walk(
         rest: tuple[int, int]
         if target is not None:
             frag, chosen = _least_fragmenting(target, node, cpu, shared, fits, chosen)
-            rest = (untouched(node), 0)
+            rest = (node.untouched, 0)
         else:
             free_after = sum(f[0] for f in chosen)
             rest = (-free_after if spread_nodes else free_after, node.free_mask.bit_count())
@@ -180,8 +179,8 @@ def walk_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) -
             continue
         frag = fresh = 0
         if target is not None and node.inventory is not None:
-            frag = -target.rank(shape_of(node), cpu, ())
-            fresh = untouched(node)
+            frag = -target.rank(node.shape(), cpu, ())
+            fresh = node.untouched
         key = (node.inventory is not None, -filters.score(node), frag, fresh, node.name)
         if best is None or key < best[0]:
             best = (key, node)

@@ -8,13 +8,14 @@ the best-connected set first (that is why it asked us); for k = 1 it is always 0
 to "smallest fitting node, then least damage". Ranking runs over ClusterState's node classes, not
 nodes; only the winning class is searched for a name, and only a pod with a node selector or a
 node with a taint costs a scan of that class. Binpack with a target workload
-(snapshot/fragmentation.py, a cluster holding at least ``min_pods`` pods on GPU nodes) of at most
-``scan_nodes`` nodes (both FragmentationSettings, core/settings.py) keeps the set score first and
-then ranks the nodes by the fragmentation the pod would remove, not by their free GPUs: (-set
-score, -gain rank, used before untouched, damage, name). "Smallest fitting node" is the measure's
-own answer whenever the workload has pods a larger node must be kept whole for, and a fixed
-preference for it leaves more GPUs idle (bench-frag). In a larger cluster the free count stays
-first and the measure orders nodes of an equal key. A cluster whose binpack order is
+(snapshot/fragmentation.py, a cluster holding at least ``min_pods`` pods on GPU nodes,
+FragmentationSettings in core/settings.py) keeps the set score first and then ranks the nodes by
+the fragmentation the pod would remove, not by their free GPUs: (-set score, -gain rank, used
+before untouched, damage, name). "Smallest fitting node" is the measure's own answer whenever the
+workload has pods a larger node must be kept whole for, and a fixed preference for it leaves more
+GPUs idle (bench-frag). The same rule holds at every cluster size: what comes before the name is
+read off the class's shape index (snapshot/nodes.NodeClass.shapes), so ranking costs what ranking
+shapes costs, not nodes (``_least_fragmenting_node``). A cluster whose binpack order is
 ``smallestFit`` (CoreSettings.binpack_order, the file's placement.nodeOrder) never ranks by the
 measure: the binpack key above decides, as the seeds' HAMi rule states it (``ranked_by``).
 A class fits only when its allocatable headroom
@@ -62,10 +63,9 @@ from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_
 from ..snapshot.cluster import ClusterState
 from ..snapshot.fragmentation import Shape, Target
 from ..snapshot.names import NameSet
-from ..snapshot.nodes import Demand, NodeClass, NodeState
+from ..snapshot.nodes import Demand, NodeClass, NodeState, ShapeGroup
 from ..snapshot.shares import CardGroup, CardUseKey
 from .domainorder import DomainOrder, domain_order
-from .shapes import shape_of, untouched
 
 
 class Filter(Protocol):
@@ -162,27 +162,28 @@ def best_whole_node(
     if filters.has_preferences:
         ranked.sort()
         return _best_preferred(state, [(r, c, s) for r, _, c, s in ranked], filters)
+    if frag is not None:
+        # With a target workload, a group is every class of the same set score, best first:
+        # the measure ranks their nodes, not the free count (see _least_fragmenting_node).
+        state.node_index.shaped()
+        scores: dict[int, list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]]] = {}
+        for entry_key, _, cls, choice in ranked:
+            scores.setdefault(entry_key[0], []).append((entry_key, cls, choice))
+        for score in sorted(scores):
+            picked = _least_fragmenting_node(state, scores[score], filters, k, *frag, domains)
+            if picked is not None:
+                return WholeChoice(*picked)
+        return None
     # Best rank first, one group of equal ranks at a time (in the order the classes came);
     # usually the first group takes the pod, so a heap (linear to build) serves instead of
     # sorting every class.
     heapq.heapify(ranked)
-    # Up to ``scan_nodes`` nodes, the measure ranks every node of a set score; past it, ranking
-    # them all would cost more than a decision may (bench-core's 5,000 nodes: 1 ms), and the free
-    # count comes first again, the measure telling apart nodes of an equal key.
-    by_score = frag is not None and len(state.nodes) <= state.settings.fragmentation.scan_nodes
     while ranked:
         key = ranked[0][0]
         group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]] = []
-        # With a target workload, a group is every class of the same set score: the measure
-        # ranks its nodes, not the free count (see _least_fragmenting_node).
-        while ranked and (ranked[0][0] == key or (by_score and ranked[0][0][0] == key[0])):
+        while ranked and ranked[0][0] == key:
             entry_key, _, cls, choice = heapq.heappop(ranked)
             group.append((entry_key, cls, choice))
-        if frag is not None:
-            picked = _least_fragmenting_node(state, group, filters, k, by_score, *frag, domains)
-            if picked is not None:
-                return WholeChoice(*picked)
-            continue
         if domains is not None:
             choices = {cls.key: choice for _, cls, choice in group}
             for node, cls in domains.nodes(cls for _, cls, _ in group):
@@ -204,64 +205,104 @@ def _least_fragmenting_node(
     group: list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]],
     filters: Filter,
     k: int,
-    by_score: bool,
     target: Target,
     cpu: int,
     domains: DomainOrder | None,
 ) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
     """Among the accepting nodes of one set score, the best by (the fragmentation gain's rank
-    (snapshot/fragmentation.gain_rank), highest first; a node some GPU pod uses before an untouched
-    one; the damage the set does; with ``domains``, the broken domains first; the name). Ranks
-    are looked up by node shape (most nodes share a few), and the filter chain is asked best
-    first, only until one node passes. A group of equal keys (not ``by_score``) of more than
-    ``group_scan_nodes`` nodes is told apart by each class's first node only (by name, or the
-    first in the domains' order; what ranking costs stays bounded); when none of those passes,
-    by the rest of the key, then the name."""
+    (snapshot/fragmentation.gain_rank), highest first; a node some GPU pod uses before an
+    untouched one; the damage the set does; the name). What comes before the name is a function
+    of a node's class, cards and untouched flag (NodeClass.shapes) and of its cpu left up to
+    what the pod and the workload could use (Target.roomy): the classes' shape groups are
+    ranked, each cpu value below that one by one and the rest together, not the nodes, and
+    ranks are looked up by shape (most classes share a few). The filter chain is asked best
+    first, only until one node passes: the smallest accepting name among the entries of the
+    best rank (with ``domains``, a pod that needs no domain: the first accepting node in the
+    domains' order, broken domains first, then by name), then of the next."""
     take = ((CORES_PER_CARD, CORES_PER_CARD),) * k
-    nodes = state.nodes
-    scan = state.settings.fragmentation.group_scan_nodes
-    every = by_score or sum(len(cls.names) for _, cls, _ in group) <= scan
-    seen: dict[Shape, int] = {}  # most nodes of a group share a few shapes
+    seen: dict[Shape, int] = {}
+    # (order, position, shape group, its cpus from, to, set, class key): the position makes
+    # every entry unique; the names are gathered only for the entries the chain is asked about.
     ranked: list[
-        tuple[int, int, int, tuple[tuple[int, int], ...], str, SetChoice, tuple[int, int, int, int]]
+        tuple[
+            tuple[int, int, int],
+            int,
+            ShapeGroup,
+            int,
+            int,
+            SetChoice,
+            tuple[int, int, int, int],
+        ]
     ] = []
-    # Nodes the chain refuses for their domain (spread, anti-affinity) are not ranked: with
-    # maxSkew 1 over hostnames or one pod per node, most of those a binpack order prefers.
-    refused = filters.refused()
+    roomies: dict[tuple[int, ...], int] = {}
     for key, cls, choice in group:
-        if every:
-            names: Iterable[str] = cls.names
-        elif domains is not None:  # the class's first node in the domains' order
-            names = (next(iter(domains.nodes((cls,))))[0].name,)
-        else:
-            names = (cls.first(),)
-        for name in names:
-            if name in refused:
-                continue
-            node = nodes[name]
-            shape = node.frag_shape or shape_of(node)
-            rank = seen.get(shape)
-            if rank is None:
-                rank = seen[shape] = target.rank(shape, cpu, take)
-            where = domains.key(name) if domains is not None else ()
-            ranked.append((-rank, untouched(node), choice.damage, where, name, choice, key))
-    # Best first; the chain is asked in that order.
-    top = min(ranked, default=None, key=lambda item: item[:5])
-    if top is not None and not filters.check(nodes[top[4]]):
-        return nodes[top[4]], top[5], top[6]
-    ranked.sort(key=lambda item: item[:5])
-    for _, _, _, _, name, choice, key in ranked:
-        node = nodes[name]
+        damage = choice.damage
+        for shapes in cls.shapes.values():
+            cards, cpus = shapes.cards, shapes.cpus
+            roomy = roomies.get(cards)
+            if roomy is None:
+                roomy = roomies[cards] = target.roomy(cards, cpu)
+            below = bisect.bisect_left(cpus, roomy)
+            for i in range(below):
+                shape = (cpus[i], cards)
+                rank = seen.get(shape)
+                if rank is None:
+                    rank = seen[shape] = target.rank(shape, cpu, take)
+                order = (-rank, shapes.untouched, damage)
+                ranked.append((order, len(ranked), shapes, i, i + 1, choice, key))
+            if below < len(cpus):
+                shape = (roomy, cards)
+                rank = seen.get(shape)
+                if rank is None:
+                    rank = seen[shape] = target.rank(shape, cpu, take)
+                order = (-rank, shapes.untouched, damage)
+                ranked.append((order, len(ranked), shapes, below, len(cpus), choice, key))
+    heapq.heapify(ranked)
+    nodes = state.nodes
+    while ranked:
+        order = ranked[0][0]
+        best: tuple[str, SetChoice, tuple[int, int, int, int]] | None = None
+        tied: list[tuple[NameSet, SetChoice, tuple[int, int, int, int]]] = []
+        while ranked and ranked[0][0] == order:
+            _, _, shapes, start, stop, choice, key = heapq.heappop(ranked)
+            if start == 0 and stop == len(shapes.cpus):
+                tied.append((shapes.names, choice, key))
+            else:
+                tied += [(shapes.by_cpu[c], choice, key) for c in shapes.cpus[start:stop]]
+        if domains is not None:
+            picked = _first_in_domains(state, tied, filters, domains)
+            if picked is not None:
+                return picked
+            continue
+        for names, choice, key in tied:
+            name = _first_accepting(state, names, filters, best[0] if best else None)
+            if name is not None and (best is None or name < best[0]):
+                best = (name, choice, key)
+        if best is not None:
+            return nodes[best[0]], best[1], best[2]
+    return None
+
+
+def _first_in_domains(
+    state: ClusterState,
+    tied: list[tuple[NameSet, SetChoice, tuple[int, int, int, int]]],
+    filters: Filter,
+    domains: DomainOrder,
+) -> tuple[NodeState, SetChoice, tuple[int, int, int, int]] | None:
+    """The first node of the tied entries the chain accepts, in the domains' order (broken
+    domains first), then by name: every node of the best rank is ordered, not only ranked."""
+    refused = filters.refused()
+    order = sorted(
+        (domains.key(name), name, choice, key)
+        for names, choice, key in tied
+        for name in names.names
+        if name not in refused
+    )
+    for _, name, choice, key in order:
+        node = state.nodes[name]
         if not filters.check(node):
             return node, choice, key
-    best: tuple[tuple[int, int, int, int], str, SetChoice] | None = None
-    for key, cls, choice in sorted(group, key=lambda entry: entry[0]):
-        if best is not None and key > best[0]:
-            break
-        found = _first_accepting(state, cls, filters, best[1] if best else None)
-        if found is not None and (best is None or found < best[1]):
-            best = (key, found, choice)
-    return None if best is None else (nodes[best[1]], best[2], best[0])
+    return None
 
 
 def _best_preferred(

@@ -231,6 +231,12 @@ class ClusterState:
         if holding is not None:
             self.release(holding)
 
+    def take_gangs_changed(self) -> set[str]:
+        """The gangs whose bound members changed since the last call (the service's queue
+        orders a gang being completed first, queue.py)."""
+        changed, self._holdings.gangs_changed = self._holdings.gangs_changed, set()
+        return changed
+
     def held(self, key: str) -> Holding | None:
         """What the pod holds: on its node, or waiting for its node to (re)appear."""
         return self._holdings.held(key)

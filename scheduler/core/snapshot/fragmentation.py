@@ -142,11 +142,9 @@ class Target:
         is capped at what the pod and any class could ask, or feeding every free card would
         (the same gain above it), so nodes with cpu to spare share their answers."""
         left, cards = shape
-        need = self.cpu_cap
-        if self.per_cpu:
-            need = max(need, -(-sum(cards) * self.cpu_per // self.per_cpu))
-        if left > need + cpu:
-            shape = (left := need + cpu, cards)
+        roomy = self.roomy(cards, cpu)
+        if left > roomy:
+            shape = (left := roomy, cards)
         key = (shape, cpu, take)
         found = self.ranks.get(key)
         if found is not None:
@@ -162,6 +160,15 @@ class Target:
         changed = (left if left < 0 else max(0, left - cpu), after)
         found = self.ranks[key] = gain_rank(self.frag(shape) - self.frag(changed))
         return found
+
+    def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
+        """The cpu left from which up a placement asking for ``cpu`` millicores ranks the same
+        on any node with these cards (``rank``): what the pod and any class could ask, or
+        feeding every free card at the workload's cpu per GPU would take."""
+        need = self.cpu_cap
+        if self.per_cpu:
+            need = max(need, -(-sum(cards) * self.cpu_per // self.per_cpu))
+        return need + cpu
 
     def frag(self, shape: Shape) -> int:
         """F_n(M) of a node of this shape, in percent-of-a-card x percent of the workload,

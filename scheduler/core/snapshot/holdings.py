@@ -52,13 +52,16 @@ class Holdings:
     """Holdings by pod key: on known nodes (``on_nodes``, which ``ClusterState.holdings`` is),
     waiting for their node (``orphans``), and the bound members of each gang."""
 
-    __slots__ = ("gang_bound", "on_nodes", "orphans")
+    __slots__ = ("gang_bound", "gangs_changed", "on_nodes", "orphans")
 
     def __init__(self) -> None:
         self.on_nodes: dict[str, Holding] = {}
         self.orphans: dict[str, Holding] = {}
         # Bound gang members: gang key -> pod keys (for "k of N present" and conflicts).
         self.gang_bound: dict[str, set[str]] = {}
+        # The gangs whose bound members changed since the service last took them: its queue
+        # puts a gang being completed first and reads that from the snapshot at each turn.
+        self.gangs_changed: set[str] = set()
 
     def held(self, key: str) -> Holding | None:
         """What the pod holds: on its node, or waiting for its node to (re)appear."""
@@ -71,6 +74,7 @@ class Holdings:
         sees the same members."""
         if holding.gang and not holding.terminating:
             self.gang_bound.setdefault(holding.gang, set()).add(holding.pod)
+            self.gangs_changed.add(holding.gang)
 
     def leave_gang(self, holding: Holding) -> None:
         if not holding.gang:
@@ -78,6 +82,7 @@ class Holdings:
         members = self.gang_bound.get(holding.gang)
         if members is not None:
             members.discard(holding.pod)
+            self.gangs_changed.add(holding.gang)
             if not members:
                 del self.gang_bound[holding.gang]
 

@@ -12,6 +12,12 @@ a few hundred classes, each with a memoised best set, and then taking the first 
 winning class (a lazily cleaned heap). A node leaves its class before a charge and joins its new
 one after (``unindex``, ``index``). Per topology hierarchy a ``DomainIndex`` counts the classes
 in each domain, kept up to date the same way.
+Within a class, nodes differ for a whole-GPU pod with a target workload only by their shape as
+the fragmentation measure reads it and whether a GPU pod uses them: each class keeps its nodes by
+cards, untouched flag and cpu left (``NodeClass.shapes``, ``ShapeGroup``), so placement ranks
+shapes, not nodes, at every cluster size (issue 32). It is kept lazily as the share index is: a
+node that joins a class or whose records change its cpu is filed again when the shapes are next
+read (``shaped``).
 The share index (``shares.py``) groups the same GPU nodes by what a share reads of them (their
 usable cards' state and cpu left). It is kept lazily: a node whose cards or cpu change (it leaves
 or joins its class, or a record changes its cpu: ``refile_shares``) is only marked stale, and
@@ -29,11 +35,13 @@ for a node whose object has no status (hand-written manifests): no check.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 
 import msgspec
 
+from ..model.names import CORES_PER_CARD
 from ..model.objects import NodeInput
 from ..resources.gpusets import Topology
 from ..resources.inventory import Inventory
@@ -41,7 +49,7 @@ from ..resources.memo import Memo
 from ..resources.ports import PortUse, charge_ports
 from ..resources.requests import parse_count
 from .domains import Hierarchy, Path
-from .fragmentation import Shape
+from .fragmentation import Shape, free_cards
 from .holdings import Holding
 from .names import NameSet
 from .podindex import PodRecord
@@ -139,7 +147,7 @@ class NodeState:
         self.requested: dict[str, int] = {}
         self.pod_count = 0
         self.ports: PortUse = {}
-        # placement.shapes.shape_of's answer, until the next charge changes the node.
+        # ``shape()``'s answer, until the next charge changes the node.
         self.frag_shape: Shape | None = None
 
     @property
@@ -162,6 +170,31 @@ class NodeState:
     @property
     def total(self) -> int:
         return 0 if self.inventory is None else len(self.inventory.devices)
+
+    def shape(self) -> Shape:
+        """The node as the fragmentation measure sees it (fragmentation.Shape): its cpu left and
+        the free percent of its cards a pod could use (healthy, not held whole, not nominated),
+        kept until a charge changes the node; a GPU node only."""
+        if self.frag_shape is None:
+            inv = self.inventory
+            assert inv is not None
+            taken = self.whole | self.nominated
+            free = []
+            for device in inv.devices:
+                if not device.healthy or taken >> device.index & 1:
+                    continue
+                use = self.cards.get(device.index)
+                free.append(CORES_PER_CARD - use.core if use is not None else CORES_PER_CARD)
+            self.frag_shape = (self.cpu_left(), free_cards(free))
+        return self.frag_shape
+
+    @property
+    def untouched(self) -> int:
+        """1 for a GPU node no GPU pod uses (no GPU held whole, no card shared), else 0: among
+        nodes the measure ranks equal, placement keeps an untouched node for whatever comes
+        next (bench-frag: any finer order of the ties, by free GPUs or cpu or the exact gain,
+        leaves more GPUs idle)."""
+        return int(not self.whole and not self.cards)
 
     def cpu_left(self) -> int:
         """Millicores of cpu the node has left (-1: its status says nothing of cpu)."""
@@ -263,10 +296,30 @@ ClassKey = tuple[Topology, str, int, int, tuple[int, ...] | None]
 Demand = tuple[tuple[int, int], ...]
 
 
-class NodeClass(NameSet):
-    """Nodes that are interchangeable for a whole-GPU pod, with the smallest name at hand."""
+class ShapeGroup:
+    """The nodes of one class with the same cards' free percent (a Shape's cards) and the same
+    untouched flag (NodeState.untouched), by cpu left: a whole-GPU pod's fragmentation rank
+    differs between them only by their cpu left, and not at all above the cpu that feeds every
+    class and the pod (fragmentation.Target.roomy), so placement ranks the cpu values below that
+    one by one and the rest as one (``cpus`` is kept sorted for it)."""
 
-    __slots__ = ("key", "memo")
+    __slots__ = ("by_cpu", "cards", "cpus", "names", "untouched")
+
+    def __init__(self, cards: tuple[int, ...], untouched: int) -> None:
+        self.cards = cards
+        self.untouched = untouched
+        self.by_cpu: dict[int, NameSet] = {}
+        self.cpus: list[int] = []
+        # Every node of the group: the usual answer, when all of them have cpu to spare.
+        self.names = NameSet()
+
+
+class NodeClass(NameSet):
+    """Nodes that are interchangeable for a whole-GPU pod, with the smallest name at hand, and
+    the same nodes by shape (``shapes``: what the fragmentation measure tells apart within a
+    class, so a pod ranks a class's shapes, not its nodes; filed by ``NodeIndex.shaped``)."""
+
+    __slots__ = ("key", "memo", "shape_of", "shapes")
 
     def __init__(self, key: ClassKey) -> None:
         super().__init__()
@@ -274,6 +327,39 @@ class NodeClass(NameSet):
         # What placement derives from the key alone (its rank for k GPUs), kept while the class
         # lives: the key never changes, a node whose GPUs change moves to another class.
         self.memo: dict[tuple[object, ...], object] = {}
+        self.shapes: dict[tuple[tuple[int, ...], int], ShapeGroup] = {}
+        # Each node's group and cpu left as filed.
+        self.shape_of: dict[str, tuple[ShapeGroup, int]] = {}
+
+    def file_shape(self, name: str, shape: Shape, untouched: int) -> None:
+        """File one of the class's nodes by its shape (after ``drop_shape``, or new)."""
+        left, cards = shape
+        group = self.shapes.get((cards, untouched))
+        if group is None:
+            group = self.shapes[(cards, untouched)] = ShapeGroup(cards, untouched)
+        names = group.by_cpu.get(left)
+        if names is None:
+            names = group.by_cpu[left] = NameSet()
+            bisect.insort(group.cpus, left)
+        names.add(name)
+        group.names.add(name)
+        self.shape_of[name] = (group, left)
+
+    def drop_shape(self, name: str) -> None:
+        """The node leaves its shape (before it is filed again, or leaves the class)."""
+        found = self.shape_of.pop(name, None)
+        if found is None:
+            return
+        group, left = found
+        group.names.names.discard(name)
+        names = group.by_cpu[left]
+        names.names.discard(name)
+        if names.names:
+            return
+        del group.by_cpu[left]
+        del group.cpus[bisect.bisect_left(group.cpus, left)]
+        if not group.cpus:
+            del self.shapes[(group.cards, group.untouched)]
 
 
 class DomainIndex:
@@ -347,6 +433,7 @@ class NodeIndex:
         "_class_of",
         "_domains",
         "_paths",
+        "_reshaped",
         "_shares",
         "_stale",
         "classes",
@@ -373,6 +460,8 @@ class NodeIndex:
         self._shares = ShareIndex()
         # Nodes to refile before the share index is read (a dict: refiled in a fixed order).
         self._stale: dict[str, None] = {}
+        # Nodes to file by shape in their class before the classes' shapes are read (``shaped``).
+        self._reshaped: dict[str, None] = {}
         self.plain: set[str] = set()
 
     @property
@@ -388,6 +477,25 @@ class NodeIndex:
                     shares.file(name, state.card_key(), state.cpu_left())
             self._stale.clear()
         return self._shares
+
+    def shaped(self) -> None:
+        """File every node marked since the last call by its shape in its class
+        (NodeClass.shapes), as it is now: what a charge or a record changed (``index``,
+        ``refile_shares``). Lazy, as the share index is: a node's filing is a function of its
+        state alone, so the classes' shapes read are the ones an eager refile would have
+        built, and a gang workload that holds and releases thousands of nodes between two
+        whole-GPU decisions does not refile them at every charge."""
+        if not self._reshaped:
+            return
+        classes, class_of, states = self.classes, self._class_of, self.states
+        for name in self._reshaped:
+            key = class_of.get(name)
+            if key is not None:
+                cls = classes[key]
+                state = states[name]
+                cls.drop_shape(name)
+                cls.file_shape(name, state.shape(), state.untouched)
+        self._reshaped.clear()
 
     def put(self, state: NodeState) -> NodeState | None:
         """Store ``state`` in place of the node's previous one (returned), out of every index
@@ -441,6 +549,7 @@ class NodeIndex:
         cls.add(state.name)
         self._class_of[state.name] = key
         self._stale[state.name] = None
+        self._reshaped[state.name] = None
         for hierarchy, index in self._domains.items():
             index.add(state.name, self.path_of(hierarchy, state.name), key)
 
@@ -452,6 +561,7 @@ class NodeIndex:
             return
         cls = self.classes[key]
         cls.names.discard(name)
+        cls.drop_shape(name)
         if not cls.names:
             del self.classes[key]
             same_vendor = self._by_vendor[key[1]]
@@ -462,8 +572,10 @@ class NodeIndex:
             index.discard(name, key)
 
     def refile_shares(self, state: NodeState) -> None:
-        """A record charged to the node changed its cpu left: its place in the share index."""
+        """A record charged to the node changed its cpu left: its place in the share index and
+        its shape in its class."""
         self._stale[state.name] = None
+        self._reshaped[state.name] = None
 
     def class_of(self, name: str) -> NodeClass | None:
         """The node's class (None: not a GPU node)."""
