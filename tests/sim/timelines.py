@@ -256,6 +256,7 @@ def relist_frees_in_flight_bind(m: SimMachine) -> None:
     m.bind_fault("500")  # a is bound half a second late: after the LIST was taken
     m.create_pod("a", 1, False)
     m.relist(0, "bound")
+    m.reads_fail(10.0)  # the re-read of a's 201 (after the LIST began) waits past the LIST
     m.create_pod("c", 1, False)
     for _ in range(3):
         m.tick(5.0)
