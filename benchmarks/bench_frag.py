@@ -41,6 +41,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from benchmarks.frag import report
 from benchmarks.frag.measure import Cluster, Meter, target_classes
@@ -74,6 +75,22 @@ _meter: Meter | None = None
 def _load(nodes: list[NodeSpec], pods: list[PodSpec]) -> None:
     global _nodes, _pods, _meter
     _nodes, _pods, _meter = nodes, pods, Meter(target_classes(pods))
+
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+
+def _map(
+    run: Callable[[J], R], jobs: list[J], processes: int, nodes: list[NodeSpec], pods: list[PodSpec]
+) -> list[R]:
+    """Every job's replay, on ``processes`` forked workers that each load the trace once (or in
+    this process when there is one)."""
+    if processes > 1:
+        with multiprocessing.get_context("fork").Pool(processes, _load, (nodes, pods)) as pool:
+            return pool.map(run, jobs, chunksize=1)
+    _load(nodes, pods)
+    return [run(job) for job in jobs]
 
 
 def _run(job: tuple[str, int]) -> Run:
@@ -198,12 +215,7 @@ def main() -> int:
         return _scaled(args, nodes, pods, policies)
     jobs = [(p, s) for p in policies for s in args.seeds]
     start = time.perf_counter()
-    if args.jobs > 1:
-        with multiprocessing.get_context("fork").Pool(args.jobs, _load, (nodes, pods)) as pool:
-            runs = pool.map(_run, jobs, chunksize=1)
-    else:
-        _load(nodes, pods)
-        runs = [_run(job) for job in jobs]
+    runs = _map(_run, jobs, args.jobs, nodes, pods)
     wall = time.perf_counter() - start
     by_policy: dict[str, list[Run]] = {}
     for run in runs:
@@ -247,12 +259,7 @@ def _scaled(
     # The largest first, so the two processes finish together.
     jobs = [(n, p, s) for n in sorted(sizes, reverse=True) for p in policies for s in args.seeds]
     start = time.perf_counter()
-    if args.jobs > 1:
-        with multiprocessing.get_context("fork").Pool(args.jobs, _load, (nodes, pods)) as pool:
-            runs = pool.map(_run_scaled, jobs, chunksize=1)
-    else:
-        _load(nodes, pods)
-        runs = [_run_scaled(job) for job in jobs]
+    runs = _map(_run_scaled, jobs, args.jobs, nodes, pods)
     runs.sort(key=lambda item: (sizes.index(item[0]), policies.index(item[1].policy)))
     lines = _scaled_report(sizes, runs)
     lines.append(f"wall time: {time.perf_counter() - start:.0f} s on {args.jobs} processes")

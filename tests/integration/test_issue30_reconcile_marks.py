@@ -11,39 +11,18 @@ of a UID named pending, which it keeps only while reserved, and freed it; nothin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any, cast
-
-import pytest
-import redis.asyncio as aioredis
 
 from scheduler.service.podbook import Stage
 from scheduler.state.base import Store
-from scheduler.state.memory import MemoryStore
-from scheduler.state.redis_store import RedisStore
 from tests.builders import MakePod
-from tests.clock import ManualClock
+from tests.integration import test_pod_lifecycle as lifecycle_tests
 from tests.integration.test_pod_lifecycle import Backend, store_of
 from tests.lifecycle import QUICK_RETRIES, Apiserver, Replica, node, until
 
-
-@pytest.fixture(params=["memory", "redis"])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    """The memory store, or a RedisStore (as app.py builds it) on the session's redis-server,
-    emptied first."""
-    clock = ManualClock(0.0)
-    if request.param == "memory":
-        yield Backend(MemoryStore(clock), clock)
-        return
-    url = str(request.getfixturevalue("redis_server").url)
-    client = aioredis.Redis.from_url(url)
-    await client.flushall()  # no test depends on another's leftovers
-    await client.aclose()
-    store = RedisStore.from_url(url, prefix="marks")
-    try:
-        yield Backend(store, clock, url)
-    finally:
-        await store.close()
+# The stores of test_pod_lifecycle.py: memory, and the session's real redis-server.
+redis_url = lifecycle_tests.redis_url
+backend = lifecycle_tests.backend
 
 
 class GatedReconcile:
