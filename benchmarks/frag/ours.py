@@ -1,14 +1,15 @@
-"""Our scheduler in the replay: the pure core's ``decide`` and its assume (``apply_decision``),
-the same two calls ``run`` and ``simulate`` make, on a ClusterState built from the trace.
+"""Our scheduler in the replay: the pure core's ``decide`` and its assume (``apply_decision``), the
+same two calls ``run`` and ``simulate`` make, on a ClusterState built from the trace.
 
 A node is a GPU node of our inventory annotation (its cards, no link matrix: openb lists none),
-labelled with its model, offering its cpu, memory and GPUs in status.allocatable (and 1,000 pods:
-the simulator counts none). Its name carries its place in the seeded tie-break order as the
-simulator's does ("0042-openb-node-0007"), so where the core breaks ties by name it follows the
-same order. A pod asks for cpu and memory, and either ``nvidia.com/gpu`` (whole GPUs) or
-``koordinator.sh/gpu-core`` (a share of one card: milli / 10 percent); a gpu_spec is a required
-node affinity on the model label. The placement the core makes is checked against the harness's
-own accounting (Cluster.place refuses a placement that does not fit).
+labelled with its model as NVIDIA's GPU feature discovery labels it (``nvidia.com/gpu.product``, one
+of the pool labels a request class carries its pods' pins on), offering its cpu, memory and GPUs in
+status.allocatable (and 1,000 pods: the simulator counts none). Its name carries its place in the
+seeded tie-break order as the simulator's does ("0042-openb-node-0007"), so where the core breaks
+ties by name it follows the same order. A pod asks for cpu and memory, and either ``nvidia.com/gpu``
+(whole GPUs) or ``koordinator.sh/gpu-core`` (a share of one card: milli / 10 percent); a gpu_spec is
+a required node affinity on that label. The placement the core makes is checked against the
+harness's own accounting (Cluster.place refuses a placement that does not fit).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .measure import Cluster
 from .references import Choice
 from .trace import PodSpec
 
-MODEL_LABEL = "openb.alibaba.com/gpu-model"
+MODEL_LABEL = "nvidia.com/gpu.product"
 SCHEDULER = "topo-scheduler"
 
 

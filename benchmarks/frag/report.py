@@ -17,6 +17,14 @@ PUBLISHED = {
     "openb_pod_list_multigpu50.csv": {"BestFit": 4.38, "FGD": 2.91},
 }
 TOLERANCE = 0.3
+# The simulator's gpuspecNN traces (NN% of the GPU pods pinned to models), BestFit and FGD at 100%
+# arrived: what ``--pin NN`` draws its own pins to resemble (not the same pods: not checked).
+PUBLISHED_PINNED = {
+    10: {"BestFit": 6.90, "FGD": 5.34},
+    20: {"BestFit": 11.54, "FGD": 5.34},
+    25: {"BestFit": 14.33, "FGD": 6.09},
+    33: {"BestFit": 19.61, "FGD": 12.16},
+}
 
 
 def series(runs: Sequence[Run], mark: int, field: int = 0) -> list[float]:
@@ -62,8 +70,21 @@ def table(by_policy: dict[str, list[Run]]) -> list[str]:
     return lines
 
 
-def calibration(trace: str, by_policy: dict[str, list[Run]]) -> tuple[list[str], bool]:
-    """Each reference's mean at 100% against the published one: (lines, all within)."""
+def calibration(
+    trace: str, by_policy: dict[str, list[Run]], pin: int = 0
+) -> tuple[list[str], bool]:
+    """Each reference's mean at 100% against the published one: (lines, all within). With
+    ``pin``, the trace pinned by this bench: the simulator's gpuspec figures are printed beside
+    the references' (its pins are its own file's, not these), never failed."""
+    if pin:
+        near = PUBLISHED_PINNED.get(pin, {})
+        compared = [
+            f"pinned {pin}%: {policy} {statistics.fmean(series(by_policy[policy], 100)):.2f}% "
+            f"at 100% arrived; the simulator's gpuspec{pin} trace (other pins): {want:.2f}%"
+            for policy, want in near.items()
+            if policy in by_policy
+        ]
+        return compared or [f"pinned {pin}%: no published gpuspec figures to compare"], True
     published = PUBLISHED.get(trace, {})
     lines: list[str] = []
     ok = True
@@ -105,6 +126,27 @@ def goals(by_policy: dict[str, list[Run]], ours: str) -> list[str]:
         (f"below harness FGD on >= 8 seeds ({below_fgd}/{len(diff)})", below_fgd >= 8),
     ]
     return [f"goal {'PASS' if ok else 'MISS'}: {what}" for what, ok in checks]
+
+
+def against_fgd(by_policy: dict[str, list[Run]], ours: str) -> list[str]:
+    """Issue 32's goal on any trace: ours at least as good as the harness's FGD, by the mean
+    and paired per seed (unallocated GPU % at 100% arrived), each PASS or MISS."""
+    if ours not in by_policy or "FGD" not in by_policy:
+        return []
+    lines = []
+    for mark in (100, 130):
+        mine, fgd = series(by_policy[ours], mark), series(by_policy["FGD"], mark)
+        if not mine or len(mine) != len(fgd):
+            continue
+        diff = [a - b for a, b in zip(mine, fgd, strict=True)]
+        below = sum(d <= 0 for d in diff)
+        mean = statistics.fmean(diff)
+        lines.append(
+            f"goal {'PASS' if mean <= 0 else 'MISS'}: at least as good as harness FGD at "
+            f"{mark}%: mean {statistics.fmean(mine):.2f} vs {statistics.fmean(fgd):.2f}, paired "
+            f"diff {mean:+.2f} (at or below on {below}/{len(diff)} seeds)"
+        )
+    return lines
 
 
 def plot(by_policy: dict[str, list[Run]], title: str, path: Path) -> None:

@@ -173,6 +173,44 @@ def workload(nodes: list[NodeSpec], pods: list[PodSpec], seed: int, ratio: float
     return Workload(seed, order, ranks)
 
 
+# The GPU models a pinned pod of ``pinned`` asks for, with their odds: single models and the
+# families of openb's own gpu_spec column where it has one (the V100s, the older cards, any but
+# the newest), so a pinned class may run on one pool or on several.
+PIN_SPECS: tuple[tuple[tuple[str, ...], int], ...] = (
+    (("T4",), 30),
+    (("V100M16", "V100M32"), 20),
+    (("G2",), 15),
+    (("P100",), 10),
+    (("G3",), 5),
+    (("P100", "V100M16", "V100M32"), 8),
+    (("P100", "T4", "V100M16", "V100M32"), 6),
+    (("G2", "P100", "T4", "V100M16", "V100M32"), 6),
+)
+
+
+def pinned(nodes: list[NodeSpec], pods: list[PodSpec], percent: int, seed: int) -> list[PodSpec]:
+    """The trace with ``percent`` of its GPU pods (those without a gpu_spec; drawn with
+    ``seed``) pinned to GPU models, as openb's gpuspec variants pin them (the simulator's
+    gpuspecNN traces: NN% of the GPU pods carry a model constraint). A pod is pinned only to
+    models of which some node could hold it alone (its GPUs and cpu), so that no pin makes a pod
+    no policy can place. Applied to the trace before a workload is drawn from it: the target
+    workload's classes carry the pins, as FGD's typical pods do."""
+    rng = random.Random(seed)
+    out = []
+    for pod in pods:
+        if pod.gpus and not pod.models and rng.random() * 100 < percent:
+            fits = [
+                (models, odds)
+                for models, odds in PIN_SPECS
+                if any(n.model in models and n.gpus >= pod.gpus and n.cpu >= pod.cpu for n in nodes)
+            ]
+            if fits:
+                models = rng.choices([m for m, _ in fits], [o for _, o in fits])[0]
+                pod = pod._replace(models=models)
+        out.append(pod)
+    return out
+
+
 def scaled(nodes: list[NodeSpec], count: int) -> list[NodeSpec]:
     """The node list repeated up to ``count`` nodes (the last copy cut short), each copy's names
     suffixed with its number: the same cluster, larger. The workload drawn for it (``workload``)

@@ -68,6 +68,16 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
     stranded_weight: int = 4
     # Node shapes (and placement ranks) remembered per target; a full memo drops its older half.
     memo_shapes: int = 1 << 16
+    # The node labels that say which pool of GPUs a node is (model, product, family, instance
+    # type): a class carries its pods' node selectors and required node affinity on these
+    # labels (with its GPU vendor and its tolerations), and a node counts for a class as FGD
+    # counts it only where the class can run. Affinity on any other label (a hostname, a zone)
+    # does not make classes apart: such pods weigh as if they could run on every node.
+    pool_labels: tuple[str, ...] = (
+        "nvidia.com/gpu.product",
+        "nvidia.com/gpu.family",
+        "node.kubernetes.io/instance-type",
+    )
 
 
 class MemoSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):

@@ -7,37 +7,49 @@ import random
 
 from scheduler.core.model.decisions import Placed
 from scheduler.core.settings import CoreSettings, FragmentationSettings
-from scheduler.core.snapshot.fragmentation import Profile, Target, free_cards, gain, gain_rank
+from scheduler.core.snapshot.fragmentation import (
+    ANYWHERE,
+    Pool,
+    Profile,
+    Reach,
+    RequestClass,
+    Target,
+    free_cards,
+    gain,
+    gain_rank,
+)
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 DEFAULTS = FragmentationSettings()
 MIN_PODS = DEFAULTS.min_pods
+POOL: Pool = ("nvidia", (), ())  # a node of no pool label and no taint
+PRODUCT = "nvidia.com/gpu.product"
 
-SHARE_30 = (4000, 1, 30)  # 4 cpu, 30% of one card
-TWO_GPUS = (8000, 2, 100)
+SHARE_30 = (4000, 1, 30, ANYWHERE)  # 4 cpu, 30% of one card
+TWO_GPUS = (8000, 2, 100, ANYWHERE)
 
 
 def test_frag_of_a_shape_steps_every_case() -> None:
     target = Target(((SHARE_30, 50), (TWO_GPUS, 30)), DEFAULTS)
     # cards 100, 100, 25, 10 (idle 235): both classes fit; the cards below what each asks for
     # count: 35 for both
-    assert target.frag((64_000, (100, 100, 25, 10))) == 50 * 35 + 30 * 35
+    assert target.frag((64_000, (100, 100, 25, 10), POOL)) == 50 * 35 + 30 * 35
     # one idle card: two GPUs no longer fit, all 135 idle counts for that class
-    assert target.frag((64_000, (100, 25, 10))) == 50 * 35 + 30 * 135
+    assert target.frag((64_000, (100, 25, 10), POOL)) == 50 * 35 + 30 * 135
     # 6 cpu left: the 2-GPU class (8 cpu) cannot run; the share (4 cpu) can. And the workload
     # asks 440 cpu-millicores for every 7.5 card percent (50 x 4000 against 50 x 30, plus
     # 30 x 8000 against 30 x 2 x 100): 6 cpu feed 102 percent, so 133 of the 235 free are
     # stranded, counted 4 times the workload's weight (80)
-    assert target.stranded((6000, (100, 100, 25, 10))) == 235 - 6000 * 7500 // 440_000 == 133
-    assert target.frag((6000, (100, 100, 25, 10))) == 50 * 35 + 30 * 235 + 4 * 80 * 133
+    assert target.stranded((6000, (100, 100, 25, 10), POOL)) == 235 - 6000 * 7500 // 440_000 == 133
+    assert target.frag((6000, (100, 100, 25, 10), POOL)) == 50 * 35 + 30 * 235 + 4 * 80 * 133
     # a node whose status says nothing of cpu has enough
-    assert target.frag((-1, (100, 100, 25, 10))) == 50 * 35 + 30 * 35
-    assert target.frag((0, ())) == 0
+    assert target.frag((-1, (100, 100, 25, 10), POOL)) == 50 * 35 + 30 * 35
+    assert target.frag((0, (), POOL)) == 0
 
 
 def test_gain_is_frag_before_minus_after_and_ranks_like_fgd() -> None:
-    target = Target((((0, 1, 30), 100),), DEFAULTS)
-    shape = (-1, (100, 40))
+    target = Target((((0, 1, 30, ANYWHERE), 100),), DEFAULTS)
+    shape = (-1, (100, 40), POOL)
     # 30% on the 40% card leaves a 10% sliver no 30% pod can use
     assert gain(target, shape, 0, ((40, 30),)) == -10 * 100
     # on the idle card it leaves 70%: nothing lost
@@ -55,29 +67,29 @@ def test_rank_takes_cpu_beyond_what_any_class_asks_or_the_cards_need_as_the_same
     cards = (100, 100, 100)
     one = ((100, 100),)
     # beyond 12 cpu (three free GPUs' 4 each) and the pod's 4, nothing changes
-    plenty = target.rank((64_000, cards), 4000, one)
-    assert plenty == target.rank((20_000, cards), 4000, one) == 50
+    plenty = target.rank((64_000, cards, POOL), 4000, one)
+    assert plenty == target.rank((20_000, cards, POOL), 4000, one) == 50
     assert len(target.ranks) == 1  # 64 and 20 cpu left were one question
     # 12 cpu: after the pod's 4, 8 feed the two GPUs left
-    assert target.rank((12_000, cards), 4000, one) == 50
+    assert target.rank((12_000, cards, POOL), 4000, one) == 50
     # 11 cpu left: after the pod's 4, 7 are left, less than the class asks: two GPUs stranded
-    assert target.rank((11_000, cards), 4000, one) < plenty
+    assert target.rank((11_000, cards, POOL), 4000, one) < plenty
 
 
 def test_gpus_the_cpu_left_cannot_feed_are_stranded() -> None:
     # the workload asks 40 cpu-millicores per card percent
     target = Target(((TWO_GPUS, 100),), DEFAULTS)
-    assert target.stranded((64_000, (100, 100, 100))) == 0
-    assert target.stranded((8_000, (100, 100, 100))) == 100  # 8 cpu feed two of the three
-    assert target.stranded((-1, (100, 100, 100))) == 0  # no cpu in the node's status
+    assert target.stranded((64_000, (100, 100, 100), POOL)) == 0
+    assert target.stranded((8_000, (100, 100, 100), POOL)) == 100  # 8 cpu feed two of the three
+    assert target.stranded((-1, (100, 100, 100), POOL)) == 0  # no cpu in the node's status
     # 10 cpu and two free GPUs: the class runs there, both are fed
-    assert target.frag((10_000, (100, 100))) == 0
+    assert target.frag((10_000, (100, 100), POOL)) == 0
     # 6 cpu: the class cannot run (all 200 count), and 6 cpu feed 150 of them: 50 stranded,
     # counted 4 times the workload's weight (100)
-    assert target.frag((6_000, (100, 100))) == 100 * 200 + 4 * 100 * 50
+    assert target.frag((6_000, (100, 100), POOL)) == 100 * 200 + 4 * 100 * 50
     # a workload of shares only: cpu per percent from what the shares ask
     shares = Target(((SHARE_30, 100),), DEFAULTS)  # 4 cpu for 30%
-    assert shares.stranded((4_000, (100, 100))) == 200 - 4000 * 30 // 4000
+    assert shares.stranded((4_000, (100, 100), POOL)) == 200 - 4000 * 30 // 4000
 
 
 def test_profile_learns_the_target_from_held_pods_and_forgets_them() -> None:
@@ -140,10 +152,10 @@ def test_shape_of_a_node_counts_idle_and_shared_cards_and_cpu_left() -> None:
         MakePod().Name("s").Shared(core=30).Requests(cpu="2", memory="1Gi"),
     )
     node = state.nodes["n"]
-    assert node.shape() == (54_000, (100, 100, 70))
+    assert node.shape() == (54_000, (100, 100, 70), POOL)
     assert state.sizes()["profile"] == 2
     state.remove_pod("default/w")
-    assert node.shape() == (62_000, (100, 100, 100, 70))
+    assert node.shape() == (62_000, (100, 100, 100, 70), POOL)
     assert state.sizes()["profile"] == 1
 
 
@@ -238,8 +250,8 @@ def test_a_share_of_memory_alone_goes_to_a_card_with_no_core_free() -> None:
     assert state.profile.target() is not None
     (d,) = schedule(state, MakePod().Name("m").Shared(memory="2048").Requests(cpu="1"))
     assert placed(d) == ("t", (0,))
-    target = Target((((1000, 1, 50), 100),), DEFAULTS)
-    assert gain(target, (8000, (100,)), 1000, ((0, 0),)) == 0
+    target = Target((((1000, 1, 50, ANYWHERE), 100),), DEFAULTS)
+    assert gain(target, (8000, (100,), POOL), 1000, ((0, 0),)) == 0
 
 
 def test_a_cluster_of_any_size_ranks_whole_gpus_by_the_measure() -> None:
@@ -254,8 +266,8 @@ def test_a_cluster_of_any_size_ranks_whole_gpus_by_the_measure() -> None:
 
 def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count() -> None:
     # FGD's target workload has its cpu-only classes: for them every idle GPU is lost
-    target = Target((((8000, 0, 0), 40), (SHARE_30, 60)), DEFAULTS)
-    assert target.frag((64_000, (100, 25))) == 40 * 125 + 60 * 25
+    target = Target((((8000, 0, 0, ANYWHERE), 40), (SHARE_30, 60)), DEFAULTS)
+    assert target.frag((64_000, (100, 25), POOL)) == 40 * 125 + 60 * 25
     # the profile counts such a pod on a GPU node, not on a node without GPUs
     plain = MakeNode().Name("cpu").NoGPUs().Allocatable({"cpu": "64", "memory": "64Gi"})
     state = cluster(gpu_node("g", 2, pool="g"), plain.Label("pool", "cpu"))
@@ -266,7 +278,7 @@ def test_a_pod_without_gpus_on_a_gpu_node_is_a_class_whose_idle_gpus_all_count()
     assert set(state.nodes["cpu"].pods) == {"default/on-cpu"}
     # pods without GPUs weigh in a target but do not make one
     for i in range(MIN_PODS):
-        state.profile.charge(f"cpu-only-{i}", (1000, 0, 0))
+        state.profile.charge(f"cpu-only-{i}", (1000, 0, 0, ANYWHERE))
     assert state.profile.target() is None
     for i in range(MIN_PODS):
         state.profile.charge(f"cpu-only-{i}", None)
@@ -301,17 +313,32 @@ def test_a_target_started_from_the_one_before_measures_as_a_fresh_one() -> None:
     changed classes add (issue 32: its memo is not started empty); every shape and placement
     measures as a target built alone does, whichever classes came, left or changed weight."""
     rng = random.Random(32)
+    # Pools of two models, one of them tainted, and classes pinned to a model, tolerating the
+    # taint, both or neither (issue 32: where a class can run changes what a node measures).
+    pools: list[Pool] = [
+        ("nvidia", ((PRODUCT, "T4"),), ()),
+        ("nvidia", ((PRODUCT, "A100"),), ()),
+        ("nvidia", ((PRODUCT, "A100"),), (("pool", "train", "NoSchedule"),)),
+    ]
+    reaches: list[Reach] = [
+        ANYWHERE,
+        ("nvidia", (((PRODUCT, "In", ("A100",)),),), ()),
+        ("nvidia", (), (("pool", "Exists", "", "NoSchedule"),)),
+        ("nvidia", (((PRODUCT, "In", ("A100",)),),), (("pool", "Exists", "", ""),)),
+    ]
     shapes = [
         (
             rng.choice((-1, 0, 1000, 2500, 3000, 4500, 6000, 7000, 9000, 64_000)),
             free_cards(rng.choice((0, 10, 25, 50, 70, 100)) for _ in range(rng.randint(0, 4))),
+            rng.choice(pools),
         )
         for _ in range(300)
     ]
 
-    def request() -> tuple[int, int, int]:
+    def request() -> RequestClass:
         k, core = rng.choice(((0, 0), (1, 30), (1, 50), (1, 100), (2, 100)))
-        return (rng.choice((0, 1000, 2000, 3000, 4000, 5000, 6000, 8000)), k, core)
+        cpu = rng.choice((0, 1000, 2000, 3000, 4000, 5000, 6000, 8000))
+        return (cpu, k, core, rng.choice(reaches) if k else ANYWHERE)
 
     key = tuple((request(), rng.randint(1, 40)) for _ in range(8))
     before: Target | None = None

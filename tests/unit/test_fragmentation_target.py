@@ -13,12 +13,13 @@ import itertools
 from scheduler.core.cycle import Unit, decide
 from scheduler.core.model.decisions import Placed
 from scheduler.core.settings import FragmentationSettings
-from scheduler.core.snapshot.fragmentation import Profile, RequestClass
+from scheduler.core.snapshot.fragmentation import Profile, Reach, RequestClass
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
 DEFAULTS = FragmentationSettings()
-ONE = (8000, 1, 100)  # one GPU, 8 cpu
-TWO = (16000, 2, 100)  # two GPUs, 16 cpu
+NVIDIA: Reach = ("nvidia", (), ())  # an unpinned class holding NVIDIA cards
+ONE = (8000, 1, 100, NVIDIA)  # one GPU, 8 cpu
+TWO = (16000, 2, 100, NVIDIA)  # two GPUs, 16 cpu
 
 # The pods held at the end of every history below: 30 one-GPU pods and 10 two-GPU pods.
 HELD = {**{f"x{i}": ONE for i in range(10, 40)}, **{f"y{i}": TWO for i in range(10)}}
@@ -67,7 +68,7 @@ def test_asking_for_the_target_changes_nothing_and_a_refresh_keeps_its_memo() ->
     profile = charged(histories()["interleaved"], ask_every=False)
     target = profile.target()
     assert target is not None
-    target.frag((-1, (100, 100)))
+    target.frag((-1, (100, 100), ("nvidia", (), ())))
     assert profile.target() is target
     # a node refreshed charges its pods again with the classes they had: the same target, and
     # the ranks it remembers stay

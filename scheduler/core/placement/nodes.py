@@ -238,20 +238,20 @@ def _least_fragmenting_node(
     for key, cls, choice in group:
         damage = choice.damage
         for shapes in cls.shapes.values():
-            cards, cpus = shapes.cards, shapes.cpus
+            cards, cpus, pool = shapes.cards, shapes.cpus, shapes.pool
             roomy = roomies.get(cards)
             if roomy is None:
                 roomy = roomies[cards] = target.roomy(cards, cpu)
             below = bisect.bisect_left(cpus, roomy)
             for i in range(below):
-                shape = (cpus[i], cards)
+                shape = (cpus[i], cards, pool)
                 rank = seen.get(shape)
                 if rank is None:
                     rank = seen[shape] = target.rank(shape, cpu, take)
                 order = (-rank, shapes.untouched, damage)
                 ranked.append((order, len(ranked), shapes, i, i + 1, choice, key))
             if below < len(cpus):
-                shape = (roomy, cards)
+                shape = (roomy, cards, pool)
                 rank = seen.get(shape)
                 if rank is None:
                     rank = seen[shape] = target.rank(shape, cpu, take)
@@ -451,7 +451,7 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) 
             if asked > left >= 0:
                 continue
             # On a GPU node, the cpu it takes may leave the held workload's classes no room.
-            frag = 0 if target is None else -target.rank((left, group.free), cpu, ())
+            frag = 0 if target is None else -target.rank((left, group.free, group.pool), cpu, ())
             ranked.append(((frag, fresh, 0), len(ranked), names, []))
     found = (
         _best_scored(state, ranked, filters)
@@ -517,7 +517,7 @@ def _fitting_cards(group: CardGroup, shared: SharedRequest, spread_cards: bool) 
     memo_key = (shared, spread_cards)
     if memo_key in group.memo:
         return group.memo[memo_key]  # type: ignore[return-value]
-    _vendor, sgpu_per_card, _memory, _untouched, cards = group.key
+    _vendor, sgpu_per_card, _memory, _untouched, cards, _pool = group.key
     fits: list[_Fit] = []
     for index, memory_mib, use in cards:
         fit = _card_fit(memory_mib, use, sgpu_per_card, shared)
@@ -579,7 +579,7 @@ def place_shared(
                 ranked.append(((0, *rest), len(ranked), names, chosen))
                 continue
             frag, cards = _least_fragmenting(
-                target, (left, group.free), cpu, shared, distinct, chosen
+                target, (left, group.free, group.pool), cpu, shared, distinct, chosen
             )
             # The measure weighs what the free counts would; its ties go to a node some GPU pod
             # uses already, then by name (bench-frag: any finer order leaves more idle).

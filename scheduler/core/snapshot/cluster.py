@@ -55,7 +55,7 @@ from ..settings import CoreSettings
 from .bound import allocated_mask, annotated_holding, guess
 from .devices import EXTENDED, Devices
 from .domains import Hierarchy, Path
-from .fragmentation import Profile, request_class
+from .fragmentation import ANYWHERE, Profile, pool_of, request_class
 from .holdings import Holding, Holdings, bits, holding_of, share_mask
 from .memos import Memos
 from .nodes import Demand, DomainIndex, NodeClass, NodeIndex, NodeState, read_allocatable
@@ -124,7 +124,12 @@ class ClusterState:
             inventory, error = None, str(exc)
             warnings.append(f"{exc}; node excluded from GPU scheduling")
         allocatable = read_allocatable(node, self.resources, self.memos.quantities, warnings)
-        state = NodeState(node, inventory, error, allocatable)
+        pool = pool_of(
+            node,
+            inventory.vendor if inventory is not None else "",
+            self.settings.fragmentation.pool_labels,
+        )
+        state = NodeState(node, inventory, error, allocatable, pool)
         if node.allocatable is not None:
             state.resources = node_allocatable(
                 node.allocatable, self.gpu_names, self.memos.quantities
@@ -192,7 +197,15 @@ class ClusterState:
         gang = best_known(pod, self.inputs.pod_groups)  # once, for the record and the holding
         gang_key, minimum = (gang.key, gang.minimum) if gang is not None else (None, 0)
         self.put_record(
-            record_of(pod, pod.node_name, self.gpu_names, gang_key, minimum, self.memos.requests)
+            record_of(
+                pod,
+                pod.node_name,
+                self.gpu_names,
+                self.settings.fragmentation.pool_labels,
+                gang_key,
+                minimum,
+                self.memos.requests,
+            )
         )
         try:
             holding = annotated_holding(
@@ -314,7 +327,13 @@ class ClusterState:
         self.unnominate(placement.pod)
         # The record first: the profile reads the pod's cpu request from it when it is held.
         record = record_of(
-            pod, placement.node, self.gpu_names, placement.gang, replicas, self.memos.requests
+            pod,
+            placement.node,
+            self.gpu_names,
+            self.settings.fragmentation.pool_labels,
+            placement.gang,
+            replicas,
+            self.memos.requests,
         )
         self.put_record(record)
         self.hold(holding_of(placement, replicas))
@@ -540,9 +559,19 @@ class ClusterState:
         holding = self.holdings.get(key)
         found = None
         if holding is not None:
-            found = request_class(cpu, holding.whole.bit_count(), (s.core for s in holding.shares))
+            # Its cards are its node's vendor's: a class pinned to that vendor's pools.
+            held = self.nodes.get(holding.node)
+            vendor = held.inventory.vendor if held is not None and held.inventory else ""
+            _, terms, tolerations = record.reach if record is not None else ANYWHERE
+            found = request_class(
+                cpu,
+                holding.whole.bit_count(),
+                (s.core for s in holding.shares),
+                (vendor, terms, tolerations),
+            )
         if found is None and record is not None and cpu > 0:
             node = self.nodes.get(record.node)
             if node is not None and node.inventory is not None:
-                found = (cpu, 0, 0)
+                # Its idle GPUs all count wherever it runs: where that is makes no class apart.
+                found = (cpu, 0, 0, ANYWHERE)
         self.profile.charge(key, found)

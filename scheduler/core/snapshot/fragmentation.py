@@ -3,13 +3,21 @@
 The measure is the FGD paper's F_n(M) (Weng et al., "Beware of Fragmentation", USENIX ATC 2023).
 M, the target workload, is what the cluster holds now: the request classes of the pods on its
 GPU nodes (cpu millicores, cards, percent of each card; a pod without GPUs is a class of no
-cards), most common first until they cover 95% of those pods, each weighted by its share of
-them in whole percent. So the measure follows the workload as it changes, shrinks with it when
-pods leave, and is a function of the snapshot. For one class m on a node whose cards have
-f_1 >= f_2 >= ... percent free:
+cards; and where the class can run, its *reach*), most common first until they cover 95% of
+those pods, each weighted by its share of them in whole percent. So the measure follows the
+workload as it changes, shrinks with it when pods leave, and is a function of the snapshot.
 
-- m asks for no GPU, or cannot run there (fewer than its count of cards with its percent free,
-  or less cpu left than it asks): all the node's free GPU percent counts;
+A class's reach is what limits the nodes its pods can use, as FGD's classes carry the GPU
+model a pod is pinned to (issue 32: on openb with a third of the pods pinned to models, a
+measure blind to it left two points more of the GPUs idle than FGD): the GPU vendor it holds
+cards of, its node selectors and required node affinity on the labels that name a node's pool
+of GPUs (``pool_labels``: product, family, instance type), and its tolerations. A node is seen
+through the same labels, its vendor and its NoSchedule/NoExecute taints (its *pool*). For one
+class m on a node whose cards have f_1 >= f_2 >= ... percent free:
+
+- m asks for no GPU, or cannot run there (its reach leaves the node out, or fewer than its count
+  of cards with its percent free, or less cpu left than it asks): all the node's free GPU
+  percent counts;
 - m fits: the free percent of the cards with less free than m asks counts (slivers it cannot use).
 
 F_n(M) is the weighted sum. To it we add what FGD leaves out, the node's *stranded* GPUs: the
@@ -40,15 +48,28 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from ..model.labels import requirement_holds
 from ..model.names import CORES_PER_CARD
+from ..model.objects import NodeInput, PodInput, Requirement, Taint, Toleration
 from ..settings import FragmentationSettings
 
-# A request class: (cpu millicores, cards, percent of each card).
-RequestClass = tuple[int, int, int]
-# A node as the measure sees it: cpu millicores left (-1: not known, enough for any class) and
-# its cards' free percent, largest first, idle and shared cards only (a card held whole, or
-# unhealthy, or held for a preemptor, has nothing free).
-Shape = tuple[int, tuple[int, ...]]
+# One requirement of a node selector term, as (key, operator, values).
+Need = tuple[str, str, tuple[str, ...]]
+# Where a class can run: the GPU vendor it holds cards of ("": any, a pod without GPUs); its
+# required node terms on the pool labels, ORed, each its requirements ANDed, sorted (): every
+# node); its tolerations as (key, operator, value, effect), sorted. Plain tuples, so classes
+# order and hash as values.
+Reach = tuple[str, tuple[tuple[Need, ...], ...], tuple[tuple[str, str, str, str], ...]]
+ANYWHERE: Reach = ("", (), ())
+# A node as a reach sees it: its GPU vendor, its pool labels as sorted (key, value), and its
+# NoSchedule/NoExecute taints as (key, value, effect) in the node's order.
+Pool = tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str, str], ...]]
+# A request class: (cpu millicores, cards, percent of each card, where it can run).
+RequestClass = tuple[int, int, int, Reach]
+# A node as the measure sees it: cpu millicores left (-1: not known, enough for any class), its
+# cards' free percent, largest first, idle and shared cards only (a card held whole, or
+# unhealthy, or held for a preemptor, has nothing free), and its pool.
+Shape = tuple[int, tuple[int, ...], Pool]
 
 
 class Target:
@@ -75,6 +96,7 @@ class Target:
         "afters",
         "asks",
         "before",
+        "blocked",
         "classes",
         "cpu_cap",
         "cpu_per",
@@ -85,6 +107,7 @@ class Target:
         "memo_limit",
         "per_cpu",
         "ranks",
+        "reaches",
         "strand",
         "weight",
     )
@@ -99,6 +122,9 @@ class Target:
         self.classes = key
         # No class asks for more cpu: above it, nodes differing in cpu left measure the same.
         self.cpu_cap = max((request[0] for request, _ in key), default=0)
+        # The classes' distinct reaches, and per pool the ones that leave it out (``_blocked``).
+        self.reaches = sorted({request[3] for request, _ in key})
+        self.blocked: dict[Pool, frozenset[Reach]] = {}
         # The cpu the classes ask for, ascending: which of them a cpu left covers.
         self.asks = sorted({request[0] for request, _ in key})
         # The workload's cpu per card percent, as a fraction: what its GPU classes ask for of
@@ -108,15 +134,16 @@ class Target:
         self.per_cpu = sum(weight * request[1] * request[2] for request, weight in gpu)
         self.strand = settings.stranded_weight * sum(weight for _, weight in key)
         self.memo_limit = settings.memo_shapes
-        # The classes' part by (cpu covered, cards), and the cards a placement leaves by
-        # (cards, what it takes of them).
-        self.memo: dict[tuple[int, tuple[int, ...]], int] = {}
+        # The classes' part by (cpu covered, cards, the reaches that leave the node out), and
+        # the cards a placement leaves by (cards, what it takes of them).
+        self.memo: dict[_MemoKey, int] = {}
         self.afters: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], tuple[int, ...]] = (
             {} if before is None else before.afters
         )
-        # The target before this one (its asks and memo; not its own ``before``: no chain) and
-        # each class's weight now minus then, when fewer classes changed than there are.
-        self.before: tuple[list[int], dict[tuple[int, tuple[int, ...]], int]] | None = None
+        # The target before this one (its asks, reaches and memo; not its own ``before``: no
+        # chain) and each class's weight now minus then, when fewer classes changed than
+        # there are.
+        self.before: tuple[list[int], list[Reach], dict[_MemoKey, int]] | None = None
         self.delta: tuple[tuple[RequestClass, int], ...] = ()
         if before is not None:
             now, then = dict(key), dict(before.key)
@@ -126,25 +153,27 @@ class Target:
                 if now.get(request, 0) != then.get(request, 0)
             )
             if 2 * len(delta) < len(key):
-                self.before, self.delta = (before.asks, before.memo), delta
+                self.before = (before.asks, before.reaches, before.memo)
+                self.delta = delta
         self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
         if before is not None and self.before is not None and not self.delta:
             # The same classes and weights in another order (the pods held changed which of
             # two equally common classes comes first): the same measure, its memos kept.
             self.memo, self.ranks, self.before = before.memo, before.ranks, None
-        # Per cpu level (how many of ``asks`` a cpu left covers), the GPU classes it covers
-        # summed by (cards, percent): (cards, percent, weight), built when first asked for.
-        self.levels: dict[int, list[tuple[int, int, int]]] = {}
+        # Per cpu level (how many of ``asks`` a cpu left covers) and reaches that leave the node
+        # out, the GPU classes it covers and that can run there summed by (cards, percent):
+        # (cards, percent, weight), built when first asked for.
+        self.levels: dict[tuple[int, frozenset[Reach]], list[tuple[int, int, int]]] = {}
         self.weight = sum(weight for _, weight in key)
 
     def rank(self, shape: Shape, cpu: int, take: tuple[tuple[int, int], ...]) -> int:
         """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered. The cpu left
         is capped at what the pod and any class could ask, or feeding every free card would
         (the same gain above it), so nodes with cpu to spare share their answers."""
-        left, cards = shape
+        left, cards, pool = shape
         roomy = self.roomy(cards, cpu)
         if left > roomy:
-            shape = (left := roomy, cards)
+            shape = (left := roomy, cards, pool)
         key = (shape, cpu, take)
         found = self.ranks.get(key)
         if found is not None:
@@ -157,7 +186,7 @@ class Target:
             if len(self.afters) >= self.memo_limit:
                 _forget_oldest(self.afters)
             after = self.afters[moved] = _after(cards, take)
-        changed = (left if left < 0 else max(0, left - cpu), after)
+        changed = (left if left < 0 else max(0, left - cpu), after, pool)
         found = self.ranks[key] = gain_rank(self.frag(shape) - self.frag(changed))
         return found
 
@@ -173,38 +202,44 @@ class Target:
     def frag(self, shape: Shape) -> int:
         """F_n(M) of a node of this shape, in percent-of-a-card x percent of the workload,
         plus its stranded GPU percent, ``stranded_weight`` times the whole workload's weight."""
-        left, cards = shape
+        left, cards, pool = shape
         asks = self.asks
         # The largest cpu a class asks that ``left`` covers (-1: none; a node whose status has
         # no cpu covers every class).
         i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
-        key = (asks[i - 1] if i else -1, cards)
+        blocked = self.blocked.get(pool)
+        if blocked is None:
+            blocked = self.blocked[pool] = _blocked(self.reaches, pool)
+        key = (asks[i - 1] if i else -1, cards, blocked)
         found = self.memo.get(key)
         if found is None:
             if len(self.memo) >= self.memo_limit:
                 _forget_oldest(self.memo)
-            found = self.memo[key] = self._measured(left, i, cards)
+            found = self.memo[key] = self._measured(left, i, cards, pool, blocked)
         return found + self.strand * self.stranded(shape)
 
-    def _measured(self, left: int, level: int, cards: tuple[int, ...]) -> int:
+    def _measured(
+        self, left: int, level: int, cards: tuple[int, ...], pool: Pool, blocked: frozenset[Reach]
+    ) -> int:
         """The classes' part for cards ``cards`` on a node with ``left`` cpu (covering the
-        first ``level`` of ``asks``): the target before's value plus what the changed classes
-        add, when it measured the shape; else summed over the classes grouped by what they ask
-        of the cards (_frag's sum, a term per (cards, percent) instead of per class)."""
+        first ``level`` of ``asks``) of ``pool`` (whose reaches ``blocked`` leave it out): the
+        target before's value plus what the changed classes add, when it measured the shape;
+        else summed over the classes grouped by what they ask of the cards (_frag's sum, a
+        term per (cards, percent) instead of per class)."""
         if self.before is not None:
-            asks, memo = self.before
+            asks, reaches, memo = self.before
             i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
-            then = memo.get((asks[i - 1] if i else -1, cards))
+            then = memo.get((asks[i - 1] if i else -1, cards, _blocked(reaches, pool)))
             if then is not None:
                 # A class that left (or came) covered as the cpu left covers it, not as the
                 # classes kept now do: _frag compares what each asks with the cpu itself.
-                return then + _frag(self.delta, (left if left >= 0 else _ANY_CPU, cards))
+                return then + _frag(self.delta, (left if left >= 0 else _ANY_CPU, cards), pool)
         idle = sum(cards)
         if not idle:
             return 0
-        groups = self.levels.get(level)
+        groups = self.levels.get((level, blocked))
         if groups is None:
-            groups = self.levels[level] = self._level(level)
+            groups = self.levels[(level, blocked)] = self._level(level, blocked)
         # Every class counts all the idle percent, but one that runs there (its cards with its
         # percent free: cards[k - 1], the k-th largest) counts only the slivers below it.
         total = self.weight * idle
@@ -214,13 +249,13 @@ class Target:
                 total -= weight * (idle - sum(f for f in cards if f < core))
         return total
 
-    def _level(self, level: int) -> list[tuple[int, int, int]]:
-        """The GPU classes a cpu left covering the first ``level`` asks feeds, their weights
-        summed by (cards, percent)."""
+    def _level(self, level: int, blocked: frozenset[Reach]) -> list[tuple[int, int, int]]:
+        """The GPU classes a cpu left covering the first ``level`` asks feeds, on a node the
+        reaches ``blocked`` leave out, their weights summed by (cards, percent)."""
         covered = self.asks[level - 1] if level else -1
         summed: dict[tuple[int, int], int] = {}
-        for (need_cpu, k, core), weight in self.classes:
-            if k and need_cpu <= covered:
+        for (need_cpu, k, core, reach), weight in self.classes:
+            if k and need_cpu <= covered and reach not in blocked:
                 summed[(k, core)] = summed.get((k, core), 0) + weight
         return [(k, core, weight) for (k, core), weight in sorted(summed.items())]
 
@@ -228,7 +263,7 @@ class Target:
         """The free card percent of a node of this shape that its cpu left cannot feed at the
         workload's cpu per GPU: idle GPUs no pod like the workload's could use (0 when its
         status says nothing of cpu)."""
-        left, cards = shape
+        left, cards, _pool = shape
         if left < 0 or not self.cpu_per:
             return 0
         return max(0, sum(cards) - left * self.per_cpu // self.cpu_per)
@@ -236,11 +271,17 @@ class Target:
 
 # More cpu than any class asks (the node's status says nothing of cpu: it covers every class).
 _ANY_CPU = 1 << 62
+# What the classes' part of a shape is remembered by: (the largest cpu a class asks that the
+# cpu left covers, the cards, the reaches that leave the node out). Nodes of pools that the same
+# reaches leave out (every node, in a workload no class of which is pinned) share an entry.
+_MemoKey = tuple[int, tuple[int, ...], frozenset[Reach]]
 
 
-def _frag(classes: Iterable[tuple[RequestClass, int]], key: tuple[int, tuple[int, ...]]) -> int:
-    """The classes' part of F_n(M) on cards ``key[1]`` whose cpu left covers the classes asking
-    at most ``key[0]`` (-1: none)."""
+def _frag(
+    classes: Iterable[tuple[RequestClass, int]], key: tuple[int, tuple[int, ...]], pool: Pool
+) -> int:
+    """The classes' part of F_n(M) on cards ``key[1]`` of ``pool`` whose cpu left covers the
+    classes asking at most ``key[0]`` (-1: none)."""
     covered, cards = key
     idle = sum(cards)
     if not idle:
@@ -251,8 +292,16 @@ def _frag(classes: Iterable[tuple[RequestClass, int]], key: tuple[int, tuple[int
     # classes ask for the same (every whole-GPU class asks for 100), and a new target measures
     # every node shape afresh.
     slivers: dict[int, int] = {}
-    for (need_cpu, k, core), weight in classes:
-        if not k or need_cpu > covered or count < k or cards[k - 1] < core:
+    for (need_cpu, k, core, reach), weight in classes:
+        # A class that cannot run here (no GPU, too little cpu or too few cards free, or a
+        # reach that leaves the node out, as FGD counts a model mismatch) counts all idle.
+        if (
+            not k
+            or need_cpu > covered
+            or count < k
+            or cards[k - 1] < core
+            or not can_run(reach, pool)
+        ):
             total += weight * idle
         else:
             sliver = slivers.get(core)
@@ -368,22 +417,101 @@ class Profile:
         )
 
 
-def request_class(cpu: int, whole: int, shares: Iterable[int]) -> RequestClass | None:
+def request_class(cpu: int, whole: int, shares: Iterable[int], reach: Reach) -> RequestClass | None:
     """The class of a pod holding ``whole`` GPUs or cards shared at the given percents (one
-    entry per card), asking for ``cpu`` millicores; None for a pod without GPUs."""
+    entry per card), asking for ``cpu`` millicores, that can run where ``reach`` says; None for
+    a pod without GPUs."""
     cores = list(shares)
     if whole:
-        return (cpu, whole, CORES_PER_CARD)
+        return (cpu, whole, CORES_PER_CARD, reach)
     if cores:
-        return (cpu, len(cores), max(cores))
+        return (cpu, len(cores), max(cores), reach)
     return None
+
+
+def reach_of(pod: PodInput, vendor: str, pool_labels: Iterable[str]) -> Reach:
+    """Where a pod holding cards of ``vendor`` ("": none) can run, as its class carries it: its
+    node selector and required node affinity on the pool labels (a requirement on another
+    label, or on a field, is left out: the class is taken to run wherever the pool labels let
+    it), and its tolerations of NoSchedule and NoExecute taints."""
+    keys = frozenset(pool_labels)
+    selected = tuple(
+        sorted((key, "In", (value,)) for key, value in pod.node_selector.items() if key in keys)
+    )
+    terms: tuple[tuple[Need, ...], ...] = (selected,) if selected else ()
+    affinity = pod.affinity
+    if affinity is not None and affinity.node_required is not None:
+        kept: set[tuple[Need, ...]] = set()
+        for term in affinity.node_required:
+            needs = {
+                (r.key, r.operator, tuple(sorted(r.values)))
+                for r in term.match_expressions
+                if r.key in keys
+            }
+            if not needs and not selected:
+                # A term that says nothing of the pool labels: the pod runs in any pool.
+                kept = set()
+                break
+            kept.add(tuple(sorted(needs | set(selected))))
+        terms = tuple(sorted(kept))
+    tolerations = tuple(
+        sorted(
+            {
+                (t.key, t.operator, t.value, t.effect)
+                for t in pod.tolerations
+                if t.effect in ("", "NoSchedule", "NoExecute")
+            }
+        )
+    )
+    return (vendor, terms, tolerations)
+
+
+def pool_of(node: NodeInput, vendor: str, pool_labels: Iterable[str]) -> Pool:
+    """A node as reaches see it: its GPU vendor, pool labels and NoSchedule/NoExecute taints."""
+    labels = node.labels
+    return (
+        vendor,
+        tuple(sorted((key, labels[key]) for key in set(pool_labels) if key in labels)),
+        tuple(
+            (t.key, t.value, t.effect)
+            for t in node.taints
+            if t.effect in ("NoSchedule", "NoExecute")
+        ),
+    )
+
+
+def can_run(reach: Reach, pool: Pool) -> bool:
+    """Whether a class of ``reach`` can run on a node of ``pool``: the vendor its cards are
+    (or none), one of its node terms matched by the pool labels (or none to match), and every
+    taint tolerated (as kube-scheduler's NodeAffinity and TaintToleration filters read them)."""
+    vendor, terms, tolerations = reach
+    if vendor and vendor != pool[0]:
+        return False
+    if terms:
+        labels = dict(pool[1])
+        if not any(
+            all(requirement_holds(Requirement(*need), labels) for need in term) for term in terms
+        ):
+            return False
+    if pool[2]:
+        tolerating = [Toleration(*t) for t in tolerations]
+        for key, value, effect in pool[2]:
+            taint = Taint(key, effect, value)
+            if not any(t.tolerates(taint) for t in tolerating):
+                return False
+    return True
+
+
+def _blocked(reaches: Iterable[Reach], pool: Pool) -> frozenset[Reach]:
+    """The reaches that leave a node of ``pool`` out."""
+    return frozenset(r for r in reaches if not can_run(r, pool))
 
 
 def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]) -> int:
     """F_n(M) before minus after placing, on a node of ``shape``, a pod asking for ``cpu``
     millicores and, per card it takes, (that card's free percent, the percent it takes)."""
-    left, cards = shape
-    changed: Shape = (left if left < 0 else max(0, left - cpu), _after(cards, take))
+    left, cards, pool = shape
+    changed: Shape = (left if left < 0 else max(0, left - cpu), _after(cards, take), pool)
     return target.frag(shape) - target.frag(changed)
 
 

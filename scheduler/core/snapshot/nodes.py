@@ -49,7 +49,7 @@ from ..resources.memo import Memo
 from ..resources.ports import PortUse, charge_ports
 from ..resources.requests import parse_count
 from .domains import Hierarchy, Path
-from .fragmentation import Shape, free_cards
+from .fragmentation import Pool, Shape, free_cards
 from .holdings import Holding
 from .names import NameSet
 from .podindex import PodRecord
@@ -109,6 +109,7 @@ class NodeState:
         "nominated",
         "pod_count",
         "pods",
+        "pool",
         "ports",
         "requested",
         "resources",
@@ -121,7 +122,8 @@ class NodeState:
         node: NodeInput,
         inventory: Inventory | None,
         error: str | None,
-        allocatable: tuple[int, ...] | None = None,
+        allocatable: tuple[int, ...] | None,
+        pool: Pool,
     ) -> None:
         self.name = node.name
         self.node = node
@@ -147,6 +149,9 @@ class NodeState:
         self.requested: dict[str, int] = {}
         self.pod_count = 0
         self.ports: PortUse = {}
+        # Which pool of GPUs the node is, as a request class's reach sees it (fragmentation.Pool):
+        # of its object, so a new node object makes a new NodeState and a new pool.
+        self.pool = pool
         # ``shape()``'s answer, until the next charge changes the node.
         self.frag_shape: Shape | None = None
 
@@ -185,7 +190,7 @@ class NodeState:
                     continue
                 use = self.cards.get(device.index)
                 free.append(CORES_PER_CARD - use.core if use is not None else CORES_PER_CARD)
-            self.frag_shape = (self.cpu_left(), free_cards(free))
+            self.frag_shape = (self.cpu_left(), free_cards(free), self.pool)
         return self.frag_shape
 
     @property
@@ -227,6 +232,7 @@ class NodeState:
             any(d.memory_mib > 0 for d in inv.devices),
             not self.whole and not cards,
             tuple(usable),
+            self.pool,
         )
 
     def headroom(self) -> tuple[int, ...] | None:
@@ -297,17 +303,19 @@ Demand = tuple[tuple[int, int], ...]
 
 
 class ShapeGroup:
-    """The nodes of one class with the same cards' free percent (a Shape's cards) and the same
-    untouched flag (NodeState.untouched), by cpu left: a whole-GPU pod's fragmentation rank
-    differs between them only by their cpu left, and not at all above the cpu that feeds every
-    class and the pod (fragmentation.Target.roomy), so placement ranks the cpu values below that
-    one by one and the rest as one (``cpus`` is kept sorted for it)."""
+    """The nodes of one class with the same cards' free percent (a Shape's cards), the same
+    untouched flag (NodeState.untouched) and the same pool (a Shape's pool), by cpu left: a
+    whole-GPU pod's fragmentation rank differs between them only by their cpu left, and not at
+    all above the cpu that feeds every class and the pod (fragmentation.Target.roomy), so
+    placement ranks the cpu values below that one by one and the rest as one (``cpus`` is kept
+    sorted for it)."""
 
-    __slots__ = ("by_cpu", "cards", "cpus", "names", "untouched")
+    __slots__ = ("by_cpu", "cards", "cpus", "names", "pool", "untouched")
 
-    def __init__(self, cards: tuple[int, ...], untouched: int) -> None:
+    def __init__(self, cards: tuple[int, ...], untouched: int, pool: Pool) -> None:
         self.cards = cards
         self.untouched = untouched
+        self.pool = pool
         self.by_cpu: dict[int, NameSet] = {}
         self.cpus: list[int] = []
         # Every node of the group: the usual answer, when all of them have cpu to spare.
@@ -327,16 +335,16 @@ class NodeClass(NameSet):
         # What placement derives from the key alone (its rank for k GPUs), kept while the class
         # lives: the key never changes, a node whose GPUs change moves to another class.
         self.memo: dict[tuple[object, ...], object] = {}
-        self.shapes: dict[tuple[tuple[int, ...], int], ShapeGroup] = {}
+        self.shapes: dict[tuple[tuple[int, ...], int, Pool], ShapeGroup] = {}
         # Each node's group and cpu left as filed.
         self.shape_of: dict[str, tuple[ShapeGroup, int]] = {}
 
     def file_shape(self, name: str, shape: Shape, untouched: int) -> None:
         """File one of the class's nodes by its shape (after ``drop_shape``, or new)."""
-        left, cards = shape
-        group = self.shapes.get((cards, untouched))
+        left, cards, pool = shape
+        group = self.shapes.get((cards, untouched, pool))
         if group is None:
-            group = self.shapes[(cards, untouched)] = ShapeGroup(cards, untouched)
+            group = self.shapes[(cards, untouched, pool)] = ShapeGroup(cards, untouched, pool)
         names = group.by_cpu.get(left)
         if names is None:
             names = group.by_cpu[left] = NameSet()
@@ -359,7 +367,7 @@ class NodeClass(NameSet):
         del group.by_cpu[left]
         del group.cpus[bisect.bisect_left(group.cpus, left)]
         if not group.cpus:
-            del self.shapes[(group.cards, group.untouched)]
+            del self.shapes[(group.cards, group.untouched, group.pool)]
 
 
 class DomainIndex:

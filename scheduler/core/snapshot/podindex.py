@@ -26,6 +26,7 @@ from msgspec import Struct, field
 from ..model.labels import selector_matches
 from ..model.objects import HostPort, LabelSelector, PodAffinityTerm
 from ..resources.accounting import Amounts
+from .fragmentation import ANYWHERE, Reach
 
 
 class PodRecord(Struct, frozen=True):
@@ -47,6 +48,9 @@ class PodRecord(Struct, frozen=True):
     created: str = ""
     gang: str | None = None
     minimum: int = 0
+    # Where the pod's request class can run (snapshot/fragmentation.reach_of), its vendor left
+    # "": the class of a pod holding GPUs takes its node's vendor (ClusterState._reprofile).
+    reach: Reach = ANYWHERE
 
 
 class PodIndex:

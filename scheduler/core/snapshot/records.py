@@ -11,6 +11,7 @@ from ..model.objects import PodInput
 from ..resources.accounting import RequestsMemo
 from ..resources.ports import host_ports
 from ..resources.resize import bound_requests
+from .fragmentation import reach_of
 from .podindex import PodIndex, PodRecord
 
 
@@ -55,6 +56,7 @@ def record_of(
     pod: PodInput,
     node: str,
     gpu_names: frozenset[str],
+    pool_labels: Iterable[str],
     gang: str | None = None,
     minimum: int = 0,
     memo: RequestsMemo | None = None,
@@ -62,8 +64,9 @@ def record_of(
     """What the Kubernetes filters keep of a pod on ``node``: labels, requests (GPU resources
     left out: the GPU rules charge those), host ports, required anti-affinity; and what
     preemption weighs it by: priority, uid, creation time, its gang and that gang's minimum
-    (as the caller knows them: from the pod's sources, or the placement). ``memo``: the
-    caller's requests by spec."""
+    (as the caller knows them: from the pod's sources, or the placement); where its request
+    class can run, read on ``pool_labels`` (FragmentationSettings). ``memo``: the caller's
+    requests by spec."""
     anti = pod.affinity.anti_required if pod.affinity is not None else ()
     return PodRecord(
         key=pod.key,
@@ -79,4 +82,5 @@ def record_of(
         created=pod.created,
         gang=gang,
         minimum=minimum,
+        reach=reach_of(pod, "", pool_labels),
     )

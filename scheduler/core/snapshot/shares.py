@@ -11,7 +11,8 @@ group only in the order the rank gives (issue 32: the chain ran on every node fo
   card reports memory (what a refused share's reason reads), whether it is untouched (no GPU
   held whole, no card shared), and per card a share could use (healthy, not held whole, not
   nominated for a preemptor) its index, memory and use (core, memory, sGPU slots, QoS; None
-  when no pod shares it). Nodes of one key are a ``CardGroup``, which keeps the cards' free
+  when no pod shares it), and its pool (fragmentation.Pool: which classes of the target workload
+  can run there). Nodes of one key are a ``CardGroup``, which keeps the cards' free
   percent (the shape's cards) and a memo of what placement derives per request from the key
   alone (which cards fit).
 - within a group, the nodes by cpu left (-1: the status says nothing of cpu), one ``NameSet``
@@ -34,15 +35,16 @@ import bisect
 from collections.abc import Iterator
 
 from ..model.names import CORES_PER_CARD
-from .fragmentation import free_cards
+from .fragmentation import Pool, free_cards
 from .names import NameSet
 
 # (core, memory MiB, sGPU slots, QoS) of one card's shared use.
 CardUseKey = tuple[int, int, int, str | None]
 # A card a share could use: (index, memory MiB, its use or None).
 CardState = tuple[int, int, CardUseKey | None]
-# (vendor, sGPU slots per card, any card reports memory, untouched, the usable cards by index)
-CardKey = tuple[str, int, bool, bool, tuple[CardState, ...]]
+# (vendor, sGPU slots per card, any card reports memory, untouched, the usable cards by index,
+# the node's pool: fragmentation.Pool)
+CardKey = tuple[str, int, bool, bool, tuple[CardState, ...], Pool]
 
 
 class CardGroup:
@@ -65,6 +67,10 @@ class CardGroup:
     @property
     def untouched(self) -> bool:
         return self.key[3]
+
+    @property
+    def pool(self) -> Pool:
+        return self.key[5]
 
 
 class ShareIndex:
