@@ -53,6 +53,7 @@ RANGES: dict[str, Range] = {
     "fragmentation.minPods": AT_LEAST_1,
     "fragmentation.strandedWeight": NOT_NEGATIVE,
     "fragmentation.memoShapes": AT_LEAST_1,
+    "fragmentation.weightParts": AT_LEAST_1,
     "memos.asks": AT_LEAST_1,
     "memos.requests": AT_LEAST_1,
     "memos.quantities": AT_LEAST_1,

@@ -64,6 +64,11 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
     coverage_percent: int = 95
     # Held GPU pods below which there is no target workload (the other rules decide alone).
     min_pods: int = 32
+    # The parts the target workload's weights are counted in (1000: per mille). Whole percent
+    # (100) merged the rare classes a pinned workload splits into (each pin its own class) and
+    # left two of them a percent apart or equal: bench-frag --pin 33 left 0.7 points more of
+    # openb's GPUs idle at 100% arrived.
+    weight_parts: int = 1000
     # A stranded GPU percent counts this many times the whole workload's weight.
     stranded_weight: int = 4
     # Node shapes (and placement ranks) remembered per target; a full memo drops its older half.

@@ -20,7 +20,8 @@ from scheduler.core.snapshot.fragmentation import (
 )
 from tests.builders import MakeNode, MakePod, cluster, schedule
 
-DEFAULTS = FragmentationSettings()
+# Weights in whole percent, as the steps below count them (the default counts per mille).
+DEFAULTS = FragmentationSettings(weight_parts=100)
 MIN_PODS = DEFAULTS.min_pods
 POOL: Pool = ("nvidia", (), ())  # a node of no pool label and no taint
 PRODUCT = "nvidia.com/gpu.product"
@@ -56,9 +57,9 @@ def test_gain_is_frag_before_minus_after_and_ranks_like_fgd() -> None:
     assert gain(target, shape, 0, ((100, 30),)) == 0
     # FGD's score twice as steep: int(100 x sigmoid(gain in milli-GPU / 500)); ours counts
     # percent x percent
-    assert gain_rank(0) == 50
-    assert gain_rank(-1000) == 45  # 0.1 GPU of fragment
-    assert gain_rank(-150) == 49  # differences below ~0.02 GPU tie
+    assert gain_rank(0, 100) == 50
+    assert gain_rank(-1000, 100) == 45  # 0.1 GPU of fragment
+    assert gain_rank(-150, 100) == 49  # differences below ~0.02 GPU tie
     assert target.rank(shape, 0, ((40, 30),)) == 45
 
 

@@ -21,7 +21,7 @@ from tests.unit.test_fragmentation import MIN_PODS, placed
 
 PRODUCT = "nvidia.com/gpu.product"
 LABELS = FragmentationSettings().pool_labels
-DEFAULTS = FragmentationSettings()
+DEFAULTS = FragmentationSettings(weight_parts=100)  # weights in whole percent, as below
 T4: Pool = ("nvidia", ((PRODUCT, "T4"),), ())
 A100: Pool = ("nvidia", ((PRODUCT, "A100"),), ())
 TAINTED: Pool = ("nvidia", ((PRODUCT, "A100"),), (("pool", "train", "NoSchedule"),))
@@ -92,11 +92,12 @@ def test_a_node_a_class_cannot_run_on_counts_all_its_idle_gpus_for_it() -> None:
     target = Target((((1000, 1, 100, ON_T4), 50), ((1000, 1, 100, ANYWHERE), 50)), DEFAULTS)
     # cards 100 and 40 free: on a T4 node both classes fit (the 40% sliver counts for both)
     assert target.frag((64_000, (100, 40), T4)) == 50 * 40 + 50 * 40
-    # on an A100 node the pinned class cannot run: all 140 idle count for it
-    assert target.frag((64_000, (100, 40), A100)) == 50 * 140 + 50 * 40
+    # on an A100 node the pinned class cannot run: all 140 idle count for it, and are stranded
+    # for it (counted ``stranded_weight`` times its weight) as GPUs no cpu is left for are
+    assert target.frag((64_000, (100, 40), A100)) == 50 * 140 + 50 * 40 + 4 * 50 * 140
     # so a one-GPU pod placed there removes fragmentation (the pinned class's idle); on the T4
     # node it removes none (the 40% left is a sliver to both classes before and after)
-    assert target.rank((64_000, (100, 40), A100), 1000, ((100, 100),)) == 73
+    assert target.rank((64_000, (100, 40), A100), 1000, ((100, 100),)) == 99
     assert target.rank((64_000, (100, 40), T4), 1000, ((100, 100),)) == 50
 
 

@@ -23,7 +23,7 @@ TWO = (16000, 2, 100, NVIDIA)  # two GPUs, 16 cpu
 
 # The pods held at the end of every history below: 30 one-GPU pods and 10 two-GPU pods.
 HELD = {**{f"x{i}": ONE for i in range(10, 40)}, **{f"y{i}": TWO for i in range(10)}}
-KEY = ((ONE, 75), (TWO, 25))
+KEY = ((ONE, 750), (TWO, 250))  # weights per mille
 
 
 def charged(events: list[tuple[str, RequestClass | None]], ask_every: bool) -> Profile:

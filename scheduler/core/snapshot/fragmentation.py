@@ -4,8 +4,9 @@ The measure is the FGD paper's F_n(M) (Weng et al., "Beware of Fragmentation", U
 M, the target workload, is what the cluster holds now: the request classes of the pods on its
 GPU nodes (cpu millicores, cards, percent of each card; a pod without GPUs is a class of no
 cards; and where the class can run, its *reach*), most common first until they cover 95% of
-those pods, each weighted by its share of them in whole percent. So the measure follows the
-workload as it changes, shrinks with it when pods leave, and is a function of the snapshot.
+those pods, each weighted by its share of them in parts per ``weight_parts`` (per mille). So
+the measure follows the workload as it changes, shrinks with it when pods leave, and is a
+function of the snapshot.
 
 A class's reach is what limits the nodes its pods can use, as FGD's classes carry the GPU
 model a pod is pinned to (issue 32: on openb with a third of the pods pinned to models, a
@@ -23,7 +24,8 @@ class m on a node whose cards have f_1 >= f_2 >= ... percent free:
 F_n(M) is the weighted sum. To it we add what FGD leaves out, the node's *stranded* GPUs: the
 free card percent its cpu left cannot feed at the workload's own cpu per GPU (what its GPU
 classes ask for of cpu against card percent, weighted as they are), counted ``stranded_weight``
-times the whole workload's weight. FGD counts cpu only through each class's fit, so it places
+times the weight of the classes that can run there; for a class that cannot, every idle percent
+of the node is stranded. FGD counts cpu only through each class's fit, so it places
 cpu-heavy pods where cards stay free that no cpu is left for; on openb most pods FGD refuses
 before the cluster is full are refused for want of cpu on every node with a free card
 (bench-frag: 4.17% unallocated with the term, against FGD's 4.72). The numbers (95%, the
@@ -84,7 +86,7 @@ class Target:
       so it is kept by (the largest cpu a class asks that the cpu left covers, the cards);
     - the stranded part is a line of the cpu left, worked out each time.
 
-    A new target (the pods held changed a class's whole-percent weight) starts from the one
+    A new target (the pods held changed a class's weight in parts) starts from the one
     before it (``before``): the cards a placement leaves do not depend on the target and are
     shared, and the classes' part of a shape the one before measured is its value plus what the
     classes whose weight changed add (``delta``, usually a few classes), not a new sum over every
@@ -105,10 +107,12 @@ class Target:
         "levels",
         "memo",
         "memo_limit",
+        "parts",
         "per_cpu",
         "ranks",
         "reaches",
         "strand",
+        "unreached",
         "weight",
     )
 
@@ -125,6 +129,8 @@ class Target:
         # The classes' distinct reaches, and per pool the ones that leave it out (``_blocked``).
         self.reaches = sorted({request[3] for request, _ in key})
         self.blocked: dict[Pool, frozenset[Reach]] = {}
+        # Per set of blocked reaches, the weight of the classes they are the reaches of.
+        self.unreached: dict[frozenset[Reach], int] = {}
         # The cpu the classes ask for, ascending: which of them a cpu left covers.
         self.asks = sorted({request[0] for request, _ in key})
         # The workload's cpu per card percent, as a fraction: what its GPU classes ask for of
@@ -132,8 +138,9 @@ class Target:
         gpu = [(request, weight) for request, weight in key if request[1]]
         self.cpu_per = sum(weight * request[0] for request, weight in gpu)
         self.per_cpu = sum(weight * request[1] * request[2] for request, weight in gpu)
-        self.strand = settings.stranded_weight * sum(weight for _, weight in key)
+        self.strand = settings.stranded_weight
         self.memo_limit = settings.memo_shapes
+        self.parts = settings.weight_parts
         # The classes' part by (cpu covered, cards, the reaches that leave the node out), and
         # the cards a placement leaves by (cards, what it takes of them).
         self.memo: dict[_MemoKey, int] = {}
@@ -187,7 +194,7 @@ class Target:
                 _forget_oldest(self.afters)
             after = self.afters[moved] = _after(cards, take)
         changed = (left if left < 0 else max(0, left - cpu), after, pool)
-        found = self.ranks[key] = gain_rank(self.frag(shape) - self.frag(changed))
+        found = self.ranks[key] = gain_rank(self.frag(shape) - self.frag(changed), self.parts)
         return found
 
     def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
@@ -200,8 +207,13 @@ class Target:
         return need + cpu
 
     def frag(self, shape: Shape) -> int:
-        """F_n(M) of a node of this shape, in percent-of-a-card x percent of the workload,
-        plus its stranded GPU percent, ``stranded_weight`` times the whole workload's weight."""
+        """F_n(M) of a node of this shape, in percent-of-a-card x parts of the workload, plus
+        its stranded GPU percent, ``stranded_weight`` times the weight of the classes that can
+        run on the node; for the classes that cannot, every idle percent is stranded (a GPU a
+        class can never use there is as lost to it as one no cpu is left for: issue 32, a
+        stranded term blind to pools sent cpu-heavy pods to the cpu-rich pools pinned pods
+        needed, and left 1.1 points more of openb's GPUs idle with a third of its pods
+        pinned)."""
         left, cards, pool = shape
         asks = self.asks
         # The largest cpu a class asks that ``left`` covers (-1: none; a node whose status has
@@ -216,7 +228,13 @@ class Target:
             if len(self.memo) >= self.memo_limit:
                 _forget_oldest(self.memo)
             found = self.memo[key] = self._measured(left, i, cards, pool, blocked)
-        return found + self.strand * self.stranded(shape)
+        unreached = self.unreached.get(blocked)
+        if unreached is None:
+            unreached = self.unreached[blocked] = sum(
+                weight for request, weight in self.key if request[3] in blocked
+            )
+        stranded = (self.weight - unreached) * self.stranded(shape) + unreached * sum(cards)
+        return found + self.strand * stranded
 
     def _measured(
         self, left: int, level: int, cards: tuple[int, ...], pool: Pool, blocked: frozenset[Reach]
@@ -386,7 +404,7 @@ class Profile:
 
         Worked out from the counts of the pods held on the first call after a charge changed
         them, so it is what the pods held make whenever it is asked for. The same Target object
-        (and its memo of ranks) as long as the classes and their whole-percent weights stay the
+        (and its memo of ranks) as long as the classes and their weights in parts stay the
         same: most charges of a large cluster change neither."""
         if self._gpu_pods < self._settings.min_pods:
             return None
@@ -399,12 +417,13 @@ class Profile:
 
     def _key(self) -> tuple[tuple[RequestClass, int], ...]:
         """The classes of the pods held, most common first (ties by class), until they cover
-        ``coverage_percent`` of them, each weighted by its share of those kept in whole percent
-        (a class that rounds to 0 is left out)."""
+        ``coverage_percent`` of them, each weighted by its share of those kept in parts per
+        ``weight_parts``, rounded (a class that rounds to 0 is left out)."""
         ranked = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))
         wanted = self._settings.coverage_percent * len(self._pods)
         kept: list[tuple[RequestClass, int]] = []
         covered = 0
+        parts = self._settings.weight_parts
         for request, n in ranked:
             if 100 * covered >= wanted:
                 break
@@ -413,7 +432,7 @@ class Profile:
         return tuple(
             (request, weight)
             for request, n in kept
-            if (weight := (200 * n + covered) // (2 * covered)) > 0
+            if (weight := (2 * parts * n + covered) // (2 * covered)) > 0
         )
 
 
@@ -515,12 +534,13 @@ def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]
     return target.frag(shape) - target.frag(changed)
 
 
-def gain_rank(value: int) -> int:
-    """A gain as FGD scores it, twice as steep: 100 x sigmoid(gain / (500 milli-GPU x 100% x
-    1/10)), truncated to a whole number, so nodes whose gains differ by less than about 2% of a
-    GPU tie and the rules after it decide between them (FGD's 1,000: bench-frag left 0.06 points
-    more of openb's GPUs idle)."""
-    return int(100 / (1 + math.exp(-value / 5_000)))
+def gain_rank(value: int, parts: int) -> int:
+    """A gain (in percent of a card x the workload's weight, counted in ``parts``) as FGD scores
+    it, twice as steep: 100 x sigmoid(gain / (500 milli-GPU x the whole workload)), truncated to
+    a whole number, so nodes whose gains differ by less than about 2% of a GPU tie and the rules
+    after it decide between them (FGD's 1,000: bench-frag left 0.06 points more of openb's GPUs
+    idle)."""
+    return int(100 / (1 + math.exp(-value / (50 * parts))))
 
 
 def free_cards(free: Iterable[int]) -> tuple[int, ...]:
