@@ -595,6 +595,6 @@ def charge(state: ClusterState, pod: PodInput) -> None:
 
 def rank(pod: PodInput | None) -> tuple[int, str, str | None]:
     """The queue's order for a pod: kube-scheduler's PrioritySort (priority, creation time),
-    and its gang, whose members go first among their priority while it is being completed
+    and its gang, whose members go before every other pod while it is being completed
     (queue.py)."""
     return (pod.priority, pod.created, gang_of(pod)) if pod is not None else (0, "", None)

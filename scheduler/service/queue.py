@@ -2,11 +2,14 @@
 
 - active: pods ready for a scheduling attempt, in kube-scheduler's PrioritySort order: higher
   ``spec.priority`` first, then older ``creationTimestamp``, then the order they became ready;
-  with one tier between priority and creation time: a member of a gang being completed (some
-  of its members bound or assumed, fewer than its minimum) goes before the other pods of its
-  priority (docs/gangs.md, "Queue order"). Its GPUs are what a previous leader held for it
-  (a hold a store failover may have lost, sim seed 549); a pod of the same priority taking
-  them first would leave the gang partial for good, the cross-gang deadlock the gangs rule out.
+  with one tier above priority: a member of a gang being completed (some of its members bound
+  or assumed, fewer than its minimum) goes before every other pod (docs/gangs.md, "Queue
+  order"). Its GPUs are what a previous leader held for it (a hold a store failover may have
+  lost, sim seed 549); any pod taking them first, of its priority (seed 549) or of a higher one
+  that then fits without preempting (seeds 909, 3118), would leave the gang partial for good,
+  the cross-gang deadlock the gangs rule out. A higher priority still wins by preemption, as it
+  would against the hold itself: it evicts a whole unit (the gang, or another) if it no longer
+  fits; and a lower-priority member never takes GPUs nominated for a higher preemptor.
   The tier is read from the snapshot at the pod's turn, not frozen at enqueue: the injected
   ``completing`` says whether a gang is being completed, and every pop first re-reads it for
   the gangs whose bound members changed since (``gangs_changed``, ``regang``; after a
@@ -53,7 +56,7 @@ class SchedulingQueue:
         self._max_backoff_s = max_backoff_s
         self._max_unschedulable_s = max_unschedulable_s
         self._seq = 0
-        # (-priority, tier, created, seq, key) heap; tier 0: a gang being completed (module doc)
+        # (tier, -priority, created, seq, key) heap; tier 0: a gang being completed (module doc)
         self._active: list[tuple[int, int, str, int, str]] = []
         self._rank: dict[str, tuple[int, str]] = {}  # key -> (-priority, created) while queued
         self._gang: dict[str, str] = {}  # key -> its gang while queued
@@ -288,4 +291,4 @@ class SchedulingQueue:
             self._first.add(key)
         else:
             self._first.discard(key)
-        heapq.heappush(self._active, (priority, tier, created, self._seq, key))
+        heapq.heappush(self._active, (tier, priority, created, self._seq, key))

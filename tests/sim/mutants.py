@@ -38,6 +38,7 @@ timeline reaches the swap.
 from __future__ import annotations
 
 import contextlib
+import heapq
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -499,6 +500,24 @@ def _plain_priority_sort() -> list[Patch]:
     return [(SchedulingQueue, "_tier", tier)]
 
 
+def _tier_below_priority() -> list[Patch]:
+    """Sim seeds 909, 3118: a gang being completed goes before the other pods of its priority
+    only; a pod of a higher priority goes first and takes its GPU without preempting."""
+
+    def push(self: SchedulingQueue, key: str) -> None:
+        self._seq += 1
+        self._in_active[key] = self._seq
+        priority, created = self._rank.get(key, (0, ""))
+        tier = self._tier(key)
+        if tier == 0:
+            self._first.add(key)
+        else:
+            self._first.discard(key)
+        heapq.heappush(self._active, (priority, tier, created, self._seq, key))
+
+    return [(SchedulingQueue, "_push", push)]
+
+
 def _stale_bind_ok_trusted() -> list[Patch]:
     """Sim seed 726: a 201 for a Binding sent before an etcd restore began a new era is taken
     as any 201 (assumed, not re-read)."""
@@ -696,6 +715,11 @@ MUTANTS: dict[str, Mutant] = {
         "a gang being completed waits behind older pods of its priority",
         _plain_priority_sort,
         timeline="sim549-gang-hold-lost-in-failover",
+    ),
+    "sim909-tier-below-priority": Mutant(
+        "a gang being completed waits behind pods of a higher priority",
+        _tier_below_priority,
+        timeline="sim909-gang-hold-taken-by-higher-priority",
     ),
     "sim726-stale-bind-ok-trusted": Mutant(
         "a Binding answered after an etcd restore began a new era is assumed, not re-read",

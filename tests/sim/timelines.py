@@ -551,6 +551,35 @@ def gang_hold_lost_in_failover(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gang_hold_taken_by_higher_priority(m: SimMachine) -> None:
+    """Soak seed 3118 (its shrunk schedule; seed 909 loses the hold to FLUSHALLs and a lost
+    lease instead): k1 fills n1. The store fails over, a partition leaving the leader r2 on
+    the old master, and the promoted one is flushed. r2 decides gang j2 (2) whole on n2;
+    j2-1's Binding commits, j2-0's is refused 403, so r2 holds j2-0's GPU for the gang, in its
+    book and on the old master only; p (high priority) comes and r2 is killed. r4, elected on
+    the new master, reloads j2 at 1 of 2 bound with p waiting for the one free GPU. Were p
+    decided first, it would take that GPU without preempting and j2 would stay below its
+    minimum for good; j2-0 goes first (queue.py), and p preempts."""
+    assert isinstance(m, FullMachine)  # high priority is a rule of the full world
+    m.stall(2.0)
+    for _ in range(9):
+        m.delete_witness()
+    m.kill()
+    m.create_gang("k", 2, False)
+    m.quiesce()
+    m.bind_fault("403")
+    m.create_high("p", 1, 0, "labels")
+    m.delete_pod(2, True)
+    m.failover(True, 5.0)
+    m.flush_store()
+    m.create_gang("j", 2, False)
+    for _ in range(3):
+        m.delete_witness()
+    m.create_high("p", 1, 0, "labels")
+    m.kill()
+    m.quiesce()
+
+
 def lapsed_write_forgotten(m: SimMachine) -> None:
     """Issue 30 bug 7b: a store write skipped while the local lease had lapsed asks for no
     reconcile. a and b are bound by r1; every store call then answers 25 s late. r1's renewals
@@ -699,6 +728,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
     "sim549-gang-hold-lost-in-failover": gang_hold_lost_in_failover,
+    "sim909-gang-hold-taken-by-higher-priority": gang_hold_taken_by_higher_priority,
     "30.5-terminating-members-count": terminating_members_count,
     "sim5-bound-view-behind": bound_view_behind,
     "30.3-inheritance-by-name": inheritance_by_name,
