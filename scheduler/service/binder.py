@@ -32,10 +32,10 @@ The outcome of one pod:
   after the last Binding was sent settles it: still pending, none of ours can bind it any more
   (BIND_FAILED). Held on, its GPUs stayed taken in the standby's snapshot for good, and elected
   again it sent that old term's Binding onto GPUs a later leader had given away (issue 30, sim
-  seed 691). So does a pod decided in a view of the cluster that no longer holds (``fresh``: an
-  etcd restore began a new era, or a bound LIST began, since the decision): re-sent after a
-  restore, its Binding landed on GPUs the restore gave back to the pods bound there before it
-  (issue 30, soak seed 3090); read back pending once none can land, it is decided afresh.
+  seed 691). So does a pod decided before an etcd restore began the era the book is in
+  (``fresh``): re-sent after the restore, its Binding landed on GPUs the restore gave back to
+  the pods bound there before it (issue 30, soak seed 3090); read back pending once none can
+  land, it is decided afresh.
 
 A pod with ResourceClaims has them reserved for it before every Binding, re-sends included (the
 kubelet runs a pod only with its claims reserved for it). A claim write that fails before the
@@ -167,9 +167,9 @@ class Binder:
         fresh: Callable[[], bool],
     ) -> list[Outcome]:
         """Bind one unit's pods, concurrently; their outcomes, in order. ``uncertain``: an
-        earlier Binding of theirs may have landed (a re-send). ``fresh``: whether the view of
-        the cluster they were decided in still holds (asked before every Binding: one that
-        no longer holds sends none)."""
+        earlier Binding of theirs may have landed (a re-send). ``fresh``: whether the era
+        they were decided in is still the book's (asked before every Binding: no Binding is
+        sent once it is not)."""
         self.in_flight += len(pods)
         try:
             return list(
@@ -280,10 +280,10 @@ class Binder:
     async def _stale(
         self, pod: PodInput, placement: Placement, maybe_sent: bool
     ) -> tuple[Event, PodInput | None]:
-        """The pod was decided in a view of the cluster that no longer holds (an etcd restore
-        gave the GPUs it was decided onto back to pods bound there before it: effects.py's
-        ``_bind``): nothing more is sent, as by a deposed leader. Never sent, it failed; else
-        it is read back until a read says, pending ones held while a Binding may still land."""
+        """The pod was decided in an era before the book's (an etcd restore may have given the
+        GPUs it was decided onto back to pods bound there before it: effects.py's ``_bind``):
+        nothing more is sent, as by a deposed leader. Never sent, it failed; else it is read
+        back until a read says, a pending one held while a Binding of it may still land."""
         if maybe_sent:
             return await self._read_back(pod, placement, self._may_land(pod.uid))
         return Event.BIND_FAILED, None

@@ -199,7 +199,7 @@ class Effects:
         assert ctx.placement is not None and t.entry is not None and ctx.pod is not None
         assume(self.state, ctx.placement, ctx.pod)
         t.entry.placement = ctx.placement
-        t.entry.view = self.book.view()  # decided now (PLACED follows the decision at once)
+        t.entry.era = self.book.era  # decided now (PLACED follows the decision at once)
 
     def _forget(self, t: Transition, ctx: Ctx) -> None:
         if t.key in self.state.holdings:
@@ -242,7 +242,7 @@ class Effects:
 
     def _rebind_effect(self, t: Transition, ctx: Ctx) -> None:
         assert ctx.pod is not None and ctx.placement is not None and t.entry is not None
-        self.tasks.spawn(self._rebind(t.key, _uid(t), ctx.pod, ctx.placement, t.entry.view))
+        self.tasks.spawn(self._rebind(t.key, _uid(t), ctx.pod, ctx.placement, t.entry.era))
 
     def _check_effect(self, t: Transition, ctx: Ctx) -> None:
         assert t.entry is not None
@@ -350,22 +350,22 @@ class Effects:
         moved to binding (effect BIND) are bound together, off the scheduling cycle, and their
         outcomes come back together (kube-scheduler's binding cycle, one per unit)."""
         if pods:
-            view = self.book.entries[pods[0][0].key].view  # a unit is decided at once
-            self.tasks.spawn(self._bind(pods, uncertain=False, view=view))
+            decided = self.book.entries[pods[0][0].key].era  # a unit is decided at once
+            self.tasks.spawn(self._bind(pods, uncertain=False, decided=decided))
 
     async def _bind(
-        self, pods: list[tuple[PodInput, Placement]], uncertain: bool, view: tuple[int, int]
+        self, pods: list[tuple[PodInput, Placement]], uncertain: bool, decided: int
     ) -> None:
-        """Bind ``pods``, decided in the book's ``view``: the binder sends their Bindings only
-        while the book holds that view. Decided before an etcd restore, a re-send after it
+        """Bind ``pods``, decided in the book's era ``decided``: the binder sends their
+        Bindings in that era only. Decided before an etcd restore, a re-send after it
         (``uncertain``: the last one's answer was lost, or it waited in an etcd stall the
-        restore failed) landed on GPUs the restore gave back to the pods bound on them before
-        it, beside them (issue 30, soak seed 3090); a first Binding sent after a bound LIST
-        that began since the decision would do the same. Such a pod is read back instead,
-        held until none of its Bindings can land, and decided afresh in the view the book
-        holds then (binder.py, BIND_UNKNOWN)."""
+        restore failed) landed on GPUs the restore gave back to the pods bound there before
+        it, beside them (issue 30, soak seed 3090). Such a pod is read back instead, held
+        while a Binding of it may land, and decided afresh in the new era (binder.py,
+        ``fresh``)."""
+        era, lists = self.book.era, self.book.bound_lists
         outcomes = await self.binder.bind_all(
-            pods, uncertain, fresh=lambda: self.book.view() == view
+            pods, uncertain, fresh=lambda: self.book.era == decided
         )
         now = self.clock()  # the binds are done: end-to-end latency ends here
         gang = outcomes[0].placement.gang if outcomes else None
@@ -374,12 +374,12 @@ class Effects:
             self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
         refused = {o.pod.key for o in outcomes if o.event is Event.BIND_FAILED}
         for o in outcomes:
-            self._outcome(o, refused, stale=view != self.book.view())
+            self._outcome(o, refused, stale=(era, lists) != (self.book.era, self.book.bound_lists))
         self.tasks.wake()
 
     def _outcome(self, o: Outcome, refused: set[str], stale: bool) -> None:
-        """Tell the book a Binding's outcome; ``stale``: an etcd restore began a new era since
-        its pod was decided, or a bound LIST began (a 201 then is BIND_OK_STALE, re-read: the
+        """Tell the book a Binding's outcome; ``stale``: an etcd restore began a new era while
+        it was under way, or a bound LIST began (a 201 then is BIND_OK_STALE, re-read: the
         restore may have undone it). The era alone misses a restore from a backup taken at the
         newest version the book had been told, the Binding's own events not delivered yet: the
         LISTs of the restored history are at that version, no new era begins, and the bound
@@ -423,14 +423,14 @@ class Effects:
         return 0 < len(committed) < gang_minimum(self.state, o.pod)
 
     async def _rebind(
-        self, key: str, uid: str, pod: PodInput, placement: Placement, view: tuple[int, int]
+        self, key: str, uid: str, pod: PodInput, placement: Placement, decided: int
     ) -> None:
         """Send the same Binding again (same node, same annotations) while its pod is still
         binding: the last one may yet commit, so only an answer settles it (binder.py). Only
-        while the book holds the ``view`` it was decided in (``_bind``)."""
+        in the era it was ``decided`` in (``_bind``)."""
         await asyncio.sleep(self.rebind_s)
         if self.accepting and self.book.stage(key, uid) is Stage.BINDING:
-            await self._bind([(pod, placement)], uncertain=True, view=view)
+            await self._bind([(pod, placement)], uncertain=True, decided=decided)
 
     # ---- a previous leader's Bindings --------------------------------------------------------
 

@@ -555,9 +555,9 @@ class Entry:
     first_seen: float
     pod: PodInput | None = None  # the latest pending object (None for pods only seen bound)
     placement: Placement | None = None  # while reserving, binding or assumed
-    # The book's ``view`` its placement was decided in: its Bindings are sent while the book
-    # holds that view, and only then (effects.py's ``_bind``).
-    view: tuple[int, int] = (0, 0)
+    # The book's era its placement was decided in: its Bindings are sent in that era only
+    # (effects.py's ``_bind``).
+    era: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
     reporting: bool = False  # a write of it is under way (one at a time: effects.py)
     timed_out: bool = False  # its gang's GangTimeout event was sent
@@ -690,12 +690,6 @@ class PodBook:
                 else:
                     reasons[e.explanation.result if e.explanation else "untried"] += 1
         return reasons
-
-    def view(self) -> tuple[int, int]:
-        """Which view of the cluster the book holds: the era and the bound LISTs begun. A new
-        era (an etcd restore) or a bound LIST (the truth again, which may differ from the
-        view a decision was made in: a restore that began no era, sim seed 870) is another."""
-        return self.era, self.bound_lists
 
     def stage(self, key: str, uid: str | None = None) -> Stage:
         entry = self.entries.get(key)

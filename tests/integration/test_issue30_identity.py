@@ -712,9 +712,9 @@ async def test_issue30_sim3090_a_binding_decided_before_a_restore_is_not_sent_af
     BINDING, re-sent until an answer says). etcd is restored from the backup: j is bound on the
     GPU again and w pending; the write waiting in the stall never commits, and both watches
     re-list in the new era. Before the fix the next re-send of w's Binding, decided in the era
-    before, landed w on the GPU beside j. A Binding decided in a view of the cluster the book
-    no longer holds is not sent again: w is read back, held until none of its Bindings can land
-    any more (bindCommitSeconds after the last was sent), then decided afresh in the new era."""
+    before, landed w on the GPU beside j. A Binding decided in an era before the book's is not
+    sent again: w is read back, held until none of its Bindings can land any more
+    (bindCommitSeconds after the last was sent), then decided afresh in the new era."""
     r = backend.live(bind_timeout=0.02)
     r.api.version = 1000
     j = r.api.create(MakePod().Name("j").Req(1).Bound("n", "0").Obj())
