@@ -555,6 +555,9 @@ class Entry:
     first_seen: float
     pod: PodInput | None = None  # the latest pending object (None for pods only seen bound)
     placement: Placement | None = None  # while reserving, binding or assumed
+    # The book's era its placement was decided in: its Bindings are sent in that era only
+    # (effects.py's ``_bind``).
+    era: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
     reporting: bool = False  # a write of it is under way (one at a time: effects.py)
     timed_out: bool = False  # its gang's GangTimeout event was sent

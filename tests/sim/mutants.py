@@ -537,6 +537,19 @@ def _bound_list_not_counted() -> list[Patch]:
     return [(Intake, "bound_list_begin", bound_list_begin)]
 
 
+def _stale_decision_resent() -> list[Patch]:
+    """Soak seed 3090: a Binding is sent, and re-sent, whatever view its pod was decided in
+    (after an etcd restore too)."""
+    fixed = Binder.bind_all
+
+    async def bind_all(
+        self: Binder, pods: Any, uncertain: bool = False, *, fresh: Callable[[], bool]
+    ) -> Any:
+        return await fixed(self, pods, uncertain, fresh=lambda: True)
+
+    return [(Binder, "bind_all", bind_all)]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it",
@@ -735,6 +748,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding answered after a bound LIST that lacked it (no new era) is assumed, not re-read",
         _bound_list_not_counted,
         timeline="sim870-restore-undoes-gang-bind",
+    ),
+    "sim3090-stale-decision-resent": Mutant(
+        "a Binding decided before an etcd restore is re-sent after it",
+        _stale_decision_resent,
+        timeline="sim3090-restore-under-a-stalled-binding",
     ),
     "sim603-store-asked-at-era-begin": Mutant(
         "the store's reconcile after an etcd restore is asked for when the new era begins",
