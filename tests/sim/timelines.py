@@ -631,6 +631,47 @@ def list_of_the_era_begun_meanwhile(m: SimMachine) -> None:
     m.quiesce()
 
 
+def binding_failed_in_new_era(m: SimMachine) -> None:
+    """Sim seeds 1148 and 1326: etcd is backed up; o1 and then c are created, and c's Binding
+    waits in an etcd stall; etcd is restored from the backup (no o1, no c): the watches list
+    the new era, and when the stall ends c's Binding is answered (c gone). Then r1's bound
+    watch re-lists. Had the Binding's answer told the book c's version of the era before,
+    that LIST, below it, began another era and waited for a pending LIST that never came: d,
+    created then, pending for good with GPUs free and no reason written."""
+    m.create_pod("a", 1, False)
+    past_first_wait(m)
+    m.etcd_restore(False)
+    m.create_other("o1", "n2")
+    m.stall(2.0)
+    m.create_pod("c", 1, False)
+    m.etcd_restore(True)
+    m.tick(2.0)
+    m.relist(0, "bound")
+    m.create_pod("d", 1, False)
+    m.quiesce()
+
+
+def list_asked_after_era_list(m: SimMachine) -> None:
+    """Sim seed 2977: r2's watches lag when etcd is restored, so both its LISTs of the restored
+    history wait; its pending watch then re-lists (a 410) after gang j1 was created, past the
+    newest version r2 had been told. r2's bound LIST comes first and begins the new era; its
+    pending LIST, asked for after that one but not below the old newest, was taken for one of
+    the era before: the wait went on for good, and r2, elected after r1's SIGKILL, never
+    decided j1 (pending, GPUs free, no reason written)."""
+    m.lag(1, "bound", 5.0)
+    m.tick(0.2)
+    m.etcd_restore(False)
+    m.create_pod("a", 1, True)  # after the backup: r2 has been told a version it takes back
+    m.lag(1, "pending", 5.0)
+    m.tick(0.2)
+    m.etcd_restore(True)
+    m.tick(0.1)
+    m.kill()
+    m.create_gang("j", 2, False)
+    m.relist(0, "pending")
+    m.quiesce()
+
+
 def victim_binding_in_flight(m: SimMachine) -> None:
     """Soak seed 909 (on e0b9be5, its shrunk schedule's end): a holds n1; etcd stalls, d is
     decided onto n2/0 and its Binding waits in the stall; p (2 GPUs, high priority) preempts d,
@@ -725,6 +766,8 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "12.7-reloaded-deleted-held": reloaded_deleted_held,
     "sim909-victim-binding-in-flight": victim_binding_in_flight,
     "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
+    "sim1326-binding-failed-in-new-era": binding_failed_in_new_era,
+    "sim2977-list-asked-after-era-list": list_asked_after_era_list,
 }
 
 
