@@ -443,6 +443,18 @@ def _own_copy_told() -> list[Patch]:
     return [(effects_module, "NEWS", frozenset(Event))]
 
 
+def _attempt_moved_aside() -> list[Patch]:
+    """Sim seed 1541: a pod whose attempt was under way when a cluster event moved every waiting
+    pod is parked unschedulable all the same (it waits for the next event, or 5 minutes)."""
+    fixed = SchedulingQueue.unschedulable
+
+    def unschedulable(self: SchedulingQueue, key: str, retry_by: float | None = None) -> None:
+        self._taken_in.pop(key, None)  # the event during its attempt, aside
+        fixed(self, key, retry_by)
+
+    return [(SchedulingQueue, "unschedulable", unschedulable)]
+
+
 def _store_asked_at_era_begin() -> list[Patch]:
     """Sim seed 603: the store's reconcile is asked for when a new era begins, not when both pod
     watches have listed in it (a reconcile between the eras leaves none needed)."""
@@ -743,6 +755,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding's answer tells the book the version of its own copy of the pod",
         _own_copy_told,
         timeline="sim1326-binding-failed-in-new-era",
+    ),
+    "sim1541-attempt-moved-aside": Mutant(
+        "a pod whose attempt missed a cluster event waits for the next one, or 5 minutes",
+        _attempt_moved_aside,
+        timeline="sim1541-gpus-freed-during-attempt",
     ),
     "sim603-store-asked-at-era-begin": Mutant(
         "the store's reconcile after an etcd restore is asked for when the new era begins",

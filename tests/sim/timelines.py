@@ -672,6 +672,25 @@ def list_asked_after_era_list(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gpus_freed_during_attempt(m: SimMachine) -> None:
+    """Sim seed 1541: the cluster is full (a on n1, b and c on n2); the store answers 3 s late;
+    p (2 GPUs, high priority) finds no place and preempts, and its nominations wait for the
+    store; meanwhile the store becomes unreachable (the write fails: "postponed") and a
+    finishes. The GPUs a freed moved every waiting pod, but p's attempt was under way: parked
+    unschedulable after it, p waited 5 minutes beside 2 free GPUs."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("a", 2, False)
+    m.create_pod("b", 1, False)
+    m.create_pod("c", 1, False)
+    past_first_wait(m)
+    m.store_fault(True, 3.0)
+    m.create_high("p", 2, 0, "")
+    m.store_fault(False, 12.0)
+    m.finish_pod(0)  # a
+    m.tick(5.0)
+    m.quiesce()
+
+
 def victim_binding_in_flight(m: SimMachine) -> None:
     """Soak seed 909 (on e0b9be5, its shrunk schedule's end): a holds n1; etcd stalls, d is
     decided onto n2/0 and its Binding waits in the stall; p (2 GPUs, high priority) preempts d,
@@ -768,6 +787,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
     "sim1326-binding-failed-in-new-era": binding_failed_in_new_era,
     "sim2977-list-asked-after-era-list": list_asked_after_era_list,
+    "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
 }
 
 
