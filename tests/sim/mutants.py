@@ -48,6 +48,7 @@ from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
 from scheduler.core.snapshot.holdings import Holding, Holdings
 from scheduler.core.snapshot.nodes import NodeState
+from scheduler.core.snapshot.nominations import Nominated
 from scheduler.kube.api import ConfigMapData
 from scheduler.kube.watch import HttpError
 from scheduler.service import binder as binder_module
@@ -55,6 +56,7 @@ from scheduler.service import effects as effects_module
 from scheduler.service.binder import Binder
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import TABLE, Effect, Event, Stage
+from scheduler.service.preemption import Preemptions
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import StoreSync
@@ -455,6 +457,24 @@ def _attempt_moved_aside() -> list[Patch]:
     return [(SchedulingQueue, "unschedulable", unschedulable)]
 
 
+def _reloaded_nomination_unset() -> list[Patch]:
+    """Sim seed 3163: a nomination reloaded at election is held, its victims evicted, but its
+    preemptor's nominatedNodeName is not set where the previous leader never set it."""
+    fixed = Preemptions.reload
+
+    async def reload(self: Preemptions, pending: dict[str, PodInput]) -> None:
+        async def unset(n: Nominated) -> None:
+            return None
+
+        self._nominate_on_pod = unset  # type: ignore[method-assign]
+        try:
+            await fixed(self, pending)
+        finally:
+            del self._nominate_on_pod
+
+    return [(Preemptions, "reload", reload)]
+
+
 def _store_asked_at_era_begin() -> list[Patch]:
     """Sim seed 603: the store's reconcile is asked for when a new era begins, not when both pod
     watches have listed in it (a reconcile between the eras leaves none needed)."""
@@ -760,6 +780,11 @@ MUTANTS: dict[str, Mutant] = {
         "a pod whose attempt missed a cluster event waits for the next one, or 5 minutes",
         _attempt_moved_aside,
         timeline="sim1541-gpus-freed-during-attempt",
+    ),
+    "sim3163-reloaded-nomination-unset": Mutant(
+        "a nomination reloaded at election is not set on its preemptor",
+        _reloaded_nomination_unset,
+        timeline="sim3163-reloaded-nomination-unset",
     ),
     "sim603-store-asked-at-era-begin": Mutant(
         "the store's reconcile after an etcd restore is asked for when the new era begins",

@@ -691,6 +691,36 @@ def gpus_freed_during_attempt(m: SimMachine) -> None:
     m.quiesce()
 
 
+def reloaded_nomination_unset(m: SimMachine) -> None:
+    """Sim seed 3163: p, e and gang j1 fill the cluster; the store answers 3 s late; gang h2
+    (high priority) preempts j1, and its nominations wait for the store; h2-1 is deleted and a
+    rolling update hands r2 over to r4 before r2 set h2-0's nominatedNodeName or evicted j1.
+    r4 reloads h2-0's nomination and evicts j1; had it not set h2-0's nominatedNodeName, the
+    GPU held for h2-0 kept c (2 GPUs, lower priority) off n2 once j1 ended, for the
+    nomination's hold, with no one shown nominated there."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("e", 1, False)
+    m.tick(0.5)
+    m.tick(0.5)
+    m.handover()
+    m.create_gang("j", 2, False)
+    m.tick(0.5)
+    m.create_high("p", 1, 0, "labels")
+    m.create_pod("a", 1, False)
+    m.tick(2.0)
+    m.create_pod("c", 1, True)
+    m.quiesce()
+    m.store_fault(True, 3.0)
+    m.create_high("p", 1, 2, "labels")
+    m.delete_pod(0, False)  # a
+    m.recreate_pod(0, 1)  # c
+    m.tick(0.5)
+    m.delete_pod(3, False)  # h2-1
+    m.recreate_pod(0, 2)  # c
+    m.handover()
+    m.quiesce()
+
+
 def victim_binding_in_flight(m: SimMachine) -> None:
     """Soak seed 909 (on e0b9be5, its shrunk schedule's end): a holds n1; etcd stalls, d is
     decided onto n2/0 and its Binding waits in the stall; p (2 GPUs, high priority) preempts d,
@@ -788,6 +818,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1326-binding-failed-in-new-era": binding_failed_in_new_era,
     "sim2977-list-asked-after-era-list": list_asked_after_era_list,
     "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
+    "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
 }
 
 
