@@ -29,7 +29,7 @@ from .apiserver import Cluster
 from .binder import Binder, Outcome
 from .events import EventLane
 from .metrics import Metrics
-from .podbook import Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
+from .podbook import NEWS, Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
 from .podgroups import PodGroupStatuses
 from .preemption import Preemptions
 from .queue import SchedulingQueue
@@ -149,7 +149,7 @@ class Effects:
         """Move ``key``'s entry by ``event`` and run the effects its cell names, in order; the
         transition (None for a pair the table lacks: counted, nothing done)."""
         ctx = ctx or Ctx()
-        version = ctx.pod.version if ctx.pod is not None else 0
+        version = ctx.pod.version if ctx.pod is not None and event in NEWS else 0
         t = self.book.handle(key, uid, event, self.clock(), version)
         if t is None:
             self.metrics.unexpected.labels(

@@ -660,6 +660,96 @@ def list_of_the_era_begun_meanwhile(m: SimMachine) -> None:
     m.quiesce()
 
 
+def binding_failed_in_new_era(m: SimMachine) -> None:
+    """Sim seeds 1148 and 1326: etcd is backed up; o1 and then c are created, and c's Binding
+    waits in an etcd stall; etcd is restored from the backup (no o1, no c): the watches list
+    the new era, and when the stall ends c's Binding is answered (c gone). Then r1's bound
+    watch re-lists. Had the Binding's answer told the book c's version of the era before,
+    that LIST, below it, began another era and waited for a pending LIST that never came: d,
+    created then, pending for good with GPUs free and no reason written."""
+    m.create_pod("a", 1, False)
+    past_first_wait(m)
+    m.etcd_restore(False)
+    m.create_other("o1", "n2")
+    m.stall(2.0)
+    m.create_pod("c", 1, False)
+    m.etcd_restore(True)
+    m.tick(2.0)
+    m.relist(0, "bound")
+    m.create_pod("d", 1, False)
+    m.quiesce()
+
+
+def list_asked_after_era_list(m: SimMachine) -> None:
+    """Sim seed 2977: r2's watches lag when etcd is restored, so both its LISTs of the restored
+    history wait; its pending watch then re-lists (a 410) after gang j1 was created, past the
+    newest version r2 had been told. r2's bound LIST comes first and begins the new era; its
+    pending LIST, asked for after that one but not below the old newest, was taken for one of
+    the era before: the wait went on for good, and r2, elected after r1's SIGKILL, never
+    decided j1 (pending, GPUs free, no reason written)."""
+    m.lag(1, "bound", 5.0)
+    m.tick(0.2)
+    m.etcd_restore(False)
+    m.create_pod("a", 1, True)  # after the backup: r2 has been told a version it takes back
+    m.lag(1, "pending", 5.0)
+    m.tick(0.2)
+    m.etcd_restore(True)
+    m.tick(0.1)
+    m.kill()
+    m.create_gang("j", 2, False)
+    m.relist(0, "pending")
+    m.quiesce()
+
+
+def gpus_freed_during_attempt(m: SimMachine) -> None:
+    """Sim seed 1541: the cluster is full (a on n1, b and c on n2); the store answers 3 s late;
+    p (2 GPUs, high priority) finds no place and preempts, and its nominations wait for the
+    store; meanwhile the store becomes unreachable (the write fails: "postponed") and a
+    finishes. The GPUs a freed moved every waiting pod, but p's attempt was under way: parked
+    unschedulable after it, p waited 5 minutes beside 2 free GPUs."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("a", 2, False)
+    m.create_pod("b", 1, False)
+    m.create_pod("c", 1, False)
+    past_first_wait(m)
+    m.store_fault(True, 3.0)
+    m.create_high("p", 2, 0, "")
+    m.store_fault(False, 12.0)
+    m.finish_pod(0)  # a
+    m.tick(5.0)
+    m.quiesce()
+
+
+def reloaded_nomination_unset(m: SimMachine) -> None:
+    """Sim seed 3163: p, e and gang j1 fill the cluster; the store answers 3 s late; gang h2
+    (high priority) preempts j1, and its nominations wait for the store; h2-1 is deleted and a
+    rolling update hands r2 over to r4 before r2 set h2-0's nominatedNodeName or evicted j1.
+    r4 reloads h2-0's nomination and evicts j1; had it not set h2-0's nominatedNodeName, the
+    GPU held for h2-0 kept c (2 GPUs, lower priority) off n2 once j1 ended, for the
+    nomination's hold, with no one shown nominated there."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("e", 1, False)
+    m.tick(0.5)
+    m.tick(0.5)
+    m.handover()
+    m.create_gang("j", 2, False)
+    m.tick(0.5)
+    m.create_high("p", 1, 0, "labels")
+    m.create_pod("a", 1, False)
+    m.tick(2.0)
+    m.create_pod("c", 1, True)
+    m.quiesce()
+    m.store_fault(True, 3.0)
+    m.create_high("p", 1, 2, "labels")
+    m.delete_pod(0, False)  # a
+    m.recreate_pod(0, 1)  # c
+    m.tick(0.5)
+    m.delete_pod(3, False)  # h2-1
+    m.recreate_pod(0, 2)  # c
+    m.handover()
+    m.quiesce()
+
+
 def victim_binding_in_flight(m: SimMachine) -> None:
     """Soak seed 909 (on e0b9be5, its shrunk schedule's end): a holds n1; etcd stalls, d is
     decided onto n2/0 and its Binding waits in the stall; p (2 GPUs, high priority) preempts d,
@@ -775,6 +865,10 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "12.7-reloaded-deleted-held": reloaded_deleted_held,
     "sim909-victim-binding-in-flight": victim_binding_in_flight,
     "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
+    "sim1326-binding-failed-in-new-era": binding_failed_in_new_era,
+    "sim2977-list-asked-after-era-list": list_asked_after_era_list,
+    "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
+    "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
 }
 
 
