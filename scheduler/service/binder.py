@@ -32,7 +32,10 @@ The outcome of one pod:
   after the last Binding was sent settles it: still pending, none of ours can bind it any more
   (BIND_FAILED). Held on, its GPUs stayed taken in the standby's snapshot for good, and elected
   again it sent that old term's Binding onto GPUs a later leader had given away (issue 30, sim
-  seed 691).
+  seed 691). So does a pod decided before an etcd restore began the era the book is in
+  (``fresh``): re-sent after the restore, its Binding landed on GPUs the restore gave back to
+  the pods bound there before it (issue 30, soak seed 3090); read back pending once none can
+  land, it is decided afresh.
 
 A pod with ResourceClaims has them reserved for it before every Binding, re-sends included (the
 kubelet runs a pod only with its claims reserved for it). A claim write that fails before the
@@ -157,14 +160,20 @@ class Binder:
         self._unreserving: dict[str, asyncio.Event] = {}
 
     async def bind_all(
-        self, pods: list[tuple[PodInput, Placement]], uncertain: bool = False
+        self,
+        pods: list[tuple[PodInput, Placement]],
+        uncertain: bool = False,
+        *,
+        fresh: Callable[[], bool],
     ) -> list[Outcome]:
         """Bind one unit's pods, concurrently; their outcomes, in order. ``uncertain``: an
-        earlier Binding of theirs may have landed (a re-send)."""
+        earlier Binding of theirs may have landed (a re-send). ``fresh``: whether the era
+        they were decided in is still the book's (asked before every Binding: no Binding is
+        sent once it is not)."""
         self.in_flight += len(pods)
         try:
             return list(
-                await asyncio.gather(*(self.bind_one(pod, p, uncertain) for pod, p in pods))
+                await asyncio.gather(*(self.bind_one(pod, p, fresh, uncertain) for pod, p in pods))
             )
         finally:
             self.in_flight -= len(pods)
@@ -184,10 +193,14 @@ class Binder:
         return self.leadership.leading and self.leadership.remaining() > self.timeout_s
 
     async def bind_one(
-        self, pod: PodInput, placement: Placement, uncertain: bool = False
+        self,
+        pod: PodInput,
+        placement: Placement,
+        fresh: Callable[[], bool],
+        uncertain: bool = False,
     ) -> Outcome:
         try:
-            event, current = await self._bind(pod, placement, uncertain)
+            event, current = await self._bind(pod, placement, fresh, uncertain)
         except Exception:
             log.exception("bind crashed", pod=pod.key)
             event, current = Event.BIND_UNKNOWN, None
@@ -196,10 +209,10 @@ class Binder:
         return Outcome(pod, placement, event, current)
 
     async def _bind(
-        self, pod: PodInput, placement: Placement, uncertain: bool
+        self, pod: PodInput, placement: Placement, fresh: Callable[[], bool], uncertain: bool
     ) -> tuple[Event, PodInput | None]:
         async with self._slots:
-            event, current = await self._send(pod, placement, uncertain)
+            event, current = await self._send(pod, placement, fresh, uncertain)
             if not self.leadership.leading:
                 # A later leader may have reserved the claims for the same pod meanwhile.
                 return event, current
@@ -211,12 +224,14 @@ class Binder:
             return event, current
 
     async def _send(
-        self, pod: PodInput, placement: Placement, uncertain: bool
+        self, pod: PodInput, placement: Placement, fresh: Callable[[], bool], uncertain: bool
     ) -> tuple[Event, PodInput | None]:
         # Every attempt sends the same Binding: the placement's node and annotations.
         annotations = assignment_annotations(placement)
         # An earlier attempt may have landed without our seeing the answer.
         maybe_sent = uncertain and pod.uid in self._sent
+        if not fresh():
+            return await self._stale(pod, placement, maybe_sent)
         written = await self._prebind(pod, placement)
         if written is not Written.DONE:
             if maybe_sent:
@@ -227,6 +242,8 @@ class Binder:
                 return Event.BIND_UNKNOWN, None
             return Event.BIND_FAILED, None
         for attempt in range(1, self.attempts + 1):
+            if not fresh():
+                return await self._stale(pod, placement, maybe_sent)
             if not self.may_send():
                 # A deposed leader must not bind, nor one whose request could outlive its
                 # lease.
@@ -256,6 +273,17 @@ class Binder:
                 return await self._read_back(pod, placement, False)
             log.warning("bind refused", pod=pod.key, status=result.status, message=result.message)
             await asyncio.sleep(self.retry_s * attempt)
+        if maybe_sent:
+            return await self._read_back(pod, placement, self._may_land(pod.uid))
+        return Event.BIND_FAILED, None
+
+    async def _stale(
+        self, pod: PodInput, placement: Placement, maybe_sent: bool
+    ) -> tuple[Event, PodInput | None]:
+        """The pod was decided in an era before the book's (an etcd restore may have given the
+        GPUs it was decided onto back to pods bound there before it: effects.py's ``_bind``):
+        nothing more is sent, as by a deposed leader. Never sent, it failed; else it is read
+        back until a read says, a pending one held while a Binding of it may still land."""
         if maybe_sent:
             return await self._read_back(pod, placement, self._may_land(pod.uid))
         return Event.BIND_FAILED, None

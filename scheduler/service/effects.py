@@ -29,7 +29,7 @@ from .apiserver import Cluster
 from .binder import Binder, Outcome
 from .events import EventLane
 from .metrics import Metrics
-from .podbook import Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
+from .podbook import NEWS, Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
 from .podgroups import PodGroupStatuses
 from .preemption import Preemptions
 from .queue import SchedulingQueue
@@ -149,7 +149,7 @@ class Effects:
         """Move ``key``'s entry by ``event`` and run the effects its cell names, in order; the
         transition (None for a pair the table lacks: counted, nothing done)."""
         ctx = ctx or Ctx()
-        version = ctx.pod.version if ctx.pod is not None else 0
+        version = ctx.pod.version if ctx.pod is not None and event in NEWS else 0
         t = self.book.handle(key, uid, event, self.clock(), version)
         if t is None:
             self.metrics.unexpected.labels(
@@ -199,6 +199,7 @@ class Effects:
         assert ctx.placement is not None and t.entry is not None and ctx.pod is not None
         assume(self.state, ctx.placement, ctx.pod)
         t.entry.placement = ctx.placement
+        t.entry.era = self.book.era  # decided now (PLACED follows the decision at once)
 
     def _forget(self, t: Transition, ctx: Ctx) -> None:
         if t.key in self.state.holdings:
@@ -240,8 +241,8 @@ class Effects:
         self.queue.done(t.key)
 
     def _rebind_effect(self, t: Transition, ctx: Ctx) -> None:
-        assert ctx.pod is not None and ctx.placement is not None
-        self.tasks.spawn(self._rebind(t.key, _uid(t), ctx.pod, ctx.placement))
+        assert ctx.pod is not None and ctx.placement is not None and t.entry is not None
+        self.tasks.spawn(self._rebind(t.key, _uid(t), ctx.pod, ctx.placement, t.entry.era))
 
     def _check_effect(self, t: Transition, ctx: Ctx) -> None:
         assert t.entry is not None
@@ -349,11 +350,23 @@ class Effects:
         moved to binding (effect BIND) are bound together, off the scheduling cycle, and their
         outcomes come back together (kube-scheduler's binding cycle, one per unit)."""
         if pods:
-            self.tasks.spawn(self._bind(pods, uncertain=False))
+            decided = self.book.entries[pods[0][0].key].era  # a unit is decided at once
+            self.tasks.spawn(self._bind(pods, uncertain=False, decided=decided))
 
-    async def _bind(self, pods: list[tuple[PodInput, Placement]], uncertain: bool) -> None:
+    async def _bind(
+        self, pods: list[tuple[PodInput, Placement]], uncertain: bool, decided: int
+    ) -> None:
+        """Bind ``pods``, decided in the book's era ``decided``: the binder sends their
+        Bindings in that era only. Decided before an etcd restore, a re-send after it
+        (``uncertain``: the last one's answer was lost, or it waited in an etcd stall the
+        restore failed) landed on GPUs the restore gave back to the pods bound there before
+        it, beside them (issue 30, soak seed 3090). Such a pod is read back instead, held
+        while a Binding of it may land, and decided afresh in the new era (binder.py,
+        ``fresh``)."""
         era, lists = self.book.era, self.book.bound_lists
-        outcomes = await self.binder.bind_all(pods, uncertain)
+        outcomes = await self.binder.bind_all(
+            pods, uncertain, fresh=lambda: self.book.era == decided
+        )
         now = self.clock()  # the binds are done: end-to-end latency ends here
         gang = outcomes[0].placement.gang if outcomes else None
         if gang and not uncertain and all(o.event is Event.BIND_OK for o in outcomes):
@@ -409,12 +422,15 @@ class Effects:
         ]
         return 0 < len(committed) < gang_minimum(self.state, o.pod)
 
-    async def _rebind(self, key: str, uid: str, pod: PodInput, placement: Placement) -> None:
+    async def _rebind(
+        self, key: str, uid: str, pod: PodInput, placement: Placement, decided: int
+    ) -> None:
         """Send the same Binding again (same node, same annotations) while its pod is still
-        binding: the last one may yet commit, so only an answer settles it (binder.py)."""
+        binding: the last one may yet commit, so only an answer settles it (binder.py). Only
+        in the era it was ``decided`` in (``_bind``)."""
         await asyncio.sleep(self.rebind_s)
         if self.accepting and self.book.stage(key, uid) is Stage.BINDING:
-            await self._bind([(pod, placement)], uncertain=True)
+            await self._bind([(pod, placement)], uncertain=True, decided=decided)
 
     # ---- a previous leader's Bindings --------------------------------------------------------
 
@@ -595,6 +611,6 @@ def charge(state: ClusterState, pod: PodInput) -> None:
 
 def rank(pod: PodInput | None) -> tuple[int, str, str | None]:
     """The queue's order for a pod: kube-scheduler's PrioritySort (priority, creation time),
-    and its gang, whose members go first among their priority while it is being completed
+    and its gang, whose members go before every other pod while it is being completed
     (queue.py)."""
     return (pod.priority, pod.created, gang_of(pod)) if pod is not None else (0, "", None)

@@ -107,10 +107,13 @@ class Intake:
         self._pending: dict[str, PodInput] = {}
         self._pending_since = 0
         # Eras begun (``_new_era``); the pod watch that has not listed in this era yet, if any
-        # (``between_eras``), and the era each watch's LIST under way was asked for in.
+        # (``between_eras``), and the era each watch's LIST under way was asked for in. LISTs
+        # asked for (both watches, counted): each watch's LIST under way, and the one that
+        # began the current era, by when they were asked for.
         self._eras = 0
         self._unlisted = ""
         self._pending_era = self._bound_era = 0
+        self._asked = self._pending_asked = self._bound_asked = self._era_asked = 0
         # The pods the pending watch shows pending (its last word on them) while the book holds
         # them bound: set aside as stale, unless the bound watch stops showing them (``_unbound``).
         self._set_aside: dict[str, PodInput] = {}
@@ -168,6 +171,8 @@ class Intake:
         self._pending = {}
         self._pending_since = self.book.newest
         self._pending_era = self._eras
+        self._asked += 1
+        self._pending_asked = self._asked
 
     def pending_list_page(self, pods: list[PodInput]) -> None:
         self._pending.update((p.key, p) for p in pods if self.ours_pending(p))
@@ -176,7 +181,9 @@ class Intake:
         """The LIST (at resourceVersion ``version``, 0: unknown) is all in: every pending entry
         it lacks left the pending set, and the pods it shows are told in creation order."""
         fresh, self._pending = self._pending, {}
-        self._new_era("pending-pods", version, self._pending_since, self._pending_era)
+        self._new_era(
+            "pending-pods", version, self._pending_since, self._pending_era, self._pending_asked
+        )
         self._set_aside = {}  # the LIST is the pending watch's whole word now
         for key, entry in list(self.book.entries.items()):
             if entry.stage in (Stage.BOUND, Stage.OTHER):
@@ -263,6 +270,8 @@ class Intake:
         self.book.bound_lists += 1
         self._bound_since = self.book.newest
         self._bound_era = self._eras
+        self._asked += 1
+        self._bound_asked = self._asked
 
     def bound_list_page(self, pods: list[PodInput]) -> None:
         for pod in pods:
@@ -280,7 +289,9 @@ class Intake:
         are taken in now, and the versions of the era before keep nothing."""
         listed, self._listed = self._listed, {}
         stale, self._stale = self._stale, []
-        if self._new_era("bound-pods", version, self._bound_since, self._bound_era):
+        if self._new_era(
+            "bound-pods", version, self._bound_since, self._bound_era, self._bound_asked
+        ):
             for pod in stale:
                 self.bound_event("ADDED", pod)
         elif stale:
@@ -348,7 +359,7 @@ class Intake:
         sim seed 179); kube-scheduler reads one stream, so its re-list replaces both at once."""
         return bool(self._unlisted)
 
-    def _new_era(self, watch: str, version: int, since: int, era: int) -> bool:
+    def _new_era(self, watch: str, version: int, since: int, era: int, asked: int) -> bool:
         """Whether a LIST at ``version`` begins a new era: its version is below ``since``, the
         newest the book had been told when the LIST was asked for. In one era that cannot be
         (a LIST is read at least as late as anything answered before it was asked for), so the
@@ -374,9 +385,18 @@ class Intake:
         book's versions like any LIST's. Taken for another new era, its stale pods were taken
         in as the truth: a pod recreated in the era after the restore (a new UID, pending) was
         replaced by its namesake the LIST still showed bound, and left the book for good when
-        the bound watch then told that namesake's deletion (issue 30, sim seed 1132)."""
+        the bound watch then told that namesake's deletion (issue 30, sim seed 1132).
+
+        So is one asked for after the LIST that began the era was (``asked``), whatever its
+        version: a LIST reads the history of when it is asked for, since a request under way
+        when etcd is restored fails (the apiservers restart for a restore) and is asked for
+        again, so the LIST that began the era was asked for after the restore, and so was
+        this one. Its version need not have gone back: the restored history may have passed
+        the book's newest before it was read (pods created since the restore). Judged by its
+        version alone, such a LIST ended no wait, and no other came (its watch goes on from
+        it): nothing was decided again, for good (issue 30, sim seed 2977)."""
         if not 0 < version < since or era != self._eras:
-            if watch == self._unlisted and (era == self._eras or 0 < version < since):
+            if watch == self._unlisted and (asked > self._era_asked or 0 < version < since):
                 self._unlisted = ""
                 self.effects.sync.request()
             return False
@@ -389,6 +409,7 @@ class Intake:
         )
         self.book.new_era(version)
         self._eras += 1
+        self._era_asked = asked
         self._unlisted = "bound-pods" if watch == "pending-pods" else "pending-pods"
         return True
 

@@ -522,6 +522,27 @@ LISTED_STAGES = frozenset({S.ASSUMED, S.BOUND, S.OTHER})
 DEPOSED_STAGES = frozenset({S.UNSETTLED, S.RELOADED})
 # Stages the scheduling cycle may take a pod from.
 SCHEDULABLE_STAGES = frozenset({S.PENDING, S.RELOADED})
+# Events whose pod is news: what a watch or a read has just shown, so its resourceVersion is
+# what the book is told (``PodBook.newest``, an entry's ``version``). Every other event's pod is
+# the book's own copy (the queued pod a cycle decided, a Binding's pod), told when it arrived,
+# maybe in an era that a restore has ended since (``new_era``): counted again, its version of
+# the era before made the next bound LIST look like another restore (a wait for the pending
+# LIST that never came: nothing decided, for good), and the pod's news of the new era "older"
+# (issue 30, sim seeds 1148 and 1326).
+NEWS = frozenset(
+    {
+        E.PENDING_SEEN,
+        E.PENDING_SAME,
+        E.BOUND_SEEN,
+        E.OTHER_SEEN,
+        E.BOUND_MOVED,
+        E.BOUND_ENDED,
+        E.BIND_ELSEWHERE,
+        E.CHECKED_PENDING,
+        E.CHECKED_BOUND,
+        E.CHECKED_GONE,
+    }
+)
 
 
 class Explanation(msgspec.Struct):
@@ -555,6 +576,9 @@ class Entry:
     first_seen: float
     pod: PodInput | None = None  # the latest pending object (None for pods only seen bound)
     placement: Placement | None = None  # while reserving, binding or assumed
+    # The book's era its placement was decided in: its Bindings are sent in that era only
+    # (effects.py's ``_bind``).
+    era: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
     reporting: bool = False  # a write of it is under way (one at a time: effects.py)
     timed_out: bool = False  # its gang's GangTimeout event was sent

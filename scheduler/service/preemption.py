@@ -404,7 +404,11 @@ class Preemptions:
         """At election: hold again what the store's live nominations hold for pods still
         pending here (``pending`` by UID), and finish their preemption: the previous leader may
         have died before its evictions went out, so victims still running are evicted again
-        (a pod already terminating is left to go). The other nominations are dropped."""
+        (a pod already terminating is left to go), and before it set the preemptor's
+        nominatedNodeName, which is set where the pod lacks it. Held with no nominatedNodeName,
+        the GPUs stayed kept from the pods of lower priority for the nomination's hold while
+        the apiserver showed no one nominated for them, and nothing told why they were held
+        (issue 30, sim seed 3163). The other nominations are dropped."""
         for key, held in self._held():
             self.dispatch(key, held.nominated.uid, Event.NOMINATION_RESET)
         now_ms = self.wall_ms()
@@ -445,6 +449,8 @@ class Preemptions:
             deadline = self.clock() + (n.expires_ms - now_ms) / 1000
             held = Held(nominated, deadline, victims)
             self.dispatch(n.pod, uid, Event.NOMINATED, Ctx(nomination=held))
+            if pod.nominated_node != n.node:
+                self.spawn(self._nominate_on_pod(nominated))
             for key, victim in victims.items():
                 record = by_uid[victim]
                 if not record.terminating:

@@ -2,11 +2,14 @@
 
 - active: pods ready for a scheduling attempt, in kube-scheduler's PrioritySort order: higher
   ``spec.priority`` first, then older ``creationTimestamp``, then the order they became ready;
-  with one tier between priority and creation time: a member of a gang being completed (some
-  of its members bound or assumed, fewer than its minimum) goes before the other pods of its
-  priority (docs/gangs.md, "Queue order"). Its GPUs are what a previous leader held for it
-  (a hold a store failover may have lost, sim seed 549); a pod of the same priority taking
-  them first would leave the gang partial for good, the cross-gang deadlock the gangs rule out.
+  with one tier above priority: a member of a gang being completed (some of its members bound
+  or assumed, fewer than its minimum) goes before every other pod (docs/gangs.md, "Queue
+  order"). Its GPUs are what a previous leader held for it (a hold a store failover may have
+  lost, sim seed 549); any pod taking them first, of its priority (seed 549) or of a higher one
+  that then fits without preempting (seeds 909, 3118), would leave the gang partial for good,
+  the cross-gang deadlock the gangs rule out. A higher priority still wins by preemption, as it
+  would against the hold itself: it evicts a whole unit (the gang, or another) if it no longer
+  fits; and a lower-priority member never takes GPUs nominated for a higher preemptor.
   The tier is read from the snapshot at the pod's turn, not frozen at enqueue: the injected
   ``completing`` says whether a gang is being completed, and every pop first re-reads it for
   the gangs whose bound members changed since (``gangs_changed``, ``regang``; after a
@@ -16,7 +19,13 @@
   to ``max_backoff_s`` (10 s);
 - unschedulable: pods the core found no place for; they wait for a cluster event that could help
   (a node added or changed, GPUs freed, a gang member arrived) and at the latest
-  ``max_unschedulable_s`` (5 minutes).
+  ``max_unschedulable_s`` (5 minutes). A pod whose attempt was under way when a cluster event
+  moved every waiting pod (``on_cluster_event``) goes to backoff instead: its decision was
+  taken on a snapshot from before the event, which moved nobody for it (kube-scheduler's
+  moveRequestCycle). An attempt awaits the store (its reservation, a preemption's nominations,
+  which wait seconds on a slow or unreachable store): GPUs freed meanwhile left the pod
+  unschedulable beside them, with the reason of the snapshot before, for the 5 minutes
+  (issue 30, sim seed 1541).
 
 The three are settings (run.tuning.podInitialBackoffSeconds, podMaxBackoffSeconds,
 podMaxUnschedulableSeconds), as kube-scheduler's are.
@@ -53,7 +62,7 @@ class SchedulingQueue:
         self._max_backoff_s = max_backoff_s
         self._max_unschedulable_s = max_unschedulable_s
         self._seq = 0
-        # (-priority, tier, created, seq, key) heap; tier 0: a gang being completed (module doc)
+        # (tier, -priority, created, seq, key) heap; tier 0: a gang being completed (module doc)
         self._active: list[tuple[int, int, str, int, str]] = []
         self._rank: dict[str, tuple[int, str]] = {}  # key -> (-priority, created) while queued
         self._gang: dict[str, str] = {}  # key -> its gang while queued
@@ -64,6 +73,11 @@ class SchedulingQueue:
         self._unschedulable: dict[str, float] = {}  # key -> time it is retried at the latest
         self._attempts: dict[str, int] = {}
         self._last_attempt: dict[str, float] = {}
+        # Attempts begun (pops), the attempt each pod under way was taken in, and the attempts
+        # begun when a cluster event last moved every waiting pod (module doc).
+        self._cycles = 0
+        self._taken_in: dict[str, int] = {}
+        self._moved_at = 0
 
     # ---- arrivals --------------------------------------------------------------------------
 
@@ -83,6 +97,7 @@ class SchedulingQueue:
         self._attempts.pop(key, None)
         self._last_attempt.pop(key, None)
         self._rank.pop(key, None)
+        self._taken_in.pop(key, None)
         self._join(key, None)
         self._first.discard(key)
         self._compact()
@@ -139,6 +154,7 @@ class SchedulingQueue:
             "rank": len(self._rank),
             "gang": len(self._gang),
             "first": len(self._first),
+            "taken": len(self._taken_in),
         }
 
     def done(self, key: str) -> None:
@@ -160,13 +176,19 @@ class SchedulingQueue:
         self._in_active.pop(key, None)
         self._first.discard(key)
         self._unschedulable.pop(key, None)
+        self._taken_in.pop(key, None)
         self._backoff[key] = self._clock() + delay
         self._compact()
         return delay
 
     def unschedulable(self, key: str, retry_by: float | None = None) -> None:
         """No place now: wait for a cluster event, or ``max_unschedulable_s`` at most (less when
-        ``retry_by``, a clock time, comes sooner: a gang's wait timeout changes its reason)."""
+        ``retry_by``, a clock time, comes sooner: a gang's wait timeout changes its reason). An
+        attempt during which a cluster event moved every waiting pod backs off instead."""
+        taken = self._taken_in.pop(key, None)
+        if taken is not None and taken <= self._moved_at:
+            self.backoff(key)
+            return
         self._record_attempt(key)
         self._in_active.pop(key, None)
         self._first.discard(key)
@@ -205,6 +227,7 @@ class SchedulingQueue:
         or to backoff while its backoff since its last attempt has not run out (kube-scheduler's
         MoveAllToActiveOrBackoffQueue). Returns how many moved."""
         now = self._clock()
+        self._moved_at = self._cycles  # the attempts under way miss it (module doc)
         moved = list(self._unschedulable)
         self._unschedulable.clear()
         for key in moved:
@@ -246,6 +269,8 @@ class SchedulingQueue:
             if self._in_active.get(key) == seq:
                 del self._in_active[key]
                 self._first.discard(key)
+                self._cycles += 1
+                self._taken_in[key] = self._cycles
                 return key
         return None
 
@@ -253,6 +278,7 @@ class SchedulingQueue:
         """Remove ``key`` from wherever it waits (a gang member decided with another). True if
         it was queued."""
         queued = key in self._in_active or key in self._backoff or key in self._unschedulable
+        self._taken_in[key] = self._cycles  # the attempt under way: the pop's
         self._in_active.pop(key, None)
         self._first.discard(key)
         self._backoff.pop(key, None)
@@ -288,4 +314,4 @@ class SchedulingQueue:
             self._first.add(key)
         else:
             self._first.discard(key)
-        heapq.heappush(self._active, (priority, tier, created, self._seq, key))
+        heapq.heappush(self._active, (tier, priority, created, self._seq, key))

@@ -704,6 +704,61 @@ async def test_issue30_sim870_a_binding_answered_after_a_bound_list_that_lacked_
     assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
 
 
+async def test_issue30_sim3090_a_binding_decided_before_a_restore_is_not_sent_after_it(
+    backend: Backend,
+) -> None:
+    """Soak seed 3090: j holds node n's one GPU and w waits; etcd is backed up; j is deleted,
+    w decided onto the GPU j gave back, and its Binding waits in an etcd stall, unanswered (w
+    BINDING, re-sent until an answer says). etcd is restored from the backup: j is bound on the
+    GPU again and w pending; the write waiting in the stall never commits, and both watches
+    re-list in the new era. Before the fix the next re-send of w's Binding, decided in the era
+    before, landed w on the GPU beside j. A Binding decided in an era before the book's is not
+    sent again: w is read back, held until none of its Bindings can land any more
+    (bindCommitSeconds after the last was sent), then decided afresh in the new era."""
+    r = backend.live(bind_timeout=0.02)
+    r.api.version = 1000
+    j = r.api.create(MakePod().Name("j").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [j])
+    w = r.pending(MakePod().Name("w").Req(1).Obj())
+    await run(r)  # w waits: j holds the one GPU
+    backup = dict(r.api.pods), r.api.version
+    r.s.intake.bound_event("DELETED", r.api.delete(j.key))
+    await r.settle()
+    r.api.stalled[w.key] = None  # etcd stalls: w's Binding gets no answer
+    r.clock.now += 10.0  # w's backoff
+    await r.renew()
+    assert await r.step() == w.key
+    await until(lambda: r.api.stalled[w.key] is not None)  # sent
+    assert r.s.book.stage(w.key) is Stage.BINDING and r.held(w.key) == ("n", [0])
+    r.api.pods, r.api.version = dict(backup[0]), backup[1]  # the restore: j bound, w pending
+    del r.api.stalled[w.key]  # the write waiting in the stall never commits; etcd answers
+    r.s.intake.replace_pending([r.api.pods[w.key]], r.api.version)
+    r.s.intake.replace_bound(*r.bound_list())
+    assert r.s.book.era == 1 and r.held(j.key) == ("n", [0])
+    reads = 0
+    read = r.api.get_pod
+
+    async def counted(namespace: str, name: str) -> PodInput | None:
+        nonlocal reads
+        reads += 1
+        return await read(namespace, name)
+
+    r.api.get_pod = counted  # type: ignore[method-assign]
+    await until(lambda: reads >= 3 or r.api.binds)  # the re-sends' time
+    assert r.api.binds == []  # nothing decided in the era before is sent in this one
+    assert r.s.book.stage(w.key) is Stage.BINDING  # its Bindings may still land: held
+    while r.s.book.stage(w.key) is Stage.BINDING:  # until none of them can
+        r.clock.now += 5.0
+        await r.renew()
+        await asyncio.sleep(0.01)
+    await r.settle()
+    assert r.s.book.stage(w.key) is Stage.PENDING and r.held(w.key) is None
+    await run(r)  # decided afresh: j holds the one GPU
+    assert r.api.binds == [] and r.api.pods[w.key].node_name == ""
+    assert r.held(j.key) == ("n", [0]) and r.held(w.key) is None
+    assert await store_of(r) == ({"default/j": "bound:(0,)"}, {0: "default/j"}, {})
+
+
 # ---- found by the simulation (seed 44): a reservation let go when its pod is decided afresh -----
 
 

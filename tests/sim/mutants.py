@@ -38,6 +38,7 @@ timeline reaches the swap.
 from __future__ import annotations
 
 import contextlib
+import heapq
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -48,12 +49,15 @@ from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
 from scheduler.core.snapshot.holdings import Holding, Holdings
 from scheduler.core.snapshot.nodes import NodeState
+from scheduler.core.snapshot.nominations import Nominated
 from scheduler.kube.api import ConfigMapData
 from scheduler.kube.watch import HttpError
 from scheduler.service import binder as binder_module
+from scheduler.service import effects as effects_module
 from scheduler.service.binder import Binder
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import TABLE, Effect, Event, Stage
+from scheduler.service.preemption import Preemptions
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import StoreSync
@@ -398,7 +402,7 @@ def _bound_view_trusted() -> list[Patch]:
 def _versions_trusted_forever() -> list[Patch]:
     """30.6: a LIST below the book's newest resourceVersion begins no new era."""
 
-    def new_era(self: Intake, watch: str, version: int, since: int, era: int) -> bool:
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int, asked: int) -> bool:
         return False
 
     return [(Intake, "_new_era", new_era)]
@@ -409,11 +413,11 @@ def _list_of_the_era_begins_another() -> list[Patch]:
     began the era, begins another era (its stale pods taken in as the truth)."""
     fixed = Intake._new_era
 
-    def new_era(self: Intake, watch: str, version: int, since: int, era: int) -> bool:
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int, asked: int) -> bool:
         if not (0 < version < since and era != self._eras):
-            return fixed(self, watch, version, since, era)
+            return fixed(self, watch, version, since, era, asked)
         awaited = watch == self._unlisted
-        began = fixed(self, watch, version, since, self._eras)
+        began = fixed(self, watch, version, since, self._eras, asked)
         if awaited:
             self._unlisted = ""
         return began
@@ -421,14 +425,65 @@ def _list_of_the_era_begins_another() -> list[Patch]:
     return [(Intake, "_new_era", new_era)]
 
 
+def _list_after_era_list_judged_by_version() -> list[Patch]:
+    """Sim seed 2977: a LIST asked for before the current era began ends the wait for its watch
+    only if its version went back, though it was asked for after the LIST that began the era
+    (whose version went back) and so reads the restored history too."""
+    fixed = Intake._new_era
+
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int, asked: int) -> bool:
+        if era != self._eras:
+            asked = self._era_asked  # when it was asked for, aside
+        return fixed(self, watch, version, since, era, asked)
+
+    return [(Intake, "_new_era", new_era)]
+
+
+def _own_copy_told() -> list[Patch]:
+    """Sim seeds 1148 and 1326: every event's pod tells the book its version, the book's own
+    copy included (a Binding's pod, a decided one): after an etcd restore, one of the era
+    before."""
+    return [(effects_module, "NEWS", frozenset(Event))]
+
+
+def _attempt_moved_aside() -> list[Patch]:
+    """Sim seed 1541: a pod whose attempt was under way when a cluster event moved every waiting
+    pod is parked unschedulable all the same (it waits for the next event, or 5 minutes)."""
+    fixed = SchedulingQueue.unschedulable
+
+    def unschedulable(self: SchedulingQueue, key: str, retry_by: float | None = None) -> None:
+        self._taken_in.pop(key, None)  # the event during its attempt, aside
+        fixed(self, key, retry_by)
+
+    return [(SchedulingQueue, "unschedulable", unschedulable)]
+
+
+def _reloaded_nomination_unset() -> list[Patch]:
+    """Sim seed 3163: a nomination reloaded at election is held, its victims evicted, but its
+    preemptor's nominatedNodeName is not set where the previous leader never set it."""
+    fixed = Preemptions.reload
+
+    async def reload(self: Preemptions, pending: dict[str, PodInput]) -> None:
+        async def unset(n: Nominated) -> None:
+            return None
+
+        self._nominate_on_pod = unset  # type: ignore[method-assign]
+        try:
+            await fixed(self, pending)
+        finally:
+            del self._nominate_on_pod
+
+    return [(Preemptions, "reload", reload)]
+
+
 def _store_asked_at_era_begin() -> list[Patch]:
     """Sim seed 603: the store's reconcile is asked for when a new era begins, not when both pod
     watches have listed in it (a reconcile between the eras leaves none needed)."""
     fixed = Intake._new_era
 
-    def new_era(self: Intake, watch: str, version: int, since: int, era: int) -> bool:
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int, asked: int) -> bool:
         needed = self.effects.sync.needed
-        began = fixed(self, watch, version, since, era)
+        began = fixed(self, watch, version, since, era, asked)
         if began:
             self.effects.sync.request()
         else:
@@ -499,6 +554,24 @@ def _plain_priority_sort() -> list[Patch]:
     return [(SchedulingQueue, "_tier", tier)]
 
 
+def _tier_below_priority() -> list[Patch]:
+    """Sim seeds 909, 3118: a gang being completed goes before the other pods of its priority
+    only; a pod of a higher priority goes first and takes its GPU without preempting."""
+
+    def push(self: SchedulingQueue, key: str) -> None:
+        self._seq += 1
+        self._in_active[key] = self._seq
+        priority, created = self._rank.get(key, (0, ""))
+        tier = self._tier(key)
+        if tier == 0:
+            self._first.add(key)
+        else:
+            self._first.discard(key)
+        heapq.heappush(self._active, (priority, tier, created, self._seq, key))
+
+    return [(SchedulingQueue, "_push", push)]
+
+
 def _stale_bind_ok_trusted() -> list[Patch]:
     """Sim seed 726: a 201 for a Binding sent before an etcd restore began a new era is taken
     as any 201 (assumed, not re-read)."""
@@ -516,6 +589,19 @@ def _bound_list_not_counted() -> list[Patch]:
         self.book.bound_lists = lists
 
     return [(Intake, "bound_list_begin", bound_list_begin)]
+
+
+def _stale_decision_resent() -> list[Patch]:
+    """Soak seed 3090: a Binding is sent, and re-sent, whatever view its pod was decided in
+    (after an etcd restore too)."""
+    fixed = Binder.bind_all
+
+    async def bind_all(
+        self: Binder, pods: Any, uncertain: bool = False, *, fresh: Callable[[], bool]
+    ) -> Any:
+        return await fixed(self, pods, uncertain, fresh=lambda: True)
+
+    return [(Binder, "bind_all", bind_all)]
 
 
 MUTANTS: dict[str, Mutant] = {
@@ -697,6 +783,11 @@ MUTANTS: dict[str, Mutant] = {
         _plain_priority_sort,
         timeline="sim549-gang-hold-lost-in-failover",
     ),
+    "sim909-tier-below-priority": Mutant(
+        "a gang being completed waits behind pods of a higher priority",
+        _tier_below_priority,
+        timeline="sim909-gang-hold-taken-by-higher-priority",
+    ),
     "sim726-stale-bind-ok-trusted": Mutant(
         "a Binding answered after an etcd restore began a new era is assumed, not re-read",
         _stale_bind_ok_trusted,
@@ -711,6 +802,31 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding answered after a bound LIST that lacked it (no new era) is assumed, not re-read",
         _bound_list_not_counted,
         timeline="sim870-restore-undoes-gang-bind",
+    ),
+    "sim3090-stale-decision-resent": Mutant(
+        "a Binding decided before an etcd restore is re-sent after it",
+        _stale_decision_resent,
+        timeline="sim3090-restore-under-a-stalled-binding",
+    ),
+    "sim2977-list-after-era-list-judged-by-version": Mutant(
+        "a LIST asked for after the one that began the era ends no wait if its version is not back",
+        _list_after_era_list_judged_by_version,
+        timeline="sim2977-list-asked-after-era-list",
+    ),
+    "sim1326-own-copy-told": Mutant(
+        "a Binding's answer tells the book the version of its own copy of the pod",
+        _own_copy_told,
+        timeline="sim1326-binding-failed-in-new-era",
+    ),
+    "sim1541-attempt-moved-aside": Mutant(
+        "a pod whose attempt missed a cluster event waits for the next one, or 5 minutes",
+        _attempt_moved_aside,
+        timeline="sim1541-gpus-freed-during-attempt",
+    ),
+    "sim3163-reloaded-nomination-unset": Mutant(
+        "a nomination reloaded at election is not set on its preemptor",
+        _reloaded_nomination_unset,
+        timeline="sim3163-reloaded-nomination-unset",
     ),
     "sim603-store-asked-at-era-begin": Mutant(
         "the store's reconcile after an etcd restore is asked for when the new era begins",

@@ -551,6 +551,35 @@ def gang_hold_lost_in_failover(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gang_hold_taken_by_higher_priority(m: SimMachine) -> None:
+    """Soak seed 3118 (its shrunk schedule; seed 909 loses the hold to FLUSHALLs and a lost
+    lease instead): k1 fills n1. The store fails over, a partition leaving the leader r2 on
+    the old master, and the promoted one is flushed. r2 decides gang j2 (2) whole on n2;
+    j2-1's Binding commits, j2-0's is refused 403, so r2 holds j2-0's GPU for the gang, in its
+    book and on the old master only; p (high priority) comes and r2 is killed. r4, elected on
+    the new master, reloads j2 at 1 of 2 bound with p waiting for the one free GPU. Were p
+    decided first, it would take that GPU without preempting and j2 would stay below its
+    minimum for good; j2-0 goes first (queue.py), and p preempts."""
+    assert isinstance(m, FullMachine)  # high priority is a rule of the full world
+    m.stall(2.0)
+    for _ in range(9):
+        m.delete_witness()
+    m.kill()
+    m.create_gang("k", 2, False)
+    m.quiesce()
+    m.bind_fault("403")
+    m.create_high("p", 1, 0, "labels")
+    m.delete_pod(2, True)
+    m.failover(True, 5.0)
+    m.flush_store()
+    m.create_gang("j", 2, False)
+    for _ in range(3):
+        m.delete_witness()
+    m.create_high("p", 1, 0, "labels")
+    m.kill()
+    m.quiesce()
+
+
 def lapsed_write_forgotten(m: SimMachine) -> None:
     """Issue 30 bug 7b: a store write skipped while the local lease had lapsed asks for no
     reconcile. a and b are bound by r1; every store call then answers 25 s late. r1's renewals
@@ -631,6 +660,96 @@ def list_of_the_era_begun_meanwhile(m: SimMachine) -> None:
     m.quiesce()
 
 
+def binding_failed_in_new_era(m: SimMachine) -> None:
+    """Sim seeds 1148 and 1326: etcd is backed up; o1 and then c are created, and c's Binding
+    waits in an etcd stall; etcd is restored from the backup (no o1, no c): the watches list
+    the new era, and when the stall ends c's Binding is answered (c gone). Then r1's bound
+    watch re-lists. Had the Binding's answer told the book c's version of the era before,
+    that LIST, below it, began another era and waited for a pending LIST that never came: d,
+    created then, pending for good with GPUs free and no reason written."""
+    m.create_pod("a", 1, False)
+    past_first_wait(m)
+    m.etcd_restore(False)
+    m.create_other("o1", "n2")
+    m.stall(2.0)
+    m.create_pod("c", 1, False)
+    m.etcd_restore(True)
+    m.tick(2.0)
+    m.relist(0, "bound")
+    m.create_pod("d", 1, False)
+    m.quiesce()
+
+
+def list_asked_after_era_list(m: SimMachine) -> None:
+    """Sim seed 2977: r2's watches lag when etcd is restored, so both its LISTs of the restored
+    history wait; its pending watch then re-lists (a 410) after gang j1 was created, past the
+    newest version r2 had been told. r2's bound LIST comes first and begins the new era; its
+    pending LIST, asked for after that one but not below the old newest, was taken for one of
+    the era before: the wait went on for good, and r2, elected after r1's SIGKILL, never
+    decided j1 (pending, GPUs free, no reason written)."""
+    m.lag(1, "bound", 5.0)
+    m.tick(0.2)
+    m.etcd_restore(False)
+    m.create_pod("a", 1, True)  # after the backup: r2 has been told a version it takes back
+    m.lag(1, "pending", 5.0)
+    m.tick(0.2)
+    m.etcd_restore(True)
+    m.tick(0.1)
+    m.kill()
+    m.create_gang("j", 2, False)
+    m.relist(0, "pending")
+    m.quiesce()
+
+
+def gpus_freed_during_attempt(m: SimMachine) -> None:
+    """Sim seed 1541: the cluster is full (a on n1, b and c on n2); the store answers 3 s late;
+    p (2 GPUs, high priority) finds no place and preempts, and its nominations wait for the
+    store; meanwhile the store becomes unreachable (the write fails: "postponed") and a
+    finishes. The GPUs a freed moved every waiting pod, but p's attempt was under way: parked
+    unschedulable after it, p waited 5 minutes beside 2 free GPUs."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("a", 2, False)
+    m.create_pod("b", 1, False)
+    m.create_pod("c", 1, False)
+    past_first_wait(m)
+    m.store_fault(True, 3.0)
+    m.create_high("p", 2, 0, "")
+    m.store_fault(False, 12.0)
+    m.finish_pod(0)  # a
+    m.tick(5.0)
+    m.quiesce()
+
+
+def reloaded_nomination_unset(m: SimMachine) -> None:
+    """Sim seed 3163: p, e and gang j1 fill the cluster; the store answers 3 s late; gang h2
+    (high priority) preempts j1, and its nominations wait for the store; h2-1 is deleted and a
+    rolling update hands r2 over to r4 before r2 set h2-0's nominatedNodeName or evicted j1.
+    r4 reloads h2-0's nomination and evicts j1; had it not set h2-0's nominatedNodeName, the
+    GPU held for h2-0 kept c (2 GPUs, lower priority) off n2 once j1 ended, for the
+    nomination's hold, with no one shown nominated there."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("e", 1, False)
+    m.tick(0.5)
+    m.tick(0.5)
+    m.handover()
+    m.create_gang("j", 2, False)
+    m.tick(0.5)
+    m.create_high("p", 1, 0, "labels")
+    m.create_pod("a", 1, False)
+    m.tick(2.0)
+    m.create_pod("c", 1, True)
+    m.quiesce()
+    m.store_fault(True, 3.0)
+    m.create_high("p", 1, 2, "labels")
+    m.delete_pod(0, False)  # a
+    m.recreate_pod(0, 1)  # c
+    m.tick(0.5)
+    m.delete_pod(3, False)  # h2-1
+    m.recreate_pod(0, 2)  # c
+    m.handover()
+    m.quiesce()
+
+
 def victim_binding_in_flight(m: SimMachine) -> None:
     """Soak seed 909 (on e0b9be5, its shrunk schedule's end): a holds n1; etcd stalls, d is
     decided onto n2/0 and its Binding waits in the stall; p (2 GPUs, high priority) preempts d,
@@ -691,7 +810,27 @@ def store_between_eras(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restore_under_a_stalled_binding(m: SimMachine) -> None:
+    """Soak seed 3090: gang j1 holds n1/0,1 and n2/0; etcd stalls; p (2 GPUs, high priority)
+    preempts j1; etcd is backed up (j1 terminating) and j1 ends, p is decided onto n1/0,1 and
+    its Binding waits in the stall; etcd is restored from the backup (j1 back on its GPUs) and
+    the waiting write fails. The next re-send of p's Binding, decided in the era before, landed
+    p on n1/0,1 beside j1-0 and j1-1: a decision of a view gone is read back, not re-sent."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    past_first_wait(m)
+    m.create_gang("j1", 3, False)
+    m.stall(2.0)
+    m.create_high("p", 2, 0, "")
+    m.etcd_restore(False)
+    m.reap()
+    m.etcd_restore(True)
+    for _ in range(4):
+        m.tick(0.5)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
     "sim603-store-between-eras": store_between_eras,
@@ -699,6 +838,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "30.7b-lapsed-write-forgotten": lapsed_write_forgotten,
     "sim629-gang-member-refused": gang_member_refused,
     "sim549-gang-hold-lost-in-failover": gang_hold_lost_in_failover,
+    "sim909-gang-hold-taken-by-higher-priority": gang_hold_taken_by_higher_priority,
     "30.5-terminating-members-count": terminating_members_count,
     "sim5-bound-view-behind": bound_view_behind,
     "30.3-inheritance-by-name": inheritance_by_name,
@@ -725,6 +865,10 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "12.7-reloaded-deleted-held": reloaded_deleted_held,
     "sim909-victim-binding-in-flight": victim_binding_in_flight,
     "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
+    "sim1326-binding-failed-in-new-era": binding_failed_in_new_era,
+    "sim2977-list-asked-after-era-list": list_asked_after_era_list,
+    "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
+    "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
 }
 
 

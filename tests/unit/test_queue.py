@@ -142,10 +142,10 @@ def test_activate_skips_the_backoff_of_a_queued_pod_only() -> None:
     assert q.counts() == {"active": 0, "backoff": 0, "unschedulable": 0}
 
 
-def test_a_gang_being_completed_goes_first_among_its_priority() -> None:
-    """Sim seed 549 (queue.py): the tier is read at the pod's turn. j's bound members change
-    after its member was queued; the change is taken at the next pop, and j-1 goes before the
-    older a of its priority, never before h of a higher one."""
+def test_a_gang_being_completed_goes_first() -> None:
+    """Sim seeds 549, 909, 3118 (queue.py): the tier is read at the pod's turn. j's bound
+    members change after its member was queued; the change is taken at the next pop, and j-1
+    goes before the older a of its priority and before h of a higher one."""
     bound: set[str] = set()
     changed: set[str] = set()
 
@@ -167,9 +167,10 @@ def test_a_gang_being_completed_goes_first_among_its_priority() -> None:
     q.add("h", 5, "2026-01-01T00:02:00Z")
     bound.add("j")
     changed.add("j")
-    assert [q.pop(), q.pop(), q.pop()] == ["h", "j-1", "a"]
+    assert [q.pop(), q.pop(), q.pop()] == ["j-1", "h", "a"]
     q.add("j-1", 0, "2026-01-01T00:01:00Z", gang="j")
     q.add("a", 0, "2026-01-01T00:00:00Z")
+    q.add("h", 5, "2026-01-01T00:02:00Z")
     bound.clear()  # the gang is complete (or lost its bound members): plain PrioritySort
     changed.add("j")
-    assert [q.pop(), q.pop(), q.pop()] == ["a", "j-1", None]
+    assert [q.pop(), q.pop(), q.pop(), q.pop()] == ["h", "a", "j-1", None]
