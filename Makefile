@@ -95,7 +95,8 @@ bench-core: deps
 # 23): BestFit and FGD calibrated against the published means, then ours; 10 seeds, a table and
 # a plot in build/bench-frag/. The trace is read from ../shared/data/openb (or $$TOPO_OPENB_DIR);
 # FRAG_ARGS="--trace openb_pod_list_multigpu50.csv" replays another variant;
-# FRAG_ARGS="--scaled 5000,10000 --seeds 42-44" the node list repeated to those sizes (ours).
+# FRAG_ARGS="--scaled 5000,10000 --seeds 42-44" the node list repeated to those sizes (ours);
+# FRAG_ARGS="--pin 33 --pin-seed 1" a third of the GPU pods pinned to GPU models.
 bench-frag: deps
 	$(BIN)/python -m benchmarks.bench_frag $(FRAG_ARGS)
 
