@@ -691,6 +691,33 @@ def store_between_eras(m: SimMachine) -> None:
     m.quiesce()
 
 
+def own_binding_after_flush(m: SimMachine) -> None:
+    """Sim seed 3348: r2 leads (r1's election was cut short by a refused witness read); p
+    recreated, and r2's Binding of the new p hangs in a slow apiserver; FLUSHALL. r2 wins the
+    lease again, its Binding lands, and its mark finds no reservation to mark: the new p is
+    bound on n1/0 with no store record (its own in-flight reservation was not written again at
+    the election). The steps are the shrunk seed's, witness deletions included (they place
+    each election where the seed had it)."""
+    for _ in range(18):
+        m.delete_witness()
+    m.witness_fault("read", 0.0)
+    m.create_high("p", 1, 0, "labels")
+    for _ in range(19):
+        m.delete_witness()
+    m.flush_store()
+    m.tick(0.5)
+    m.tick(2.0)
+    m.tick(2.0)
+    for _ in range(10):
+        m.delete_witness()
+    m.bind_fault("slow")
+    m.recreate_pod(0, 1)
+    m.delete_witness()
+    m.flush_store()
+    m.witness_fault("read", 0.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
@@ -725,6 +752,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "12.7-reloaded-deleted-held": reloaded_deleted_held,
     "sim909-victim-binding-in-flight": victim_binding_in_flight,
     "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
+    "sim3348-own-binding-after-flush": own_binding_after_flush,
 }
 
 
