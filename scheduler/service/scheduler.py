@@ -285,6 +285,7 @@ class Scheduler:
         for key, uid, holding in self.sync.unknown(records):
             self.effects.dispatch(key, uid, Event.INHERIT, Ctx(holding=holding))
         await self.sync.reserve_landed(epoch, records)
+        await self.sync.reserve_own(epoch, records)
         await self.sync.reconcile(epoch, elected=True)
         for key, uid, holding in self.sync.reloadable(records):
             self.effects.dispatch(key, uid, Event.RELOAD, Ctx(holding=holding))

@@ -63,7 +63,7 @@ from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import StoreSync
 from scheduler.service.witness import NAME as WITNESS_NAME
 from scheduler.service.witness import NEVER, Witness, WitnessError
-from scheduler.state.base import History
+from scheduler.state.base import History, Record
 from scheduler.state.memory import MemoryStore
 
 from .machine import NEW_RULES
@@ -604,6 +604,16 @@ def _stale_decision_resent() -> list[Patch]:
     return [(Binder, "bind_all", bind_all)]
 
 
+def _own_binding_unrecorded() -> list[Patch]:
+    """Sim seed 3348: an election does not reserve again this replica's own Bindings in flight
+    whose reservations the store lost; their marks find nothing, the pods are bound unrecorded."""
+
+    async def reserve_own(self: StoreSync, epoch: int, records: dict[str, Record]) -> None:
+        return None
+
+    return [(StoreSync, "reserve_own", reserve_own)]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it",
@@ -832,6 +842,11 @@ MUTANTS: dict[str, Mutant] = {
         "the store's reconcile after an etcd restore is asked for when the new era begins",
         _store_asked_at_era_begin,
         timeline="sim603-store-between-eras",
+    ),
+    "sim3348-own-binding-unrecorded": Mutant(
+        "a leader re-elected on a flushed store does not reserve its in-flight Bindings again",
+        _own_binding_unrecorded,
+        timeline="sim3348-own-binding-after-flush",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

@@ -829,6 +829,33 @@ def restore_under_a_stalled_binding(m: SimMachine) -> None:
     m.quiesce()
 
 
+def own_binding_after_flush(m: SimMachine) -> None:
+    """Sim seed 3348: r2 leads (r1's election was cut short by a refused witness read); p
+    recreated, and r2's Binding of the new p hangs in a slow apiserver; FLUSHALL. r2 wins the
+    lease again, its Binding lands, and its mark finds no reservation to mark: the new p is
+    bound on n1/0 with no store record (its own in-flight reservation was not written again at
+    the election). The steps are the shrunk seed's, witness deletions included (they place
+    each election where the seed had it)."""
+    for _ in range(18):
+        m.delete_witness()
+    m.witness_fault("read", 0.0)
+    m.create_high("p", 1, 0, "labels")
+    for _ in range(19):
+        m.delete_witness()
+    m.flush_store()
+    m.tick(0.5)
+    m.tick(2.0)
+    m.tick(2.0)
+    for _ in range(10):
+        m.delete_witness()
+    m.bind_fault("slow")
+    m.recreate_pod(0, 1)
+    m.delete_witness()
+    m.flush_store()
+    m.witness_fault("read", 0.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
@@ -869,6 +896,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim2977-list-asked-after-era-list": list_asked_after_era_list,
     "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
     "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
+    "sim3348-own-binding-after-flush": own_binding_after_flush,
 }
 
 
