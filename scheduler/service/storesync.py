@@ -327,17 +327,7 @@ class StoreSync:
         claims = [
             r.claim for r in records.values() if r.state == "bound" and r.claim.uid in pending
         ]
-        if not claims:
-            return
-        problems = await self.store.reserve_each(
-            self.leadership.holder, epoch, [[claim] for claim in claims]
-        )
-        for claim, problem in zip(claims, problems, strict=True):
-            if problem is not None:
-                self.needed = True
-                log.warning(
-                    "store reservation of a landed record failed", pod=claim.pod, error=problem
-                )
+        await self._reserve_again(epoch, claims, "a landed record")
 
     async def reserve_own(self, epoch: int, records: dict[str, Record]) -> None:
         """This replica's own Bindings still in flight from an earlier term (BINDING) whose
@@ -356,6 +346,11 @@ class StoreSync:
             and holding.uid == e.uid
             and (claim := self.claim_of(holding)) is not None
         ]
+        await self._reserve_again(epoch, claims, "an own Binding")
+
+    async def _reserve_again(self, epoch: int, claims: list[Claim], what: str) -> None:
+        """Reserve each claim on its own at the new epoch; a conflict or error asks for a
+        reconcile, as any failed write (the snapshot holds the GPUs either way)."""
         if not claims:
             return
         problems = await self.store.reserve_each(
@@ -364,9 +359,7 @@ class StoreSync:
         for claim, problem in zip(claims, problems, strict=True):
             if problem is not None:
                 self.needed = True
-                log.warning(
-                    "store reservation of an own Binding failed", pod=claim.pod, error=problem
-                )
+                log.warning(f"store reservation of {what} failed", pod=claim.pod, error=problem)
 
     def reloadable(self, records: dict[str, Record]) -> list[tuple[str, str, Holding]]:
         """A previous leader's decisions for pods still pending, as (pod, UID, holding): its
