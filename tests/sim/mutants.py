@@ -439,6 +439,21 @@ def _list_after_era_list_judged_by_version() -> list[Patch]:
     return [(Intake, "_new_era", new_era)]
 
 
+def _era_waits_for_listed_watch() -> list[Patch]:
+    """Sim seed 3873: a LIST that begins an era waits for the other watch's LIST even when that
+    watch's last LIST, already ended, was asked for after it (and so read the restored
+    history too)."""
+    fixed = Intake._new_era
+
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int, asked: int) -> bool:
+        began = fixed(self, watch, version, since, era, asked)
+        if began:
+            self._unlisted = "bound-pods" if watch == "pending-pods" else "pending-pods"
+        return began
+
+    return [(Intake, "_new_era", new_era)]
+
+
 def _own_copy_told() -> list[Patch]:
     """Sim seeds 1148 and 1326: every event's pod tells the book its version, the book's own
     copy included (a Binding's pod, a decided one): after an etcd restore, one of the era
@@ -822,6 +837,11 @@ MUTANTS: dict[str, Mutant] = {
         "a LIST asked for after the one that began the era ends no wait if its version is not back",
         _list_after_era_list_judged_by_version,
         timeline="sim2977-list-asked-after-era-list",
+    ),
+    "sim3873-era-waits-for-listed-watch": Mutant(
+        "a LIST that begins an era waits for the other watch though it listed after it was asked",
+        _era_waits_for_listed_watch,
+        timeline="sim3873-era-begun-after-other-listed",
     ),
     "sim1326-own-copy-told": Mutant(
         "a Binding's answer tells the book the version of its own copy of the pod",

@@ -701,6 +701,24 @@ def list_asked_after_era_list(m: SimMachine) -> None:
     m.quiesce()
 
 
+def era_begun_after_other_listed(m: SimMachine) -> None:
+    """Sim seed 3873: r1's watches lag when etcd is restored, so both its LISTs of the restored
+    history wait; gang j1 is created (past the newest version r1 had been told), and r1's bound
+    watch re-lists (a 410). That LIST, asked for after the pending one, comes first: its version
+    not below the book's, it begins nothing. Then the pending LIST, read at the restore, begins
+    the new era, which waited for a bound LIST that never came (the bound watch goes on from
+    the one it had): r1 never decided j1 (pending, GPUs free, no reason written)."""
+    m.etcd_restore(False)
+    m.create_other("o1", "n1")  # after the backup: r1 has been told a version it takes back
+    m.tick(0.5)
+    m.lag(0, "bound", 20.0)
+    m.lag(0, "pending", 20.0)
+    m.etcd_restore(True)
+    m.create_gang("j", 2, False)
+    m.relist(0, "bound")
+    m.quiesce()
+
+
 def gpus_freed_during_attempt(m: SimMachine) -> None:
     """Sim seed 1541: the cluster is full (a on n1, b and c on n2); the store answers 3 s late;
     p (2 GPUs, high priority) finds no place and preempts, and its nominations wait for the
@@ -894,6 +912,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
     "sim1326-binding-failed-in-new-era": binding_failed_in_new_era,
     "sim2977-list-asked-after-era-list": list_asked_after_era_list,
+    "sim3873-era-begun-after-other-listed": era_begun_after_other_listed,
     "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
     "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
     "sim3348-own-binding-after-flush": own_binding_after_flush,
