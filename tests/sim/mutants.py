@@ -604,6 +604,11 @@ def _stale_decision_resent() -> list[Patch]:
     return [(Binder, "bind_all", bind_all)]
 
 
+def _victim_back_awaited() -> list[Patch]:
+    """Soak seed 1326: a nomination waits on a victim an etcd restore brought back running."""
+    return [(Preemptions, "_undone", lambda self, held: None)]
+
+
 def _own_binding_unrecorded() -> list[Patch]:
     """Sim seed 3348: an election does not reserve again this replica's own Bindings in flight
     whose reservations the store lost; their marks find nothing, the pods are bound unrecorded."""
@@ -847,6 +852,11 @@ MUTANTS: dict[str, Mutant] = {
         "a leader re-elected on a flushed store does not reserve its in-flight Bindings again",
         _own_binding_unrecorded,
         timeline="sim3348-own-binding-after-flush",
+    ),
+    "sim1326-victim-back-awaited": Mutant(
+        "a nomination waits for a victim an etcd restore brought back running",
+        _victim_back_awaited,
+        timeline="sim1326-victim-back-after-restore",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

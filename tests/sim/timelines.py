@@ -856,6 +856,28 @@ def own_binding_after_flush(m: SimMachine) -> None:
     m.quiesce()
 
 
+def victim_back_after_restore(m: SimMachine) -> None:
+    """Soak seed 1326: d holds one node; the store answers 3 s late; gang h3 (3 x 1 GPU, high
+    priority) needs one of d's GPUs and preempts d, its nominations waiting for the store;
+    etcd is backed up (h3 pending, d running). The nominations land, d is evicted; etcd is
+    restored from the backup: d running again, h3 with no nominatedNodeName. a (1 GPU) comes.
+    Kept waiting for d, which never leaves, h3's nomination held the free node's GPUs from a
+    for its whole hold (5 minutes): a pending beside 2 free GPUs. A victim back in a later era
+    ends the nomination, and h3 preempts d again."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("d", 2, False)
+    past_first_wait(m)
+    m.store_fault(True, 3.0)
+    m.create_high("h", 1, 3, "labels")
+    m.etcd_restore(False)
+    m.tick(5.0)
+    m.tick(5.0)
+    m.etcd_restore(True)
+    m.create_pod("a", 2, False)
+    m.tick(2.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
@@ -897,6 +919,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
     "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
     "sim3348-own-binding-after-flush": own_binding_after_flush,
+    "sim1326-victim-back-after-restore": victim_back_after_restore,
 }
 
 
