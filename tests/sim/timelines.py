@@ -811,18 +811,21 @@ def store_between_eras(m: SimMachine) -> None:
 
 
 def restore_under_a_stalled_binding(m: SimMachine) -> None:
-    """Soak seed 3090: gang j1 holds n1/0,1 and n2/0; etcd stalls; p (2 GPUs, high priority)
-    preempts j1; etcd is backed up (j1 terminating) and j1 ends, p is decided onto n1/0,1 and
-    its Binding waits in the stall; etcd is restored from the backup (j1 back on its GPUs) and
+    """Soak seed 3090: gang j1 holds n1/0,1 and n2/0; p (2 GPUs, high priority) preempts j1;
+    etcd stalls (after the evictions: an eviction is a write, which a stall holds back) and is
+    backed up (j1 terminating); j1 ends, p is decided onto n1/0,1 and its Binding waits in the
+    stall; etcd is restored from the backup (j1 back on its GPUs) and
     the waiting write fails. The next re-send of p's Binding, decided in the era before, landed
     p on n1/0,1 beside j1-0 and j1-1: a decision of a view gone is read back, not re-sent."""
     assert isinstance(m, FullMachine)  # preemption is a rule of the full world
     past_first_wait(m)
     m.create_gang("j1", 3, False)
-    m.stall(2.0)
     m.create_high("p", 2, 0, "")
+    m.tick(0.5)
+    m.stall(2.0)
     m.etcd_restore(False)
     m.reap()
+    m.tick(0.5)
     m.etcd_restore(True)
     for _ in range(4):
         m.tick(0.5)
