@@ -881,6 +881,76 @@ def victim_back_after_restore(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gone_before_restore(m: SimMachine) -> None:
+    """Soak seed 1326 (once its nomination bug was fixed): r2 leads; gang j2 is decided again
+    after an etcd restore, j2-1 deleted meanwhile: its Binding is answered 404, while j2-0's
+    (its answer lost, then re-sent into a 30 s etcd stall) holds the gang's outcomes. etcd is
+    restored twice more from a backup that has j2-1 pending (the same UID), and r2's LISTs of
+    the new eras show it while it is binding. Told "gone" after that, r2's book let j2-1 go
+    for good: pending, with no reason written. The steps are the shrunk seed's."""
+    m.relist(stream="pending", which=0)
+    m.etcd_restore(restore=True)
+    m.create_gang(job="k", podgroup=True, size=2)
+    m.delete_pod(graceful=False, index=83)
+    m.reads_fail(seconds=1.0)
+    m.recreate_pod(gpus=2, index=38)
+    m.quiesce()
+    m.stall(seconds=20.0)
+    m.bind_fault(kind="403")
+    m.bind_fault(kind="403")
+    m.create_pod(claim=True, gpus=2, name="a")
+    m.relist(stream="pending", which=0)
+    m.create_pod(claim=True, gpus=1, name="c")
+    m.failover(lost=False, partition=0.0)
+    m.tick(seconds=16.0)
+    m.tick(seconds=2.0)
+    m.failover(lost=False, partition=5.0)
+    m.delete_pod(graceful=False, index=48)
+    m.tick(seconds=2.0)
+    m.tick(seconds=5.0)
+    m.recreate_pod(gpus=2, index=15)
+    m.create_gang(job="j", podgroup=True, size=2)
+    m.recreate_pod(gpus=2, index=57)
+    m.delete_pod(graceful=False, index=99)
+    m.reap()
+    m.failover(lost=False, partition=0.0)
+    m.reads_fail(seconds=10.0)
+    m.etcd_restore(restore=False)
+    m.stall(seconds=30.0)
+    m.bind_fault(kind="slow")
+    m.create_pod(claim=False, gpus=2, name="d")
+    m.reads_fail(seconds=1.0)
+    m.recreate_pod(gpus=1, index=69)
+    m.failover(lost=False, partition=20.0)
+    m.reap()
+    m.tick(seconds=2.0)
+    m.quiesce()
+    m.delete_pod(graceful=False, index=9)
+    m.create_pod(claim=True, gpus=2, name="b")
+    m.bind_fault(kind="lose")
+    m.reap()
+    m.relist(stream="pending", which=0)
+    m.bind_fault(kind="lose")
+    m.bind_fault(kind="500-committed")
+    m.tick(seconds=2.0)
+    m.etcd_restore(restore=True)
+    m.delete_pod(graceful=False, index=59)
+    m.reap()
+    m.delete_pod(graceful=True, index=96)
+    m.failover(lost=True, partition=20.0)
+    m.reap()
+    m.stall(seconds=30.0)
+    m.bind_fault(kind="409")
+    m.etcd_restore(restore=True)
+    m.reads_fail(seconds=10.0)
+    m.reads_fail(seconds=10.0)
+    m.delete_pod(graceful=True, index=98)
+    m.recreate_pod(gpus=2, index=42)
+    m.etcd_restore(restore=True)
+    m.create_pod(claim=True, gpus=1, name="b")
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
@@ -923,6 +993,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
     "sim3348-own-binding-after-flush": own_binding_after_flush,
     "sim1326-victim-back-after-restore": victim_back_after_restore,
+    "sim1326-gone-before-restore": gone_before_restore,
 }
 
 
