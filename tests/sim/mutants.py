@@ -57,7 +57,7 @@ from scheduler.service import effects as effects_module
 from scheduler.service.binder import Binder, Outcome
 from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
-from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage
+from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage, Transition
 from scheduler.service.preemption import Preemptions
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
@@ -641,6 +641,19 @@ def _gone_before_restore_trusted() -> list[Patch]:
     return [(Effects, "_outcome", _outcome)]
 
 
+def _nominee_gone_unmoved() -> list[Patch]:
+    """Sim seed 4450: a nomination that ends moves no waiting pod: a preemptor deleted while
+    pending leaves the pods parked beside the GPUs it held."""
+
+    def _end_nomination(self: Effects, t: Transition, ctx: Ctx) -> None:
+        held = self.book.unnominate(t.entry) if t.entry is not None else None
+        if held is not None:
+            self.state.unnominate(t.key)
+            self.preemptions.drop(held.nominated.uid)
+
+    return [(Effects, "_end_nomination", _end_nomination)]
+
+
 def _own_binding_unrecorded() -> list[Patch]:
     """Sim seed 3348: an election does not reserve again this replica's own Bindings in flight
     whose reservations the store lost; their marks find nothing, the pods are bound unrecorded."""
@@ -859,6 +872,11 @@ MUTANTS: dict[str, Mutant] = {
         "a LIST asked for after the one that began the era ends no wait if its version is not back",
         _list_after_era_list_judged_by_version,
         timeline="sim2977-list-asked-after-era-list",
+    ),
+    "sim4450-nominee-gone-unmoved": Mutant(
+        "a preemptor deleted while nominated moves none of the pods waiting beside its GPUs",
+        _nominee_gone_unmoved,
+        timeline="sim4450-nominee-gone",
     ),
     "sim3873-era-waits-for-listed-watch": Mutant(
         "a LIST that begins an era waits for the other watch though it listed after it was asked",
