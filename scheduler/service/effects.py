@@ -263,11 +263,16 @@ class Effects:
 
     def _end_nomination(self, t: Transition, ctx: Ctx) -> None:
         """Bound, gone, refused, planned over or expired: preemption holds nothing for it now
-        (``t.entry`` is the one the transition moved, in the book or just out of it)."""
+        (``t.entry`` is the one the transition moved, in the book or just out of it). The GPUs
+        it held go back to the waiting pods at the loop's next turn, as kube-scheduler moves
+        them when a pod with a nominated node is deleted: a preemptor deleted while pending
+        left them parked beside the GPUs it held until their unschedulable wait ran out
+        (issue 30, sim seed 4450)."""
         held = self.book.unnominate(t.entry) if t.entry is not None else None
         if held is not None:
             self.state.unnominate(t.key)
             self.preemptions.drop(held.nominated.uid)
+            self.preemptions.freed()
 
     def _forget_nomination(self, t: Transition, ctx: Ctx) -> None:
         """This replica's copy goes; the store's is read again (a new term's reload)."""

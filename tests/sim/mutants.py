@@ -57,7 +57,7 @@ from scheduler.service import effects as effects_module
 from scheduler.service.binder import Binder, Outcome
 from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
-from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage
+from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage, Transition
 from scheduler.service.preemption import Preemptions
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
@@ -440,6 +440,21 @@ def _list_after_era_list_judged_by_version() -> list[Patch]:
     return [(Intake, "_new_era", new_era)]
 
 
+def _era_waits_for_listed_watch() -> list[Patch]:
+    """Sim seed 3873: a LIST that begins an era waits for the other watch's LIST even when that
+    watch's last LIST, already ended, was asked for after it (and so read the restored
+    history too)."""
+    fixed = Intake._new_era
+
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int, asked: int) -> bool:
+        began = fixed(self, watch, version, since, era, asked)
+        if began:
+            self._unlisted = "bound-pods" if watch == "pending-pods" else "pending-pods"
+        return began
+
+    return [(Intake, "_new_era", new_era)]
+
+
 def _own_copy_told() -> list[Patch]:
     """Sim seeds 1148 and 1326: every event's pod tells the book its version, the book's own
     copy included (a Binding's pod, a decided one): after an etcd restore, one of the era
@@ -624,6 +639,19 @@ def _gone_before_restore_trusted() -> list[Patch]:
         self.dispatch(o.pod.key, o.pod.uid, event, Ctx(pod=pod, placement=o.placement))
 
     return [(Effects, "_outcome", _outcome)]
+
+
+def _nominee_gone_unmoved() -> list[Patch]:
+    """Sim seed 4450: a nomination that ends moves no waiting pod: a preemptor deleted while
+    pending leaves the pods parked beside the GPUs it held."""
+
+    def _end_nomination(self: Effects, t: Transition, ctx: Ctx) -> None:
+        held = self.book.unnominate(t.entry) if t.entry is not None else None
+        if held is not None:
+            self.state.unnominate(t.key)
+            self.preemptions.drop(held.nominated.uid)
+
+    return [(Effects, "_end_nomination", _end_nomination)]
 
 
 def _own_binding_unrecorded() -> list[Patch]:
@@ -844,6 +872,16 @@ MUTANTS: dict[str, Mutant] = {
         "a LIST asked for after the one that began the era ends no wait if its version is not back",
         _list_after_era_list_judged_by_version,
         timeline="sim2977-list-asked-after-era-list",
+    ),
+    "sim4450-nominee-gone-unmoved": Mutant(
+        "a preemptor deleted while nominated moves none of the pods waiting beside its GPUs",
+        _nominee_gone_unmoved,
+        timeline="sim4450-nominee-gone",
+    ),
+    "sim3873-era-waits-for-listed-watch": Mutant(
+        "a LIST that begins an era waits for the other watch though it listed after it was asked",
+        _era_waits_for_listed_watch,
+        timeline="sim3873-era-begun-after-other-listed",
     ),
     "sim1326-own-copy-told": Mutant(
         "a Binding's answer tells the book the version of its own copy of the pod",

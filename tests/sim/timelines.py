@@ -701,6 +701,45 @@ def list_asked_after_era_list(m: SimMachine) -> None:
     m.quiesce()
 
 
+def era_begun_after_other_listed(m: SimMachine) -> None:
+    """Sim seed 3873: r1's watches lag when etcd is restored, so both its LISTs of the restored
+    history wait; gang j1 is created (past the newest version r1 had been told), and r1's bound
+    watch re-lists (a 410). That LIST, asked for after the pending one, comes first: its version
+    not below the book's, it begins nothing. Then the pending LIST, read at the restore, begins
+    the new era, which waited for a bound LIST that never came (the bound watch goes on from
+    the one it had): r1 never decided j1 (pending, GPUs free, no reason written)."""
+    m.etcd_restore(False)
+    m.create_other("o1", "n1")  # after the backup: r1 has been told a version it takes back
+    m.tick(0.5)
+    m.lag(0, "bound", 20.0)
+    m.lag(0, "pending", 20.0)
+    m.etcd_restore(True)
+    m.create_gang("j", 2, False)
+    m.relist(0, "bound")
+    m.quiesce()
+
+
+def nominee_gone(m: SimMachine) -> None:
+    """Sim seed 4450: p (2 GPUs, high priority) binds on n1, c on n2, and gang h1 (3 x 1 GPU,
+    high priority) waits, a and e (1 GPU) too. p is deleted: h1 preempts c, its nominations
+    holding n1's two GPUs and one of n2's while c terminates, and a and e wait as
+    unschedulable. h1-0 is deleted: one of n1's GPUs is held by no one, but nothing moved a
+    or e: pending beside it until their unschedulable wait ran out (5 minutes)."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_high("p", 2, 0, "")
+    m.create_high("h", 1, 3, "labels")
+    m.create_pod("c", 2, False)
+    m.create_pod("a", 1, False)
+    m.create_pod("e", 1, False)
+    past_first_wait(m)
+    m.tick(40.0)
+    m.delete_pod(6, False)  # p (a, c, e, h1-0, h1-1, h1-2, p)
+    m.tick(0.3)
+    m.delete_pod(2, False)  # h1-0 (a, e, h1-0, h1-1, h1-2; c is terminating)
+    m.tick(2.0)
+    m.quiesce()
+
+
 def gpus_freed_during_attempt(m: SimMachine) -> None:
     """Sim seed 1541: the cluster is full (a on n1, b and c on n2); the store answers 3 s late;
     p (2 GPUs, high priority) finds no place and preempts, and its nominations wait for the
@@ -989,6 +1028,8 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
     "sim1326-binding-failed-in-new-era": binding_failed_in_new_era,
     "sim2977-list-asked-after-era-list": list_asked_after_era_list,
+    "sim3873-era-begun-after-other-listed": era_begun_after_other_listed,
+    "sim4450-nominee-gone": nominee_gone,
     "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
     "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
     "sim3348-own-binding-after-flush": own_binding_after_flush,
