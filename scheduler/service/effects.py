@@ -385,9 +385,19 @@ class Effects:
         LISTs of the restored history are at that version, no new era begins, and the bound
         LIST, ended while the pod was binding, says nothing of it; held as assumed on the 201,
         its GPU stayed taken by a pod the apiserver shows pending (issue 30, sim seed 870). A
-        bound LIST in the same era costs one GET, which reads the pod bound."""
+        bound LIST in the same era costs one GET, which reads the pod bound.
+
+        A BIND_GONE (a 404, or a read that found no such pod) is stale too: the restore may
+        have brought the pod back, and the book, told so while the pod was binding, ignored
+        it. Taken as gone, the pod left the book for good and stayed pending with no reason
+        written (issue 30, soak seed 1326: its gang's other Binding, unanswered through a stall,
+        held the outcome until after two restores). It is a refusal instead: the pod is
+        decided again, and leaves at its next Binding's 404 (or the pending watch's word) if it
+        is gone in this era too."""
         pod = o.pod if o.event is Event.BIND_OK else o.current or o.pod
         event = o.event
+        if event is Event.BIND_GONE and stale:
+            event = Event.BIND_FAILED
         if event is Event.BIND_FAILED and self._gang_committed(o, refused):
             event = Event.GANG_BIND_FAILED
         elif event is Event.BIND_OK and stale:

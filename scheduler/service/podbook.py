@@ -574,6 +574,10 @@ class Held:
     # The pods it waits for, key -> UID: its victims and the pods already terminating that its
     # plan counts on.
     victims: dict[str, str]
+    # The book's era it was held in (PodBook.new_era): one of them seen bound and not
+    # terminating in a later era was brought back by an etcd restore (preemption.py's
+    # ``_undone``).
+    era: int
 
 
 @dataclass(slots=True)

@@ -54,9 +54,10 @@ from scheduler.kube.api import ConfigMapData
 from scheduler.kube.watch import HttpError
 from scheduler.service import binder as binder_module
 from scheduler.service import effects as effects_module
-from scheduler.service.binder import Binder
+from scheduler.service.binder import Binder, Outcome
+from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
-from scheduler.service.podbook import TABLE, Effect, Event, Stage
+from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage
 from scheduler.service.preemption import Preemptions
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
@@ -611,6 +612,27 @@ def _stale_decision_resent() -> list[Patch]:
     return [(Binder, "bind_all", bind_all)]
 
 
+def _victim_back_awaited() -> list[Patch]:
+    """Soak seed 1326: a nomination waits on a victim an etcd restore brought back running."""
+    return [(Preemptions, "_undone", lambda self, held: None)]
+
+
+def _gone_before_restore_trusted() -> list[Patch]:
+    """Soak seed 1326: a Binding's "gone" told after an etcd restore began a new era takes the
+    pod out of the book, though the new era's LIST showed it pending."""
+
+    def _outcome(self: Effects, o: Outcome, refused: set[str], stale: bool) -> None:
+        pod = o.pod if o.event is E.BIND_OK else o.current or o.pod
+        event = o.event
+        if event is E.BIND_FAILED and self._gang_committed(o, refused):
+            event = E.GANG_BIND_FAILED
+        elif event is E.BIND_OK and stale:
+            event = E.BIND_OK_STALE
+        self.dispatch(o.pod.key, o.pod.uid, event, Ctx(pod=pod, placement=o.placement))
+
+    return [(Effects, "_outcome", _outcome)]
+
+
 def _own_binding_unrecorded() -> list[Patch]:
     """Sim seed 3348: an election does not reserve again this replica's own Bindings in flight
     whose reservations the store lost; their marks find nothing, the pods are bound unrecorded."""
@@ -859,6 +881,16 @@ MUTANTS: dict[str, Mutant] = {
         "a leader re-elected on a flushed store does not reserve its in-flight Bindings again",
         _own_binding_unrecorded,
         timeline="sim3348-own-binding-after-flush",
+    ),
+    "sim1326-victim-back-awaited": Mutant(
+        "a nomination waits for a victim an etcd restore brought back running",
+        _victim_back_awaited,
+        timeline="sim1326-victim-back-after-restore",
+    ),
+    "sim1326-gone-before-restore-trusted": Mutant(
+        'a Binding\'s "gone" told after an etcd restore began a new era drops the pod',
+        _gone_before_restore_trusted,
+        timeline="sim1326-gone-before-restore",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

@@ -811,18 +811,21 @@ def store_between_eras(m: SimMachine) -> None:
 
 
 def restore_under_a_stalled_binding(m: SimMachine) -> None:
-    """Soak seed 3090: gang j1 holds n1/0,1 and n2/0; etcd stalls; p (2 GPUs, high priority)
-    preempts j1; etcd is backed up (j1 terminating) and j1 ends, p is decided onto n1/0,1 and
-    its Binding waits in the stall; etcd is restored from the backup (j1 back on its GPUs) and
+    """Soak seed 3090: gang j1 holds n1/0,1 and n2/0; p (2 GPUs, high priority) preempts j1;
+    etcd stalls (after the evictions: an eviction is a write, which a stall holds back) and is
+    backed up (j1 terminating); j1 ends, p is decided onto n1/0,1 and its Binding waits in the
+    stall; etcd is restored from the backup (j1 back on its GPUs) and
     the waiting write fails. The next re-send of p's Binding, decided in the era before, landed
     p on n1/0,1 beside j1-0 and j1-1: a decision of a view gone is read back, not re-sent."""
     assert isinstance(m, FullMachine)  # preemption is a rule of the full world
     past_first_wait(m)
     m.create_gang("j1", 3, False)
-    m.stall(2.0)
     m.create_high("p", 2, 0, "")
+    m.tick(0.5)
+    m.stall(2.0)
     m.etcd_restore(False)
     m.reap()
+    m.tick(0.5)
     m.etcd_restore(True)
     for _ in range(4):
         m.tick(0.5)
@@ -866,6 +869,7 @@ def deposed_inherited_held(m: SimMachine) -> None:
     has not shown it) and re-reads h1-1 under the stall, and gives the lease up before the read
     answers: pending. The standby r2 made h1-1 unsettled, held on n1/1 for good, while r1 leads
     on, binds p on n2, and the gang, short of a GPU, waits."""
+    assert isinstance(m, FullMachine)  # pods of high priority are a rule of the full world
     m.create_high("h", 1, 3, "labels")
     m.etcd_restore(False)
     past_first_wait(m)
@@ -878,6 +882,98 @@ def deposed_inherited_held(m: SimMachine) -> None:
     m.stall(8.0)
     m.create_high("p", 2, 0, "")
     m.tick(0.5)
+    m.quiesce()
+
+
+def victim_back_after_restore(m: SimMachine) -> None:
+    """Soak seed 1326: d holds one node; the store answers 3 s late; gang h3 (3 x 1 GPU, high
+    priority) needs one of d's GPUs and preempts d, its nominations waiting for the store;
+    etcd is backed up (h3 pending, d running). The nominations land, d is evicted; etcd is
+    restored from the backup: d running again, h3 with no nominatedNodeName. a (1 GPU) comes.
+    Kept waiting for d, which never leaves, h3's nomination held the free node's GPUs from a
+    for its whole hold (5 minutes): a pending beside 2 free GPUs. A victim back in a later era
+    ends the nomination, and h3 preempts d again."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("d", 2, False)
+    past_first_wait(m)
+    m.store_fault(True, 3.0)
+    m.create_high("h", 1, 3, "labels")
+    m.etcd_restore(False)
+    m.tick(5.0)
+    m.tick(5.0)
+    m.etcd_restore(True)
+    m.create_pod("a", 2, False)
+    m.tick(2.0)
+    m.quiesce()
+
+
+def gone_before_restore(m: SimMachine) -> None:
+    """Soak seed 1326 (once its nomination bug was fixed): r2 leads; gang j2 is decided again
+    after an etcd restore, j2-1 deleted meanwhile: its Binding is answered 404, while j2-0's
+    (its answer lost, then re-sent into a 30 s etcd stall) holds the gang's outcomes. etcd is
+    restored twice more from a backup that has j2-1 pending (the same UID), and r2's LISTs of
+    the new eras show it while it is binding. Told "gone" after that, r2's book let j2-1 go
+    for good: pending, with no reason written. The steps are the shrunk seed's."""
+    m.relist(stream="pending", which=0)
+    m.etcd_restore(restore=True)
+    m.create_gang(job="k", podgroup=True, size=2)
+    m.delete_pod(graceful=False, index=83)
+    m.reads_fail(seconds=1.0)
+    m.recreate_pod(gpus=2, index=38)
+    m.quiesce()
+    m.stall(seconds=20.0)
+    m.bind_fault(kind="403")
+    m.bind_fault(kind="403")
+    m.create_pod(claim=True, gpus=2, name="a")
+    m.relist(stream="pending", which=0)
+    m.create_pod(claim=True, gpus=1, name="c")
+    m.failover(lost=False, partition=0.0)
+    m.tick(seconds=16.0)
+    m.tick(seconds=2.0)
+    m.failover(lost=False, partition=5.0)
+    m.delete_pod(graceful=False, index=48)
+    m.tick(seconds=2.0)
+    m.tick(seconds=5.0)
+    m.recreate_pod(gpus=2, index=15)
+    m.create_gang(job="j", podgroup=True, size=2)
+    m.recreate_pod(gpus=2, index=57)
+    m.delete_pod(graceful=False, index=99)
+    m.reap()
+    m.failover(lost=False, partition=0.0)
+    m.reads_fail(seconds=10.0)
+    m.etcd_restore(restore=False)
+    m.stall(seconds=30.0)
+    m.bind_fault(kind="slow")
+    m.create_pod(claim=False, gpus=2, name="d")
+    m.reads_fail(seconds=1.0)
+    m.recreate_pod(gpus=1, index=69)
+    m.failover(lost=False, partition=20.0)
+    m.reap()
+    m.tick(seconds=2.0)
+    m.quiesce()
+    m.delete_pod(graceful=False, index=9)
+    m.create_pod(claim=True, gpus=2, name="b")
+    m.bind_fault(kind="lose")
+    m.reap()
+    m.relist(stream="pending", which=0)
+    m.bind_fault(kind="lose")
+    m.bind_fault(kind="500-committed")
+    m.tick(seconds=2.0)
+    m.etcd_restore(restore=True)
+    m.delete_pod(graceful=False, index=59)
+    m.reap()
+    m.delete_pod(graceful=True, index=96)
+    m.failover(lost=True, partition=20.0)
+    m.reap()
+    m.stall(seconds=30.0)
+    m.bind_fault(kind="409")
+    m.etcd_restore(restore=True)
+    m.reads_fail(seconds=10.0)
+    m.reads_fail(seconds=10.0)
+    m.delete_pod(graceful=True, index=98)
+    m.recreate_pod(gpus=2, index=42)
+    m.etcd_restore(restore=True)
+    m.create_pod(claim=True, gpus=1, name="b")
     m.quiesce()
 
 
@@ -922,6 +1018,8 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
     "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
     "sim3348-own-binding-after-flush": own_binding_after_flush,
+    "sim1326-victim-back-after-restore": victim_back_after_restore,
+    "sim1326-gone-before-restore": gone_before_restore,
     "sim3935-deposed-inherited-held": deposed_inherited_held,
 }
 
