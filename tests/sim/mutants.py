@@ -359,6 +359,13 @@ def _deposed_unsettled_held() -> list[Patch]:
     ]
 
 
+def _deposed_inherited_held() -> list[Patch]:
+    """Sim seed 3935: a deposed leader keeps the records it inherited (a previous leader's, of
+    pods no watch of its own has shown): the election's re-read of one, answered after the
+    deposition, makes it unsettled in the standby, held there for good."""
+    return [(TABLE, (S.INHERITED, E.DEPOSED), (S.INHERITED, ()))]
+
+
 def _inherited_pending_reloaded() -> list[Patch]:
     """30.7c: an inherited record read pending is decided afresh at once, its store record
     left "bound" (the next reconcile frees it)."""
@@ -770,6 +777,11 @@ MUTANTS: dict[str, Mutant] = {
         "a deposed leader holds a previous leader's reservations for good",
         _deposed_unsettled_held,
         timeline="sim380-deposed-unsettled-held",
+    ),
+    "sim3935-deposed-inherited-held": Mutant(
+        "a deposed leader holds a record it inherited, read pending after its deposition",
+        _deposed_inherited_held,
+        timeline="sim3935-deposed-inherited-held",
     ),
     "30.3-inheritance-by-name": Mutant(
         "the election frees a record whose name the book holds under an older UID",

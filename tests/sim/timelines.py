@@ -898,6 +898,32 @@ def own_binding_after_flush(m: SimMachine) -> None:
     m.quiesce()
 
 
+def deposed_inherited_held(m: SimMachine) -> None:
+    """Sim seed 3935: gang h1 (3 x 1 GPU) is bound after an etcd backup; h1-0 and h1-2 finish
+    (their records released), so the store keeps h1-1's record alone. Every witness read is
+    refused for 20 s: r1's renewals fail, and the replicas take the lease in turns, each giving
+    it up at once (the witness cannot confirm its epoch). r2's pending watch lags; etcd is
+    restored from the backup (the gang pending again, h1-1's record kept) and stalls; p (2 GPU)
+    comes. r2, elected, inherits h1-1's record (its bound re-list lacked h1-1, its pending watch
+    has not shown it) and re-reads h1-1 under the stall, and gives the lease up before the read
+    answers: pending. The standby r2 made h1-1 unsettled, held on n1/1 for good, while r1 leads
+    on, binds p on n2, and the gang, short of a GPU, waits."""
+    assert isinstance(m, FullMachine)  # pods of high priority are a rule of the full world
+    m.create_high("h", 1, 3, "labels")
+    m.etcd_restore(False)
+    past_first_wait(m)
+    m.finish_pod(0)
+    m.finish_pod(1)
+    m.witness_fault("read", 20.0)
+    m.tick(16.0)
+    m.lag(1, "pending", 20.0)
+    m.etcd_restore(True)
+    m.stall(8.0)
+    m.create_high("p", 2, 0, "")
+    m.tick(0.5)
+    m.quiesce()
+
+
 def victim_back_after_restore(m: SimMachine) -> None:
     """Soak seed 1326: d holds one node; the store answers 3 s late; gang h3 (3 x 1 GPU, high
     priority) needs one of d's GPUs and preempts d, its nominations waiting for the store;
@@ -1035,6 +1061,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3348-own-binding-after-flush": own_binding_after_flush,
     "sim1326-victim-back-after-restore": victim_back_after_restore,
     "sim1326-gone-before-restore": gone_before_restore,
+    "sim3935-deposed-inherited-held": deposed_inherited_held,
 }
 
 
