@@ -263,11 +263,16 @@ class Effects:
 
     def _end_nomination(self, t: Transition, ctx: Ctx) -> None:
         """Bound, gone, refused, planned over or expired: preemption holds nothing for it now
-        (``t.entry`` is the one the transition moved, in the book or just out of it)."""
+        (``t.entry`` is the one the transition moved, in the book or just out of it). The GPUs
+        it held go back to the waiting pods at the loop's next turn, as kube-scheduler moves
+        them when a pod with a nominated node is deleted: a preemptor deleted while pending
+        left them parked beside the GPUs it held until their unschedulable wait ran out
+        (issue 30, sim seed 4450)."""
         held = self.book.unnominate(t.entry) if t.entry is not None else None
         if held is not None:
             self.state.unnominate(t.key)
             self.preemptions.drop(held.nominated.uid)
+            self.preemptions.freed()
 
     def _forget_nomination(self, t: Transition, ctx: Ctx) -> None:
         """This replica's copy goes; the store's is read again (a new term's reload)."""
@@ -385,9 +390,19 @@ class Effects:
         LISTs of the restored history are at that version, no new era begins, and the bound
         LIST, ended while the pod was binding, says nothing of it; held as assumed on the 201,
         its GPU stayed taken by a pod the apiserver shows pending (issue 30, sim seed 870). A
-        bound LIST in the same era costs one GET, which reads the pod bound."""
+        bound LIST in the same era costs one GET, which reads the pod bound.
+
+        A BIND_GONE (a 404, or a read that found no such pod) is stale too: the restore may
+        have brought the pod back, and the book, told so while the pod was binding, ignored
+        it. Taken as gone, the pod left the book for good and stayed pending with no reason
+        written (issue 30, soak seed 1326: its gang's other Binding, unanswered through a stall,
+        held the outcome until after two restores). It is a refusal instead: the pod is
+        decided again, and leaves at its next Binding's 404 (or the pending watch's word) if it
+        is gone in this era too."""
         pod = o.pod if o.event is Event.BIND_OK else o.current or o.pod
         event = o.event
+        if event is Event.BIND_GONE and stale:
+            event = Event.BIND_FAILED
         if event is Event.BIND_FAILED and self._gang_committed(o, refused):
             event = Event.GANG_BIND_FAILED
         elif event is Event.BIND_OK and stale:

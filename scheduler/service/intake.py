@@ -114,6 +114,8 @@ class Intake:
         self._unlisted = ""
         self._pending_era = self._bound_era = 0
         self._asked = self._pending_asked = self._bound_asked = self._era_asked = 0
+        # Each pod watch's last LIST that ended, by when it was asked for (``_new_era``).
+        self._ended = {"pending-pods": 0, "bound-pods": 0}
         # The pods the pending watch shows pending (its last word on them) while the book holds
         # them bound: set aside as stale, unless the bound watch stops showing them (``_unbound``).
         self._set_aside: dict[str, PodInput] = {}
@@ -394,7 +396,16 @@ class Intake:
         this one. Its version need not have gone back: the restored history may have passed
         the book's newest before it was read (pods created since the restore). Judged by its
         version alone, such a LIST ended no wait, and no other came (its watch goes on from
-        it): nothing was decided again, for good (issue 30, sim seed 2977)."""
+        it): nothing was decided again, for good (issue 30, sim seed 2977).
+
+        For the same reason a LIST that begins an era leaves the other watch nothing to wait
+        for when that watch's last LIST, already ended, was asked for after this one: it read
+        the restored history this one did, or a later one. Its version need not have gone
+        back (pods created since the restore), so it began nothing when it ended, and its watch
+        goes on from it: waited for, the next LIST never came, and nothing was decided again,
+        for good (issue 30, sim seed 3873: the pending LIST asked for at the restore arrived
+        after a bound re-list asked for once gang j1 was created)."""
+        self._ended[watch] = asked
         if not 0 < version < since or era != self._eras:
             if watch == self._unlisted and (asked > self._era_asked or 0 < version < since):
                 self._unlisted = ""
@@ -410,7 +421,10 @@ class Intake:
         self.book.new_era(version)
         self._eras += 1
         self._era_asked = asked
-        self._unlisted = "bound-pods" if watch == "pending-pods" else "pending-pods"
+        other = "bound-pods" if watch == "pending-pods" else "pending-pods"
+        self._unlisted = "" if self._ended[other] > asked else other
+        if not self._unlisted:
+            self.effects.sync.request()
         return True
 
     def bound_event(self, kind: str, pod: PodInput) -> None:

@@ -49,7 +49,11 @@ Stages (a pod the book does not hold is GONE):
   entry like any pod, and its end uncharges them (nothing of it is in the store).
 - INHERITED: a previous leader's store record for a pod this replica's watches have not shown
   (bound just before a graceful handover: gone from the pending watch, not yet in the bound
-  watch). The snapshot holds its GPUs until a re-read or a watch says where the pod is.
+  watch). The snapshot holds its GPUs until a re-read or a watch says where the pod is. A
+  leader's holding too: a deposed replica (DEPOSED) lets it go and holds what its watches
+  show, as any standby. Held on, the election's re-read answered after the deposition
+  (pending) made it UNSETTLED in the standby, where nothing settles it: its GPUs stayed held
+  in the standby's snapshot for good (issue 30, sim seed 3935).
 
 An entry leaves when its pod leaves; everything per pod (first sighting, last reported reason,
 explanation, a preemptor's nomination and its last fruitless search) lives in the entry, so it
@@ -510,6 +514,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.INHERITED, E.CHECKED_GONE): (S.GONE, _BOUND_LEFT),
     (S.INHERITED, E.CRASHED): (S.INHERITED, _),
     (S.INHERITED, E.VICTIMS_GONE): (S.INHERITED, _),
+    # Deposed: a standby holds what its watches show, and they have shown nothing of it; they
+    # will show it bound, pending or nothing (a re-read still in flight then tells nothing).
+    (S.INHERITED, E.DEPOSED): (S.GONE, (F.FORGET, F.LEAVE)),
 }
 
 # Stages whose reservation the store must keep at a reconcile (not the truth yet, not free).
@@ -518,8 +525,9 @@ RESERVED_STAGES = frozenset({S.UNSETTLED, S.RELOADED, S.RESERVING, S.BINDING})
 BOUND_STAGES = frozenset({S.ASSUMED, S.BOUND})
 # Stages a bound re-list speaks about: a pod it lacks has left (or the LIST predates it).
 LISTED_STAGES = frozenset({S.ASSUMED, S.BOUND, S.OTHER})
-# Stages holding a reservation only a leader keeps: a deposed replica lets them go (DEPOSED).
-DEPOSED_STAGES = frozenset({S.UNSETTLED, S.RELOADED})
+# Stages holding a reservation or record only a leader keeps: a deposed replica lets them go
+# (DEPOSED).
+DEPOSED_STAGES = frozenset({S.UNSETTLED, S.RELOADED, S.INHERITED})
 # Stages the scheduling cycle may take a pod from.
 SCHEDULABLE_STAGES = frozenset({S.PENDING, S.RELOADED})
 # Events whose pod is news: what a watch or a read has just shown, so its resourceVersion is
@@ -566,6 +574,10 @@ class Held:
     # The pods it waits for, key -> UID: its victims and the pods already terminating that its
     # plan counts on.
     victims: dict[str, str]
+    # The book's era it was held in (PodBook.new_era): one of them seen bound and not
+    # terminating in a later era was brought back by an etcd restore (preemption.py's
+    # ``_undone``).
+    era: int
 
 
 @dataclass(slots=True)

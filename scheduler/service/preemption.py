@@ -33,11 +33,13 @@ table write them (podbook.py), here only the store's copy before NOMINATED.
 A preemptor with a live nomination is not preempted for again: it waits for its victims, and is
 retried each time a pod leaves. Its nomination ends when it is placed (the core lets it go in
 ``apply``; the store's is dropped), when it leaves, when it expires, when an eviction for it is
-refused, or when a preemptor of higher priority plans over its GPUs (kube-scheduler clears the
-lower nominations on the node it preempts on); then its nominatedNodeName is cleared, and the
-GPUs go back to everyone. A new leader reloads the store's live nominations for the pods still
-pending, so a failover keeps the GPUs held for them, and clears the nominatedNodeName of a pending
-pod that no live nomination backs (one that expired while nobody led).
+refused, when a preemptor of higher priority plans over its GPUs (kube-scheduler clears the
+lower nominations on the node it preempts on), or when a pod it waits for is seen running again
+in a later era (an etcd restore undid the eviction: ``_undone``; it plans again); then its
+nominatedNodeName is cleared, and the GPUs go back to everyone. A new leader reloads the store's
+live nominations for the pods still pending, so a failover keeps the GPUs held for them, and
+clears the nominatedNodeName of a pending pod that no live nomination backs (one that expired
+while nobody led).
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ class Preemptions:
             if record is not None:
                 victims[key] = record.uid
         for nominated in result.nominations:
-            holds = Ctx(nomination=Held(nominated, deadline, dict(victims)))
+            holds = Ctx(nomination=Held(nominated, deadline, dict(victims), self.book.era))
             self.dispatch(nominated.pod, nominated.uid, Event.NOMINATED, holds)
         self.spawn(self._carry_out(result))
         log.info(
@@ -201,6 +203,30 @@ class Preemptions:
                 record = records.get(key)
                 if record is not None and record.uid == uid:
                     return "waiting for its victims to leave"
+        return None
+
+    def _undone(self, held: Held) -> str | None:
+        """A pod the nomination waits for that is bound and not terminating in an era after
+        the one it was held in, or None.
+
+        A deletionTimestamp is never taken back: a victim seen running again after its
+        eviction was brought back by an etcd restore from a backup taken before the eviction
+        (a new era, PodBook.new_era). Its plan waits on a pod that will not leave: kept, the
+        preemptor waited out the whole hold (5 minutes) beside GPUs that its nomination kept
+        from every pod of lower priority (issue 30, soak seed 1326). kube-scheduler never
+        waits on its victims as such: a nominated pod waits only while a pod of lower
+        priority on its node is terminating, and otherwise preempts again in its next cycle
+        (PodEligibleToPreemptOthers). Here a victim of the plan's own era may be seen running
+        while its eviction is on its way (sent off the cycle's path, and answered before the
+        watch tells of it), so only a later era's view ends the plan (``tick``: it plans
+        again at its next attempt, which the nomination's end makes the loop's next turn)."""
+        if held.era == self.book.era:
+            return None
+        records = self.state.index.records
+        for key, uid in held.victims.items():
+            record = records.get(key)
+            if record is not None and record.uid == uid and not record.terminating:
+                return key
         return None
 
     def _standing(self) -> set[str]:
@@ -364,14 +390,22 @@ class Preemptions:
         self._ended = True
 
     def tick(self) -> bool:
-        """End the nominations that expired; True when some nomination let its GPUs go since
-        the last tick, or a budget changed (waiting pods may retry)."""
+        """End the nominations that expired, and those a pod they wait for is back from
+        (``_undone``); True when some nomination let its GPUs go since the last tick, or a
+        budget changed (waiting pods may retry)."""
         self._standing()  # refusals leave with their pods
         now = self.clock()
         for key, held in self._held():
             if now >= held.deadline:
                 log.info("nomination expired", pod=key)
                 self.dispatch(key, held.nominated.uid, Event.NOMINATION_EXPIRED)
+            elif (back := self._undone(held)) is not None:
+                log.warning(
+                    "a victim is running again (etcd restored?): planning again",
+                    pod=key,
+                    victim=back,
+                )
+                self.dispatch(key, held.nominated.uid, Event.NOMINATION_ENDED)
         ended, self._ended = self._ended, False
         return ended
 
@@ -447,7 +481,7 @@ class Preemptions:
                 continue
             victims = {by_uid[v].key: v for v in n.victims if v in by_uid}
             deadline = self.clock() + (n.expires_ms - now_ms) / 1000
-            held = Held(nominated, deadline, victims)
+            held = Held(nominated, deadline, victims, self.book.era)
             self.dispatch(n.pod, uid, Event.NOMINATED, Ctx(nomination=held))
             if pod.nominated_node != n.node:
                 self.spawn(self._nominate_on_pod(nominated))

@@ -285,6 +285,7 @@ class Scheduler:
         for key, uid, holding in self.sync.unknown(records):
             self.effects.dispatch(key, uid, Event.INHERIT, Ctx(holding=holding))
         await self.sync.reserve_landed(epoch, records)
+        await self.sync.reserve_own(epoch, records)
         await self.sync.reconcile(epoch, elected=True)
         for key, uid, holding in self.sync.reloadable(records):
             self.effects.dispatch(key, uid, Event.RELOAD, Ctx(holding=holding))
@@ -368,8 +369,9 @@ class Scheduler:
         self.metrics.leader.set(0)
         self.metrics.epoch.set(0)
         self.ready_to_schedule = False
-        # A previous leader's reservations held until they settle, and the pods decided afresh
-        # on them, are a leader's (podbook.py, DEPOSED): a standby holds neither.
+        # A previous leader's reservations held until they settle, the pods decided afresh on
+        # them, and its records of pods no watch has shown are a leader's (podbook.py,
+        # DEPOSED): a standby holds none of them.
         for entry in self.book.in_stages(DEPOSED_STAGES):
             self.effects.dispatch(entry.key, entry.uid, Event.DEPOSED)
 

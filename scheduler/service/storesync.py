@@ -19,6 +19,9 @@ freed). Freeing needs proof that the pod left; holding a few GPUs until a read a
 those GPUs for that long. The same handover's record of a pod this replica's pending watch still
 shows (its Binding landed, the watch has not said so yet) is bound in the store: it becomes a
 reservation again before the reconcile (``reserve_landed``) and is reloaded where it is.
+And this replica's own Bindings still in flight from an earlier term whose reservations the
+store lost (a FLUSHALL, a failover that lost writes) are reserved again before the reconcile
+(``reserve_own``): their marks after the 201 would otherwise find nothing to mark.
 
 Records are a pod's by UID, not by name: a lagging standby may hold another UID under a record's
 name (a same-name recreation its watches have not shown yet, whose new pod the previous leader
@@ -324,6 +327,30 @@ class StoreSync:
         claims = [
             r.claim for r in records.values() if r.state == "bound" and r.claim.uid in pending
         ]
+        await self._reserve_again(epoch, claims, "a landed record")
+
+    async def reserve_own(self, epoch: int, records: dict[str, Record]) -> None:
+        """This replica's own Bindings still in flight from an earlier term (BINDING) whose
+        reservation the store no longer holds (``records``, read before the election's
+        reconcile) are reserved again, at the new epoch: a store that lost writes (FLUSHALL, a
+        replica promoted over a master that had them) lost those reservations, the reconcile
+        keeps only what exists, and the Binding's mark after its 201 then finds nothing to
+        mark: the pod bound with no record (sim seed 3348) until some later reconcile. A
+        conflict or error asks for a reconcile, as any failed write; the snapshot still holds
+        the GPUs either way."""
+        claims = [
+            claim
+            for e in self.book.in_stages(frozenset({Stage.BINDING}))
+            if e.uid not in records
+            and (holding := self.state.held(e.key)) is not None
+            and holding.uid == e.uid
+            and (claim := self.claim_of(holding)) is not None
+        ]
+        await self._reserve_again(epoch, claims, "an own Binding")
+
+    async def _reserve_again(self, epoch: int, claims: list[Claim], what: str) -> None:
+        """Reserve each claim on its own at the new epoch; a conflict or error asks for a
+        reconcile, as any failed write (the snapshot holds the GPUs either way)."""
         if not claims:
             return
         problems = await self.store.reserve_each(
@@ -332,9 +359,7 @@ class StoreSync:
         for claim, problem in zip(claims, problems, strict=True):
             if problem is not None:
                 self.needed = True
-                log.warning(
-                    "store reservation of a landed record failed", pod=claim.pod, error=problem
-                )
+                log.warning(f"store reservation of {what} failed", pod=claim.pod, error=problem)
 
     def reloadable(self, records: dict[str, Record]) -> list[tuple[str, str, Holding]]:
         """A previous leader's decisions for pods still pending, as (pod, UID, holding): its

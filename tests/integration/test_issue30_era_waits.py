@@ -1,6 +1,7 @@
-"""Issue 30, found by the simulation's soak (seeds 1148, 1326, 2977): after an etcd restore the
-two pod watches' LISTs must end the wait between the eras (``Intake.between_eras``), or nothing
-is decided again, for good: the pending pods stay pending with free GPUs and no reason written.
+"""Issue 30, found by the simulation's soak (seeds 1148, 1326, 2977, 3873): after an etcd restore
+the two pod watches' LISTs must end the wait between the eras (``Intake.between_eras``), or
+nothing is decided again, for good: the pending pods stay pending with free GPUs and no reason
+written.
 Stepped by hand on BOTH stores, with tests/lifecycle.py's fake apiserver and a manual clock.
 """
 
@@ -84,5 +85,40 @@ async def test_a_list_asked_for_after_the_list_that_began_the_era_ends_the_wait(
     r.s.intake.pending_list_page([a])
     r.s.intake.pending_list_end(api.version)  # not below the era before's newest
     assert not r.s.intake.between_eras and r.s.book.era == 1
+    await run(r)
+    await until(lambda: api.pods[a.key].node_name == "n")
+
+
+async def test_a_list_that_begins_the_era_after_the_other_watch_listed_it_waits_for_nothing(
+    backend: Backend,
+) -> None:
+    """Sim seed 3873: etcd is restored and both watches re-list; the pending watch's LIST is
+    slow (its watch lags). a is created (its version passes the newest the book had been told
+    in the era before), and the bound watch re-lists again (a 410): that LIST, asked for after
+    the pending one, comes first; its version not below the book's, it begins nothing. Then the
+    pending LIST, read at the restore, begins the new era. Before the fix the new era waited
+    for a bound LIST, and none came (the bound watch goes on from the one it had): a was never
+    decided, pending with GPUs free and no reason written. The bound LIST asked for after the
+    one that began the era read the restored history: there is nothing to wait for."""
+    r = backend.live()
+    api = r.api
+    api.version = 1000
+    w = api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(2)], [w])
+    backup = dict(api.pods), api.version
+    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("o").Bound("n").Obj()))
+    api.pods, api.version = dict(backup[0]), backup[1]  # the restore
+    r.s.intake.bound_list_begin()  # both watches re-list ...
+    r.s.intake.pending_list_begin()
+    pending_list = [p for p in api.pods.values() if not p.node_name], api.version
+    a = api.create(MakePod().Name("a").Req(1).Obj())  # the restored history goes on
+    # The bound watch re-lists again (a 410), and that LIST comes first: its version is not
+    # below the era before's newest, so it begins nothing.
+    r.s.intake.replace_bound(*r.bound_list())
+    assert r.s.book.era == 0
+    r.s.intake.pending_list_page(pending_list[0])
+    r.s.intake.pending_list_end(pending_list[1])  # below the book's newest: a new era
+    assert r.s.book.era == 1 and not r.s.intake.between_eras
+    r.s.intake.pending_event("ADDED", a)  # the pending watch from its LIST's version
     await run(r)
     await until(lambda: api.pods[a.key].node_name == "n")

@@ -54,16 +54,17 @@ from scheduler.kube.api import ConfigMapData
 from scheduler.kube.watch import HttpError
 from scheduler.service import binder as binder_module
 from scheduler.service import effects as effects_module
-from scheduler.service.binder import Binder
+from scheduler.service.binder import Binder, Outcome
+from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
-from scheduler.service.podbook import TABLE, Effect, Event, Stage
+from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage, Transition
 from scheduler.service.preemption import Preemptions
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
 from scheduler.service.storesync import StoreSync
 from scheduler.service.witness import NAME as WITNESS_NAME
 from scheduler.service.witness import NEVER, Witness, WitnessError
-from scheduler.state.base import History
+from scheduler.state.base import History, Record
 from scheduler.state.memory import MemoryStore
 
 from .machine import NEW_RULES
@@ -358,6 +359,13 @@ def _deposed_unsettled_held() -> list[Patch]:
     ]
 
 
+def _deposed_inherited_held() -> list[Patch]:
+    """Sim seed 3935: a deposed leader keeps the records it inherited (a previous leader's, of
+    pods no watch of its own has shown): the election's re-read of one, answered after the
+    deposition, makes it unsettled in the standby, held there for good."""
+    return [(TABLE, (S.INHERITED, E.DEPOSED), (S.INHERITED, ()))]
+
+
 def _inherited_pending_reloaded() -> list[Patch]:
     """30.7c: an inherited record read pending is decided afresh at once, its store record
     left "bound" (the next reconcile frees it)."""
@@ -435,6 +443,21 @@ def _list_after_era_list_judged_by_version() -> list[Patch]:
         if era != self._eras:
             asked = self._era_asked  # when it was asked for, aside
         return fixed(self, watch, version, since, era, asked)
+
+    return [(Intake, "_new_era", new_era)]
+
+
+def _era_waits_for_listed_watch() -> list[Patch]:
+    """Sim seed 3873: a LIST that begins an era waits for the other watch's LIST even when that
+    watch's last LIST, already ended, was asked for after it (and so read the restored
+    history too)."""
+    fixed = Intake._new_era
+
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int, asked: int) -> bool:
+        began = fixed(self, watch, version, since, era, asked)
+        if began:
+            self._unlisted = "bound-pods" if watch == "pending-pods" else "pending-pods"
+        return began
 
     return [(Intake, "_new_era", new_era)]
 
@@ -622,6 +645,50 @@ def _no_record_chained() -> list[Patch]:
     return [(Witness, "elected", elected)]
 
 
+def _victim_back_awaited() -> list[Patch]:
+    """Soak seed 1326: a nomination waits on a victim an etcd restore brought back running."""
+    return [(Preemptions, "_undone", lambda self, held: None)]
+
+
+def _gone_before_restore_trusted() -> list[Patch]:
+    """Soak seed 1326: a Binding's "gone" told after an etcd restore began a new era takes the
+    pod out of the book, though the new era's LIST showed it pending."""
+
+    def _outcome(self: Effects, o: Outcome, refused: set[str], stale: bool) -> None:
+        pod = o.pod if o.event is E.BIND_OK else o.current or o.pod
+        event = o.event
+        if event is E.BIND_FAILED and self._gang_committed(o, refused):
+            event = E.GANG_BIND_FAILED
+        elif event is E.BIND_OK and stale:
+            event = E.BIND_OK_STALE
+        self.dispatch(o.pod.key, o.pod.uid, event, Ctx(pod=pod, placement=o.placement))
+
+    return [(Effects, "_outcome", _outcome)]
+
+
+def _nominee_gone_unmoved() -> list[Patch]:
+    """Sim seed 4450: a nomination that ends moves no waiting pod: a preemptor deleted while
+    pending leaves the pods parked beside the GPUs it held."""
+
+    def _end_nomination(self: Effects, t: Transition, ctx: Ctx) -> None:
+        held = self.book.unnominate(t.entry) if t.entry is not None else None
+        if held is not None:
+            self.state.unnominate(t.key)
+            self.preemptions.drop(held.nominated.uid)
+
+    return [(Effects, "_end_nomination", _end_nomination)]
+
+
+def _own_binding_unrecorded() -> list[Patch]:
+    """Sim seed 3348: an election does not reserve again this replica's own Bindings in flight
+    whose reservations the store lost; their marks find nothing, the pods are bound unrecorded."""
+
+    async def reserve_own(self: StoreSync, epoch: int, records: dict[str, Record]) -> None:
+        return None
+
+    return [(StoreSync, "reserve_own", reserve_own)]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it",
@@ -728,6 +795,11 @@ MUTANTS: dict[str, Mutant] = {
         "a deposed leader holds a previous leader's reservations for good",
         _deposed_unsettled_held,
         timeline="sim380-deposed-unsettled-held",
+    ),
+    "sim3935-deposed-inherited-held": Mutant(
+        "a deposed leader holds a record it inherited, read pending after its deposition",
+        _deposed_inherited_held,
+        timeline="sim3935-deposed-inherited-held",
     ),
     "30.3-inheritance-by-name": Mutant(
         "the election frees a record whose name the book holds under an older UID",
@@ -837,6 +909,16 @@ MUTANTS: dict[str, Mutant] = {
         _list_after_era_list_judged_by_version,
         timeline="sim2977-list-asked-after-era-list",
     ),
+    "sim4450-nominee-gone-unmoved": Mutant(
+        "a preemptor deleted while nominated moves none of the pods waiting beside its GPUs",
+        _nominee_gone_unmoved,
+        timeline="sim4450-nominee-gone",
+    ),
+    "sim3873-era-waits-for-listed-watch": Mutant(
+        "a LIST that begins an era waits for the other watch though it listed after it was asked",
+        _era_waits_for_listed_watch,
+        timeline="sim3873-era-begun-after-other-listed",
+    ),
     "sim1326-own-copy-told": Mutant(
         "a Binding's answer tells the book the version of its own copy of the pod",
         _own_copy_told,
@@ -856,6 +938,21 @@ MUTANTS: dict[str, Mutant] = {
         "the store's reconcile after an etcd restore is asked for when the new era begins",
         _store_asked_at_era_begin,
         timeline="sim603-store-between-eras",
+    ),
+    "sim3348-own-binding-unrecorded": Mutant(
+        "a leader re-elected on a flushed store does not reserve its in-flight Bindings again",
+        _own_binding_unrecorded,
+        timeline="sim3348-own-binding-after-flush",
+    ),
+    "sim1326-victim-back-awaited": Mutant(
+        "a nomination waits for a victim an etcd restore brought back running",
+        _victim_back_awaited,
+        timeline="sim1326-victim-back-after-restore",
+    ),
+    "sim1326-gone-before-restore-trusted": Mutant(
+        'a Binding\'s "gone" told after an etcd restore began a new era drops the pod',
+        _gone_before_restore_trusted,
+        timeline="sim1326-gone-before-restore",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

@@ -701,6 +701,45 @@ def list_asked_after_era_list(m: SimMachine) -> None:
     m.quiesce()
 
 
+def era_begun_after_other_listed(m: SimMachine) -> None:
+    """Sim seed 3873: r1's watches lag when etcd is restored, so both its LISTs of the restored
+    history wait; gang j1 is created (past the newest version r1 had been told), and r1's bound
+    watch re-lists (a 410). That LIST, asked for after the pending one, comes first: its version
+    not below the book's, it begins nothing. Then the pending LIST, read at the restore, begins
+    the new era, which waited for a bound LIST that never came (the bound watch goes on from
+    the one it had): r1 never decided j1 (pending, GPUs free, no reason written)."""
+    m.etcd_restore(False)
+    m.create_other("o1", "n1")  # after the backup: r1 has been told a version it takes back
+    m.tick(0.5)
+    m.lag(0, "bound", 20.0)
+    m.lag(0, "pending", 20.0)
+    m.etcd_restore(True)
+    m.create_gang("j", 2, False)
+    m.relist(0, "bound")
+    m.quiesce()
+
+
+def nominee_gone(m: SimMachine) -> None:
+    """Sim seed 4450: p (2 GPUs, high priority) binds on n1, c on n2, and gang h1 (3 x 1 GPU,
+    high priority) waits, a and e (1 GPU) too. p is deleted: h1 preempts c, its nominations
+    holding n1's two GPUs and one of n2's while c terminates, and a and e wait as
+    unschedulable. h1-0 is deleted: one of n1's GPUs is held by no one, but nothing moved a
+    or e: pending beside it until their unschedulable wait ran out (5 minutes)."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_high("p", 2, 0, "")
+    m.create_high("h", 1, 3, "labels")
+    m.create_pod("c", 2, False)
+    m.create_pod("a", 1, False)
+    m.create_pod("e", 1, False)
+    past_first_wait(m)
+    m.tick(40.0)
+    m.delete_pod(6, False)  # p (a, c, e, h1-0, h1-1, h1-2, p)
+    m.tick(0.3)
+    m.delete_pod(2, False)  # h1-0 (a, e, h1-0, h1-1, h1-2; c is terminating)
+    m.tick(2.0)
+    m.quiesce()
+
+
 def gpus_freed_during_attempt(m: SimMachine) -> None:
     """Sim seed 1541: the cluster is full (a on n1, b and c on n2); the store answers 3 s late;
     p (2 GPUs, high priority) finds no place and preempts, and its nominations wait for the
@@ -811,21 +850,169 @@ def store_between_eras(m: SimMachine) -> None:
 
 
 def restore_under_a_stalled_binding(m: SimMachine) -> None:
-    """Soak seed 3090: gang j1 holds n1/0,1 and n2/0; etcd stalls; p (2 GPUs, high priority)
-    preempts j1; etcd is backed up (j1 terminating) and j1 ends, p is decided onto n1/0,1 and
-    its Binding waits in the stall; etcd is restored from the backup (j1 back on its GPUs) and
+    """Soak seed 3090: gang j1 holds n1/0,1 and n2/0; p (2 GPUs, high priority) preempts j1;
+    etcd stalls (after the evictions: an eviction is a write, which a stall holds back) and is
+    backed up (j1 terminating); j1 ends, p is decided onto n1/0,1 and its Binding waits in the
+    stall; etcd is restored from the backup (j1 back on its GPUs) and
     the waiting write fails. The next re-send of p's Binding, decided in the era before, landed
     p on n1/0,1 beside j1-0 and j1-1: a decision of a view gone is read back, not re-sent."""
     assert isinstance(m, FullMachine)  # preemption is a rule of the full world
     past_first_wait(m)
     m.create_gang("j1", 3, False)
-    m.stall(2.0)
     m.create_high("p", 2, 0, "")
+    m.tick(0.5)
+    m.stall(2.0)
     m.etcd_restore(False)
     m.reap()
+    m.tick(0.5)
     m.etcd_restore(True)
     for _ in range(4):
         m.tick(0.5)
+    m.quiesce()
+
+
+def own_binding_after_flush(m: SimMachine) -> None:
+    """Sim seed 3348: r2 leads (r1's election was cut short by a refused witness read); p
+    recreated, and r2's Binding of the new p hangs in a slow apiserver; FLUSHALL. r2 wins the
+    lease again, its Binding lands, and its mark finds no reservation to mark: the new p is
+    bound on n1/0 with no store record (its own in-flight reservation was not written again at
+    the election). The steps are the shrunk seed's, witness deletions included (they place
+    each election where the seed had it)."""
+    for _ in range(18):
+        m.delete_witness()
+    m.witness_fault("read", 0.0)
+    m.create_high("p", 1, 0, "labels")
+    for _ in range(19):
+        m.delete_witness()
+    m.flush_store()
+    m.tick(0.5)
+    m.tick(2.0)
+    m.tick(2.0)
+    for _ in range(10):
+        m.delete_witness()
+    m.bind_fault("slow")
+    m.recreate_pod(0, 1)
+    m.delete_witness()
+    m.flush_store()
+    m.witness_fault("read", 0.0)
+    m.quiesce()
+
+
+def deposed_inherited_held(m: SimMachine) -> None:
+    """Sim seed 3935: gang h1 (3 x 1 GPU) is bound after an etcd backup; h1-0 and h1-2 finish
+    (their records released), so the store keeps h1-1's record alone. Every witness read is
+    refused for 20 s: r1's renewals fail, and the replicas take the lease in turns, each giving
+    it up at once (the witness cannot confirm its epoch). r2's pending watch lags; etcd is
+    restored from the backup (the gang pending again, h1-1's record kept) and stalls; p (2 GPU)
+    comes. r2, elected, inherits h1-1's record (its bound re-list lacked h1-1, its pending watch
+    has not shown it) and re-reads h1-1 under the stall, and gives the lease up before the read
+    answers: pending. The standby r2 made h1-1 unsettled, held on n1/1 for good, while r1 leads
+    on, binds p on n2, and the gang, short of a GPU, waits."""
+    assert isinstance(m, FullMachine)  # pods of high priority are a rule of the full world
+    m.create_high("h", 1, 3, "labels")
+    m.etcd_restore(False)
+    past_first_wait(m)
+    m.finish_pod(0)
+    m.finish_pod(1)
+    m.witness_fault("read", 20.0)
+    m.tick(16.0)
+    m.lag(1, "pending", 20.0)
+    m.etcd_restore(True)
+    m.stall(8.0)
+    m.create_high("p", 2, 0, "")
+    m.tick(0.5)
+    m.quiesce()
+
+
+def victim_back_after_restore(m: SimMachine) -> None:
+    """Soak seed 1326: d holds one node; the store answers 3 s late; gang h3 (3 x 1 GPU, high
+    priority) needs one of d's GPUs and preempts d, its nominations waiting for the store;
+    etcd is backed up (h3 pending, d running). The nominations land, d is evicted; etcd is
+    restored from the backup: d running again, h3 with no nominatedNodeName. a (1 GPU) comes.
+    Kept waiting for d, which never leaves, h3's nomination held the free node's GPUs from a
+    for its whole hold (5 minutes): a pending beside 2 free GPUs. A victim back in a later era
+    ends the nomination, and h3 preempts d again."""
+    assert isinstance(m, FullMachine)  # preemption is a rule of the full world
+    m.create_pod("d", 2, False)
+    past_first_wait(m)
+    m.store_fault(True, 3.0)
+    m.create_high("h", 1, 3, "labels")
+    m.etcd_restore(False)
+    m.tick(5.0)
+    m.tick(5.0)
+    m.etcd_restore(True)
+    m.create_pod("a", 2, False)
+    m.tick(2.0)
+    m.quiesce()
+
+
+def gone_before_restore(m: SimMachine) -> None:
+    """Soak seed 1326 (once its nomination bug was fixed): r2 leads; gang j2 is decided again
+    after an etcd restore, j2-1 deleted meanwhile: its Binding is answered 404, while j2-0's
+    (its answer lost, then re-sent into a 30 s etcd stall) holds the gang's outcomes. etcd is
+    restored twice more from a backup that has j2-1 pending (the same UID), and r2's LISTs of
+    the new eras show it while it is binding. Told "gone" after that, r2's book let j2-1 go
+    for good: pending, with no reason written. The steps are the shrunk seed's."""
+    m.relist(stream="pending", which=0)
+    m.etcd_restore(restore=True)
+    m.create_gang(job="k", podgroup=True, size=2)
+    m.delete_pod(graceful=False, index=83)
+    m.reads_fail(seconds=1.0)
+    m.recreate_pod(gpus=2, index=38)
+    m.quiesce()
+    m.stall(seconds=20.0)
+    m.bind_fault(kind="403")
+    m.bind_fault(kind="403")
+    m.create_pod(claim=True, gpus=2, name="a")
+    m.relist(stream="pending", which=0)
+    m.create_pod(claim=True, gpus=1, name="c")
+    m.failover(lost=False, partition=0.0)
+    m.tick(seconds=16.0)
+    m.tick(seconds=2.0)
+    m.failover(lost=False, partition=5.0)
+    m.delete_pod(graceful=False, index=48)
+    m.tick(seconds=2.0)
+    m.tick(seconds=5.0)
+    m.recreate_pod(gpus=2, index=15)
+    m.create_gang(job="j", podgroup=True, size=2)
+    m.recreate_pod(gpus=2, index=57)
+    m.delete_pod(graceful=False, index=99)
+    m.reap()
+    m.failover(lost=False, partition=0.0)
+    m.reads_fail(seconds=10.0)
+    m.etcd_restore(restore=False)
+    m.stall(seconds=30.0)
+    m.bind_fault(kind="slow")
+    m.create_pod(claim=False, gpus=2, name="d")
+    m.reads_fail(seconds=1.0)
+    m.recreate_pod(gpus=1, index=69)
+    m.failover(lost=False, partition=20.0)
+    m.reap()
+    m.tick(seconds=2.0)
+    m.quiesce()
+    m.delete_pod(graceful=False, index=9)
+    m.create_pod(claim=True, gpus=2, name="b")
+    m.bind_fault(kind="lose")
+    m.reap()
+    m.relist(stream="pending", which=0)
+    m.bind_fault(kind="lose")
+    m.bind_fault(kind="500-committed")
+    m.tick(seconds=2.0)
+    m.etcd_restore(restore=True)
+    m.delete_pod(graceful=False, index=59)
+    m.reap()
+    m.delete_pod(graceful=True, index=96)
+    m.failover(lost=True, partition=20.0)
+    m.reap()
+    m.stall(seconds=30.0)
+    m.bind_fault(kind="409")
+    m.etcd_restore(restore=True)
+    m.reads_fail(seconds=10.0)
+    m.reads_fail(seconds=10.0)
+    m.delete_pod(graceful=True, index=98)
+    m.recreate_pod(gpus=2, index=42)
+    m.etcd_restore(restore=True)
+    m.create_pod(claim=True, gpus=1, name="b")
     m.quiesce()
 
 
@@ -867,8 +1054,14 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim870-restore-undoes-gang-bind": restore_undoes_gang_bind,
     "sim1326-binding-failed-in-new-era": binding_failed_in_new_era,
     "sim2977-list-asked-after-era-list": list_asked_after_era_list,
+    "sim3873-era-begun-after-other-listed": era_begun_after_other_listed,
+    "sim4450-nominee-gone": nominee_gone,
     "sim1541-gpus-freed-during-attempt": gpus_freed_during_attempt,
     "sim3163-reloaded-nomination-unset": reloaded_nomination_unset,
+    "sim3348-own-binding-after-flush": own_binding_after_flush,
+    "sim1326-victim-back-after-restore": victim_back_after_restore,
+    "sim1326-gone-before-restore": gone_before_restore,
+    "sim3935-deposed-inherited-held": deposed_inherited_held,
 }
 
 

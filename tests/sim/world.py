@@ -398,15 +398,29 @@ class SimApiserver:
     async def evict(
         self, namespace: str, name: str, uid: str, dry_run: bool = False
     ) -> EvictResult:
+        """The Eviction API. The eviction itself is a write (the pod's deletionTimestamp), so in
+        an etcd stall it waits like a Binding: it commits, in order, when etcd answers (the
+        client gives up after its timeout), and fails if etcd is restored meanwhile. Committed
+        at once during a stall, an eviction that a restore from a backup taken before it then
+        undid was one no real apiserver had answered (soak seed 1326). The dry run writes
+        nothing and answers at once."""
         key = f"{namespace}/{name}"
-        pod = self.pods.get(key)
-        if pod is None or pod.uid != uid:
-            return EvictResult(Eviction.GONE, 404)
-        if not dry_run:
-            # Accepted: the pod is deleted gracefully (terminating until ``reap``).
-            self.put(msgspec.structs.replace(pod, deleting=True))
-            self.evictions.append((self.clock(), key))
-        return EvictResult(Eviction.EVICTED, 201)
+
+        def commit() -> EvictResult:
+            pod = self.pods.get(key)
+            if pod is None or pod.uid != uid:
+                return EvictResult(Eviction.GONE, 404)
+            if not dry_run:
+                # Accepted: the pod is deleted gracefully (terminating until ``reap``).
+                self.put(msgspec.structs.replace(pod, deleting=True))
+                self.evictions.append((self.clock(), key))
+            return EvictResult(Eviction.EVICTED, 201)
+
+        if dry_run:
+            return commit()
+        evicted = await asyncio.wait_for(self._write(commit), REQUEST_TIMEOUT_S)
+        assert isinstance(evicted, EvictResult)
+        return evicted
 
     async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
         key = f"{namespace}/{name}"

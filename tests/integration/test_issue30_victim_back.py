@@ -1,0 +1,74 @@
+"""Issue 30, found by the simulation's soak (seed 1326): a preemptor's victim that an etcd
+restore brought back running after its eviction. Stepped by hand through the live scheduler's
+own parts on BOTH stores (the ``backend`` fixture of test_pod_lifecycle.py: the memory store and
+the real Redis store), against the fake apiserver of tests/lifecycle.py.
+
+On the code before the fix the preemptor waited for the victim to leave, which it never would,
+until its nomination's hold ran out (preemption.holdSeconds, 5 minutes), and the GPUs the
+nomination held were kept from every pod of lower priority meanwhile.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from scheduler.service.podbook import Stage
+from tests.builders import MakePod
+from tests.integration import test_pod_lifecycle as lifecycle_tests
+from tests.integration.test_pod_lifecycle import Backend, run
+from tests.lifecycle import Replica, node
+
+# The stores of test_pod_lifecycle.py: memory, and the session's real redis-server.
+redis_url = lifecycle_tests.redis_url
+backend = lifecycle_tests.backend
+
+
+async def turn(r: Replica) -> None:
+    """The loop's next turns (``Scheduler.run``): its timers, then, the pods' backoff run out
+    (2 s, the lease renewed), every pod ready."""
+    if r.s.preemptions.tick():
+        r.s.queue.on_cluster_event()
+    r.clock.now += 2.0
+    await r.renew()
+    await run(r)
+
+
+async def test_a_victim_an_etcd_restore_brought_back_is_preempted_again(
+    backend: Backend,
+) -> None:
+    """v holds node n's only GPU; p (high priority) comes, and etcd is backed up. p preempts v:
+    v is evicted and the bound watch shows it terminating. etcd is restored from the backup
+    (v running, not terminating; p pending) and both watches re-list: a new era. p's plan
+    waits on a pod that will not leave now. kube-scheduler waits only while a victim is
+    terminating, and otherwise preempts again: p's nomination ends and p evicts v again."""
+    r = backend.live()
+    api = r.api
+    api.version = 1000
+    v = api.create(MakePod().Name("v").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [v])
+    p = r.pending(MakePod().Name("p").Req(1).Priority(1000).Obj())
+    backup = dict(api.pods), api.version  # v running, p pending
+    await run(r)
+    assert api.evictions == [v.key] and set(r.s.state.nominations) == {p.key}
+    r.s.intake.bound_event("MODIFIED", api.pods[v.key])  # v terminating
+    await run(r)
+    assert r.s.book.get(p.key).nomination is not None  # type: ignore[union-attr]
+    # The restore: v running again; p pending (its nominatedNodeName of the era before gone).
+    api.pods, api.version = dict(backup[0]), backup[1]
+    api.nominated.clear()
+    r.s.intake.replace_pending([api.pods[p.key]], api.version)  # below the book's: a new era
+    r.s.intake.replace_bound(*r.bound_list())
+    assert r.s.book.era == 1 and not r.s.intake.between_eras
+    await turn(r)
+    assert api.evictions == [v.key, v.key]
+    entry = r.s.book.get(p.key)
+    assert entry is not None and entry.nomination is not None and entry.nomination.era == 1
+    assert api.nominated == {p.key: "n"}
+    # v ends; p binds on the GPU its new nomination held.
+    api.pods[v.key] = api.stamp(msgspec.structs.replace(api.pods[v.key], deleting=True))
+    r.s.intake.bound_event("MODIFIED", api.pods[v.key])
+    r.s.intake.bound_event("DELETED", api.stamp(api.pods.pop(v.key)))
+    await r.settle()  # its last victim gone: p is ready at once
+    await run(r)
+    assert api.pods[p.key].node_name == "n"
+    assert r.s.book.stage(p.key) in (Stage.ASSUMED, Stage.BOUND)
