@@ -896,8 +896,7 @@ MUTANTS: dict[str, Mutant] = {
     "sim3127-no-record-chained": Mutant(
         "an election finding no witness record counts as chained to its store's history",
         _no_record_chained,
-        needs=MAIN_BUGS,
-        seed=3205,  # the hunt's (soak seed 3127 needs the rules a hunt leaves out)
+        timeline="sim3127-partition-electing-without-record",
     ),
     "sim3090-stale-decision-resent": Mutant(
         "a Binding decided before an etcd restore is re-sent after it",

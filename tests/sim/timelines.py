@@ -1018,6 +1018,36 @@ def gone_before_restore(m: SimMachine) -> None:
     m.quiesce()
 
 
+def partition_electing_without_record(m: SimMachine) -> None:
+    """Soak seed 3127 (its shrunk steps): etcd stalls; the epoch witness ConfigMap is deleted
+    again and again; a, b and gang j1 come while the store fails over and a partition keeps r1
+    on the old master for 60 s. r2 is elected on the promoted replica; a is deleted, c (2 GPU)
+    comes, etcd is backed up, b recreated, the witness deleted again and etcd restored: r1 and
+    r2 are elected at once on the two sides, each finding no witness record. Counted as
+    chained, neither waited, and when etcd answered both bound: c on n2/0,1 by r2 and j1 on
+    n2/0 and n2/1 by r1. Chained only to the record its compare-and-swap replaced, an election
+    finding none waits out the other side's Bindings."""
+    m.stall(30.0)
+    for _ in range(14):
+        m.delete_witness()
+    m.create_pod("a", 1, False)
+    m.create_pod("b", 1, False)
+    m.failover(False, 60.0)
+    m.create_gang("j1", 2, False)
+    m.tick(16.0)
+    for _ in range(5):
+        m.delete_witness()
+    m.delete_pod(0, False)
+    m.create_pod("c", 2, False)
+    m.lag(0, "pending", 5.0)
+    m.etcd_restore(False)
+    m.recreate_pod(0, 1)
+    m.delete_witness()
+    m.etcd_restore(True)
+    m.tick(16.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
@@ -1064,6 +1094,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1326-victim-back-after-restore": victim_back_after_restore,
     "sim1326-gone-before-restore": gone_before_restore,
     "sim3935-deposed-inherited-held": deposed_inherited_held,
+    "sim3127-partition-electing-without-record": partition_electing_without_record,
 }
 
 
