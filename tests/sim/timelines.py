@@ -874,29 +874,24 @@ def restore_under_a_stalled_binding(m: SimMachine) -> None:
 
 
 def own_binding_after_flush(m: SimMachine) -> None:
-    """Sim seed 3348: r2 leads (r1's election was cut short by a refused witness read); p
-    recreated, and r2's Binding of the new p hangs in a slow apiserver; FLUSHALL. r2 wins the
-    lease again, its Binding lands, and its mark finds no reservation to mark: the new p is
-    bound on n1/0 with no store record (its own in-flight reservation was not written again at
-    the election). The steps are the shrunk seed's, witness deletions included (they place
-    each election where the seed had it)."""
-    for _ in range(18):
-        m.delete_witness()
-    m.witness_fault("read", 0.0)
-    m.create_high("p", 1, 0, "labels")
-    for _ in range(19):
-        m.delete_witness()
-    m.flush_store()
-    m.tick(0.5)
-    m.tick(2.0)
-    m.tick(2.0)
-    for _ in range(10):
-        m.delete_witness()
+    """Sim seed 3348: r1's Binding of p hangs in a slow apiserver (abandoned at the bind
+    timeout, p stays binding: it is re-sent while r1 leads); FLUSHALL. r2 wins the lease on the
+    flushed store (not chained: it waits) and records itself in the witness; r1's renewal
+    fails. A rolling update ends r2's term (SIGTERM gives the lease back), and r1, retrying
+    first, is elected on the same store chained to r2 (no wait, so no reconcile before its
+    first decision). Its re-sent Binding lands, and its mark finds no reservation to mark: p is
+    bound on n1/0 with no store record (its own in-flight reservation, which the FLUSHALL lost,
+    was not written again at the election). The seed's shrunk steps placed the elections by
+    deleting the witness, which no longer chains an election since sim seed 3127."""
+    past_first_wait(m)
     m.bind_fault("slow")
-    m.recreate_pod(0, 1)
-    m.delete_witness()
+    m.create_pod("p", 1, False)
+    m.tick(0.5)
     m.flush_store()
-    m.witness_fault("read", 0.0)
+    m.tick(2.0)
+    m.tick(2.0)
+    m.handover()
+    m.tick(16.0)
     m.quiesce()
 
 
