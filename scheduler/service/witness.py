@@ -114,15 +114,21 @@ class Witness:
         and no record), and whether the store's history ends with the recorded leader.
         Raises WitnessError when the witness cannot be read or written."""
         self.recorded = ""  # a new term: no record of it yet
-        seen = await self.read()
+        seen = await self._record(f"{holder}|{epoch}")
         new = not history.kept and epoch == 1 and seen == NEVER
-        chained = history.kept and seen in (NEVER, history.previous)
-        await self._record(f"{holder}|{epoch}")
+        # Only the record this one replaced proves who led last: read apart from the write, two
+        # leaders of a partitioned store, electing at once, each read the other's record after
+        # or none, and both skipped the wait (sim seed 3127). No record (the ConfigMap deleted,
+        # or a store that kept a history from before the witness) chains to nothing: each
+        # side of a partition keeps its own history.
+        chained = history.kept and seen == history.previous
         return new, chained
 
-    async def _record(self, value: str) -> None:
+    async def _record(self, value: str) -> str:
+        """Write ``value`` by compare-and-swap; returns the record it replaced (NEVER if none)."""
         for _ in range(_ATTEMPTS):
             current = await self._current()
+            seen = NEVER if current is None else current.data.get(self.key, NEVER)
             version = None if current is None else current.metadata.resource_version
             try:
                 written = await self.api.write_config_map(
@@ -132,7 +138,7 @@ class Witness:
                 raise self._failed("write", exc) from exc
             if written:
                 self.recorded = value
-                return
+                return seen
             # Another writer came first, or the ConfigMap is gone since it was read (the
             # write says False for both): read it again.
         raise self._failed("write", RuntimeError(f"it kept changing ({_ATTEMPTS} attempts)"))

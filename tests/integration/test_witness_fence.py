@@ -249,6 +249,45 @@ async def test_issue30_7a_an_old_leaders_first_bindings_in_flight_hold_a_new_lea
     assert b.held("default/q") is None and b.held("default/p") == ("n", [0])
 
 
+async def test_sim3127_two_sides_of_a_partition_electing_without_a_record_do_not_both_decide(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """Soak seed 3127. A partition: m1 (the old master) and m2 (the promoted replica, a copy of
+    m1 that lost nothing) each keep the history of a's election at epoch 1; the witness
+    ConfigMap is deleted; a's lease ends on both. c is elected at epoch 2 on m1 and b at
+    epoch 2 on m2, at once. Before the fix each read the witness apart from its write, found no
+    record, and took "no record" for a chain to its store's history ("a|1"): neither waited,
+    and both bound a pod on n/0. Now only the record an election's compare-and-swap replaced
+    proves who led last: c replaced none, b replaced c's; both wait, and c is deposed."""
+    api, maps = Apiserver(), ConfigMaps()
+    m1, m2 = stores(), stores()
+    for store in (m1, m2):  # m2 as a copy of m1: a elected at epoch 1 on each
+        assert await replica(api, store, clock, "a", maps).elect([node(1)]) == 1
+    maps.maps.clear()  # the witness ConfigMap deleted
+    for store in (m1, m2):  # a is gone: its lease ends on both sides
+        await store.release_lease("a", 1)
+    c = replica(api, m1, clock, "c", maps)
+    b = replica(api, m2, clock, "b", maps)
+    assert await c.elect([node(1)]) == 2
+    assert await b.elect([node(1)]) == 2
+    assert not c.s.may_decide() and not b.s.may_decide()  # no record replaced: no proof
+    for _ in range(40):  # time passes, both renewing, until b's wait is over
+        clock.now += 5.0
+        for r in (c, b):
+            if r.leadership.leading:
+                await r.renewal()
+        if b.s.may_decide():
+            break
+    # Each side has a pod to place on the one GPU; whoever may decide does.
+    for r, name in ((c, "p"), (b, "q")):
+        r.pending(MakePod().Name(name).Req(1).Obj())
+        if r.s.may_decide():
+            await r.step()
+        await r.settle()
+    assert api.binds == [("default/q", "n", "0")]
+    assert not c.leadership.leading
+
+
 # ---- a flushed store with the witness kept; a failover that lost a write ------------------------
 
 

@@ -627,6 +627,24 @@ def _stale_decision_resent() -> list[Patch]:
     return [(Binder, "bind_all", bind_all)]
 
 
+def _no_record_chained() -> list[Patch]:
+    """Soak seed 3127: an election reads the witness apart from its compare-and-swap, and no
+    record counts as chained to the store's history: two sides of a partition, electing at
+    once after the ConfigMap was deleted, both skip the wait."""
+
+    async def elected(
+        self: Witness, holder: str, epoch: int, history: History
+    ) -> tuple[bool, bool]:
+        self.recorded = ""
+        seen = await self.read()
+        new = not history.kept and epoch == 1 and seen == NEVER
+        chained = history.kept and seen in (NEVER, history.previous)
+        await self._record(f"{holder}|{epoch}")
+        return new, chained
+
+    return [(Witness, "elected", elected)]
+
+
 def _victim_back_awaited() -> list[Patch]:
     """Soak seed 1326: a nomination waits on a victim an etcd restore brought back running."""
     return [(Preemptions, "_undone", lambda self, held: None)]
@@ -874,6 +892,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding answered after a bound LIST that lacked it (no new era) is assumed, not re-read",
         _bound_list_not_counted,
         timeline="sim870-restore-undoes-gang-bind",
+    ),
+    "sim3127-no-record-chained": Mutant(
+        "an election finding no witness record counts as chained to its store's history",
+        _no_record_chained,
+        timeline="sim3127-partition-electing-without-record",
     ),
     "sim3090-stale-decision-resent": Mutant(
         "a Binding decided before an etcd restore is re-sent after it",

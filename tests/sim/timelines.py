@@ -176,14 +176,16 @@ def reload_decided_at_once(m: SimMachine) -> None:
 
 
 def deposed_binding_held(m: SimMachine) -> None:
-    """Soak seed 691 (its shrunk schedule): the witness deleted again and again while r1 leads
-    (these only line the rest up in time); a rolling update makes r2 leader; the next Binding
+    """Soak seed 691 (its shrunk schedule): 2.6 s pass in steps of 0.1 s while r1 leads (these
+    only line the rest up in time: the shrunk schedule deleted the witness 26 times, which since
+    sim seed 3127 makes r2 wait instead of deciding at once; with the record kept, r2 is chained
+    to r1 and decides at once as then); a rolling update makes r2 leader; the next Binding
     never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that one; etcd stalls
     and a store failover leaves r2 on the old master, so r2 is deposed and r3 elected; j1-1 is
     deleted (the gang can no longer be placed). The standby r2 kept j1-0 BINDING on n1/0 for
     good (its snapshot's sums against the apiserver's, at the quiet)."""
     for _ in range(26):
-        m.delete_witness()
+        m.tick(0.1)
     m.handover()
     m.bind_fault("timeout")
     m.create_gang("j", 2, False)
@@ -872,29 +874,24 @@ def restore_under_a_stalled_binding(m: SimMachine) -> None:
 
 
 def own_binding_after_flush(m: SimMachine) -> None:
-    """Sim seed 3348: r2 leads (r1's election was cut short by a refused witness read); p
-    recreated, and r2's Binding of the new p hangs in a slow apiserver; FLUSHALL. r2 wins the
-    lease again, its Binding lands, and its mark finds no reservation to mark: the new p is
-    bound on n1/0 with no store record (its own in-flight reservation was not written again at
-    the election). The steps are the shrunk seed's, witness deletions included (they place
-    each election where the seed had it)."""
-    for _ in range(18):
-        m.delete_witness()
-    m.witness_fault("read", 0.0)
-    m.create_high("p", 1, 0, "labels")
-    for _ in range(19):
-        m.delete_witness()
-    m.flush_store()
-    m.tick(0.5)
-    m.tick(2.0)
-    m.tick(2.0)
-    for _ in range(10):
-        m.delete_witness()
+    """Sim seed 3348: r1's Binding of p hangs in a slow apiserver (abandoned at the bind
+    timeout, p stays binding: it is re-sent while r1 leads); FLUSHALL. r2 wins the lease on the
+    flushed store (not chained: it waits) and records itself in the witness; r1's renewal
+    fails. A rolling update ends r2's term (SIGTERM gives the lease back), and r1, retrying
+    first, is elected on the same store chained to r2 (no wait, so no reconcile before its
+    first decision). Its re-sent Binding lands, and its mark finds no reservation to mark: p is
+    bound on n1/0 with no store record (its own in-flight reservation, which the FLUSHALL lost,
+    was not written again at the election). The seed's shrunk steps placed the elections by
+    deleting the witness, which no longer chains an election since sim seed 3127."""
+    past_first_wait(m)
     m.bind_fault("slow")
-    m.recreate_pod(0, 1)
-    m.delete_witness()
+    m.create_pod("p", 1, False)
+    m.tick(0.5)
     m.flush_store()
-    m.witness_fault("read", 0.0)
+    m.tick(2.0)
+    m.tick(2.0)
+    m.handover()
+    m.tick(16.0)
     m.quiesce()
 
 
@@ -1016,6 +1013,36 @@ def gone_before_restore(m: SimMachine) -> None:
     m.quiesce()
 
 
+def partition_electing_without_record(m: SimMachine) -> None:
+    """Soak seed 3127 (its shrunk steps): etcd stalls; the epoch witness ConfigMap is deleted
+    again and again; a, b and gang j1 come while the store fails over and a partition keeps r1
+    on the old master for 60 s. r2 is elected on the promoted replica; a is deleted, c (2 GPU)
+    comes, etcd is backed up, b recreated, the witness deleted again and etcd restored: r1 and
+    r2 are elected at once on the two sides, each finding no witness record. Counted as
+    chained, neither waited, and when etcd answered both bound: c on n2/0,1 by r2 and j1 on
+    n2/0 and n2/1 by r1. Chained only to the record its compare-and-swap replaced, an election
+    finding none waits out the other side's Bindings."""
+    m.stall(30.0)
+    for _ in range(14):
+        m.delete_witness()
+    m.create_pod("a", 1, False)
+    m.create_pod("b", 1, False)
+    m.failover(False, 60.0)
+    m.create_gang("j1", 2, False)
+    m.tick(16.0)
+    for _ in range(5):
+        m.delete_witness()
+    m.delete_pod(0, False)
+    m.create_pod("c", 2, False)
+    m.lag(0, "pending", 5.0)
+    m.etcd_restore(False)
+    m.recreate_pod(0, 1)
+    m.delete_witness()
+    m.etcd_restore(True)
+    m.tick(16.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
@@ -1062,6 +1089,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1326-victim-back-after-restore": victim_back_after_restore,
     "sim1326-gone-before-restore": gone_before_restore,
     "sim3935-deposed-inherited-held": deposed_inherited_held,
+    "sim3127-partition-electing-without-record": partition_electing_without_record,
 }
 
 
