@@ -13,11 +13,25 @@ from scheduler.service.podbook import Stage
 from tests.builders import MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
 from tests.integration.test_pod_lifecycle import Backend, run
-from tests.lifecycle import node, until
+from tests.lifecycle import Replica, node, until
 
 # The stores of test_pod_lifecycle.py: memory, and the session's real redis-server.
 redis_url = lifecycle_tests.redis_url
 backend = lifecycle_tests.backend
+
+
+async def restored_after_one_write(backend: Backend) -> Replica:
+    """A leader holding w (bound on n/0) that was told of o, bound after an etcd backup; then
+    etcd restored from that backup (no o: the versions go back), no watch told yet."""
+    r = backend.live()
+    api = r.api
+    api.version = 1000
+    w = api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(2)], [w])
+    backup = dict(api.pods), api.version
+    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("o").Bound("n").Obj()))
+    api.pods, api.version = dict(backup[0]), backup[1]  # the restore
+    return r
 
 
 async def test_a_binding_answered_in_a_new_era_tells_the_book_no_version_of_the_era_before(
@@ -67,14 +81,8 @@ async def test_a_list_asked_for_after_the_list_that_began_the_era_ends_the_wait(
     pending watch went on, and no other LIST came (its watch goes on from this one): a was
     never decided, pending with GPUs free and no reason written. A LIST asked for after the
     one that began the era reads the restored history: it ends the wait."""
-    r = backend.live()
+    r = await restored_after_one_write(backend)
     api = r.api
-    api.version = 1000
-    w = api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
-    await r.elect([node(2)], [w])
-    backup = dict(api.pods), api.version
-    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("o").Bound("n").Obj()))
-    api.pods, api.version = dict(backup[0]), backup[1]  # the restore
     r.s.intake.bound_list_begin()  # both watches re-list ...
     bound_list = r.bound_list()
     r.s.intake.pending_list_begin()  # ... the pending one again, after the bound one (a 410)
@@ -100,14 +108,8 @@ async def test_a_list_that_begins_the_era_after_the_other_watch_listed_it_waits_
     for a bound LIST, and none came (the bound watch goes on from the one it had): a was never
     decided, pending with GPUs free and no reason written. The bound LIST asked for after the
     one that began the era read the restored history: there is nothing to wait for."""
-    r = backend.live()
+    r = await restored_after_one_write(backend)
     api = r.api
-    api.version = 1000
-    w = api.create(MakePod().Name("w").Req(1).Bound("n", "0").Obj())
-    await r.elect([node(2)], [w])
-    backup = dict(api.pods), api.version
-    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("o").Bound("n").Obj()))
-    api.pods, api.version = dict(backup[0]), backup[1]  # the restore
     r.s.intake.bound_list_begin()  # both watches re-list ...
     r.s.intake.pending_list_begin()
     pending_list = [p for p in api.pods.values() if not p.node_name], api.version
