@@ -46,6 +46,7 @@ from scheduler.core.model.names import (
     KUEUE_GROUP_LABEL,
     KUEUE_TOTAL_ANNOTATION,
     POD_GROUP_LABEL,
+    SHARED_RESOURCE,
 )
 from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
@@ -69,6 +70,7 @@ HIGH_PRIORITY = 1000  # every other pod has priority 0: a high one preempts them
 # Kueue's pod-group label and total count, the upstream Workload API's PodGroup.
 GANG_SOURCES = ("labels", "PodGroup", "Kueue", "upstream PodGroup")
 OTHER_NAMES = ("o1", "o2")
+SHARE_NAMES = ("s", "t", "u")  # single pods asking for shares of cards (FullMachine)
 BIND_FAULTS = {
     "lose": "commits, its answer lost",
     "timeout": "never reaches etcd (the client times out)",
@@ -233,7 +235,9 @@ class SimMachine(RuleBasedStateMachine):
             happened.append((at, f"  {holder} elected (epoch {epoch})"))
         self.seen_terms = len(self.world.terms)
         for b in self.api.landed[self.seen_binds :]:
-            what = f"  {b.key.split('/')[1]} bound on {b.node}/{b.devices} by {b.holder}"
+            where = f"{b.node}/{b.devices}" if b.devices else b.node
+            where += f" (shares {b.shares})" if b.shares else ""
+            what = f"  {b.key.split('/')[1]} bound on {where} by {b.holder}"
             happened.append((b.at, what + f" (epoch {b.epoch})"))
         self.seen_binds = len(self.api.landed)
         for at, key in self.api.evictions[self.seen_evictions :]:
@@ -451,10 +455,13 @@ class SimMachine(RuleBasedStateMachine):
         )
         if pod is None:
             return
-        self._act(f"recreate {pod.name} (new UID, {gpus} GPU)")
+        shared = any(SHARED_RESOURCE in c.limits for c in pod.containers)
+        self._act(f"recreate {pod.name} (new UID, " + ("its share)" if shared else f"{gpus} GPU)"))
         self.api.remove(pod.key)
         spec = MakePod().Name(pod.name).Req(gpus).Priority(pod.priority).Obj()
         fresh = msgspec.structs.replace(spec, resource_claims=pod.resource_claims)
+        if shared:  # a share pod (FullMachine's create_shared) comes back asking the same
+            fresh = msgspec.structs.replace(fresh, containers=pod.containers)
         self.api.create(fresh)
         self._advance(STEP_S)
 
@@ -678,9 +685,10 @@ class SimMachine(RuleBasedStateMachine):
 
     @invariant()
     def safe(self) -> None:
-        type(self).stats.checks += 3
+        type(self).stats.checks += 4
         self._fail(
             invariants.double_gpus(self.api)
+            + invariants.shared_gpus(self.api)
             + invariants.fencing(self.api.landed)
             + invariants.own_refusals(self.world.refused)
         )
@@ -712,14 +720,15 @@ class SimMachine(RuleBasedStateMachine):
             self._fail(self._quiet_found())
 
     def _quiet_found(self) -> list[str]:
-        found = invariants.double_gpus(self.api) + invariants.fencing(self.api.landed)
+        found = invariants.double_gpus(self.api) + invariants.shared_gpus(self.api)
+        found += invariants.fencing(self.api.landed)
         found += invariants.partial_gangs(self.api, self.minimums, self.disturbed)
         for r in self.world.running():
             found += invariants.drift(self.api, r)
         found += invariants.liveness(self.api, set(self.minimums))
         found += invariants.stale_reservations(self.api)
         found += self._store_found()
-        type(self).stats.checks += 7
+        type(self).stats.checks += 8
         return found
 
     def _store_found(self) -> list[str]:
@@ -754,12 +763,13 @@ class SimMachine(RuleBasedStateMachine):
 # draws a rule's index among all of them), so the world with them left out (make sim's
 # SIM_CI_LEFT_OUT, the mutants' searches: ``machine_for``) is ``SimMachine`` itself, whose seeds
 # draw what they drew before these rules came.
-NEW_RULES = frozenset({"create_high", "create_gang_from"})
+NEW_RULES = frozenset({"create_high", "create_gang_from", "create_shared"})
 
 
 class FullMachine(SimMachine):
     """The world with every rule: ``SimMachine``'s, and pods and gangs of high priority
-    (preemption), gangs by Kueue and by the upstream PodGroup."""
+    (preemption), gangs by Kueue and by the upstream PodGroup, single pods asking for shares
+    of cards."""
 
     @precondition(lambda self: self.enabled("create_high"))
     @rule(
@@ -799,6 +809,30 @@ class FullMachine(SimMachine):
         if any(p.labels.get("job") == job for p in self.api.pods.values()):
             return
         self._create_gang(job, size, source)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("create_shared"))
+    @rule(
+        name=st.sampled_from(SHARE_NAMES),
+        core=st.sampled_from([30, 50, 70]),
+        memory=st.sampled_from([0, 8, 24]),
+        cards=st.integers(1, 2),
+    )
+    def create_shared(self, name: str, core: int, memory: int, cards: int) -> None:
+        """A single pod asking for a share of ``cards`` cards (Koordinator's
+        ``koordinator.sh/gpu.shared``, ``gpu-core`` percent and ``gpu-memory`` of each card;
+        every card has 32 GiB): the leader places it beside other shares on a card no pod holds
+        whole, and writes the shares in its assignment annotation, which
+        ``invariants.shared_gpus`` reads. Deleted, finished, recreated (with the same share) and
+        preempted like any single pod."""
+        if f"default/{name}" in self.api.pods:
+            return
+        gib = f", {memory} GiB" if memory else ""
+        self._act(f"create {name} (a share of {cards} card{'s' * (cards > 1)}: {core}%{gib} each)")
+        # Koordinator's amounts are totals over the pod's cards.
+        total = f"{memory * cards}Gi" if memory else None
+        pod = MakePod().Name(name).Shared(core=core * cards, memory=total, cards=cards)
+        self.api.create(pod.Obj())
         self._advance(STEP_S)
 
 
