@@ -5,7 +5,9 @@ simulation that finds none tests nothing).
 A mutant is a list of patches applied to the fixed code and undone after the run: a pod book
 TABLE cell set back to what it was before the fix, or a function replaced by the old body.
 Production code knows nothing of them. ``applied(name)`` is the context manager soak.py uses
-(``--mutant NAME`` or ``--mutant all``).
+(``--mutant NAME`` or ``--mutant all``). One stands for no fixed bug: ``shares-not-read-back``
+breaks the placement of shares on purpose, to show ``invariants.shared_gpus`` finds a card
+over-committed.
 
 Each mutant is found either by its hand-written timeline (``Mutant.timeline``: a schedule in
 the rules' vocabulary, timelines.py, that must fail with the mutant and hold without it) or by
