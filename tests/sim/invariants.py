@@ -113,7 +113,8 @@ def shared_gpus(api: SimApiserver) -> list[str]:
         sgpu = sum(s.sgpu for _, s in users)
         if core > CORES_PER_CARD or used_memory > memory or sgpu > slots:
             each = ", ".join(
-                f"{name} {s.core}% {s.memory_mib} MiB" for name, s in sorted(users, key=str)
+                f"{name} {s.core}% {s.memory_mib} MiB"
+                for name, s in sorted(users, key=lambda u: u[0])
             )
             out.append(
                 f"GPU {node}/{gpu} shared beyond its capacity ({CORES_PER_CARD}%, {memory} MiB, "

@@ -759,10 +759,11 @@ class SimMachine(RuleBasedStateMachine):
         return invariants.store_records(self.api, read["records"], read["owners"])
 
 
-# Round four's rules, in a subclass: every rule a class has moves every seed's draws (Hypothesis
-# draws a rule's index among all of them), so the world with them left out (make sim's
-# SIM_CI_LEFT_OUT, the mutants' searches: ``machine_for``) is ``SimMachine`` itself, whose seeds
-# draw what they drew before these rules came.
+# Round four's rules (and round seven's shares), in a subclass: every rule a class has moves
+# every seed's draws (Hypothesis draws a rule's index among all of them), so the world with them
+# left out (make sim's SIM_CI_LEFT_OUT, the mutants' searches: ``machine_for``) is
+# ``SimMachine`` itself, whose seeds draw what they drew before these rules came. (FullMachine's
+# own seeds, the soak's, drew otherwise before create_shared came.)
 NEW_RULES = frozenset({"create_high", "create_gang_from", "create_shared"})
 
 
