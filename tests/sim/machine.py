@@ -12,9 +12,11 @@ soak.py). Pod names come from small pools so that names are reused (a pod recrea
 name, a gang restarted).
 
 Actions: single pods created, deleted (terminating first, then reaped), finished, recreated
-under the same name; gangs by labels, PodGroup (scheduler-plugins), Kueue and the upstream
-PodGroup created and restarted (old members terminating while the new ones come); pods and
-gangs of high priority, which preempt (victims evicted: terminating, then reaped).
+under the same name; gangs by labels, PodGroup (scheduler-plugins), Kueue, the upstream
+PodGroup, Volcano's PodGroup and Koordinator's annotations created, restarted (old members
+terminating while the new ones come) and shrunk (the minimum lowered, members beyond it
+deleted); pods and gangs of high priority, which preempt (victims evicted: terminating, then
+reaped).
 Faults: the next Binding's answer lost, timed out, 403,
 404 or 409 after committing, 500; an etcd stall of up to 30 s (longer than the lease: writes
 commit when it ends); reads failing; either pod stream of either replica lagging, or
@@ -43,15 +45,19 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from scheduler.core.model.dra import Allocation, ResourceClaim
 from scheduler.core.model.names import (
     GANG_REPLICA_LABEL,
+    KOORD_GANG_MIN_ANNOTATION,
+    KOORD_GANG_NAME_ANNOTATION,
+    KOORD_GANG_TOTAL_ANNOTATION,
     KUEUE_GROUP_LABEL,
     KUEUE_TOTAL_ANNOTATION,
     POD_GROUP_LABEL,
     SHARED_RESOURCE,
+    VOLCANO_GROUP_ANNOTATION,
 )
 from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
-from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_GROUP
+from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_GROUP, VOLCANO_GROUP
 from scheduler.state.base import History, Store
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakeNode, MakePod
@@ -67,8 +73,16 @@ HIGH_NAMES = ("p", "q")  # single pods of high priority
 HIGH_JOBS = ("h",)  # gangs of high priority
 HIGH_PRIORITY = 1000  # every other pod has priority 0: a high one preempts them
 # Where a gang's pods say they are one: gpu-topology labels, a scheduler-plugins PodGroup,
-# Kueue's pod-group label and total count, the upstream Workload API's PodGroup.
-GANG_SOURCES = ("labels", "PodGroup", "Kueue", "upstream PodGroup")
+# Kueue's pod-group label and total count, the upstream Workload API's PodGroup, a Volcano
+# PodGroup (named by an annotation), Koordinator's gang annotations. SimMachine's own rules draw
+# only the first two (``create_gang``): the others are FullMachine's (``create_gang_from``).
+GANG_SOURCES = ("labels", "PodGroup", "Kueue", "upstream PodGroup", "Volcano", "Koordinator")
+# The PodGroup object behind each source that has one: its API group.
+GROUP_OF = {
+    "PodGroup": POD_GROUPS.group,
+    "upstream PodGroup": UPSTREAM_GROUP,
+    "Volcano": VOLCANO_GROUP,
+}
 OTHER_NAMES = ("o1", "o2")
 SHARE_NAMES = ("s", "t", "u")  # single pods asking for shares of cards (FullMachine)
 BIND_FAULTS = {
@@ -152,6 +166,10 @@ def gang_source(pod: PodInput) -> str:
         return "PodGroup"
     if KUEUE_GROUP_LABEL in pod.labels:
         return "Kueue"
+    if VOLCANO_GROUP_ANNOTATION in pod.annotations:
+        return "Volcano"
+    if KOORD_GANG_NAME_ANNOTATION in pod.annotations:
+        return "Koordinator"
     return "upstream PodGroup" if pod.scheduling_group else "labels"
 
 
@@ -357,12 +375,8 @@ class SimMachine(RuleBasedStateMachine):
         self.minimums[generation] = size
         high = f", priority {priority}" if priority else ""
         self._act(f"create gang {generation} of {size} x 1 GPU ({source}{high})")
-        if source in ("PodGroup", "upstream PodGroup"):
-            api = POD_GROUPS.group if source == "PodGroup" else UPSTREAM_GROUP
-            group = PodGroupInput(api, "default", job, min_member=size)
-            self.api.groups[group.key] = group
-            for r in self.world.running():
-                self._inside(functools.partial(r.s.intake.event, POD_GROUP_KIND, "ADDED", group))
+        if source in GROUP_OF:
+            self._put_group(PodGroupInput(GROUP_OF[source], "default", job, min_member=size))
         for i in range(size):
             pod = MakePod().Name(f"{generation}-{i}").Req(1).Label("job", job).Priority(priority)
             if source == "PodGroup":
@@ -372,10 +386,26 @@ class SimMachine(RuleBasedStateMachine):
                 pod = pod.Annotation(KUEUE_TOTAL_ANNOTATION, str(size))
             elif source == "labels":
                 pod = pod.Gang(job, size)
+            elif source == "Volcano":
+                pod = pod.Annotation(VOLCANO_GROUP_ANNOTATION, job)
+            elif source == "Koordinator":
+                pod = pod.Annotation(KOORD_GANG_NAME_ANNOTATION, job)
+                pod = pod.Annotation(KOORD_GANG_MIN_ANNOTATION, str(size))
+                pod = pod.Annotation(KOORD_GANG_TOTAL_ANNOTATION, str(size))
             made = pod.Obj()
             if source == "upstream PodGroup":
                 made = msgspec.structs.replace(made, scheduling_group=job)
             self.api.create(made)
+
+    def _put_group(self, group: PodGroupInput, change: str = "ADDED") -> None:
+        """A PodGroup written (``change``: ADDED, MODIFIED) or deleted (DELETED), and every
+        running replica's PodGroup watch told at once."""
+        if change == "DELETED":
+            self.api.groups.pop(group.key, None)
+        else:
+            self.api.groups[group.key] = group
+        for r in self.world.running():
+            self._inside(functools.partial(r.s.intake.event, POD_GROUP_KIND, change, group))
 
     @precondition(lambda self: self.enabled("restart_gang"))
     @rule(index=st.integers(0, 99))
@@ -759,18 +789,18 @@ class SimMachine(RuleBasedStateMachine):
         return invariants.store_records(self.api, read["records"], read["owners"])
 
 
-# Round four's rules (and round seven's shares), in a subclass: every rule a class has moves
-# every seed's draws (Hypothesis draws a rule's index among all of them), so the world with them
-# left out (make sim's SIM_CI_LEFT_OUT, the mutants' searches: ``machine_for``) is
-# ``SimMachine`` itself, whose seeds draw what they drew before these rules came. (FullMachine's
-# own seeds, the soak's, drew otherwise before create_shared came.)
-NEW_RULES = frozenset({"create_high", "create_gang_from", "create_shared"})
+# Round four's rules (and later rounds': gangs shrunk, shares), in a subclass: every rule a
+# class has moves every seed's draws (Hypothesis draws a rule's index among all of them), so the
+# world with them left out (make sim's SIM_CI_LEFT_OUT, the mutants' searches: ``machine_for``)
+# is ``SimMachine`` itself, whose seeds draw what they drew before these rules came.
+# (FullMachine's own seeds, the soak's, drew otherwise before shrink_gang and create_shared.)
+NEW_RULES = frozenset({"create_high", "create_gang_from", "shrink_gang", "create_shared"})
 
 
 class FullMachine(SimMachine):
     """The world with every rule: ``SimMachine``'s, and pods and gangs of high priority
-    (preemption), gangs by Kueue and by the upstream PodGroup, single pods asking for shares
-    of cards."""
+    (preemption), gangs by Kueue, the upstream PodGroup, Volcano and Koordinator, gangs
+    shrunk, and single pods asking for shares of cards."""
 
     @precondition(lambda self: self.enabled("create_high"))
     @rule(
@@ -804,12 +834,80 @@ class FullMachine(SimMachine):
         source=st.sampled_from(GANG_SOURCES[2:]),
     )
     def create_gang_from(self, job: str, size: int, source: str) -> None:
-        """A gang of the other sources: Kueue's plain pod group (admitted: no gate left), or
-        the upstream PodGroup (scheduling.k8s.io, its gang policy's minCount) the pods name in
-        spec.schedulingGroup."""
+        """A gang of the other sources: Kueue's plain pod group (admitted: no gate left), the
+        upstream PodGroup (scheduling.k8s.io, its gang policy's minCount) the pods name in
+        spec.schedulingGroup, a Volcano PodGroup (scheduling.volcano.sh, its minMember) the pods
+        name in annotation scheduling.k8s.io/group-name, or Koordinator's gang annotations
+        (name, min-available, total-number: no object behind them)."""
         if any(p.labels.get("job") == job for p in self.api.pods.values()):
             return
         self._create_gang(job, size, source)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("shrink_gang"))
+    @rule(index=st.integers(0, 99), by=st.integers(1, 2), delete=st.booleans())
+    def shrink_gang(self, index: int, by: int, delete: bool) -> None:
+        """A job scaled down by its user: the gang's minimum lowered by ``by`` (to 1 at least)
+        and, with ``delete``, its members beyond the new minimum deleted (the highest indexes
+        first, as a StatefulSet or a training operator scales down; terminating when bound).
+        The sources whose size is the member count itself (the gpu-topology replica label,
+        Kueue's total count) always lose their members beyond it. The world deletes first, then
+        writes the new minimum: the scheduler meanwhile sees too few members for the old one
+        and waits, never binding a part. Where the minimum lives: the PodGroup's minMember
+        (scheduler-plugins', Volcano's: written in place), the upstream PodGroup replaced by
+        its controller (deleted, created again with the new minCount: a new UID), or each
+        remaining member's label or annotations (patched; Koordinator's total-number is
+        lowered with the members, else kept). The generation's minimum in ``minimums`` is the
+        new one, and it is not ``disturbed``: it must hold its new minimum bound once quiet."""
+        one = self._pick(index, lambda p: "job" in p.labels and not p.deleting)
+        if one is None:
+            return
+        job, generation = one.labels["job"], one.name.rpartition("-")[0]
+        minimum = max(1, self.minimums[generation] - by)
+        if minimum == self.minimums[generation]:
+            return
+        source = gang_source(one)
+        delete = delete or source in ("labels", "Kueue")
+        members = sorted(
+            (p for p in self._pods() if p.labels.get("job") == job and not p.deleting),
+            key=lambda p: int(p.name.rpartition("-")[2]),
+        )
+        gone = members[minimum:] if delete else []
+        self._act(
+            f"shrink gang {generation} ({source}): minimum {self.minimums[generation]} -> "
+            f"{minimum}" + (f", {', '.join(p.name for p in gone)} deleted" if gone else "")
+        )
+        for p in gone:
+            if p.node_name:
+                self.api.put(msgspec.structs.replace(p, deleting=True))
+            else:
+                self.api.remove(p.key)
+        self.minimums[generation] = minimum
+        if source in GROUP_OF:
+            group = PodGroupInput(GROUP_OF[source], "default", job)
+            group = self.api.groups.get(group.key, group)
+            lowered = msgspec.structs.replace(group, min_member=minimum)
+            if source == "upstream PodGroup":
+                self._put_group(group, "DELETED")
+                self._put_group(msgspec.structs.replace(lowered, uid=f"pg-{generation}-{minimum}"))
+            else:
+                self._put_group(lowered, "MODIFIED")
+            self._advance(STEP_S)
+            return
+        for p in members[:minimum] if delete else members:
+            if source == "labels":
+                p = msgspec.structs.replace(
+                    p, labels={**p.labels, GANG_REPLICA_LABEL: str(minimum)}
+                )
+            elif source == "Kueue":
+                notes = {KUEUE_TOTAL_ANNOTATION: str(minimum)}
+                p = msgspec.structs.replace(p, annotations={**p.annotations, **notes})
+            else:
+                notes = {KOORD_GANG_MIN_ANNOTATION: str(minimum)}
+                if delete:
+                    notes[KOORD_GANG_TOTAL_ANNOTATION] = str(minimum)
+                p = msgspec.structs.replace(p, annotations={**p.annotations, **notes})
+            self.api.put(p)
         self._advance(STEP_S)
 
     @precondition(lambda self: self.enabled("create_shared"))

@@ -3,12 +3,14 @@ scheduler that run as they do in production (``Leadership.run`` and ``Scheduler.
 all on one virtual clock (vloop.py).
 
 - ``SimApiserver`` holds the truth: pods (with resourceVersions, as etcd gives them) and
-  PodGroups. Every change is fanned out to each replica's two pod streams with the field
-  selectors app.py watches with (pending: ours and unbound; bound: a node and not finished), as
-  the apiserver's watch cache does (an object leaving a selector is a DELETED of its previous
-  state at the new version). Faults: a stall (no write answers; the writes commit, in order,
-  when it ends, as after an etcd stall), one-shot faults on the next Binding (answer lost,
-  timeout, 403, 404, 409, 500) and on the next claim write, failing reads.
+  PodGroups (scheduler-plugins', Volcano's and the upstream ones, each API group listed on its
+  own as app.py's watches list them). Every change of a pod is fanned out to each replica's two
+  pod streams with the field selectors app.py watches with (pending: ours and unbound; bound:
+  a node and not finished), as the apiserver's watch cache does (an object leaving a selector
+  is a DELETED of its previous state at the new version). Faults: a stall (no write answers;
+  the writes commit, in order, when it ends, as after an etcd stall), one-shot faults on the
+  next Binding (answer lost, timeout, 403, 404, 409, 500) and on the next claim write, failing
+  reads.
 - ``Streams``: one replica's two watches. A stream can lag (paused: events queue) and re-list
   (a LIST taken now, delivered before the events after it: a LIST in transit while the stream
   lags); the pump task delivers every 200 ms of simulated time (slow, not lagging).
@@ -42,7 +44,14 @@ from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
 from scheduler.core.snapshot.watched import RESOURCE_CLAIMS
 from scheduler.kube.api import BindResult, ConfigMapData
 from scheduler.kube.claims import Answer, ClaimObject, ClaimWrite
-from scheduler.kube.podgroups import POD_GROUPS, UPSTREAM_GROUP, Eviction, EvictResult, Write
+from scheduler.kube.podgroups import (
+    POD_GROUPS,
+    UPSTREAM_GROUP,
+    VOLCANO_GROUP,
+    Eviction,
+    EvictResult,
+    Write,
+)
 from scheduler.kube.tuning import REQUEST_TIMEOUT_S
 from scheduler.kube.watch import HttpError
 from scheduler.service.leader import Leadership, LeaseTiming
@@ -711,7 +720,7 @@ class SimReplica:
         api = self.world.api
         api.streams.append(self.streams)
         self.s.intake.replace_nodes(api.nodes)
-        for part in (POD_GROUPS.group, UPSTREAM_GROUP):  # one LIST per API group
+        for part in (POD_GROUPS.group, UPSTREAM_GROUP, VOLCANO_GROUP):  # a LIST per API group
             groups = [g for g in api.groups.values() if g.group == part]
             self.s.intake.replace(POD_GROUP_KIND, groups, part)
         self.s.intake.replace(RESOURCE_CLAIMS, list(api.claims.values()))
