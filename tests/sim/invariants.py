@@ -4,6 +4,8 @@ snapshot). Each check returns its violations as lines of text (empty: it holds).
 After every step:
 - ``double_gpus``: no whole GPU held by two pods the apiserver shows bound and not finished
   (terminating pods still hold theirs: the kubelet runs them until they end);
+- ``shared_gpus``: no card shared beyond its capacity by such pods, nor both held whole and
+  shared;
 - ``own_refusals``: no unit refused by the store for a GPU one of its own pods holds;
 - ``fencing``: at most one replica's decisions reach the apiserver per epoch (issue 30): once
   a Binding of a later term has landed, one of an earlier term may land only if it was sent
@@ -17,7 +19,8 @@ Once the world is quiet (no fault, every stream caught up, time passed: ``Machin
 - ``store_records``: the leader's store agrees with the apiserver (the issue-20 auditor's store
   rules, scheduler/testing/audit.py, for pods' records and GPU owners);
 - ``liveness``: every pending pod of ours has a reason written (PodScheduled=False), and no
-  pending single pod fits a node whose GPUs the apiserver shows free.
+  pending single pod fits a node whose GPUs the apiserver shows free (a shared card is not
+  free), nor a pending share pod cards whose shares leave it room.
 """
 
 from __future__ import annotations
@@ -27,9 +30,18 @@ from collections.abc import Iterable
 
 import msgspec
 
+from scheduler.core.formats import assignment as assignment_format
 from scheduler.core.formats import devices as devices_format
-from scheduler.core.model.names import DEVICES_ANNOTATION
+from scheduler.core.formats import gpus as gpus_format
+from scheduler.core.model.decisions import Share
+from scheduler.core.model.names import (
+    ASSIGNMENT_ANNOTATION,
+    CORES_PER_CARD,
+    DEVICES_ANNOTATION,
+    GPUS_ANNOTATION,
+)
 from scheduler.core.model.objects import PodInput
+from scheduler.core.resources.requests import SharedRequest, parse_request
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot import nodesums
 from scheduler.state.base import Claim, Owner, Record
@@ -55,6 +67,60 @@ def double_gpus(api: SimApiserver) -> list[str]:
         for (node, gpu), pods in sorted(holders.items())
         if len(pods) > 1
     ]
+
+
+def shares_of(pod: PodInput) -> tuple[Share, ...]:
+    """The shares of cards the pod's assignment annotation says it holds."""
+    raw = pod.annotations.get(ASSIGNMENT_ANNOTATION, "")
+    return tuple(assignment_format.decode(raw).shares) if raw else ()
+
+
+def card_capacity(api: SimApiserver) -> dict[tuple[str, int], tuple[int, int]]:
+    """(node, card) -> (memory MiB, sGPU slots) of every card, read from the nodes' inventory
+    annotations as the scheduler reads them (core: ``CORES_PER_CARD`` percent each)."""
+    out = {}
+    for node in api.nodes:
+        record = gpus_format.decode(node.annotations[GPUS_ANNOTATION])
+        for device in record.devices:
+            out[node.name, device.index] = (device.memory_mi_b, record.sgpu_per_card)
+    return out
+
+
+def shared_gpus(api: SimApiserver) -> list[str]:
+    """No card shared beyond its capacity (core percent, memory, sGPU slots) by pods the
+    apiserver shows bound and not finished, nor both held whole by one of them and shared by
+    another: the share half of issue 30's first invariant, read from the pods' assignment
+    annotations (the shares the scheduler wrote on each Binding) as ``double_gpus`` reads the
+    whole GPUs from the devices annotation. QoS is not checked: the world's shares are
+    Koordinator's, which carry none."""
+    capacity = card_capacity(api)
+    whole: dict[tuple[str, int], list[str]] = defaultdict(list)
+    shared: dict[tuple[str, int], list[tuple[str, Share]]] = defaultdict(list)
+    for pod in live_bound(api.pods.values()):
+        for gpu in gpus_of(pod):
+            whole[pod.node_name, gpu].append(pod.name)
+        for share in shares_of(pod):
+            shared[pod.node_name, share.index].append((pod.name, share))
+    out = []
+    for (node, gpu), users in sorted(shared.items()):
+        names = " and ".join(sorted(name for name, _ in users))
+        if whole.get((node, gpu)):
+            held = " and ".join(sorted(whole[node, gpu]))
+            out.append(f"GPU {node}/{gpu} held whole by {held} and shared by {names}")
+        memory, slots = capacity.get((node, gpu), (0, 0))
+        core = sum(s.core for _, s in users)
+        used_memory = sum(s.memory_mib for _, s in users)
+        sgpu = sum(s.sgpu for _, s in users)
+        if core > CORES_PER_CARD or used_memory > memory or sgpu > slots:
+            each = ", ".join(
+                f"{name} {s.core}% {s.memory_mib} MiB"
+                for name, s in sorted(users, key=lambda u: u[0])
+            )
+            out.append(
+                f"GPU {node}/{gpu} shared beyond its capacity ({CORES_PER_CARD}%, {memory} MiB, "
+                f"{slots} sGPU): {each}"
+            )
+    return out
 
 
 def fencing(landed: list[Landed]) -> list[str]:
@@ -159,10 +225,18 @@ def without_nominations(
 
 
 def liveness(api: SimApiserver, gangs: set[str]) -> list[str]:
-    free = dict(api.gpus)
+    # A card shared is not free for a whole-GPU pod; what its shares leave, a share can use.
+    whole: set[tuple[str, int]] = set()
+    used: dict[tuple[str, int], tuple[int, int]] = {}  # (node, card) -> core, memory shared
     for pod in live_bound(api.pods.values()):
-        if pod.node_name in free:
-            free[pod.node_name] -= len(gpus_of(pod))
+        whole.update((pod.node_name, gpu) for gpu in gpus_of(pod))
+        for share in shares_of(pod):
+            core, memory = used.get((pod.node_name, share.index), (0, 0))
+            used[pod.node_name, share.index] = (core + share.core, memory + share.memory_mib)
+    free = dict(api.gpus)
+    for node, _ in whole | used.keys():
+        if node in free:
+            free[node] -= 1
     # Preemptors waiting for their victims (status.nominatedNodeName): their GPUs are held for
     # them against every pod of their priority or lower (counted whole, though some may still
     # be their victims': the check errs on the side of silence).
@@ -184,9 +258,40 @@ def liveness(api: SimApiserver, gangs: set[str]) -> list[str]:
         if reason is None or reason[0] != pod.uid:
             out.append(f"{pod.name} is pending with no reason written")
         gang = pod.name.rpartition("-")[0] in gangs
-        if not gang and requested_gpus(pod) <= most:
+        shared = parse_request(pod, CoreSettings()).shared
+        if shared is not None:
+            crowded = {n.nominated_node for n in nominees if n.key != key}
+            roomy = _share_room(api, shared, whole, used, crowded)
+            if roomy:
+                out.append(f"{pod.name} is pending though {roomy} has room for its share")
+        elif not gang and requested_gpus(pod) <= most:
             out.append(f"{pod.name} is pending though a node has {most} GPUs free")
     return out
+
+
+def _share_room(
+    api: SimApiserver,
+    shared: SharedRequest,
+    whole: set[tuple[str, int]],
+    used: dict[tuple[str, int], tuple[int, int]],
+    crowded: set[str],
+) -> str:
+    """The first node with ``shared.cards`` cards not held whole whose shares leave room for
+    ``shared`` ("": none). Nodes a preemptor is nominated for are left out (which of their
+    cards it is to get is not shown: the check errs on the side of silence)."""
+    capacity = card_capacity(api)
+    for node in sorted({n for n, _ in capacity} - crowded):
+        fits = [
+            card
+            for (n, card), (memory, _) in capacity.items()
+            if n == node
+            and (n, card) not in whole
+            and used.get((n, card), (0, 0))[0] + shared.core <= CORES_PER_CARD
+            and used.get((n, card), (0, 0))[1] + shared.memory_mib <= memory
+        ]
+        if len(fits) >= shared.cards:
+            return node
+    return ""
 
 
 def stale_reservations(api: SimApiserver) -> list[str]:

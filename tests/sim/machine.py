@@ -51,6 +51,7 @@ from scheduler.core.model.names import (
     KUEUE_GROUP_LABEL,
     KUEUE_TOTAL_ANNOTATION,
     POD_GROUP_LABEL,
+    SHARED_RESOURCE,
     VOLCANO_GROUP_ANNOTATION,
 )
 from scheduler.core.model.objects import PodClaim, PodGroupInput, PodInput
@@ -83,6 +84,7 @@ GROUP_OF = {
     "Volcano": VOLCANO_GROUP,
 }
 OTHER_NAMES = ("o1", "o2")
+SHARE_NAMES = ("s", "t", "u")  # single pods asking for shares of cards (FullMachine)
 BIND_FAULTS = {
     "lose": "commits, its answer lost",
     "timeout": "never reaches etcd (the client times out)",
@@ -251,7 +253,9 @@ class SimMachine(RuleBasedStateMachine):
             happened.append((at, f"  {holder} elected (epoch {epoch})"))
         self.seen_terms = len(self.world.terms)
         for b in self.api.landed[self.seen_binds :]:
-            what = f"  {b.key.split('/')[1]} bound on {b.node}/{b.devices} by {b.holder}"
+            where = f"{b.node}/{b.devices}" if b.devices else b.node
+            where += f" (shares {b.shares})" if b.shares else ""
+            what = f"  {b.key.split('/')[1]} bound on {where} by {b.holder}"
             happened.append((b.at, what + f" (epoch {b.epoch})"))
         self.seen_binds = len(self.api.landed)
         for at, key in self.api.evictions[self.seen_evictions :]:
@@ -481,10 +485,13 @@ class SimMachine(RuleBasedStateMachine):
         )
         if pod is None:
             return
-        self._act(f"recreate {pod.name} (new UID, {gpus} GPU)")
+        shared = any(SHARED_RESOURCE in c.limits for c in pod.containers)
+        self._act(f"recreate {pod.name} (new UID, " + ("its share)" if shared else f"{gpus} GPU)"))
         self.api.remove(pod.key)
         spec = MakePod().Name(pod.name).Req(gpus).Priority(pod.priority).Obj()
         fresh = msgspec.structs.replace(spec, resource_claims=pod.resource_claims)
+        if shared:  # a share pod (FullMachine's create_shared) comes back asking the same
+            fresh = msgspec.structs.replace(fresh, containers=pod.containers)
         self.api.create(fresh)
         self._advance(STEP_S)
 
@@ -708,9 +715,10 @@ class SimMachine(RuleBasedStateMachine):
 
     @invariant()
     def safe(self) -> None:
-        type(self).stats.checks += 3
+        type(self).stats.checks += 4
         self._fail(
             invariants.double_gpus(self.api)
+            + invariants.shared_gpus(self.api)
             + invariants.fencing(self.api.landed)
             + invariants.own_refusals(self.world.refused)
         )
@@ -742,14 +750,15 @@ class SimMachine(RuleBasedStateMachine):
             self._fail(self._quiet_found())
 
     def _quiet_found(self) -> list[str]:
-        found = invariants.double_gpus(self.api) + invariants.fencing(self.api.landed)
+        found = invariants.double_gpus(self.api) + invariants.shared_gpus(self.api)
+        found += invariants.fencing(self.api.landed)
         found += invariants.partial_gangs(self.api, self.minimums, self.disturbed)
         for r in self.world.running():
             found += invariants.drift(self.api, r)
         found += invariants.liveness(self.api, set(self.minimums))
         found += invariants.stale_reservations(self.api)
         found += self._store_found()
-        type(self).stats.checks += 7
+        type(self).stats.checks += 8
         return found
 
     def _store_found(self) -> list[str]:
@@ -780,17 +789,18 @@ class SimMachine(RuleBasedStateMachine):
         return invariants.store_records(self.api, read["records"], read["owners"])
 
 
-# Round four's rules, in a subclass: every rule a class has moves every seed's draws (Hypothesis
-# draws a rule's index among all of them), so the world with them left out (make sim's
-# SIM_CI_LEFT_OUT, the mutants' searches: ``machine_for``) is ``SimMachine`` itself, whose seeds
-# draw what they drew before these rules came.
-NEW_RULES = frozenset({"create_high", "create_gang_from", "shrink_gang"})
+# Round four's rules (and later rounds': gangs shrunk, shares), in a subclass: every rule a
+# class has moves every seed's draws (Hypothesis draws a rule's index among all of them), so the
+# world with them left out (make sim's SIM_CI_LEFT_OUT, the mutants' searches: ``machine_for``)
+# is ``SimMachine`` itself, whose seeds draw what they drew before these rules came.
+# (FullMachine's own seeds, the soak's, drew otherwise before shrink_gang and create_shared.)
+NEW_RULES = frozenset({"create_high", "create_gang_from", "shrink_gang", "create_shared"})
 
 
 class FullMachine(SimMachine):
     """The world with every rule: ``SimMachine``'s, and pods and gangs of high priority
-    (preemption), gangs by Kueue, the upstream PodGroup, Volcano and Koordinator, and gangs
-    shrunk."""
+    (preemption), gangs by Kueue, the upstream PodGroup, Volcano and Koordinator, gangs
+    shrunk, and single pods asking for shares of cards."""
 
     @precondition(lambda self: self.enabled("create_high"))
     @rule(
@@ -898,6 +908,30 @@ class FullMachine(SimMachine):
                     notes[KOORD_GANG_TOTAL_ANNOTATION] = str(minimum)
                 p = msgspec.structs.replace(p, annotations={**p.annotations, **notes})
             self.api.put(p)
+        self._advance(STEP_S)
+
+    @precondition(lambda self: self.enabled("create_shared"))
+    @rule(
+        name=st.sampled_from(SHARE_NAMES),
+        core=st.sampled_from([30, 50, 70]),
+        memory=st.sampled_from([0, 8, 24]),
+        cards=st.integers(1, 2),
+    )
+    def create_shared(self, name: str, core: int, memory: int, cards: int) -> None:
+        """A single pod asking for a share of ``cards`` cards (Koordinator's
+        ``koordinator.sh/gpu.shared``, ``gpu-core`` percent and ``gpu-memory`` of each card;
+        every card has 32 GiB): the leader places it beside other shares on a card no pod holds
+        whole, and writes the shares in its assignment annotation, which
+        ``invariants.shared_gpus`` reads. Deleted, finished, recreated (with the same share) and
+        preempted like any single pod."""
+        if f"default/{name}" in self.api.pods:
+            return
+        gib = f", {memory} GiB" if memory else ""
+        self._act(f"create {name} (a share of {cards} card{'s' * (cards > 1)}: {core}%{gib} each)")
+        # Koordinator's amounts are totals over the pod's cards.
+        total = f"{memory * cards}Gi" if memory else None
+        pod = MakePod().Name(name).Shared(core=core * cards, memory=total, cards=cards)
+        self.api.create(pod.Obj())
         self._advance(STEP_S)
 
 

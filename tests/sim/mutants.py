@@ -5,7 +5,9 @@ simulation that finds none tests nothing).
 A mutant is a list of patches applied to the fixed code and undone after the run: a pod book
 TABLE cell set back to what it was before the fix, or a function replaced by the old body.
 Production code knows nothing of them. ``applied(name)`` is the context manager soak.py uses
-(``--mutant NAME`` or ``--mutant all``).
+(``--mutant NAME`` or ``--mutant all``). One stands for no fixed bug: ``shares-not-read-back``
+breaks the placement of shares on purpose, to show ``invariants.shared_gpus`` finds a card
+over-committed.
 
 Each mutant is found either by its hand-written timeline (``Mutant.timeline``: a schedule in
 the rules' vocabulary, timelines.py, that must fail with the mutant and hold without it) or by
@@ -46,7 +48,10 @@ from typing import Any
 import msgspec
 
 from scheduler.core.model.decisions import Placement
+from scheduler.core.model.names import ASSIGNMENT_ANNOTATION
 from scheduler.core.model.objects import PodInput
+from scheduler.core.snapshot import bound as bound_module
+from scheduler.core.snapshot import cluster as cluster_module
 from scheduler.core.snapshot.holdings import Holding, Holdings
 from scheduler.core.snapshot.nodes import NodeState
 from scheduler.core.snapshot.nominations import Nominated
@@ -550,6 +555,22 @@ def _uncharge_clears_shared_bits() -> list[Patch]:
     return [(NodeState, "charge", charge)]
 
 
+def _shares_not_read_back() -> list[Patch]:
+    """A bound pod's shares of cards are not read back from its assignment annotation (the
+    snapshot charges a bound share pod with nothing): the cards look free to the next share
+    and to whole-GPU pods. Not a bug that was fixed: it shows ``invariants.shared_gpus`` finds
+    a card over-committed, and one held whole and shared, once such a placement reaches the
+    apiserver (the store's refusal does not stop it: the reconcile it asks for frees the
+    records the snapshot no longer holds)."""
+    original = bound_module.annotated_holding
+
+    def annotated_holding(pod: PodInput, *args: Any) -> Holding | None:
+        kept = {k: v for k, v in pod.annotations.items() if k != ASSIGNMENT_ANNOTATION}
+        return original(msgspec.structs.replace(pod, annotations=kept), *args)
+
+    return [(cluster_module, "annotated_holding", annotated_holding)]
+
+
 def _unit_blocked_by_itself() -> list[Patch]:
     """E2e SIGKILL gang swap: the store checks a unit's claims against the unit's own pods'
     earlier records (a gang decided afresh cannot swap its members' GPUs; the next pod takes
@@ -952,6 +973,11 @@ MUTANTS: dict[str, Mutant] = {
         'a Binding\'s "gone" told after an etcd restore began a new era drops the pod',
         _gone_before_restore_trusted,
         timeline="sim1326-gone-before-restore",
+    ),
+    "shares-not-read-back": Mutant(
+        "a bound pod's shares of cards are not read back from its annotation",
+        _shares_not_read_back,
+        timeline="shares-over-committed",
     ),
     "e2e-unit-blocked-by-itself": Mutant(
         "a gang re-decided after a failover is refused its own members' GPUs",

@@ -1043,6 +1043,26 @@ def partition_electing_without_record(m: SimMachine) -> None:
     m.quiesce()
 
 
+def shares_over_committed(m: SimMachine) -> None:
+    """Shares of one card: b and d leave one card free (n2/1); s takes 70% of it; t asks for
+    70% too and must wait, and so must c (1 GPU): the card is shared. A snapshot that does not
+    read s's shares back from its annotation gives t the card as well (140%), then c the card
+    whole: ``invariants.shared_gpus``."""
+    assert isinstance(m, FullMachine)  # shares are a rule of the full world
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.create_shared("s", 70, 8, 1)
+    m.tick(5.0)
+    m.create_shared("t", 70, 0, 1)
+    m.tick(5.0)
+    m.safe()
+    m.create_pod("c", 1, False)
+    m.tick(5.0)
+    m.safe()
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
@@ -1090,6 +1110,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1326-gone-before-restore": gone_before_restore,
     "sim3935-deposed-inherited-held": deposed_inherited_held,
     "sim3127-partition-electing-without-record": partition_electing_without_record,
+    "shares-over-committed": shares_over_committed,
 }
 
 

@@ -34,8 +34,10 @@ from typing import Any, NamedTuple, cast
 
 import msgspec
 
+from scheduler.core.formats import assignment as assignment_format
+from scheduler.core.model.decisions import Share
 from scheduler.core.model.dra import RequestMapping, ResourceClaim
-from scheduler.core.model.names import DEVICES_ANNOTATION
+from scheduler.core.model.names import ASSIGNMENT_ANNOTATION, DEVICES_ANNOTATION
 from scheduler.core.model.objects import NodeInput, PodGroupInput, PodInput
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.watched import POD_GROUPS as POD_GROUP_KIND
@@ -80,6 +82,12 @@ def bound_selector(pod: PodInput) -> bool:
 SELECTORS: dict[str, Pending] = {"pending": pending_selector, "bound": bound_selector}
 
 
+def _shares(ann: dict[str, str]) -> list[Share]:
+    """The shares a Binding's assignment annotation gives its pod."""
+    raw = ann.get(ASSIGNMENT_ANNOTATION, "")
+    return assignment_format.decode(raw).shares if raw else []
+
+
 @dataclass(frozen=True)
 class Landed:
     """A Binding that committed: the pod, where, and the leader term that sent it."""
@@ -96,6 +104,7 @@ class Landed:
     # elected yet, and the sender led with more lease left than the request's timeout
     # (invariants.fencing).
     fenced: bool
+    shares: str = ""  # the cards it has a share of, as "0:50%,1:50%" (create_shared)
 
 
 class Streams:
@@ -385,6 +394,7 @@ class SimApiserver:
                 term,
                 self.clock(),
                 fenced,
+                ",".join(f"{s.index}:{s.core}%" for s in _shares(ann)),
             )
         )
         return BindResult(201)
