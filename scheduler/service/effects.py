@@ -131,7 +131,6 @@ class Effects:
             Effect.FORGET_NOMINATION: self._forget_nomination,
             Effect.RESTORE_NOMINATION: self._restore_nomination,
             Effect.CLEAR_NOMINATED_NODE: self._clear_nominated_node,
-            Effect.RETRY_NEXT_TURN: self._retry_next_turn,
             Effect.VICTIM_LEFT: self._victim_left,
             Effect.MEMBER_LEFT: self._member_left,
             Effect.GROUP_COUNT: self._group_count,
@@ -288,9 +287,6 @@ class Effects:
 
     def _clear_nominated_node(self, t: Transition, ctx: Ctx) -> None:
         self.preemptions.clear(t.key)
-
-    def _retry_next_turn(self, t: Transition, ctx: Ctx) -> None:
-        self.preemptions.freed()
 
     def _victim_left(self, t: Transition, ctx: Ctx) -> None:
         ready = self.preemptions.ready(t.key)

@@ -191,7 +191,6 @@ class Effect(enum.Enum):
     FORGET_NOMINATION = "forget-nomination"  # the entry's and the snapshot's go (not the store's)
     RESTORE_NOMINATION = "restore-nomination"  # pending again: its nomination holds again
     CLEAR_NOMINATED_NODE = "clear-nominated-node"  # the pod's status.nominatedNodeName
-    RETRY_NEXT_TURN = "retry-next-turn"  # its GPUs went back: waiting pods retry next turn
     # the other parts' per-pod state
     VICTIM_LEFT = "victim-left"  # preemptors whose last victim it was are tried at once
     MEMBER_LEFT = "member-left"  # its gang may have fallen below its minimum (stale gangs)
@@ -211,9 +210,9 @@ _PENDING_LEFT = (F.END_NOMINATION, F.LEAVE)
 # A preemptor's nomination ended off the cycle (an eviction for it refused, or a preemptor of
 # higher priority planned over its GPUs): it ends everywhere, the next attempt searches afresh,
 # and the GPUs it held go back to the waiting pods at the loop's next turn.
-_NOMINATION_ENDED = (F.END_NOMINATION, F.NOTE_SEARCH, F.CLEAR_NOMINATED_NODE, F.RETRY_NEXT_TURN)
+_NOMINATION_ENDED = (F.END_NOMINATION, F.NOTE_SEARCH, F.CLEAR_NOMINATED_NODE)
 # The same when it expired; a fruitless search made meanwhile still stands.
-_NOMINATION_EXPIRED = (F.END_NOMINATION, F.CLEAR_NOMINATED_NODE, F.RETRY_NEXT_TURN)
+_NOMINATION_EXPIRED = (F.END_NOMINATION, F.CLEAR_NOMINATED_NODE)
 
 # (stage, event) -> (next stage, effects in order). Anything else is an error.
 TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {

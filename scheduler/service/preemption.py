@@ -134,7 +134,7 @@ class Preemptions:
         self.evictions = evictions  # scheduler_evictions{reason, outcome}
         # Victim UID -> its refused eviction, while it stands.
         self.refused: dict[str, Refusal] = {}
-        # A nomination let its GPUs go off the cycle (effect RETRY_NEXT_TURN), or a budget
+        # A nomination let its GPUs go (effect END_NOMINATION), or a budget
         # changed: waiting pods retry at the loop's next turn (``tick``).
         self._ended = False
 
@@ -385,7 +385,7 @@ class Preemptions:
                 self._ended = True
 
     def freed(self) -> None:
-        """A nomination let its GPUs go off the cycle (effect RETRY_NEXT_TURN): waiting pods
+        """A nomination let its GPUs go (effect END_NOMINATION, whatever ended it): waiting pods
         retry at the loop's next turn."""
         self._ended = True
 
