@@ -1063,7 +1063,29 @@ def shares_over_committed(m: SimMachine) -> None:
     m.quiesce()
 
 
+def finished_pod_read_back(m: SimMachine) -> None:
+    """Soak seed 1992: a and c take every GPU; b (2 GPU) waits. r1's pending watch re-lists
+    (410) and lags: its LIST, b pending in it, is in transit. a succeeds, b is bound on a's
+    GPUs and succeeds; r1's bound watch shows b bound and finished (b leaves the book, and its
+    version with it). The LIST arrives: b is pending again and decided again, its Binding gets
+    409, the read-back finds it bound as r1 asked, and finished. Taken as bound, b was held as
+    assumed for good: its GPUs taken in r1's snapshot, its record bound in the store."""
+    m.create_pod("a", 2, False)
+    m.create_pod("c", 2, False)
+    past_first_wait(m)
+    m.create_pod("b", 2, False)
+    m.tick(2.0)
+    m.relist(0, "pending")
+    m.lag(0, "pending", 5.0)
+    m.finish_pod(0)  # a: b is bound on its GPUs
+    m.tick(0.5)
+    m.finish_pod(0)  # b
+    m.tick(2.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
