@@ -477,8 +477,10 @@ class Scheduler:
     # ---- shutdown ----------------------------------------------------------------------------
 
     async def drain(self) -> None:
-        """Stop taking pods, wait for the binds in flight, send the queued events."""
+        """Stop taking pods and competing for the lease (one held is kept for the binds in
+        flight: ``Leadership.retire``), wait for the binds in flight, send the queued events."""
         self.accepting = False
+        self.leadership.retire()
         self.effects.stop()
         await self.tasks.settle()
         await self.effects.events.close(self.events_close_s)

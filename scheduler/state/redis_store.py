@@ -761,9 +761,7 @@ class RedisStore(ReservesUnits):
         return bool(await self._acked(self._renew, args, "renewal"))
 
     async def kept_history(self, holder: str, epoch: int) -> History:
-        kept, previous, settled = await self._call(
-            self._kept_history, [self.prefix, holder, epoch]
-        )
+        kept, previous, settled = await self._call(self._kept_history, [self.prefix, holder, epoch])
         return History(bool(kept), _text(previous), bool(settled))
 
     async def mark_settled(self, holder: str, epoch: int) -> None:

@@ -666,6 +666,17 @@ def _no_record_chained() -> list[Patch]:
     return [(Witness, "elected", elected)]
 
 
+def _chained_to_unsettled() -> list[Patch]:
+    """Sim seed 836: an election chains to the last one recorded whether or not its leader's
+    wait for a forgotten leader's Bindings was over (every election reads as settled)."""
+    fixed = MemoryStore.kept_history
+
+    async def kept_history(self: MemoryStore, holder: str, epoch: int) -> History:
+        return msgspec.structs.replace(await fixed(self, holder, epoch), settled=True)
+
+    return [(MemoryStore, "kept_history", kept_history)]
+
+
 def _victim_back_awaited() -> list[Patch]:
     """Soak seed 1326: a nomination waits on a victim an etcd restore brought back running."""
     return [(Preemptions, "_undone", lambda self, held: None)]
@@ -963,6 +974,12 @@ MUTANTS: dict[str, Mutant] = {
         "a leader re-elected on a flushed store does not reserve its in-flight Bindings again",
         _own_binding_unrecorded,
         timeline="sim3348-own-binding-after-flush",
+    ),
+    "sim836-chained-to-unsettled": Mutant(
+        "an election chains to one whose leader left during its wait, and skips the wait",
+        _chained_to_unsettled,
+        needs=frozenset({"flush_store"}),
+        timeline="sim836-chained-to-a-leader-in-its-wait",
     ),
     "sim1326-victim-back-awaited": Mutant(
         "a nomination waits for a victim an etcd restore brought back running",

@@ -895,6 +895,37 @@ def own_binding_after_flush(m: SimMachine) -> None:
     m.quiesce()
 
 
+def chained_to_a_leader_in_its_wait(m: SimMachine) -> None:
+    """Sim seed 836: r1's Binding of a hangs in a slow apiserver (it commits 20 s later), d is
+    deleted (n2 has two GPUs free but for a's Binding), r1 is killed and the store flushed
+    (a's reservation gone); p (2 GPUs, high priority: decided first) comes. r2 wins the lease
+    on the flushed store: its history is cut, it waits one lease plus bindCommitSeconds. A
+    rolling update ends r2's term in that wait (SIGTERM: the lease handed over) and r3 is
+    elected chained to r2's record. Skipping the wait there, it binds p on n2/0,1, and a's
+    Binding lands on n2/1 too; chained only to a settled election, it waits r2's wait in
+    full."""
+    _flush_then_handover(m)
+
+
+def _flush_then_handover(m: SimMachine) -> None:
+    assert isinstance(m, FullMachine)  # pods of high priority are a rule of the full world
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.bind_fault("slow")
+    m.create_pod("a", 1, False)
+    m.delete_pod(2, False)  # d (of a, b, d)
+    m.tick(1.0)
+    m.kill()  # r1: its Binding of a stays in the slow apiserver; r3 starts
+    m.flush_store()
+    m.create_high("p", 2, 0, "labels")
+    m.tick(2.0)  # r2 takes the lease (its next try)
+    m.handover()  # r4 starts, r2 gets SIGTERM
+    for _ in range(8):
+        m.tick(5.0)
+    m.quiesce()
+
+
 def deposed_inherited_held(m: SimMachine) -> None:
     """Sim seed 3935: gang h1 (3 x 1 GPU) is bound after an etcd backup; h1-0 and h1-2 finish
     (their records released), so the store keeps h1-1's record alone. Every witness read is
@@ -1110,6 +1141,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1326-gone-before-restore": gone_before_restore,
     "sim3935-deposed-inherited-held": deposed_inherited_held,
     "sim3127-partition-electing-without-record": partition_electing_without_record,
+    "sim836-chained-to-a-leader-in-its-wait": chained_to_a_leader_in_its_wait,
     "shares-over-committed": shares_over_committed,
 }
 
