@@ -663,7 +663,10 @@ def _no_record_chained() -> list[Patch]:
         await self._record(f"{holder}|{epoch}")
         return new, chained
 
-    return [(Witness, "elected", elected)]
+    # The timeline's two elections chain to r1's, made during r1's first wait: since sim seed
+    # 836 such a chain waits anyway, so the mutant puts it back too (no shorter timeline
+    # found yet in which a settled leader's record is missing on both sides of a partition).
+    return [(Witness, "elected", elected), *_chained_to_unsettled()]
 
 
 def _chained_to_unsettled() -> list[Patch]:
@@ -713,12 +716,16 @@ def _nominee_gone_unmoved() -> list[Patch]:
 
 def _own_binding_unrecorded() -> list[Patch]:
     """Sim seed 3348: an election does not reserve again this replica's own Bindings in flight
-    whose reservations the store lost; their marks find nothing, the pods are bound unrecorded."""
+    whose reservations the store lost; their marks find nothing, the pods are bound unrecorded.
+    Only an election that does not wait reaches it (one that waits reconciles again before
+    its first decision), and on a flushed store that is one chained to a leader elected there
+    since, whose own wait was cut short: sim seed 836's fix makes that one wait too, so the
+    mutant puts that chain back as well (``_chained_to_unsettled``)."""
 
     async def reserve_own(self: StoreSync, epoch: int, records: dict[str, Record]) -> None:
         return None
 
-    return [(StoreSync, "reserve_own", reserve_own)]
+    return [(StoreSync, "reserve_own", reserve_own), *_chained_to_unsettled()]
 
 
 MUTANTS: dict[str, Mutant] = {
