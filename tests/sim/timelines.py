@@ -180,8 +180,8 @@ def deposed_binding_held(m: SimMachine) -> None:
     is chained only to a leader whose wait was over), 0.9 s pass in steps of 0.1 s while r1
     leads (these only line the rest up in time: the shrunk schedule deleted the witness 26
     times, which since sim seed 3127 makes r2 wait instead of deciding at once; with the record
-    kept, r2 is chained to r1 and decides at once as then); a rolling update makes r2 leader; the next Binding
-    never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that one; etcd stalls
+    kept, r2 is chained to r1 and decides at once as then); a rolling update makes r2 leader;
+    the next Binding never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that one; etcd stalls
     and a store failover leaves r2 on the old master, so r2 is deposed and r3 elected; j1-1 is
     deleted (the gang can no longer be placed). The standby r2 kept j1-0 BINDING on n1/0 for
     good (its snapshot's sums against the apiserver's, at the quiet)."""
