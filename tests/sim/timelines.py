@@ -181,10 +181,10 @@ def deposed_binding_held(m: SimMachine) -> None:
     leads (these only line the rest up in time: the shrunk schedule deleted the witness 26
     times, which since sim seed 3127 makes r2 wait instead of deciding at once; with the record
     kept, r2 is chained to r1 and decides at once as then); a rolling update makes r2 leader;
-    the next Binding never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that one; etcd stalls
-    and a store failover leaves r2 on the old master, so r2 is deposed and r3 elected; j1-1 is
-    deleted (the gang can no longer be placed). The standby r2 kept j1-0 BINDING on n1/0 for
-    good (its snapshot's sums against the apiserver's, at the quiet)."""
+    the next Binding never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that
+    one; etcd stalls and a store failover leaves r2 on the old master, so r2 is deposed and r3
+    elected; j1-1 is deleted (the gang can no longer be placed). The standby r2 kept j1-0
+    BINDING on n1/0 for good (its snapshot's sums against the apiserver's, at the quiet)."""
     past_first_wait(m)  # r1's election settled: r2 is chained to it
     for _ in range(9):
         m.tick(0.1)
