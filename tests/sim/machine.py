@@ -130,7 +130,7 @@ class ServerStore(MemoryStore):
         history = await super().kept_history(holder, epoch)
         kept = history.kept and self.history_server == self.server
         self.history_server = self.server
-        return History(kept, history.previous)
+        return History(kept, history.previous, history.settled)
 
     def promoted(self, loop: asyncio.AbstractEventLoop) -> ServerStore:
         copy = deepcopy(self, {id(loop): loop})  # the same clock, everything else copied

@@ -176,15 +176,17 @@ def reload_decided_at_once(m: SimMachine) -> None:
 
 
 def deposed_binding_held(m: SimMachine) -> None:
-    """Soak seed 691 (its shrunk schedule): 2.6 s pass in steps of 0.1 s while r1 leads (these
-    only line the rest up in time: the shrunk schedule deleted the witness 26 times, which since
-    sim seed 3127 makes r2 wait instead of deciding at once; with the record kept, r2 is chained
-    to r1 and decides at once as then); a rolling update makes r2 leader; the next Binding
-    never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that one; etcd stalls
-    and a store failover leaves r2 on the old master, so r2 is deposed and r3 elected; j1-1 is
-    deleted (the gang can no longer be placed). The standby r2 kept j1-0 BINDING on n1/0 for
-    good (its snapshot's sums against the apiserver's, at the quiet)."""
-    for _ in range(26):
+    """Soak seed 691 (its shrunk schedule): r1's first wait over (since sim seed 836 an election
+    is chained only to a leader whose wait was over), 0.9 s pass in steps of 0.1 s while r1
+    leads (these only line the rest up in time: the shrunk schedule deleted the witness 26
+    times, which since sim seed 3127 makes r2 wait instead of deciding at once; with the record
+    kept, r2 is chained to r1 and decides at once as then); a rolling update makes r2 leader;
+    the next Binding never reaches etcd; r2 decides gang j1 (2 x 1 GPU), j1-0's Binding is that
+    one; etcd stalls and a store failover leaves r2 on the old master, so r2 is deposed and r3
+    elected; j1-1 is deleted (the gang can no longer be placed). The standby r2 kept j1-0
+    BINDING on n1/0 for good (its snapshot's sums against the apiserver's, at the quiet)."""
+    past_first_wait(m)  # r1's election settled: r2 is chained to it
+    for _ in range(9):
         m.tick(0.1)
     m.handover()
     m.bind_fault("timeout")
@@ -895,6 +897,37 @@ def own_binding_after_flush(m: SimMachine) -> None:
     m.quiesce()
 
 
+def chained_to_a_leader_in_its_wait(m: SimMachine) -> None:
+    """Sim seed 836: r1's Binding of a hangs in a slow apiserver (it commits 20 s later), d is
+    deleted (n2 has two GPUs free but for a's Binding), r1 is killed and the store flushed
+    (a's reservation gone); p (2 GPUs, high priority: decided first) comes. r2 wins the lease
+    on the flushed store: its history is cut, it waits one lease plus bindCommitSeconds. A
+    rolling update ends r2's term in that wait (SIGTERM: the lease handed over) and r3 is
+    elected chained to r2's record. Skipping the wait there, it binds p on n2/0,1, and a's
+    Binding lands on n2/1 too; chained only to a settled election, it waits r2's wait in
+    full."""
+    _flush_then_handover(m)
+
+
+def _flush_then_handover(m: SimMachine) -> None:
+    assert isinstance(m, FullMachine)  # pods of high priority are a rule of the full world
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    past_first_wait(m)
+    m.bind_fault("slow")
+    m.create_pod("a", 1, False)
+    m.delete_pod(2, False)  # d (of a, b, d)
+    m.tick(1.0)
+    m.kill()  # r1: its Binding of a stays in the slow apiserver; r3 starts
+    m.flush_store()
+    m.create_high("p", 2, 0, "labels")
+    m.tick(2.0)  # r2 takes the lease (its next try)
+    m.handover()  # r4 starts, r2 gets SIGTERM
+    for _ in range(8):
+        m.tick(5.0)
+    m.quiesce()
+
+
 def deposed_inherited_held(m: SimMachine) -> None:
     """Sim seed 3935: gang h1 (3 x 1 GPU) is bound after an etcd backup; h1-0 and h1-2 finish
     (their records released), so the store keeps h1-1's record alone. Every witness read is
@@ -1132,6 +1165,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1326-gone-before-restore": gone_before_restore,
     "sim3935-deposed-inherited-held": deposed_inherited_held,
     "sim3127-partition-electing-without-record": partition_electing_without_record,
+    "sim836-chained-to-a-leader-in-its-wait": chained_to_a_leader_in_its_wait,
     "shares-over-committed": shares_over_committed,
 }
 
