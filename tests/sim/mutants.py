@@ -47,6 +47,7 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.names import ASSIGNMENT_ANNOTATION
 from scheduler.core.model.objects import PodInput
@@ -728,6 +729,28 @@ def _own_binding_unrecorded() -> list[Patch]:
     return [(StoreSync, "reserve_own", reserve_own), *_chained_to_unsettled()]
 
 
+def _finished_read_back_bound() -> list[Patch]:
+    """Soak seed 1992: a pod read back finished after its Binding's 409 or a lost answer is
+    taken as bound (ours, or elsewhere) and held as assumed or bound for good: the bound watch
+    never shows a finished pod again."""
+
+    def settle(
+        pod: PodInput, placement: Placement, current: PodInput | None, uncertain: bool = False
+    ) -> tuple[Event, PodInput | None]:
+        if current is None or current.uid != pod.uid:
+            return E.BIND_GONE, None
+        ours = assignment_annotations(placement)
+        if current.node_name == placement.node and all(
+            current.annotations.get(k) == v for k, v in ours.items()
+        ):
+            return E.BIND_OK, None
+        if current.node_name:
+            return E.BIND_ELSEWHERE, current
+        return (E.BIND_UNKNOWN if uncertain else E.BIND_FAILED), None
+
+    return [(binder_module, "settle", settle)]
+
+
 MUTANTS: dict[str, Mutant] = {
     "12.1-relist-frees-in-flight-bind": Mutant(
         "a bound re-list older than our bind frees it",
@@ -997,6 +1020,11 @@ MUTANTS: dict[str, Mutant] = {
         'a Binding\'s "gone" told after an etcd restore began a new era drops the pod',
         _gone_before_restore_trusted,
         timeline="sim1326-gone-before-restore",
+    ),
+    "sim1992-finished-read-back-bound": Mutant(
+        "a pod read back finished after its Binding's 409 is held as bound for good",
+        _finished_read_back_bound,
+        timeline="sim1992-finished-pod-read-back",
     ),
     "shares-not-read-back": Mutant(
         "a bound pod's shares of cards are not read back from its annotation",

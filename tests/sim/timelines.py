@@ -516,12 +516,12 @@ def bound_view_behind(m: SimMachine) -> None:
 
 
 def gang_member_refused(m: SimMachine) -> None:
-    """Sim seed 629: gang j1 (2) is decided whole on n1; j1-0's Binding commits (answered 404:
+    """Sim seed 629: gang j1 (2) is decided whole on n1; j1-0's Binding commits (answered 409:
     read back, bound as we asked), j1-1's is refused 403 on every attempt. Gang k2 (3) waits
     for three GPUs meanwhile, two free. Letting j1-1's GPU go gives it to k2, and j1 stays at
     1 of its minimum 2 bound."""
     past_first_wait(m)
-    m.bind_fault("404")
+    m.bind_fault("409")
     for _ in range(3):
         m.bind_fault("403")
     m.create_gang("j", 2, False)
@@ -532,7 +532,7 @@ def gang_member_refused(m: SimMachine) -> None:
 
 
 def gang_hold_lost_in_failover(m: SimMachine) -> None:
-    """Sim seed 549: r3 decides gang j3 (2) whole on n2; j3-0's Binding commits (answered 404:
+    """Sim seed 549: r3 decides gang j3 (2) whole on n2; j3-0's Binding commits (answered 409:
     read back, bound), j3-1's is refused 403 on every attempt, so r3 holds j3-1's GPU for the
     gang. That hold lives in r3's book and on the store master, which a failover (not
     chained) loses. The new leader reloads from the apiserver: j3 has 1 of 2 bound, and the
@@ -542,7 +542,7 @@ def gang_hold_lost_in_failover(m: SimMachine) -> None:
     m.create_gang("k", 2, True)
     m.create_gang("j", 2, True)
     m.tick(5.0)
-    m.bind_fault("404")
+    m.bind_fault("409")
     for _ in range(30):
         m.bind_fault("403")
     m.failover(False, 60.0)
@@ -606,7 +606,7 @@ def lapsed_write_forgotten(m: SimMachine) -> None:
 
 def unit_blocked_by_itself(m: SimMachine) -> None:
     """The e2e SIGKILL gang swap: b takes n1/0; gang j1 (3) is decided onto n2/0, n2/1, n1/1,
-    j1-0's Binding commits (answered 404: read back, bound) and j1-1's and j1-2's never reach
+    j1-0's Binding commits (answered 409: read back, bound) and j1-1's and j1-2's never reach
     etcd; a rolling update hands the two over to r2 (RELOADED) and b is deleted. r2 binds c on
     n1/0 and decides j1-1 and j1-2 afresh onto n1/1 and n2/1: each takes the other's old GPU,
     which the store must not refuse (``invariants.own_refusals``). On the Redis store
@@ -617,7 +617,7 @@ def unit_blocked_by_itself(m: SimMachine) -> None:
     under way (storesync.py; tests/integration/test_issue30_reconcile_marks.py)."""
     m.create_pod("b", 1, False)
     past_first_wait(m)
-    m.bind_fault("404")
+    m.bind_fault("409")
     for _ in range(6):
         m.bind_fault("timeout")
     m.create_gang("j", 3, False)
@@ -1096,7 +1096,29 @@ def shares_over_committed(m: SimMachine) -> None:
     m.quiesce()
 
 
+def finished_pod_read_back(m: SimMachine) -> None:
+    """Soak seed 1992: a and c take every GPU; b (2 GPU) waits. r1's pending watch re-lists
+    (410) and lags: its LIST, b pending in it, is in transit. a succeeds, b is bound on a's
+    GPUs and succeeds; r1's bound watch shows b bound and finished (b leaves the book, and its
+    version with it). The LIST arrives: b is pending again and decided again, its Binding gets
+    409, the read-back finds it bound as r1 asked, and finished. Taken as bound, b was held as
+    assumed for good: its GPUs taken in r1's snapshot, its record bound in the store."""
+    m.create_pod("a", 2, False)
+    m.create_pod("c", 2, False)
+    past_first_wait(m)
+    m.create_pod("b", 2, False)
+    m.tick(2.0)
+    m.relist(0, "pending")
+    m.lag(0, "pending", 5.0)
+    m.finish_pod(0)  # a: b is bound on its GPUs
+    m.tick(0.5)
+    m.finish_pod(0)  # b
+    m.tick(2.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
+    "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
