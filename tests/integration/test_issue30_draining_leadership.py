@@ -13,6 +13,7 @@ and after it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from scheduler.service.leader import Leadership, LeaseTiming
 from scheduler.state.base import Store
@@ -21,6 +22,15 @@ from tests.integration import test_cancelled_leadership
 from tests.lifecycle import TTL_MS, until
 
 store = test_cancelled_leadership.store
+
+
+async def eventually(condition: Callable[[], bool]) -> None:
+    """Until the leadership loop got there; real time only bounds a hang."""
+    for _ in range(6000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("never happened")
 
 
 async def test_a_draining_replica_keeps_its_lease_but_never_takes_one_again(store: Store) -> None:
@@ -40,16 +50,20 @@ async def test_a_draining_replica_keeps_its_lease_but_never_takes_one_again(stor
 
     leadership = Leadership(store, "r1", LeaseTiming(), clock, sleep=sleep)
     run = asyncio.create_task(leadership.run(on_elected, on_lost))
+    timing = LeaseTiming()
     try:
         await until(lambda: elected)
         leadership.retire()  # SIGTERM: the drain begins
-        renewed = leadership.remaining()
-        await asyncio.sleep(0.1)
-        assert leadership.epoch == 1 and leadership.remaining() >= renewed  # still renewed
+        # Counted in the leadership loop's own sleeps (the manual clock), not in real time: a
+        # loaded machine's slow Redis answers make the steps slower, never fewer.
+        start = clock.now
+        await eventually(lambda: clock.now >= start + timing.lease_s + timing.renew_s)
+        assert leadership.epoch == 1 and leadership.remaining() > 0, "not renewed while draining"
         await store.release_lease("r1", 1)  # the lease is lost (its TTL, a FLUSHALL)
-        await asyncio.sleep(0.3)  # its renewal fails, then many retry periods pass
+        await eventually(lambda: leadership.epoch is None or len(elected) > 1)  # renewal failed
+        lost = clock.now
+        await eventually(lambda: clock.now >= lost + 10 * timing.retry_s)  # ten retry periods
         assert elected == [1], f"the draining replica took the lease again: {elected}"
-        assert leadership.epoch is None
         assert await store.acquire("r2", TTL_MS) == 2  # the standby leads at once
     finally:
         run.cancel()
