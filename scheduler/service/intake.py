@@ -404,9 +404,21 @@ class Intake:
         back (pods created since the restore), so it began nothing when it ended, and its watch
         goes on from it: waited for, the next LIST never came, and nothing was decided again,
         for good (issue 30, sim seed 3873: the pending LIST asked for at the restore arrived
-        after a bound re-list asked for once gang j1 was created)."""
+        after a bound re-list asked for once gang j1 was created).
+
+        A LIST of the current history (asked for in this era, or after the LIST that began
+        it) that begins nothing tells the book its version, as an event tells its own: the
+        cluster had reached it, so a later LIST below it went back. Its events are no longer
+        the only word: a re-list (410 Gone) drops the queued ones, and a pod that left the
+        selector meanwhile (finished, deleted) shows in the LIST only by its absence. Left
+        untold, a second restore from the same backup looked like no restore at all (the
+        LIST at the backup's version, the book's newest no higher): the Bindings decided in
+        the era before were sent again onto GPUs the restore gave back to the pod bound there
+        at the backup (issue 30, soak seed 2557)."""
         self._ended[watch] = asked
         if not 0 < version < since or era != self._eras:
+            if era == self._eras or asked > self._era_asked:
+                self.book.newest = max(self.book.newest, version)
             if watch == self._unlisted and (asked > self._era_asked or 0 < version < since):
                 self._unlisted = ""
                 self.effects.sync.request()

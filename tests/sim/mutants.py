@@ -468,6 +468,21 @@ def _era_waits_for_listed_watch() -> list[Patch]:
     return [(Intake, "_new_era", new_era)]
 
 
+def _list_version_untold() -> list[Patch]:
+    """Soak seed 2557: a LIST that begins no era tells the book nothing of its version (only
+    the events of its pods do)."""
+    fixed = Intake._new_era
+
+    def new_era(self: Intake, watch: str, version: int, since: int, era: int, asked: int) -> bool:
+        newest = self.book.newest
+        began = fixed(self, watch, version, since, era, asked)
+        if not began:
+            self.book.newest = newest
+        return began
+
+    return [(Intake, "_new_era", new_era)]
+
+
 def _own_copy_told() -> list[Patch]:
     """Sim seeds 1148 and 1326: every event's pod tells the book its version, the book's own
     copy included (a Binding's pod, a decided one): after an etcd restore, one of the era
@@ -979,6 +994,11 @@ MUTANTS: dict[str, Mutant] = {
         "a LIST that begins an era waits for the other watch though it listed after it was asked",
         _era_waits_for_listed_watch,
         timeline="sim3873-era-begun-after-other-listed",
+    ),
+    "sim2557-list-version-untold": Mutant(
+        "a LIST that begins no era tells the book nothing of its version",
+        _list_version_untold,
+        timeline="sim2557-relist-version-untold",
     ),
     "sim1326-own-copy-told": Mutant(
         "a Binding's answer tells the book the version of its own copy of the pod",

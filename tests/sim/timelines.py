@@ -1096,6 +1096,31 @@ def shares_over_committed(m: SimMachine) -> None:
     m.quiesce()
 
 
+def relist_version_untold(m: SimMachine) -> None:
+    """Soak seed 2557: b (n1/0,1) and d (n2/0,1) bound, a waits; etcd is backed up and stalls.
+    b is deleted while r1's bound watch lags, and the watch re-lists (410 Gone) before it told
+    that: its LIST, at the deletion's version, lacks b. a is decided onto n1 and its Binding
+    waits in the stall; etcd is restored from the backup (b back on n1/0,1), the Binding fails
+    and is retried. The restored LISTs are at the backup's version, below the re-list's: a new
+    era, so the retry is stale and not sent. With the re-list's version untold, the book's
+    newest was the backup's, no era began, and a landed on n1/0 beside b."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 2, False)
+    past_first_wait(m)
+    m.create_pod("a", 1, False)
+    m.tick(5.0)
+    m.etcd_restore(False)
+    m.stall(20.0)
+    m.lag(0, "bound", 5.0)
+    m.delete_pod(1, False)  # b (of a, b, d)
+    m.relist(0, "bound")
+    m.tick(5.0)
+    m.tick(2.0)
+    m.etcd_restore(True)
+    m.tick(2.0)
+    m.quiesce()
+
+
 def finished_pod_read_back(m: SimMachine) -> None:
     """Soak seed 1992: a and c take every GPU; b (2 GPU) waits. r1's pending watch re-lists
     (410) and lags: its LIST, b pending in it, is in transit. a succeeds, b is bound on a's
@@ -1167,6 +1192,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3127-partition-electing-without-record": partition_electing_without_record,
     "sim836-chained-to-a-leader-in-its-wait": chained_to_a_leader_in_its_wait,
     "shares-over-committed": shares_over_committed,
+    "sim2557-relist-version-untold": relist_version_untold,
 }
 
 
