@@ -1063,6 +1063,29 @@ def shares_over_committed(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restore_unbinds_under_pending_news(m: SimMachine) -> None:
+    """Soak seed 3260 (its shrunk steps, the last two as time passing): gang h1 (high priority)
+    is bound on n2 and restarted: h2 waits for h1's members to end, and etcd is backed up
+    before r1 writes h2's nomination. h1 ends and h2 is bound on n2. r2's bound watch lags
+    when etcd is restored from the backup (h1 back terminating, h2 pending): r2's pending LIST
+    begins the new era, and r1, deciding h2 again, writes its nomination, which r2's pending
+    watch tells, newer than r2's bound LIST taken at the restore. That LIST lacks h2: taking
+    the pending watch's news for news of h2 bound after it, r2 held h2 bound on n2 for good,
+    beside h1. (The witness deleted first re-elects r1 at 15 s, which times r1's turns so.)"""
+    assert isinstance(m, FullMachine)  # pods of high priority are a rule of the full world
+    m.delete_witness()
+    m.create_pod("a", 1, False)
+    m.quiesce()
+    m.create_high("p", 1, 2, "labels")
+    m.restart_gang(0)
+    m.etcd_restore(False)
+    m.quiesce()
+    m.lag(1, "bound", 5.0)
+    m.etcd_restore(True)
+    m.tick(2.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
@@ -1111,6 +1134,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3935-deposed-inherited-held": deposed_inherited_held,
     "sim3127-partition-electing-without-record": partition_electing_without_record,
     "shares-over-committed": shares_over_committed,
+    "sim3260-restore-unbinds-under-pending-news": restore_unbinds_under_pending_news,
 }
 
 
