@@ -550,6 +550,16 @@ NEWS = frozenset(
         E.CHECKED_GONE,
     }
 )
+# News of the pod unbound (the pending watch, a re-read finding it pending) about an entry the
+# book holds bound (in ``LISTED_STAGES`` after the event too): the book is told its version
+# (``newest``), the entry is not. In one era such news is older than the Binding (a node name is
+# never unset); in an era an etcd restore began, it is the restored history undoing the Binding.
+# Neither says the pod is bound, and an entry's version is what the end of a bound LIST trusts
+# as news newer than the LIST (``Intake.bound_list_end``: "the watch from the LIST's version
+# tells"). Counted, the pending watch's news of the new era, newer than a bound LIST that lacked
+# the pod, kept the pod bound in the book for good: the bound watch never tells of a pod that
+# stays pending, nor of one deleted while pending (issue 30, sim seed 3260).
+UNBOUND_NEWS = frozenset({E.PENDING_SEEN, E.PENDING_SAME, E.CHECKED_PENDING})
 
 
 class Explanation(msgspec.Struct):
@@ -596,7 +606,9 @@ class Entry:
     explanation: Explanation | None = None  # the last decision, for /debug
     checking: bool = False  # a re-read (effect CHECK) is under way
     gang: str | None = None  # the pending object's gang (PodBook.set_pod)
-    version: int = 0  # the newest resourceVersion any event or read showed of this pod
+    # The newest resourceVersion any event or read showed of this pod (but ``UNBOUND_NEWS``
+    # while it is held bound).
+    version: int = 0
     # Preemption's (preemption.py): the nomination held for this preemptor, and when a search
     # that found no victims may be repeated, with what it said.
     nomination: Held | None = None
@@ -777,7 +789,8 @@ class PodBook:
             entry.stage = new
             if uid and not entry.uid:
                 entry.uid = uid
-            entry.version = max(entry.version, version)
+            if not (new in LISTED_STAGES and event in UNBOUND_NEWS):
+                entry.version = max(entry.version, version)
         return Transition(key, uid, old, event, new, effects, entry)
 
     def unexpected_total(self) -> int:

@@ -60,6 +60,7 @@ from scheduler.kube.api import ConfigMapData
 from scheduler.kube.watch import HttpError
 from scheduler.service import binder as binder_module
 from scheduler.service import effects as effects_module
+from scheduler.service import podbook as podbook_module
 from scheduler.service.binder import Binder, Outcome
 from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
@@ -598,6 +599,13 @@ def _unit_blocked_by_itself() -> list[Patch]:
     return [(MemoryStore, "_foreign_owner", foreign_owner)]
 
 
+def _unbound_news_counted() -> list[Patch]:
+    """Sim seed 3260: the pending watch's news of a pod the book holds bound raises the entry's
+    version: after an etcd restore undid the Binding, a bound LIST older than that news and
+    lacking the pod took it for one bound after the LIST, and the pod stayed bound for good."""
+    return [(podbook_module, "UNBOUND_NEWS", frozenset())]
+
+
 def _gang_member_refused_freed() -> list[Patch]:
     """Sim seed 629: a gang member refused while its gang is below its minimum with members
     bound lets its GPUs go (as any refused pod does)."""
@@ -1055,6 +1063,11 @@ MUTANTS: dict[str, Mutant] = {
         "a gang re-decided after a failover is refused its own members' GPUs",
         _unit_blocked_by_itself,
         timeline="e2e-unit-blocked-by-itself",
+    ),
+    "sim3260-unbound-news-counted": Mutant(
+        "the pending watch's news of a pod held bound counts as news newer than a bound LIST",
+        _unbound_news_counted,
+        timeline="sim3260-restore-unbinds-under-pending-news",
     ),
 }
 

@@ -1142,6 +1142,29 @@ def finished_pod_read_back(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restore_unbinds_under_pending_news(m: SimMachine) -> None:
+    """Soak seed 3260 (its shrunk steps, the last two as time passing): gang h1 (high priority)
+    is bound on n2 and restarted: h2 waits for h1's members to end, and etcd is backed up
+    before r1 writes h2's nomination. h1 ends and h2 is bound on n2. r2's bound watch lags
+    when etcd is restored from the backup (h1 back terminating, h2 pending): r2's pending LIST
+    begins the new era, and r1, deciding h2 again, writes its nomination, which r2's pending
+    watch tells, newer than r2's bound LIST taken at the restore. That LIST lacks h2: taking
+    the pending watch's news for news of h2 bound after it, r2 held h2 bound on n2 for good,
+    beside h1. (The witness deleted first re-elects r1 at 15 s, which times r1's turns so.)"""
+    assert isinstance(m, FullMachine)  # pods of high priority are a rule of the full world
+    m.delete_witness()
+    m.create_pod("a", 1, False)
+    m.quiesce()
+    m.create_high("p", 1, 2, "labels")
+    m.restart_gang(0)
+    m.etcd_restore(False)
+    m.quiesce()
+    m.lag(1, "bound", 5.0)
+    m.etcd_restore(True)
+    m.tick(2.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1193,6 +1216,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim836-chained-to-a-leader-in-its-wait": chained_to_a_leader_in_its_wait,
     "shares-over-committed": shares_over_committed,
     "sim2557-relist-version-untold": relist_version_untold,
+    "sim3260-restore-unbinds-under-pending-news": restore_unbinds_under_pending_news,
 }
 
 
