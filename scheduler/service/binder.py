@@ -18,8 +18,8 @@ The outcome of one pod:
   Unreserve; the allocation stays). A gang member's, while its gang is below its minimum with
   other members bound or binding, is GANG_BIND_FAILED in the book (effects.py): its GPUs stay
   the gang's;
-- ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now); the claims
-  its placement allocated are released as after BIND_FAILED;
+- ``BIND_GONE``: the pod no longer exists (404, or the name has another UID now) or has
+  finished (``settle``); the claims its placement allocated are released as after BIND_FAILED;
 - ``BIND_ELSEWHERE``: another scheduler or a previous leader bound it; the pod read back is
   returned, its annotations are the truth;
 - ``BIND_UNKNOWN``: it may be bound: a Binding was sent without an answer (abandoned at the
@@ -637,9 +637,18 @@ def settle(
     pod: PodInput, placement: Placement, current: PodInput | None, uncertain: bool = False
 ) -> tuple[Event, PodInput | None]:
     """What the pod read back says of our Binding. ``uncertain``: a Binding of ours was sent
-    and never answered, so a pod still pending is no answer (BIND_UNKNOWN, not BIND_FAILED)."""
-    if current is None or current.uid != pod.uid:
-        return Event.BIND_GONE, None  # deleted (or replaced by a new pod of the same name)
+    and never answered, so a pod still pending is no answer (BIND_UNKNOWN, not BIND_FAILED).
+
+    A pod read back finished (Succeeded or Failed) is gone as far as GPUs go, whoever bound
+    it: it holds nothing any more (kube-scheduler's informer leaves terminal pods out), and the
+    bound watch, which shows only pods not finished, will never show it again. Taken as bound
+    (ours, or elsewhere), it was held as assumed or bound for good: a pending LIST taken before
+    its Binding and delivered after the bound watch told it bound and finished (the book's
+    entry gone, its version with it) showed it pending again, its next Binding got 409, and
+    the read-back found it bound as we had asked: its GPUs stayed taken in the snapshot and
+    its record bound in the store (issue 30, soak seed 1992)."""
+    if current is None or current.uid != pod.uid or current.finished:
+        return Event.BIND_GONE, None  # deleted, replaced by a new pod of its name, or finished
     ours = assignment_annotations(placement)
     if current.node_name == placement.node and all(
         current.annotations.get(k) == v for k, v in ours.items()

@@ -68,6 +68,7 @@ class Leadership:
         self.epoch: int | None = None
         self._renewed_at = 0.0
         self._stopping = False
+        self._retired = False  # shutting down: a lease held is kept, none is taken (``retire``)
 
     @property
     def leading(self) -> bool:
@@ -86,6 +87,9 @@ class Leadership:
     ) -> None:
         ttl_ms = int(self.timing.lease_s * 1000)
         while not self._stopping:
+            if self.epoch is None and self._retired:
+                await self._sleep(self.timing.retry_s)
+                continue
             if self.epoch is None:
                 sent = self._clock()
                 try:
@@ -220,6 +224,16 @@ class Leadership:
             return
         log.warning("a write was fenced: stepping down to be elected afresh", epoch=epoch)
         await self._give_up(on_lost)
+
+    def retire(self) -> None:
+        """Shutdown begins (the drain): the lease held, if any, is kept and renewed while the
+        binds in flight finish (they need it: binder.py's fencing rule), then ``release`` gives
+        it up; a lease lost meanwhile is never taken again. A draining replica decides nothing,
+        so a lease it took would only keep the standby from leading until the drain ended, and
+        its election, prepared but never deciding, would stand between the leaders before and
+        after it (sim seed 836: re-elected while draining on a flushed store, it was the
+        record the next election chained to)."""
+        self._retired = True
 
     async def release(self) -> None:
         """Shutdown: give the lease up so a standby takes over at once, not after the TTL."""

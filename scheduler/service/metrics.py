@@ -219,6 +219,10 @@ class TimedStore:
         with self._timed("kept_history"):
             return await self.inner.kept_history(holder, epoch)
 
+    async def mark_settled(self, holder: str, epoch: int) -> None:
+        with self._timed("mark_settled"):
+            await self.inner.mark_settled(holder, epoch)
+
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:
         with self._timed("reserve"):
             await self.inner.reserve(holder, epoch, claims)

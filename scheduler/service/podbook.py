@@ -132,7 +132,7 @@ class Event(enum.Enum):
     # BIND_FAILED while its gang is below its minimum with other members bound or binding (the
     # gang's partial commitment: effects.py tells the two apart)
     GANG_BIND_FAILED = "gang-bind-failed"
-    BIND_GONE = "bind-gone"  # the pod no longer exists (404, or another UID)
+    BIND_GONE = "bind-gone"  # the pod no longer exists (404, or another UID) or has finished
     BIND_ELSEWHERE = "bind-elsewhere"  # bound by someone else: the pod read back is the truth
     BIND_UNKNOWN = "bind-unknown"  # no answer and the pod could not be read back
     # a re-read of the pod (effect CHECK)

@@ -45,7 +45,7 @@ from scheduler.config import Preemption
 from scheduler.config.tuning import Tuning
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
-from scheduler.state.base import Record, Store
+from scheduler.state.base import Record, Store, StoreError
 
 from .apiserver import Cluster
 from .binder import Binder, bind_timeout_for
@@ -120,6 +120,8 @@ class Scheduler:
         # with is the last one elected (witness.py); None: every store without history waits.
         self.witness = witness
         self.first_decision_at = 0.0
+        # The epoch of this replica's election not yet marked settled in the store (``settle``).
+        self._unsettled: int | None = None
         self._gauged: dict[str, int] = {}  # the queue sizes the pending gauge shows
         preemption = preemption or Preemption()
         tuning = tuning or Tuning()
@@ -272,6 +274,7 @@ class Scheduler:
         # Not deciding until this election is prepared, whatever an earlier one, cut short by
         # a step down (on_fenced), left behind.
         self.ready_to_schedule = False
+        self._unsettled = epoch
         self.metrics.leader.set(1)
         self.metrics.epoch.set(epoch)
         while not self.intake.bound_synced:
@@ -301,7 +304,9 @@ class Scheduler:
         new, chained = False, history.kept
         if self.witness is not None:
             new, chained = await self.witness.elected(self.leadership.holder, epoch, history)
-        wait = self.first_wait(chained)
+        # A leader that was still waiting when its term ended (or never marked the end of its
+        # wait) leaves its wait to this one: the Bindings it waited for may still land.
+        wait = self.first_wait(chained and history.settled)
         self.first_decision_at = self.clock() + wait
         if wait:
             if new:  # a new installation, or the witness deleted too: the log says which case
@@ -316,16 +321,41 @@ class Scheduler:
             # the first decision, so the store also records the pods those Bindings bound.
             self.sync.request()
         self.ready_to_schedule = True
+        await self.settle()  # at once when there is nothing to wait for
         for entry in self.book.in_stages(SCHEDULABLE_STAGES):
             self.effects.dispatch(entry.key, entry.uid, Event.ELECTED)
         self.tasks.wake()
+
+    async def settle(self) -> None:
+        """Once this term's wait before its first decision is over (the loop asks every turn),
+        mark the election settled in the store, once: the next election may then chain to it
+        and skip its own wait (``first_wait``). Until then a successor waits in full, for the
+        Bindings this leader was waiting for: chained to a leader that left during its wait (a
+        rolling update's SIGTERM, a lost lease), it skipped it, and a forgotten leader's
+        Binding landed after its decisions (sim seed 836). A failure to mark is logged and not
+        retried: the next election then waits, which is always safe."""
+        epoch = self._unsettled
+        if (
+            epoch is None
+            or epoch != self.leadership.epoch
+            or not self.ready_to_schedule
+            or not self.leadership.leading
+            or self.clock() < self.first_decision_at
+        ):
+            return
+        self._unsettled = None
+        try:
+            await self.store.mark_settled(self.leadership.holder, epoch)
+        except StoreError as exc:
+            log.warning("could not mark the election settled", error=str(exc), epoch=epoch)
 
     def first_wait(self, chained: bool) -> float:
         """How long an elected leader waits before its first decision, for the Bindings a
         previous leader the store does not know of may still have in flight (0 when none).
 
-        A store whose history ends with the leader last recorded (``chained``), or a single
-        replica's own store (no other leader exists), waits for nothing. A store that holds no
+        A store whose history ends with the leader last recorded (``chained``), that leader's
+        wait over (its election marked settled: ``settle``), or a single replica's own store (no
+        other leader exists), waits for nothing. A store that holds no
         election at all (new or flushed: Redis' FLUSHALL, a memory store restarted) lost every
         reservation a previous leader made, so a Binding of that leader's is in nobody's
         record: that leader sends until its local lease ends (at most one lease after this
@@ -395,6 +425,7 @@ class Scheduler:
 
     async def run(self) -> None:
         while True:
+            await self.settle()
             if not self.may_decide():
                 self.queue.regang()  # its gangs' tiers kept as a leader's are (queue.py)
                 await self.tasks.sleep(self.tick_s)
@@ -446,8 +477,10 @@ class Scheduler:
     # ---- shutdown ----------------------------------------------------------------------------
 
     async def drain(self) -> None:
-        """Stop taking pods, wait for the binds in flight, send the queued events."""
+        """Stop taking pods and competing for the lease (one held is kept for the binds in
+        flight: ``Leadership.retire``), wait for the binds in flight, send the queued events."""
         self.accepting = False
+        self.leadership.retire()
         self.effects.stop()
         await self.tasks.settle()
         await self.effects.events.close(self.events_close_s)

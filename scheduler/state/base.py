@@ -105,6 +105,9 @@ class History(Struct, frozen=True):
 
     kept: bool
     previous: str = ""
+    # Whether that election's leader marked it settled (``mark_settled``): its wait for the
+    # Bindings of a leader it could not know was over, or it had none to wait for.
+    settled: bool = False
 
 
 class Claim(Struct, frozen=True):
@@ -202,8 +205,16 @@ class Store(Protocol):
         when it may have lost some (new or flushed, restarted, or a replica promoted over a
         master that had writes it never replicated); the caller then treats the previous leader
         as unknown (docs/operations.md "State and HA"). ``previous``: that election's
-        ``holder|epoch`` ("" without one). Records this election (the serving process,
-        ``holder|epoch``) for the next one."""
+        ``holder|epoch`` ("" without one); ``settled``: whether that election was marked
+        settled. Records this election (the serving process, ``holder|epoch``, not settled) for
+        the next one."""
+        ...
+
+    async def mark_settled(self, holder: str, epoch: int) -> None:
+        """Fenced: marks this election (the one ``kept_history`` recorded last) settled, once its
+        leader no longer waits for Bindings a leader before it may have in flight, so that the
+        next election's ``History.settled`` says it may chain to it. An election never marked
+        (its leader lost the lease while it waited) leaves its wait to the next one."""
         ...
 
     async def reserve(self, holder: str, epoch: int, claims: list[Claim]) -> None:

@@ -46,6 +46,7 @@ class MemoryStore(ReservesUnits):
         self._nodes: dict[str, str] = {}
         self._nominations: dict[str, Nomination] = {}  # preemptor UID -> its nomination
         self._last_election = ""  # holder|epoch that kept_history recorded last
+        self._settled = ""  # holder|epoch that mark_settled marked last
 
     # ---- lease -----------------------------------------------------------------------------
 
@@ -78,7 +79,11 @@ class MemoryStore(ReservesUnits):
         # One process, nothing to lose; but the first epoch has no history behind it to keep.
         self._fence(holder, epoch)
         previous, self._last_election = self._last_election, f"{holder}|{epoch}"
-        return History(epoch > 1, previous)
+        return History(epoch > 1, previous, bool(previous) and self._settled == previous)
+
+    async def mark_settled(self, holder: str, epoch: int) -> None:
+        self._fence(holder, epoch)
+        self._settled = f"{holder}|{epoch}"
 
     def _fence(self, holder: str, epoch: int) -> None:
         if not self._held_by(holder, epoch):

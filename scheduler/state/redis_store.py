@@ -56,6 +56,8 @@ Key layout (``P`` is the configurable prefix, default ``topo-scheduler``):
   the Redis process the script runs on (``INFO server``); a different one there means the data
   outlived the process that wrote them (a restart from disk, or a replica promoted by Sentinel),
   so the last writes before the change may be lost: the caller waits as after a FLUSHALL.
+  ``P:settled``: the ``holder|epoch`` ``mark_settled`` marked (its leader's wait over); the
+  next ``kept_history`` says whether it names the election it reads, and deletes it.
 
 Every change touching several keys is one Lua script (``reconcile``: a sequence of them, below),
 and each script begins with the same fence:
@@ -587,7 +589,8 @@ return 1
 """
 )
 
-# {1 when P:server names this Redis process, else 0; P:leader}; then both name this election.
+# {1 when P:server names this Redis process, else 0; P:leader; 1 when P:settled names that
+# election, else 0}; then P:server and P:leader name this election, not settled.
 _KEPT_HISTORY = (
     _PRELUDE
     + r"""
@@ -595,10 +598,22 @@ if not held() then return fenced() end
 local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 local before = redis.call('GET', P .. ':server')
 local previous = redis.call('GET', P .. ':leader') or ''
+local settled = 0
+if previous ~= '' and redis.call('GET', P .. ':settled') == previous then settled = 1 end
 redis.call('SET', P .. ':server', id)
 redis.call('SET', P .. ':leader', HOLDER .. '|' .. EPOCH)
-if before == id then return {1, previous} end
-return {0, previous}
+redis.call('DEL', P .. ':settled')
+if before == id then return {1, previous, settled} end
+return {0, previous, settled}
+"""
+)
+
+_MARK_SETTLED = (
+    _PRELUDE
+    + r"""
+if not held() then return fenced() end
+redis.call('SET', P .. ':settled', HOLDER .. '|' .. EPOCH)
+return 1
 """
 )
 
@@ -651,6 +666,7 @@ class RedisStore(ReservesUnits):
         self._renew = client.register_script(_RENEW)
         self._release_lease = client.register_script(_RELEASE_LEASE)
         self._kept_history = client.register_script(_KEPT_HISTORY)
+        self._mark_settled = client.register_script(_MARK_SETTLED)
         self._update_nodes = client.register_script(_UPDATE_NODES)
         self._nominate = client.register_script(_NOMINATE)
         self._drop_nominations = client.register_script(_DROP_NOMINATIONS)
@@ -745,8 +761,11 @@ class RedisStore(ReservesUnits):
         return bool(await self._acked(self._renew, args, "renewal"))
 
     async def kept_history(self, holder: str, epoch: int) -> History:
-        kept, previous = await self._call(self._kept_history, [self.prefix, holder, epoch])
-        return History(bool(kept), _text(previous))
+        kept, previous, settled = await self._call(self._kept_history, [self.prefix, holder, epoch])
+        return History(bool(kept), _text(previous), bool(settled))
+
+    async def mark_settled(self, holder: str, epoch: int) -> None:
+        await self._call(self._mark_settled, [self.prefix, holder, epoch])
 
     async def release_lease(self, holder: str, epoch: int) -> None:
         await self._call(self._release_lease, [self.prefix, holder, epoch])

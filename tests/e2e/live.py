@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -28,6 +29,8 @@ import redis.asyncio as aioredis
 import yaml
 
 from scheduler.kube.podgroups import VOLCANO_POD_GROUPS
+from scheduler.service.witness import DEFAULT_NAMESPACE as WITNESS_NAMESPACE
+from scheduler.service.witness import NAME as WITNESS_NAME
 from scheduler.testing.controlplane import (
     REQUEST_TIMEOUT_S,
     ControlPlane,
@@ -105,6 +108,9 @@ class SchedulerProcess:
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
+
+
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class Scenario:
@@ -336,17 +342,39 @@ async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 30.
 
 
 async def begin_history(url: str, scenario: Scenario) -> None:
-    """A Redis that kept its history: its epochs have started and the last election was on this
-    Redis process. On a fresh one (or one whose process changed) the first leader would wait one
-    lease for a predecessor it cannot know (docs/operations.md, "State and HA") before its first
-    decision."""
+    """A Redis that kept its history: its epochs have started, the last election was on this
+    Redis process and its leader's wait was over (settled). On a fresh one (or one whose process
+    changed, or whose last election was not settled) the first leader would wait one lease for
+    a predecessor it cannot know (docs/operations.md, "State and HA") before its first
+    decision. The epoch witness (scheduler/service/witness.py) names the same election, as a
+    leader before this test would have recorded it."""
+    previous = "before-this-test|1"
     client = aioredis.Redis.from_url(url)
+    prefix = f"t-{scenario.id}"
     try:
         run_id = (await client.info("server"))["run_id"]
-        await client.set(f"t-{scenario.id}:epoch", 1)
-        await client.set(f"t-{scenario.id}:server", run_id)
+        await client.set(f"{prefix}:epoch", 1)
+        await client.set(f"{prefix}:server", run_id)
+        await client.set(f"{prefix}:leader", previous)
+        await client.set(f"{prefix}:settled", previous)
     finally:
         await client.aclose()
+    path = f"/api/v1/namespaces/{WITNESS_NAMESPACE}/configmaps/{WITNESS_NAME}"
+    try:
+        scenario.plane.request(
+            "PATCH", path, {"data": {scenario.name: previous}}, content_type=MERGE_PATCH
+        )
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            raise
+        scenario.plane.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": WITNESS_NAME, "namespace": WITNESS_NAMESPACE},
+                "data": {scenario.name: previous},
+            }
+        )
 
 
 @contextlib.contextmanager

@@ -305,6 +305,7 @@ async def test_3_after_a_flushed_store_the_new_leader_waits_out_the_old_leaders_
     # a leads a store whose epochs started before (not its first epoch): it decides p.
     await backend.store.acquire("x", TTL_MS)
     await backend.store.kept_history("x", 1)  # x's election recorded this store's history
+    await backend.store.mark_settled("x", 1)  # and x's wait, if any, over
     await backend.store.release_lease("x", 1)
     assert await a.elect([node(1)]) == 2
     assert a.s.may_decide()

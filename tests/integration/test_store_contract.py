@@ -114,6 +114,26 @@ async def test_kept_history_is_fenced_and_false_until_an_election_recorded_it(
     assert await h.store.kept_history("c", 1) == History(False, "")  # flushed: all lost
 
 
+async def test_an_election_is_settled_only_once_its_leader_marked_it(h: Harness) -> None:
+    """``mark_settled`` is fenced and marks the election ``kept_history`` recorded last; the
+    next election reads it in ``History.settled``, and its own starts unsettled."""
+    s = h.store
+    assert await s.acquire("a", TTL) == 1
+    await s.kept_history("a", 1)
+    await h.expire()
+    assert await s.acquire("b", TTL) == 2
+    assert await s.kept_history("b", 2) == History(True, "a|1", settled=False)  # a never marked
+    with pytest.raises(Fenced):
+        await s.mark_settled("a", 1)
+    await s.mark_settled("b", 2)
+    await h.expire()
+    assert await s.acquire("c", TTL) == 3
+    assert await s.kept_history("c", 3) == History(True, "b|2", settled=True)
+    await h.expire()
+    assert await s.acquire("d", TTL) == 4
+    assert await s.kept_history("d", 4) == History(True, "c|3", settled=False)
+
+
 async def test_a_deposed_leader_cannot_write(h: Harness) -> None:
     e1 = await h.store.acquire("a", TTL)
     assert e1 is not None

@@ -343,3 +343,51 @@ async def test_a_store_that_lost_the_reservation_waits_out_the_old_leaders_bindi
     await b.settle()
     assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
     assert b.held("default/q") is None and b.held("default/p") == ("n", [0])
+
+
+# ---- sim seed 836: a chain to a leader that left during its wait ---------------------------------
+
+
+async def test_sim836_an_election_chained_to_a_leader_that_left_during_its_wait_waits_too(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """Soak seed 836. x leads (past its first wait) and its Binding of p (n/0) is in flight
+    (a slow apiserver). The store is flushed: x's lease, the epochs and p's reservation are
+    gone, and x, its local lease running, does not know yet. a is elected at epoch 1: its
+    history is cut, so it waits one lease plus bindCommitSeconds, for Bindings like x's.
+    Before that is over a rolling update sends it SIGTERM: it drains and hands the lease over.
+    b is elected at epoch 2, its history chained to a's record in the witness. Before the
+    fix a chain skipped the wait whatever the leader chained to had waited for: b decided q
+    onto n/0 at once, and then x's Binding of p landed there too. An election is now chained
+    only to one whose wait was over (marked settled in the store): b waits in full."""
+    api, maps = Apiserver(), ConfigMaps()
+    store = stores()
+    x = replica(api, store, clock, "x", maps)
+    a = replica(api, store, clock, "a", maps)
+    b = replica(api, store, clock, "b", maps)
+    assert await x.elect([node(1)]) == 1
+    await waited(x)
+    x.pending(MakePod().Name("p").Req(1).Obj())
+    api.gates["default/p"] = gate = asyncio.Event()
+    await x.step()  # p's Binding is in flight
+    await stores.flush()  # the lease, the epochs and p's reservation are gone
+    assert await a.elect([node(1)]) == 1
+    assert not a.s.may_decide()  # a cut history: one lease plus bindCommitSeconds first
+    clock.now += 1.0
+    await a.s.drain()  # SIGTERM (app.py's shut_down): drained, the lease handed over
+    await a.leadership.release()
+    q = b.pending(MakePod().Name("q").Req(1).Obj())
+    assert await b.elect([node(1)]) == 2
+    x.s.intake.pending_event("ADDED", q)
+    if b.s.may_decide():  # what the chain to a allowed: q decided at once
+        await b.step()
+        await b.settle()
+    gate.set()  # x's Binding commits, within its bind timeout
+    await x.settle()
+    assert api.binds == [("default/p", "n", "0")], "n/0 given twice: b skipped a's wait"
+    b.bound_seen("default/p")
+    await waited(b)
+    await b.step()
+    await b.settle()
+    assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
+    assert b.held("default/q") is None and b.held("default/p") == ("n", [0])

@@ -17,9 +17,9 @@ PodGroup, Volcano's PodGroup and Koordinator's annotations created, restarted (o
 terminating while the new ones come) and shrunk (the minimum lowered, members beyond it
 deleted); pods and gangs of high priority, which preempt (victims evicted: terminating, then
 reaped).
-Faults: the next Binding's answer lost, timed out, 403,
-404 or 409 after committing, 500; an etcd stall of up to 30 s (longer than the lease: writes
-commit when it ends); reads failing; either pod stream of either replica lagging, or
+Faults: the next Binding's answer lost, timed out, 403, 409 after committing, 404 after
+committing with the pod deleted at once, 500; an etcd stall of up to 30 s (longer than the
+lease: writes commit when it ends); reads failing; either pod stream of either replica lagging, or
 re-listing (410: a LIST delivered when the stream catches up); the leader's SIGTERM (a rolling
 update: the new replica starts first) and SIGKILL; a FLUSHALL of the store. Time passes between
 steps (``tick``); ``quiesce`` ends every fault, lets 120 s pass and checks the quiet-world
@@ -90,7 +90,7 @@ BIND_FAULTS = {
     "timeout": "never reaches etcd (the client times out)",
     "slow": "hangs 20s in a slow apiserver, then commits",
     "403": "is refused 403",
-    "404": "commits, answered 404",
+    "404": "commits, the pod deleted at once, answered 404",
     "409": "commits, answered 409",
     "500": "is refused 500",
     "500-committed": "commits, answered 500 (etcd's answer lost inside the apiserver)",
@@ -130,7 +130,7 @@ class ServerStore(MemoryStore):
         history = await super().kept_history(holder, epoch)
         kept = history.kept and self.history_server == self.server
         self.history_server = self.server
-        return History(kept, history.previous)
+        return History(kept, history.previous, history.settled)
 
     def promoted(self, loop: asyncio.AbstractEventLoop) -> ServerStore:
         copy = deepcopy(self, {id(loop): loop})  # the same clock, everything else copied
@@ -195,6 +195,7 @@ class SimMachine(RuleBasedStateMachine):
         self.seen_binds = 0
         self.seen_terms = 0
         self.seen_evictions = 0
+        self.seen_deleted = 0
         self.minimums: dict[str, int] = {}  # gang generation -> minimum
         self.disturbed: set[str] = set()
         # When the store last lost writes a leader may lead on past (a failover with writes
@@ -264,6 +265,11 @@ class SimMachine(RuleBasedStateMachine):
             self.disturbed.add(name.rpartition("-")[0])
             happened.append((at, f"  {name} evicted (preempted)"))
         self.seen_evictions = len(self.api.evictions)
+        for at, key in self.api.deleted[self.seen_deleted :]:
+            name = key.split("/")[1]
+            self.disturbed.add(name.rpartition("-")[0])
+            happened.append((at, f"  {name} deleted (right after its Binding committed)"))
+        self.seen_deleted = len(self.api.deleted)
         for at, what in sorted(happened, key=lambda h: h[0]):
             self.timeline.append((at, what))
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.names import ASSIGNMENT_ANNOTATION
 from scheduler.core.model.objects import PodInput
@@ -663,7 +664,21 @@ def _no_record_chained() -> list[Patch]:
         await self._record(f"{holder}|{epoch}")
         return new, chained
 
-    return [(Witness, "elected", elected)]
+    # The timeline's two elections chain to r1's, made during r1's first wait: since sim seed
+    # 836 such a chain waits anyway, so the mutant puts it back too (no shorter timeline
+    # found yet in which a settled leader's record is missing on both sides of a partition).
+    return [(Witness, "elected", elected), *_chained_to_unsettled()]
+
+
+def _chained_to_unsettled() -> list[Patch]:
+    """Sim seed 836: an election chains to the last one recorded whether or not its leader's
+    wait for a forgotten leader's Bindings was over (every election reads as settled)."""
+    fixed = MemoryStore.kept_history
+
+    async def kept_history(self: MemoryStore, holder: str, epoch: int) -> History:
+        return msgspec.structs.replace(await fixed(self, holder, epoch), settled=True)
+
+    return [(MemoryStore, "kept_history", kept_history)]
 
 
 def _victim_back_awaited() -> list[Patch]:
@@ -702,12 +717,38 @@ def _nominee_gone_unmoved() -> list[Patch]:
 
 def _own_binding_unrecorded() -> list[Patch]:
     """Sim seed 3348: an election does not reserve again this replica's own Bindings in flight
-    whose reservations the store lost; their marks find nothing, the pods are bound unrecorded."""
+    whose reservations the store lost; their marks find nothing, the pods are bound unrecorded.
+    Only an election that does not wait reaches it (one that waits reconciles again before
+    its first decision), and on a flushed store that is one chained to a leader elected there
+    since, whose own wait was cut short: sim seed 836's fix makes that one wait too, so the
+    mutant puts that chain back as well (``_chained_to_unsettled``)."""
 
     async def reserve_own(self: StoreSync, epoch: int, records: dict[str, Record]) -> None:
         return None
 
-    return [(StoreSync, "reserve_own", reserve_own)]
+    return [(StoreSync, "reserve_own", reserve_own), *_chained_to_unsettled()]
+
+
+def _finished_read_back_bound() -> list[Patch]:
+    """Soak seed 1992: a pod read back finished after its Binding's 409 or a lost answer is
+    taken as bound (ours, or elsewhere) and held as assumed or bound for good: the bound watch
+    never shows a finished pod again."""
+
+    def settle(
+        pod: PodInput, placement: Placement, current: PodInput | None, uncertain: bool = False
+    ) -> tuple[Event, PodInput | None]:
+        if current is None or current.uid != pod.uid:
+            return E.BIND_GONE, None
+        ours = assignment_annotations(placement)
+        if current.node_name == placement.node and all(
+            current.annotations.get(k) == v for k, v in ours.items()
+        ):
+            return E.BIND_OK, None
+        if current.node_name:
+            return E.BIND_ELSEWHERE, current
+        return (E.BIND_UNKNOWN if uncertain else E.BIND_FAILED), None
+
+    return [(binder_module, "settle", settle)]
 
 
 MUTANTS: dict[str, Mutant] = {
@@ -757,7 +798,7 @@ MUTANTS: dict[str, Mutant] = {
     "20.2-stale-news-trusted": Mutant(
         "news older than the book's (an old UID's LIST page) is taken in",
         _stale_news_trusted,
-        seed=15,
+        seed=99,
     ),
     "20.3-nothing-inherited": Mutant(
         "the new leader frees the old leader's last binds",
@@ -964,6 +1005,12 @@ MUTANTS: dict[str, Mutant] = {
         _own_binding_unrecorded,
         timeline="sim3348-own-binding-after-flush",
     ),
+    "sim836-chained-to-unsettled": Mutant(
+        "an election chains to one whose leader left during its wait, and skips the wait",
+        _chained_to_unsettled,
+        needs=frozenset({"flush_store"}),
+        timeline="sim836-chained-to-a-leader-in-its-wait",
+    ),
     "sim1326-victim-back-awaited": Mutant(
         "a nomination waits for a victim an etcd restore brought back running",
         _victim_back_awaited,
@@ -973,6 +1020,11 @@ MUTANTS: dict[str, Mutant] = {
         'a Binding\'s "gone" told after an etcd restore began a new era drops the pod',
         _gone_before_restore_trusted,
         timeline="sim1326-gone-before-restore",
+    ),
+    "sim1992-finished-read-back-bound": Mutant(
+        "a pod read back finished after its Binding's 409 is held as bound for good",
+        _finished_read_back_bound,
+        timeline="sim1992-finished-pod-read-back",
     ),
     "shares-not-read-back": Mutant(
         "a bound pod's shares of cards are not read back from its annotation",

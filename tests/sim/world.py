@@ -9,8 +9,8 @@ all on one virtual clock (vloop.py).
   a node and not finished), as the apiserver's watch cache does (an object leaving a selector
   is a DELETED of its previous state at the new version). Faults: a stall (no write answers;
   the writes commit, in order, when it ends, as after an etcd stall), one-shot faults on the
-  next Binding (answer lost, timeout, 403, 404, 409, 500) and on the next claim write, failing
-  reads.
+  next Binding (answer lost, timeout, 403, 409, 500; 404 with the pod deleted at once) and on
+  the next claim write, failing reads.
 - ``Streams``: one replica's two watches. A stream can lag (paused: events queue) and re-list
   (a LIST taken now, delivered before the events after it: a LIST in transit while the stream
   lags); the pump task delivers every 200 ms of simulated time (slow, not lagging).
@@ -192,6 +192,8 @@ class SimApiserver:
         self.landed: list[Landed] = []
         self.unschedulable: dict[str, tuple[str, str]] = {}  # pod -> (uid, message)
         self.evictions: list[tuple[float, str]] = []  # (when, pod) evicted: made terminating
+        # (when, pod) deleted right after its Binding committed (the fault "404").
+        self.deleted: list[tuple[float, str]] = []
         # Faults.
         self.stalled = False
         self.in_stall: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
@@ -350,10 +352,20 @@ class SimApiserver:
         assert isinstance(result, BindResult)
         if fault == "lose" and result.ok:
             raise ConnectionError("the answer was lost")
-        if fault in ("404", "409") and result.ok:
+        if fault == "409" and result.ok:
             # The apiserver committed, then the answer that came back was an error (an
-            # apiserver behind a proxy that retried the request).
-            return BindResult(int(fault), "injected")
+            # apiserver behind a proxy that retried the request: the retry found it bound).
+            return BindResult(409, "injected")
+        if fault == "404" and result.ok:
+            # The apiserver committed and the pod was deleted at once (grace period 0, as
+            # ``delete_pod`` without grace); the proxy's retry found no such pod. A 404 for a
+            # pod that still exists is no answer an apiserver gives (its Binding reads the pod
+            # from etcd: 404 only when it is gone, 409 when it is bound already, else 201),
+            # so the pod goes with it: answered 404 and left bound, the world showed what no
+            # cluster does.
+            self.remove(key)
+            self.deleted.append((self.clock(), key))
+            return BindResult(404, "injected")
         if fault == "500-committed" and result.ok:
             # etcd committed, but its answer timed out inside the apiserver: a 500.
             return BindResult(500, "injected: etcdserver: request timed out")

@@ -30,7 +30,9 @@ async def test_a_previous_leaders_bind_seen_after_the_reconcile_is_recorded() ->
     api, store = Apiserver(), MemoryStore(clock)
     a = Replica(api, store, clock, "a", wait_for_unknown_leader=True, tuning=QUICK_RETRIES)
     b = Replica(api, store, clock, "b", wait_for_unknown_leader=True, tuning=QUICK_RETRIES)
-    await store.acquire("x", TTL_MS)  # epochs that started before a
+    await store.acquire("x", TTL_MS)  # epochs that started before a: x's election, settled
+    await store.kept_history("x", 1)
+    await store.mark_settled("x", 1)
     await store.release_lease("x", 1)
     await a.elect([node(2)])
     p = a.pending(MakePod().Name("p").Req(1).Obj())
