@@ -52,6 +52,8 @@ RANGES: dict[str, Range] = {
     "fragmentation.coveragePercent": Range(1, 100),
     "fragmentation.minPods": AT_LEAST_1,
     "fragmentation.strandedWeight": NOT_NEGATIVE,
+    "fragmentation.contestWeight": NOT_NEGATIVE,
+    "fragmentation.contestCapPercent": NOT_NEGATIVE,
     "fragmentation.memoShapes": AT_LEAST_1,
     "fragmentation.weightParts": AT_LEAST_1,
     "memos.asks": AT_LEAST_1,

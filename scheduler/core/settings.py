@@ -71,6 +71,15 @@ class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, ren
     weight_parts: int = 1000
     # A stranded GPU percent counts this many times the whole workload's weight.
     stranded_weight: int = 4
+    # A fed free GPU percent of a contested pool (the classes pinned to some pools ask of it:
+    # their GPU demand spread over the pools they run in, against its share of the GPUs, in
+    # percent, at most ``contest_cap_percent``) counts this many times the workload's weight
+    # times that contest as room kept for them, which a placement there loses. 0: no contest,
+    # and bench-frag --pin 33 left a point more of openb's GPUs idle than FGD at 100% arrived,
+    # 3.4 to 3.6 more than with it (the stranded term sent cpu-light pods that could run
+    # anywhere to the cpu-poor pools the pinned pods wait for).
+    contest_weight: int = 4
+    contest_cap_percent: int = 100
     # Node shapes (and placement ranks) remembered per target; a full memo drops its older half.
     memo_shapes: int = 1 << 16
     # The node labels that say which pool of GPUs a node is (model, product, family, instance

@@ -43,6 +43,8 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
         coverage_percent=95,
         min_pods=32,
         stranded_weight=4,
+        contest_weight=4,
+        contest_cap_percent=100,
         memo_shapes=1 << 16,
     )
     assert CoreSettings().preemption == PreemptionSettings(
@@ -149,7 +151,13 @@ def test_range_problems_are_collected_with_the_others() -> None:
 def test_the_files_core_values_reach_core_settings() -> None:
     core = parse_config(
         {
-            "fragmentation": {"strandedWeight": 3, "memoShapes": 9, "minPods": 2},
+            "fragmentation": {
+                "strandedWeight": 3,
+                "memoShapes": 9,
+                "minPods": 2,
+                "contestWeight": 5,
+                "contestCapPercent": 150,
+            },
             "preemption": {
                 "minCandidateNodes": 7,
                 "minCandidateNodesPercent": 50,
@@ -159,7 +167,9 @@ def test_the_files_core_values_reach_core_settings() -> None:
             "memos": {"asks": 5, "requests": 6, "quantities": 7, "bestSets": 8},
         }
     ).to_core()
-    assert core.fragmentation == FragmentationSettings(stranded_weight=3, memo_shapes=9, min_pods=2)
+    assert core.fragmentation == FragmentationSettings(
+        stranded_weight=3, memo_shapes=9, min_pods=2, contest_weight=5, contest_cap_percent=150
+    )
     assert core.preemption == PreemptionSettings(7, 50, 3)
     assert core.topology.max_plans == 2
     memos = ClusterState(core).memos

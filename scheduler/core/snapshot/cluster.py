@@ -130,6 +130,8 @@ class ClusterState:
             self.settings.fragmentation.pool_labels,
         )
         state = NodeState(node, inventory, error, allocatable, pool)
+        # The pools' GPUs, which the target's contest of pools reads.
+        self.profile.count_node(node.name, pool, state.healthy.bit_count())
         if node.allocatable is not None:
             state.resources = node_allocatable(
                 node.allocatable, self.gpu_names, self.memos.quantities
@@ -178,6 +180,7 @@ class ClusterState:
             return
         self._relabel(name, state.node.labels, None)
         self.devices.node_changed(name, None)
+        self.profile.count_node(name, None, 0)
         for key in state.pods:
             holding = self.holdings.pop(key, None)
             if holding is not None:

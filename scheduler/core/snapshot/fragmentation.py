@@ -31,6 +31,19 @@ before the cluster is full are refused for want of cpu on every node with a free
 (bench-frag: 4.17% unallocated with the term, against FGD's 4.72). The numbers (95%, the
 stranded weight, and the others below) are settings.py's FragmentationSettings, defaults shown.
 
+Last, a pool's *contest*: how much more the classes pinned to some pools (those whose reach
+leaves out a pool that has GPUs) ask of it than its share of the cluster's GPUs: each such
+class's GPU demand spread over the pools it can run in by their GPUs, as a percent of the
+pool's share (100: the pinned classes ask as much of it as its share of the GPUs), at most
+``contest_cap_percent``. Every free GPU percent of a node that its cpu left can still feed (the
+free percent less the stranded) counts ``contest_weight`` times the workload's weight times its
+pool's contest as room the pinned classes need, subtracted: a placement in a contested pool
+loses it, so a pod that can run anywhere goes to the pools nobody waits for first (issue 32:
+with a third of openb's pods pinned to models, the stranded term alone sent cpu-light pods to
+the cpu-poor V100 and P100 pools the pinned pods were refused for, and left a point more of the
+GPUs idle than FGD at 100% arrived; with the contest, two points less). A workload without a
+pinned class has no contest: it measures as before.
+
 A placement's *gain* on a node is the measure before minus after it: the fragmentation it
 removes (negative: what it adds). It depends on the node's shape (cpu left, the
 cards' free percent as a multiset) alone, so each Target remembers it by shape, and only a node
@@ -48,6 +61,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Iterable
+from fractions import Fraction
 from typing import Any
 
 from ..model.labels import requirement_holds
@@ -68,6 +82,8 @@ ANYWHERE: Reach = ("", (), ())
 Pool = tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str, str], ...]]
 # A request class: (cpu millicores, cards, percent of each card, where it can run).
 RequestClass = tuple[int, int, int, Reach]
+# Per pool whose contest is above 0, that contest in percent; sorted by pool.
+Contest = tuple[tuple[Pool, int], ...]
 # A node as the measure sees it: cpu millicores left (-1: not known, enough for any class), its
 # cards' free percent, largest first, idle and shared cards only (a card held whole, or
 # unhealthy, or held for a preemptor, has nothing free), and its pool.
@@ -100,6 +116,7 @@ class Target:
         "before",
         "blocked",
         "classes",
+        "contest",
         "cpu_cap",
         "cpu_per",
         "delta",
@@ -111,6 +128,7 @@ class Target:
         "per_cpu",
         "ranks",
         "reaches",
+        "reserve",
         "strand",
         "unreached",
         "weight",
@@ -121,8 +139,10 @@ class Target:
         key: tuple[tuple[RequestClass, int], ...],
         settings: FragmentationSettings,
         before: Target | None = None,
+        contest: Contest = (),
     ) -> None:
         self.key = key
+        self.contest = contest
         self.classes = key
         # No class asks for more cpu: above it, nodes differing in cpu left measure the same.
         self.cpu_cap = max((request[0] for request, _ in key), default=0)
@@ -165,13 +185,21 @@ class Target:
         self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
         if before is not None and self.before is not None and not self.delta:
             # The same classes and weights in another order (the pods held changed which of
-            # two equally common classes comes first): the same measure, its memos kept.
-            self.memo, self.ranks, self.before = before.memo, before.ranks, None
+            # two equally common classes comes first): the same classes' part, its memo kept,
+            # and the same ranks too when the pools' contest is the same.
+            self.memo, self.before = before.memo, None
+            if contest == before.contest:
+                self.ranks = before.ranks
         # Per cpu level (how many of ``asks`` a cpu left covers) and reaches that leave the node
         # out, the GPU classes it covers and that can run there summed by (cards, percent):
         # (cards, percent, weight), built when first asked for.
         self.levels: dict[tuple[int, frozenset[Reach]], list[tuple[int, int, int]]] = {}
         self.weight = sum(weight for _, weight in key)
+        # Per contested pool, what a free GPU percent of it counts (subtracted) in frag().
+        self.reserve = {
+            pool: settings.contest_weight * self.weight * percent // 100
+            for pool, percent in contest
+        }
 
     def rank(self, shape: Shape, cpu: int, take: tuple[tuple[int, int], ...]) -> int:
         """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered. The cpu left
@@ -213,7 +241,8 @@ class Target:
         class can never use there is as lost to it as one no cpu is left for: issue 32, a
         stranded term blind to pools sent cpu-heavy pods to the cpu-rich pools pinned pods
         needed, and left 1.1 points more of openb's GPUs idle with a third of its pods
-        pinned)."""
+        pinned); less the room its free GPU percent is for the pinned classes, in a contested
+        pool (``reserve``)."""
         left, cards, pool = shape
         asks = self.asks
         # The largest cpu a class asks that ``left`` covers (-1: none; a node whose status has
@@ -234,7 +263,15 @@ class Target:
                 weight for request, weight in self.key if request[3] in blocked
             )
         stranded = (self.weight - unreached) * self.stranded(shape) + unreached * sum(cards)
-        return found + self.strand * stranded
+        total = found + self.strand * stranded
+        if self.reserve:
+            # The free percent its cpu left can still feed: a GPU no pinned pod could be fed on
+            # is no room kept for them, so a cpu-light pod that fills it loses none (taking it
+            # for the pinned classes alone, the cpu-poor pools' GPUs they strand at 130%
+            # arrived left half a point more of pinned openb idle than with the stranded term
+            # alone).
+            total -= self.reserve.get(pool, 0) * (sum(cards) - self.stranded(shape))
+        return total
 
     def _measured(
         self, left: int, level: int, cards: tuple[int, ...], pool: Pool, blocked: frozenset[Reach]
@@ -364,9 +401,23 @@ class Profile:
     pods and so weigh nodes by the same target (issue 32). A hysteresis (rebuilding only when
     the pods held drifted by some fraction since the last build) would be history, and history
     is exactly what two schedulers do not share.
+
+    The pools' contest (Target) reads the GPU nodes too: each node's pool and healthy GPUs,
+    counted here by ``count_node`` as the snapshot sets and removes nodes, so the target is a
+    function of the pods held and the nodes, both of which every scheduler of the cluster sees.
     """
 
-    __slots__ = ("_changed", "_counts", "_gpu_pods", "_pods", "_settings", "_target")
+    __slots__ = (
+        "_changed",
+        "_counts",
+        "_gpu_pods",
+        "_nodes",
+        "_pods",
+        "_runs",
+        "_settings",
+        "_supply",
+        "_target",
+    )
 
     def __init__(self, settings: FragmentationSettings) -> None:
         self._settings = settings
@@ -374,8 +425,13 @@ class Profile:
         self._counts: dict[RequestClass, int] = {}
         self._gpu_pods = 0  # entries with cards: only these make a target exist
         self._target: Target | None = None
-        # A charge changed the counts since ``_target`` was worked out from them.
+        # A charge (or a node counted) changed what ``_target`` was worked out from.
         self._changed = True
+        # Each GPU node's pool and healthy GPUs, the GPUs per pool, and per reach the pools
+        # it can run in (worked out again after the pools changed).
+        self._nodes: dict[str, tuple[Pool, int]] = {}
+        self._supply: dict[Pool, int] = {}
+        self._runs: dict[Reach, tuple[Pool, ...]] = {}
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -397,6 +453,28 @@ class Profile:
         # A node refreshed charges its pods again with the classes they had: nothing changed.
         self._changed |= previous != request
 
+    def count_node(self, name: str, pool: Pool | None, gpus: int) -> None:
+        """Node ``name`` is of ``pool`` with ``gpus`` healthy GPUs now (None or 0: it counts no
+        more)."""
+        now = (pool, gpus) if pool is not None and gpus else None
+        previous = self._nodes.get(name)
+        if previous == now:
+            return
+        if previous is not None:
+            left = self._supply[previous[0]] - previous[1]
+            if left:
+                self._supply[previous[0]] = left
+            else:
+                del self._supply[previous[0]]
+                self._runs.clear()
+            del self._nodes[name]
+        if now is not None:
+            self._nodes[name] = now
+            if now[0] not in self._supply:
+                self._runs.clear()
+            self._supply[now[0]] = self._supply.get(now[0], 0) + now[1]
+        self._changed = True
+
     def target(self) -> Target | None:
         """M for the pods held now; None while fewer than ``min_pods`` of them hold GPUs (too few
         to say what the workload is: the other rules decide alone; pods without GPUs, however
@@ -411,9 +489,53 @@ class Profile:
         if self._changed:
             self._changed = False
             key = self._key()
-            if self._target is None or self._target.key != key:
-                self._target = Target(key, self._settings, self._target)
+            contest = self._contest(key)
+            target = self._target
+            if target is None or target.key != key or target.contest != contest:
+                self._target = Target(key, self._settings, target, contest)
         return self._target
+
+    def _contest(self, key: tuple[tuple[RequestClass, int], ...]) -> Contest:
+        """Each pool's contest under the classes ``key`` (Target): the GPU demand (weight x
+        cards x percent) of every class whose reach leaves out a pool that has GPUs, spread
+        over the pools it runs in by their GPUs, against the pool's share of the cluster's
+        GPUs, in percent of the whole demand, capped; the pools above 0, sorted."""
+        cap = self._settings.contest_cap_percent
+        supply = self._supply
+        if not cap or not self._settings.contest_weight or len(supply) < 2:
+            return ()
+        # The pinned classes' demand by reach, and everyone's.
+        pinned: dict[Reach, int] = {}
+        total = 0
+        for (_cpu, cards, core, reach), weight in key:
+            if not cards:
+                continue
+            demand = weight * cards * core
+            total += demand
+            runs = self._runs.get(reach)
+            if runs is None:
+                runs = self._runs[reach] = tuple(p for p in supply if can_run(reach, p))
+            if runs and len(runs) < len(supply):
+                pinned[reach] = pinned.get(reach, 0) + demand
+        if not pinned:
+            return ()
+        # A pool's contest is its pinned demand share over its GPU share: per reach,
+        # demand x pool / reach's GPUs, over (total demand x pool / all GPUs); the pool's
+        # GPUs cancel, leaving all GPUs / total demand x the sum of demand / reach's GPUs.
+        shares: dict[Pool, Fraction] = {}
+        for reach, demand in pinned.items():
+            runs = self._runs[reach]
+            part = Fraction(demand, sum(supply[p] for p in runs))
+            for pool in runs:
+                shares[pool] = shares.get(pool, Fraction(0)) + part
+        scale = Fraction(100 * sum(supply.values()), total)
+        return tuple(
+            sorted(
+                (pool, percent)
+                for pool, share in shares.items()
+                if (percent := min(cap, int(share * scale))) > 0
+            )
+        )
 
     def _key(self) -> tuple[tuple[RequestClass, int], ...]:
         """The classes of the pods held, most common first (ties by class), until they cover
