@@ -463,8 +463,8 @@ class Replica:
     async def step(self) -> str | None:
         """One turn of the loop: the next pod, decided, reserved and handed to the binder."""
         assert self.s.may_decide()
-        await self.s.settle()  # the loop's mark of an election whose wait is over
         await self.s.sync.if_needed()
+        await self.s.settle()  # the loop's mark of an election whose wait is over
         self.s.effects.settle_due()  # the loop's timer for a previous leader's reservations
         key = self.s.queue.pop()
         if key is not None:

@@ -68,7 +68,7 @@ class Leadership:
         self.epoch: int | None = None
         self._renewed_at = 0.0
         self._stopping = False
-        self._retired = False  # shutting down: a lease held is kept, none is taken (``retire``)
+        self._retired = False  # shutting down: a lease held is kept, none is asked for (``retire``)
 
     @property
     def leading(self) -> bool:
@@ -228,11 +228,13 @@ class Leadership:
     def retire(self) -> None:
         """Shutdown begins (the drain): the lease held, if any, is kept and renewed while the
         binds in flight finish (they need it: binder.py's fencing rule), then ``release`` gives
-        it up; a lease lost meanwhile is never taken again. A draining replica decides nothing,
-        so a lease it took would only keep the standby from leading until the drain ended, and
-        its election, prepared but never deciding, would stand between the leaders before and
-        after it (sim seed 836: re-elected while draining on a flushed store, it was the
-        record the next election chained to)."""
+        it up; a lease lost meanwhile is never asked for again (an acquire already sent may
+        still win: that election decides nothing and, never settled, leaves its wait to the
+        next). A draining replica decides nothing, so a lease it took would only keep the
+        standby from leading until the drain ended, and its election, prepared but never
+        deciding, would stand between the leaders before and after it (sim seed 836:
+        re-elected while draining on a flushed store, it was the record the next election
+        chained to)."""
         self._retired = True
 
     async def release(self) -> None:

@@ -122,6 +122,9 @@ class Scheduler:
         self.first_decision_at = 0.0
         # The epoch of this replica's election not yet marked settled in the store (``settle``).
         self._unsettled: int | None = None
+        # Whether this term waits before its first decision (``settle`` then marks only after
+        # the reconcile that follows the wait).
+        self._waited = False
         self._gauged: dict[str, int] = {}  # the queue sizes the pending gauge shows
         preemption = preemption or Preemption()
         tuning = tuning or Tuning()
@@ -308,6 +311,7 @@ class Scheduler:
         # wait) leaves its wait to this one: the Bindings it waited for may still land.
         wait = self.first_wait(chained and history.settled)
         self.first_decision_at = self.clock() + wait
+        self._waited = bool(wait)
         if wait:
             if new:  # a new installation, or the witness deleted too: the log says which case
                 log.info(
@@ -327,20 +331,28 @@ class Scheduler:
         self.tasks.wake()
 
     async def settle(self) -> None:
-        """Once this term's wait before its first decision is over (the loop asks every turn),
-        mark the election settled in the store, once: the next election may then chain to it
-        and skip its own wait (``first_wait``). Until then a successor waits in full, for the
-        Bindings this leader was waiting for: chained to a leader that left during its wait (a
-        rolling update's SIGTERM, a lost lease), it skipped it, and a forgotten leader's
-        Binding landed after its decisions (sim seed 836). A failure to mark is logged and not
+        """Once this term's wait before its first decision is over and the store records what
+        the Bindings waited for bound (the loop asks every turn, after its reconcile), mark the
+        election settled in the store, once: the next election may then chain to it and skip
+        its own wait (``first_wait``). Until then a successor waits in full, for the Bindings
+        this leader was waiting for: chained to a leader that left during its wait (a rolling
+        update's SIGTERM, a lost lease), it skipped it, and a forgotten leader's Binding landed
+        after its decisions (sim seed 836). So a draining leader never marks (it decides
+        nothing, and its loop runs no reconcile), nor one whose reconcile after the wait has
+        not succeeded yet (``sync.needed``, or none since the wait ended): marked before, a
+        successor with a lagging bound watch found no record of the pods those Bindings bound
+        and skipped the wait that would have shown them. A failure to mark is logged and not
         retried: the next election then waits, which is always safe."""
         epoch = self._unsettled
         if (
             epoch is None
             or epoch != self.leadership.epoch
             or not self.ready_to_schedule
+            or not self.accepting
             or not self.leadership.leading
             or self.clock() < self.first_decision_at
+            or self.sync.needed
+            or (self._waited and self.sync.last < self.first_decision_at)
         ):
             return
         self._unsettled = None
@@ -425,12 +437,12 @@ class Scheduler:
 
     async def run(self) -> None:
         while True:
-            await self.settle()
             if not self.may_decide():
                 self.queue.regang()  # its gangs' tiers kept as a leader's are (queue.py)
                 await self.tasks.sleep(self.tick_s)
                 continue
             await self.sync.if_needed()
+            await self.settle()
             try:
                 self.stale.tick()
                 self.effects.settle_due()

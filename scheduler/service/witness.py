@@ -11,10 +11,10 @@ It serves three purposes (docs/operations.md "State and HA"):
   before, nor keep that leader's last reservations, so the new leader waits until an old
   leader's Bindings can no longer land, one lease plus run.tuning.bindCommitSeconds
   (scheduler.py's ``first_wait``), unless its history ends with the leader recorded here
-  (``chained``); with
-  no record at all (``elected`` says "new"), a new installation cannot be told from a witness
-  deleted and a store flushed while an old leader's Bindings, its very first ones included, are
-  in flight. A new installation pays that once.
+  (``chained``) and that leader's own wait was over (its election marked settled in the
+  store, scheduler.py's ``settle``); with no record at all (``elected`` says "new"), a new
+  installation cannot be told from a witness deleted and a store flushed while an old leader's
+  Bindings, its very first ones included, are in flight. A new installation pays that once.
 - *A renewal counts only while the witness holds the renewer's own record* (``superseded``,
   checked by leader.py after Redis accepted the renewal). A later leader that cannot trust its
   Redis records itself before its wait: a renewal sent after that record does not

@@ -391,3 +391,31 @@ async def test_sim836_an_election_chained_to_a_leader_that_left_during_its_wait_
     await b.settle()
     assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
     assert b.held("default/q") is None and b.held("default/p") == ("n", [0])
+
+
+async def test_sim836_review_a_wait_is_settled_only_by_a_leader_that_reconciled_after_it(
+    stores: Stores, clock: ManualClock
+) -> None:
+    """Review of seed 836's fix. a is elected on a flushed store and waits one lease plus
+    bindCommitSeconds; a forgotten leader's Bindings may land during that wait, and only the
+    reconcile after it writes the pods they bound into the store. Two ways a marked a's
+    election settled before that reconcile: its loop marked at the top of a turn, before the
+    reconcile of the same turn (a's turn here, asked at that moment); and a SIGTERM right
+    after the wait ended, whose drain runs no reconcile at all. Marked, b's election chained
+    to a skipped its wait, though the store had no record of those pods (a lagging bound
+    watch then shows b their GPUs free). Now a marks only after that reconcile, and never
+    while draining: b waits in full."""
+    api, maps = Apiserver(), ConfigMaps()
+    store = stores()
+    a = replica(api, store, clock, "a", maps)
+    b = replica(api, store, clock, "b", maps)
+    assert await a.elect([node(1)]) == 1  # a new store: a waits
+    assert not a.s.may_decide()
+    await waited(a)  # the wait is over; the loop's reconcile after it has not run yet
+    assert a.s.sync.needed
+    await a.s.settle()  # the loop's turn as it was: the mark before the reconcile
+    await a.s.drain()  # SIGTERM: no turn of the loop runs again
+    await a.s.settle()
+    await a.leadership.release()
+    assert await b.elect([node(1)]) == 2
+    assert not b.s.may_decide(), "b chained to an election settled before its reconcile"
