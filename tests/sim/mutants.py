@@ -27,7 +27,19 @@ deletion), 12.5 (store errors beyond the store unreachable or late, FLUSHALL and
 12.8-12.12 (sizes, memory, device plugin, debug endpoint), 20.5 (PodDisruptionBudgets), 20.6 (a
 crashing unit), 30.7's fragmentation target (a function of the pods held: it weighs nodes, so a
 target rebuilt late makes run and simulate prefer other nodes but gives no GPU twice and breaks
-no invariant here; tests/unit compares run and simulate).
+no invariant here; tests/unit compares run and simulate), and the review of seed 836's fix
+(f5b8a2a: an election marked settled before the reconcile after its wait, or while draining;
+tests/integration/test_witness_fence.py steps it on both stores). Its mark is reached
+(sim836-chained-to-a-leader-in-its-wait's steps up to the FLUSHALL, then r2's wait, the store
+answering 3 s late just before it ends and a rolling update: r2 marks, its drain runs no
+reconcile, r4 chained to it skips its wait), but the next leader always knows the pods the
+forgotten leader's Bindings bound, so its election reconcile records them: for it not to, its
+bound watch must lag from the Binding's landing to its first decision. That Binding lands by
+election + 45 s (sent within the forgotten leader's local lease, one lease, and committed
+within 30 s: a slow apiserver 20 s, an etcd stall 30 s at most), the successor decides after
+election + 75 s (the wait: one lease plus bindCommitSeconds), and the world's longest bound-watch
+lag is 20 s (lags do not add up). A longer lag moves every seed's draws; a later round that
+adds one can make it a mutant.
 
 The SIGKILL gang swap (the store checking a unit against its own pods' records) delays a
 gang by one turn: the refused reservation asks for a reconcile, which frees the unit's old
