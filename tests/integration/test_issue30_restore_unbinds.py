@@ -12,29 +12,24 @@ from __future__ import annotations
 
 import msgspec
 
+from scheduler.core.model.objects import PodInput
 from scheduler.service.podbook import Stage
 from tests.builders import MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
 from tests.integration.test_pod_lifecycle import Backend, run
-from tests.lifecycle import node, until
+from tests.lifecycle import Replica, node, until
 
 # The stores of test_pod_lifecycle.py: memory, and the session's real redis-server.
 redis_url = lifecycle_tests.redis_url
 backend = lifecycle_tests.backend
 
 
-async def test_pending_news_of_a_restored_history_does_not_keep_a_pod_bound(
-    backend: Backend,
-) -> None:
-    """h is pending when etcd is backed up, then bound on n/0 by the leader. etcd is restored
-    from the backup (h pending again, the versions go back) and both pod watches re-list; the
-    bound watch's LIST (taken at the restore, without h) is slow. The pending LIST comes first
-    and begins a new era; then h is written (a label: its version passes the LIST's) and
-    deleted, both told by the pending watch. Then the bound LIST ends, lacking h. Before the
-    fix the pending watch's news had raised h's version in the book above the LIST's, so the
-    LIST's end took h for one bound after it ("the watch from the LIST's version tells"), and
-    nothing ever told: h, which no longer existed, held n/0 for good."""
-    r = backend.live()
+async def restored_under_pending_news(r: Replica) -> tuple[PodInput, tuple[list[PodInput], int]]:
+    """Both tests' start: h pending when etcd is backed up, then bound on n/0 by the leader; etcd
+    restored from the backup (h pending again, the versions go back) and both pod watches
+    re-list, the bound watch's LIST (taken at the restore, without h) answered late; the
+    pending LIST comes first and begins a new era; then h is written (a label: its version
+    passes the bound LIST's), told by the pending watch. Returns h and the bound LIST."""
     api = r.api
     api.version = 1000
     await r.elect([node(2)])
@@ -54,6 +49,23 @@ async def test_pending_news_of_a_restored_history_does_not_keep_a_pod_bound(
         msgspec.structs.replace(api.pods[h.key], labels={"team": "a"})
     )
     r.s.intake.pending_event("MODIFIED", labelled)  # newer than the bound LIST
+    return h, bound_list
+
+
+async def test_pending_news_of_a_restored_history_does_not_keep_a_pod_bound(
+    backend: Backend,
+) -> None:
+    """h is pending when etcd is backed up, then bound on n/0 by the leader. etcd is restored
+    from the backup (h pending again, the versions go back) and both pod watches re-list; the
+    bound watch's LIST (taken at the restore, without h) is slow. The pending LIST comes first
+    and begins a new era; then h is written (a label: its version passes the LIST's) and
+    deleted, both told by the pending watch. Then the bound LIST ends, lacking h. Before the
+    fix the pending watch's news had raised h's version in the book above the LIST's, so the
+    LIST's end took h for one bound after it ("the watch from the LIST's version tells"), and
+    nothing ever told: h, which no longer existed, held n/0 for good."""
+    r = backend.live()
+    api = r.api
+    h, bound_list = await restored_under_pending_news(r)
     gone = api.stamp(api.pods.pop(h.key))
     r.s.intake.pending_event("DELETED", gone)
     r.s.intake.bound_list_page(bound_list[0])
@@ -76,22 +88,7 @@ async def test_a_pod_the_restore_made_pending_again_is_decided_afresh(
     bound in the book, holding n/0, and was never scheduled again: pending for good."""
     r = backend.live()
     api = r.api
-    api.version = 1000
-    await r.elect([node(2)])
-    h = r.pending(MakePod().Name("h").Req(1).Obj())
-    backup = dict(api.pods), api.version
-    await run(r)
-    r.bound_seen(h.key)
-    api.pods, api.version = dict(backup[0]), backup[1]  # the restore: h pending again
-    r.s.intake.pending_list_begin()
-    r.s.intake.bound_list_begin()
-    bound_list = r.bound_list()
-    r.s.intake.pending_list_page([api.pods[h.key]])
-    r.s.intake.pending_list_end(api.version)
-    labelled = api.pods[h.key] = api.stamp(
-        msgspec.structs.replace(api.pods[h.key], labels={"team": "a"})
-    )
-    r.s.intake.pending_event("MODIFIED", labelled)
+    h, bound_list = await restored_under_pending_news(r)
     r.s.intake.bound_list_page(bound_list[0])
     r.s.intake.bound_list_end(bound_list[1])
     assert r.s.book.stage(h.key) is Stage.PENDING, r.s.book.stage(h.key)

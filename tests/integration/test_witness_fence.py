@@ -109,6 +109,18 @@ async def waited(r: Replica) -> None:
         await r.renewal()
 
 
+async def q_waits_behind_p(b: Replica, binds: list[tuple[str, str, str]], gpu: int) -> None:
+    """The end of the timelines where an old leader's Binding of p was in flight while b was
+    elected: p seen bound, b's wait over, b's turn binds nothing more (q waits: the GPU is
+    p's)."""
+    b.bound_seen("default/p")
+    await waited(b)
+    await b.step()
+    await b.settle()
+    assert b.api.binds == binds
+    assert b.held("default/q") is None and b.held("default/p") == ("n", [gpu])
+
+
 # ---- issue 30, 4: a transient 403 on the witness in the partition it exists for ----------------
 
 
@@ -204,12 +216,7 @@ async def test_issue30_7a_a_deleted_witness_and_a_flushed_store_are_not_a_new_in
     await a.settle()
     assert api.binds == [("default/p0", "n", "0"), ("default/p", "n", "1")]
     assert not b.s.may_decide()  # nobody recorded: one lease plus bindCommitSeconds first
-    b.bound_seen("default/p")
-    await waited(b)
-    await b.step()
-    await b.settle()
-    assert api.binds == [("default/p0", "n", "0"), ("default/p", "n", "1")]  # q waits
-    assert b.held("default/q") is None and b.held("default/p") == ("n", [1])
+    await q_waits_behind_p(b, [("default/p0", "n", "0"), ("default/p", "n", "1")], gpu=1)
 
 
 async def test_issue30_7a_an_old_leaders_first_bindings_in_flight_hold_a_new_leader_off(
@@ -241,12 +248,7 @@ async def test_issue30_7a_an_old_leaders_first_bindings_in_flight_hold_a_new_lea
     gate.set()  # a's Binding commits
     await a.settle()
     assert api.binds == [("default/p", "n", "0")]
-    b.bound_seen("default/p")
-    await waited(b)
-    await b.step()
-    await b.settle()
-    assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
-    assert b.held("default/q") is None and b.held("default/p") == ("n", [0])
+    await q_waits_behind_p(b, [("default/p", "n", "0")], gpu=0)
 
 
 async def test_sim3127_two_sides_of_a_partition_electing_without_a_record_do_not_both_decide(
@@ -385,12 +387,7 @@ async def test_sim836_an_election_chained_to_a_leader_that_left_during_its_wait_
     gate.set()  # x's Binding commits, within its bind timeout
     await x.settle()
     assert api.binds == [("default/p", "n", "0")], "n/0 given twice: b skipped a's wait"
-    b.bound_seen("default/p")
-    await waited(b)
-    await b.step()
-    await b.settle()
-    assert api.binds == [("default/p", "n", "0")]  # q waits: the one GPU is p's
-    assert b.held("default/q") is None and b.held("default/p") == ("n", [0])
+    await q_waits_behind_p(b, [("default/p", "n", "0")], gpu=0)
 
 
 async def test_sim836_review_a_wait_is_settled_only_by_a_leader_that_reconciled_after_it(
