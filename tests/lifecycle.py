@@ -509,8 +509,8 @@ def node(gpus: int = 1) -> NodeInput:
     return MakeNode().Name("n").GPUs(gpus).Obj()
 
 
-async def until(condition: Callable[[], object]) -> None:
-    for _ in range(500):
+async def until(condition: Callable[[], object], tries: int = 500) -> None:
+    for _ in range(tries):
         if condition():
             return
         await asyncio.sleep(0.001)

@@ -633,6 +633,12 @@ async def _answered(
     return ClaimWrite(await delete(*args))
 
 
+def replaced_or_finished(current: PodInput, uid: str) -> bool:
+    """A pod read back (not deleted) holds no GPUs any more: replaced by a new pod of its name,
+    or finished (the binder's read-back below and the pod book's re-read, effects.py's CHECK)."""
+    return current.uid != uid or current.finished
+
+
 def settle(
     pod: PodInput, placement: Placement, current: PodInput | None, uncertain: bool = False
 ) -> tuple[Event, PodInput | None]:
@@ -647,7 +653,7 @@ def settle(
     entry gone, its version with it) showed it pending again, its next Binding got 409, and
     the read-back found it bound as we had asked: its GPUs stayed taken in the snapshot and
     its record bound in the store (issue 30, soak seed 1992)."""
-    if current is None or current.uid != pod.uid or current.finished:
+    if current is None or replaced_or_finished(current, pod.uid):
         return Event.BIND_GONE, None  # deleted, replaced by a new pod of its name, or finished
     ours = assignment_annotations(placement)
     if current.node_name == placement.node and all(

@@ -26,7 +26,7 @@ from scheduler.core.model.objects import PodInput
 from scheduler.core.snapshot.cluster import ClusterState
 
 from .apiserver import Cluster
-from .binder import Binder, Outcome
+from .binder import Binder, Outcome, replaced_or_finished
 from .events import EventLane
 from .metrics import Metrics
 from .podbook import NEWS, Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
@@ -484,7 +484,7 @@ class Effects:
                 log.warning("could not read pod", pod=key, error=str(exc))
                 await asyncio.sleep(self.check_retry_s)
                 continue
-            if current is None or current.uid != uid or current.finished:
+            if current is None or replaced_or_finished(current, uid):
                 event = Event.CHECKED_GONE
             elif current.node_name:
                 event = Event.CHECKED_BOUND
