@@ -32,8 +32,12 @@ CLIQUE = "nvidia.com/gpu.clique"
 LEVELS = (TopologyLevel(BLOCK, "block"), TopologyLevel(RACK, "rack"))
 
 
-def settings(compact: bool = True, levels: tuple[TopologyLevel, ...] = LEVELS) -> CoreSettings:
-    return CoreSettings(topology=TopologySettings(levels=levels, compact_gangs=compact))
+def settings(
+    compact: bool = True, levels: tuple[TopologyLevel, ...] = LEVELS, spill: bool = True
+) -> CoreSettings:
+    return CoreSettings(
+        topology=TopologySettings(levels=levels, compact_gangs=compact, spill_broken_first=spill)
+    )
 
 
 def node(name: str, block: str | None, rack: str | None, gpus: int = 4) -> MakeNode:
@@ -317,6 +321,60 @@ def test_tree_counts_whole_slices_and_fills_largest_first_last_tightest() -> Non
         (("b1", "r2"), 3),
         (("b1", "r4"), 1),
     ]
+
+
+def test_spill_over_the_cluster_takes_the_most_broken_blocks_first() -> None:
+    # No block holds 7 members (b1 fits 6, b2 2, b3 1). Kueue's BestFit (spillBrokenFirst
+    # off): the largest block first, b1's 6, then the tightest that holds the 1 left, b3.
+    # Broken first: the smallest first, b3's 1; then the tightest that holds the 6 left is b1
+    # (b2 holds only 2). b2 stays as it was (the same two blocks here: what changes is which
+    # block is emptied first). Inside a block the racks still go largest first.
+    hierarchy = configured(settings(levels=LEVELS).topology)
+    fits = [
+        (("b1", "r1"), 3, 1),
+        (("b1", "r2"), 3, 1),
+        (("b2", "r1"), 2, 1),
+        (("b3", "r1"), 1, 1),
+    ]
+
+    def plan(broken_first: bool, n: int) -> list[tuple[tuple[str, ...], int]]:
+        tree = Tree(hierarchy, fits, None, broken_first)
+        return [(c.path, c.count) for c in next(plans(tree, None, n, False, ()))]
+
+    assert plan(False, 7) == [(("b1", "r1"), 3), (("b1", "r2"), 3), (("b3", "r1"), 1)]
+    assert plan(True, 7) == [(("b3", "r1"), 1), (("b1", "r1"), 3), (("b1", "r2"), 3)]
+    # 9 members: largest first b1 6, b2 2, b3 1 (all three); broken first b3 1, b2 2, b1 6.
+    assert plan(False, 9) == [
+        (("b1", "r1"), 3),
+        (("b1", "r2"), 3),
+        (("b2", "r1"), 2),
+        (("b3", "r1"), 1),
+    ]
+    assert plan(True, 9) == [
+        (("b3", "r1"), 1),
+        (("b2", "r1"), 2),
+        (("b1", "r1"), 3),
+        (("b1", "r2"), 3),
+    ]
+    # 3 members: b1 holds them, so no spill: the same with the rule (b1's tightest rack, r1).
+    assert plan(True, 3) == plan(False, 3) == [(("b1", "r1"), 3)]
+
+
+def test_spill_broken_first_through_decide() -> None:
+    # On nodes, through decide: b1 has 1 free node, b2 and b3 2 each; a 4-member gang
+    # preferred in a block fits in none. Off (Kueue's BestFit): the largest first, b2 (ties by
+    # nodes, then name), then the tightest that holds the 2 left, b3: b1's node stays. On (the
+    # default): the smallest first, b1, then b2 (none holds the 3 left), then b3 for the last:
+    # one of b3's nodes stays, the gang takes three blocks.
+    racks = {("b1", "r1"): 1, ("b2", "r1"): 2, ("b3", "r1"): 2}
+    pods = [
+        annotated(member(i, n=4), {"topo-scheduler.io/topology-preferred": "block"})
+        for i in range(4)
+    ]
+    off = placed_nodes(decide(topo_cluster(racks, spill=False), gang_unit(*pods)))
+    assert sorted(off.values()) == ["b2-r1-0", "b2-r1-1", "b3-r1-0", "b3-r1-1"]
+    on = placed_nodes(decide(topo_cluster(racks), gang_unit(*pods)))
+    assert sorted(on.values()) == ["b1-r1-0", "b2-r1-0", "b2-r1-1", "b3-r1-0"]
 
 
 def test_preferred_climbs_to_the_block_when_no_rack_holds_the_gang() -> None:

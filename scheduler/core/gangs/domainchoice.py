@@ -18,7 +18,12 @@ Then ``plans`` yields the ways to split the gang's members, in rank order, among
   a gang without a constraint starts at the narrowest level (compact by default);
 - when no single domain holds it, ``fill`` spreads it over the fewest children, largest first,
   the last one the tightest that holds the rest (Kueue's BestFit), and each child gets the next
-  consecutive ranks, recursively, so consecutive ranks share the narrowest domain possible.
+  consecutive ranks, recursively, so consecutive ranks share the narrowest domain possible;
+- spread over the whole cluster (no domain of any level holds the gang: it needs none, and its
+  preference is lost anyway), with ``topology.spillBrokenFirst`` the top-level domains are taken
+  smallest first instead (the most broken: issue 32 item 7), the last one still the tightest
+  that holds the rest, so the whole blocks and the open racks in them stay for the gangs that
+  need one.
 
 The node-level plan inside each leaf domain (nodes packed, the GPU sets chosen jointly) is
 gangs/planning.py's; a plan it cannot realise (a Kubernetes filter refuses, counts were per member)
@@ -91,9 +96,14 @@ class Tree:
     """Per domain (a path prefix): its capacity in members and its nodes."""
 
     def __init__(
-        self, hierarchy: Hierarchy, fits: list[tuple[Path, int, int]], constraint: Constraint | None
+        self,
+        hierarchy: Hierarchy,
+        fits: list[tuple[Path, int, int]],
+        constraint: Constraint | None,
+        broken_first: bool = False,
     ) -> None:
         self.hierarchy = hierarchy
+        self.broken_first = broken_first
         self.slice_level = constraint.slice_level if constraint else None
         self.slice_size = constraint.slice_size if constraint and constraint.slice_level else 1
         self.fit: dict[Path, int] = {}
@@ -163,8 +173,15 @@ class Tree:
         whole = self.best_fit(children, n)
         if whole:
             return self.fill(whole[0], n)
-        # Several children: largest first; the last one the tightest that holds the rest.
-        order = sorted(children, key=lambda p: (-self.cap[p], self.nodes[p], p))
+        # Several children: largest first (Kueue's BestFit: the fewest children); the last one
+        # the tightest that holds the rest. A gang spread over the cluster (no domain of any
+        # level holds it) with ``broken_first``: the smallest first, the most broken top-level
+        # domains, so the widest whole ones (and the racks in them) stay for the gangs that
+        # need one; inside a domain the fewest children still.
+        if self.broken_first and not domain:
+            order = sorted(children, key=lambda p: (self.cap[p], self.nodes[p], p))
+        else:
+            order = sorted(children, key=lambda p: (-self.cap[p], self.nodes[p], p))
         chosen: list[tuple[Path, int]] = []
         left = n
         for pos, child in enumerate(order):
