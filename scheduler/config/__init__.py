@@ -139,7 +139,7 @@ class Topology(msgspec.Struct, forbid_unknown_fields=True, rename="camel", froze
     max_plans: int = _CORE.topology.max_plans
     # Single pods' ties go to the domains already broken (placement/domainorder.py).
     pack_domains: bool = _CORE.topology.pack_domains
-    # A gang no single domain holds is spread over the most broken top-level domains first.
+    # A gang no domain holds spares the top-level domains with the most free (domainchoice.py).
     spill_broken_first: bool = _CORE.topology.spill_broken_first
 
 

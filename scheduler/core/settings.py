@@ -46,8 +46,9 @@ class TopologySettings(Struct, frozen=True):
     turns them off), whether gangs without a constraint still prefer the fewest domains, how
     many domain plans a gang tries (gangs/indomains.py; each costs a node-level plan) before it
     gives the reason, whether a single pod's ties go to the broken domains first
-    (placement/domainorder.py), and whether a gang that no domain holds is spread over the
-    most broken top-level domains first (gangs/domainchoice.py's ``Tree.fill``)."""
+    (placement/domainorder.py), and whether a gang that no domain holds, spread over the
+    cluster, leaves the top-level domains with the most free out while the rest hold it
+    (gangs/domainchoice.py's ``Tree.fill``)."""
 
     levels: tuple[TopologyLevel, ...] = ()
     accelerator_label: str = DEFAULT_ACCELERATOR_LABEL

@@ -323,58 +323,57 @@ def test_tree_counts_whole_slices_and_fills_largest_first_last_tightest() -> Non
     ]
 
 
-def test_spill_over_the_cluster_takes_the_most_broken_blocks_first() -> None:
-    # No block holds 7 members (b1 fits 6, b2 2, b3 1). Kueue's BestFit (spillBrokenFirst
-    # off): the largest block first, b1's 6, then the tightest that holds the 1 left, b3.
-    # Broken first: the smallest first, b3's 1; then the tightest that holds the 6 left is b1
-    # (b2 holds only 2). b2 stays as it was (the same two blocks here: what changes is which
-    # block is emptied first). Inside a block the racks still go largest first.
+def test_spill_over_the_cluster_spares_the_largest_block_in_as_few_blocks() -> None:
+    # No block holds 7 members (b1 fits 6, b2 4, b3 3, b4 1). Kueue's BestFit
+    # (spillBrokenFirst off): the largest first, b1's 6, then the tightest that holds the 1
+    # left, b4: two blocks, b1 emptied. On: largest first takes two blocks (6 + 4 >= 7); the
+    # blocks after b1 still hold 7 in two (4 + 3), so b1 is left out; after b2 they do not
+    # (3 + 1), so the order is b2, b3, b4: b2's 4 (its racks largest first, the last the
+    # tightest), then the tightest that holds the 3 left, b3. Two blocks again, b1 kept.
     hierarchy = configured(settings(levels=LEVELS).topology)
     fits = [
         (("b1", "r1"), 3, 1),
         (("b1", "r2"), 3, 1),
         (("b2", "r1"), 2, 1),
-        (("b3", "r1"), 1, 1),
+        (("b2", "r2"), 2, 1),
+        (("b3", "r1"), 3, 1),
+        (("b4", "r1"), 1, 1),
     ]
 
-    def plan(broken_first: bool, n: int) -> list[tuple[tuple[str, ...], int]]:
+    def plan(broken_first: bool, n: int) -> list[tuple[tuple[str, ...], int]] | None:
         tree = Tree(hierarchy, fits, None, broken_first)
-        return [(c.path, c.count) for c in next(plans(tree, None, n, False, ()))]
+        found = next(plans(tree, None, n, False, ()), None)
+        return None if found is None else [(c.path, c.count) for c in found]
 
-    assert plan(False, 7) == [(("b1", "r1"), 3), (("b1", "r2"), 3), (("b3", "r1"), 1)]
-    assert plan(True, 7) == [(("b3", "r1"), 1), (("b1", "r1"), 3), (("b1", "r2"), 3)]
-    # 9 members: largest first b1 6, b2 2, b3 1 (all three); broken first b3 1, b2 2, b1 6.
-    assert plan(False, 9) == [
-        (("b1", "r1"), 3),
-        (("b1", "r2"), 3),
-        (("b2", "r1"), 2),
-        (("b3", "r1"), 1),
-    ]
-    assert plan(True, 9) == [
-        (("b3", "r1"), 1),
-        (("b2", "r1"), 2),
-        (("b1", "r1"), 3),
-        (("b1", "r2"), 3),
-    ]
-    # 3 members: b1 holds them, so no spill: the same with the rule (b1's tightest rack, r1).
-    assert plan(True, 3) == plan(False, 3) == [(("b1", "r1"), 3)]
+    assert plan(False, 7) == [(("b1", "r1"), 3), (("b1", "r2"), 3), (("b4", "r1"), 1)]
+    assert plan(True, 7) == [(("b2", "r1"), 2), (("b2", "r2"), 2), (("b3", "r1"), 3)]
+    # 14: every block either way (all four needed); 3: b3 holds them, no spill.
+    assert plan(True, 14) == plan(False, 14)
+    assert plan(True, 3) == plan(False, 3) == [(("b3", "r1"), 3)]
+    assert plan(True, 15) is None
 
 
 def test_spill_broken_first_through_decide() -> None:
-    # On nodes, through decide: b1 has 1 free node, b2 and b3 2 each; a 4-member gang
-    # preferred in a block fits in none. Off (Kueue's BestFit): the largest first, b2 (ties by
-    # nodes, then name), then the tightest that holds the 2 left, b3: b1's node stays. On (the
-    # default): the smallest first, b1, then b2 (none holds the 3 left), then b3 for the last:
-    # one of b3's nodes stays, the gang takes three blocks.
-    racks = {("b1", "r1"): 1, ("b2", "r1"): 2, ("b3", "r1"): 2}
+    # The same on nodes (one 4-GPU member per node), a 7-member gang preferred in a block that
+    # no block holds: off, b1's 6 nodes and b4's; on (the default), b2's 4 and b3's 3.
+    racks = {("b1", "r1"): 3, ("b1", "r2"): 3, ("b2", "r1"): 2, ("b2", "r2"): 2}
+    racks |= {("b3", "r1"): 3, ("b4", "r1"): 1}
     pods = [
-        annotated(member(i, n=4), {"topo-scheduler.io/topology-preferred": "block"})
-        for i in range(4)
+        annotated(member(i, n=7), {"topo-scheduler.io/topology-preferred": "block"})
+        for i in range(7)
     ]
     off = placed_nodes(decide(topo_cluster(racks, spill=False), gang_unit(*pods)))
-    assert sorted(off.values()) == ["b2-r1-0", "b2-r1-1", "b3-r1-0", "b3-r1-1"]
+    assert {n.rsplit("-", 2)[0] for n in off.values()} == {"b1", "b4"}
     on = placed_nodes(decide(topo_cluster(racks), gang_unit(*pods)))
-    assert sorted(on.values()) == ["b1-r1-0", "b2-r1-0", "b2-r1-1", "b3-r1-0"]
+    assert sorted(on.values()) == [
+        "b2-r1-0",
+        "b2-r1-1",
+        "b2-r2-0",
+        "b2-r2-1",
+        "b3-r1-0",
+        "b3-r1-1",
+        "b3-r1-2",
+    ]
 
 
 def test_preferred_climbs_to_the_block_when_no_rack_holds_the_gang() -> None:
