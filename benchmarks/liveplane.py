@@ -150,23 +150,40 @@ def peak_rss_mb(pid: int, field: str = "VmHWM") -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads, reaped or not: a zombie child's stay until
+    it is waited for), in seconds from /proc/<pid>/stat; NaN once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return float("nan")
+    # After the command's ")": state is field 3 of stat(5), utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class RssSampler:
-    """The largest VmHWM of a process while it runs (it may exit by itself, like the binder)."""
+    """The largest VmHWM of a process while it runs (it may exit by itself, like the binder),
+    and its CPU time every 20 ms (``cpu_per_pod``: a contender's CPU per pod bound, the figure
+    the machine's load does not swing as it swings the rates)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.peak = float("nan")
+        self.cpu: list[tuple[float, float]] = []  # (time.monotonic(), CPU seconds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def sample(self) -> None:
+        now, cpu = time.monotonic(), cpu_seconds(self.pid)
+        if cpu == cpu:
+            self.cpu.append((now, cpu))
         value = peak_rss_mb(self.pid)
         if value == value:  # not NaN: the process is still there
             self.peak = value if self.peak != self.peak else max(self.peak, value)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(0.02):
             self.sample()
 
     def stop(self) -> float:
@@ -175,6 +192,24 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         return self.peak
+
+    def cpu_at(self, when: float) -> float:
+        """The process's CPU seconds at ``when`` (monotonic), interpolated between samples."""
+        before = [s for s in self.cpu if s[0] <= when]
+        after = [s for s in self.cpu if s[0] >= when]
+        if not before or not after:
+            edge = before[-1:] or after[:1]
+            return edge[0][1] if edge else float("nan")
+        (t0, c0), (t1, c1) = before[-1], after[0]
+        return c0 if t1 == t0 else c0 + (c1 - c0) * (when - t0) / (t1 - t0)
+
+    def cpu_per_pod(self, times: list[float]) -> float:
+        """CPU milliseconds per pod between the first and the last bind of ``times`` (sorted
+        monotonic times), the window ``throughput`` measures: the start-up (imports, the
+        watches' first LIST) is left out, as it is out of the rate."""
+        if len(times) < 2:
+            return float("nan")
+        return (self.cpu_at(times[-1]) - self.cpu_at(times[0])) * 1000 / (len(times) - 1)
 
 
 def topo_config(work: Path, scheduler_name: str = TOPO_NAME) -> Path:

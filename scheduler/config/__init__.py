@@ -139,6 +139,8 @@ class Topology(msgspec.Struct, forbid_unknown_fields=True, rename="camel", froze
     max_plans: int = _CORE.topology.max_plans
     # Single pods' ties go to the domains already broken (placement/domainorder.py).
     pack_domains: bool = _CORE.topology.pack_domains
+    # A gang no domain holds spares the top-level domains with the most free (domainchoice.py).
+    spill_broken_first: bool = _CORE.topology.spill_broken_first
 
 
 def _check_topology(topology: Topology, problems: list[str]) -> None:
@@ -199,6 +201,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
                 compact_gangs=self.topology.compact_gangs,
                 max_plans=self.topology.max_plans,
                 pack_domains=self.topology.pack_domains,
+                spill_broken_first=self.topology.spill_broken_first,
             ),
             fragmentation=self.fragmentation,
             memos=self.memos,

@@ -45,14 +45,17 @@ class TopologySettings(Struct, frozen=True):
     (hostname is always the last level, implied), the label of the built-in NVLink levels (""
     turns them off), whether gangs without a constraint still prefer the fewest domains, how
     many domain plans a gang tries (gangs/indomains.py; each costs a node-level plan) before it
-    gives the reason, and whether a single pod's ties go to the broken domains first
-    (placement/domainorder.py)."""
+    gives the reason, whether a single pod's ties go to the broken domains first
+    (placement/domainorder.py), and whether a gang that no domain holds, spread over the
+    cluster, leaves the top-level domains with the most free out while the rest hold it
+    (gangs/domainchoice.py's ``Tree.fill``)."""
 
     levels: tuple[TopologyLevel, ...] = ()
     accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
     compact_gangs: bool = True
     max_plans: int = 8
     pack_domains: bool = True
+    spill_broken_first: bool = True
 
 
 class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):

@@ -32,8 +32,12 @@ CLIQUE = "nvidia.com/gpu.clique"
 LEVELS = (TopologyLevel(BLOCK, "block"), TopologyLevel(RACK, "rack"))
 
 
-def settings(compact: bool = True, levels: tuple[TopologyLevel, ...] = LEVELS) -> CoreSettings:
-    return CoreSettings(topology=TopologySettings(levels=levels, compact_gangs=compact))
+def settings(
+    compact: bool = True, levels: tuple[TopologyLevel, ...] = LEVELS, spill: bool = True
+) -> CoreSettings:
+    return CoreSettings(
+        topology=TopologySettings(levels=levels, compact_gangs=compact, spill_broken_first=spill)
+    )
 
 
 def node(name: str, block: str | None, rack: str | None, gpus: int = 4) -> MakeNode:
@@ -316,6 +320,59 @@ def test_tree_counts_whole_slices_and_fills_largest_first_last_tightest() -> Non
         (("b1", "r1"), 3),
         (("b1", "r2"), 3),
         (("b1", "r4"), 1),
+    ]
+
+
+def test_spill_over_the_cluster_spares_the_largest_block_in_as_few_blocks() -> None:
+    # No block holds 7 members (b1 fits 6, b2 4, b3 3, b4 1). Kueue's BestFit
+    # (spillBrokenFirst off): the largest first, b1's 6, then the tightest that holds the 1
+    # left, b4: two blocks, b1 emptied. On: largest first takes two blocks (6 + 4 >= 7); the
+    # blocks after b1 still hold 7 in two (4 + 3), so b1 is left out; after b2 they do not
+    # (3 + 1), so the order is b2, b3, b4: b2's 4 (its racks largest first, the last the
+    # tightest), then the tightest that holds the 3 left, b3. Two blocks again, b1 kept.
+    hierarchy = configured(settings(levels=LEVELS).topology)
+    fits = [
+        (("b1", "r1"), 3, 1),
+        (("b1", "r2"), 3, 1),
+        (("b2", "r1"), 2, 1),
+        (("b2", "r2"), 2, 1),
+        (("b3", "r1"), 3, 1),
+        (("b4", "r1"), 1, 1),
+    ]
+
+    def plan(broken_first: bool, n: int) -> list[tuple[tuple[str, ...], int]] | None:
+        tree = Tree(hierarchy, fits, None, broken_first)
+        found = next(plans(tree, None, n, False, ()), None)
+        return None if found is None else [(c.path, c.count) for c in found]
+
+    assert plan(False, 7) == [(("b1", "r1"), 3), (("b1", "r2"), 3), (("b4", "r1"), 1)]
+    assert plan(True, 7) == [(("b2", "r1"), 2), (("b2", "r2"), 2), (("b3", "r1"), 3)]
+    # 14: every block either way (all four needed); 3: b3 holds them, no spill.
+    assert plan(True, 14) == plan(False, 14)
+    assert plan(True, 3) == plan(False, 3) == [(("b3", "r1"), 3)]
+    assert plan(True, 15) is None
+
+
+def test_spill_broken_first_through_decide() -> None:
+    # The same on nodes (one 4-GPU member per node), a 7-member gang preferred in a block that
+    # no block holds: off, b1's 6 nodes and b4's; on (the default), b2's 4 and b3's 3.
+    racks = {("b1", "r1"): 3, ("b1", "r2"): 3, ("b2", "r1"): 2, ("b2", "r2"): 2}
+    racks |= {("b3", "r1"): 3, ("b4", "r1"): 1}
+    pods = [
+        annotated(member(i, n=7), {"topo-scheduler.io/topology-preferred": "block"})
+        for i in range(7)
+    ]
+    off = placed_nodes(decide(topo_cluster(racks, spill=False), gang_unit(*pods)))
+    assert {n.rsplit("-", 2)[0] for n in off.values()} == {"b1", "b4"}
+    on = placed_nodes(decide(topo_cluster(racks), gang_unit(*pods)))
+    assert sorted(on.values()) == [
+        "b2-r1-0",
+        "b2-r1-1",
+        "b2-r2-0",
+        "b2-r2-1",
+        "b3-r1-0",
+        "b3-r1-1",
+        "b3-r1-2",
     ]
 
 

@@ -79,7 +79,7 @@ def plan_claims_in_domains(
         counts = [_fit(state, node, needs) for node in nodes]
         if sum(counts):
             fits.append((path, sum(counts), sum(1 for count in counts if count)))
-    tree = Tree(ctx.hierarchy, fits, c)
+    tree = Tree(ctx.hierarchy, fits, c, state.settings.topology.spill_broken_first)
     spread = any(m.request.node_policy == "spread" for m in ranked)
     sticky = bound_path(state, gang, ctx)
 

@@ -18,7 +18,12 @@ Then ``plans`` yields the ways to split the gang's members, in rank order, among
   a gang without a constraint starts at the narrowest level (compact by default);
 - when no single domain holds it, ``fill`` spreads it over the fewest children, largest first,
   the last one the tightest that holds the rest (Kueue's BestFit), and each child gets the next
-  consecutive ranks, recursively, so consecutive ranks share the narrowest domain possible.
+  consecutive ranks, recursively, so consecutive ranks share the narrowest domain possible;
+- spread over the whole cluster (no domain of any level holds the gang: it needs none, and its
+  preference is lost anyway), with ``topology.spillBrokenFirst`` (issue 32 item 7) the gang
+  still takes as few top-level domains as largest first would, but the largest are left out
+  while the next ones hold it in as many: the widest domains with the most free (the whole
+  blocks and the open racks in them) stay for the gangs that need one.
 
 The node-level plan inside each leaf domain (nodes packed, the GPU sets chosen jointly) is
 gangs/planning.py's; a plan it cannot realise (a Kubernetes filter refuses, counts were per member)
@@ -91,9 +96,14 @@ class Tree:
     """Per domain (a path prefix): its capacity in members and its nodes."""
 
     def __init__(
-        self, hierarchy: Hierarchy, fits: list[tuple[Path, int, int]], constraint: Constraint | None
+        self,
+        hierarchy: Hierarchy,
+        fits: list[tuple[Path, int, int]],
+        constraint: Constraint | None,
+        broken_first: bool = False,
     ) -> None:
         self.hierarchy = hierarchy
+        self.broken_first = broken_first
         self.slice_level = constraint.slice_level if constraint else None
         self.slice_size = constraint.slice_size if constraint and constraint.slice_level else 1
         self.fit: dict[Path, int] = {}
@@ -163,8 +173,23 @@ class Tree:
         whole = self.best_fit(children, n)
         if whole:
             return self.fill(whole[0], n)
-        # Several children: largest first; the last one the tightest that holds the rest.
+        # Several children: largest first (Kueue's BestFit: the fewest children); the last one
+        # the tightest that holds the rest.
         order = sorted(children, key=lambda p: (-self.cap[p], self.nodes[p], p))
+        if self.broken_first and not domain:
+            # Spread over the cluster: as many top-level domains as largest first takes, but
+            # the largest left out while the next ones still hold n in as many, so the domains
+            # with the most free (whole blocks, the open racks in them) stay for the gangs that
+            # need one. Inside a domain nothing changes (the fewest children, largest first).
+            takes = [self.cap[p] // unit * unit for p in order]
+            k, total = 0, 0
+            while k < len(takes) and total < n:
+                total += takes[k]
+                k += 1
+            skip = 0
+            while len(order) - skip > k and sum(takes[skip + 1 : skip + 1 + k]) >= n:
+                skip += 1
+            order = order[skip:]
         chosen: list[tuple[Path, int]] = []
         left = n
         for pos, child in enumerate(order):

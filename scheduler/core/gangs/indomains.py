@@ -104,7 +104,7 @@ def plan_in_domains(
         largest.request.gpus,
         state.demand(largest.request.resources),
     )
-    tree = Tree(ctx.hierarchy, fits, ctx.constraint)
+    tree = Tree(ctx.hierarchy, fits, ctx.constraint, state.settings.topology.spill_broken_first)
     sticky = bound_path(state, gang, ctx)
     n = len(ranked)
     c = ctx.constraint

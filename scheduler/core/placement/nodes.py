@@ -572,6 +572,9 @@ def place_shared(
             free_after = sum(f[0] for f in chosen)
             # Busiest (spread: idlest) cards, then idle cards kept whole on the nodes with most.
             rest = (-free_after if spread_nodes else free_after, group.idle)
+        # Read once a group, not once per cpu left (some 1,700 candidates a share right after
+        # the target changed: issue 32).
+        pool, untouched = group.pool, int(group.untouched)
         for left, names in group.by_cpu.items():
             if asked > left >= 0:
                 continue
@@ -579,11 +582,11 @@ def place_shared(
                 ranked.append(((0, *rest), len(ranked), names, chosen))
                 continue
             frag, cards = _least_fragmenting(
-                target, (left, group.free, group.pool), cpu, shared, distinct, chosen
+                target, (left, free, pool), cpu, shared, distinct, chosen
             )
             # The measure weighs what the free counts would; its ties go to a node some GPU pod
             # uses already, then by name (bench-frag: any finer order leaves more idle).
-            ranked.append(((frag, int(group.untouched), 0), len(ranked), names, cards))
+            ranked.append(((frag, untouched, 0), len(ranked), names, cards))
     best = (
         _best_scored(state, ranked, filters)
         if filters.has_preferences

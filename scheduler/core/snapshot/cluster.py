@@ -229,8 +229,38 @@ class ClusterState:
             holding = msgspec.structs.replace(holding, whole=allocated)
         elif allocated and holding.guessed:  # the device plugin says which: no guess needed
             holding = msgspec.structs.replace(holding, whole=allocated, guessed=False)
+        if self._held_as(holding):
+            return warning
         self._drop_holding(pod.key)
         return self.hold(holding) or warning
+
+    def _held_as(self, holding: Holding) -> bool:
+        """Whether the pod already holds exactly ``holding`` on its node, so that releasing and
+        holding it again would leave everything as it is (the event of a bound pod repeats:
+        the kubelet's status updates, the confirm after our own Binding); then marks its gang
+        changed, as the release and hold would. Not for a guessed holding (hold guesses its
+        mask again), shares (a card's QoS is its last pod's), a tentative scope (its undo log
+        records both), or a mask another pod claims too (hold warns of the double claim).
+        Everything else the release and hold touch comes back the same: the node's charges
+        are sums, its class and domains a function of them, the profile's target a function
+        of the pods' classes (fragmentation.Profile), and the record, which decides the class
+        with the holding, is already in place (put_record re-profiles it when it changes)."""
+        if holding.guessed or holding.shares or self._undo.open:
+            return False
+        if self.holdings.get(holding.pod) != holding:
+            return False
+        state = self.nodes.get(holding.node)
+        if state is None:
+            return False
+        others = 0
+        for key, mask in state.pods.items():
+            if key != holding.pod:
+                others |= mask
+        if holding.whole & (others | state.shared_mask):
+            return False
+        if holding.gang and holding.gang in self._holdings.gang_bound:
+            self._holdings.gangs_changed.add(holding.gang)
+        return True
 
     def remove_pod(self, key: str) -> None:
         """The pod left its node (deleted, finished): its holding, its record and the DRA

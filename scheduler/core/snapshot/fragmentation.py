@@ -167,10 +167,12 @@ class Target:
         self.afters: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], tuple[int, ...]] = (
             {} if before is None else before.afters
         )
-        # The target before this one (its asks, reaches and memo; not its own ``before``: no
-        # chain) and each class's weight now minus then, when fewer classes changed than
-        # there are.
-        self.before: tuple[list[int], list[Reach], dict[_MemoKey, int]] | None = None
+        # The target before this one (its asks, reaches, memo and blocked reaches per pool; not
+        # its own ``before``: no chain) and each class's weight now minus then, when fewer
+        # classes changed than there are.
+        self.before: (
+            tuple[list[int], list[Reach], dict[_MemoKey, int], dict[Pool, frozenset[Reach]]] | None
+        ) = None
         self.delta: tuple[tuple[RequestClass, int], ...] = ()
         if before is not None:
             now, then = dict(key), dict(before.key)
@@ -180,7 +182,7 @@ class Target:
                 if now.get(request, 0) != then.get(request, 0)
             )
             if 2 * len(delta) < len(key):
-                self.before = (before.asks, before.reaches, before.memo)
+                self.before = (before.asks, before.reaches, before.memo, before.blocked)
                 self.delta = delta
         self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
         if before is not None and self.before is not None and not self.delta:
@@ -206,15 +208,20 @@ class Target:
         is capped at what the pod and any class could ask, or feeding every free card would
         (the same gain above it), so nodes with cpu to spare share their answers."""
         left, cards, pool = shape
-        roomy = self.roomy(cards, cpu)
+        # roomy(), inline: this runs for every (group, cpu left, card) a share ranks.
+        roomy = self.cpu_cap
+        if self.per_cpu:
+            roomy = max(roomy, -(-sum(cards) * self.cpu_per // self.per_cpu))
+        roomy += cpu
         if left > roomy:
             shape = (left := roomy, cards, pool)
         key = (shape, cpu, take)
-        found = self.ranks.get(key)
+        ranks = self.ranks
+        found = ranks.get(key)
         if found is not None:
             return found
-        if len(self.ranks) >= self.memo_limit:
-            _forget_oldest(self.ranks)
+        if len(ranks) >= self.memo_limit:
+            _forget_oldest(ranks)
         moved = (cards, take)
         after = self.afters.get(moved)
         if after is None:
@@ -262,15 +269,20 @@ class Target:
             unreached = self.unreached[blocked] = sum(
                 weight for request, weight in self.key if request[3] in blocked
             )
-        stranded = (self.weight - unreached) * self.stranded(shape) + unreached * sum(cards)
-        total = found + self.strand * stranded
+        # stranded(), inline and worked out once: frag() runs twice for every rank not
+        # remembered, some 2,000 a share right after the target changed (issue 32).
+        idle = sum(cards)
+        cut = 0
+        if left >= 0 and self.cpu_per:
+            cut = max(0, idle - left * self.per_cpu // self.cpu_per)
+        total = found + self.strand * ((self.weight - unreached) * cut + unreached * idle)
         if self.reserve:
             # The free percent its cpu left can still feed: a GPU no pinned pod could be fed on
             # is no room kept for them, so a cpu-light pod that fills it loses none (taking it
             # for the pinned classes alone, the cpu-poor pools' GPUs they strand at 130%
             # arrived left half a point more of pinned openb idle than with the stranded term
             # alone).
-            total -= self.reserve.get(pool, 0) * (sum(cards) - self.stranded(shape))
+            total -= self.reserve.get(pool, 0) * (idle - cut)
         return total
 
     def _measured(
@@ -282,9 +294,15 @@ class Target:
         else summed over the classes grouped by what they ask of the cards (_frag's sum, a
         term per (cards, percent) instead of per class)."""
         if self.before is not None:
-            asks, reaches, memo = self.before
+            asks, reaches, memo, blocked_then = self.before
             i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
-            then = memo.get((asks[i - 1] if i else -1, cards, _blocked(reaches, pool)))
+            # The reaches the target before leaves the pool out with, from its own record per
+            # pool (worked out afresh here, they were a sixth of a share's time right after a
+            # target change: issue 32).
+            then_blocked = blocked_then.get(pool)
+            if then_blocked is None:
+                then_blocked = blocked_then[pool] = _blocked(reaches, pool)
+            then = memo.get((asks[i - 1] if i else -1, cards, then_blocked))
             if then is not None:
                 # A class that left (or came) covered as the cpu left covers it, not as the
                 # classes kept now do: _frag compares what each asks with the cpu itself.
