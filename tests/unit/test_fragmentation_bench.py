@@ -9,11 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.frag import report
 from benchmarks.frag.measure import Cluster, Klass, Meter, target_classes
 from benchmarks.frag.ours import Ours
 from benchmarks.frag.references import FGD, BestFit, bestfit_score, fgd_score
-from benchmarks.frag.replay import replay
-from benchmarks.frag.trace import NodeSpec, PodSpec, TraceError, scaled, trace_dir, workload
+from benchmarks.frag.replay import Run, Sample, replay
+from benchmarks.frag.trace import (
+    NodeSpec,
+    PodSpec,
+    TraceError,
+    load_pods,
+    scaled,
+    trace_dir,
+    workload,
+)
 
 
 def pod(name: str, cpu: int = 1000, gpus: int = 0, milli: int = 0, mem: int = 1024) -> PodSpec:
@@ -195,6 +204,43 @@ def test_replay_bins_by_arrived_percent_and_counts_failures_by_class() -> None:
 def test_missing_trace_names_where_it_looked_and_how_to_point_elsewhere(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"--trace-dir .*TOPO_OPENB_DIR"):
         trace_dir(str(tmp_path))
+
+
+def test_a_gpu_spec_row_restricts_the_models_the_references_place_on(tmp_path: Path) -> None:
+    (tmp_path / "pods.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\n"
+        "p0,4000,1024,1,1000,V100M16|V100M32,LS\n"
+        "p1,4000,1024,1,1500,,LS\n"
+    )
+    pinned, free = load_pods(tmp_path, "pods.csv")
+    assert pinned.models == ("V100M16", "V100M32") and free.models == ()
+    assert free.milli == 1000  # clamped to one card, as the simulator does
+    nodes = [spec("t4", 2, model="T4"), spec("v100", 2, model="V100M32")]
+    cluster = Cluster(nodes, [0, 1], Meter(target_classes([pinned])))
+    assert not cluster.nodes[0].fits(pinned) and cluster.nodes[1].fits(pinned)
+    choice = FGD(cluster).choose(pinned)  # t4 is first in tie order but not its model
+    assert choice is not None and choice[0] is cluster.nodes[1]
+    # the pinned class counts every idle GPU of the T4 node as fragment
+    assert cluster.node_frag(cluster.nodes[0]) == 2000
+
+
+def _runs(policy: str, unallocated: float) -> list[Run]:
+    sample = Sample(unallocated, 0.0, 0.0)
+    return [Run(policy, 42, {100: sample}, {}, 1, 0.0, 0.0)]
+
+
+def test_calibration_checks_every_published_trace_and_fails_outside_the_tolerance() -> None:
+    trace = "openb_pod_list_gpuspec33.csv"
+    good = {"BestFit": _runs("BestFit", 19.50), "FGD": _runs("FGD", 12.12)}
+    lines, ok = report.calibration(trace, good)
+    assert ok and len(lines) == 2 and all(line.endswith(": ok") for line in lines)
+    off = {"BestFit": _runs("BestFit", 19.50), "FGD": _runs("FGD", 12.50)}
+    lines, ok = report.calibration(trace, off)
+    assert not ok and "HARNESS WRONG" in lines[1]
+    for name in ("gpuspec10", "gpushare60", "multigpu30", "cpu250"):
+        assert set(report.PUBLISHED[f"openb_pod_list_{name}.csv"]) == {"BestFit", "FGD"}
+    # --pin's own pins are other pods: the published gpuspec figures are printed, never failed
+    assert report.calibration(trace, off, pin=33)[1]
 
 
 # ---- ours behind the harness ----------------------------------------------------------------
