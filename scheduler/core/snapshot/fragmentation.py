@@ -208,11 +208,7 @@ class Target:
         is capped at what the pod and any class could ask, or feeding every free card would
         (the same gain above it), so nodes with cpu to spare share their answers."""
         left, cards, pool = shape
-        # roomy(), inline: this runs for every (group, cpu left, card) a share ranks.
-        roomy = self.cpu_cap
-        if self.per_cpu:
-            roomy = max(roomy, -(-sum(cards) * self.cpu_per // self.per_cpu))
-        roomy += cpu
+        roomy = self.roomy(cards, cpu)
         if left > roomy:
             shape = (left := roomy, cards, pool)
         key = (shape, cpu, take)
@@ -269,12 +265,9 @@ class Target:
             unreached = self.unreached[blocked] = sum(
                 weight for request, weight in self.key if request[3] in blocked
             )
-        # stranded(), inline and worked out once: frag() runs twice for every rank not
-        # remembered, some 2,000 a share right after the target changed (issue 32).
-        idle = sum(cards)
-        cut = 0
-        if left >= 0 and self.cpu_per:
-            cut = max(0, idle - left * self.per_cpu // self.cpu_per)
+        # Worked out once: frag() runs twice for every rank not remembered, some 2,000 a share
+        # right after the target changed (issue 32).
+        idle, cut = sum(cards), self.stranded(shape)
         total = found + self.strand * ((self.weight - unreached) * cut + unreached * idle)
         if self.reserve:
             # The free percent its cpu left can still feed: a GPU no pinned pod could be fed on
