@@ -268,12 +268,10 @@ class Binder:
                 return Event.BIND_FAILED, None
             self._sent[pod.uid] = self.clock()
             try:
-                result = await asyncio.wait_for(
-                    self.cluster.bind(
+                async with asyncio.timeout(self.timeout_s):
+                    result = await self.cluster.bind(
                         pod.namespace, pod.name, pod.uid, placement.node, annotations
-                    ),
-                    self.timeout_s,
-                )
+                    )
             except Exception as exc:
                 maybe_sent = True
                 reason = "timeout" if isinstance(exc, TimeoutError) else "exception"
@@ -303,7 +301,8 @@ class Binder:
         while a watch is up."""
         if not lists.is_set():
             try:
-                await asyncio.wait_for(lists.wait(), self.timeout_s)
+                async with asyncio.timeout(self.timeout_s):
+                    await lists.wait()
             except TimeoutError:
                 return False
         return fresh()
@@ -455,7 +454,8 @@ class Binder:
         """One request within the bind timeout: its answer, or _Lost (no answer, or a 5xx or
         429, which say nothing of what a write did) or _Refused (any other error status)."""
         try:
-            return await asyncio.wait_for(call(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                return await call()
         except HttpError as exc:
             if exc.status >= 500 or exc.status == 429:
                 raise _Lost(str(exc), write) from exc
@@ -509,10 +509,10 @@ class Binder:
             return False
         claims = self._others(pod, placement)
         try:
-            written = await asyncio.wait_for(
-                self.cluster.reserve_claims(pod.namespace, claims, pod.name, pod.uid),
-                self.timeout_s,
-            )
+            async with asyncio.timeout(self.timeout_s):
+                written = await self.cluster.reserve_claims(
+                    pod.namespace, claims, pod.name, pod.uid
+                )
         except Exception as exc:
             log.warning("could not reserve the pod's ResourceClaims", pod=pod.key, error=repr(exc))
             return False
@@ -559,9 +559,8 @@ class Binder:
         """The pod leaves the ``reservedFor`` of ``claims`` (name, UID precondition); a
         failure is logged."""
         try:
-            await asyncio.wait_for(
-                self.cluster.unreserve_claims(pod.namespace, claims, pod.uid), self.timeout_s
-            )
+            async with asyncio.timeout(self.timeout_s):
+                await self.cluster.unreserve_claims(pod.namespace, claims, pod.uid)
         except Exception as exc:
             log.warning(
                 "could not unreserve the pod's ResourceClaims", pod=pod.key, error=repr(exc)
