@@ -26,7 +26,7 @@ from scheduler.core.model.objects import PodInput
 from scheduler.core.snapshot.cluster import ClusterState
 
 from .apiserver import Cluster
-from .binder import Binder, Outcome, replaced_or_finished
+from .binder import Binder, Era, Outcome, replaced_or_finished
 from .events import EventLane
 from .metrics import Metrics
 from .podbook import NEWS, Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
@@ -366,7 +366,7 @@ class Effects:
         ``fresh``)."""
         era, lists = self.book.era, self.book.bound_lists
         outcomes = await self.binder.bind_all(
-            pods, uncertain, fresh=lambda: self.book.era == decided, lists=self.book.watching
+            pods, uncertain, era=Era(lambda: self.book.era == decided, self.book.watching)
         )
         now = self.clock()  # the binds are done: end-to-end latency ends here
         gang = outcomes[0].placement.gang if outcomes else None
