@@ -362,9 +362,9 @@ class Effects:
         (``uncertain``: the last one's answer was lost, or it waited in an etcd stall the
         restore failed) landed on GPUs the restore gave back to the pods bound there before
         it, beside them (issue 30, soak seed 3090). Such a pod is read back instead, held
-        while a Binding of it may land, and decided afresh in the new era (binder.py,
-        ``fresh``)."""
-        era, lists = self.book.era, self.book.bound_lists
+        while a Binding of it may land, and decided afresh in the new era (binder.py's
+        ``Era``)."""
+        sent_in = self.book.era, self.book.bound_lists
         outcomes = await self.binder.bind_all(
             pods, uncertain, era=Era(lambda: self.book.era == decided, self.book.watching)
         )
@@ -375,7 +375,7 @@ class Effects:
             self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
         refused = {o.pod.key for o in outcomes if o.event is Event.BIND_FAILED}
         for o in outcomes:
-            self._outcome(o, refused, stale=(era, lists) != (self.book.era, self.book.bound_lists))
+            self._outcome(o, refused, stale=sent_in != (self.book.era, self.book.bound_lists))
         self.tasks.wake()
 
     def _outcome(self, o: Outcome, refused: set[str], stale: bool) -> None:

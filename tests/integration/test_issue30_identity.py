@@ -813,7 +813,7 @@ async def test_issue30_sim44_a_reloaded_pod_decided_elsewhere_wakes_the_waiting_
 # ---- found by the soak (seed 5205): a Binding sent while a restore's LISTs were under way ------
 
 
-async def test_issue30_sim5205_no_binding_is_sent_while_a_pod_watch_lists(
+async def test_issue30_sim5205_no_binding_is_sent_while_both_pod_watches_list(
     backend: Backend,
 ) -> None:
     """Soak seed 5205: j holds node n's one GPU and w waits; etcd is backed up; j is deleted
