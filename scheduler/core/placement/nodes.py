@@ -556,7 +556,7 @@ def place_shared(
     # (key, position, names, cards): the key is the node key's part before the name.
     ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
     core, count = shared.core, shared.cards
-    for group in state.node_index.shares.groups(shared.vendor):
+    for group in state.node_index.shares.groups(shared.vendor, core):
         free = group.free
         # Fewer than ``count`` cards with ``core`` free: too few fit (known without asking the
         # memo, which most groups of a full cluster would answer so). ``free`` leaves out the
