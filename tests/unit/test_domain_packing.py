@@ -147,3 +147,32 @@ def test_the_domain_sums_follow_placements_and_removals() -> None:
     state.remove_node("b2-r3-1")
     assert index.sums == recount()
     assert not any(path[0] == "b2" for path in index.sums)
+
+
+def test_domains_of_one_rank_are_one_tier_ordered_by_node_name() -> None:
+    """With a target workload, the nodes the measure ties are ranked by their domains, then by
+    name across every domain of that rank: two whole racks alike in two blocks, the smaller
+    name wins whichever block it is in (the nodes are gathered by domain, and the domains of
+    one rank are one tier, not ordered by path)."""
+    nodes = [
+        MakeNode()
+        .Name(name)
+        .GPUs(4)
+        .Label(BLOCK, block)
+        .Label(RACK, rack)
+        .Label(CLIQUE, f"uuid-{block}.{rack}")
+        for name, block, rack in (
+            ("z-1", "b1", "r1"),
+            ("z-2", "b1", "r1"),
+            ("a-2", "b2", "r2"),
+            ("a-1", "b2", "r2"),
+        )
+    ]
+    # A full node outside every domain holds the pod that makes the target workload.
+    full = MakeNode().Name("o-1").GPUs(4)
+    running = (held("w", "o-1", "0,1,2,3"),)
+    state: ClusterState = cluster(  # type: ignore[arg-type]
+        full, *nodes, running=running, settings=settings(min_pods=1)
+    )
+    assert state.profile.target() is not None
+    assert node_of(state, MakePod().Name("p").Req(1)) == "a-1"

@@ -44,10 +44,13 @@ class DomainOrder:
         free, gpus, _ = self._index.sums[domain]
         return int(free == gpus), free, domain
 
-    def key(self, name: str) -> tuple[tuple[int, int], ...]:
-        """The node's rank: per domain of it, widest first, whether it is whole, then its free
-        GPUs (smaller first)."""
-        path = self._index.where[name]
+    def path(self, name: str) -> Path:
+        """The deepest domain that holds the node."""
+        return self._index.where[name]
+
+    def rank(self, path: Path) -> tuple[tuple[int, int], ...]:
+        """The rank of the nodes of domain ``path``: per domain above them, widest first,
+        whether it is whole, then its free GPUs (smaller first)."""
         return tuple(self._rank(path[:depth])[:2] for depth in range(1, len(path) + 1))
 
     def nodes(self, classes: Iterable[NodeClass]) -> Iterator[tuple[NodeState, NodeClass]]:
