@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 from msgspec import Struct
 
+from scheduler.core.cycle import done_waiting, note_waiting
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.service import heap
@@ -53,7 +54,10 @@ from .kueue_reference import kueue_then_ours
 
 # (c)'s single pods are not TAS podsets: they go through our decide as before issue 32 item 7,
 # without the broken-domains-first rule, so (c) stays Kueue's order and not ours.
-OURS, OFF, KUEUE = tw.settings(True), tw.settings(False), tw.settings(True, pack_domains=False)
+# (a') is ours with packDomains off (yieldToRequired as ours); (c) has neither.
+OURS, OFF = tw.settings(True), tw.settings(False)
+NOPACK = tw.settings(True, pack_domains=False)
+KUEUE = tw.settings(True, pack_domains=False, yield_to_required=False)
 
 
 class Column(Struct):
@@ -203,14 +207,20 @@ def queued(
             if job.gpus not in cache:
                 cache[job.gpus] = _fits(state, job.gpus)
             if not _may_fit(job, topology, *cache[job.gpus]):
+                if came == n and job.pods > 1:
+                    note_waiting(state, job.unit(topology))  # as a refusal does
                 still.append((came, job))
                 continue
             t = time.thread_time()
             placements = place(state, job)
             cpu.append(time.thread_time() - t)
             if placements is None:
+                if job.pods > 1:
+                    note_waiting(state, job.unit(topology))
                 still.append((came, job))
                 continue
+            if job.pods > 1:
+                done_waiting(state, f"bench/{job.name}")
             cache.clear()
             live[job.name] = (n + job.lifetime, [p.pod for p in placements])
             if came >= warm and job.pods > 1:
@@ -317,7 +327,7 @@ def queued_replay(seed: int, count: int, blocks: int) -> None:
     warm = count // 2
     samples = [
         queued("(a) ours", OURS, tw.ours(True), jobs, blocks, warm),
-        queued("(a') ours, packDomains off", KUEUE, tw.ours(True), jobs, blocks, warm),
+        queued("(a') ours, packDomains off", NOPACK, tw.ours(True), jobs, blocks, warm),
         queued("(b) topology off", OFF, tw.ours(False), jobs, blocks, warm),
         queued("(c) Kueue BestFit + ours in-node", KUEUE, kueue_then_ours, jobs, blocks, warm),
     ]

@@ -38,11 +38,19 @@ PREFERRED = "topo-scheduler.io/topology-preferred"
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-def settings(topology: bool = True, pack_domains: bool = True) -> CoreSettings:
+def settings(
+    topology: bool = True, pack_domains: bool = True, yield_to_required: bool = True
+) -> CoreSettings:
     """Ours (levels, the clique label, compact gangs; single pods' ties to the broken domains
-    first unless ``pack_domains`` is False), or the same scheduler without topology."""
+    first unless ``pack_domains`` is False; gangs that need no domain leave those kept for the
+    gangs waiting for one unless ``yield_to_required`` is False), or the same scheduler
+    without topology."""
     if topology:
-        return CoreSettings(topology=TopologySettings(levels=LEVELS, pack_domains=pack_domains))
+        return CoreSettings(
+            topology=TopologySettings(
+                levels=LEVELS, pack_domains=pack_domains, yield_to_required=yield_to_required
+            )
+        )
     return CoreSettings(topology=TopologySettings(accelerator_label="", compact_gangs=False))
 
 

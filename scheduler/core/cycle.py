@@ -19,6 +19,7 @@ from msgspec import Struct
 from .filters.chain import PodFilters
 from .gangs.members import Member
 from .gangs.planning import plan_gang
+from .gangs.waiting import waiting_of
 from .model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .model.gangsources import best_known, gang_key
 from .model.objects import PodInput
@@ -143,6 +144,24 @@ def assume(state: ClusterState, placement: Placement, pod: PodInput) -> None:
     in ``run`` (the pod book's ASSUME, as the cycle places it) and ``simulate`` alike. Its gang's
     minimum is the one the plan resolved (``Placement.replicas``)."""
     state.apply(placement, pod, placement.replicas)
+
+
+def note_waiting(state: ClusterState, unit: Unit) -> None:
+    """The queue keeps the gang ``unit`` waiting (refused, or skipped as hopeless): when it
+    requires a domain, the gangs that need none leave one for it while they can
+    (gangs/waiting.py). Only a queue that tells the core this, and ``done_waiting``, has the
+    rule: bench-topology's queued replay does; ``schedule_in_order`` (one pass) and the live
+    queue do not yet, so ``run`` and ``simulate`` still decide alike."""
+    if unit.gang is None:
+        return
+    waiting = waiting_of(state, unit.pods)
+    if waiting is not None:
+        state.gangs_waiting[unit.gang] = waiting
+
+
+def done_waiting(state: ClusterState, gang: str) -> None:
+    """The gang waits no longer (placed, or gone)."""
+    state.gangs_waiting.pop(gang, None)
 
 
 def apply_decision(state: ClusterState, decision: Decision, unit: Unit) -> None:

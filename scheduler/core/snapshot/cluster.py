@@ -54,7 +54,7 @@ from ..resources.requests import gpu_resource_names
 from ..settings import CoreSettings
 from .bound import allocated_mask, annotated_holding, guess
 from .devices import EXTENDED, Devices
-from .domains import Hierarchy, Path
+from .domains import Hierarchy, Path, WaitingGang
 from .fragmentation import ANYWHERE, Profile, pool_of, request_class
 from .holdings import Holding, Holdings, bits, holding_of, share_mask
 from .memos import Memos
@@ -99,6 +99,9 @@ class ClusterState:
         # DeviceClasses back (resource -> class), and the nodes' paths in the hierarchies.
         self.inputs = Inputs()
         self.dra_extended: dict[str, str] = {}
+        # Gangs waiting for a domain of their required level, by gang key (gangs/waiting.py's
+        # Waiting): what the queue told the core (cycle.note_waiting, apply_decision).
+        self.gangs_waiting: dict[str, WaitingGang] = {}
         self.inputs.device_classes.on_change = self._read_device_classes
         self.inputs.topologies.on_change = self.node_index.forget_hierarchies
         # DRA: the devices every claim holds (ours assumed included), slices by node and pool,
