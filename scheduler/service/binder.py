@@ -35,7 +35,9 @@ The outcome of one pod:
   seed 691). So does a pod decided before an etcd restore began the era the book is in
   (``fresh``): re-sent after the restore, its Binding landed on GPUs the restore gave back to
   the pods bound there before it (issue 30, soak seed 3090); read back pending once none can
-  land, it is decided afresh.
+  land, it is decided afresh. No Binding goes out while both pod watches re-list (a restore
+  breaks every watch): sent before a LIST began the new era, it landed beside a pod the restore
+  brought back (soak seed 5205).
 
 A pod with ResourceClaims has them reserved for it before every Binding, re-sends included (the
 kubelet runs a pod only with its claims reserved for it). A claim write that fails before the
@@ -165,15 +167,18 @@ class Binder:
         uncertain: bool = False,
         *,
         fresh: Callable[[], bool],
+        lists: asyncio.Event,
     ) -> list[Outcome]:
         """Bind one unit's pods, concurrently; their outcomes, in order. ``uncertain``: an
         earlier Binding of theirs may have landed (a re-send). ``fresh``: whether the era
-        they were decided in is still the book's (asked before every Binding: no Binding is
-        sent once it is not)."""
+        they were decided in is still the book's; ``lists``: clear while both pod watches
+        re-list, as after an apiserver restart (both asked before every Binding: ``_current``)."""
         self.in_flight += len(pods)
         try:
             return list(
-                await asyncio.gather(*(self.bind_one(pod, p, fresh, uncertain) for pod, p in pods))
+                await asyncio.gather(
+                    *(self.bind_one(pod, p, fresh, lists, uncertain) for pod, p in pods)
+                )
             )
         finally:
             self.in_flight -= len(pods)
@@ -197,10 +202,11 @@ class Binder:
         pod: PodInput,
         placement: Placement,
         fresh: Callable[[], bool],
+        lists: asyncio.Event,
         uncertain: bool = False,
     ) -> Outcome:
         try:
-            event, current = await self._bind(pod, placement, fresh, uncertain)
+            event, current = await self._bind(pod, placement, fresh, lists, uncertain)
         except Exception:
             log.exception("bind crashed", pod=pod.key)
             event, current = Event.BIND_UNKNOWN, None
@@ -209,10 +215,15 @@ class Binder:
         return Outcome(pod, placement, event, current)
 
     async def _bind(
-        self, pod: PodInput, placement: Placement, fresh: Callable[[], bool], uncertain: bool
+        self,
+        pod: PodInput,
+        placement: Placement,
+        fresh: Callable[[], bool],
+        lists: asyncio.Event,
+        uncertain: bool,
     ) -> tuple[Event, PodInput | None]:
         async with self._slots:
-            event, current = await self._send(pod, placement, fresh, uncertain)
+            event, current = await self._send(pod, placement, fresh, lists, uncertain)
             if not self.leadership.leading:
                 # A later leader may have reserved the claims for the same pod meanwhile.
                 return event, current
@@ -224,13 +235,18 @@ class Binder:
             return event, current
 
     async def _send(
-        self, pod: PodInput, placement: Placement, fresh: Callable[[], bool], uncertain: bool
+        self,
+        pod: PodInput,
+        placement: Placement,
+        fresh: Callable[[], bool],
+        lists: asyncio.Event,
+        uncertain: bool,
     ) -> tuple[Event, PodInput | None]:
         # Every attempt sends the same Binding: the placement's node and annotations.
         annotations = assignment_annotations(placement)
         # An earlier attempt may have landed without our seeing the answer.
         maybe_sent = uncertain and pod.uid in self._sent
-        if not fresh():
+        if not await self._current(fresh, lists):
             return await self._stale(pod, placement, maybe_sent)
         written = await self._prebind(pod, placement)
         if written is not Written.DONE:
@@ -242,7 +258,7 @@ class Binder:
                 return Event.BIND_UNKNOWN, None
             return Event.BIND_FAILED, None
         for attempt in range(1, self.attempts + 1):
-            if not fresh():
+            if not await self._current(fresh, lists):
                 return await self._stale(pod, placement, maybe_sent)
             if not self.may_send():
                 # A deposed leader must not bind, nor one whose request could outlive its
@@ -276,6 +292,21 @@ class Binder:
         if maybe_sent:
             return await self._read_back(pod, placement, self._may_land(pod.uid))
         return Event.BIND_FAILED, None
+
+    async def _current(self, fresh: Callable[[], bool], lists: asyncio.Event) -> bool:
+        """Whether the pod's decision may be sent: its era is still the book's, asked once
+        the pod watches are not both re-listing (``PodBook.watching``; waited for up to the
+        request timeout, after which the decision is not sent). An etcd restore breaks every
+        watch before the apiserver serves the restored history: a Binding sent then, decided
+        before a LIST could say the restore began a new era, landed beside a pod the restore
+        brought back onto the GPUs it was decided onto (soak seed 5205). Waiting costs nothing
+        while a watch is up."""
+        if not lists.is_set():
+            try:
+                await asyncio.wait_for(lists.wait(), self.timeout_s)
+            except TimeoutError:
+                return False
+        return fresh()
 
     async def _stale(
         self, pod: PodInput, placement: Placement, maybe_sent: bool

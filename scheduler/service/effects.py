@@ -366,7 +366,7 @@ class Effects:
         ``fresh``)."""
         era, lists = self.book.era, self.book.bound_lists
         outcomes = await self.binder.bind_all(
-            pods, uncertain, fresh=lambda: self.book.era == decided
+            pods, uncertain, fresh=lambda: self.book.era == decided, lists=self.book.watching
         )
         now = self.clock()  # the binds are done: end-to-end latency ends here
         gang = outcomes[0].placement.gang if outcomes else None

@@ -170,6 +170,7 @@ class Intake:
     # the LIST tells the book what it means as a whole.
 
     def pending_list_begin(self) -> None:
+        self.book.list_begun("pending-pods")
         self._pending = {}
         self._pending_since = self.book.newest
         self._pending_era = self._eras
@@ -186,6 +187,7 @@ class Intake:
         self._new_era(
             "pending-pods", version, self._pending_since, self._pending_era, self._pending_asked
         )
+        self.book.list_ended("pending-pods")
         self._set_aside = {}  # the LIST is the pending watch's whole word now
         for key, entry in list(self.book.entries.items()):
             if entry.stage in (Stage.BOUND, Stage.OTHER):
@@ -268,6 +270,7 @@ class Intake:
         }
 
     def bound_list_begin(self) -> None:
+        self.book.list_begun("bound-pods")
         self._listed, self._stale = {}, []
         self.book.bound_lists += 1
         self._bound_since = self.book.newest
@@ -308,6 +311,7 @@ class Intake:
             self._unbound(entry.key, entry.uid)
         self.bound_synced = True
         self.bound_version = version  # the LIST's view (0: unknown), even below the last
+        self.book.list_ended("bound-pods")
 
     def bound_progress(self, version: int) -> None:
         """The bound watch has delivered everything up to ``version`` (a bookmark)."""

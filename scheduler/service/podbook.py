@@ -63,6 +63,7 @@ step.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
@@ -670,6 +671,28 @@ class PodBook:
     # which one began may be older than that LIST, which may not show it (effects.py's
     # ``_outcome``: it is re-read).
     bound_lists: int = 0
+    # The pod watches whose LIST is under way (intake's ``*_list_begin`` to ``*_list_end``),
+    # and ``watching``: clear while both are, when no Binding is sent (binder.py's
+    # ``_current``). Both pod watches re-listing at once is what a restart of the apiserver
+    # looks like, and an etcd restore is one (every watch breaks before the restored history
+    # is served); one watch re-lists alone after a 410 Gone, which says nothing of a restore,
+    # and its Bindings go on.
+    listing: set[str] = field(default_factory=set)
+    watching: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.watching.set()
+
+    def list_begun(self, watch: str) -> None:
+        """A pod watch asked for a LIST (``watch``: "pending-pods" or "bound-pods")."""
+        self.listing.add(watch)
+        if self.listing >= {"pending-pods", "bound-pods"}:
+            self.watching.clear()
+
+    def list_ended(self, watch: str) -> None:
+        """That LIST is all in."""
+        self.listing.discard(watch)
+        self.watching.set()
 
     def get(self, key: str) -> Entry | None:
         return self.entries.get(key)

@@ -799,3 +799,49 @@ async def test_issue30_sim44_a_reloaded_pod_decided_elsewhere_wakes_the_waiting_
     await run(r)
     assert r.held(p.key) == ("n1", [1])
     assert api.binds == [(p.key, "n1", "1"), (q.key, "n2", "0,1")]
+
+
+# ---- found by the soak (seed 5205): a Binding sent while a restore's LISTs were under way ------
+
+
+async def test_issue30_sim5205_no_binding_is_sent_while_a_pod_watch_lists(
+    backend: Backend,
+) -> None:
+    """Soak seed 5205: j holds node n's one GPU and w waits; etcd is backed up; j is deleted
+    (recreated elsewhere, in the seed) and the GPU is free. etcd is restored from the backup:
+    j is bound on the GPU again and w pending, and both watches break and ask for a LIST. The
+    leader decides w onto the GPU before those LISTs are in (its view still the era before).
+    Before the fix w's Binding went out at once and landed beside j, which the restore brought
+    back. A Binding waits while both pod watches re-list: the LISTs begin a new era, and w,
+    decided in the era before, is never sent; it is decided afresh, and waits."""
+    r = backend.live(bind_timeout=0.02)
+    r.api.version = 1000
+    j = r.api.create(MakePod().Name("j").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [j])
+    w = r.pending(MakePod().Name("w").Req(1).Obj())
+    await run(r)  # w waits: j holds the one GPU
+    backup = dict(r.api.pods), r.api.version
+    r.s.intake.bound_event("DELETED", r.api.delete(j.key))
+    await r.settle()
+    r.api.pods, r.api.version = dict(backup[0]), backup[1]  # the restore: j bound, w pending
+    r.s.intake.pending_list_begin()  # every watch broke: each asks for a LIST
+    r.s.intake.bound_list_begin()
+    r.clock.now += 10.0  # w's backoff
+    await r.renew()
+    assert await r.step() == w.key  # decided onto the GPU the era before gave back
+    assert r.s.book.stage(w.key) is Stage.BINDING and r.held(w.key) == ("n", [0])
+    await asyncio.sleep(0.05)  # the binder's turn: it waits for the LISTs
+    assert r.api.binds == []
+    r.s.intake.pending_list_page([r.api.pods[w.key]])
+    r.s.intake.pending_list_end(r.api.version)
+    pods, version = r.bound_list()
+    r.s.intake.bound_list_page(pods)
+    r.s.intake.bound_list_end(version)
+    assert r.s.book.era == 1 and r.held(j.key) == ("n", [0])
+    await r.settle()
+    assert r.api.binds == []  # decided in the era before: never sent
+    assert r.s.book.stage(w.key) is Stage.PENDING and r.held(w.key) is None
+    await run(r)  # decided afresh: j holds the one GPU
+    assert r.api.binds == [] and r.api.pods[w.key].node_name == ""
+    assert r.held(j.key) == ("n", [0]) and r.held(w.key) is None
+    assert await store_of(r) == ({"default/j": "bound:(0,)"}, {0: "default/j"}, {})

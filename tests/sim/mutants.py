@@ -51,6 +51,7 @@ timeline reaches the swap.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import heapq
 from collections.abc import Callable, Iterable, Iterator
@@ -677,9 +678,34 @@ def _stale_decision_resent() -> list[Patch]:
     fixed = Binder.bind_all
 
     async def bind_all(
-        self: Binder, pods: Any, uncertain: bool = False, *, fresh: Callable[[], bool]
+        self: Binder,
+        pods: Any,
+        uncertain: bool = False,
+        *,
+        fresh: Callable[[], bool],
+        lists: asyncio.Event,
     ) -> Any:
-        return await fixed(self, pods, uncertain, fresh=lambda: True)
+        return await fixed(self, pods, uncertain, fresh=lambda: True, lists=lists)
+
+    return [(Binder, "bind_all", bind_all)]
+
+
+def _sent_while_listing() -> list[Patch]:
+    """Soak seed 5205: a Binding is sent while both pod watches re-list (an apiserver restart,
+    an etcd restore's), before a LIST can say whether the restore began a new era."""
+    fixed = Binder.bind_all
+
+    async def bind_all(
+        self: Binder,
+        pods: Any,
+        uncertain: bool = False,
+        *,
+        fresh: Callable[[], bool],
+        lists: asyncio.Event,
+    ) -> Any:
+        done = asyncio.Event()
+        done.set()
+        return await fixed(self, pods, uncertain, fresh=fresh, lists=done)
 
     return [(Binder, "bind_all", bind_all)]
 
@@ -999,6 +1025,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding decided before an etcd restore is re-sent after it",
         _stale_decision_resent,
         timeline="sim3090-restore-under-a-stalled-binding",
+    ),
+    "sim5205-sent-while-listing": Mutant(
+        "a Binding is sent while both pod watches re-list (an etcd restore broke them)",
+        _sent_while_listing,
+        timeline="sim5205-restore-before-the-binding",
     ),
     "sim2977-list-after-era-list-judged-by-version": Mutant(
         "a LIST asked for after the one that began the era ends no wait if its version is not back",

@@ -875,6 +875,26 @@ def restore_under_a_stalled_binding(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restore_before_the_binding(m: SimMachine) -> None:
+    """Soak seed 5205: a holds n2/1, the last GPU, and s waits; etcd is backed up; a is
+    deleted, and s is decided onto n2/1. etcd is restored from the backup (a bound on n2/1
+    again) before s's Binding goes out: every watch breaks and asks for a LIST. Sent at once,
+    before the LISTs could begin the new era, the Binding landed s beside a; it waits for the
+    LISTs, and decided in the era before, it is never sent."""
+    fill(m)
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.create_pod("s", 1, False)
+    m.tick(0.5)
+    m.etcd_restore(False)
+    m.delete_pod(0, False)  # a: the first pod by name
+    m.tick(0.1)
+    m.etcd_restore(True)
+    for _ in range(4):
+        m.tick(0.5)
+    m.quiesce()
+
+
 def own_binding_after_flush(m: SimMachine) -> None:
     """Sim seed 3348: r1's Binding of p hangs in a slow apiserver (abandoned at the bind
     timeout, p stays binding: it is re-sent while r1 leads); FLUSHALL. r2 wins the lease on the
@@ -1168,6 +1188,7 @@ def restore_unbinds_under_pending_news(m: SimMachine) -> None:
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
+    "sim5205-restore-before-the-binding": restore_before_the_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
     "sim603-store-between-eras": store_between_eras,
