@@ -23,6 +23,9 @@ Two replays:
   gang class, in arrivals (gangs still waiting at the end count until then); GPU-hours stranded:
   free GPUs that no waiting gang could use (not on a node where one of its pods fits, or, for a
   gang that requires a clique, not in a rack that fits it whole), summed while some gang waits.
+  The replay is the queue: it tells the core which gangs wait (``cycle.note_waiting`` on a
+  refusal or a hopeless retry, ``done_waiting`` once placed), so that (a) and (a') keep a domain
+  for each gang waiting for a required one (``topology.yieldToRequired``); (c) runs with it off.
   The stranded figure is the workload's: topology off never keeps a gang waiting for a clique
   (it splits it), so it strands little and places almost no gang within its level.
 
