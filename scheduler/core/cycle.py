@@ -156,6 +156,7 @@ def note_waiting(state: ClusterState, unit: Unit) -> None:
         return
     waiting = waiting_of(state, unit.pods)
     if waiting is not None:
+        # A gang noted again keeps its place (dicts keep the first insertion's).
         state.gangs_waiting[unit.gang] = waiting
 
 

@@ -113,3 +113,21 @@ def test_only_gangs_with_a_required_level_wait_for_a_domain() -> None:
     assert isinstance(decide(state, big), Unschedulable)
     note_waiting(state, big)
     assert set(state.gangs_waiting) == {"default/w"}
+
+
+def test_only_the_gang_that_waited_longest_keeps_a_domain() -> None:
+    state = cluster()
+    first = gang_unit(*(annotated(member(i, job="z", n=3), required("rack")) for i in range(3)))
+    note_waiting(state, first)
+    waiting_gang(state)  # w starts waiting after z
+    hierarchy = configured(state.settings.topology)
+    kept = [("b2", "r1")]
+    assert [p[:2] for p in kept_domains(state, "default/p", hierarchy)] == kept
+    # Noted again (another refusal), z keeps its place at the head; w's own plans keep z's.
+    note_waiting(state, first)
+    assert list(state.gangs_waiting) == ["default/z", "default/w"]
+    assert [p[:2] for p in kept_domains(state, "default/w", hierarchy)] == kept
+    # z goes: w is the head, and its domain is kept for it (the same rack here).
+    done_waiting(state, "default/z")
+    assert [p[:2] for p in kept_domains(state, "default/p", hierarchy)] == kept
+    assert kept_domains(state, "default/w", hierarchy) == []
