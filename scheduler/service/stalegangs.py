@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 from prometheus_client import Counter
 
+from scheduler.core.model.gangsources import group_minimum
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.holdings import Holding
 
@@ -74,11 +75,12 @@ class StaleGangs:
         """A bound pod is leaving (the snapshot frees it next); ``holding`` is what it holds,
         ``phase`` its last phase ("" when it was deleted). Its gang's members left running are
         counted without it."""
-        if holding is None or not holding.gang or not holding.replicas:
+        if holding is None or not holding.gang:
             return
-        if phase == "Succeeded":
+        gang = holding.gang
+        minimum = group_minimum(gang, self.state.inputs.pod_groups) or holding.replicas
+        if not minimum or phase == "Succeeded":
             return
-        gang, minimum = holding.gang, holding.replicas
         left = [h for h in self._running(gang) if h.pod != holding.pod]
         if not left or len(left) >= minimum or not self.leading():
             return
@@ -101,7 +103,9 @@ class StaleGangs:
         again, and under ``evict`` a new grace period starts. O(gangs)."""
         for gang in sorted(self.state.gang_bound):
             members = self._running(gang)
-            minimum = max((h.replicas for h in members), default=0)
+            minimum = group_minimum(gang, self.state.inputs.pod_groups) or max(
+                (h.replicas for h in members), default=0
+            )
             if not members or not minimum or len(members) >= minimum:
                 continue
             message = (
@@ -123,7 +127,9 @@ class StaleGangs:
         now = self.clock()
         for gang, stale in list(self.pending.items()):
             left = self._running(gang)
-            if not left or len(left) >= stale.minimum:
+            # A PodGroup lowered meanwhile (a job scaled down) may have ended the shortfall.
+            minimum = group_minimum(gang, self.state.inputs.pod_groups) or stale.minimum
+            if not left or len(left) >= minimum:
                 del self.pending[gang]
                 continue
             if now < stale.deadline:

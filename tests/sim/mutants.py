@@ -61,6 +61,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.formats.assignment import assignment_annotations
+from scheduler.core.gangs import planning as planning_module
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.names import ASSIGNMENT_ANNOTATION
 from scheduler.core.model.objects import PodInput
@@ -710,6 +711,12 @@ def _sent_while_listing() -> list[Patch]:
     return [(Binder, "bind_all", bind_all)]
 
 
+def _bound_members_minimum_kept() -> list[Patch]:
+    """Soak seed 5963: a gang's bound members keep the minimum they were charged with after
+    the PodGroup that holds it was lowered (a job scaled down)."""
+    return [(planning_module, "group_minimum", lambda gang, pod_groups: 0)]
+
+
 def _no_record_chained() -> list[Patch]:
     """Soak seed 3127: an election reads the witness apart from its compare-and-swap, and no
     record counts as chained to the store's history: two sides of a partition, electing at
@@ -1030,6 +1037,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding is sent while both pod watches re-list (an etcd restore broke them)",
         _sent_while_listing,
         timeline="sim5205-restore-before-the-binding",
+    ),
+    "sim5963-bound-members-minimum-kept": Mutant(
+        "a gang's bound members keep their charged minimum after its PodGroup was lowered",
+        _bound_members_minimum_kept,
+        timeline="sim5963-pod-group-lowered-under-a-partial-gang",
     ),
     "sim2977-list-after-era-list-judged-by-version": Mutant(
         "a LIST asked for after the one that began the era ends no wait if its version is not back",

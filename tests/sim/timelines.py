@@ -895,6 +895,26 @@ def restore_before_the_binding(m: SimMachine) -> None:
     m.quiesce()
 
 
+def pod_group_lowered_under_a_partial_gang(m: SimMachine) -> None:
+    """Soak seed 5963: gang h1 of 3 (an upstream PodGroup, minCount 3): h1-1 and h1-2 are
+    bound, h1-0's Binding is refused (500) and r1 is killed before its retry. The job is scaled
+    down: h1-2 deleted and the PodGroup replaced with minCount 2. The next leader decides h1-0
+    afresh; h1-1's holding kept the minimum 3 it was charged with, which disagreed with h1-0's
+    2, and the gang waited for good below its new minimum beside free GPUs. A PodGroup's
+    minimum is read as it is now for the bound members too."""
+    assert isinstance(m, FullMachine)  # the other gang sources are rules of the full world
+    past_first_wait(m)
+    m.bind_fault("500")
+    m.create_gang_from("h", 3, "upstream PodGroup")
+    m.tick(0.1)
+    m.kill()
+    m.shrink_gang(0, 1, True)
+    m.reap()
+    for _ in range(4):
+        m.tick(16.0)
+    m.quiesce()
+
+
 def own_binding_after_flush(m: SimMachine) -> None:
     """Sim seed 3348: r1's Binding of p hangs in a slow apiserver (abandoned at the bind
     timeout, p stays binding: it is re-sent while r1 leads); FLUSHALL. r2 wins the lease on the
@@ -1188,6 +1208,7 @@ def restore_unbinds_under_pending_news(m: SimMachine) -> None:
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
+    "sim5963-pod-group-lowered-under-a-partial-gang": pod_group_lowered_under_a_partial_gang,
     "sim5205-restore-before-the-binding": restore_before_the_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,

@@ -10,6 +10,7 @@ import msgspec
 
 from scheduler.core.model import names
 from scheduler.core.model.objects import PodGroupInput
+from scheduler.core.snapshot.watched import POD_GROUPS
 from scheduler.service.podbook import Stage
 from scheduler.state.memory import MemoryStore
 from tests.builders import MakePod
@@ -209,3 +210,30 @@ async def test_a_new_leader_reports_a_gang_that_fell_below_its_minimum_while_no_
     b.s.stale.tick()
     await b.settle()
     assert b.api.evictions == ["default/b"]
+
+
+async def test_policy_evict_spares_a_gang_whose_pod_group_was_lowered_in_its_grace() -> None:
+    """A PodGroup gang of 3 loses a member; before its grace ends the job is scaled down (the
+    PodGroup's minMember lowered to 2): the two left are its minimum, and nothing is evicted
+    (the minimum is the PodGroup's as it is now, ``group_minimum``; soak seed 5963)."""
+    r = live()
+    r.s.stale.policy, r.s.stale.grace_s = "evict", 60.0
+    group = PodGroupInput(group=names.POD_GROUP_API, namespace="default", name="pg", min_member=3)
+    r.s.intake.event(POD_GROUPS, "ADDED", group)
+    await r.elect([node(3)])
+    for name in ("a", "b", "c"):
+        r.pending(MakePod().Name(name).Req(1).Label(names.POD_GROUP_LABEL, "pg").Obj())
+    while await r.step() is not None:
+        pass
+    await r.settle()
+    for name in ("a", "b", "c"):
+        r.bound_seen(f"default/{name}")
+    r.s.intake.bound_event("DELETED", r.api.delete("default/a"))
+    await r.settle()
+    assert events(r, "GangBelowMinimum") == ["default/b", "default/c"]
+    r.s.intake.event(POD_GROUPS, "MODIFIED", msgspec.structs.replace(group, min_member=2))
+    await later(r, 61)
+    r.s.stale.tick()
+    await r.settle()
+    assert r.api.evictions == []
+    assert r.s.sizes()["stale"] == {"stale_gangs": 0}

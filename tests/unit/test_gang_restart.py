@@ -18,6 +18,7 @@ from msgspec.structs import replace
 
 from scheduler.core.model import names
 from scheduler.core.model.decisions import Placed, Unschedulable
+from scheduler.core.model.gangsources import group_minimum
 from scheduler.core.model.objects import PodGroupInput, PodInput
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.holdings import Holding
@@ -188,3 +189,44 @@ def test_a_surplus_member_goes_next_to_a_running_sibling_not_a_terminating_one()
     (decision,) = schedule(state, _worker("job-b0").Label(names.POD_GROUP_LABEL, "job"))
     assert isinstance(decision, Placed), decision
     assert [(p.pod, p.node) for p in decision.placements] == [("default/job-b0", "dgx-b")]
+
+
+GROUP_SOURCES = sorted(s for s, (_, group) in SOURCES.items() if group is not None)
+
+
+@pytest.mark.parametrize("source", GROUP_SOURCES)
+def test_a_pod_group_lowered_under_bound_members_sizes_them_too(source: str) -> None:
+    """Soak seed 5963: a gang of 3 whose size a PodGroup holds has two members bound (job-a0,
+    job-a1, charged with minimum 3) and job-a2's Binding failed. The job is scaled down: job-a1
+    deleted, the PodGroup's minimum lowered to 2 (the upstream one replaced with the new
+    minCount). Before the fix job-a0's holding kept minimum 3 against job-a2's 2, and the gang
+    waited for good ("members disagree on the gang's size (2, 3)") beside free GPUs, below its
+    new minimum; it is the missing part of it now, and stale-gang and preemption read the same
+    minimum (``group_minimum``)."""
+    member, group = SOURCES[source]
+    assert group is not None
+    state: ClusterState = cluster(MakeNode().Name("n").GPUs(3))
+    state.inputs.pod_groups.put(replace(group, min_member=3))
+    for name, gpu in (("job-a0", "0"), ("job-a1", "1")):
+        assert state.add_bound_pod(bound(member(name), gpu)) is None
+    assert {h.replicas for h in state.holdings.values()} == {3}
+    state.remove_pod("default/job-a1")  # scaled down
+    if source == "upstream PodGroup":  # replaced by its controller: a new UID
+        state.inputs.pod_groups.event("DELETED", replace(group, min_member=3))
+    state.inputs.pod_groups.put(replace(group, min_member=2))
+    assert group_minimum(JOB, state.inputs.pod_groups) == 2
+    (decision,) = schedule(state, member("job-a2"))
+    assert isinstance(decision, Placed) and decision.waiting == (), decision
+    assert [(p.pod, p.node) for p in decision.placements] == [("default/job-a2", "n")]
+    assert state.gang_bound == {JOB: {"default/job-a0", "default/job-a2"}}
+
+
+def test_a_gang_sized_by_labels_keeps_its_bound_members_minimum() -> None:
+    """Without a PodGroup, a bound member's size is its own labels' (changed in its event):
+    a pending member that says another size waits, naming both."""
+    state: ClusterState = cluster(MakeNode().Name("n").GPUs(3))
+    assert state.add_bound_pod(bound(_worker("job-a0").Gang("job", 3), "0")) is None
+    assert group_minimum(JOB, state.inputs.pod_groups) == 0
+    (decision,) = schedule(state, _worker("job-a2").Gang("job", 2))
+    assert not isinstance(decision, Placed)
+    assert "members disagree on gpu-topology-replica (2, 3)" in decision.reason

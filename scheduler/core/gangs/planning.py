@@ -41,7 +41,7 @@ from msgspec import Struct
 from ..filters.chain import GroupFilters, PodFilters
 from ..model import names
 from ..model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
-from ..model.gangsources import Gang, GangError, GangPending, resolve
+from ..model.gangsources import Gang, GangError, GangPending, group_minimum, resolve
 from ..placement.devices import place_claims
 from ..placement.nodes import (
     best_whole_node,
@@ -88,11 +88,12 @@ def check_gang(
     size_name = names.GANG_REPLICA_LABEL if native else "the gang's size"
     minimums = {g.minimum for g in gangs}
     bound = state.gang_bound.get(gang, set()) - set(keys)
-    minimums |= {
-        state.holdings[k].replicas
-        for k in bound
-        if k in state.holdings and state.holdings[k].replicas
-    }
+    if bound and not group_minimum(gang, state.inputs.pod_groups):
+        minimums |= {
+            state.holdings[k].replicas
+            for k in bound
+            if k in state.holdings and state.holdings[k].replicas
+        }
     totals = {g.total for g in gangs if g.total}
     if len(minimums) > 1 or len(totals) > 1:
         listed = ", ".join(str(c) for c in sorted(minimums | totals))

@@ -230,6 +230,21 @@ def best_known(pod: PodInput, pod_groups: Mapping[str, PodGroupInput]) -> Gang |
         return None
 
 
+def group_minimum(gang: str, pod_groups: Mapping[str, PodGroupInput]) -> int:
+    """The minimum of the PodGroup that holds gang ``gang``'s size ("namespace/name") as it
+    is now (0: no PodGroup holds it), for its bound members. A PodGroup's minimum changes under
+    members bound already: a job scaled down lowers minMember, and the upstream PodGroup is
+    replaced with a new minCount; kube-scheduler's coscheduling reads minMember at every cycle.
+    Their holdings keep the minimum they were charged with, which then disagreed with the
+    pending members' for good (the gang waited beside free GPUs, below its minimum: soak seed
+    5963). A size a pod's own labels or annotations say changes with the pod, in its event."""
+    for api in (names.POD_GROUP_API, names.VOLCANO_POD_GROUP_API, names.UPSTREAM_POD_GROUP_API):
+        group = pod_groups.get(f"{api}/{gang}")
+        if group is not None and 1 <= group.min_member <= MAX_GANG_SIZE:
+            return group.min_member
+    return 0
+
+
 def _name(pod: PodInput, where: str, value: str) -> None:
     if not value:
         raise GangError(f"pod {pod.key}: {where} is empty")

@@ -36,8 +36,8 @@ from typing import NamedTuple
 
 from msgspec import Struct
 
-from ..model import names
 from ..model.dra import ResourceClaim
+from ..model.gangsources import group_minimum
 from ..snapshot.cluster import ClusterState
 from ..snapshot.holdings import Holding
 from ..snapshot.podindex import PodRecord
@@ -121,11 +121,10 @@ class Pool:
                 self.gang_nodes.setdefault(r.node, set()).add(key)
 
     def _minimum_from_groups(self, gang: str, pods: tuple[PodRecord, ...]) -> int:
-        """The minimum a PodGroup says (one that arrived after its pods), or the holdings'."""
-        for api in (names.POD_GROUP_API, names.VOLCANO_POD_GROUP_API):
-            group = self.state.inputs.pod_groups.get(f"{api}/{gang}")
-            if group is not None and group.min_member > 0:
-                return group.min_member
+        """The minimum a PodGroup says now (``group_minimum``), or the holdings'."""
+        minimum = group_minimum(gang, self.state.inputs.pod_groups)
+        if minimum:
+            return minimum
         held = [self.state.holdings[r.key] for r in pods if r.key in self.state.holdings]
         return max((h.replicas for h in held), default=0)
 
