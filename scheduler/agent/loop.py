@@ -196,7 +196,8 @@ class Agent:
                 self.outcomes[outcome] += 1
                 self._polled.notify_all()
             with contextlib.suppress(TimeoutError):  # the interval ended without a stop
-                await asyncio.wait_for(stop.wait(), self.poll_seconds)
+                async with asyncio.timeout(self.poll_seconds):
+                    await stop.wait()
         log.info("agent stopped", node=self.node)
 
     async def wait_polls(self, count: int) -> Outcome | None:

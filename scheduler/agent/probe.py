@@ -127,7 +127,8 @@ class Prober:
         except OSError as exc:
             raise ProbeError(f"{shown}: cannot run: {exc.strerror or exc}") from None
         try:
-            out, err = await asyncio.wait_for(process.communicate(), timeout)
+            async with asyncio.timeout(timeout):
+                out, err = await process.communicate()
         except TimeoutError:
             raise ProbeError(f"{shown}: no answer within {timeout:g} s") from None
         finally:

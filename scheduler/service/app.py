@@ -307,7 +307,8 @@ def open_store(run_cfg: Run, holder: str) -> Store:
 async def _bounded(step: str, work: Awaitable[object], seconds: float) -> bool:
     """One shutdown step, for at most ``seconds``; False (logged) when it did not finish."""
     try:
-        await asyncio.wait_for(work, seconds)
+        async with asyncio.timeout(seconds):
+            await work
     except TimeoutError:
         log.warning("shutdown step did not finish in time", step=step, seconds=seconds)
         return False

@@ -112,6 +112,16 @@ class Outcome:
     current: PodInput | None = None  # the pod read back (BIND_ELSEWHERE)
 
 
+@dataclass(frozen=True)
+class Era:
+    """The era of the pod book a unit was decided in, as the binder asks it before every
+    Binding: ``fresh``, whether it is still the book's (an etcd restore begins another);
+    ``watching``, clear while both pod watches re-list (PodBook.watching)."""
+
+    fresh: Callable[[], bool]
+    watching: asyncio.Event
+
+
 class Binder:
     def __init__(
         self,
@@ -166,19 +176,15 @@ class Binder:
         pods: list[tuple[PodInput, Placement]],
         uncertain: bool = False,
         *,
-        fresh: Callable[[], bool],
-        lists: asyncio.Event,
+        era: Era,
     ) -> list[Outcome]:
         """Bind one unit's pods, concurrently; their outcomes, in order. ``uncertain``: an
-        earlier Binding of theirs may have landed (a re-send). ``fresh``: whether the era
-        they were decided in is still the book's; ``lists``: clear while both pod watches
-        re-list, as after an apiserver restart (both asked before every Binding: ``_current``)."""
+        earlier Binding of theirs may have landed (a re-send). ``era``: the one they were
+        decided in (asked before every Binding: ``_current``)."""
         self.in_flight += len(pods)
         try:
             return list(
-                await asyncio.gather(
-                    *(self.bind_one(pod, p, fresh, lists, uncertain) for pod, p in pods)
-                )
+                await asyncio.gather(*(self.bind_one(pod, p, era, uncertain) for pod, p in pods))
             )
         finally:
             self.in_flight -= len(pods)
@@ -201,12 +207,11 @@ class Binder:
         self,
         pod: PodInput,
         placement: Placement,
-        fresh: Callable[[], bool],
-        lists: asyncio.Event,
+        era: Era,
         uncertain: bool = False,
     ) -> Outcome:
         try:
-            event, current = await self._bind(pod, placement, fresh, lists, uncertain)
+            event, current = await self._bind(pod, placement, era, uncertain)
         except Exception:
             log.exception("bind crashed", pod=pod.key)
             event, current = Event.BIND_UNKNOWN, None
@@ -215,15 +220,10 @@ class Binder:
         return Outcome(pod, placement, event, current)
 
     async def _bind(
-        self,
-        pod: PodInput,
-        placement: Placement,
-        fresh: Callable[[], bool],
-        lists: asyncio.Event,
-        uncertain: bool,
+        self, pod: PodInput, placement: Placement, era: Era, uncertain: bool
     ) -> tuple[Event, PodInput | None]:
         async with self._slots:
-            event, current = await self._send(pod, placement, fresh, lists, uncertain)
+            event, current = await self._send(pod, placement, era, uncertain)
             if not self.leadership.leading:
                 # A later leader may have reserved the claims for the same pod meanwhile.
                 return event, current
@@ -235,18 +235,13 @@ class Binder:
             return event, current
 
     async def _send(
-        self,
-        pod: PodInput,
-        placement: Placement,
-        fresh: Callable[[], bool],
-        lists: asyncio.Event,
-        uncertain: bool,
+        self, pod: PodInput, placement: Placement, era: Era, uncertain: bool
     ) -> tuple[Event, PodInput | None]:
         # Every attempt sends the same Binding: the placement's node and annotations.
         annotations = assignment_annotations(placement)
         # An earlier attempt may have landed without our seeing the answer.
         maybe_sent = uncertain and pod.uid in self._sent
-        if not await self._current(fresh, lists):
+        if not await self._current(era):
             return await self._stale(pod, placement, maybe_sent)
         written = await self._prebind(pod, placement)
         if written is not Written.DONE:
@@ -258,7 +253,7 @@ class Binder:
                 return Event.BIND_UNKNOWN, None
             return Event.BIND_FAILED, None
         for attempt in range(1, self.attempts + 1):
-            if not await self._current(fresh, lists):
+            if not await self._current(era):
                 return await self._stale(pod, placement, maybe_sent)
             if not self.may_send():
                 # A deposed leader must not bind, nor one whose request could outlive its
@@ -268,12 +263,10 @@ class Binder:
                 return Event.BIND_FAILED, None
             self._sent[pod.uid] = self.clock()
             try:
-                result = await asyncio.wait_for(
-                    self.cluster.bind(
+                async with asyncio.timeout(self.timeout_s):
+                    result = await self.cluster.bind(
                         pod.namespace, pod.name, pod.uid, placement.node, annotations
-                    ),
-                    self.timeout_s,
-                )
+                    )
             except Exception as exc:
                 maybe_sent = True
                 reason = "timeout" if isinstance(exc, TimeoutError) else "exception"
@@ -293,20 +286,21 @@ class Binder:
             return await self._read_back(pod, placement, self._may_land(pod.uid))
         return Event.BIND_FAILED, None
 
-    async def _current(self, fresh: Callable[[], bool], lists: asyncio.Event) -> bool:
+    async def _current(self, era: Era) -> bool:
         """Whether the pod's decision may be sent: its era is still the book's, asked once
-        the pod watches are not both re-listing (``PodBook.watching``; waited for up to the
-        request timeout, after which the decision is not sent). An etcd restore breaks every
+        the pod watches are not both re-listing (waited for up to the request timeout, after
+        which the decision is not sent). An etcd restore breaks every
         watch before the apiserver serves the restored history: a Binding sent then, decided
         before a LIST could say the restore began a new era, landed beside a pod the restore
         brought back onto the GPUs it was decided onto (soak seed 5205). Waiting costs nothing
         while a watch is up."""
-        if not lists.is_set():
+        if not era.watching.is_set():
             try:
-                await asyncio.wait_for(lists.wait(), self.timeout_s)
+                async with asyncio.timeout(self.timeout_s):
+                    await era.watching.wait()
             except TimeoutError:
                 return False
-        return fresh()
+        return era.fresh()
 
     async def _stale(
         self, pod: PodInput, placement: Placement, maybe_sent: bool
@@ -455,7 +449,8 @@ class Binder:
         """One request within the bind timeout: its answer, or _Lost (no answer, or a 5xx or
         429, which say nothing of what a write did) or _Refused (any other error status)."""
         try:
-            return await asyncio.wait_for(call(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                return await call()
         except HttpError as exc:
             if exc.status >= 500 or exc.status == 429:
                 raise _Lost(str(exc), write) from exc
@@ -509,10 +504,10 @@ class Binder:
             return False
         claims = self._others(pod, placement)
         try:
-            written = await asyncio.wait_for(
-                self.cluster.reserve_claims(pod.namespace, claims, pod.name, pod.uid),
-                self.timeout_s,
-            )
+            async with asyncio.timeout(self.timeout_s):
+                written = await self.cluster.reserve_claims(
+                    pod.namespace, claims, pod.name, pod.uid
+                )
         except Exception as exc:
             log.warning("could not reserve the pod's ResourceClaims", pod=pod.key, error=repr(exc))
             return False
@@ -559,9 +554,8 @@ class Binder:
         """The pod leaves the ``reservedFor`` of ``claims`` (name, UID precondition); a
         failure is logged."""
         try:
-            await asyncio.wait_for(
-                self.cluster.unreserve_claims(pod.namespace, claims, pod.uid), self.timeout_s
-            )
+            async with asyncio.timeout(self.timeout_s):
+                await self.cluster.unreserve_claims(pod.namespace, claims, pod.uid)
         except Exception as exc:
             log.warning(
                 "could not unreserve the pod's ResourceClaims", pod=pod.key, error=repr(exc)

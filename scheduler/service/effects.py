@@ -26,7 +26,7 @@ from scheduler.core.model.objects import PodInput
 from scheduler.core.snapshot.cluster import ClusterState
 
 from .apiserver import Cluster
-from .binder import Binder, Outcome, replaced_or_finished
+from .binder import Binder, Era, Outcome, replaced_or_finished
 from .events import EventLane
 from .metrics import Metrics
 from .podbook import NEWS, Ctx, Effect, Entry, Event, Explanation, PodBook, Stage, Transition
@@ -362,11 +362,11 @@ class Effects:
         (``uncertain``: the last one's answer was lost, or it waited in an etcd stall the
         restore failed) landed on GPUs the restore gave back to the pods bound there before
         it, beside them (issue 30, soak seed 3090). Such a pod is read back instead, held
-        while a Binding of it may land, and decided afresh in the new era (binder.py,
-        ``fresh``)."""
-        era, lists = self.book.era, self.book.bound_lists
+        while a Binding of it may land, and decided afresh in the new era (binder.py's
+        ``Era``)."""
+        sent_in = self.book.era, self.book.bound_lists
         outcomes = await self.binder.bind_all(
-            pods, uncertain, fresh=lambda: self.book.era == decided, lists=self.book.watching
+            pods, uncertain, era=Era(lambda: self.book.era == decided, self.book.watching)
         )
         now = self.clock()  # the binds are done: end-to-end latency ends here
         gang = outcomes[0].placement.gang if outcomes else None
@@ -375,7 +375,7 @@ class Effects:
             self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
         refused = {o.pod.key for o in outcomes if o.event is Event.BIND_FAILED}
         for o in outcomes:
-            self._outcome(o, refused, stale=(era, lists) != (self.book.era, self.book.bound_lists))
+            self._outcome(o, refused, stale=sent_in != (self.book.era, self.book.bound_lists))
         self.tasks.wake()
 
     def _outcome(self, o: Outcome, refused: set[str], stale: bool) -> None:

@@ -405,7 +405,8 @@ class PodGroupStatuses:
         ``idle_pass_s``)."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.idle_pass_s)
+                async with asyncio.timeout(self.idle_pass_s):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.write(self.to_write())

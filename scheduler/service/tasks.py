@@ -28,8 +28,12 @@ class Tasks:
     async def sleep(self, timeout: float) -> None:
         """Until woken, or ``timeout`` seconds."""
         self._wake.clear()
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns normally when it is
+        # cancelled in the turn its awaitable ended (a wake-up), and a stopped loop went on
+        # (tests/unit/test_tasks.py).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
 
     async def settle(self) -> None:
         """Until no task runs (those they start included)."""

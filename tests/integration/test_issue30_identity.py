@@ -704,6 +704,23 @@ async def test_issue30_sim870_a_binding_answered_after_a_bound_list_that_lacked_
     assert await store_of(r) == ({"default/w": "bound:(0,)"}, {0: "default/w"}, {})
 
 
+async def backed_up_then_freed(
+    backend: Backend,
+) -> tuple[Replica, PodInput, PodInput, tuple[dict[str, PodInput], int]]:
+    """Node n's one GPU held by j, w waiting; etcd backed up (the backup); j deleted, the GPU
+    free (the two restore timelines below, soak seeds 3090 and 5205)."""
+    r = backend.live(bind_timeout=0.02)
+    r.api.version = 1000
+    j = r.api.create(MakePod().Name("j").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [j])
+    w = r.pending(MakePod().Name("w").Req(1).Obj())
+    await run(r)  # w waits: j holds the one GPU
+    backup = dict(r.api.pods), r.api.version
+    r.s.intake.bound_event("DELETED", r.api.delete(j.key))
+    await r.settle()
+    return r, j, w, backup
+
+
 async def test_issue30_sim3090_a_binding_decided_before_a_restore_is_not_sent_after_it(
     backend: Backend,
 ) -> None:
@@ -715,15 +732,7 @@ async def test_issue30_sim3090_a_binding_decided_before_a_restore_is_not_sent_af
     before, landed w on the GPU beside j. A Binding decided in an era before the book's is not
     sent again: w is read back, held until none of its Bindings can land any more
     (bindCommitSeconds after the last was sent), then decided afresh in the new era."""
-    r = backend.live(bind_timeout=0.02)
-    r.api.version = 1000
-    j = r.api.create(MakePod().Name("j").Req(1).Bound("n", "0").Obj())
-    await r.elect([node(1)], [j])
-    w = r.pending(MakePod().Name("w").Req(1).Obj())
-    await run(r)  # w waits: j holds the one GPU
-    backup = dict(r.api.pods), r.api.version
-    r.s.intake.bound_event("DELETED", r.api.delete(j.key))
-    await r.settle()
+    r, j, w, backup = await backed_up_then_freed(backend)
     r.api.stalled[w.key] = None  # etcd stalls: w's Binding gets no answer
     r.clock.now += 10.0  # w's backoff
     await r.renew()
@@ -804,7 +813,7 @@ async def test_issue30_sim44_a_reloaded_pod_decided_elsewhere_wakes_the_waiting_
 # ---- found by the soak (seed 5205): a Binding sent while a restore's LISTs were under way ------
 
 
-async def test_issue30_sim5205_no_binding_is_sent_while_a_pod_watch_lists(
+async def test_issue30_sim5205_no_binding_is_sent_while_both_pod_watches_list(
     backend: Backend,
 ) -> None:
     """Soak seed 5205: j holds node n's one GPU and w waits; etcd is backed up; j is deleted
@@ -814,15 +823,7 @@ async def test_issue30_sim5205_no_binding_is_sent_while_a_pod_watch_lists(
     Before the fix w's Binding went out at once and landed beside j, which the restore brought
     back. A Binding waits while both pod watches re-list: the LISTs begin a new era, and w,
     decided in the era before, is never sent; it is decided afresh, and waits."""
-    r = backend.live(bind_timeout=0.02)
-    r.api.version = 1000
-    j = r.api.create(MakePod().Name("j").Req(1).Bound("n", "0").Obj())
-    await r.elect([node(1)], [j])
-    w = r.pending(MakePod().Name("w").Req(1).Obj())
-    await run(r)  # w waits: j holds the one GPU
-    backup = dict(r.api.pods), r.api.version
-    r.s.intake.bound_event("DELETED", r.api.delete(j.key))
-    await r.settle()
+    r, j, w, backup = await backed_up_then_freed(backend)
     r.api.pods, r.api.version = dict(backup[0]), backup[1]  # the restore: j bound, w pending
     r.s.intake.pending_list_begin()  # every watch broke: each asks for a LIST
     r.s.intake.bound_list_begin()

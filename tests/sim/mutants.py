@@ -75,7 +75,7 @@ from scheduler.kube.watch import HttpError
 from scheduler.service import binder as binder_module
 from scheduler.service import effects as effects_module
 from scheduler.service import podbook as podbook_module
-from scheduler.service.binder import Binder, Outcome
+from scheduler.service.binder import Binder, Era, Outcome
 from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage, Transition
@@ -678,15 +678,8 @@ def _stale_decision_resent() -> list[Patch]:
     (after an etcd restore too)."""
     fixed = Binder.bind_all
 
-    async def bind_all(
-        self: Binder,
-        pods: Any,
-        uncertain: bool = False,
-        *,
-        fresh: Callable[[], bool],
-        lists: asyncio.Event,
-    ) -> Any:
-        return await fixed(self, pods, uncertain, fresh=lambda: True, lists=lists)
+    async def bind_all(self: Binder, pods: Any, uncertain: bool = False, *, era: Era) -> Any:
+        return await fixed(self, pods, uncertain, era=Era(lambda: True, era.watching))
 
     return [(Binder, "bind_all", bind_all)]
 
@@ -696,17 +689,10 @@ def _sent_while_listing() -> list[Patch]:
     an etcd restore's), before a LIST can say whether the restore began a new era."""
     fixed = Binder.bind_all
 
-    async def bind_all(
-        self: Binder,
-        pods: Any,
-        uncertain: bool = False,
-        *,
-        fresh: Callable[[], bool],
-        lists: asyncio.Event,
-    ) -> Any:
-        done = asyncio.Event()
-        done.set()
-        return await fixed(self, pods, uncertain, fresh=fresh, lists=done)
+    async def bind_all(self: Binder, pods: Any, uncertain: bool = False, *, era: Era) -> Any:
+        watching = asyncio.Event()
+        watching.set()
+        return await fixed(self, pods, uncertain, era=Era(era.fresh, watching))
 
     return [(Binder, "bind_all", bind_all)]
 
