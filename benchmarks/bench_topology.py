@@ -23,9 +23,11 @@ Two replays:
   gang class, in arrivals (gangs still waiting at the end count until then); GPU-hours stranded:
   free GPUs that no waiting gang could use (not on a node where one of its pods fits, or, for a
   gang that requires a clique, not in a rack that fits it whole), summed while some gang waits.
-  The replay is the queue: it tells the core which gangs wait (``cycle.note_waiting`` on a
-  refusal or a hopeless retry, ``done_waiting`` once placed), so that (a) and (a') keep a domain
-  for each gang waiting for a required one (``topology.yieldToRequired``); (c) runs with it off.
+  The replay is the watch: an arriving job's pods are pending in the snapshot
+  (``ClusterState.set_pending``) until placed (then bound: ``drop_pending``), so that (a) and
+  (a') keep a domain for the gang that waits longest for a required one
+  (``topology.yieldToRequired``, gangs/waiting.py, as ``run`` and ``simulate`` do); (c) runs
+  with it off.
   The stranded figure is the workload's: topology off never keeps a gang waiting for a clique
   (it splits it), so it strands little and places almost no gang within its level.
 
@@ -47,7 +49,6 @@ from collections.abc import Callable
 
 from msgspec import Struct
 
-from scheduler.core.cycle import done_waiting, note_waiting
 from scheduler.core.settings import CoreSettings
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.service import heap
@@ -199,6 +200,8 @@ def queued(
             for key in live.pop(job_name)[1]:
                 state.remove_pod(key)
         waiting.append((n, arriving))
+        for pod in arriving.unit(topology).pods:
+            state.set_pending(pod)
         # Kueue's BestEffortFIFO: every waiting job in arrival order, each placed if it fits
         # (retried only when something left or it just came: otherwise nothing freed).
         still: list[tuple[int, tw.Job]] = []
@@ -210,20 +213,16 @@ def queued(
             if job.gpus not in cache:
                 cache[job.gpus] = _fits(state, job.gpus)
             if not _may_fit(job, topology, *cache[job.gpus]):
-                if came == n and job.pods > 1:
-                    note_waiting(state, job.unit(topology))  # as a refusal does
                 still.append((came, job))
                 continue
             t = time.thread_time()
             placements = place(state, job)
             cpu.append(time.thread_time() - t)
             if placements is None:
-                if job.pods > 1:
-                    note_waiting(state, job.unit(topology))
                 still.append((came, job))
                 continue
-            if job.pods > 1:
-                done_waiting(state, f"bench/{job.name}")
+            for p in placements:
+                state.drop_pending(p.pod)  # bound
             cache.clear()
             live[job.name] = (n + job.lifetime, [p.pod for p in placements])
             if came >= warm and job.pods > 1:

@@ -19,7 +19,6 @@ from msgspec import Struct
 from .filters.chain import PodFilters
 from .gangs.members import Member
 from .gangs.planning import plan_gang
-from .gangs.waiting import waiting_of
 from .model.decisions import Decision, Placed, Placement, Unschedulable, Waiting
 from .model.gangsources import best_known, gang_key
 from .model.objects import PodInput
@@ -146,25 +145,6 @@ def assume(state: ClusterState, placement: Placement, pod: PodInput) -> None:
     state.apply(placement, pod, placement.replicas)
 
 
-def note_waiting(state: ClusterState, unit: Unit) -> None:
-    """The queue keeps the gang ``unit`` waiting (refused, or skipped as hopeless): when it
-    requires a domain, the gangs that need none leave one for it while they can
-    (gangs/waiting.py). Only a queue that tells the core this, and ``done_waiting``, has the
-    rule: bench-topology's queued replay does; ``schedule_in_order`` (one pass) and the live
-    queue do not yet, so ``run`` and ``simulate`` still decide alike."""
-    if unit.gang is None:
-        return
-    waiting = waiting_of(state, unit.pods)
-    if waiting is not None:
-        # A gang noted again keeps its place (dicts keep the first insertion's).
-        state.gangs_waiting[unit.gang] = waiting
-
-
-def done_waiting(state: ClusterState, gang: str) -> None:
-    """The gang waits no longer (placed, or gone)."""
-    state.gangs_waiting.pop(gang, None)
-
-
 def apply_decision(state: ClusterState, decision: Decision, unit: Unit) -> None:
     """Assume every placement of a Placed decision (no-op for the others)."""
     if not isinstance(decision, Placed):
@@ -199,10 +179,13 @@ def schedule_in_order(
     ``pods`` (all members present then, if they ever will be); a non-gang pod at its own
     position. Gated pods get a Waiting decision and are not attempted. ``after`` may replace a
     decision before it is applied (the simulator's preemption: an unschedulable unit placed once
-    its victims are gone).
+    its victims are gone). Every pod is pending in ``state`` from the start, as the live pod
+    book keeps the pending pods the watch shows (gangs/waiting.py reads the gangs among them).
     """
     decisions: list[Decision] = []
     ready = []
+    for pod in pods:
+        state.set_pending(pod)
     for pod in pods:
         waiting = gated(pod)
         if waiting is None:

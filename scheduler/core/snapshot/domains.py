@@ -98,19 +98,6 @@ class Hierarchy(Struct, frozen=True):
         return {level.name: v for level, v in zip(self.levels, path, strict=False)}
 
 
-class WaitingGang(Struct, frozen=True):
-    """A gang waiting for one domain of its required level (gangs/waiting.py): ``members`` of
-    ``gpus`` whole GPUs of ``vendor`` each (asking ``demand`` of the GPU resources), in one
-    domain of level ``level`` of ``hierarchy``."""
-
-    hierarchy: Hierarchy
-    level: int
-    members: int
-    gpus: int
-    vendor: str
-    demand: tuple[tuple[int, int], ...]
-
-
 def configured(settings: TopologySettings) -> Hierarchy:
     """The config's hierarchy: its levels, the built-in NVLink levels, hostname."""
     levels = [Level(level.node_label, level.alias) for level in settings.levels]
