@@ -77,6 +77,7 @@ RANGES: dict[str, Range] = {
     "run.tuning.podMaxUnschedulableSeconds": POSITIVE,
     "run.tuning.storeReconcileSeconds": NOT_NEGATIVE,
     "run.tuning.storeWriteBatch": AT_LEAST_1,
+    "run.tuning.storeMarkSeconds": NOT_NEGATIVE,
     "run.tuning.storeReconcileChunk": AT_LEAST_1,
     "run.tuning.redisTimeoutSeconds": POSITIVE,
     "run.tuning.sentinelTimeoutSeconds": POSITIVE,

@@ -52,6 +52,9 @@ class Tuning(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
     # apiserver at most this often; writes queued meanwhile go at most storeWriteBatch per call.
     store_reconcile_seconds: float = 2.0
     store_write_batch: int = 1000
+    # service/storesync.py: the marks of Bindings answered within this long go to the store
+    # together (a release, or storeWriteBatch marks, sends them at once).
+    store_mark_seconds: float = 0.02
     # state/redis_store.py: items per fenced reconcile call; how long a Redis call may take
     # before it counts as failed.
     store_reconcile_chunk: int = RECONCILE_CHUNK

@@ -159,6 +159,7 @@ class Scheduler:
             leading,
             reconcile_min_s=tuning.store_reconcile_seconds,
             write_batch=tuning.store_write_batch,
+            mark_delay_s=tuning.store_mark_seconds,
             inventory_flush_s=tuning.inventory_flush_seconds,
         )
         timing = leadership.timing

@@ -31,7 +31,10 @@ the book then holds the pod of the record's UID, or the read proved that UID gon
 
 The marks after binds and the releases of pods that left are queued and sent by one flush at a
 time, so a backlog's binds or a burst of deletes are a few store calls rather than one per pod
-(past the Redis client's pool of 100 connections those failed); a release whose pod has been
+(past the Redis client's pool of 100 connections those failed). A flush with only marks to send
+first gathers those of the Bindings answered within run.tuning.storeMarkSeconds (a release or a
+full batch cuts it short): a backlog's Bindings are answered one by one, and a quick store took
+each flush's one mark in its own call. A release whose pod has been
 reserved again meanwhile is not sent. Neither is sent while a reconcile is under way (it writes
 the store from the book as it read it; a mark or release landing inside it would be undone).
 
@@ -44,6 +47,7 @@ renewal answer comes, with no election reconcile to write what it skipped).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -76,6 +80,7 @@ class StoreSync:
         *,
         reconcile_min_s: float,
         write_batch: int,
+        mark_delay_s: float,
         inventory_flush_s: float,
     ) -> None:
         self.state = state
@@ -88,6 +93,12 @@ class StoreSync:
         # ``write_batch`` UIDs per store call (run.tuning).
         self.reconcile_min_s = reconcile_min_s
         self.write_batch = write_batch
+        # A flush of marks alone first gathers the marks of the Bindings answered within
+        # ``mark_delay_s`` (run.tuning.storeMarkSeconds), cut short by a release or a full
+        # batch: a backlog's Bindings are answered one at a time, so with a quick store each
+        # flush carried one mark, a store call (a Lua script on Redis) per pod bound.
+        self.mark_delay_s = mark_delay_s
+        self._hurry = asyncio.Event()  # set: the flush under way sends without gathering
         # The nodes' inventories in the store follow the snapshot's; a failed write of them
         # asks for a reconcile, which writes them all.
         self.inventories = NodeInventories(
@@ -126,12 +137,15 @@ class StoreSync:
         """Queue the marking of ``uid``'s reservation as bound (its Binding succeeded). True when
         the caller must run ``flush``."""
         self._marks.append(uid)
+        if len(self._marks) >= self.write_batch:
+            self._hurry.set()
         return self._queued()
 
     def release_soon(self, key: str, uid: str) -> bool:
         """Queue the release of pod ``key``'s reservation or record (UID ``uid``). True when the
         caller must run ``flush``."""
         self._releases[uid] = key
+        self._hurry.set()  # a release is not held back: a preemption may wait for it
         return self._queued()
 
     def _queued(self) -> bool:
@@ -148,6 +162,7 @@ class StoreSync:
         100, and past it a call fails) per pod."""
         try:
             while self._marks or self._releases:
+                await self._gather_marks()
                 # Sent once no reconcile is under way: it judges the store against the book as
                 # it read it when it began, and on Redis it is several calls, so a write landing
                 # inside it is undone. A release: its truth may still hold the pod and writes the
@@ -175,6 +190,16 @@ class StoreSync:
             self._flushing = False
             if not self._marks and not self._releases:
                 self._idle.set()
+
+    async def _gather_marks(self) -> None:
+        """Wait up to ``mark_delay_s`` for more marks while only marks are queued, fewer than
+        a batch; a release or a full batch ends the wait."""
+        if self._releases or len(self._marks) >= self.write_batch or self.mark_delay_s <= 0:
+            return
+        self._hurry.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.mark_delay_s):
+                await self._hurry.wait()
 
     async def released(self) -> None:
         """Until every release queued so far has been sent (or failed: then a reconcile

@@ -67,6 +67,7 @@ def test_the_defaults_are_the_values_the_constants_had() -> None:
         pod_max_unschedulable_seconds=300.0,
         store_reconcile_seconds=2.0,
         store_write_batch=1000,
+        store_mark_seconds=0.02,
         store_reconcile_chunk=2000,
         redis_timeout_seconds=2.0,
         sentinel_timeout_seconds=0.5,
@@ -190,6 +191,7 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
         pod_max_unschedulable_seconds=60.0,
         store_reconcile_seconds=9.0,
         store_write_batch=11,
+        store_mark_seconds=0.3,
         inventory_flush_seconds=0.5,
         pod_group_patches_in_flight=2,
         pod_group_pass_seconds=0.3,
@@ -204,7 +206,7 @@ def test_run_tuning_reaches_the_part_that_uses_each_value() -> None:
     assert (s.binder.attempts, s.binder.retry_s) == (5, 0.25)
     assert (s.effects.check_retry_s, s.effects.rebind_s) == (3.0, 4.0)
     assert s.bind_commit_s == 30.0
-    assert (s.sync.reconcile_min_s, s.sync.write_batch) == (9.0, 11)
+    assert (s.sync.reconcile_min_s, s.sync.write_batch, s.sync.mark_delay_s) == (9.0, 11, 0.3)
     assert s.sync.inventories.flush_delay_s == 0.5
     assert (s.preemptions.hold_s, s.preemptions.retry_s) == (300, 30.0)
     assert (

@@ -58,6 +58,7 @@ from scheduler.core.resources.requests import PodRequest, SharedRequest, parse_r
 from scheduler.core.snapshot.cluster import ClusterState
 from scheduler.core.snapshot.fragmentation import Target
 from scheduler.core.snapshot.nodes import CardUse, NodeState
+from scheduler.core.snapshot.shares import CardKey, ShareIndex
 
 MODEL = "example.com/model"
 
@@ -351,3 +352,34 @@ def test_a_reason_counts_the_nodes_of_one_share_group_that_disagree_on_what_they
         assert reason == (
             f"0/3 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, 1 {gpu}."
         )
+
+
+def test_groups_by_their_idlest_card_stay_in_step_with_the_groups() -> None:
+    """A share passes over the groups without a card its percent free (``groups(vendor,
+    least)``): that view is every group with such a card, no more, and a group dropped for good
+    leaves it too (nothing kept for a node that is gone)."""
+    rng = random.Random(11)
+    index = ShareIndex()
+    filed: dict[str, CardKey] = {}
+    for step in range(400):
+        name = f"n{rng.randrange(40)}"
+        if name in filed and rng.random() < 0.4:
+            index.drop(name)
+            del filed[name]
+            continue
+        index.drop(name)
+        cards = tuple(
+            (i, 0, None if rng.random() < 0.3 else (rng.choice((20, 50, 80, 100)), 0, 0, None))
+            for i in range(rng.randrange(1, 4))
+        )
+        key: CardKey = (rng.choice(("nvidia", "metax")), 0, False, False, cards, ("", (), ()))
+        index.file(name, key, rng.choice((-1, 1000, 4000)))
+        filed[name] = key
+        for vendor in ("nvidia", "metax", None):
+            every = list(index.groups(vendor))
+            for least in (0, 1, 21, 50, 51, 100):
+                want = {id(g) for g in every if not least or g.top >= least}
+                assert {id(g) for g in index.groups(vendor, least)} == want, (step, least)
+    for name in list(filed):
+        index.drop(name)
+    assert not list(index.groups()) and not list(index.groups(None, 1))

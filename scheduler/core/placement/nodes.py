@@ -556,7 +556,7 @@ def place_shared(
     # (key, position, names, cards): the key is the node key's part before the name.
     ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
     core, count = shared.core, shared.cards
-    for group in state.node_index.shares.groups(shared.vendor):
+    for group in state.node_index.shares.groups(shared.vendor, core):
         free = group.free
         # Fewer than ``count`` cards with ``core`` free: too few fit (known without asking the
         # memo, which most groups of a full cluster would answer so). ``free`` leaves out the
@@ -888,13 +888,24 @@ def _count_by_row(
             for column, n in zip(index.by_left, wants, strict=True)
         ]
         scarcest = max(range(len(short)), key=short.__getitem__)
-        ge = operator.ge
         column = cast("list[tuple[int, str, _Row]]", index.by_left[scarcest])
-        accepted_rows += [
-            row
-            for _, _, row in column[short[scarcest] :]
-            if all(map(ge, row[0], wants))  # type: ignore[arg-type]
-        ]
+        tail = column[short[scarcest] :]
+        # Only a resource some node is short of can refuse one of the scarcest's tail: most
+        # refused pods are short of one or two (issue 32: comparing every resource of some
+        # 3,000 nodes was most of a refused share's reason).
+        others = [j for j, n in enumerate(short) if n and j != scarcest]
+        if not others:
+            accepted_rows += [row for _, _, row in tail]
+        elif len(others) == 1:
+            j, want = others[0], wants[others[0]]
+            accepted_rows += [row for _, _, row in tail if row[0][j] >= want]  # type: ignore[index]
+        else:
+            ge = operator.ge
+            accepted_rows += [
+                row
+                for _, _, row in tail
+                if all(map(ge, row[0], wants))  # type: ignore[arg-type]
+            ]
     # What the GPU reason of each reads, counted in one call.
     reads = [row[1] if shared else row[2] for row in accepted_rows]
     accepted = Counter(reads)

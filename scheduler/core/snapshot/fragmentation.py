@@ -131,6 +131,7 @@ class Target:
         "reserve",
         "strand",
         "unreached",
+        "usable",
         "weight",
     )
 
@@ -167,6 +168,11 @@ class Target:
         self.afters: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], tuple[int, ...]] = (
             {} if before is None else before.afters
         )
+        # Per cards, the free percent of its cards with at least each percent a class asks
+        # free (what a class that fits there can use): no target's, so shared with the one
+        # before like ``afters`` (issue 32: summed afresh per class, it was a third of a
+        # share's time right after a target change).
+        self.usable: dict[tuple[int, ...], dict[int, int]] = {} if before is None else before.usable
         # The target before this one (its asks, reaches, memo and blocked reaches per pool; not
         # its own ``before``: no chain) and each class's weight now minus then, when fewer
         # classes changed than there are.
@@ -265,9 +271,12 @@ class Target:
             unreached = self.unreached[blocked] = sum(
                 weight for request, weight in self.key if request[3] in blocked
             )
-        # Worked out once: frag() runs twice for every rank not remembered, some 2,000 a share
-        # right after the target changed (issue 32).
-        idle, cut = sum(cards), self.stranded(shape)
+        # Worked out here, not by stranded(): frag() runs twice for every rank not remembered,
+        # some 2,000 a share right after the target changed (issue 32).
+        idle = sum(cards)
+        cut = 0
+        if left >= 0 and self.cpu_per:
+            cut = max(0, idle - left * self.per_cpu // self.cpu_per)
         total = found + self.strand * ((self.weight - unreached) * cut + unreached * idle)
         if self.reserve:
             # The free percent its cpu left can still feed: a GPU no pinned pod could be fed on
@@ -310,9 +319,17 @@ class Target:
         # percent free: cards[k - 1], the k-th largest) counts only the slivers below it.
         total = self.weight * idle
         count = len(cards)
+        usable = self.usable.get(cards)
+        if usable is None:
+            if len(self.usable) >= self.memo_limit:
+                _forget_oldest(self.usable)
+            usable = self.usable[cards] = {}
         for k, core, weight in groups:
             if count >= k and cards[k - 1] >= core:
-                total -= weight * (idle - sum(f for f in cards if f < core))
+                use = usable.get(core)
+                if use is None:
+                    use = usable[core] = sum(f for f in cards if f >= core)
+                total -= weight * use
         return total
 
     def _level(self, level: int, blocked: frozenset[Reach]) -> list[tuple[int, int, int]]:
