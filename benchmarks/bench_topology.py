@@ -23,6 +23,11 @@ Two replays:
   gang class, in arrivals (gangs still waiting at the end count until then); GPU-hours stranded:
   free GPUs that no waiting gang could use (not on a node where one of its pods fits, or, for a
   gang that requires a clique, not in a rack that fits it whole), summed while some gang waits.
+  The replay is the watch: an arriving job's pods are pending in the snapshot
+  (``ClusterState.set_pending``) until placed (then bound: ``drop_pending``), so that (a) and
+  (a') keep a domain for the gang that waits longest for a required one
+  (``topology.yieldToRequired``, gangs/waiting.py, as ``run`` and ``simulate`` do); (c) runs
+  with it off.
   The stranded figure is the workload's: topology off never keeps a gang waiting for a clique
   (it splits it), so it strands little and places almost no gang within its level.
 
@@ -53,7 +58,10 @@ from .kueue_reference import kueue_then_ours
 
 # (c)'s single pods are not TAS podsets: they go through our decide as before issue 32 item 7,
 # without the broken-domains-first rule, so (c) stays Kueue's order and not ours.
-OURS, OFF, KUEUE = tw.settings(True), tw.settings(False), tw.settings(True, pack_domains=False)
+# (a') is ours with packDomains off (yieldToRequired as ours); (c) has neither.
+OURS, OFF = tw.settings(True), tw.settings(False)
+NOPACK = tw.settings(True, pack_domains=False)
+KUEUE = tw.settings(True, pack_domains=False, yield_to_required=False)
 
 
 class Column(Struct):
@@ -192,6 +200,8 @@ def queued(
             for key in live.pop(job_name)[1]:
                 state.remove_pod(key)
         waiting.append((n, arriving))
+        for pod in arriving.unit(topology).pods:
+            state.set_pending(pod)
         # Kueue's BestEffortFIFO: every waiting job in arrival order, each placed if it fits
         # (retried only when something left or it just came: otherwise nothing freed).
         still: list[tuple[int, tw.Job]] = []
@@ -211,6 +221,8 @@ def queued(
             if placements is None:
                 still.append((came, job))
                 continue
+            for p in placements:
+                state.drop_pending(p.pod)  # bound
             cache.clear()
             live[job.name] = (n + job.lifetime, [p.pod for p in placements])
             if came >= warm and job.pods > 1:
@@ -317,7 +329,7 @@ def queued_replay(seed: int, count: int, blocks: int) -> None:
     warm = count // 2
     samples = [
         queued("(a) ours", OURS, tw.ours(True), jobs, blocks, warm),
-        queued("(a') ours, packDomains off", KUEUE, tw.ours(True), jobs, blocks, warm),
+        queued("(a') ours, packDomains off", NOPACK, tw.ours(True), jobs, blocks, warm),
         queued("(b) topology off", OFF, tw.ours(False), jobs, blocks, warm),
         queued("(c) Kueue BestFit + ours in-node", KUEUE, kueue_then_ours, jobs, blocks, warm),
     ]

@@ -14,6 +14,7 @@ The stream (seeded): jobs arrive one by one and each leaves after a lifetime cou
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 import time
@@ -38,11 +39,19 @@ PREFERRED = "topo-scheduler.io/topology-preferred"
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-def settings(topology: bool = True, pack_domains: bool = True) -> CoreSettings:
+def settings(
+    topology: bool = True, pack_domains: bool = True, yield_to_required: bool = True
+) -> CoreSettings:
     """Ours (levels, the clique label, compact gangs; single pods' ties to the broken domains
-    first unless ``pack_domains`` is False), or the same scheduler without topology."""
+    first unless ``pack_domains`` is False; gangs that need no domain leave those kept for the
+    gangs waiting for one unless ``yield_to_required`` is False), or the same scheduler
+    without topology."""
     if topology:
-        return CoreSettings(topology=TopologySettings(levels=LEVELS, pack_domains=pack_domains))
+        return CoreSettings(
+            topology=TopologySettings(
+                levels=LEVELS, pack_domains=pack_domains, yield_to_required=yield_to_required
+            )
+        )
     return CoreSettings(topology=TopologySettings(accelerator_label="", compact_gangs=False))
 
 
@@ -87,6 +96,7 @@ class Job(Struct, frozen=True):
     gpus: int  # per pod
     lifetime: int  # arrivals until it leaves
     level: str = ""  # the constraint's level: nvlink (required) or block (preferred)
+    arrival: int = 0  # its pods' creationTimestamp: one arrival a minute
 
     def unit(self, constraints: bool = True) -> Unit:
         """Its pods (a gang unless single), with its constraint's annotation or without."""
@@ -105,6 +115,7 @@ class Job(Struct, frozen=True):
                     "bench",
                     f"{self.name}-{r}" if self.pods > 1 else self.name,
                     uid=f"{self.name}-{r}",
+                    created=created(self.arrival),
                     scheduler_name="topo-scheduler",
                     labels=labels,
                     annotations=annotations,
@@ -121,6 +132,12 @@ class Job(Struct, frozen=True):
         return Unit(gang, tuple(pods))
 
 
+def created(arrival: int) -> str:
+    """The creationTimestamp of the pods of the job that arrives ``arrival``-th (RFC 3339)."""
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    return (start + datetime.timedelta(minutes=arrival)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def stream(seed: int, count: int, lifetimes: tuple[int, int]) -> list[Job]:
     rng = random.Random(seed)
     jobs = []
@@ -128,14 +145,14 @@ def stream(seed: int, count: int, lifetimes: tuple[int, int]) -> list[Job]:
         roll = rng.random()
         life = rng.randint(*lifetimes)
         if roll < 0.10:
-            jobs.append(Job(f"nv-{n}", "nvlink16", 16, 4, life, "nvlink"))
+            jobs.append(Job(f"nv-{n}", "nvlink16", 16, 4, life, "nvlink", n))
         elif roll < 0.13:
-            jobs.append(Job(f"blk-{n}", "block64", 64, 4, life, "block"))
+            jobs.append(Job(f"blk-{n}", "block64", 64, 4, life, "block", n))
         elif roll < 0.33:
             pods, gpus = rng.choice([(2, 2), (2, 4), (4, 2), (4, 4)])
-            jobs.append(Job(f"small-{n}", "small", pods, gpus, life))
+            jobs.append(Job(f"small-{n}", "small", pods, gpus, life, arrival=n))
         else:
-            jobs.append(Job(f"pod-{n}", "single", 1, rng.choice([1, 1, 2, 4]), life))
+            jobs.append(Job(f"pod-{n}", "single", 1, rng.choice([1, 1, 2, 4]), life, arrival=n))
     return jobs
 
 

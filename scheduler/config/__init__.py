@@ -141,6 +141,9 @@ class Topology(msgspec.Struct, forbid_unknown_fields=True, rename="camel", froze
     pack_domains: bool = _CORE.topology.pack_domains
     # A gang no domain holds spares the top-level domains with the most free (domainchoice.py).
     spill_broken_first: bool = _CORE.topology.spill_broken_first
+    # A gang without a required level leaves the domains kept for the gangs waiting for one
+    # while another plan packs it (gangs/waiting.py).
+    yield_to_required: bool = _CORE.topology.yield_to_required
 
 
 def _check_topology(topology: Topology, problems: list[str]) -> None:
@@ -202,6 +205,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=
                 max_plans=self.topology.max_plans,
                 pack_domains=self.topology.pack_domains,
                 spill_broken_first=self.topology.spill_broken_first,
+                yield_to_required=self.topology.yield_to_required,
             ),
             fragmentation=self.fragmentation,
             memos=self.memos,

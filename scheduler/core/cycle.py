@@ -179,10 +179,13 @@ def schedule_in_order(
     ``pods`` (all members present then, if they ever will be); a non-gang pod at its own
     position. Gated pods get a Waiting decision and are not attempted. ``after`` may replace a
     decision before it is applied (the simulator's preemption: an unschedulable unit placed once
-    its victims are gone).
+    its victims are gone). Every pod is pending in ``state`` from the start, as the live pod
+    book keeps the pending pods the watch shows (gangs/waiting.py reads the gangs among them).
     """
     decisions: list[Decision] = []
     ready = []
+    for pod in pods:
+        state.set_pending(pod)
     for pod in pods:
         waiting = gated(pod)
         if waiting is None:

@@ -48,7 +48,9 @@ class TopologySettings(Struct, frozen=True):
     gives the reason, whether a single pod's ties go to the broken domains first
     (placement/domainorder.py), and whether a gang that no domain holds, spread over the
     cluster, leaves the top-level domains with the most free out while the rest hold it
-    (gangs/domainchoice.py's ``Tree.fill``)."""
+    (gangs/domainchoice.py's ``Tree.fill``), and whether a gang without a required level
+    leaves out, while it can, the domains kept for the gangs that wait for a required one
+    (gangs/waiting.py)."""
 
     levels: tuple[TopologyLevel, ...] = ()
     accelerator_label: str = DEFAULT_ACCELERATOR_LABEL
@@ -56,6 +58,7 @@ class TopologySettings(Struct, frozen=True):
     max_plans: int = 8
     pack_domains: bool = True
     spill_broken_first: bool = True
+    yield_to_required: bool = True
 
 
 class FragmentationSettings(Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):

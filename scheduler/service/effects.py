@@ -164,6 +164,8 @@ class Effects:
     def _keep_pod(self, t: Transition, ctx: Ctx) -> None:
         assert t.entry is not None
         self.book.set_pod(t.entry, ctx.pod)
+        if ctx.pod is not None:  # the snapshot's pending gangs (core/gangs/waiting.py)
+            self.state.set_pending(ctx.pod)
 
     def _enqueue(self, t: Transition, ctx: Ctx) -> None:
         self.queue.add(t.key, *rank(ctx.pod or (t.entry.pod if t.entry is not None else None)))
@@ -184,6 +186,7 @@ class Effects:
 
     def _leave(self, t: Transition, ctx: Ctx) -> None:
         self.queue.delete(t.key)  # nothing of the pod stays behind
+        self.state.drop_pending(t.key)
 
     # ---- the snapshot ------------------------------------------------------------------------
 

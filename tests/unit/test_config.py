@@ -210,13 +210,14 @@ def test_topology_section_reaches_the_core_and_bad_levels_are_named() -> None:
                 "compactGangs": False,
                 "packDomains": False,
                 "spillBrokenFirst": False,
+                "yieldToRequired": False,
             }
         }
     )
     core = config.to_core().topology
     assert core.levels == (TopologyLevel("x/block", "block"), TopologyLevel("x/rack"))
     assert core.accelerator_label == "" and not core.compact_gangs and not core.pack_domains
-    assert not core.spill_broken_first
+    assert not core.spill_broken_first and not core.yield_to_required
     with pytest.raises(ConfigError) as exc:
         parse_config(
             {

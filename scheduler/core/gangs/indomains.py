@@ -32,6 +32,7 @@ from ..snapshot.nodes import NodeState
 from .constraints import Constraint, gang_constraint, rank_of, rank_order
 from .domainchoice import Tree, path_fits, plans, shortfall
 from .members import Member, split_joint
+from .waiting import kept_domains, spared
 
 
 class Context(Struct, frozen=True):
@@ -104,7 +105,8 @@ def plan_in_domains(
         largest.request.gpus,
         state.demand(largest.request.resources),
     )
-    tree = Tree(ctx.hierarchy, fits, ctx.constraint, state.settings.topology.spill_broken_first)
+    spill = state.settings.topology.spill_broken_first
+    tree = Tree(ctx.hierarchy, fits, ctx.constraint, spill)
     sticky = bound_path(state, gang, ctx)
     n = len(ranked)
     c = ctx.constraint
@@ -120,6 +122,15 @@ def plan_in_domains(
         nodes = [state.nodes[name] for name in sorted(index.names.get(path, ()))]
         return pack_nodes(state, gang, part, nodes, vendor, spread, minimum, kept)
 
+    if not ctx.hard and not sticky:
+        # A gang that needs no domain leaves out those kept for the gangs that wait for one
+        # (gangs/waiting.py) while one of its plans packs without them.
+        keep = kept_domains(state, gang, ctx.hierarchy)
+        if keep:
+            narrow = Tree(ctx.hierarchy, spared(fits, keep), ctx.constraint, spill)
+            found = try_plans(state, gang, narrow, ctx, sticky, ranked, ranked_pods, pack)
+            if not isinstance(found, str):
+                return found
     return try_plans(state, gang, tree, ctx, sticky, ranked, ranked_pods, pack)
 
 

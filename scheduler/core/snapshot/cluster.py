@@ -46,7 +46,7 @@ import msgspec
 
 from ..model.decisions import ClaimAllocation, Placement
 from ..model.dra import Allocation, ResourceClaim
-from ..model.gangsources import best_known
+from ..model.gangsources import best_known, gang_key
 from ..model.objects import NodeInput, PodInput
 from ..resources.accounting import extended_resources, node_allocatable
 from ..resources.inventory import InventoryError, read_inventory
@@ -99,6 +99,11 @@ class ClusterState:
         # DeviceClasses back (resource -> class), and the nodes' paths in the hierarchies.
         self.inputs = Inputs()
         self.dra_extended: dict[str, str] = {}
+        # The pending (unbound) pods of gangs, by gang key then pod key, as the shells see
+        # them: the live pod book's kept pods, simulate's backlog, bench-topology's arrivals.
+        # gangs/waiting.py reads from them which gang waits for a domain of its required level.
+        self.pending_gangs: dict[str, dict[str, PodInput]] = {}
+        self._pending_gang: dict[str, str] = {}  # pod key -> its key in pending_gangs
         self.inputs.device_classes.on_change = self._read_device_classes
         self.inputs.topologies.on_change = self.node_index.forget_hierarchies
         # DRA: the devices every claim holds (ours assumed included), slices by node and pool,
@@ -194,6 +199,7 @@ class ClusterState:
         """Record what a bound pod holds, from its annotations. Returns a warning, if any.
         A pod being deleted is held as ``terminating``: its GPUs stay charged, but it no longer
         counts among its gang's bound members."""
+        self.drop_pending(pod.key)
         if not pod.node_name or pod.finished:
             self.remove_pod(pod.key)
             return None
@@ -276,6 +282,26 @@ class ClusterState:
         holding = self.holdings.get(key)
         if holding is not None:
             self.release(holding)
+
+    def set_pending(self, pod: PodInput) -> None:
+        """The pod is pending (unbound, ours), as last seen: kept when it is a gang's member
+        (``pending_gangs``). Not a holding: an assumed placement leaves it pending until the
+        pod is bound (``add_bound_pod``) or gone (``drop_pending``)."""
+        self.drop_pending(pod.key)
+        gang = gang_key(pod)
+        if gang is not None:
+            self.pending_gangs.setdefault(gang, {})[pod.key] = pod
+            self._pending_gang[pod.key] = gang
+
+    def drop_pending(self, key: str) -> None:
+        """The pod is no longer pending (bound, or gone)."""
+        gang = self._pending_gang.pop(key, None)
+        if gang is None:
+            return
+        members = self.pending_gangs[gang]
+        del members[key]
+        if not members:
+            del self.pending_gangs[gang]
 
     def take_gangs_changed(self) -> set[str]:
         """The gangs whose bound members changed since the last call (the service's queue
@@ -529,6 +555,8 @@ class ClusterState:
             "node_pods": sum(len(state.pods) for state in self.nodes.values()),
             "gang_bound": holdings["gang_bound"],
             "gang_bound_pods": holdings["gang_bound_pods"],
+            "pending_gangs": len(self.pending_gangs),
+            "pending_gang_pods": len(self._pending_gang),
             **self._nominations.sizes(),
             "nominated_gpus": sum(s.nominated.bit_count() for s in self.nodes.values()),
             "profile": len(self.profile),
