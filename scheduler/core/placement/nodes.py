@@ -297,16 +297,18 @@ def _first_in_domains(
     thousands when the untouched nodes tie, made single pods on bench-core's topology workload
     slower than 20 ms at the 99th percentile)."""
     refused = filters.refused()
-    by_domain: dict[Path, list[tuple[str, SetChoice, tuple[int, int, int, int]]]] = {}
+    # Domains of one rank are one tier, its nodes by name across them.
+    ranks: dict[Path, tuple[tuple[int, int], ...]] = {}
+    tiers: dict[tuple[tuple[int, int], ...], list[tuple[str, SetChoice, tuple[int, int, int, int]]]]
+    tiers = {}
     for names, choice, key in tied:
         for name in names.names:
             if name not in refused:
-                by_domain.setdefault(domains.path(name), []).append((name, choice, key))
-    # Domains of one rank are one tier, its nodes by name across them.
-    tiers: dict[tuple[tuple[int, int], ...], list[tuple[str, SetChoice, tuple[int, int, int, int]]]]
-    tiers = {}
-    for path, entries in by_domain.items():
-        tiers.setdefault(domains.rank(path), []).extend(entries)
+                path = domains.path(name)
+                rank = ranks.get(path)
+                if rank is None:
+                    rank = ranks[path] = domains.rank(path)
+                tiers.setdefault(rank, []).append((name, choice, key))
     for rank in sorted(tiers):
         for name, choice, key in sorted(tiers[rank], key=lambda entry: entry[0]):
             node = state.nodes[name]

@@ -271,12 +271,7 @@ class Target:
             unreached = self.unreached[blocked] = sum(
                 weight for request, weight in self.key if request[3] in blocked
             )
-        # Worked out here, not by stranded(): frag() runs twice for every rank not remembered,
-        # some 2,000 a share right after the target changed (issue 32).
-        idle = sum(cards)
-        cut = 0
-        if left >= 0 and self.cpu_per:
-            cut = max(0, idle - left * self.per_cpu // self.cpu_per)
+        idle, cut = sum(cards), self.stranded(shape)
         total = found + self.strand * ((self.weight - unreached) * cut + unreached * idle)
         if self.reserve:
             # The free percent its cpu left can still feed: a GPU no pinned pod could be fed on
