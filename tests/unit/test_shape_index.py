@@ -124,7 +124,7 @@ def test_the_shape_index_chooses_as_the_walk_over_every_node(seed: int) -> None:
             state.remove_pod(rng.choice(sorted(state.holdings)))
         if rng.random() < 0.03 and len(state.nodes) > 3:  # and nodes
             state.remove_node(rng.choice(sorted(state.nodes)))
-    state.node_index.shaped()
+    state.node_index.shaped(())
     assert filed(state) == filed_afresh(state)
     assert compared
 
@@ -134,10 +134,10 @@ def test_a_pod_without_gpus_refiles_its_node_under_its_new_cpu_left() -> None:
     # its class; the node is filed under its new cpu when the shapes are next read
     node = MakeNode().Name("n").GPUs(2).Allocatable({"cpu": "64", "nvidia.com/gpu": 2})
     state = cluster(node)
-    state.node_index.shaped()
+    state.node_index.shaped(())
     assert filed(state)["n"][3] == 64_000
     (decision,) = schedule(state, MakePod().Name("cpu-only").Requests(cpu="500m"))
     assert isinstance(decision, Placed)
-    state.node_index.shaped()
+    state.node_index.shaped(())
     assert filed(state)["n"][3] == 63_500
     assert filed(state) == filed_afresh(state)

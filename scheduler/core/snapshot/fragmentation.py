@@ -115,6 +115,7 @@ class Target:
         "asks",
         "before",
         "blocked",
+        "canon",
         "classes",
         "contest",
         "cpu_cap",
@@ -132,6 +133,7 @@ class Target:
         "strand",
         "unreached",
         "usable",
+        "views",
         "weight",
     )
 
@@ -147,9 +149,15 @@ class Target:
         self.classes = key
         # No class asks for more cpu: above it, nodes differing in cpu left measure the same.
         self.cpu_cap = max((request[0] for request, _ in key), default=0)
-        # The classes' distinct reaches, and per pool the ones that leave it out (``_blocked``).
+        # The classes' distinct reaches, and per pool the ones that leave it out (``blocked_by``).
         self.reaches = sorted({request[3] for request, _ in key})
         self.blocked: dict[Pool, frozenset[Reach]] = {}
+        # Per pool, the first pool ``rank`` was asked about that the same reaches leave out
+        # (``views``, by those reaches): it measures alike, so ranks are remembered for it
+        # (issue 32: openb's seven GPU models, none of them pinned to, made as many misses per
+        # shape after each target change).
+        self.canon: dict[Pool, Pool] = {}
+        self.views: dict[frozenset[Reach], Pool] = {}
         # Per set of blocked reaches, the weight of the classes they are the reaches of.
         self.unreached: dict[frozenset[Reach], int] = {}
         # The cpu the classes ask for, ascending: which of them a cpu left covers.
@@ -203,9 +211,12 @@ class Target:
         # (cards, percent, weight), built when first asked for.
         self.levels: dict[tuple[int, frozenset[Reach]], list[tuple[int, int, int]]] = {}
         self.weight = sum(weight for _, weight in key)
-        # Per contested pool, what a free GPU percent of it counts (subtracted) in frag().
+        # Per reaches that leave a contested pool out, what a free GPU percent of it counts
+        # (subtracted) in frag(). A pool's contest is the sum of what the pinned classes that
+        # can run there ask of it (Profile._contest), so pools the same reaches leave out are
+        # contested alike: keyed so, any pool measures as those the reaches treat like it do.
         self.reserve = {
-            pool: settings.contest_weight * self.weight * percent // 100
+            self._blocked_of(pool): settings.contest_weight * self.weight * percent // 100
             for pool, percent in contest
         }
 
@@ -215,8 +226,11 @@ class Target:
         (the same gain above it), so nodes with cpu to spare share their answers."""
         left, cards, pool = shape
         roomy = self.roomy(cards, cpu)
-        if left > roomy:
-            shape = (left := roomy, cards, pool)
+        same = self.canon.get(pool)
+        if same is None:
+            same = self.canon[pool] = self.views.setdefault(self._blocked_of(pool), pool)
+        if left > roomy or same is not pool:
+            shape = (left := min(left, roomy), cards, pool := same)
         key = (shape, cpu, take)
         ranks = self.ranks
         found = ranks.get(key)
@@ -233,6 +247,14 @@ class Target:
         changed = (left if left < 0 else max(0, left - cpu), after, pool)
         found = self.ranks[key] = gain_rank(self.frag(shape) - self.frag(changed), self.parts)
         return found
+
+    def _blocked_of(self, pool: Pool) -> frozenset[Reach]:
+        """The reaches of the classes that cannot run in ``pool``: all ``frag`` reads of a
+        pool, so pools they agree on measure alike."""
+        blocked = self.blocked.get(pool)
+        if blocked is None:
+            blocked = self.blocked[pool] = blocked_by(self.reaches, pool)
+        return blocked
 
     def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
         """The cpu left from which up a placement asking for ``cpu`` millicores ranks the same
@@ -257,9 +279,7 @@ class Target:
         # The largest cpu a class asks that ``left`` covers (-1: none; a node whose status has
         # no cpu covers every class).
         i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
-        blocked = self.blocked.get(pool)
-        if blocked is None:
-            blocked = self.blocked[pool] = _blocked(self.reaches, pool)
+        blocked = self._blocked_of(pool)
         key = (asks[i - 1] if i else -1, cards, blocked)
         found = self.memo.get(key)
         if found is None:
@@ -279,7 +299,7 @@ class Target:
             # for the pinned classes alone, the cpu-poor pools' GPUs they strand at 130%
             # arrived left half a point more of pinned openb idle than with the stranded term
             # alone).
-            total -= self.reserve.get(pool, 0) * (idle - cut)
+            total -= self.reserve.get(blocked, 0) * (idle - cut)
         return total
 
     def _measured(
@@ -298,7 +318,7 @@ class Target:
             # target change: issue 32).
             then_blocked = blocked_then.get(pool)
             if then_blocked is None:
-                then_blocked = blocked_then[pool] = _blocked(reaches, pool)
+                then_blocked = blocked_then[pool] = blocked_by(reaches, pool)
             then = memo.get((asks[i - 1] if i else -1, cards, then_blocked))
             if then is not None:
                 # A class that left (or came) covered as the cpu left covers it, not as the
@@ -666,7 +686,7 @@ def can_run(reach: Reach, pool: Pool) -> bool:
     return True
 
 
-def _blocked(reaches: Iterable[Reach], pool: Pool) -> frozenset[Reach]:
+def blocked_by(reaches: Iterable[Reach], pool: Pool) -> frozenset[Reach]:
     """The reaches that leave a node of ``pool`` out."""
     return frozenset(r for r in reaches if not can_run(r, pool))
 
