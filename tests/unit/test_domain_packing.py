@@ -10,6 +10,7 @@ from __future__ import annotations
 from scheduler.core.cycle import Unit, decide
 from scheduler.core.model.decisions import Placed
 from scheduler.core.model.objects import TopologyLevel
+from scheduler.core.placement.domainorder import domain_order
 from scheduler.core.settings import CoreSettings, FragmentationSettings, TopologySettings
 from scheduler.core.snapshot.cluster import ClusterState
 from tests.builders import MakeNode, MakePod, cluster, schedule
@@ -176,3 +177,41 @@ def test_domains_of_one_rank_are_one_tier_ordered_by_node_name() -> None:
     )
     assert state.profile.target() is not None
     assert node_of(state, MakePod().Name("p").Req(1)) == "a-1"
+
+
+def test_the_domains_are_walked_a_tier_at_a_time_best_first() -> None:
+    """DomainOrder.tiers: a node outside every domain first; then, per level, the domains of
+    one rank together: the nodes whose path ends there (a node with a block and no rack) before
+    those below, and the equal racks of a rank in one tier by name. y-1 holds a GPU, so b1 is
+    broken and comes first, and its broken rack r2 before its whole r1; b2's two whole racks
+    are one tier."""
+    layout = (("m-1", "b1", None), ("x-1", "b1", "r1"), ("y-1", "b1", "r2"))
+    layout += (("n-1", "b2", None), ("c-1", "b2", "r4"), ("a-1", "b2", "r3"))
+    nodes = [MakeNode().Name("o-1").GPUs(4)]
+    for name, block, rack in layout:
+        node = MakeNode().Name(name).GPUs(4).Label(BLOCK, block)
+        nodes.append(node if rack is None else node.Label(RACK, rack))
+    state: ClusterState = cluster(  # type: ignore[arg-type]
+        *nodes, running=(held("w", "y-1", "0"),), settings=settings()
+    )
+    order = domain_order(state)
+    assert order is not None
+    keys = {cls.key for cls in state.node_index.classes.values()}
+    assert list(order.tiers(keys)) == [
+        ["o-1"],
+        ["m-1"],
+        ["y-1"],
+        ["x-1"],
+        ["n-1"],
+        ["a-1", "c-1"],
+    ]
+    # only the classes asked for: y-1 (3 GPUs free) is a class of its own
+    y_key = state.node_index.class_of("y-1")
+    assert y_key is not None
+    assert [t for t in order.tiers(keys - {y_key.key})] == [
+        ["o-1"],
+        ["m-1"],
+        ["x-1"],
+        ["n-1"],
+        ["a-1", "c-1"],
+    ]

@@ -22,7 +22,7 @@ off, and it is off by itself when no node carries a level's label.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Set
 
 from ..snapshot.cluster import ClusterState
 from ..snapshot.domains import Path, configured, in_use
@@ -44,14 +44,34 @@ class DomainOrder:
         free, gpus, _ = self._index.sums[domain]
         return int(free == gpus), free, domain
 
-    def path(self, name: str) -> Path:
-        """The deepest domain that holds the node."""
-        return self._index.where[name]
+    def tiers(self, wanted: Set[ClassKey]) -> Iterator[list[str]]:
+        """The nodes of the classes ``wanted``, a tier at a time, best first. A node ranks by
+        its domains, widest first: whether each is whole, then its free GPUs (smaller first);
+        a node whose path ends above a level comes before the nodes below it. Nodes of one
+        rank are one tier, sorted by name across their domains (the domains of a rank are not
+        ordered among themselves). Walked lazily from the top, the domains of one rank at a
+        level together: a pod usually stops in the first tier, having read a domain or a few
+        per level, not every node."""
+        return self._tiers([()], wanted)
 
-    def rank(self, path: Path) -> tuple[tuple[int, int], ...]:
-        """The rank of the nodes of domain ``path``: per domain above them, widest first,
-        whether it is whole, then its free GPUs (smaller first)."""
-        return tuple(self._rank(path[:depth])[:2] for depth in range(1, len(path) + 1))
+    def _tiers(self, group: list[Path], wanted: Set[ClassKey]) -> Iterator[list[str]]:
+        index = self._index
+        # The nodes whose path ends in one of these domains: their rank is the group's.
+        here: list[str] = []
+        for domain in group:
+            classes = index.classes.get(domain)
+            if classes is not None and not wanted.isdisjoint(classes):
+                here += index.names[domain]
+        if here:
+            yield sorted(here)
+        within = index.within
+        kids: dict[tuple[int, int], list[Path]] = {}
+        for domain in group:
+            for kid in index.children.get(domain, ()):
+                if not wanted.isdisjoint(within[kid]):
+                    kids.setdefault(self._rank(kid)[:2], []).append(kid)
+        for rank in sorted(kids):
+            yield from self._tiers(kids[rank], wanted)
 
     def nodes(self, classes: Iterable[NodeClass]) -> Iterator[tuple[NodeState, NodeClass]]:
         """The nodes of these classes (with their class), best first: by their domains' rank,

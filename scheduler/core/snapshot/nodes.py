@@ -446,6 +446,7 @@ class NodeIndex:
         "_reshaped",
         "_shares",
         "_stale",
+        "_view_of",
         "_views",
         "classes",
         "label_keys",
@@ -473,10 +474,12 @@ class NodeIndex:
         self._stale: dict[str, None] = {}
         # Nodes to file by shape in their class before the classes' shapes are read (``shaped``).
         self._reshaped: dict[str, None] = {}
-        # The reaches the shape groups tell pools apart by, and per set of them that leave a
-        # pool out the first pool filed so, which stands for all of them in the groups.
+        # The reaches the shape groups tell pools apart by, per set of them that leave a pool
+        # out the first pool filed so, which stands for all of them in the groups, and per
+        # pool filed that one.
         self._apart: frozenset[Reach] = frozenset()
         self._views: dict[frozenset[Reach], Pool] = {}
+        self._view_of: dict[Pool, Pool] = {}
         self.plain: set[str] = set()
 
     @property
@@ -512,17 +515,23 @@ class NodeIndex:
         if not self._apart.issuperset(reaches):
             self._apart = frozenset(reaches)
             self._views.clear()
+            self._view_of.clear()
             self._reshaped.update(dict.fromkeys(self._class_of))
         if not self._reshaped:
             return
         classes, class_of, states = self.classes, self._class_of, self.states
+        views, viewed = self._view_of, self._views
         for name in self._reshaped:
             key = class_of.get(name)
             if key is not None:
                 cls = classes[key]
                 state = states[name]
                 left, cards, pool = state.shape()
-                view = self._views.setdefault(blocked_by(self._apart, pool), pool)
+                view = views.get(pool)
+                if view is None:
+                    if len(views) > len(states):
+                        views.clear()  # more pools than nodes: some are of nodes gone
+                    view = views[pool] = viewed.setdefault(blocked_by(self._apart, pool), pool)
                 cls.drop_shape(name)
                 cls.file_shape(name, (left, cards, view), state.untouched)
         self._reshaped.clear()
