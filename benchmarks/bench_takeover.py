@@ -52,8 +52,8 @@ class NoApiserver:
     async def get_pod(self, namespace: str, name: str) -> PodInput | None:
         return None
 
-    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
-        return None
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> Write:
+        return Write.DONE
 
     async def event(self, *args: Any) -> None:
         return None

@@ -154,8 +154,9 @@ class Apiserver:
             raise ConnectionError("apiserver unavailable")
         return self.pods.get(f"{namespace}/{name}")
 
-    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
-        """PodScheduled=False, with the UID precondition the apiserver checks (409 otherwise)."""
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> Write:
+        """PodScheduled=False, with the UID precondition the apiserver checks (409 otherwise);
+        GONE (404) when no pod of the name is there."""
         key = f"{namespace}/{name}"
         gate = self.status_gates.pop(key, None)
         if gate is not None:
@@ -163,8 +164,12 @@ class Apiserver:
         if key in self.refuse_status:
             raise ConnectionError("apiserver unavailable")
         pod = self.pods.get(key)
-        if pod is not None and pod.uid == uid:
-            self.unschedulable[key] = message
+        if pod is None:
+            return Write.GONE
+        if pod.uid != uid:
+            raise RuntimeError(f"409: the pod {key} has another UID than {uid}")
+        self.unschedulable[key] = message
+        return Write.DONE
 
     async def event(
         self,

@@ -358,10 +358,11 @@ class KubeApi:
         if status != 404:
             raise_for_status(status, raw)
 
-    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> Write:
         """Condition PodScheduled=False, reason Unschedulable, as kube-scheduler sets it, on the
         pod of this UID only: the UID in the patch is a precondition (it is immutable, so a pod
-        recreated under the name refuses the patch; a refusal is logged by the caller)."""
+        recreated under the name refuses the patch; a refusal is logged by the caller). GONE:
+        no pod of the name, nothing written."""
         patch = {
             "metadata": {"uid": uid},
             "status": {
@@ -382,8 +383,7 @@ class KubeApi:
             patch,
             _content_type="application/strategic-merge-patch+json",
         )
-        if status != 404:
-            raise_for_status(status, raw)
+        return _written(status, raw)
 
     async def set_nominated_node(self, namespace: str, name: str, node: str | None) -> Write:
         """Set the pod's ``status.nominatedNodeName`` (a preemptor waiting for its victims), or

@@ -24,7 +24,7 @@ class Cluster(Protocol):
 
     async def set_unschedulable(
         self, namespace: str, name: str, uid: str, message: str
-    ) -> None: ...
+    ) -> Write: ...
 
     async def evict(
         self, namespace: str, name: str, uid: str, dry_run: bool = False

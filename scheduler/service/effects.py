@@ -24,6 +24,7 @@ from scheduler.core.filters.requeue import helped_by_added
 from scheduler.core.model.decisions import Placement
 from scheduler.core.model.objects import PodInput
 from scheduler.core.snapshot.cluster import ClusterState
+from scheduler.kube.podgroups import Write
 
 from .apiserver import Cluster
 from .binder import Binder, Era, Outcome, replaced_or_finished
@@ -526,11 +527,10 @@ class Effects:
             gang=ctx.gang,
             attempts=self.queue.attempts(entry.key),
         )
-        if entry.reported != ctx.reason:
-            entry.reported = ctx.reason
-            if not entry.reporting:
-                entry.reporting = True
-                self.tasks.spawn(self._report_unschedulable(entry, ctx.pod))
+        entry.reported = ctx.reason
+        if entry.reported != entry.written and not entry.reporting:
+            entry.reporting = True
+            self.tasks.spawn(self._report_unschedulable(entry, ctx.pod))
         if ctx.timed_out and not entry.timed_out:
             entry.timed_out = True
             pod, message = ctx.pod, f"gang {ctx.gang} timed out: {ctx.reason}"
@@ -572,28 +572,38 @@ class Effects:
         book does not write a reason it holds as written again; a template claim's probe
         showed "waiting for the ResourceClaim of template" long after it was decided afresh).
         So a reason decided while a write is under way is written after it. A refused write
-        is forgotten, so the next decision writes its reason again, as kube-scheduler, which
-        compares with the condition the pod shows, does."""
-        written: str | None = None
+        is not retried at once: the next decision writes its reason again (``entry.written``
+        is unchanged), as kube-scheduler, which compares with the condition the pod shows,
+        does; so does one that found no pod (``written``)."""
         while (
             self.book.get(entry.key) is entry
             and self.still_pending(pod.key, pod.uid)
-            and entry.reported not in (None, written)
+            and entry.reported is not None
+            and entry.reported != entry.written
         ):
             reason = entry.reported
-            assert reason is not None
             try:
-                await self.cluster.set_unschedulable(pod.namespace, pod.name, pod.uid, reason)
+                wrote = await self.cluster.set_unschedulable(
+                    pod.namespace, pod.name, pod.uid, reason
+                )
+                if not written(wrote):
+                    break
                 await self.cluster.event(
                     pod.namespace, pod.name, pod.uid, "FailedScheduling", reason, "Warning", now()
                 )
             except Exception as exc:
                 log.warning("could not report unschedulable pod", pod=pod.key, error=str(exc))
-                if entry.reported == reason:
-                    entry.reported = None  # not written: the next decision writes it
-            else:
-                written = reason
+                break
+            entry.written = reason
         entry.reporting = False
+
+
+def written(outcome: Write) -> bool:
+    """Whether a PodScheduled=False write wrote it. One answered GONE (404: the pod was
+    deleted meanwhile) wrote nothing: if the pod comes back (an etcd restore brings back the
+    pod of that UID), its next decision writes the reason (sim seed 11867: held as written, it
+    stayed pending without one for good)."""
+    return outcome is Write.DONE
 
 
 async def report(

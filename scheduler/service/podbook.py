@@ -602,6 +602,9 @@ class Entry:
     # (effects.py's ``_bind``).
     era: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
+    # The reason last written to the pod (None: none yet); ``reported`` is written while it
+    # differs (effects.py).
+    written: str | None = None
     reporting: bool = False  # a write of it is under way (one at a time: effects.py)
     timed_out: bool = False  # its gang's GangTimeout event was sent
     explanation: Explanation | None = None  # the last decision, for /debug

@@ -46,7 +46,7 @@ class NoApiserver:
     async def get_pod(self, namespace: str, name: str) -> PodInput | None:
         raise AssertionError("no pod is scheduled in these tests")
 
-    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> Write:
         raise AssertionError("no pod is scheduled in these tests")
 
     async def event(self, *args: Any) -> None:

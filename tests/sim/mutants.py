@@ -505,6 +505,12 @@ def _own_copy_told() -> list[Patch]:
     return [(effects_module, "NEWS", frozenset(Event))]
 
 
+def _gone_reason_written() -> list[Patch]:
+    """Sim seed 11867: a PodScheduled=False write answered 404 (the pod deleted meanwhile) is
+    held as written, so the pod an etcd restore brings back is never given its reason."""
+    return [(effects_module, "written", lambda outcome: True)]
+
+
 def _attempt_moved_aside() -> list[Patch]:
     """Sim seed 1541: a pod whose attempt was under way when a cluster event moved every waiting
     pod is parked unschedulable all the same (it waits for the next event, or 5 minutes)."""
@@ -1053,6 +1059,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding's answer tells the book the version of its own copy of the pod",
         _own_copy_told,
         timeline="sim1326-binding-failed-in-new-era",
+    ),
+    "sim11867-gone-reason-written": Mutant(
+        "a reason written to a pod deleted meanwhile is held as written",
+        _gone_reason_written,
+        timeline="sim11867-reason-written-to-a-deleted-pod",
     ),
     "sim1541-attempt-moved-aside": Mutant(
         "a pod whose attempt missed a cluster event waits for the next one, or 5 minutes",

@@ -1205,6 +1205,25 @@ def restore_unbinds_under_pending_news(m: SimMachine) -> None:
     m.quiesce()
 
 
+def reason_written_to_a_deleted_pod(m: SimMachine) -> None:
+    """Soak seed 11867, shrunk: gang j's j1-0 deleted, a backup holding j1-1 pending, the gang
+    restarted. A restore brings j1-1 back and r1 writes its reason while j1-1 is deleted
+    again (the write answered 404), and a second restore from the same backup brings it back
+    once more. Held as written, the reason was never written: j1-1 pending without one. The
+    witness deletions only let the time pass that puts the write after the delete."""
+    for _ in range(51):
+        m.delete_witness()
+    m.create_gang(job="j", size=2, podgroup=False)
+    m.delete_pod(index=0, graceful=False)
+    m.etcd_restore(restore=False)
+    m.restart_gang(index=0)
+    m.quiesce()
+    m.etcd_restore(restore=True)
+    m.delete_pod(index=0, graceful=False)
+    m.etcd_restore(restore=True)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1259,6 +1278,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "shares-over-committed": shares_over_committed,
     "sim2557-relist-version-untold": relist_version_untold,
     "sim3260-restore-unbinds-under-pending-news": restore_unbinds_under_pending_news,
+    "sim11867-reason-written-to-a-deleted-pod": reason_written_to_a_deleted_pod,
 }
 
 

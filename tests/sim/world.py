@@ -421,11 +421,15 @@ class SimApiserver:
             await asyncio.wait_for(asyncio.shield(answered), REQUEST_TIMEOUT_S)
         return self.pods.get(f"{namespace}/{name}")
 
-    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> Write:
+        """GONE when no pod of the name is there (the apiserver's 404; another UID's is its 409,
+        which refuses the write as well)."""
         key = f"{namespace}/{name}"
         pod = self.pods.get(key)
-        if pod is not None and pod.uid == uid:
-            self.unschedulable[key] = (uid, message)
+        if pod is None or pod.uid != uid:
+            return Write.GONE
+        self.unschedulable[key] = (uid, message)
+        return Write.DONE
 
     async def evict(
         self, namespace: str, name: str, uid: str, dry_run: bool = False
@@ -629,8 +633,8 @@ class Client:
     async def get_pod(self, namespace: str, name: str) -> PodInput | None:
         return await self.api.get_pod(namespace, name)
 
-    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> None:
-        await self.api.set_unschedulable(namespace, name, uid, message)
+    async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> Write:
+        return await self.api.set_unschedulable(namespace, name, uid, message)
 
     async def evict(
         self, namespace: str, name: str, uid: str, dry_run: bool = False
