@@ -138,20 +138,23 @@ def _decide_pod(state: ClusterState, pod: PodInput) -> Decision:
     return Placed((placement,))
 
 
-def assume(state: ClusterState, placement: Placement, pod: PodInput) -> None:
+def assume(state: ClusterState, placement: Placement, pod: PodInput, shown: bool = False) -> None:
     """Assume one placement of a decision: the one way a decision becomes part of the snapshot,
     in ``run`` (the pod book's ASSUME, as the cycle places it) and ``simulate`` alike. Its gang's
-    minimum is the one the plan resolved (``Placement.replicas``)."""
-    state.apply(placement, pod, placement.replicas)
+    minimum is the one the plan resolved (``Placement.replicas``). ``shown``: the pod is bound
+    as it is assumed (Holding.shown: ``simulate`` binds at once, and no Binding fails there);
+    ``run`` holds it as shown when the bound watch shows it."""
+    state.apply(placement, pod, placement.replicas, shown)
 
 
 def apply_decision(state: ClusterState, decision: Decision, unit: Unit) -> None:
-    """Assume every placement of a Placed decision (no-op for the others)."""
+    """Assume every placement of a Placed decision (no-op for the others), bound at once as
+    ``simulate`` and the benchmarks bind (``assume``'s ``shown``)."""
     if not isinstance(decision, Placed):
         return
     pods = {p.key: p for p in unit.pods}
     for placement in decision.placements:
-        assume(state, placement, pods[placement.pod])
+        assume(state, placement, pods[placement.pod], shown=True)
 
 
 def gated(pod: PodInput) -> Waiting | None:

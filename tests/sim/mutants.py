@@ -505,6 +505,16 @@ def _own_copy_told() -> list[Patch]:
     return [(effects_module, "NEWS", frozenset(Event))]
 
 
+def _surplus_beside_bindings() -> list[Patch]:
+    """Sim seed 11505: a gang's minimum is met by its members bound or assumed alike, so a
+    restarted gang's new member is surplus beside the old incarnation's Bindings in flight."""
+
+    def minimum_part(size: planning_module.Size, pending: int) -> int:
+        return max(0, size.minimum - size.bound)
+
+    return [(planning_module, "minimum_part", minimum_part)]
+
+
 def _gone_reason_written() -> list[Patch]:
     """Sim seed 11867: a PodScheduled=False write answered 404 (the pod deleted meanwhile) is
     held as written, so the pod an etcd restore brings back is never given its reason."""
@@ -1059,6 +1069,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding's answer tells the book the version of its own copy of the pod",
         _own_copy_told,
         timeline="sim1326-binding-failed-in-new-era",
+    ),
+    "sim11505-surplus-beside-bindings": Mutant(
+        "a gang's surplus is placed beside members whose Bindings are in flight",
+        _surplus_beside_bindings,
+        timeline="sim11505-surplus-beside-bindings-in-flight",
     ),
     "sim11867-gone-reason-written": Mutant(
         "a reason written to a pod deleted meanwhile is held as written",

@@ -1224,6 +1224,21 @@ def reason_written_to_a_deleted_pod(m: SimMachine) -> None:
     m.quiesce()
 
 
+def surplus_beside_bindings_in_flight(m: SimMachine) -> None:
+    """Soak seed 11505, as a timeline of its own: in an etcd stall, PodGroup gang j (minimum 3)
+    is decided (its Bindings wait in the stall), gang k of 2 waits for the GPU left, and j is
+    restarted (j1 deleted, j3 created) before the Bindings are answered. Counting j1's
+    assumed members as bound, r1 bound j3-0 alone as surplus on the free GPU; j1's Bindings
+    then failed (gone), k2 took the GPUs they held, and gang j stayed 1 of 3 bound for good."""
+    m.quiesce()
+    m.stall(seconds=20.0)
+    m.create_gang(job="j", size=3, podgroup=True)
+    m.create_gang(job="k", size=2, podgroup=False)
+    m.restart_gang(index=0)
+    m.tick(seconds=0.5)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1279,6 +1294,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim2557-relist-version-untold": relist_version_untold,
     "sim3260-restore-unbinds-under-pending-news": restore_unbinds_under_pending_news,
     "sim11867-reason-written-to-a-deleted-pod": reason_written_to_a_deleted_pod,
+    "sim11505-surplus-beside-bindings-in-flight": surplus_beside_bindings_in_flight,
 }
 
 

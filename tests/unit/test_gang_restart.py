@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 from msgspec.structs import replace
 
+from scheduler.core.cycle import Unit, assume, decide
 from scheduler.core.model import names
 from scheduler.core.model.decisions import Placed, Unschedulable
 from scheduler.core.model.gangsources import group_minimum
@@ -159,6 +160,38 @@ def test_an_elastic_gang_whose_minimum_terminates_plans_that_minimum_again() -> 
     assert "nor the 2 its minimum needs" in decision.reason
     assert state.nodes["n"].free_mask == 0b10000
     assert state.gang_bound == {JOB: {"default/job-a3"}}
+
+
+def test_no_surplus_is_placed_beside_members_whose_bindings_are_in_flight() -> None:
+    """Sim seed 11505: PodGroup minMember 3. The gang was decided (job-a0..a2 assumed, their
+    Bindings in flight) and restarted at once: its pods deleted, job-b0..b2 created under the
+    same PodGroup, before the Bindings were answered (an etcd stall). Counted as bound, the
+    assumed members met the minimum and job-b0 was bound alone as surplus on the one free
+    GPU; the Bindings then failed (the pods were gone) and the gang stayed 1 of 3 for good.
+    Until the bound watch shows them, the new members are the minimum's part: all or none."""
+    member, _ = SOURCES["scheduler-plugins PodGroup"]
+    state: ClusterState = cluster(MakeNode().Name("n").GPUs(4))
+    state.inputs.pod_groups.put(pod_group(names.POD_GROUP_API, minimum=3))
+    old = [obj(member(f"job-a{i}")) for i in range(3)]
+    decision = decide(state, Unit("default/job", tuple(old)))
+    assert isinstance(decision, Placed) and len(decision.placements) == 3
+    pods = {p.key: p for p in old}
+    for placement in decision.placements:  # as run's cycle assumes them, Bindings to come
+        assume(state, placement, pods[placement.pod])
+    assert not any(h.shown for h in state.holdings.values())
+    new = [member(f"job-b{i}") for i in range(3)]
+    (decision,) = schedule(state, *new)
+    assert isinstance(decision, Unschedulable), decision
+    assert state.nodes["n"].free_mask == 0b1000
+    # The Bindings landed: the bound watch shows the old members, the minimum is met, and a
+    # new member is surplus, placed where it fits.
+    for key, held in sorted(state.holdings.items()):
+        shown = bound(member(key.split("/")[1]), str(held.whole.bit_length() - 1))
+        assert state.add_bound_pod(shown) is None
+    assert all(h.shown for h in state.holdings.values())
+    (decision,) = schedule(state, *new)
+    assert isinstance(decision, Placed), decision
+    assert [p.pod for p in decision.placements] == ["default/job-b0"]
 
 
 def test_a_terminating_holding_joins_no_gang_and_leaves_nothing_in_a_tentative_scope() -> None:

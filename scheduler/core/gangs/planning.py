@@ -65,6 +65,9 @@ class Size(Struct, frozen=True):
     minimum: int
     total: int  # 0: not said
     bound: int
+    # Of ``bound``, those the bound watch shows bound (Holding.shown): the others are assumed
+    # or reserved, their Bindings not answered yet.
+    shown: int = 0
     # Planned through topology domains (gangs/indomains.py); None: as without topology.
     topology: Context | None = None
 
@@ -122,7 +125,9 @@ def check_gang(
         return Waiting(keys, f"gang {gang}: {exc}")
     except TopologyError as exc:
         return Unschedulable(keys, f"gang {gang}: {exc}")
-    return Size(minimum, total, len(bound), topology)
+    holdings = state.holdings
+    shown = sum(1 for k in bound if (h := holdings.get(k)) is not None and h.shown)
+    return Size(minimum, total, len(bound), shown=shown, topology=topology)
 
 
 def plan_gang(
@@ -146,7 +151,7 @@ def plan_gang(
     gpu_members = [m for m in ordered if m.request.gpus > 0]
     if not gpu_members:
         return _plan_claims(state, gang, ordered, size, keys)
-    need = max(0, size.minimum - size.bound)
+    need = minimum_part(size, len(members))
     with state.tentative():
         placements: list[Placement] = []
         surplus = ordered
@@ -173,6 +178,20 @@ def plan_gang(
         return Unschedulable(keys, _surplus_reason(gang, size, left))
     waiting = tuple(sorted(left))
     return Placed(tuple(placements), waiting, _surplus_reason(gang, size, left) if left else "")
+
+
+def minimum_part(size: Size, pending: int) -> int:
+    """How many of the ``pending`` members are the part of the gang's minimum still missing,
+    placed all together or none (the others are surplus, placed one at a time). A minimum met
+    only with members whose Bindings have not been seen to land is not met: if they fail
+    (their pods deleted by a restart of the gang meanwhile), surplus placed beside them is a
+    gang below its minimum, bound for good (sim seed 11505: a restarted PodGroup gang's new
+    member bound alone beside the deleted incarnation's Bindings, which then failed). Until
+    they are seen bound, the pending members are the part not yet shown."""
+    need = max(0, size.minimum - size.bound)
+    if not need and size.shown < size.minimum:
+        need = min(pending, size.minimum - size.shown)
+    return need
 
 
 def _plan_claims(

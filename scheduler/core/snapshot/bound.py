@@ -50,6 +50,7 @@ def annotated_holding(
         pod.uid,
         resources,
         terminating=pod.deleting,
+        shown=True,
     )
 
 
@@ -108,6 +109,7 @@ def unannotated(
         resources,
         guessed=True,
         terminating=pod.deleting,
+        shown=True,
     )
 
 

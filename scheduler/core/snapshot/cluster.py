@@ -379,10 +379,13 @@ class ClusterState:
             return
         self.release(holding)
 
-    def apply(self, placement: Placement, pod: PodInput, replicas: int = 0) -> None:
-        """Assume a placement the core decided (before the shell has bound it): its GPUs, and
-        the pod's record on the node for the Kubernetes filters. A nomination of the pod is used
-        up: it holds what it was placed on now (a forget does not bring the nomination back)."""
+    def apply(
+        self, placement: Placement, pod: PodInput, replicas: int = 0, shown: bool = False
+    ) -> None:
+        """Assume a placement the core decided (before the shell has bound it, unless
+        ``shown``: Holding.shown): its GPUs, and the pod's record on the node for the
+        Kubernetes filters. A nomination of the pod is used up: it holds what it was placed on
+        now (a forget does not bring the nomination back)."""
         self.unnominate(placement.pod)
         # The record first: the profile reads the pod's cpu request from it when it is held.
         record = record_of(
@@ -395,7 +398,7 @@ class ClusterState:
             self.memos.requests,
         )
         self.put_record(record)
-        self.hold(holding_of(placement, replicas))
+        self.hold(holding_of(placement, replicas, shown))
         if placement.claims:
             self.charge_claims(placement.pod, placement.uid, placement.claims)
 

@@ -46,6 +46,10 @@ class Holding(msgspec.Struct, frozen=True):
     # watched claims yet (assumed, or a previous leader's reservation reloaded): their devices
     # are held as the claims' would be (issue 29).
     claims: tuple[ClaimAllocation, ...] = ()
+    # The bound watch (or a read) shows the pod bound there: not only assumed, or reserved for
+    # a Binding that may still fail (gangs/planning.py places a gang's surplus only beside a
+    # minimum of such members).
+    shown: bool = False
 
 
 class Holdings:
@@ -95,7 +99,7 @@ class Holdings:
         }
 
 
-def holding_of(placement: Placement, replicas: int = 0) -> Holding:
+def holding_of(placement: Placement, replicas: int = 0, shown: bool = False) -> Holding:
     """What a placement holds once assumed: its whole GPUs as a mask, and its shares."""
     whole = 0
     for i in placement.devices:
@@ -110,6 +114,7 @@ def holding_of(placement: Placement, replicas: int = 0) -> Holding:
         placement.uid,
         placement.resources,
         claims=placement.claims,
+        shown=shown,
     )
 
 

@@ -1,0 +1,64 @@
+"""A gang restarted while its Bindings are in flight (sim seed 11505), stepped by hand on BOTH
+stores (the ``backend`` fixture of test_pod_lifecycle.py) against the fake apiserver of
+tests/lifecycle.py.
+
+PodGroup gang job (minimum 3) is decided and its three Bindings wait (an etcd stall); the job
+restarts before they are answered: job-a0..a2 are deleted, job-b0..b2 created under the same
+PodGroup. Before the fix the assumed job-a members met the minimum, so job-b0 was bound alone
+as surplus on the one free GPU; the job-a Bindings then failed (404) and the gang was 1 of 3
+bound. Now a minimum is met only by members the bound watch shows: the new members wait, all or
+none, and are placed whole once the old Bindings have failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from scheduler.core.model import names
+from scheduler.core.model.objects import PodGroupInput, PodInput
+from tests.builders import MakePod
+from tests.integration import test_pod_lifecycle as lifecycle_tests
+from tests.integration.test_pod_lifecycle import Backend, run
+from tests.lifecycle import node
+
+redis_url = lifecycle_tests.redis_url
+backend = lifecycle_tests.backend
+
+
+def member(name: str) -> PodInput:
+    return MakePod().Name(name).Req(1).Label(names.POD_GROUP_LABEL, "job").Obj()
+
+
+async def test_a_gang_restarted_under_its_bindings_is_not_bound_in_part(backend: Backend) -> None:
+    r = backend.live()
+    await r.elect([node(4)])
+    group = PodGroupInput(names.POD_GROUP_API, "default", "job", min_member=3, uid="pg")
+    r.s.state.inputs.pod_groups.put(group)
+    old = [f"default/job-a{i}" for i in range(3)]
+    for key in old:
+        r.api.gates[key] = asyncio.Event()  # their Bindings wait
+    for i in range(3):
+        r.pending(member(f"job-a{i}"))
+    while await r.step() is not None:
+        pass
+    await asyncio.sleep(0)
+    assert all(r.held(key) is not None for key in old) and r.api.binds == []
+    # The restart: the old pods are deleted (the pending watch says they left), new ones come.
+    for key in old:
+        r.s.intake.pending_event("DELETED", r.api.delete(key))
+    for i in range(3):
+        r.pending(member(f"job-b{i}"))
+    while await r.step() is not None:
+        pass
+    assert all(r.held(f"default/job-b{i}") is None for i in range(3))
+    explanation = r.s.explain("default/job-b0")
+    assert explanation is not None and "beyond its minimum" not in explanation.reason
+    # The old Bindings are answered 404: their GPUs go, and the new gang is placed whole.
+    for key in old:
+        r.api.gates[key].set()
+    await r.settle()
+    assert all(r.held(key) is None for key in old)
+    r.clock.now += 10.0  # the new members' backoff
+    await r.renew()
+    await run(r)
+    assert sorted(k for k, _, _ in r.api.binds) == [f"default/job-b{i}" for i in range(3)]
