@@ -770,9 +770,13 @@ class PodBook:
     def new_era(self, version: int) -> None:
         """resourceVersions went back (etcd restored without ``--bump-revision``): the versions
         the book holds order nothing in the new era, so every entry forgets its own (news about
-        it is news again) and the book counts from ``version``, the LIST that began the era."""
+        it is news again) and the book counts from ``version``, the LIST that began the era.
+        Nor does it know what the pods show any more: a PodScheduled=False condition it wrote
+        is part of the pod object, which the restore put back as the backup had it, so each
+        reason is written again at its pod's next decision (``written``)."""
         for entry in self.entries.values():
             entry.version = 0
+            entry.written = None
         self.newest = version
         self.era += 1
 

@@ -505,6 +505,20 @@ def _own_copy_told() -> list[Patch]:
     return [(effects_module, "NEWS", frozenset(Event))]
 
 
+def _restore_keeps_reasons() -> list[Patch]:
+    """A restore keeps the reasons the book wrote as written, though the restored pods show
+    the conditions of the backup."""
+    fixed = podbook_module.PodBook.new_era
+
+    def new_era(self: podbook_module.PodBook, version: int) -> None:
+        written = {key: entry.written for key, entry in self.entries.items()}
+        fixed(self, version)
+        for key, entry in self.entries.items():
+            entry.written = written[key]
+
+    return [(podbook_module.PodBook, "new_era", new_era)]
+
+
 def _surplus_beside_bindings() -> list[Patch]:
     """Sim seed 11505: a gang's minimum is met by its members bound or assumed alike, so a
     restarted gang's new member is surplus beside the old incarnation's Bindings in flight."""
@@ -1069,6 +1083,12 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding's answer tells the book the version of its own copy of the pod",
         _own_copy_told,
         timeline="sim1326-binding-failed-in-new-era",
+    ),
+    "restore-keeps-reasons": Mutant(
+        "an etcd restore keeps the reasons written as written",
+        _restore_keeps_reasons,
+        needs=frozenset({"etcd_restore"}),
+        seed=47,
     ),
     "sim11505-surplus-beside-bindings": Mutant(
         "a gang's surplus is placed beside members whose Bindings are in flight",

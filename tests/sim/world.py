@@ -179,6 +179,8 @@ class Backup(NamedTuple):
     pods: dict[str, PodInput]
     claims: dict[str, ResourceClaim]
     version: int
+    # The pods' PodScheduled=False conditions (pod -> (uid, message)): part of the pod objects.
+    unschedulable: dict[str, tuple[str, str]]
 
 
 class SimApiserver:
@@ -252,7 +254,7 @@ class SimApiserver:
 
     def backup(self) -> Backup:
         """An etcd snapshot: every object it holds, the claims beside the pods."""
-        return Backup(dict(self.pods), dict(self.claims), self.version)
+        return Backup(dict(self.pods), dict(self.claims), self.version, dict(self.unschedulable))
 
     def restore(self, saved: Backup) -> None:
         """etcd restored from a backup without ``--bump-revision``: the pods and the claims as
@@ -274,6 +276,8 @@ class SimApiserver:
         write as any pod finishing."""
         ended = {p.uid: p for p in self.pods.values() if p.finished and p.node_name}
         self.pods, self.claims, self.version = dict(saved.pods), dict(saved.claims), saved.version
+        # A condition is part of its pod: written after the backup, the restore undoes it.
+        self.unschedulable = dict(saved.unschedulable)
         waiting, self.in_stall = self.in_stall, []
         for _, answer in waiting:
             if not answer.done():
