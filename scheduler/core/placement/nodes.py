@@ -165,7 +165,7 @@ def best_whole_node(
     if frag is not None:
         # With a target workload, a group is every class of the same set score, best first:
         # the measure ranks their nodes, not the free count (see _least_fragmenting_node).
-        state.node_index.shaped(frag[0].reaches)
+        state.node_index.shaped(frag[0].views.reaches)
         scores: dict[int, list[tuple[tuple[int, int, int, int], NodeClass, SetChoice]]] = {}
         for entry_key, _, cls, choice in ranked:
             scores.setdefault(entry_key[0], []).append((entry_key, cls, choice))

@@ -114,8 +114,6 @@ class Target:
         "afters",
         "asks",
         "before",
-        "blocked",
-        "canon",
         "classes",
         "contest",
         "cpu_cap",
@@ -128,7 +126,6 @@ class Target:
         "parts",
         "per_cpu",
         "ranks",
-        "reaches",
         "reserve",
         "strand",
         "unreached",
@@ -149,15 +146,8 @@ class Target:
         self.classes = key
         # No class asks for more cpu: above it, nodes differing in cpu left measure the same.
         self.cpu_cap = max((request[0] for request, _ in key), default=0)
-        # The classes' distinct reaches, and per pool the ones that leave it out (``blocked_by``).
-        self.reaches = sorted({request[3] for request, _ in key})
-        self.blocked: dict[Pool, frozenset[Reach]] = {}
-        # Per pool, the first pool ``rank`` was asked about that the same reaches leave out
-        # (``views``, by those reaches): it measures alike, so ranks are remembered for it
-        # (issue 32: openb's seven GPU models, none of them pinned to, made as many misses per
-        # shape after each target change).
-        self.canon: dict[Pool, Pool] = {}
-        self.views: dict[frozenset[Reach], Pool] = {}
+        # The pools as the classes' reaches tell them apart: ranks are remembered per view.
+        self.views = PoolViews(request[3] for request, _ in key)
         # Per set of blocked reaches, the weight of the classes they are the reaches of.
         self.unreached: dict[frozenset[Reach], int] = {}
         # The cpu the classes ask for, ascending: which of them a cpu left covers.
@@ -181,12 +171,10 @@ class Target:
         # before like ``afters`` (issue 32: summed afresh per class, it was a third of a
         # share's time right after a target change).
         self.usable: dict[tuple[int, ...], dict[int, int]] = {} if before is None else before.usable
-        # The target before this one (its asks, reaches, memo and blocked reaches per pool; not
-        # its own ``before``: no chain) and each class's weight now minus then, when fewer
-        # classes changed than there are.
-        self.before: (
-            tuple[list[int], list[Reach], dict[_MemoKey, int], dict[Pool, frozenset[Reach]]] | None
-        ) = None
+        # The target before this one (its asks, views and memo; not its own ``before``: no
+        # chain) and each class's weight now minus then, when fewer classes changed than there
+        # are.
+        self.before: tuple[list[int], PoolViews, dict[_MemoKey, int]] | None = None
         self.delta: tuple[tuple[RequestClass, int], ...] = ()
         if before is not None:
             now, then = dict(key), dict(before.key)
@@ -196,7 +184,7 @@ class Target:
                 if now.get(request, 0) != then.get(request, 0)
             )
             if 2 * len(delta) < len(key):
-                self.before = (before.asks, before.reaches, before.memo, before.blocked)
+                self.before = (before.asks, before.views, before.memo)
                 self.delta = delta
         self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
         if before is not None and self.before is not None and not self.delta:
@@ -216,7 +204,7 @@ class Target:
         # can run there ask of it (Profile._contest), so pools the same reaches leave out are
         # contested alike: keyed so, any pool measures as those the reaches treat like it do.
         self.reserve = {
-            self._blocked_of(pool): settings.contest_weight * self.weight * percent // 100
+            self.views.blocked(pool): settings.contest_weight * self.weight * percent // 100
             for pool, percent in contest
         }
 
@@ -226,9 +214,7 @@ class Target:
         (the same gain above it), so nodes with cpu to spare share their answers."""
         left, cards, pool = shape
         roomy = self.roomy(cards, cpu)
-        same = self.canon.get(pool)
-        if same is None:
-            same = self.canon[pool] = self.views.setdefault(self._blocked_of(pool), pool)
+        same = self.views.of(pool)
         if left > roomy or same is not pool:
             shape = (left := min(left, roomy), cards, pool := same)
         key = (shape, cpu, take)
@@ -247,14 +233,6 @@ class Target:
         changed = (left if left < 0 else max(0, left - cpu), after, pool)
         found = self.ranks[key] = gain_rank(self.frag(shape) - self.frag(changed), self.parts)
         return found
-
-    def _blocked_of(self, pool: Pool) -> frozenset[Reach]:
-        """The reaches of the classes that cannot run in ``pool``: all ``frag`` reads of a
-        pool, so pools they agree on measure alike."""
-        blocked = self.blocked.get(pool)
-        if blocked is None:
-            blocked = self.blocked[pool] = blocked_by(self.reaches, pool)
-        return blocked
 
     def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
         """The cpu left from which up a placement asking for ``cpu`` millicores ranks the same
@@ -279,7 +257,7 @@ class Target:
         # The largest cpu a class asks that ``left`` covers (-1: none; a node whose status has
         # no cpu covers every class).
         i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
-        blocked = self._blocked_of(pool)
+        blocked = self.views.blocked(pool)
         key = (asks[i - 1] if i else -1, cards, blocked)
         found = self.memo.get(key)
         if found is None:
@@ -311,14 +289,12 @@ class Target:
         else summed over the classes grouped by what they ask of the cards (_frag's sum, a
         term per (cards, percent) instead of per class)."""
         if self.before is not None:
-            asks, reaches, memo, blocked_then = self.before
+            asks, views, memo = self.before
             i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
-            # The reaches the target before leaves the pool out with, from its own record per
-            # pool (worked out afresh here, they were a sixth of a share's time right after a
-            # target change: issue 32).
-            then_blocked = blocked_then.get(pool)
-            if then_blocked is None:
-                then_blocked = blocked_then[pool] = blocked_by(reaches, pool)
+            # The reaches the target before leaves the pool out with, from its own views
+            # (worked out afresh here, they were a sixth of a share's time right after a target
+            # change: issue 32).
+            then_blocked = views.blocked(pool)
             then = memo.get((asks[i - 1] if i else -1, cards, then_blocked))
             if then is not None:
                 # A class that left (or came) covered as the cpu left covers it, not as the
@@ -689,6 +665,43 @@ def can_run(reach: Reach, pool: Pool) -> bool:
 def blocked_by(reaches: Iterable[Reach], pool: Pool) -> frozenset[Reach]:
     """The reaches that leave a node of ``pool`` out."""
     return frozenset(r for r in reaches if not can_run(r, pool))
+
+
+class PoolViews:
+    """Pools as a set of reaches tells them apart: per pool, the reaches that leave it out
+    (``blocked``: all the measure reads of a pool, Target.frag), and the first pool asked
+    about that the same reaches leave out (``of``), which stands for every such pool. A target
+    remembers its ranks per view (Target.rank) and the shape index files its groups by view
+    (NodeIndex.shaped). Issue 32: openb's seven GPU models and bench-core's three instance
+    types, pool labels no class of the target is pinned to, made as many rank misses after
+    each target change and as many shape groups for a whole-GPU pod to rank."""
+
+    __slots__ = ("_blocked", "_first", "_of", "reaches")
+
+    def __init__(self, reaches: Iterable[Reach]) -> None:
+        self.reaches = frozenset(reaches)
+        self._blocked: dict[Pool, frozenset[Reach]] = {}
+        self._first: dict[frozenset[Reach], Pool] = {}
+        self._of: dict[Pool, Pool] = {}
+
+    def blocked(self, pool: Pool) -> frozenset[Reach]:
+        found = self._blocked.get(pool)
+        if found is None:
+            found = self._blocked[pool] = blocked_by(self.reaches, pool)
+        return found
+
+    def of(self, pool: Pool) -> Pool:
+        found = self._of.get(pool)
+        if found is None:
+            found = self._of[pool] = self._first.setdefault(self.blocked(pool), pool)
+        return found
+
+    def trim(self, most: int) -> None:
+        """Forget what was worked out per pool once more than ``most`` pools were asked about
+        (those of nodes long gone, a taint of their own each); the pools views stand for stay."""
+        if len(self._blocked) > most:
+            self._blocked.clear()
+            self._of.clear()
 
 
 def gain(target: Target, shape: Shape, cpu: int, take: Iterable[tuple[int, int]]) -> int:

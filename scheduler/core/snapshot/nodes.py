@@ -49,7 +49,7 @@ from ..resources.memo import Memo
 from ..resources.ports import PortUse, charge_ports
 from ..resources.requests import parse_count
 from .domains import Hierarchy, Path
-from .fragmentation import Pool, Reach, Shape, blocked_by, free_cards
+from .fragmentation import Pool, PoolViews, Reach, Shape, free_cards
 from .holdings import Holding
 from .names import NameSet
 from .podindex import PodRecord
@@ -438,7 +438,6 @@ class NodeIndex:
     path in it; how many nodes carry each label key."""
 
     __slots__ = (
-        "_apart",
         "_by_vendor",
         "_class_of",
         "_domains",
@@ -446,7 +445,6 @@ class NodeIndex:
         "_reshaped",
         "_shares",
         "_stale",
-        "_view_of",
         "_views",
         "classes",
         "label_keys",
@@ -474,12 +472,8 @@ class NodeIndex:
         self._stale: dict[str, None] = {}
         # Nodes to file by shape in their class before the classes' shapes are read (``shaped``).
         self._reshaped: dict[str, None] = {}
-        # The reaches the shape groups tell pools apart by, per set of them that leave a pool
-        # out the first pool filed so, which stands for all of them in the groups, and per
-        # pool filed that one.
-        self._apart: frozenset[Reach] = frozenset()
-        self._views: dict[frozenset[Reach], Pool] = {}
-        self._view_of: dict[Pool, Pool] = {}
+        # The pools as the shape groups tell them apart (``shaped``).
+        self._views = PoolViews(())
         self.plain: set[str] = set()
 
     @property
@@ -512,28 +506,21 @@ class NodeIndex:
         refile, a superset of the target's: a target whose reach is new refiles every node,
         one whose reach left does not (a finer split ranks the same), so a class at the edge
         of the target's coverage refiles once, not each time it comes back."""
-        if not self._apart.issuperset(reaches):
-            self._apart = frozenset(reaches)
-            self._views.clear()
-            self._view_of.clear()
+        if not self._views.reaches.issuperset(reaches):
+            self._views = PoolViews(reaches)
             self._reshaped.update(dict.fromkeys(self._class_of))
         if not self._reshaped:
             return
-        classes, class_of, states = self.classes, self._class_of, self.states
-        views, viewed = self._view_of, self._views
+        classes, class_of, states, views = self.classes, self._class_of, self.states, self._views
+        views.trim(len(states))  # more pools than nodes: some are of nodes gone
         for name in self._reshaped:
             key = class_of.get(name)
             if key is not None:
                 cls = classes[key]
                 state = states[name]
                 left, cards, pool = state.shape()
-                view = views.get(pool)
-                if view is None:
-                    if len(views) > len(states):
-                        views.clear()  # more pools than nodes: some are of nodes gone
-                    view = views[pool] = viewed.setdefault(blocked_by(self._apart, pool), pool)
                 cls.drop_shape(name)
-                cls.file_shape(name, (left, cards, view), state.untouched)
+                cls.file_shape(name, (left, cards, views.of(pool)), state.untouched)
         self._reshaped.clear()
 
     def put(self, state: NodeState) -> NodeState | None:
