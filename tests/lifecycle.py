@@ -169,6 +169,8 @@ class Apiserver:
         if pod.uid != uid:
             raise RuntimeError(f"409: the pod {key} has another UID than {uid}")
         self.unschedulable[key] = message
+        if pod.shown_reason != message:  # the condition is part of the pod (a new version)
+            self.pods[key] = self.stamp(msgspec.structs.replace(pod, shown_reason=message))
         return Write.DONE
 
     async def event(

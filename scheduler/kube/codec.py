@@ -243,7 +243,9 @@ class ContainerStatusWire(msgspec.Struct, rename="camel"):
 
 class ConditionWire(msgspec.Struct):
     type: str = ""
+    status: str = ""
     reason: str = ""
+    message: str = ""
 
 
 class PodClaimStatusWire(msgspec.Struct, rename="camel"):
@@ -471,7 +473,17 @@ def pod_from_obj(pod: Pod) -> PodInput:
         scheduling_group=(spec.scheduling_group.pod_group_name or "")
         if spec.scheduling_group is not None
         else "",
+        shown_reason=_shown_reason(pod.status),
     )
+
+
+def _shown_reason(status: PodStatusWire) -> str | None:
+    """The message of the PodScheduled=False condition, the reason a scheduler wrote (None:
+    no such condition)."""
+    for c in status.conditions or ():
+        if c.type == "PodScheduled" and c.status == "False":
+            return c.message
+    return None
 
 
 def _resize(status: PodStatusWire) -> ResizeStatus | None:

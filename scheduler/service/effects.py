@@ -101,6 +101,7 @@ class Effects:
         self.settled_at = 0.0
         self._handlers: dict[Effect, Callable[[Transition, Ctx], None]] = {
             Effect.KEEP_POD: self._keep_pod,
+            Effect.SHOWN: self._shown,
             Effect.ENQUEUE: self._enqueue,
             Effect.DEQUEUE: self._dequeue,
             Effect.TAKE: self._take,
@@ -528,13 +529,30 @@ class Effects:
             attempts=self.queue.attempts(entry.key),
         )
         entry.reported = ctx.reason
-        if entry.reported != entry.written and not entry.reporting:
-            entry.reporting = True
-            self.tasks.spawn(self._report_unschedulable(entry, ctx.pod))
+        self._report(entry, ctx.pod)
         if ctx.timed_out and not entry.timed_out:
             entry.timed_out = True
             pod, message = ctx.pod, f"gang {ctx.gang} timed out: {ctx.reason}"
             self.tasks.spawn(report(self.cluster, pod.key, pod.uid, "GangTimeout", message))
+
+    def _shown(self, t: Transition, ctx: Ctx) -> None:
+        """What the pod shows is the truth of what was written, whoever wrote it. Compared with
+        the reason of its last decision, as kube-scheduler compares with the condition the pod
+        shows: a reason an etcd restore undid (sim seeds 13078 and 23014: a restore the book
+        could not tell from its LISTs, so no new era began), or one a previous leader wrote,
+        is written again by the leader; one already shown is not written twice. A write of
+        ours that lands moves the pod's version, and its news shows the same reason: no storm
+        (a lagging event older than it costs one write more)."""
+        entry = t.entry
+        assert entry is not None and ctx.pod is not None
+        entry.written = ctx.pod.shown_reason
+        if self.binder.leadership.leading:
+            self._report(entry, ctx.pod)
+
+    def _report(self, entry: Entry, pod: PodInput) -> None:
+        if entry.reported is not None and entry.reported != entry.written and not entry.reporting:
+            entry.reporting = True
+            self.tasks.spawn(self._report_unschedulable(entry, pod))
 
     def _unreserve(self, t: Transition, ctx: Ctx) -> None:
         pod = ctx.pod
@@ -572,9 +590,10 @@ class Effects:
         book does not write a reason it holds as written again; a template claim's probe
         showed "waiting for the ResourceClaim of template" long after it was decided afresh).
         So a reason decided while a write is under way is written after it. A refused write
-        is not retried at once: the next decision writes its reason again (``entry.written``
-        is unchanged), as kube-scheduler, which compares with the condition the pod shows,
-        does; so does one that found no pod (``written``)."""
+        is not retried at once: the next decision, or the pod's next news (``_shown``), writes
+        its reason again (``entry.written`` is unchanged), as kube-scheduler, which compares
+        with the condition the pod shows, does; so does one that found no pod (GONE: if an
+        etcd restore brings the pod back, its news shows no reason, sim seed 11867)."""
         while (
             self.book.get(entry.key) is entry
             and self.still_pending(pod.key, pod.uid)
@@ -586,7 +605,7 @@ class Effects:
                 wrote = await self.cluster.set_unschedulable(
                     pod.namespace, pod.name, pod.uid, reason
                 )
-                if not written(wrote):
+                if wrote is not Write.DONE:  # GONE (404): written to no pod
                     break
                 await self.cluster.event(
                     pod.namespace, pod.name, pod.uid, "FailedScheduling", reason, "Warning", now()
@@ -596,14 +615,6 @@ class Effects:
                 break
             entry.written = reason
         entry.reporting = False
-
-
-def written(outcome: Write) -> bool:
-    """Whether a PodScheduled=False write wrote it. One answered GONE (404: the pod was
-    deleted meanwhile) wrote nothing: if the pod comes back (an etcd restore brings back the
-    pod of that UID), its next decision writes the reason (sim seed 11867: held as written, it
-    stayed pending without one for good)."""
-    return outcome is Write.DONE
 
 
 async def report(

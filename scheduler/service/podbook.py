@@ -156,6 +156,9 @@ class Event(enum.Enum):
 class Effect(enum.Enum):
     # the entry and the queue
     KEEP_POD = "keep-pod"  # the entry keeps the pending object the event carries
+    # the reason the pod shows is what the book holds as written; a leader writes its own if
+    # they differ (effects.py)
+    SHOWN = "shown"
     ENQUEUE = "enqueue"  # the queue takes it (ready now unless backing off)
     DEQUEUE = "dequeue"  # out of the queue (it is bound)
     TAKE = "take"  # out of the queue for this attempt (a gang member decided with another)
@@ -218,8 +221,8 @@ _NOMINATION_EXPIRED = (F.END_NOMINATION, F.CLEAR_NOMINATED_NODE)
 # (stage, event) -> (next stage, effects in order). Anything else is an error.
 TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # ---- not in the book -------------------------------------------------------------------
-    (S.GONE, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.ENQUEUE, F.WAKE_GANG)),
-    (S.GONE, E.PENDING_SAME): (S.PENDING, (F.KEEP_POD, F.ENQUEUE, F.WAKE_GANG)),
+    (S.GONE, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.SHOWN, F.ENQUEUE, F.WAKE_GANG)),
+    (S.GONE, E.PENDING_SAME): (S.PENDING, (F.KEEP_POD, F.SHOWN, F.ENQUEUE, F.WAKE_GANG)),
     (S.GONE, E.PENDING_LEFT): (S.GONE, _),
     (S.GONE, E.PENDING_ENDED): (S.GONE, _),
     (S.GONE, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.WAKE)),
@@ -243,8 +246,10 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.CRASHED): (S.GONE, _),
     (S.GONE, E.VICTIMS_GONE): (S.GONE, _),
     # ---- pending, holding nothing ----------------------------------------------------------
-    (S.PENDING, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.ENQUEUE)),
-    (S.PENDING, E.PENDING_SAME): (S.PENDING, _),  # a re-delivery: nothing new to try
+    (S.PENDING, E.PENDING_SEEN): (S.PENDING, (F.KEEP_POD, F.SHOWN, F.ENQUEUE)),
+    # A re-delivery, or a status write: nothing new to try, but the condition it shows may not
+    # be the reason of its last decision (an etcd restore undid it, sim seeds 13078, 23014).
+    (S.PENDING, E.PENDING_SAME): (S.PENDING, (F.SHOWN,)),
     (S.PENDING, E.PENDING_LEFT): (S.GONE, _PENDING_LEFT),
     (S.PENDING, E.PENDING_ENDED): (S.GONE, _PENDING_LEFT),
     (S.PENDING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
@@ -311,8 +316,8 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # (PENDING_LEFT left it as it was: bound, or deleted for good, issue 30's sim seed 380).
     (S.UNSETTLED, E.DEPOSED): (S.PENDING, (F.FORGET, F.ENQUEUE, F.CHECK)),
     # ---- pending, holding a previous leader's reservation ----------------------------------
-    (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.ENQUEUE)),
-    (S.RELOADED, E.PENDING_SAME): (S.RELOADED, _),
+    (S.RELOADED, E.PENDING_SEEN): (S.RELOADED, (F.KEEP_POD, F.SHOWN, F.ENQUEUE)),
+    (S.RELOADED, E.PENDING_SAME): (S.RELOADED, (F.SHOWN,)),
     # Bound by the previous leader's late Binding, or deleted: read it back before freeing.
     (S.RELOADED, E.PENDING_LEFT): (S.RELOADED, (F.CHECK,)),
     (S.RELOADED, E.PENDING_ENDED): (S.GONE, _LEFT),
@@ -602,8 +607,8 @@ class Entry:
     # (effects.py's ``_bind``).
     era: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
-    # The reason last written to the pod (None: none yet); ``reported`` is written while it
-    # differs (effects.py).
+    # The reason the pod shows (None: none), as its last pending news showed it or as this
+    # replica last wrote it; a leader writes ``reported`` while the two differ (effects.py).
     written: str | None = None
     reporting: bool = False  # a write of it is under way (one at a time: effects.py)
     timed_out: bool = False  # its gang's GangTimeout event was sent
@@ -771,12 +776,9 @@ class PodBook:
         """resourceVersions went back (etcd restored without ``--bump-revision``): the versions
         the book holds order nothing in the new era, so every entry forgets its own (news about
         it is news again) and the book counts from ``version``, the LIST that began the era.
-        Nor does it know what the pods show any more: a PodScheduled=False condition it wrote
-        is part of the pod object, which the restore put back as the backup had it, so each
-        reason is written again at its pod's next decision (``written``)."""
+        (The reasons the restore undid show in the pods its LISTs deliver: effect SHOWN.)"""
         for entry in self.entries.values():
             entry.version = 0
-            entry.written = None
         self.newest = version
         self.era += 1
 

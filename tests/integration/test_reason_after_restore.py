@@ -1,14 +1,19 @@
 """A PodScheduled=False condition is part of its pod: an etcd restore from a backup taken before
 it was written undoes it. Stepped by hand on BOTH stores (the ``backend`` fixture of
-test_pod_lifecycle.py) against the fake apiserver of tests/lifecycle.py.
+test_pod_lifecycle.py) against the fake apiserver of tests/lifecycle.py, whose status writes
+move the pod's version as the apiserver's do.
 
-Before the fix the book held the reason as written across the restore, so the pod's next
-decisions (the same reason) wrote nothing: it stayed pending without a reason. The simulation
-found it as soon as its world restored the conditions with the pods (sim seeds 1, 22, 27, 30 of
-``make sim``). A new era (PodBook.new_era) forgets what was written.
+The book compares the reason each pending pod shows with the reason of its last decision, as
+kube-scheduler compares with the condition the pod shows (effect SHOWN). Before, it held what it
+wrote as written: after a restore the book could tell (a new era) it forgot it (the sim's seeds
+1, 22, 27, 30); after one it could not tell (no version it had seen was above the backup's: its
+own status write's news had not come), the pod stayed pending without a reason for good (sim
+seeds 13078 and 23014).
 """
 
 from __future__ import annotations
+
+import msgspec
 
 from tests.builders import MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
@@ -21,25 +26,74 @@ backend = lifecycle_tests.backend
 KEY = "default/huge"
 
 
+def failed(api: Apiserver) -> int:
+    """FailedScheduling events sent for the pod: one per write of its reason."""
+    return sum(1 for key, reason, _ in api.events if key == KEY and reason == "FailedScheduling")
+
+
 async def test_a_reason_a_restore_undid_is_written_again(backend: Backend) -> None:
     api = Apiserver()
     r = backend.replica(api, "a")
     api.version = 1000
     await r.elect([node(1)])
     r.pending(MakePod().Name("huge").Req(4).Obj())
-    backup = dict(api.pods), api.version, dict(api.unschedulable)
+    backup = dict(api.pods), api.version
     # Another scheduler's pod bound after the backup: the book has seen a version the restore
-    # takes back (else nothing tells that the versions went back).
+    # takes back (a new era).
     r.s.intake.bound_event("ADDED", api.create(MakePod().Name("o").Bound("n").Obj()))
     await run(r)
-    assert api.unschedulable[KEY].startswith("0/1 nodes are available")
+    assert api.pods[KEY].shown_reason == api.unschedulable[KEY]
+    assert api.unschedulable[KEY].startswith("0/1 nodes are available") and failed(api) == 1
     # The restore: the pod as the backup had it, without its condition; both watches re-list.
-    api.pods, api.version, api.unschedulable = dict(backup[0]), backup[1], dict(backup[2])
+    api.pods, api.version = dict(backup[0]), backup[1]
     r.s.intake.replace_pending([api.pods[KEY]], api.version)
     r.s.intake.replace_bound(*r.bound_list())
-    assert r.s.book.era == 1 and KEY not in api.unschedulable
-    r.clock.now += 10.0  # its backoff
-    await r.renew()
-    r.s.intake.node_event("MODIFIED", node(1))  # something changed: it is tried again
+    assert r.s.book.era == 1
+    await run(r)  # nothing decided anew: the re-list showed the pod without its reason
+    assert api.pods[KEY].shown_reason == api.unschedulable[KEY] and failed(api) == 2
+
+
+async def test_a_restore_the_book_cannot_tell_still_shows_the_reason_undone(
+    backend: Backend,
+) -> None:
+    """Sim seeds 13078 and 23014: the backup was taken after every version the book saw, and
+    the status write's own news never came before the restore, so the LISTs look like more of
+    the same era. The pending LIST shows the pod without its condition."""
+    api = Apiserver()
+    r = backend.replica(api, "a")
+    api.version = 1000
+    await r.elect([node(1)])
+    r.pending(MakePod().Name("huge").Req(4).Obj())
     await run(r)
-    assert api.unschedulable[KEY].startswith("0/1 nodes are available")
+    assert api.unschedulable[KEY].startswith("0/1 nodes are available") and failed(api) == 1
+    written = api.pods[KEY]
+    assert written.shown_reason == api.unschedulable[KEY]
+    # The backup had the pod as the book last saw it (before the status write).
+    api.pods[KEY] = restored = msgspec.structs.replace(written, shown_reason=None)
+    r.s.intake.replace_pending([restored], api.version)
+    r.s.intake.replace_bound(*r.bound_list())
+    assert r.s.book.era == 0  # nothing told a restore
+    await run(r)
+    assert api.pods[KEY].shown_reason == api.unschedulable[KEY] and failed(api) == 2
+    # The write's own news shows the reason: nothing more is written.
+    r.s.intake.pending_event("MODIFIED", api.pods[KEY])
+    await run(r)
+    assert failed(api) == 2
+
+
+async def test_a_reason_a_previous_leader_wrote_is_not_written_twice(backend: Backend) -> None:
+    api = Apiserver()
+    a = backend.replica(api, "a")
+    await a.elect([node(1)])
+    a.pending(MakePod().Name("huge").Req(4).Obj())
+    await run(a)
+    assert failed(api) == 1
+    # b leads after a; its LIST shows the reason a wrote, the reason b decides too.
+    await backend.flush()
+    b = backend.replica(api, "b")
+    b.s.intake.replace_pending([api.pods[KEY]], api.version)
+    await b.elect([node(1)])
+    await run(b)
+    entry = b.s.book.get(KEY)
+    assert entry is not None and entry.reported == api.pods[KEY].shown_reason
+    assert failed(api) == 1

@@ -254,8 +254,7 @@ def liveness(api: SimApiserver, gangs: set[str]) -> list[str]:
             if n.key != key and n.priority >= pod.priority and n.nominated_node in left:
                 left[n.nominated_node] -= requested_gpus(n)
         most = max(left.values(), default=0)
-        reason = api.unschedulable.get(key)
-        if reason is None or reason[0] != pod.uid:
+        if pod.shown_reason is None:
             out.append(f"{pod.name} is pending with no reason written")
         gang = pod.name.rpartition("-")[0] in gangs
         shared = parse_request(pod, CoreSettings()).shared
@@ -305,7 +304,7 @@ def stale_reservations(api: SimApiserver) -> list[str]:
             pod = next((p for p in api.pods.values() if p.uid == uid), None)
             if pod is None or pod.node_name or pod.deleting:
                 continue
-            if api.unschedulable.get(pod.key, ("", ""))[0] == uid:
+            if pod.shown_reason is not None:
                 out.append(f"{key} is reserved for {pod.name}, which is pending")
     return out
 

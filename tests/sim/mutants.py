@@ -505,18 +505,11 @@ def _own_copy_told() -> list[Patch]:
     return [(effects_module, "NEWS", frozenset(Event))]
 
 
-def _restore_keeps_reasons() -> list[Patch]:
-    """A restore keeps the reasons the book wrote as written, though the restored pods show
-    the conditions of the backup."""
-    fixed = podbook_module.PodBook.new_era
-
-    def new_era(self: podbook_module.PodBook, version: int) -> None:
-        written = {key: entry.written for key, entry in self.entries.items()}
-        fixed(self, version)
-        for key, entry in self.entries.items():
-            entry.written = written[key]
-
-    return [(podbook_module.PodBook, "new_era", new_era)]
+def _shown_ignored() -> list[Patch]:
+    """The condition a pending pod shows is not compared with the reason of its last decision:
+    the book holds what it wrote as written, though an etcd restore put back the backup's
+    conditions (sim seeds 13078, 23014: a restore the book could not tell from its LISTs)."""
+    return [(effects_module.Effects, "_shown", lambda self, t, ctx: None)]
 
 
 def _surplus_beside_bindings() -> list[Patch]:
@@ -527,12 +520,6 @@ def _surplus_beside_bindings() -> list[Patch]:
         return max(0, size.minimum - size.bound)
 
     return [(planning_module, "minimum_part", minimum_part)]
-
-
-def _gone_reason_written() -> list[Patch]:
-    """Sim seed 11867: a PodScheduled=False write answered 404 (the pod deleted meanwhile) is
-    held as written, so the pod an etcd restore brings back is never given its reason."""
-    return [(effects_module, "written", lambda outcome: True)]
 
 
 def _attempt_moved_aside() -> list[Patch]:
@@ -1084,9 +1071,9 @@ MUTANTS: dict[str, Mutant] = {
         _own_copy_told,
         timeline="sim1326-binding-failed-in-new-era",
     ),
-    "restore-keeps-reasons": Mutant(
-        "an etcd restore keeps the reasons written as written",
-        _restore_keeps_reasons,
+    "shown-ignored": Mutant(
+        "the reason a pending pod shows is not compared with its last decision's",
+        _shown_ignored,
         needs=frozenset({"etcd_restore"}),
         seed=47,
     ),
@@ -1094,11 +1081,6 @@ MUTANTS: dict[str, Mutant] = {
         "a gang's surplus is placed beside members whose Bindings are in flight",
         _surplus_beside_bindings,
         timeline="sim11505-surplus-beside-bindings-in-flight",
-    ),
-    "sim11867-gone-reason-written": Mutant(
-        "a reason written to a pod deleted meanwhile is held as written",
-        _gone_reason_written,
-        timeline="sim11867-reason-written-to-a-deleted-pod",
     ),
     "sim1541-attempt-moved-aside": Mutant(
         "a pod whose attempt missed a cluster event waits for the next one, or 5 minutes",

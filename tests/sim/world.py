@@ -179,8 +179,6 @@ class Backup(NamedTuple):
     pods: dict[str, PodInput]
     claims: dict[str, ResourceClaim]
     version: int
-    # The pods' PodScheduled=False conditions (pod -> (uid, message)): part of the pod objects.
-    unschedulable: dict[str, tuple[str, str]]
 
 
 class SimApiserver:
@@ -193,7 +191,6 @@ class SimApiserver:
         self.version = 0
         self.streams: list[Streams] = []
         self.landed: list[Landed] = []
-        self.unschedulable: dict[str, tuple[str, str]] = {}  # pod -> (uid, message)
         self.evictions: list[tuple[float, str]] = []  # (when, pod) evicted: made terminating
         # (when, pod) deleted right after its Binding committed (the fault "404").
         self.deleted: list[tuple[float, str]] = []
@@ -254,7 +251,7 @@ class SimApiserver:
 
     def backup(self) -> Backup:
         """An etcd snapshot: every object it holds, the claims beside the pods."""
-        return Backup(dict(self.pods), dict(self.claims), self.version, dict(self.unschedulable))
+        return Backup(dict(self.pods), dict(self.claims), self.version)
 
     def restore(self, saved: Backup) -> None:
         """etcd restored from a backup without ``--bump-revision``: the pods and the claims as
@@ -275,9 +272,8 @@ class SimApiserver:
         was a GPU given twice in this world only (seed 718); the scheduler sees the kubelet's
         write as any pod finishing."""
         ended = {p.uid: p for p in self.pods.values() if p.finished and p.node_name}
+        # A PodScheduled condition is part of its pod: written after the backup, it is undone.
         self.pods, self.claims, self.version = dict(saved.pods), dict(saved.claims), saved.version
-        # A condition is part of its pod: written after the backup, the restore undoes it.
-        self.unschedulable = dict(saved.unschedulable)
         waiting, self.in_stall = self.in_stall, []
         for _, answer in waiting:
             if not answer.done():
@@ -426,13 +422,15 @@ class SimApiserver:
         return self.pods.get(f"{namespace}/{name}")
 
     async def set_unschedulable(self, namespace: str, name: str, uid: str, message: str) -> Write:
-        """GONE when no pod of the name is there (the apiserver's 404; another UID's is its 409,
-        which refuses the write as well)."""
+        """The pod's PodScheduled=False condition: a status write, which moves its version
+        and is news on the pending watch. GONE when no pod of the name is there (the
+        apiserver's 404; another UID's is its 409, which refuses the write as well)."""
         key = f"{namespace}/{name}"
         pod = self.pods.get(key)
         if pod is None or pod.uid != uid:
             return Write.GONE
-        self.unschedulable[key] = (uid, message)
+        if pod.shown_reason != message:  # the apiserver writes nothing for a no-op patch
+            self.put(msgspec.structs.replace(pod, shown_reason=message))
         return Write.DONE
 
     async def evict(

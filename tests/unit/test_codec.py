@@ -238,3 +238,20 @@ def test_a_claims_reservation_and_its_unreserve_are_strategic_merges_by_pod_uid(
     assert unreserved_for_patch("", "pod-uid") == {
         "status": {"reservedFor": [{"$patch": "delete", "uid": "pod-uid"}]}
     }
+
+
+def test_the_reason_a_pod_shows_is_its_pod_scheduled_false_message() -> None:
+    """What the service compares with its own reason (effects.py's ``_shown``); not a
+    scheduling input: the pod with another reason is the same object."""
+    obj = json.loads(json.dumps(RAW_POD))
+    assert decode_pod(json.dumps(obj).encode()).shown_reason == ""  # False, no message
+    obj["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "message": "not this one"},
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3"},
+    ]
+    shown = decode_pod(json.dumps(obj).encode())
+    assert shown.shown_reason == "0/3"
+    obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    scheduled = decode_pod(json.dumps(obj).encode())
+    assert scheduled.shown_reason is None
+    assert scheduled.same_as(shown) and shown.same_as(scheduled)

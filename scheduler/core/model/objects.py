@@ -329,14 +329,21 @@ class PodInput(Struct, frozen=True):
     bind_mount_options: bool = False
     # spec.schedulingGroup.podGroupName: the upstream PodGroup (scheduling.k8s.io) it belongs to.
     scheduling_group: str = ""
+    # The message of its PodScheduled=False condition (None: it shows none): the reason a
+    # scheduler last wrote, which the service compares with its own (service/effects.py). Not a
+    # scheduling input.
+    shown_reason: str | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     def same_as(self, other: PodInput | None) -> bool:
-        """The same pod object, whatever its version (a status write changes only that)."""
-        return other is not None and self == msgspec.structs.replace(other, version=self.version)
+        """The same pod object, whatever its version and the reason it shows (a status write
+        of ours changes only those)."""
+        return other is not None and self == msgspec.structs.replace(
+            other, version=self.version, shown_reason=self.shown_reason
+        )
 
     @property
     def finished(self) -> bool:
