@@ -536,17 +536,21 @@ class Effects:
             self.tasks.spawn(report(self.cluster, pod.key, pod.uid, "GangTimeout", message))
 
     def _shown(self, t: Transition, ctx: Ctx) -> None:
-        """What the pod shows is the truth of what was written, whoever wrote it. Compared with
-        the reason of its last decision, as kube-scheduler compares with the condition the pod
-        shows: a reason an etcd restore undid (sim seeds 13078 and 23014: a restore the book
-        could not tell from its LISTs, so no new era began), or one a previous leader wrote,
-        is written again by the leader; one already shown is not written twice. A write of
-        ours that lands moves the pod's version, and its news shows the same reason: no storm
-        (a lagging event older than it costs one write more)."""
+        """What the pod shows is the truth of what was written, whoever wrote it; the pod's
+        next decision writes its reason only if it differs, as kube-scheduler compares with
+        the condition the pod shows (so a new leader does not write again the reason the
+        previous one wrote). A pod that shows no reason, though its last decision here had
+        one, is written at once: an etcd restore undid the condition (sim seeds 13078 and
+        23014: a restore the book could not tell from its LISTs, so no new era began; the
+        next decision may be 5 minutes away). Only then: writing on news whenever another
+        reason shows would make two replicas that both think they lead (a handover's
+        overlap) overwrite each other's reasons for as long as it lasts, each write the
+        other's news. A write that lands moves the pod's version, and its news shows it (a
+        lagging event older than it costs one write more)."""
         entry = t.entry
         assert entry is not None and ctx.pod is not None
         entry.written = ctx.pod.shown_reason
-        if self.binder.leadership.leading:
+        if entry.written is None and self.binder.leadership.leading:
             self._report(entry, ctx.pod)
 
     def _report(self, entry: Entry, pod: PodInput) -> None:

@@ -97,3 +97,26 @@ async def test_a_reason_a_previous_leader_wrote_is_not_written_twice(backend: Ba
     entry = b.s.book.get(KEY)
     assert entry is not None and entry.reported == api.pods[KEY].shown_reason
     assert failed(api) == 1
+
+
+async def test_another_reason_shown_is_not_overwritten_on_news(backend: Backend) -> None:
+    """Two replicas that both think they lead (a handover's overlap) must not overwrite each
+    other's reasons on every news of the pod: a reason shown is replaced at the pod's next
+    decision only, as kube-scheduler does."""
+    api = Apiserver()
+    r = backend.replica(api, "a")
+    await r.elect([node(1)])
+    r.pending(MakePod().Name("huge").Req(4).Obj())
+    await run(r)
+    assert failed(api) == 1
+    other = msgspec.structs.replace(api.pods[KEY], shown_reason="another scheduler's reason")
+    api.pods[KEY] = api.stamp(other)
+    r.s.intake.pending_event("MODIFIED", api.pods[KEY])
+    await run(r)
+    assert failed(api) == 1 and api.pods[KEY].shown_reason == "another scheduler's reason"
+    # Its next decision (a node that changed: another GPU, still too few) writes its own.
+    r.clock.now += 10.0
+    await r.renew()
+    r.s.intake.node_event("MODIFIED", node(2))
+    await run(r)
+    assert failed(api) == 2 and api.pods[KEY].shown_reason == api.unschedulable[KEY]
