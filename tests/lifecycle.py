@@ -102,7 +102,7 @@ class Apiserver:
         pod = self.pods[key]
         annotations = {**pod.annotations, "topo-scheduler.io/devices": devices}
         pod = self.pods[key] = self.stamp(
-            msgspec.structs.replace(pod, node_name=node, annotations=annotations)
+            msgspec.structs.replace(pod, node_name=node, annotations=annotations, shown_reason=None)
         )
         return pod
 
@@ -138,7 +138,10 @@ class Apiserver:
             return BindResult(409, "already bound")
         self.pods[key] = self.stamp(
             msgspec.structs.replace(
-                pod, node_name=node, annotations={**pod.annotations, **annotations}
+                pod,
+                node_name=node,
+                annotations={**pod.annotations, **annotations},
+                shown_reason=None,  # BindingREST sets PodScheduled=True
             )
         )
         self.binds.append((key, node, annotations["topo-scheduler.io/devices"]))

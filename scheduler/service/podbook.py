@@ -265,7 +265,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # A member still held where a previous leader decided may yet be bound there: the others
     # wait for it (decided now, without it, the gang could be split); its settling wakes them.
     (S.PENDING, E.GANG_UNSETTLED): (S.PENDING, (F.PARK,)),
-    (S.PENDING, E.CHECKED_PENDING): (S.PENDING, _),
+    (S.PENDING, E.CHECKED_PENDING): (S.PENDING, (F.SHOWN,)),
     # A re-read after a failed Binding found it bound (a Binding of ours whose answer was lost
     # landed): the truth is charged now, not when the bound watch says so (issue 30, 1b).
     (S.PENDING, E.CHECKED_BOUND): (
@@ -300,7 +300,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.UNSETTLED, E.RELOAD): (S.UNSETTLED, (F.HOLD, F.SETTLE)),
     (S.UNSETTLED, E.SETTLE_DUE): (S.UNSETTLED, (F.CHECK,)),
     # Read once no Binding of the previous leader can land: still pending, so decided afresh.
-    (S.UNSETTLED, E.CHECKED_PENDING): (S.RELOADED, (F.ENQUEUE, F.WAKE_GANG)),
+    (S.UNSETTLED, E.CHECKED_PENDING): (S.RELOADED, (F.SHOWN, F.ENQUEUE, F.WAKE_GANG)),
     (S.UNSETTLED, E.CHECKED_BOUND): (
         S.BOUND,
         (F.CHARGE, F.RECONCILE, F.END_NOMINATION, F.WAKE, F.WAKE_GANG),
@@ -336,7 +336,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.RELOADED, E.TAKEN): (S.PENDING, (F.TAKE, F.FORGET, F.RECONCILE, F.RETRY)),
     # Its gang waits for a member still unsettled; it keeps holding where it was decided.
     (S.RELOADED, E.GANG_UNSETTLED): (S.RELOADED, (F.PARK,)),
-    (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, _),
+    (S.RELOADED, E.CHECKED_PENDING): (S.RELOADED, (F.SHOWN,)),
     (S.RELOADED, E.CHECKED_BOUND): (
         S.BOUND,
         (F.CHARGE, F.DEQUEUE, F.RECONCILE, F.END_NOMINATION, F.WAKE),
@@ -448,10 +448,12 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.ASSUMED, E.REPLACED): (S.GONE, _LEFT),
     # Read pending after our Binding was answered 201 (effects.py's ``_check`` reads again when
     # its read began earlier): the Binding was undone (etcd restored from a backup taken before
-    # it). Held on, its GPUs would stay taken by a pod that is not on them, for good.
+    # it). Held on, its GPUs would stay taken by a pod that is not on them, for good. What the
+    # pod shows is the backup's condition, not the reason written before the Binding (sim seed
+    # 25470: held as written, the same reason decided again was never written).
     (S.ASSUMED, E.CHECKED_PENDING): (
         S.PENDING,
-        (F.KEEP_POD, F.FORGET, F.RELEASE_STORE, F.RETRY, F.ENQUEUE, F.WAKE_GANG),
+        (F.KEEP_POD, F.SHOWN, F.FORGET, F.RELEASE_STORE, F.RETRY, F.ENQUEUE, F.WAKE_GANG),
     ),
     (S.ASSUMED, E.CHECKED_BOUND): (S.BOUND, (F.CHARGE,)),
     (S.ASSUMED, E.CHECKED_GONE): (S.GONE, _LEFT),

@@ -120,3 +120,33 @@ async def test_another_reason_shown_is_not_overwritten_on_news(backend: Backend)
     r.s.intake.node_event("MODIFIED", node(2))
     await run(r)
     assert failed(api) == 2 and api.pods[KEY].shown_reason == api.unschedulable[KEY]
+
+
+async def test_a_binding_a_restore_undid_leaves_the_pod_showing_no_reason(
+    backend: Backend,
+) -> None:
+    """Sim seed 25470: b waited with a reason, was bound (our Binding answered 201), and an
+    etcd restore from a backup taken before its reason was written put it back to pending. The
+    re-read (the bound LIST lacks it) shows it without a reason; held as written since before
+    the Binding, the same reason decided again was never written."""
+    api = Apiserver()
+    r = backend.replica(api, "a")
+    api.version = 1000
+    await r.elect([node(1)])
+    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("a").Req(1).Bound("n", "0").Obj()))
+    b = r.pending(MakePod().Name("b").Req(1).Obj())
+    backup = dict(api.pods), api.version
+    await run(r)
+    refused = api.unschedulable[b.key]
+    assert api.pods[b.key].shown_reason == refused
+    r.clock.now += 10.0  # its backoff
+    await r.renew()
+    r.s.intake.bound_event("DELETED", api.delete("default/a"))
+    await run(r)
+    assert api.pods[b.key].node_name == "n" and api.pods[b.key].shown_reason is None
+    # The restore: a bound again, b pending as the backup had it (no condition).
+    api.pods, api.version = dict(backup[0]), backup[1]
+    r.s.intake.replace_pending([api.pods[b.key]], api.version)
+    r.s.intake.replace_bound(*r.bound_list())
+    await run(r)
+    assert api.unschedulable[b.key] == refused and api.pods[b.key].shown_reason == refused

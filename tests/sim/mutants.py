@@ -512,6 +512,17 @@ def _shown_ignored() -> list[Patch]:
     return [(effects_module.Effects, "_shown", lambda self, t, ctx: None)]
 
 
+def _restored_binding_shown_skipped() -> list[Patch]:
+    """Sim seed 25470: an assumed pod read back pending (an etcd restore undid its Binding) is
+    not told what it shows: the reason written before its Binding is held as written, so the
+    same reason decided again is never written."""
+    key = (podbook_module.Stage.ASSUMED, podbook_module.Event.CHECKED_PENDING)
+    table = dict(podbook_module.TABLE)
+    stage, effects = table[key]
+    table[key] = (stage, tuple(e for e in effects if e is not podbook_module.Effect.SHOWN))
+    return [(podbook_module, "TABLE", table)]
+
+
 def _surplus_beside_bindings() -> list[Patch]:
     """Sim seed 11505: a gang's minimum is met by its members bound or assumed alike, so a
     restarted gang's new member is surplus beside the old incarnation's Bindings in flight."""
@@ -1076,6 +1087,11 @@ MUTANTS: dict[str, Mutant] = {
         _shown_ignored,
         needs=frozenset({"etcd_restore"}),
         seed=47,
+    ),
+    "sim25470-restored-binding-shown-skipped": Mutant(
+        "an assumed pod read back pending is not told the reason it shows",
+        _restored_binding_shown_skipped,
+        timeline="sim25470-restored-binding-shows-no-reason",
     ),
     "sim11505-surplus-beside-bindings": Mutant(
         "a gang's surplus is placed beside members whose Bindings are in flight",

@@ -1239,6 +1239,25 @@ def surplus_beside_bindings_in_flight(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restored_binding_shows_no_reason(m: SimMachine) -> None:
+    """Soak seed 25470, shrunk: gang j of 2 waits (written: its reason) behind p and gang h of
+    high priority; p succeeds and j is bound; an etcd restore from a backup taken before any
+    reason was written puts j back to pending, without a reason, behind p and h again. The
+    re-read of each assumed member found it pending; held as written since before its
+    Binding, the same reason decided again was never written: j pending without one."""
+    m.delete_witness()
+    m.create_high(name="p", gpus=1, gang=0, source="labels")
+    m.create_gang(job="j", size=2, podgroup=False)
+    m.stall(seconds=2.0)
+    m.create_high(name="q", gpus=1, gang=2, source="labels")
+    m.etcd_restore(restore=False)
+    m.quiesce()
+    m.finish_pod(index=2)  # p, the third bound pod by name (after h2-0 and h2-1)
+    m.delete_witness()
+    m.etcd_restore(restore=True)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1295,6 +1314,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3260-restore-unbinds-under-pending-news": restore_unbinds_under_pending_news,
     "sim11867-reason-written-to-a-deleted-pod": reason_written_to_a_deleted_pod,
     "sim11505-surplus-beside-bindings-in-flight": surplus_beside_bindings_in_flight,
+    "sim25470-restored-binding-shows-no-reason": restored_binding_shows_no_reason,
 }
 
 

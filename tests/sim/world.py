@@ -392,9 +392,11 @@ class SimApiserver:
             # deleted, cannot be assigned to a host", a 409): an evicted or deleted pod whose
             # Binding was still in flight never lands on the node its GPUs were given away from.
             return BindResult(409, "being deleted")
-        self.put(
-            msgspec.structs.replace(pod, node_name=node, annotations={**pod.annotations, **ann})
+        # BindingREST sets the pod's PodScheduled condition to True: it shows no reason since.
+        bound = msgspec.structs.replace(
+            pod, node_name=node, annotations={**pod.annotations, **ann}, shown_reason=None
         )
+        self.put(bound)
         term = self.term_of(holder, epoch)
         self.landed.append(
             Landed(

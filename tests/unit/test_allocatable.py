@@ -441,3 +441,32 @@ def test_kubelet_request_is_per_resource_and_skips_what_the_apiserver_refuses() 
         ("aliyun.com/gpu", 2),
         ("nvidia.com/gpu", 2),
     )
+
+
+def test_a_short_guess_takes_the_gpus_freed_on_its_node() -> None:
+    """Another scheduler's pod bound beside one we hold on its only free GPU (a transient
+    over-commit, or an etcd restore bringing it back) is guessed short: no GPU was free for
+    it. The kubelet admitted it all the same, so once ours leaves, the GPU freed is the one
+    it uses: counted free, it went to the next pod (the stepped service test of sim seed
+    25470's restore placed a pod there on the Redis store)."""
+    state = cluster(MakeNode().Name("n").GPUs(1))
+    assert state.add_bound_pod(MakePod().Name("ours").Req(1).Bound("n", "0").Obj()) is None
+    assert state.add_bound_pod(MakePod().Name("theirs").Req(1).Bound("n").Obj()) is None
+    assert state.holdings["default/theirs"].whole == 0  # short: GPU 0 was held
+    state.remove_pod("default/ours")
+    assert state.holdings["default/theirs"].whole == 0b1
+    assert state.nodes["n"].free_mask == 0
+    (d,) = schedule(state, MakePod().Name("next").Req(1))
+    assert isinstance(d, Unschedulable)
+
+
+def test_a_tentative_scope_restores_a_short_guess() -> None:
+    state = cluster(MakeNode().Name("n").GPUs(1))
+    state.add_bound_pod(MakePod().Name("ours").Req(1).Bound("n", "0").Obj())
+    state.add_bound_pod(MakePod().Name("theirs").Req(1).Bound("n").Obj())
+    with state.tentative():
+        state.remove_pod("default/ours")
+        assert state.holdings["default/theirs"].whole == 0b1
+    assert state.holdings["default/theirs"].whole == 0
+    assert state.holdings["default/ours"].whole == 0b1
+    assert state.nodes["n"].free_mask == 0

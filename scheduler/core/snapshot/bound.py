@@ -120,9 +120,7 @@ def guess(state: NodeState, holding: Holding, settings: CoreSettings) -> Holding
     inv = state.inventory
     whole = 0
     if inv is not None:
-        vendor = inv.vendor
-        gpu_resources = settings.gpu_resources
-        need = sum(n for r, n in holding.resources if gpu_resources.get(r) == vendor)
+        need = gpus_needed(state, holding, settings)
         devices = 0
         for d in inv.devices:
             devices |= 1 << d.index
@@ -138,3 +136,19 @@ def guess(state: NodeState, holding: Holding, settings: CoreSettings) -> Holding
     if whole == holding.whole:
         return holding
     return msgspec.structs.replace(holding, whole=whole)
+
+
+def gpus_needed(state: NodeState, holding: Holding, settings: CoreSettings) -> int:
+    """How many of the node's GPUs a guessed holding asks for (of the node's vendor)."""
+    if state.inventory is None:
+        return 0
+    vendor, gpu_resources = state.inventory.vendor, settings.gpu_resources
+    return sum(n for r, n in holding.resources if gpu_resources.get(r) == vendor)
+
+
+def short(state: NodeState, holding: Holding, settings: CoreSettings) -> bool:
+    """A guessed holding with fewer GPUs than it asks for: when it was guessed, others held
+    the rest of the node's (a transient over-commit: another scheduler's pod bound beside
+    one we assumed, or an etcd restore bringing a pod back). The kubelet admitted it all the
+    same, so it uses GPUs the mask leaves out: the first ones freed (``ClusterState.release``)."""
+    return holding.guessed and holding.whole.bit_count() < gpus_needed(state, holding, settings)

@@ -52,7 +52,7 @@ from ..resources.accounting import extended_resources, node_allocatable
 from ..resources.inventory import InventoryError, read_inventory
 from ..resources.requests import gpu_resource_names
 from ..settings import CoreSettings
-from .bound import allocated_mask, annotated_holding, guess
+from .bound import allocated_mask, annotated_holding, guess, short
 from .devices import EXTENDED, Devices
 from .domains import Hierarchy, Path
 from .fragmentation import ANYWHERE, Profile, pool_of, request_class
@@ -327,7 +327,7 @@ class ClusterState:
             self.release(previous)
         self._holdings.orphans.pop(holding.pod, None)
         state = self.nodes.get(holding.node)
-        if holding.guessed and state is not None:
+        if holding.guessed and state is not None and not self._undo.reverting:
             holding = guess(state, holding, self.settings)
         self._undo.log(Held(holding))
         self._holdings.join_gang(holding)
@@ -368,7 +368,26 @@ class ClusterState:
         # A double claim (a bound re-list charges a pod as its page comes and frees at its end
         # the one that left those GPUs) stays held by the other pod: NodeState.charge.
         state.charge(holding, self.resource_index, -1)
+        if not self._undo.reverting:
+            self._fill_short(state)
         self.node_index.index(state)
+
+    def _fill_short(self, state: NodeState) -> None:
+        """The guessed holdings on the node short of GPUs (bound.short) are guessed again among
+        the GPUs free now: the GPUs they use are among those just freed, and counted free they
+        were given to the next pod (a GPU the kubelet then refuses it, or two pods on one).
+        Logged like any change, so a tentative scope restores the short masks (the undo holds
+        the logged holdings as they were, guessing nothing: ``hold``)."""
+        for key in sorted(state.pods):
+            holding = self.holdings[key]
+            if not short(state, holding, self.settings):
+                continue
+            self._undo.log(Released(holding))
+            state.charge(holding, self.resource_index, -1)
+            holding = guess(state, holding, self.settings)
+            self._undo.log(Held(holding))
+            self.holdings[key] = holding
+            state.charge(holding, self.resource_index, +1)
 
     def unhold(self, holding: Holding) -> None:
         """Take a hold back (a tentative scope's undo): release it from its node, or drop it

@@ -127,6 +127,11 @@ class UndoLog:
         """Inside a tentative scope."""
         return self._ops is not None
 
+    @property
+    def reverting(self) -> bool:
+        """A scope's operations are being undone: a change restores a state logged, exactly."""
+        return self._reverting
+
     def __len__(self) -> int:
         return len(self._ops) if self._ops is not None else 0
 
