@@ -156,8 +156,8 @@ class Event(enum.Enum):
 class Effect(enum.Enum):
     # the entry and the queue
     KEEP_POD = "keep-pod"  # the entry keeps the pending object the event carries
-    # the reason the pod shows is what the book holds as written; a leader writes its own if
-    # they differ (effects.py)
+    # the reason the pod shows is what the book holds as written; a leader writes its own at
+    # once if the pod shows none (an etcd restore undid it: effects.py)
     SHOWN = "shown"
     ENQUEUE = "enqueue"  # the queue takes it (ready now unless backing off)
     DEQUEUE = "dequeue"  # out of the queue (it is bound)
@@ -609,8 +609,9 @@ class Entry:
     # (effects.py's ``_bind``).
     era: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
-    # The reason the pod shows (None: none), as its last pending news showed it or as this
-    # replica last wrote it; a leader writes ``reported`` while the two differ (effects.py).
+    # The reason the pod shows (None: none), as its last pending news or re-read showed it or
+    # as this replica last wrote it; a decision's reason is written when it differs, and the
+    # last one at once when news shows none (effects.py).
     written: str | None = None
     reporting: bool = False  # a write of it is under way (one at a time: effects.py)
     timed_out: bool = False  # its gang's GangTimeout event was sent
