@@ -194,6 +194,35 @@ def test_no_surplus_is_placed_beside_members_whose_bindings_are_in_flight() -> N
     assert [p.pod for p in decision.placements] == ["default/job-b0"]
 
 
+def test_members_in_flight_below_the_minimum_leave_the_new_members_all_or_none() -> None:
+    """Sim seed 28372: PodGroup minMember 3. Two members of an earlier incarnation of the gang
+    are assumed, their Bindings in flight (their pods removed meanwhile, by an etcd restore),
+    and three new members are pending with 2 GPUs free. Counted as bound, the two left one
+    new member as the minimum's part and the others surplus: two were placed, the third
+    waited, and with the old Bindings failed the gang stood 2 of 3 bound. Until the bound
+    watch shows them, the new members are the part not shown: all three or none."""
+    member, _ = SOURCES["scheduler-plugins PodGroup"]
+    state: ClusterState = cluster(MakeNode().Name("n").GPUs(4))
+    state.inputs.pod_groups.put(pod_group(names.POD_GROUP_API, minimum=3))
+    old = [obj(member(f"job-a{i}")) for i in range(3)]
+    decision = decide(state, Unit("default/job", tuple(old)))
+    assert isinstance(decision, Placed) and len(decision.placements) == 3
+    pods = {p.key: p for p in old}
+    for placement in decision.placements:  # as run's cycle assumes them, Bindings to come
+        assume(state, placement, pods[placement.pod])
+    state.forget("default/job-a2")  # its Binding refused: two left in flight
+    del pods["default/job-a2"]
+    new = [member(f"job-b{i}") for i in range(3)]
+    (decision,) = schedule(state, *new)
+    assert isinstance(decision, Unschedulable), decision
+    assert state.nodes["n"].free_mask.bit_count() == 2
+    # The old Bindings failed (their pods are gone): the three fit together now.
+    for placement_pod in sorted(pods):
+        state.forget(placement_pod)
+    (decision,) = schedule(state, *new)
+    assert isinstance(decision, Placed) and len(decision.placements) == 3
+
+
 def test_a_terminating_holding_joins_no_gang_and_leaves_nothing_in_a_tentative_scope() -> None:
     state: ClusterState = cluster(MakeNode().Name("n").GPUs(2))
     with state.tentative():

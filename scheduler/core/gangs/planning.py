@@ -187,10 +187,14 @@ def minimum_part(size: Size, pending: int) -> int:
     (their pods deleted by a restart of the gang meanwhile), surplus placed beside them is a
     gang below its minimum, bound for good (sim seed 11505: a restarted PodGroup gang's new
     member bound alone beside the deleted incarnation's Bindings, which then failed). Until
-    they are seen bound, the pending members are the part not yet shown."""
+    they are seen bound, the pending members are the part not yet shown; so too when those
+    members only lower the part missing (sim seed 28372: a restarted gang's earlier members,
+    their Bindings in flight across an etcd restore that removed their pods, left one member of
+    the new incarnation's three as the minimum's part and the others surplus: two were bound,
+    the third waited for good)."""
     need = max(0, size.minimum - size.bound)
-    if not need and size.shown < size.minimum:
-        need = min(pending, size.minimum - size.shown)
+    if size.shown < size.minimum:
+        need = max(need, min(pending, size.minimum - size.shown))
     return need
 
 
