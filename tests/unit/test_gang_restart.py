@@ -162,13 +162,11 @@ def test_an_elastic_gang_whose_minimum_terminates_plans_that_minimum_again() -> 
     assert state.gang_bound == {JOB: {"default/job-a3"}}
 
 
-def test_no_surplus_is_placed_beside_members_whose_bindings_are_in_flight() -> None:
-    """Sim seed 11505: PodGroup minMember 3. The gang was decided (job-a0..a2 assumed, their
-    Bindings in flight) and restarted at once: its pods deleted, job-b0..b2 created under the
-    same PodGroup, before the Bindings were answered (an etcd stall). Counted as bound, the
-    assumed members met the minimum and job-b0 was bound alone as surplus on the one free
-    GPU; the Bindings then failed (the pods were gone) and the gang stayed 1 of 3 for good.
-    Until the bound watch shows them, the new members are the minimum's part: all or none."""
+def _decided_in_flight() -> tuple[
+    Callable[[str], MakePod | PodInput], ClusterState, dict[str, PodInput]
+]:
+    """A PodGroup gang of minMember 3 on a node of 4 GPUs, decided (job-a0..a2) and assumed as
+    run's cycle assumes it, its Bindings to come: the member maker, the state, the pods."""
     member, _ = SOURCES["scheduler-plugins PodGroup"]
     state: ClusterState = cluster(MakeNode().Name("n").GPUs(4))
     state.inputs.pod_groups.put(pod_group(names.POD_GROUP_API, minimum=3))
@@ -178,6 +176,17 @@ def test_no_surplus_is_placed_beside_members_whose_bindings_are_in_flight() -> N
     pods = {p.key: p for p in old}
     for placement in decision.placements:  # as run's cycle assumes them, Bindings to come
         assume(state, placement, pods[placement.pod])
+    return member, state, pods
+
+
+def test_no_surplus_is_placed_beside_members_whose_bindings_are_in_flight() -> None:
+    """Sim seed 11505: PodGroup minMember 3. The gang was decided (job-a0..a2 assumed, their
+    Bindings in flight) and restarted at once: its pods deleted, job-b0..b2 created under the
+    same PodGroup, before the Bindings were answered (an etcd stall). Counted as bound, the
+    assumed members met the minimum and job-b0 was bound alone as surplus on the one free
+    GPU; the Bindings then failed (the pods were gone) and the gang stayed 1 of 3 for good.
+    Until the bound watch shows them, the new members are the minimum's part: all or none."""
+    member, state, _ = _decided_in_flight()
     assert not any(h.shown for h in state.holdings.values())
     new = [member(f"job-b{i}") for i in range(3)]
     (decision,) = schedule(state, *new)
@@ -201,15 +210,7 @@ def test_members_in_flight_below_the_minimum_leave_the_new_members_all_or_none()
     new member as the minimum's part and the others surplus: two were placed, the third
     waited, and with the old Bindings failed the gang stood 2 of 3 bound. Until the bound
     watch shows them, the new members are the part not shown: all three or none."""
-    member, _ = SOURCES["scheduler-plugins PodGroup"]
-    state: ClusterState = cluster(MakeNode().Name("n").GPUs(4))
-    state.inputs.pod_groups.put(pod_group(names.POD_GROUP_API, minimum=3))
-    old = [obj(member(f"job-a{i}")) for i in range(3)]
-    decision = decide(state, Unit("default/job", tuple(old)))
-    assert isinstance(decision, Placed) and len(decision.placements) == 3
-    pods = {p.key: p for p in old}
-    for placement in decision.placements:  # as run's cycle assumes them, Bindings to come
-        assume(state, placement, pods[placement.pod])
+    member, state, pods = _decided_in_flight()
     state.forget("default/job-a2")  # its Binding refused: two left in flight
     del pods["default/job-a2"]
     new = [member(f"job-b{i}") for i in range(3)]
