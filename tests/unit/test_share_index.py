@@ -383,3 +383,58 @@ def test_groups_by_their_idlest_card_stay_in_step_with_the_groups() -> None:
     for name in list(filed):
         index.drop(name)
     assert not list(index.groups()) and not list(index.groups(None, 1))
+
+
+def test_what_a_reason_reads_is_numbered_and_forgotten_as_the_nodes_change() -> None:
+    """A refused pod counts the nodes by what its GPU reason reads of them, each distinct
+    value numbered in the share index (``ShareIndex.reads``). A node whose status keeps
+    changing numbers a new value at every refile: the numbers are forgotten once they outgrow
+    the nodes (``recount``), so they do not grow with every state a node was in, and the
+    reason stays the one a walk over every node gives."""
+
+    def node(name: str, allocatable: int = 4) -> NodeInput:
+        devices = [{"index": i, "uuid": f"GPU-{name}-{i}"} for i in range(4)]
+        return NodeInput(
+            name,
+            annotations={GPUS_ANNOTATION: json.dumps({"vendor": "nvidia", "devices": devices})},
+            allocatable={
+                "cpu": "64",
+                "memory": "256Gi",
+                "pods": "110",
+                "nvidia.com/gpu": str(allocatable),
+            },
+        )
+
+    def pod(name: str, gpus: int) -> PodInput:
+        return PodInput(
+            "default",
+            name,
+            uid=f"u-{name}",
+            scheduler_name="topo-scheduler",
+            containers=(
+                ContainerInput("main", limits={"nvidia.com/gpu": str(gpus)}, requests={"cpu": "1"}),
+            ),
+        )
+
+    state = ClusterState()
+    for name in ("a", "b", "c"):
+        state.set_node(node(name))
+    index = state.node_index.shares
+    refused = pod("big", 5)
+    most = 0
+    for i in range(300):
+        if len(state.holdings) > 2:
+            state.remove_pod(sorted(state.holdings)[i % len(state.holdings)])
+        # Node a's status counts another allocatable each time: a value never read before.
+        state.set_node(node("a", allocatable=4 + i))
+        unit = Unit(None, (pod(f"p{i}", 1 + i % 3),))
+        decision = decide(state, unit)
+        assert isinstance(decision, Placed)
+        apply_decision(state, decision, unit)
+        req = parse_request(refused, state.settings, state.memos.asks)
+        filters = PodFilters(state, refused)
+        reason = unschedulable_reason(state, filters, req)
+        assert reason == walk_reason(state, filters, req)
+        assert reason == "0/3 nodes are available: 3 have fewer than 5 GPUs in total."
+        most = max(most, len(index.reads))
+    assert 6 < most <= 2 * 3 + 64 + 6

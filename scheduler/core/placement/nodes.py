@@ -49,7 +49,8 @@ import heapq
 import operator
 from collections import Counter
 from collections.abc import Iterable, Set
-from typing import Any, Protocol, cast
+from itertools import compress, repeat
+from typing import Protocol, cast
 
 from ..dra.allocator import NO_SOLUTION
 from ..filters.chain import PodFilters
@@ -64,7 +65,7 @@ from ..snapshot.cluster import ClusterState
 from ..snapshot.fragmentation import Shape, Target
 from ..snapshot.names import NameSet
 from ..snapshot.nodes import ClassKey, Demand, NodeClass, NodeState, ShapeGroup
-from ..snapshot.shares import CardGroup, CardUseKey
+from ..snapshot.shares import CardGroup, CardUseKey, ShareIndex
 from .domainorder import DomainOrder, domain_order
 
 
@@ -825,15 +826,16 @@ _WholeKey = tuple[int, tuple[int, ...] | None, tuple[int, ...]]
 # (ShareIndex.counted): what it has left of pods and of each resource asked for (allocatable
 # minus requested; None: it is cordoned, tainted or has no status, and the chain is asked about
 # it), what a share's GPU reason reads of its group's key (vendor, sGPU slots, card memory), what
-# a whole-GPU pod's reads (vendor, idle cards, the node's _WholeKey), and the node.
-_Row = tuple[tuple[int, ...] | None, tuple[Any, ...], tuple[Any, ...], NodeState]
+# a whole-GPU pod's reads (vendor, idle cards, the node's _WholeKey), each as its number in
+# ShareIndex.reads, and the node.
+_Row = tuple[tuple[int, ...] | None, int, int, NodeState]
 
 
 # What a pod needs left of a resource it does not ask for: less than any node can have left.
 _UNASKED = -(1 << 126)
 
 
-def _row(node: NodeState, group: CardGroup, asked: tuple[str, ...]) -> _Row:
+def _row(index: ShareIndex, node: NodeState, group: CardGroup, asked: tuple[str, ...]) -> _Row:
     whole = (group.key[0], group.idle, (node.total, node.allocatable, tuple(node.used)))
     have = node.resources
     lefts: tuple[int, ...] | None = None
@@ -843,7 +845,15 @@ def _row(node: NodeState, group: CardGroup, asked: tuple[str, ...]) -> _Row:
             have.get(PODS, 0) - node.pod_count,
             *[have.get(r, 0) - used.get(r, 0) for r in asked],
         )
-    return (lefts, group.key[:3], whole, node)
+    return (lefts, index.read_id(group.key[:3]), index.read_id(whole), node)
+
+
+# A _Row's parts, and a by_left entry's row, read in C.
+_ROW_OF = operator.itemgetter(2)
+_LEFTS_OF = operator.itemgetter(0)
+_SHARE_READS = operator.itemgetter(1)
+_WHOLE_READS = operator.itemgetter(2)
+_NODE_OF = operator.itemgetter(3)
 
 
 def _count_by_row(
@@ -871,11 +881,13 @@ def _count_by_row(
     if not amounts.keys() <= set(names):
         names = index.counted_of = (*names, *sorted(amounts.keys() - set(names)))
         index.recount()
+    elif index.stale_reads:
+        index.recount()
     rows = cast("dict[str, _Row]", index.counted)
     if index.uncounted:
         nodes = state.nodes
         for name, group in index.uncounted.items():
-            row = _row(nodes[name], group, names)
+            row = _row(index, nodes[name], group, names)
             index.count(name, row, row[0])
         index.uncounted.clear()
     # (pods, each resource kept): what the pod needs left of each, itself counted; of a resource
@@ -902,28 +914,27 @@ def _count_by_row(
         # refused pods are short of one or two (issue 32: comparing every resource of some
         # 3,000 nodes was most of a refused share's reason).
         others = [j for j, n in enumerate(short) if n and j != scarcest]
-        if not others:
-            accepted_rows += [row for _, _, row in tail]
-        elif len(others) == 1:
-            j, want = others[0], wants[others[0]]
-            accepted_rows += [row for _, _, row in tail if row[0][j] >= want]  # type: ignore[index]
-        else:
-            ge = operator.ge
-            accepted_rows += [
-                row
-                for _, _, row in tail
-                if all(map(ge, row[0], wants))  # type: ignore[arg-type]
-            ]
-    # What the GPU reason of each reads, counted in one call.
-    reads = [row[1] if shared else row[2] for row in accepted_rows]
+        # Compared and gathered in C (map, compress), not row by row in Python: the tail is
+        # some 3,000 nodes, and a loop over them was most of a refused pod's reason.
+        kept: list[_Row] = list(map(_ROW_OF, tail))
+        if others:
+            lefts: list[tuple[int, ...]] = list(map(_LEFTS_OF, kept))
+            for j in others:
+                enough = list(
+                    map(operator.ge, map(operator.itemgetter(j), lefts), repeat(wants[j]))
+                )
+                kept, lefts = list(compress(kept, enough)), list(compress(lefts, enough))
+        accepted_rows += kept
+    # What the GPU reason of each reads (its number), counted in one call.
+    reads = list(map(_SHARE_READS if shared else _WHOLE_READS, accepted_rows))
     accepted = Counter(reads)
     # Any node of a share's part has its GPU reason (it reads the part alone).
-    first = dict(zip(reads, [row[3] for row in accepted_rows], strict=True)) if shared else {}
+    first = dict(zip(reads, map(_NODE_OF, accepted_rows), strict=True)) if shared else {}
     for what, n in accepted.items():
         if shared:
             counts[_gpu_reason(first[what], req, k, demand, together)] += n
         else:
-            vendor, free, node_key = what
+            vendor, free, node_key = cast("tuple[str, int, _WholeKey]", index.reads[what])
             counts[_whole_reason(vendor, free, node_key, req, k, demand, together)] += n
     reasons = ("Too many pods", *(f"Insufficient {r}" for r in names))
     for reason, n in zip(reasons, short, strict=True):

@@ -83,10 +83,12 @@ class ShareIndex:
         "_by_top",
         "_by_vendor",
         "_lefts",
+        "_read_ids",
         "_where",
         "by_left",
         "counted",
         "counted_of",
+        "reads",
         "uncounted",
         "unknown",
     )
@@ -113,6 +115,11 @@ class ShareIndex:
         self.by_left: list[list[tuple[int, str, object]]] = []
         self.unknown: dict[str, None] = {}
         self._lefts: dict[str, tuple[int, ...]] = {}
+        # What the reason code reads of counted nodes, each distinct value once, numbered
+        # (``read_id``): a refused pod counts some 3,000 nodes by it, and an int hashes in
+        # nanoseconds where the nested tuple it stands for took most of the count (issue 32).
+        self.reads: list[object] = []
+        self._read_ids: dict[object, int] = {}
 
     def file(self, name: str, key: CardKey, left: int) -> None:
         """File a GPU node under its CardKey (NodeState.card_key) and cpu left (after ``drop``,
@@ -170,6 +177,20 @@ class ShareIndex:
             bisect.insort(column, (left, name, row))
         self._lefts[name] = lefts
 
+    def read_id(self, read: object) -> int:
+        """The number of ``read`` among ``reads`` (numbered now if new)."""
+        found = self._read_ids.get(read)
+        if found is None:
+            found = self._read_ids[read] = len(self.reads)
+            self.reads.append(read)
+        return found
+
+    @property
+    def stale_reads(self) -> bool:
+        """More values numbered than twice the nodes filed: most are of nodes as they were
+        (``recount`` forgets them, and what was derived with them)."""
+        return len(self.reads) > 2 * len(self._where) + 64
+
     def _uncount(self, name: str) -> None:
         lefts = self._lefts.pop(name, None)
         if lefts is None:
@@ -184,6 +205,8 @@ class ShareIndex:
         self.by_left = []
         self.unknown.clear()
         self._lefts.clear()
+        self.reads.clear()
+        self._read_ids.clear()
         self.uncounted = {name: group for name, (group, _) in self._where.items()}
 
     def groups(self, vendor: str | None = None, least: int = 0) -> Iterator[CardGroup]:
