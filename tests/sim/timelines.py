@@ -895,6 +895,27 @@ def restore_before_the_binding(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restore_under_a_slow_binding(m: SimMachine) -> None:
+    """Soak seeds 40428 and 40700: a holds n2/1, the last GPU, and s waits; etcd is backed up;
+    a is deleted, s is decided onto n2/1 and its Binding hangs in a slow apiserver (it commits
+    20 s after it was sent). etcd is restored from the backup: a bound on n2/1 again. A restore
+    stops every apiserver first, so the request fails; left to commit, it landed s beside a
+    (the world's fault, not the scheduler's: nothing it sends can call back a request)."""
+    fill(m)
+    m.create_pod("a", 1, False)
+    m.tick(0.5)
+    m.create_pod("s", 1, False)
+    m.tick(0.5)
+    m.etcd_restore(False)
+    m.bind_fault("slow")
+    m.delete_pod(0, False)  # a: the first pod by name
+    m.tick(2.0)
+    m.etcd_restore(True)
+    for _ in range(4):
+        m.tick(10.0)
+    m.quiesce()
+
+
 def pod_group_lowered_under_a_partial_gang(m: SimMachine) -> None:
     """Soak seed 5963: gang h1 of 3 (an upstream PodGroup, minCount 3): h1-1 and h1-2 are
     bound, h1-0's Binding is refused (500) and r1 is killed before its retry. The job is scaled
@@ -1263,6 +1284,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
     "sim5963-pod-group-lowered-under-a-partial-gang": pod_group_lowered_under_a_partial_gang,
     "sim5205-restore-before-the-binding": restore_before_the_binding,
+    "sim40700-restore-under-a-slow-binding": restore_under_a_slow_binding,
     "e2e-unit-blocked-by-itself": unit_blocked_by_itself,
     "sim1132-list-of-the-era-begun-meanwhile": list_of_the_era_begun_meanwhile,
     "sim603-store-between-eras": store_between_eras,

@@ -197,6 +197,8 @@ class SimApiserver:
         # Faults.
         self.stalled = False
         self.in_stall: list[tuple[Callable[[], object], asyncio.Future[object]]] = []
+        # The "slow" Bindings not committed yet: (their commit's timer, their answer).
+        self.in_slow: list[tuple[asyncio.TimerHandle, asyncio.Future[object]]] = []
         self.bind_faults: deque[str] = deque()  # one per Binding: lose, timeout, 403, ...
         self.claim_faults: deque[str] = deque()
         self.reads_fail = False
@@ -261,7 +263,10 @@ class SimApiserver:
         seen). Every watch breaks and re-lists. A write waiting in an etcd stall never commits:
         the restore replaced the members it waited for, and its client gets an error (left
         to commit after the restore, a Binding sent before it onto GPUs a pod deleted then
-        gave back landed beside that pod, which the restore brought back: seed 54).
+        gave back landed beside that pod, which the restore brought back: seed 54). Nor does a
+        Binding hanging in a slow apiserver: a restore stops every apiserver first (the
+        documented procedure), and the requests they held end with an error (seeds 40428 and
+        40700: left to commit, the same pod beside the same restored one).
 
         A pod that finished before the restore and that the restore brings back running on the
         same node is finished again at once: its kubelet ran it to its end and never runs it
@@ -275,7 +280,10 @@ class SimApiserver:
         # A PodScheduled condition is part of its pod: written after the backup, it is undone.
         self.pods, self.claims, self.version = dict(saved.pods), dict(saved.claims), saved.version
         waiting, self.in_stall = self.in_stall, []
-        for _, answer in waiting:
+        slow, self.in_slow = self.in_slow, []
+        for timer, _ in slow:
+            timer.cancel()
+        for _, answer in (*waiting, *slow):
             if not answer.done():
                 answer.set_exception(ConnectionError("etcd was restored from a backup"))
         for s in self.streams:
@@ -342,11 +350,13 @@ class SimApiserver:
             answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
 
             def late() -> None:
+                self.in_slow.remove(held)
                 result = commit()
                 if not answer.done():
                     answer.set_result(result)
 
-            asyncio.get_running_loop().call_later(SLOW_S, late)
+            held = (asyncio.get_running_loop().call_later(SLOW_S, late), answer)
+            self.in_slow.append(held)
             result: object = await asyncio.shield(answer)
         else:
             result = await self._write(commit)
@@ -849,6 +859,10 @@ class World:
         for _, answer in self.api.in_stall:
             answer.cancel()
         self.api.in_stall.clear()
+        for timer, answer in self.api.in_slow:
+            timer.cancel()
+            answer.cancel()
+        self.api.in_slow.clear()
         tasks = [t for r in self.replicas for t in (*r.tasks, *r.s.tasks.running)]
         stuck: set[asyncio.Task[Any]] = set()
         if tasks:
