@@ -354,8 +354,12 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # Deposed: no turn of this replica's decides it afresh; a standby holds nothing for it.
     (S.RELOADED, E.DEPOSED): (S.PENDING, (F.FORGET,)),
     # ---- assumed; the store reservation is being written ------------------------------------
-    (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, (F.KEEP_POD,)),
-    (S.RESERVING, E.PENDING_SAME): (S.RESERVING, _),
+    # Still pending in the apiserver (its Binding is not sent yet): what it shows is the truth
+    # of what was written, as while it waited. A restore that undid its reason now, then a
+    # failed reservation, sent it back to pending holding the reason as written, and the same
+    # reason decided again was never written (sim seed 30598).
+    (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, (F.KEEP_POD, F.SHOWN)),
+    (S.RESERVING, E.PENDING_SAME): (S.RESERVING, (F.SHOWN,)),
     (S.RESERVING, E.PENDING_LEFT): (S.RESERVING, _),  # the bind will tell (404: BIND_GONE)
     # Gone: the assumption goes; the store's answer for a pod no longer in the book (GONE,
     # RESERVE_OK) releases whatever the reservation wrote.
@@ -372,7 +376,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
         S.PENDING,
         (F.FORGET, F.RETRY, F.ENQUEUE, F.RESTORE_NOMINATION),
     ),
-    (S.RESERVING, E.CHECKED_PENDING): (S.RESERVING, _),
+    (S.RESERVING, E.CHECKED_PENDING): (S.RESERVING, (F.SHOWN,)),
     (S.RESERVING, E.CHECKED_BOUND): (S.RESERVING, _),
     (S.RESERVING, E.CHECKED_GONE): (S.RESERVING, _),
     (S.RESERVING, E.CRASHED): (S.RESERVING, _),  # its reservation's answer tells

@@ -14,7 +14,10 @@ seeds 13078 and 23014).
 from __future__ import annotations
 
 import msgspec
+import pytest
 
+from scheduler.service.podbook import Stage
+from scheduler.state.base import StoreError
 from tests.builders import MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
 from tests.integration.test_pod_lifecycle import Backend, run
@@ -149,4 +152,47 @@ async def test_a_binding_a_restore_undid_leaves_the_pod_showing_no_reason(
     r.s.intake.replace_pending([api.pods[b.key]], api.version)
     r.s.intake.replace_bound(*r.bound_list())
     await run(r)
+    assert api.unschedulable[b.key] == refused and api.pods[b.key].shown_reason == refused
+
+
+async def test_a_restore_while_the_reservation_is_written_leaves_the_pod_showing_no_reason(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sim seed 30598: b waited with a reason; a left and b was decided onto its GPU. While
+    b's reservation was written, an etcd restore from a backup taken before b's reason was
+    written put a back and b pending without a reason, and the reservation failed. The news
+    came while b was reserving (still pending in the apiserver) and was not read for what it
+    shows: back to pending holding the reason as written, the same reason decided again was
+    never written."""
+    api = Apiserver()
+    r = backend.replica(api, "a")
+    api.version = 1000
+    await r.elect([node(1)])
+    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("a").Req(1).Bound("n", "0").Obj()))
+    b = r.pending(MakePod().Name("b").Req(1).Obj())
+    backup = dict(api.pods), api.version
+    await run(r)
+    refused = api.unschedulable[b.key]
+    assert api.pods[b.key].shown_reason == refused and r.s.book.get(b.key) is not None
+    r.clock.now += 10.0  # its backoff
+    await r.renew()
+    reserve_each = backend.store.reserve_each
+
+    async def restored_meanwhile(*args: object, **kw: object) -> object:
+        """The restore lands while the reservation is written, which then fails."""
+        api.pods, api.version = dict(backup[0]), backup[1]
+        r.s.intake.replace_pending([api.pods[b.key]], api.version)
+        r.s.intake.replace_bound(*r.bound_list())
+        assert r.s.book.stage(b.key) is Stage.RESERVING
+        monkeypatch.setattr(backend.store, "reserve_each", reserve_each)
+        raise StoreError("the store is unavailable")
+
+    monkeypatch.setattr(backend.store, "reserve_each", restored_meanwhile)
+    r.s.intake.bound_event("DELETED", api.delete("default/a"))
+    await run(r)
+    assert r.s.book.stage(b.key) is Stage.PENDING and not api.pods[b.key].node_name
+    r.clock.now += 10.0  # its backoff: decided again, a on the GPU again
+    await r.renew()
+    await run(r)
+    assert not api.pods[b.key].node_name
     assert api.unschedulable[b.key] == refused and api.pods[b.key].shown_reason == refused
