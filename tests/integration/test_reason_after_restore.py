@@ -16,12 +16,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from scheduler.core.model.objects import PodInput
 from scheduler.service.podbook import Stage
 from scheduler.state.base import StoreError
 from tests.builders import MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
 from tests.integration.test_pod_lifecycle import Backend, run
-from tests.lifecycle import Apiserver, node
+from tests.lifecycle import Apiserver, Replica, node
 
 redis_url = lifecycle_tests.redis_url
 backend = lifecycle_tests.backend
@@ -125,13 +126,11 @@ async def test_another_reason_shown_is_not_overwritten_on_news(backend: Backend)
     assert failed(api) == 2 and api.pods[KEY].shown_reason == api.unschedulable[KEY]
 
 
-async def test_a_binding_a_restore_undid_leaves_the_pod_showing_no_reason(
+async def b_waits_behind_a(
     backend: Backend,
-) -> None:
-    """Sim seed 25470: b waited with a reason, was bound (our Binding answered 201), and an
-    etcd restore from a backup taken before its reason was written put it back to pending. The
-    re-read (the bound LIST lacks it) shows it without a reason; held as written since before
-    the Binding, the same reason decided again was never written."""
+) -> tuple[Apiserver, Replica, PodInput, tuple[dict[str, PodInput], int]]:
+    """a holds the one GPU, b waits with its reason written; the backup (the pods and the
+    version) was taken before b was decided."""
     api = Apiserver()
     r = backend.replica(api, "a")
     api.version = 1000
@@ -140,6 +139,17 @@ async def test_a_binding_a_restore_undid_leaves_the_pod_showing_no_reason(
     b = r.pending(MakePod().Name("b").Req(1).Obj())
     backup = dict(api.pods), api.version
     await run(r)
+    return api, r, b, backup
+
+
+async def test_a_binding_a_restore_undid_leaves_the_pod_showing_no_reason(
+    backend: Backend,
+) -> None:
+    """Sim seed 25470: b waited with a reason, was bound (our Binding answered 201), and an
+    etcd restore from a backup taken before its reason was written put it back to pending. The
+    re-read (the bound LIST lacks it) shows it without a reason; held as written since before
+    the Binding, the same reason decided again was never written."""
+    api, r, b, backup = await b_waits_behind_a(backend)
     refused = api.unschedulable[b.key]
     assert api.pods[b.key].shown_reason == refused
     r.clock.now += 10.0  # its backoff
@@ -164,14 +174,7 @@ async def test_a_restore_while_the_reservation_is_written_leaves_the_pod_showing
     came while b was reserving (still pending in the apiserver) and was not read for what it
     shows: back to pending holding the reason as written, the same reason decided again was
     never written."""
-    api = Apiserver()
-    r = backend.replica(api, "a")
-    api.version = 1000
-    await r.elect([node(1)])
-    r.s.intake.bound_event("ADDED", api.create(MakePod().Name("a").Req(1).Bound("n", "0").Obj()))
-    b = r.pending(MakePod().Name("b").Req(1).Obj())
-    backup = dict(api.pods), api.version
-    await run(r)
+    api, r, b, backup = await b_waits_behind_a(backend)
     refused = api.unschedulable[b.key]
     assert api.pods[b.key].shown_reason == refused and r.s.book.get(b.key) is not None
     r.clock.now += 10.0  # its backoff

@@ -875,18 +875,23 @@ def restore_under_a_stalled_binding(m: SimMachine) -> None:
     m.quiesce()
 
 
-def restore_before_the_binding(m: SimMachine) -> None:
-    """Soak seed 5205: a holds n2/1, the last GPU, and s waits; etcd is backed up; a is
-    deleted, and s is decided onto n2/1. etcd is restored from the backup (a bound on n2/1
-    again) before s's Binding goes out: every watch breaks and asks for a LIST. Sent at once,
-    before the LISTs could begin the new era, the Binding landed s beside a; it waits for the
-    LISTs, and decided in the era before, it is never sent."""
+def s_waits_behind_a_backed_up(m: SimMachine) -> None:
+    """a holds n2/1, the last GPU (``fill``), s waits for it, and etcd is backed up."""
     fill(m)
     m.create_pod("a", 1, False)
     m.tick(0.5)
     m.create_pod("s", 1, False)
     m.tick(0.5)
     m.etcd_restore(False)
+
+
+def restore_before_the_binding(m: SimMachine) -> None:
+    """Soak seed 5205: a holds n2/1, the last GPU, and s waits; etcd is backed up; a is
+    deleted, and s is decided onto n2/1. etcd is restored from the backup (a bound on n2/1
+    again) before s's Binding goes out: every watch breaks and asks for a LIST. Sent at once,
+    before the LISTs could begin the new era, the Binding landed s beside a; it waits for the
+    LISTs, and decided in the era before, it is never sent."""
+    s_waits_behind_a_backed_up(m)
     m.delete_pod(0, False)  # a: the first pod by name
     m.tick(0.1)
     m.etcd_restore(True)
@@ -901,12 +906,7 @@ def restore_under_a_slow_binding(m: SimMachine) -> None:
     20 s after it was sent). etcd is restored from the backup: a bound on n2/1 again. A restore
     stops every apiserver first, so the request fails; left to commit, it landed s beside a
     (the world's fault, not the scheduler's: nothing it sends can call back a request)."""
-    fill(m)
-    m.create_pod("a", 1, False)
-    m.tick(0.5)
-    m.create_pod("s", 1, False)
-    m.tick(0.5)
-    m.etcd_restore(False)
+    s_waits_behind_a_backed_up(m)
     m.bind_fault("slow")
     m.delete_pod(0, False)  # a: the first pod by name
     m.tick(2.0)
