@@ -523,6 +523,18 @@ def _restored_binding_shown_skipped() -> list[Patch]:
     return [(podbook_module, "TABLE", table)]
 
 
+def _reserving_news_not_shown() -> list[Patch]:
+    """Sim seed 30598: news of a pod being reserved (still pending in the apiserver) does not
+    tell the book what it shows, so a restore then, and a failed reservation, leave the reason
+    written before held as written."""
+    table = dict(podbook_module.TABLE)
+    for event in (podbook_module.Event.PENDING_SEEN, podbook_module.Event.PENDING_SAME):
+        key = (podbook_module.Stage.RESERVING, event)
+        stage, effects = table[key]
+        table[key] = (stage, tuple(e for e in effects if e is not podbook_module.Effect.SHOWN))
+    return [(podbook_module, "TABLE", table)]
+
+
 def _surplus_beside_bindings() -> list[Patch]:
     """Sim seed 11505: a gang's minimum is met by its members bound or assumed alike, so a
     restarted gang's new member is surplus beside the old incarnation's Bindings in flight."""
@@ -1092,6 +1104,11 @@ MUTANTS: dict[str, Mutant] = {
         "an assumed pod read back pending is not told the reason it shows",
         _restored_binding_shown_skipped,
         timeline="sim25470-restored-binding-shows-no-reason",
+    ),
+    "sim30598-reserving-news-not-shown": Mutant(
+        "news of a pod being reserved is not told the reason it shows",
+        _reserving_news_not_shown,
+        timeline="sim30598-restore-while-reserving",
     ),
     "sim11505-surplus-beside-bindings": Mutant(
         "a gang's surplus is placed beside members whose Bindings are in flight",

@@ -916,6 +916,32 @@ def restore_under_a_slow_binding(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restore_while_reserving(m: SimMachine) -> None:
+    """Soak seed 30598: b (2 GPUs), d, a and c are created during the first leader's wait and
+    etcd is backed up then (every pod pending, no reason shown); past the wait b, d and a take
+    the four GPUs and c is refused, its reason written. The store answers 3 s late; a is
+    deleted and c decided onto n2/1, its reservation waiting for the store. etcd is restored
+    from the backup (every pod pending again, c without a reason: news of a pod being
+    reserved), then the store goes down and the reservation fails. Decided again after b, d and
+    a, c is refused again and must show its reason: read for what it shows only while pending,
+    its news held the reason as written, and the same reason decided again was never
+    written."""
+    m.create_pod("b", 2, False)
+    m.create_pod("d", 1, False)
+    m.create_pod("a", 1, False)
+    m.create_pod("c", 1, False)
+    m.etcd_restore(False)
+    past_first_wait(m)
+    m.store_fault(True, 3.0)
+    m.delete_pod(0, False)  # a: the first pod by name
+    m.tick(0.5)
+    m.etcd_restore(True)
+    m.store_fault(False, 3.0)
+    for _ in range(6):
+        m.tick(10.0)
+    m.quiesce()
+
+
 def pod_group_lowered_under_a_partial_gang(m: SimMachine) -> None:
     """Soak seed 5963: gang h1 of 3 (an upstream PodGroup, minCount 3): h1-1 and h1-2 are
     bound, h1-0's Binding is refused (500) and r1 is killed before its retry. The job is scaled
@@ -1337,6 +1363,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim11867-reason-written-to-a-deleted-pod": reason_written_to_a_deleted_pod,
     "sim11505-surplus-beside-bindings-in-flight": surplus_beside_bindings_in_flight,
     "sim25470-restored-binding-shows-no-reason": restored_binding_shows_no_reason,
+    "sim30598-restore-while-reserving": restore_while_reserving,
 }
 
 
