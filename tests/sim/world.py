@@ -586,6 +586,13 @@ class StoreFaults:
 
     down: bool = False
     delay: float = 0.0
+    # The calls a killed replica's tasks went on to make, each waiting for good (a killed
+    # process sends nothing): cancelled at the world's shutdown, as SIGKILL ends every task
+    # of a process. The lease renewer of a leader taking up its election, which SIGKILL's
+    # cancellation of the replica's tasks does not reach and the cancelled leadership loop
+    # waits for (leader.py's ``_renewing``), waited in one, and the loop went on past the
+    # shutdown (sim seed 42795: "tasks went on after SIGKILL").
+    hung: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 class FaultyStore:
@@ -619,7 +626,9 @@ class FaultyStore:
                 # replica's tasks, and Python 3.11's asyncio.wait_for swallows a cancellation
                 # that lands as its call completes (the fake apiserver's witness write, seed
                 # 61): the dead replica's leadership loop went on renewing its lease for good.
-                await asyncio.Event().wait()
+                hung: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self.faults.hung.append(hung)
+                await hung
             if self.faults.down:
                 raise Unavailable("the store is unreachable (injected)")
             # The server of the moment the call is sent (a failover may come while it waits).
@@ -863,6 +872,9 @@ class World:
             timer.cancel()
             answer.cancel()
         self.api.in_slow.clear()
+        for hung in self.faults.hung:
+            hung.cancel()
+        self.faults.hung.clear()
         tasks = [t for r in self.replicas for t in (*r.tasks, *r.s.tasks.running)]
         stuck: set[asyncio.Task[Any]] = set()
         if tasks:
