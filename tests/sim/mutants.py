@@ -512,27 +512,31 @@ def _shown_ignored() -> list[Patch]:
     return [(effects_module.Effects, "_shown", lambda self, t, ctx: None)]
 
 
+def _shown_dropped(*keys: tuple[podbook_module.Stage, podbook_module.Event]) -> list[Patch]:
+    """The pod book's table without effect SHOWN in the cells ``keys``."""
+    table = dict(podbook_module.TABLE)
+    for key in keys:
+        stage, effects = table[key]
+        table[key] = (stage, tuple(e for e in effects if e is not podbook_module.Effect.SHOWN))
+    return [(podbook_module, "TABLE", table)]
+
+
 def _restored_binding_shown_skipped() -> list[Patch]:
     """Sim seed 25470: an assumed pod read back pending (an etcd restore undid its Binding) is
     not told what it shows: the reason written before its Binding is held as written, so the
     same reason decided again is never written."""
-    key = (podbook_module.Stage.ASSUMED, podbook_module.Event.CHECKED_PENDING)
-    table = dict(podbook_module.TABLE)
-    stage, effects = table[key]
-    table[key] = (stage, tuple(e for e in effects if e is not podbook_module.Effect.SHOWN))
-    return [(podbook_module, "TABLE", table)]
+    return _shown_dropped((podbook_module.Stage.ASSUMED, podbook_module.Event.CHECKED_PENDING))
 
 
 def _reserving_news_not_shown() -> list[Patch]:
     """Sim seed 30598: news of a pod being reserved (still pending in the apiserver) does not
     tell the book what it shows, so a restore then, and a failed reservation, leave the reason
     written before held as written."""
-    table = dict(podbook_module.TABLE)
-    for event in (podbook_module.Event.PENDING_SEEN, podbook_module.Event.PENDING_SAME):
-        key = (podbook_module.Stage.RESERVING, event)
-        stage, effects = table[key]
-        table[key] = (stage, tuple(e for e in effects if e is not podbook_module.Effect.SHOWN))
-    return [(podbook_module, "TABLE", table)]
+    reserving = podbook_module.Stage.RESERVING
+    return _shown_dropped(
+        (reserving, podbook_module.Event.PENDING_SEEN),
+        (reserving, podbook_module.Event.PENDING_SAME),
+    )
 
 
 def _surplus_beside_bindings() -> list[Patch]:
