@@ -186,7 +186,7 @@ class Target:
             if 2 * len(delta) < len(key):
                 self.before = (before.asks, before.views, before.memo)
                 self.delta = delta
-        self.ranks: dict[tuple[Shape, int, tuple[tuple[int, int], ...]], int] = {}
+        self.ranks: dict[_RankKey, int] = {}
         if before is not None and self.before is not None and not self.delta:
             # The same classes and weights in another order (the pods held changed which of
             # two equally common classes comes first): the same classes' part, its memo kept,
@@ -209,29 +209,49 @@ class Target:
         }
 
     def rank(self, shape: Shape, cpu: int, take: tuple[tuple[int, int], ...]) -> int:
-        """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered. The cpu left
-        is capped at what the pod and any class could ask, or feeding every free card would
-        (the same gain above it), so nodes with cpu to spare share their answers."""
+        """gain_rank(gain(...)) for a placement on a node of ``shape``, remembered by what the
+        gain reads, which is less than the shape: of the pool, the reaches that leave it out;
+        of the cpu left before and after, only the classes each covers (``asks``) and how much
+        more of the free percent the node strands before than after (the stranded term is
+        linear in it, and so is the contest's). Nodes differing only in cpu left, and pods only
+        in the cpu they ask, share their answers whenever those agree: a node short of cpu
+        before and after strands the pod's percent less the cpu it takes at the workload's rate
+        whatever its cpu left (issue 32: keyed by the cpu left, a share right after a target
+        change ranked some thousand keys afresh at 5,000 nodes)."""
         left, cards, pool = shape
-        roomy = self.roomy(cards, cpu)
-        same = self.views.of(pool)
-        if left > roomy or same is not pool:
-            shape = (left := min(left, roomy), cards, pool := same)
-        key = (shape, cpu, take)
-        ranks = self.ranks
-        found = ranks.get(key)
-        if found is not None:
-            return found
-        if len(ranks) >= self.memo_limit:
-            _forget_oldest(ranks)
+        blocked = self.views.blocked(pool)
         moved = (cards, take)
         after = self.afters.get(moved)
         if after is None:
             if len(self.afters) >= self.memo_limit:
                 _forget_oldest(self.afters)
             after = self.afters[moved] = _after(cards, take)
-        changed = (left if left < 0 else max(0, left - cpu), after, pool)
-        found = self.ranks[key] = gain_rank(self.frag(shape) - self.frag(changed), self.parts)
+        idle, idle_after = sum(cards), sum(after)
+        asks = self.asks
+        if left < 0:
+            # A node whose status says nothing of cpu: every class covered, nothing stranded.
+            then, level, level_then, cut = left, len(asks), len(asks), 0
+        else:
+            then = max(0, left - cpu)
+            level, level_then = bisect.bisect_right(asks, left), bisect.bisect_right(asks, then)
+            cut = self._stranded(left, idle) - self._stranded(then, idle_after)
+        key = (cards, take, blocked, level, level_then, cut)
+        ranks = self.ranks
+        found = ranks.get(key)
+        if found is not None:
+            return found
+        if len(ranks) >= self.memo_limit:
+            _forget_oldest(ranks)
+        # frag(shape) - frag(after), term by term (frag()).
+        unreached = self._unreached(blocked)
+        value = (
+            self._classes(left, level, cards, pool, blocked)
+            - self._classes(then, level_then, after, pool, blocked)
+            + self.strand * ((self.weight - unreached) * cut + unreached * (idle - idle_after))
+        )
+        if self.reserve:
+            value -= self.reserve.get(blocked, 0) * (idle - idle_after - cut)
+        found = ranks[key] = gain_rank(value, self.parts)
         return found
 
     def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
@@ -253,24 +273,15 @@ class Target:
         pinned); less the room its free GPU percent is for the pinned classes, in a contested
         pool (``reserve``)."""
         left, cards, pool = shape
-        asks = self.asks
-        # The largest cpu a class asks that ``left`` covers (-1: none; a node whose status has
-        # no cpu covers every class).
-        i = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
         blocked = self.views.blocked(pool)
-        key = (asks[i - 1] if i else -1, cards, blocked)
-        found = self.memo.get(key)
-        if found is None:
-            if len(self.memo) >= self.memo_limit:
-                _forget_oldest(self.memo)
-            found = self.memo[key] = self._measured(left, i, cards, pool, blocked)
-        unreached = self.unreached.get(blocked)
-        if unreached is None:
-            unreached = self.unreached[blocked] = sum(
-                weight for request, weight in self.key if request[3] in blocked
-            )
-        idle, cut = sum(cards), self.stranded(shape)
-        total = found + self.strand * ((self.weight - unreached) * cut + unreached * idle)
+        asks = self.asks
+        level = bisect.bisect_right(asks, left) if left >= 0 else len(asks)
+        unreached = self._unreached(blocked)
+        idle = sum(cards)
+        cut = self._stranded(left, idle)
+        total = self._classes(left, level, cards, pool, blocked) + self.strand * (
+            (self.weight - unreached) * cut + unreached * idle
+        )
         if self.reserve:
             # The free percent its cpu left can still feed: a GPU no pinned pod could be fed on
             # is no room kept for them, so a cpu-light pod that fills it loses none (taking it
@@ -279,6 +290,44 @@ class Target:
             # alone).
             total -= self.reserve.get(blocked, 0) * (idle - cut)
         return total
+
+    def stranded(self, shape: Shape) -> int:
+        """The free card percent of a node of this shape that its cpu left cannot feed at the
+        workload's cpu per GPU: idle GPUs no pod like the workload's could use (0 when its
+        status says nothing of cpu)."""
+        left, cards, _pool = shape
+        return self._stranded(left, sum(cards))
+
+    def _stranded(self, left: int, idle: int) -> int:
+        if left < 0 or not self.cpu_per:
+            return 0
+        return max(0, idle - left * self.per_cpu // self.cpu_per)
+
+    def _classes(
+        self, left: int, level: int, cards: tuple[int, ...], pool: Pool, blocked: frozenset[Reach]
+    ) -> int:
+        """The classes' part of frag() for ``cards`` on a node of ``pool`` with ``left`` cpu,
+        which covers the first ``level`` of ``asks``: a function of (that level, the cards, the
+        reaches ``blocked`` that leave the pool out), remembered so."""
+        asks = self.asks
+        # The largest cpu a class asks that ``left`` covers (-1: none; a node whose status has
+        # no cpu covers every class).
+        key = (asks[level - 1] if level else -1, cards, blocked)
+        found = self.memo.get(key)
+        if found is None:
+            if len(self.memo) >= self.memo_limit:
+                _forget_oldest(self.memo)
+            found = self.memo[key] = self._measured(left, level, cards, pool, blocked)
+        return found
+
+    def _unreached(self, blocked: frozenset[Reach]) -> int:
+        """The weight of the classes whose reaches are among ``blocked``."""
+        unreached = self.unreached.get(blocked)
+        if unreached is None:
+            unreached = self.unreached[blocked] = sum(
+                weight for request, weight in self.key if request[3] in blocked
+            )
+        return unreached
 
     def _measured(
         self, left: int, level: int, cards: tuple[int, ...], pool: Pool, blocked: frozenset[Reach]
@@ -333,18 +382,13 @@ class Target:
                 summed[(k, core)] = summed.get((k, core), 0) + weight
         return [(k, core, weight) for (k, core), weight in sorted(summed.items())]
 
-    def stranded(self, shape: Shape) -> int:
-        """The free card percent of a node of this shape that its cpu left cannot feed at the
-        workload's cpu per GPU: idle GPUs no pod like the workload's could use (0 when its
-        status says nothing of cpu)."""
-        left, cards, _pool = shape
-        if left < 0 or not self.cpu_per:
-            return 0
-        return max(0, sum(cards) - left * self.per_cpu // self.cpu_per)
-
 
 # More cpu than any class asks (the node's status says nothing of cpu: it covers every class).
 _ANY_CPU = 1 << 62
+# What a placement's rank is remembered by (Target.rank): (cards, what it takes of them, the
+# reaches that leave the pool out, the levels of ``asks`` the cpu left covers before and after,
+# the stranded percent before less after).
+_RankKey = tuple[tuple[int, ...], tuple[tuple[int, int], ...], frozenset[Reach], int, int, int]
 # What the classes' part of a shape is remembered by: (the largest cpu a class asks that the
 # cpu left covers, the cards, the reaches that leave the node out). Nodes of pools that the same
 # reaches leave out (every node, in a workload no class of which is pinned) share an entry.

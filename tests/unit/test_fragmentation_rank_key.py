@@ -1,0 +1,65 @@
+"""A placement's rank is remembered by what its gain reads (Target.rank), not by the node's cpu
+left or the pod's cpu: nodes and pods that differ only there share an answer whenever the levels
+of ``asks`` the cpu left covers before and after, and the stranded percent before less after,
+agree (issue 32: keyed by the cpu left, a share right after a target change ranked some
+thousand keys afresh at 5,000 nodes). Sharing must never change an answer: every rank, from
+the memo or not, is the gain worked out from scratch on a fresh target."""
+
+from __future__ import annotations
+
+import random
+
+from scheduler.core.snapshot.fragmentation import (
+    ANYWHERE,
+    Pool,
+    Target,
+    free_cards,
+    gain,
+    gain_rank,
+)
+from tests.unit.test_fragmentation_reach import A100, DEFAULTS, ON_T4, T4
+
+POOL: Pool = ("nvidia", (), ())
+TWO_GPUS = (8000, 2, 100, ANYWHERE)  # 4 cpu per GPU
+
+
+def test_pods_and_nodes_short_of_cpu_alike_share_one_rank() -> None:
+    target = Target(((TWO_GPUS, 100),), DEFAULTS)
+    cards, one = (100, 100, 100), ((100, 100),)
+    # 6 or 7 cpu left, 1 asked: no class covered before or after, and the node strands as much
+    # more before than after (the GPU taken, less what 1 cpu feeds of it)
+    short = target.rank((6000, cards, POOL), 1000, one)
+    assert target.rank((7000, cards, POOL), 1000, one) == short
+    assert len(target.ranks) == 1
+    # 9 left: the class is covered before (not after): another question
+    target.rank((9000, cards, POOL), 1000, one)
+    assert len(target.ranks) == 2
+    # plenty of cpu: nothing stranded before or after, every class covered, whatever the pod asks
+    plenty = target.rank((64_000, cards, POOL), 1000, one)
+    assert target.rank((48_000, cards, POOL), 2000, one) == plenty
+    assert len(target.ranks) == 3
+
+
+def test_every_rank_is_the_gain_worked_out_afresh() -> None:
+    rng = random.Random(7)
+    classes = (
+        ((4000, 1, 30, ANYWHERE), 300),
+        ((8000, 2, 100, ANYWHERE), 200),
+        ((2000, 1, 100, ON_T4), 250),
+        ((0, 0, 0, ANYWHERE), 150),
+        ((16000, 1, 60, ANYWHERE), 100),
+    )
+    for contest in ((), ((T4, 40),)):
+        target = Target(classes, DEFAULTS, contest=contest)
+        for _ in range(3000):
+            cards = free_cards(rng.choice((0, 10, 40, 60, 100)) for _ in range(rng.randint(1, 4)))
+            pool = rng.choice((POOL, T4, A100))
+            left = rng.choice((-1, *range(0, 40_000, 1000)))
+            cpu = rng.choice((0, 1000, 2000, 3000, 8000))
+            fits = [f for f in cards if f >= 30]
+            take = ((rng.choice(fits), 30),) if fits and rng.random() < 0.7 else ()
+            shape = (left, cards, pool)
+            fresh = Target(classes, DEFAULTS, contest=contest)
+            expected = gain_rank(gain(fresh, shape, cpu, take), DEFAULTS.weight_parts)
+            assert target.rank(shape, cpu, take) == expected, (shape, cpu, take)
+        assert len(target.ranks) < 3000  # answers were shared
