@@ -30,7 +30,10 @@ card, and the node, whose fragmentation gain ranks highest instead; ties as for 
 Shares, like pods without GPUs, are ranked over the snapshot's share index (snapshot/shares.py:
 nodes grouped by their usable cards' state and cpu left), not node by node: what fits and how
 it ranks is worked out once per group, and the filter chain is asked only about the names of
-the best groups, in the order the rule ranks them, until one passes.
+the best groups, in the order the rule ranks them, until one passes. With a target workload
+(and no preference to score first) a group is ranked only when it comes up: each is filed under
+the highest rank a placement on its pool can reach (Target.ceiling), most reach it, and the
+first ranked at it with a name the chain accepts is the best (``_best_bounded``).
 
 Rule 5. When nothing fits, every node is counted under the first filter it failed (the GPU reason
 of a node the chain accepts is phrased once per share group or node class) and the counts
@@ -454,19 +457,38 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) 
     cpu = _cpu(state, pod)
     asked = _asked_cpu(filters)
     ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
-    for group in state.node_index.shares.groups():
-        fresh = int(group.untouched) if target is not None else 0
-        for left, names in group.by_cpu.items():
-            if asked > left >= 0:
-                continue
-            # On a GPU node, the cpu it takes may leave the held workload's classes no room.
-            frag = 0 if target is None else -target.rank((left, group.free, group.pool), cpu, ())
-            ranked.append(((frag, fresh, 0), len(ranked), names, []))
-    found = (
-        _best_scored(state, ranked, filters)
-        if filters.has_preferences
-        else _best_ranked(state, ranked, filters)
-    )
+    if target is not None and not filters.has_preferences:
+        # Filed under their ceilings and ranked as they come up, as shares are (place_shared):
+        # a node whose cpu left feeds every class after the pod's ranks at the ceiling.
+        pending: list[_Pending] = []
+        ceilings: dict[Pool, int] = {}
+        for group in state.node_index.shares.groups():
+            pool, untouched = group.pool, int(group.untouched)
+            ceiling = ceilings.get(pool)
+            if ceiling is None:
+                ceiling = ceilings[pool] = -target.ceiling(pool, cpu, 0, asked < cpu)
+            for left, names in group.by_cpu.items():
+                if not asked > left >= 0:
+                    order = (ceiling, untouched, names.first())
+                    shape = (left, group.free, pool)
+                    pending.append((order, 0, len(pending), shape, names, [], []))
+        found = _best_bounded(state, target, pending, cpu, None, filters)
+    else:
+        for group in state.node_index.shares.groups():
+            fresh = int(group.untouched) if target is not None else 0
+            for left, names in group.by_cpu.items():
+                if asked > left >= 0:
+                    continue
+                # On a GPU node, the cpu it takes may leave the held workload's classes no room.
+                frag = (
+                    0 if target is None else -target.rank((left, group.free, group.pool), cpu, ())
+                )
+                ranked.append(((frag, fresh, 0), len(ranked), names, []))
+        found = (
+            _best_scored(state, ranked, filters)
+            if filters.has_preferences
+            else _best_ranked(state, ranked, filters)
+        )
     if found is None:
         return None
     return Placement(pod.key, pod.uid, found[0].name, (), (), (), None)
@@ -671,7 +693,7 @@ def _best_bounded(
     target: Target,
     pending: list[_Pending],
     cpu: int,
-    shared: SharedRequest,
+    shared: SharedRequest | None,
     filters: Filter,
 ) -> tuple[NodeState, list[_Fit]] | None:
     """The smallest (minus the rank, untouched, name) the chain accepts, as _best_ranked finds
@@ -679,12 +701,17 @@ def _best_bounded(
     (its ceiling, Target.ceiling, and its first name), so the first candidate that comes up
     with its own rank and a name the chain accepts is the best. Most of a share's candidates
     tie at the ceiling (some 1,000-2,800 of them for a share of a fifth of a card at 5,000
-    nodes, 70-90% at the best rank: issue 32), so a share ranks a few."""
+    nodes, 70% at the best rank: issue 32), and a pod without GPUs ranks the ceiling on every
+    node its cpu leaves room on, so most decisions rank a few dozen. ``shared`` None: a pod
+    without GPUs (no cards taken)."""
     heapq.heapify(pending)
     while pending:
         key, stage, position, shape, names, fits, busiest = heapq.heappop(pending)
         if stage == 0:
-            frag, cards = _least_fragmenting(target, shape, cpu, shared, fits, busiest)
+            if shared is None:  # a pod without GPUs: its cpu alone
+                frag, cards = -target.rank(shape, cpu, ()), fits
+            else:
+                frag, cards = _least_fragmenting(target, shape, cpu, shared, fits, busiest)
             ranked = ((frag, key[1], key[2]), 1, position, shape, names, cards, busiest)
             heapq.heappush(pending, ranked)
         elif stage == 1:
