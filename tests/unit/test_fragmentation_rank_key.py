@@ -63,3 +63,33 @@ def test_every_rank_is_the_gain_worked_out_afresh() -> None:
             expected = gain_rank(gain(fresh, shape, cpu, take), DEFAULTS.weight_parts)
             assert target.rank(shape, cpu, take) == expected, (shape, cpu, take)
         assert len(target.ranks) < 3000  # answers were shared
+
+
+def test_no_placement_ranks_above_its_pools_ceiling() -> None:
+    rng = random.Random(11)
+    classes = (
+        ((4000, 1, 30, ANYWHERE), 300),
+        ((8000, 2, 100, ANYWHERE), 200),
+        ((2000, 1, 100, ON_T4), 250),
+        ((0, 0, 0, ANYWHERE), 150),
+        ((1000, 1, 10, ANYWHERE), 100),
+    )
+    reached = 0
+    for contest in ((), ((T4, 40),)):
+        target = Target(classes, DEFAULTS, contest=contest)
+        for _ in range(3000):
+            cards = free_cards(
+                rng.choice((0, 5, 10, 40, 60, 100)) for _ in range(rng.randint(1, 4))
+            )
+            pool = rng.choice((POOL, T4, A100))
+            left = rng.choice((-1, *range(0, 40_000, 1000)))
+            cpu = rng.choice((0, 1000, 2000, 3000, 8000))
+            core = rng.choice((0, 5, 20, 30))
+            fits = [f for f in cards if f >= core]
+            if not fits:
+                continue
+            rank = target.rank((left, cards, pool), cpu, ((rng.choice(fits), core),))
+            ceiling = target.ceiling(pool, cpu, core, 0 <= left < cpu)
+            assert rank <= ceiling, (left, cards, pool, cpu, core)
+            reached += rank == ceiling
+    assert reached  # the ceiling is reached: a share on a sliver no class can use

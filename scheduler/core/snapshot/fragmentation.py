@@ -254,6 +254,28 @@ class Target:
         found = ranks[key] = gain_rank(value, self.parts)
         return found
 
+    def ceiling(self, pool: Pool, cpu: int, taken: int, short: bool) -> int:
+        """The highest ``rank`` a placement taking ``taken`` percent of cards (``cpu``
+        millicores) can have on any node of ``pool`` (``short``: on a node with less cpu left
+        than ``cpu`` too), worked out from the pool alone.
+
+        Each class counts at most ``taken`` percent less after than before: a card too little
+        for it was its sliver, and counts what was taken less; a node it no longer fits (or
+        is fed on) counted its slivers before and counts all its idle, ``taken`` less, after;
+        so the classes' part gains at most ``weight`` times ``taken``. The stranded percent
+        falls by at most ``taken`` less what ``cpu`` feeds at the workload's rate (all of
+        ``taken`` on a node left with none), and the stranded and contest terms are linear
+        in that fall (``rank``)."""
+        blocked = self.views.blocked(pool)
+        unreached = self._unreached(blocked)
+        reserve = self.reserve.get(blocked, 0)
+        fall = 0
+        if self.cpu_per:
+            fall = taken if short else max(0, taken - cpu * self.per_cpu // self.cpu_per)
+        classes = self.weight + self.strand * unreached - reserve
+        stranded = self.strand * (self.weight - unreached) + reserve
+        return gain_rank(classes * taken + stranded * fall, self.parts)
+
     def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
         """The cpu left from which up a placement asking for ``cpu`` millicores ranks the same
         on any node with these cards (``rank``): what the pod and any class could ask, or
