@@ -172,6 +172,20 @@ class Cycle:
             for p in unit.pods:
                 self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
             return None
+        if unit.gang is not None and (
+            rereading := [
+                e.key for e in self.book.gang_members(unit.gang, SCHEDULABLE_STAGES) if e.checking
+            ]
+        ):
+            # A member is being read back (its Binding failed after the pending watch said it
+            # left, or a watch lost sight of it): it may be gone. Decided with the others, it
+            # takes a place in the plan, its Binding finds it gone, and they are bound below
+            # their minimum (soak seed 35133: a restarted gang's old members, refused, decided
+            # with the new ones). The unit waits for the answer (after the backoff).
+            log.info("waiting for a gang member's read-back", pod=key, member=rereading[0])
+            for p in unit.pods:
+                self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
+            return None
         if unit.gang is not None and (held := self.book.gang_members(unit.gang, _UNSETTLED)):
             # A member is held where a previous leader decided, its Binding maybe still
             # landing: deciding the others now, without it, could split the gang (it lands
