@@ -172,6 +172,11 @@ class Cycle:
             for p in unit.pods:
                 self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
             return None
+        if (rereading := self._rereading(unit)) is not None:
+            log.info("waiting for a gang member's read-back", pod=key, member=rereading)
+            for p in unit.pods:
+                self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
+            return None
         if unit.gang is not None and (held := self.book.gang_members(unit.gang, _UNSETTLED)):
             # A member is held where a previous leader decided, its Binding maybe still
             # landing: deciding the others now, without it, could split the gang (it lands
@@ -190,6 +195,17 @@ class Cycle:
             # afresh: TAKEN lets the snapshot's copy of that reservation go.
             self.effects.dispatch(member.key, member.uid, Event.TAKEN, None)
         return _Attempt(key, unit, decide(self.state, unit), start)
+
+    def _rereading(self, unit: Unit) -> str | None:
+        """A member of the gang being read back (its Binding failed after the pending watch
+        said it left, or a watch lost sight of it), which may be gone. Decided with the others,
+        it takes a place in the plan, its Binding finds it gone, and they are bound below their
+        minimum (soak seed 35133: a restarted gang's old members, refused, decided with the new
+        ones). The unit waits for the answer (after the backoff)."""
+        if unit.gang is None:
+            return None
+        members = self.book.gang_members(unit.gang, SCHEDULABLE_STAGES)
+        return next((e.key for e in members if e.checking), None)
 
     def _not_ready(self, unit: Unit) -> str | None:
         """Why ``unit`` cannot be decided yet (a line for the log; "" says nothing), or None

@@ -16,10 +16,11 @@ import asyncio
 
 from scheduler.core.model import names
 from scheduler.core.model.objects import PodGroupInput, PodInput
+from scheduler.service.podbook import Stage
 from tests.builders import MakePod
 from tests.integration import test_pod_lifecycle as lifecycle_tests
 from tests.integration.test_pod_lifecycle import Backend, run
-from tests.lifecycle import node
+from tests.lifecycle import Replica, node, until
 
 redis_url = lifecycle_tests.redis_url
 backend = lifecycle_tests.backend
@@ -62,3 +63,63 @@ async def test_a_gang_restarted_under_its_bindings_is_not_bound_in_part(backend:
     await r.renew()
     await run(r)
     assert sorted(k for k, _, _ in r.api.binds) == [f"default/job-b{i}" for i in range(3)]
+
+
+async def test_members_that_may_be_gone_are_not_decided_with_the_new_ones(
+    backend: Backend,
+) -> None:
+    """Soak seed 35133: the old members' Bindings fail without landing (refused) after the
+    pending watch said they left, so the book has them pending again until a read says they
+    are gone. Decided with the new members before that read answers, the gang's plan placed
+    the ghosts on two of the three free GPUs and one new member on the third: the ghosts'
+    Bindings found them gone, and the new member was bound alone, 1 of its minimum 2. The
+    gang now waits for the read (reads failing here: it waits as long)."""
+    r = backend.live()
+    await r.elect([node(3)])
+    group = PodGroupInput(names.POD_GROUP_API, "default", "job", min_member=2, uid="pg")
+    r.s.state.inputs.pod_groups.put(group)
+    old = [f"default/job-a{i}" for i in range(2)]
+    new = [f"default/job-b{i}" for i in range(2)]
+    for key in old:
+        r.api.gates[key] = asyncio.Event()
+    for i in range(2):
+        r.pending(member(f"job-a{i}"))
+    while await r.step() is not None:
+        pass
+    await asyncio.sleep(0)
+    assert all(r.held(key) is not None for key in old) and r.api.binds == []
+    for key in old:
+        r.s.intake.pending_event("DELETED", r.api.delete(key))
+    for i in range(2):
+        r.pending(member(f"job-b{i}"))
+    while await r.step() is not None:
+        pass
+    assert all(r.held(key) is None for key in new)
+    # The old Bindings are refused: none of them landed, and the reads that would say the
+    # pods are gone fail for now.
+    r.api.reads_fail = True
+    for key in old:
+        r.api.refuse[key] = 403
+        r.api.gates[key].set()
+    await until(lambda: not binding(r, old))
+    for key in old:
+        del r.api.refuse[key]
+    r.clock.now += 10.0  # every member's backoff
+    await r.renew()
+    while await r.step() is not None:
+        pass
+    await until(lambda: not binding(r, new))
+    bound = sorted(k for k, _, _ in r.api.binds)
+    assert bound == [], bound  # neither the ghosts nor one new member alone
+    # The reads answer: the old pods are gone, and the new gang is placed whole.
+    r.api.reads_fail = False
+    await until(lambda: all(r.s.book.get(key) is None for key in old))
+    r.clock.now += 10.0
+    await r.renew()
+    await run(r)
+    assert sorted(k for k, _, _ in r.api.binds) == new
+
+
+def binding(r: Replica, keys: list[str]) -> list[str]:
+    """The keys whose Binding is in flight (or being answered)."""
+    return [k for k in keys if (e := r.s.book.get(k)) is not None and e.stage is Stage.BINDING]

@@ -60,6 +60,7 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.cycle import Unit
 from scheduler.core.formats.assignment import assignment_annotations
 from scheduler.core.gangs import planning as planning_module
 from scheduler.core.model.decisions import Placement
@@ -76,6 +77,7 @@ from scheduler.service import binder as binder_module
 from scheduler.service import effects as effects_module
 from scheduler.service import podbook as podbook_module
 from scheduler.service.binder import Binder, Era, Outcome
+from scheduler.service.cycle import Cycle
 from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
 from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage, Transition
@@ -664,6 +666,17 @@ def _unbound_news_counted() -> list[Patch]:
     return [(podbook_module, "UNBOUND_NEWS", frozenset())]
 
 
+def _rereading_member_decided() -> list[Patch]:
+    """Soak seed 35133: a gang is decided while a member is being read back (its Binding
+    refused after the pending watch said it left): the plan places the ghost, and the others
+    are bound below their minimum."""
+
+    def rereading(self: Cycle, unit: Unit) -> str | None:
+        return None
+
+    return [(Cycle, "_rereading", rereading)]
+
+
 def _gang_member_refused_freed() -> list[Patch]:
     """Sim seed 629: a gang member refused while its gang is below its minimum with members
     bound lets its GPUs go (as any refused pod does)."""
@@ -1174,6 +1187,11 @@ MUTANTS: dict[str, Mutant] = {
         "the pending watch's news of a pod held bound counts as news newer than a bound LIST",
         _unbound_news_counted,
         timeline="sim3260-restore-unbinds-under-pending-news",
+    ),
+    "sim35133-rereading-member-decided": Mutant(
+        "a gang is decided while a member that may be gone is being read back",
+        _rereading_member_decided,
+        timeline="sim35133-gang-member-gone-while-refused",
     ),
 }
 

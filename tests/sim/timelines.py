@@ -1305,6 +1305,28 @@ def restored_binding_shows_no_reason(m: SimMachine) -> None:
     m.quiesce()
 
 
+def gang_member_gone_while_refused(m: SimMachine) -> None:
+    """Soak seed 35133: gang h1 (2, priority 1000) is decided while a holds a GPU; its
+    Bindings are refused 403 on every attempt, and the gang restarts meanwhile (h1's members
+    deleted, gang h2 of 2 created); share u waits for two cards of one node. The book has h1's
+    members pending again (refused after the pending watch said they left) until a read says
+    they are gone. Decided with h2's members before that read answered, the plan placed the
+    ghosts and h2-0, and preempted a: the ghosts' Bindings found them gone, u took the cards
+    they left, and h2 was 1 of its minimum 2 bound while a terminated."""
+    past_first_wait(m)
+    m.create_pod("a", 1, False)
+    m.tick(2.0)
+    for _ in range(6):
+        m.bind_fault("403")
+    m._create_gang("h", 2, "PodGroup", 1000)
+    m.tick(0.5)
+    m.create_shared("u", 30, 0, 2)
+    m.restart_gang(0)
+    for _ in range(4):
+        m.tick(5.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1360,6 +1382,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "shares-over-committed": shares_over_committed,
     "sim2557-relist-version-untold": relist_version_untold,
     "sim3260-restore-unbinds-under-pending-news": restore_unbinds_under_pending_news,
+    "sim35133-gang-member-gone-while-refused": gang_member_gone_while_refused,
     "sim11867-reason-written-to-a-deleted-pod": reason_written_to_a_deleted_pod,
     "sim11505-surplus-beside-bindings-in-flight": surplus_beside_bindings_in_flight,
     "sim25470-restored-binding-shows-no-reason": restored_binding_shows_no_reason,
