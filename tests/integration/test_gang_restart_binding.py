@@ -30,28 +30,37 @@ def member(name: str) -> PodInput:
     return MakePod().Name(name).Req(1).Label(names.POD_GROUP_LABEL, "job").Obj()
 
 
-async def test_a_gang_restarted_under_its_bindings_is_not_bound_in_part(backend: Backend) -> None:
-    r = backend.live()
-    await r.elect([node(4)])
-    group = PodGroupInput(names.POD_GROUP_API, "default", "job", min_member=3, uid="pg")
+async def restarted(r: Replica, size: int, gpus: int) -> tuple[list[str], list[str]]:
+    """PodGroup gang job (minimum ``size``) decided on a node of ``gpus`` GPUs, its Bindings
+    held at their gates; then restarted before they are answered: the old pods deleted (the
+    pending watch says they left) and as many new ones created, not placed yet. Returns the
+    old keys and the new."""
+    await r.elect([node(gpus)])
+    group = PodGroupInput(names.POD_GROUP_API, "default", "job", min_member=size, uid="pg")
     r.s.state.inputs.pod_groups.put(group)
-    old = [f"default/job-a{i}" for i in range(3)]
+    old = [f"default/job-a{i}" for i in range(size)]
+    new = [f"default/job-b{i}" for i in range(size)]
     for key in old:
         r.api.gates[key] = asyncio.Event()  # their Bindings wait
-    for i in range(3):
+    for i in range(size):
         r.pending(member(f"job-a{i}"))
     while await r.step() is not None:
         pass
     await asyncio.sleep(0)
     assert all(r.held(key) is not None for key in old) and r.api.binds == []
-    # The restart: the old pods are deleted (the pending watch says they left), new ones come.
     for key in old:
         r.s.intake.pending_event("DELETED", r.api.delete(key))
-    for i in range(3):
+    for i in range(size):
         r.pending(member(f"job-b{i}"))
     while await r.step() is not None:
         pass
-    assert all(r.held(f"default/job-b{i}") is None for i in range(3))
+    assert all(r.held(key) is None for key in new)
+    return old, new
+
+
+async def test_a_gang_restarted_under_its_bindings_is_not_bound_in_part(backend: Backend) -> None:
+    r = backend.live()
+    old, new = await restarted(r, 3, 4)
     explanation = r.s.explain("default/job-b0")
     assert explanation is not None and "beyond its minimum" not in explanation.reason
     # The old Bindings are answered 404: their GPUs go, and the new gang is placed whole.
@@ -62,7 +71,7 @@ async def test_a_gang_restarted_under_its_bindings_is_not_bound_in_part(backend:
     r.clock.now += 10.0  # the new members' backoff
     await r.renew()
     await run(r)
-    assert sorted(k for k, _, _ in r.api.binds) == [f"default/job-b{i}" for i in range(3)]
+    assert sorted(k for k, _, _ in r.api.binds) == new
 
 
 async def test_members_that_may_be_gone_are_not_decided_with_the_new_ones(
@@ -75,26 +84,7 @@ async def test_members_that_may_be_gone_are_not_decided_with_the_new_ones(
     Bindings found them gone, and the new member was bound alone, 1 of its minimum 2. The
     gang now waits for the read (reads failing here: it waits as long)."""
     r = backend.live()
-    await r.elect([node(3)])
-    group = PodGroupInput(names.POD_GROUP_API, "default", "job", min_member=2, uid="pg")
-    r.s.state.inputs.pod_groups.put(group)
-    old = [f"default/job-a{i}" for i in range(2)]
-    new = [f"default/job-b{i}" for i in range(2)]
-    for key in old:
-        r.api.gates[key] = asyncio.Event()
-    for i in range(2):
-        r.pending(member(f"job-a{i}"))
-    while await r.step() is not None:
-        pass
-    await asyncio.sleep(0)
-    assert all(r.held(key) is not None for key in old) and r.api.binds == []
-    for key in old:
-        r.s.intake.pending_event("DELETED", r.api.delete(key))
-    for i in range(2):
-        r.pending(member(f"job-b{i}"))
-    while await r.step() is not None:
-        pass
-    assert all(r.held(key) is None for key in new)
+    old, new = await restarted(r, 2, 3)
     # The old Bindings are refused: none of them landed, and the reads that would say the
     # pods are gone fail for now.
     r.api.reads_fail = True
