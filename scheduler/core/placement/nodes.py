@@ -463,15 +463,7 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) 
         pending: list[_Pending] = []
         ceilings: dict[Pool, int] = {}
         for group in state.node_index.shares.groups():
-            pool, untouched = group.pool, int(group.untouched)
-            ceiling = ceilings.get(pool)
-            if ceiling is None:
-                ceiling = ceilings[pool] = -target.ceiling(pool, cpu, 0, asked < cpu)
-            for left, names in group.by_cpu.items():
-                if not asked > left >= 0:
-                    order = (ceiling, untouched, names.first())
-                    shape = (left, group.free, pool)
-                    pending.append((order, 0, len(pending), shape, names, [], []))
+            _file(pending, ceilings, target, group, (cpu, 0, asked), [], [])
         found = _best_bounded(state, target, pending, cpu, None, filters)
     else:
         for group in state.node_index.shares.groups():
@@ -603,6 +595,10 @@ def place_shared(
         if found is None:
             continue
         distinct, chosen = found
+        if bounded:
+            assert target is not None
+            _file(pending, ceilings, target, group, (cpu, core * count, asked), distinct, chosen)
+            continue
         rest = (0, 0)
         if target is None:
             free_after = sum(f[0] for f in chosen)
@@ -611,18 +607,6 @@ def place_shared(
         # Read once a group, not once per cpu left (some 1,700 candidates a share right after
         # the target changed: issue 32).
         pool, untouched = group.pool, int(group.untouched)
-        if bounded:
-            assert target is not None
-            ceiling = ceilings.get(pool)
-            if ceiling is None:
-                ceiling = ceilings[pool] = -target.ceiling(pool, cpu, core * count, asked < cpu)
-            for left, names in group.by_cpu.items():
-                if not asked > left >= 0:
-                    key = (ceiling, untouched, names.first())
-                    pending.append(
-                        (key, 0, len(pending), (left, free, pool), names, distinct, chosen)
-                    )
-            continue
         for left, names in group.by_cpu.items():
             if asked > left >= 0:
                 continue
@@ -686,6 +670,30 @@ def _best_ranked(
 # at stage 0 the rank is the ceiling and the name the candidate's first, at stage 1 the rank is
 # the candidate's own, at stage 2 the name is the first its chain accepts.
 _Pending = tuple[tuple[int, int, str], int, int, Shape, NameSet, list[_Fit], list[_Fit]]
+
+
+def _file(
+    pending: list[_Pending],
+    ceilings: dict[Pool, int],
+    target: Target,
+    group: CardGroup,
+    asks: tuple[int, int, int],
+    fits: list[_Fit],
+    busiest: list[_Fit],
+) -> None:
+    """File ``group``'s candidates for _best_bounded under its pool's ceiling (remembered in
+    ``ceilings``): one per cpu left the pod's cpu request fits in. ``asks``: (the pod's cpu as
+    the measure weighs it, the card percent it takes, its cpu request as the chain checks it)."""
+    cpu, taken, asked = asks
+    pool = group.pool
+    ceiling = ceilings.get(pool)
+    if ceiling is None:
+        ceiling = ceilings[pool] = -target.ceiling(pool, cpu, taken, asked < cpu)
+    untouched, free = int(group.untouched), group.free
+    for left, names in group.by_cpu.items():
+        if not asked > left >= 0:
+            key = (ceiling, untouched, names.first())
+            pending.append((key, 0, len(pending), (left, free, pool), names, fits, busiest))
 
 
 def _best_bounded(
