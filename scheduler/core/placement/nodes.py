@@ -584,7 +584,23 @@ def place_shared(
     pending: list[_Pending] = []
     ceilings: dict[Pool, int] = {}
     core, count = shared.core, shared.cards
-    for group in state.node_index.shares.groups(shared.vendor, core):
+    index = state.node_index.shares
+    known: _Known = {}
+    if bounded:
+        assert target is not None
+        read, walked = _walk(
+            state,
+            target,
+            (cpu, core * count, asked),
+            shared,
+            spread_cards,
+            filters,
+            index.group_count(shared.vendor, core),
+            known,
+        )
+        if read:
+            return None if walked is None else _share_placement(pod, shared, *walked)
+    for group in index.groups(shared.vendor, core):
         free = group.free
         # Fewer than ``count`` cards with ``core`` free: too few fit (known without asking the
         # memo, which most groups of a full cluster would answer so). ``free`` leaves out the
@@ -597,7 +613,8 @@ def place_shared(
         distinct, chosen = found
         if bounded:
             assert target is not None
-            _file(pending, ceilings, target, group, (cpu, core * count, asked), distinct, chosen)
+            asks = (cpu, core * count, asked)
+            _file(pending, ceilings, target, group, asks, distinct, chosen, known)
             continue
         rest = (0, 0)
         if target is None:
@@ -628,7 +645,12 @@ def place_shared(
         best = _best_ranked(state, ranked, filters)
     if best is None:
         return None
-    node, cards = best
+    return _share_placement(pod, shared, *best)
+
+
+def _share_placement(
+    pod: PodInput, shared: SharedRequest, node: NodeState, cards: list[_Fit]
+) -> Placement:
     assert node.inventory is not None
     shares = tuple(
         Share(
@@ -670,6 +692,8 @@ def _best_ranked(
 # at stage 0 the rank is the ceiling and the name the candidate's first, at stage 1 the rank is
 # the candidate's own, at stage 2 the name is the first its chain accepts.
 _Pending = tuple[tuple[int, int, str], int, int, Shape, NameSet, list[_Fit], list[_Fit]]
+# What _walk ranked: per (group, by id, and cpu left), its rank and the cards it takes.
+_Known = dict[tuple[int, int], tuple[int, list[_Fit]]]
 
 
 def _file(
@@ -680,20 +704,109 @@ def _file(
     asks: tuple[int, int, int],
     fits: list[_Fit],
     busiest: list[_Fit],
+    known: _Known | None = None,
 ) -> None:
     """File ``group``'s candidates for _best_bounded under its pool's ceiling (remembered in
-    ``ceilings``): one per cpu left the pod's cpu request fits in. ``asks``: (the pod's cpu as
-    the measure weighs it, the card percent it takes, its cpu request as the chain checks it)."""
+    ``ceilings``): one per cpu left the pod's cpu request fits in; one ``known`` ranks (_walk
+    ranked it) is filed ranked. ``asks``: (the pod's cpu as the measure weighs it, the card
+    percent it takes, its cpu request as the chain checks it)."""
     cpu, taken, asked = asks
     pool = group.pool
     ceiling = ceilings.get(pool)
     if ceiling is None:
         ceiling = ceilings[pool] = -target.ceiling(pool, cpu, taken, asked < cpu)
-    untouched, free = int(group.untouched), group.free
+    untouched, free, at = int(group.untouched), group.free, id(group)
     for left, names in group.by_cpu.items():
-        if not asked > left >= 0:
+        if asked > left >= 0:
+            continue
+        shape = (left, free, pool)
+        ranked = None if known is None else known.get((at, left))
+        if ranked is None:
             key = (ceiling, untouched, names.first())
-            pending.append((key, 0, len(pending), (left, free, pool), names, fits, busiest))
+            pending.append((key, 0, len(pending), shape, names, fits, busiest))
+        else:
+            key = (-ranked[0], untouched, names.first())
+            pending.append((key, 1, len(pending), shape, names, ranked[1], busiest))
+
+
+def _walk(
+    state: ClusterState,
+    target: Target,
+    asks: tuple[int, int, int],
+    shared: SharedRequest,
+    spread_cards: bool,
+    filters: Filter,
+    budget: int,
+    ranked: _Known,
+) -> tuple[bool, tuple[NodeState, list[_Fit]] | None]:
+    """What _best_bounded finds for a share, read node by node in the order its keys tie in,
+    while that is cheaper than filing every candidate: (True, the best) when the nodes read
+    decide it, else (False, None) after ``budget`` nodes (what filing reads: a group each).
+
+    A candidate's key is (minus its rank, untouched, name), its rank at most its pool's ceiling
+    (Target.ceiling), and a small share's candidates mostly tie at the highest ceiling (issue
+    32: at 5,000 nodes a share of a tenth of a card filed some 1,600, and filing alone cost
+    several times the millisecond a share may take). Read in (untouched, name) order
+    (ShareIndex.in_name_order), a node can only beat the best so far with a higher rank, so
+    one whose pool's ceiling is no higher is passed over unranked, one that ranks no higher is
+    not asked about, and once the best reaches the highest ceiling no node still to read can
+    beat it. A share of much of a card seldom reaches it (the ceiling counts every class as
+    losing the percent taken, and a card that much is free is one many classes could use):
+    its few candidates are filed after ``budget`` nodes, those it ranked with their ranks
+    (``ranked``, filled). ``asks`` as _file's."""
+    cpu, taken, asked = asks
+    index = state.node_index.shares
+    short = asked < cpu
+    ceilings = {pool: target.ceiling(pool, cpu, taken, short) for pool in index.pools()}
+    if not ceilings:
+        return True, None
+    top = max(ceilings.values())
+    best: tuple[int, str, list[_Fit]] | None = None
+    # Per group read (by id: a group lives through the decision), its pool's ceiling and the
+    # cards it offers, or None when too few fit.
+    groups: dict[int, tuple[int, list[_Fit], list[_Fit]] | None] = {}
+    for name, group, left in index.in_name_order():
+        budget -= 1
+        if budget < 0:
+            return False, None
+        if asked > left >= 0:
+            continue
+        at = id(group)
+        if at in groups:
+            offer = groups[at]
+        else:
+            offer = groups[at] = _offer(group, shared, spread_cards, ceilings)
+        if offer is None or (best is not None and offer[0] <= best[0]):
+            continue
+        known = ranked.get((at, left))
+        if known is None:
+            shape = (left, group.free, group.pool)
+            frag, cards = _least_fragmenting(target, shape, cpu, shared, offer[1], offer[2])
+            known = ranked[(at, left)] = (-frag, cards)
+        rank, cards = known
+        if (best is not None and rank <= best[0]) or filters.check(state.nodes[name]):
+            continue
+        best = (rank, name, cards)
+        if rank >= top:
+            break
+    return True, None if best is None else (state.nodes[best[1]], best[2])
+
+
+def _offer(
+    group: CardGroup, shared: SharedRequest, spread_cards: bool, ceilings: dict[Pool, int]
+) -> tuple[int, list[_Fit], list[_Fit]] | None:
+    """For _walk: ``group``'s pool's ceiling and the cards it offers ``shared`` (those the
+    measure ranks, the busiest), or None when too few of its cards fit (as place_shared skips
+    a group)."""
+    free, core, count = group.free, shared.core, shared.cards
+    if shared.vendor is not None and group.key[0] != shared.vendor:
+        return None
+    if core and (len(free) < count or free[count - 1] < core):
+        return None
+    fits = _fitting_cards(group, shared, spread_cards)
+    if fits is None:
+        return None
+    return ceilings[group.pool], *fits
 
 
 def _best_bounded(
