@@ -461,9 +461,8 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) 
         # Filed under their ceilings and ranked as they come up, as shares are (place_shared):
         # a node whose cpu left feeds every class after the pod's ranks at the ceiling.
         pending: list[_Pending] = []
-        ceilings: dict[Pool, int] = {}
         for group in state.node_index.shares.groups():
-            _file(pending, ceilings, target, group, (cpu, 0, asked), [], [])
+            _file(pending, target, group, (cpu, 0, asked), [], [])
         found = _best_bounded(state, target, pending, cpu, None, filters)
     else:
         for group in state.node_index.shares.groups():
@@ -582,7 +581,6 @@ def place_shared(
     # rank it can reach at most, and ranked only when it comes up (_best_bounded).
     bounded = target is not None and not filters.has_preferences
     pending: list[_Pending] = []
-    ceilings: dict[Pool, int] = {}
     core, count = shared.core, shared.cards
     index = state.node_index.shares
     known: _Known = {}
@@ -614,7 +612,8 @@ def place_shared(
         if bounded:
             assert target is not None
             asks = (cpu, core * count, asked)
-            _file(pending, ceilings, target, group, asks, distinct, chosen, known)
+            card = _least_card(distinct, shared)
+            _file(pending, target, group, asks, distinct, chosen, card, known)
             continue
         rest = (0, 0)
         if target is None:
@@ -698,23 +697,20 @@ _Known = dict[tuple[int, int], tuple[int, list[_Fit]]]
 
 def _file(
     pending: list[_Pending],
-    ceilings: dict[Pool, int],
     target: Target,
     group: CardGroup,
     asks: tuple[int, int, int],
     fits: list[_Fit],
     busiest: list[_Fit],
+    card: int = 0,
     known: _Known | None = None,
 ) -> None:
-    """File ``group``'s candidates for _best_bounded under its pool's ceiling (remembered in
-    ``ceilings``): one per cpu left the pod's cpu request fits in; one ``known`` ranks (_walk
+    """File ``group``'s candidates for _best_bounded under the highest rank each can reach
+    (Target.within): one per cpu left the pod's cpu request fits in; one ``known`` ranks (_walk
     ranked it) is filed ranked. ``asks``: (the pod's cpu as the measure weighs it, the card
     percent it takes, its cpu request as the chain checks it)."""
     cpu, taken, asked = asks
     pool = group.pool
-    ceiling = ceilings.get(pool)
-    if ceiling is None:
-        ceiling = ceilings[pool] = -target.ceiling(pool, cpu, taken, asked < cpu)
     untouched, free, at = int(group.untouched), group.free, id(group)
     for left, names in group.by_cpu.items():
         if asked > left >= 0:
@@ -722,7 +718,7 @@ def _file(
         shape = (left, free, pool)
         ranked = None if known is None else known.get((at, left))
         if ranked is None:
-            key = (ceiling, untouched, names.first())
+            key = (-target.within(shape, cpu, taken, card), untouched, names.first())
             pending.append((key, 0, len(pending), shape, names, fits, busiest))
         else:
             key = (-ranked[0], untouched, names.first())
@@ -764,7 +760,7 @@ def _walk(
     best: tuple[int, str, list[_Fit]] | None = None
     # Per group read (by id: a group lives through the decision), its pool's ceiling and the
     # cards it offers, or None when too few fit.
-    groups: dict[int, tuple[int, list[_Fit], list[_Fit]] | None] = {}
+    groups: dict[int, tuple[int, list[_Fit], list[_Fit], int] | None] = {}
     for name, group, left in index.in_name_order():
         budget -= 1
         if budget < 0:
@@ -781,6 +777,8 @@ def _walk(
         known = ranked.get((at, left))
         if known is None:
             shape = (left, group.free, group.pool)
+            if best is not None and target.within(shape, cpu, taken, offer[3]) <= best[0]:
+                continue
             frag, cards = _least_fragmenting(target, shape, cpu, shared, offer[1], offer[2])
             known = ranked[(at, left)] = (-frag, cards)
         rank, cards = known
@@ -794,10 +792,10 @@ def _walk(
 
 def _offer(
     group: CardGroup, shared: SharedRequest, spread_cards: bool, ceilings: dict[Pool, int]
-) -> tuple[int, list[_Fit], list[_Fit]] | None:
-    """For _walk: ``group``'s pool's ceiling and the cards it offers ``shared`` (those the
-    measure ranks, the busiest), or None when too few of its cards fit (as place_shared skips
-    a group)."""
+) -> tuple[int, list[_Fit], list[_Fit], int] | None:
+    """For _walk: ``group``'s pool's ceiling, the cards it offers ``shared`` (those the
+    measure ranks, the busiest) and _least_card of them, or None when too few of its cards
+    fit (as place_shared skips a group)."""
     free, core, count = group.free, shared.core, shared.cards
     if shared.vendor is not None and group.key[0] != shared.vendor:
         return None
@@ -806,7 +804,17 @@ def _offer(
     fits = _fitting_cards(group, shared, spread_cards)
     if fits is None:
         return None
-    return ceilings[group.pool], *fits
+    distinct, busiest = fits
+    return ceilings[group.pool], distinct, busiest, _least_card(distinct, shared)
+
+
+def _least_card(fits: list[_Fit], shared: SharedRequest) -> int:
+    """The least free percent (before) of the cards among ``fits`` a one-card share could
+    take from: Target.within's bound for it; 0 for a share of several cards."""
+    if shared.cards != 1:
+        return 0
+    # In busiest-first order, or idlest-first for a spread policy (_fitting_cards).
+    return min(fits[0][0], fits[-1][0]) + shared.core
 
 
 def _best_bounded(

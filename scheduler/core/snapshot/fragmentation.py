@@ -114,11 +114,13 @@ class Target:
         "afters",
         "asks",
         "before",
+        "capped",
         "classes",
         "contest",
         "cpu_cap",
         "cpu_per",
         "delta",
+        "kept",
         "key",
         "levels",
         "memo",
@@ -198,6 +200,10 @@ class Target:
         # out, the GPU classes it covers and that can run there summed by (cards, percent):
         # (cards, percent, weight), built when first asked for.
         self.levels: dict[tuple[int, frozenset[Reach]], list[tuple[int, int, int]]] = {}
+        # Per (cpu level, blocked reaches, a card's free percent): _kept; per (blocked
+        # reaches, percent taken, stranded fall, weight kept): _capped (within).
+        self.kept: dict[tuple[int, frozenset[Reach], int], int] = {}
+        self.capped: dict[tuple[frozenset[Reach], int, int, int], int] = {}
         self.weight = sum(weight for _, weight in key)
         # Per reaches that leave a contested pool out, what a free GPU percent of it counts
         # (subtracted) in frag(). A pool's contest is the sum of what the pinned classes that
@@ -266,13 +272,68 @@ class Target:
         falls by at most ``taken`` less what ``cpu`` feeds at the workload's rate (all of
         ``taken`` on a node left with none), and the stranded and contest terms are linear
         in that fall (``rank``)."""
-        blocked = self.views.blocked(pool)
-        unreached = self._unreached(blocked)
-        reserve = self.reserve.get(blocked, 0)
         fall = 0
         if self.cpu_per:
             fall = taken if short else max(0, taken - cpu * self.per_cpu // self.cpu_per)
-        classes = self.weight + self.strand * unreached - reserve
+        return self._capped(self.views.blocked(pool), taken, fall)
+
+    def within(self, shape: Shape, cpu: int, taken: int, card: int = 0) -> int:
+        """The highest ``rank`` a placement taking ``taken`` percent of cards (``cpu``
+        millicores) can have on a node of ``shape``, worked out as ``ceiling`` but from the
+        node: the stranded percent falls by what its cpu left makes it fall (``rank``'s cut),
+        and, for a placement on one card with at least ``card`` percent free (0: several
+        cards), a class fed there that asks one card of at most ``card`` percent counts no
+        less after (``_kept``). Cheap (no shape is measured; a lookup when the memos know
+        the answer), and tighter than the ceiling wherever the node's cpu left feeds its
+        free cards before and after, or the card is one many classes use (issue 32: the
+        nodes a share's search reads first, and the shares of much of a card, which seldom
+        reach the ceiling; on bench-core's share-heavy workload it is the rank itself for
+        most nodes)."""
+        left, cards, pool = shape
+        blocked = self.views.blocked(pool)
+        cut, level = 0, len(self.asks)
+        if left >= 0:
+            level = bisect.bisect_right(self.asks, left)
+            if self.cpu_per:
+                idle, then, per, rate = sum(cards), max(0, left - cpu), self.per_cpu, self.cpu_per
+                cut = max(0, idle - left * per // rate) - max(0, idle - taken - then * per // rate)
+        kept = 0
+        if card:
+            found = self.kept.get((level, blocked, card))
+            kept = self._kept(level, blocked, card) if found is None else found
+        key = (blocked, taken, cut, kept)
+        ranked = self.capped.get(key)
+        if ranked is None:
+            if len(self.capped) >= self.memo_limit:
+                _forget_oldest(self.capped)
+            ranked = self.capped[key] = self._capped(blocked, taken, cut, kept)
+        return ranked
+
+    def _kept(self, level: int, blocked: frozenset[Reach], card: int) -> int:
+        """The weight of the classes of one card of at most ``card`` percent that a cpu left
+        covering the first ``level`` of ``asks`` feeds, on a node ``blocked`` leaves them
+        in. Taking part of a card with at least ``card`` percent free, each of them counts
+        no more after than before: the card stays usable to it (no change); or it becomes a
+        sliver, and the class loses its room (it counted none of the card, and counts what
+        is left of it), or stops fitting or being fed (it counts all the idle percent
+        after, at most what it counted before plus the card it could use, less the percent
+        taken)."""
+        key = (level, blocked, card)
+        if len(self.kept) >= self.memo_limit:
+            _forget_oldest(self.kept)
+        groups = self.levels.get((level, blocked))
+        if groups is None:
+            groups = self.levels[(level, blocked)] = self._level(level, blocked)
+        found = self.kept[key] = sum(w for k, core, w in groups if k == 1 and core <= card)
+        return found
+
+    def _capped(self, blocked: frozenset[Reach], taken: int, fall: int, kept: int = 0) -> int:
+        """The rank of the most a placement taking ``taken`` percent on a node the reaches
+        ``blocked`` leave out can gain when the stranded percent falls by ``fall``: every
+        class but those weighing ``kept`` counting ``taken`` less."""
+        unreached = self._unreached(blocked)
+        reserve = self.reserve.get(blocked, 0)
+        classes = self.weight - kept + self.strand * unreached - reserve
         stranded = self.strand * (self.weight - unreached) + reserve
         return gain_rank(classes * taken + stranded * fall, self.parts)
 
