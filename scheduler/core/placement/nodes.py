@@ -31,9 +31,13 @@ Shares, like pods without GPUs, are ranked over the snapshot's share index (snap
 nodes grouped by their usable cards' state and cpu left), not node by node: what fits and how
 it ranks is worked out once per group, and the filter chain is asked only about the names of
 the best groups, in the order the rule ranks them, until one passes. With a target workload
-(and no preference to score first) a group is ranked only when it comes up: each is filed under
-the highest rank a placement on its pool can reach (Target.ceiling), most reach it, and the
-first ranked at it with a name the chain accepts is the best (``_best_bounded``).
+(and no preference to score first) a candidate is ranked only when it could still win: the
+highest rank a placement can reach on its node (Target.within: the pool's Target.ceiling made
+tighter by the node's cpu left and cards) bounds it. A share reads the nodes in the order the
+ties go (untouched, then name) and stops at the first that ranks at the highest ceiling with
+a name the chain accepts (``_walk``); when a node per group is read without one, or for a pod
+without GPUs, every candidate is filed under its bound and ranked only when it comes up, and
+the first ranked at its own key with a name the chain accepts is the best (``_best_bounded``).
 
 Rule 5. When nothing fits, every node is counted under the first filter it failed (the GPU reason
 of a node the chain accepts is phrased once per share group or node class) and the counts
