@@ -93,10 +93,11 @@ def test_no_placement_ranks_above_its_pools_ceiling_or_its_nodes_bound() -> None
             ceiling = target.ceiling(pool, cpu, core, 0 <= left < cpu)
             assert rank <= ceiling, (left, cards, pool, cpu, core)
             reached += rank == ceiling
-            # The node's own bound: no higher than the ceiling, no lower than the rank, on the
-            # card taken and on any busier one.
+            # The node's own bound: no higher than the ceiling, no lower than the rank, for
+            # any span of cards the one taken is in.
             least = rng.choice([f for f in fits if f <= card])
-            within = target.within((left, cards, pool), cpu, core, least)
+            most = rng.choice([f for f in fits if f >= card])
+            within = target.within((left, cards, pool), cpu, core, (least, most))
             assert rank <= within <= ceiling, (left, cards, pool, cpu, core, least)
             tighter += within < ceiling
             met += rank == within

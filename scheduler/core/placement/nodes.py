@@ -616,8 +616,8 @@ def place_shared(
         if bounded:
             assert target is not None
             asks = (cpu, core * count, asked)
-            card = _least_card(distinct, shared)
-            _file(pending, target, group, asks, distinct, chosen, card, known)
+            span = _card_span(distinct, shared)
+            _file(pending, target, group, asks, distinct, chosen, span, known)
             continue
         rest = (0, 0)
         if target is None:
@@ -706,7 +706,7 @@ def _file(
     asks: tuple[int, int, int],
     fits: list[_Fit],
     busiest: list[_Fit],
-    card: int = 0,
+    span: tuple[int, int] = (0, 0),
     known: _Known | None = None,
 ) -> None:
     """File ``group``'s candidates for _best_bounded under the highest rank each can reach
@@ -722,7 +722,7 @@ def _file(
         shape = (left, free, pool)
         ranked = None if known is None else known.get((at, left))
         if ranked is None:
-            key = (-target.within(shape, cpu, taken, card), untouched, names.first())
+            key = (-target.within(shape, cpu, taken, span), untouched, names.first())
             pending.append((key, 0, len(pending), shape, names, fits, busiest))
         else:
             key = (-ranked[0], untouched, names.first())
@@ -764,7 +764,7 @@ def _walk(
     best: tuple[int, str, list[_Fit]] | None = None
     # Per group read (by id: a group lives through the decision), its pool's ceiling and the
     # cards it offers, or None when too few fit.
-    groups: dict[int, tuple[int, list[_Fit], list[_Fit], int] | None] = {}
+    groups: dict[int, tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None] = {}
     for name, group, left in index.in_name_order():
         budget -= 1
         if budget < 0:
@@ -796,9 +796,9 @@ def _walk(
 
 def _offer(
     group: CardGroup, shared: SharedRequest, spread_cards: bool, ceilings: dict[Pool, int]
-) -> tuple[int, list[_Fit], list[_Fit], int] | None:
+) -> tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None:
     """For _walk: ``group``'s pool's ceiling, the cards it offers ``shared`` (those the
-    measure ranks, the busiest) and _least_card of them, or None when too few of its cards
+    measure ranks, the busiest) and _card_span of them, or None when too few of its cards
     fit (as place_shared skips a group)."""
     free, core, count = group.free, shared.core, shared.cards
     if shared.vendor is not None and group.key[0] != shared.vendor:
@@ -809,16 +809,18 @@ def _offer(
     if fits is None:
         return None
     distinct, busiest = fits
-    return ceilings[group.pool], distinct, busiest, _least_card(distinct, shared)
+    return ceilings[group.pool], distinct, busiest, _card_span(distinct, shared)
 
 
-def _least_card(fits: list[_Fit], shared: SharedRequest) -> int:
-    """The least free percent (before) of the cards among ``fits`` a one-card share could
-    take from: Target.within's bound for it; 0 for a share of several cards."""
+def _card_span(fits: list[_Fit], shared: SharedRequest) -> tuple[int, int]:
+    """The least and the most free percent (before) of the cards among ``fits`` a one-card
+    share could take from: what Target.within bounds its gain by; (0, 0) for a share of
+    several cards."""
     if shared.cards != 1:
-        return 0
+        return 0, 0
     # In busiest-first order, or idlest-first for a spread policy (_fitting_cards).
-    return min(fits[0][0], fits[-1][0]) + shared.core
+    first, last = fits[0][0] + shared.core, fits[-1][0] + shared.core
+    return min(first, last), max(first, last)
 
 
 def _best_bounded(
