@@ -65,7 +65,7 @@ def test_every_rank_is_the_gain_worked_out_afresh() -> None:
         assert len(target.ranks) < 3000  # answers were shared
 
 
-def test_no_placement_ranks_above_its_pools_ceiling() -> None:
+def test_no_placement_ranks_above_its_pools_ceiling_or_its_nodes_bound() -> None:
     rng = random.Random(11)
     classes = (
         ((4000, 1, 30, ANYWHERE), 300),
@@ -74,7 +74,7 @@ def test_no_placement_ranks_above_its_pools_ceiling() -> None:
         ((0, 0, 0, ANYWHERE), 150),
         ((1000, 1, 10, ANYWHERE), 100),
     )
-    reached = 0
+    reached = tighter = met = 0
     for contest in ((), ((T4, 40),)):
         target = Target(classes, DEFAULTS, contest=contest)
         for _ in range(3000):
@@ -88,8 +88,18 @@ def test_no_placement_ranks_above_its_pools_ceiling() -> None:
             fits = [f for f in cards if f >= core]
             if not fits:
                 continue
-            rank = target.rank((left, cards, pool), cpu, ((rng.choice(fits), core),))
+            card = rng.choice(fits)
+            rank = target.rank((left, cards, pool), cpu, ((card, core),))
             ceiling = target.ceiling(pool, cpu, core, 0 <= left < cpu)
             assert rank <= ceiling, (left, cards, pool, cpu, core)
             reached += rank == ceiling
+            # The node's own bound: no higher than the ceiling, no lower than the rank, for
+            # any span of cards the one taken is in.
+            least = rng.choice([f for f in fits if f <= card])
+            most = rng.choice([f for f in fits if f >= card])
+            within = target.within((left, cards, pool), cpu, core, (least, most))
+            assert rank <= within <= ceiling, (left, cards, pool, cpu, core, least)
+            tighter += within < ceiling
+            met += rank == within
     assert reached  # the ceiling is reached: a share on a sliver no class can use
+    assert tighter > 1000 and met > 1000

@@ -19,6 +19,7 @@ import json
 import random
 from collections import Counter
 
+import msgspec
 import pytest
 
 from scheduler.core.cycle import Unit, apply_decision, decide
@@ -290,6 +291,25 @@ def test_the_indexes_choose_and_refuse_as_the_walks_over_every_node(seed: int) -
     if rng.random() < 0.3:  # a node without GPUs, or with an invalid inventory
         state.set_node(NodeInput("plain", allocatable={"cpu": "4000m", "pods": "110"}))
         state.set_node(NodeInput("broken", annotations={GPUS_ANNOTATION: "{"}))
+    assert _compared(rng, state)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_shares_choose_as_the_walk_on_clusters_of_many_alike_nodes(seed: int) -> None:
+    """A few kinds of node, each many times over: more nodes than share groups, so a share read
+    node by node in name order (placement/nodes._walk) runs out of its budget (a node per
+    group) part of the time and files the groups then, and decides alone the rest: both must
+    choose as the walk over every node."""
+    rng = random.Random(seed)
+    state = ClusterState()
+    kinds = [_node(rng, i) for i in range(rng.randrange(1, 4))]
+    for i in range(rng.randrange(20, 80)):
+        state.set_node(msgspec.structs.replace(rng.choice(kinds), name=f"n{i:03d}"))
+    assert _compared(rng, state)
+
+
+def _compared(rng: random.Random, state: ClusterState) -> int:
+    """Place and refuse random pods on ``state``, each as the walks do; how many were shares."""
     compared = 0
     for i in range(rng.randrange(40, 160)):
         pod = _pod(rng, i, share=rng.random() < 0.5)
@@ -313,7 +333,7 @@ def test_the_indexes_choose_and_refuse_as_the_walks_over_every_node(seed: int) -
             state.remove_pod(rng.choice(sorted(state.holdings)))
         if rng.random() < 0.03 and len(state.nodes) > 3:  # and nodes
             state.remove_node(rng.choice(sorted(state.nodes)))
-    assert compared
+    return compared
 
 
 def test_a_reason_counts_the_nodes_of_one_share_group_that_disagree_on_what_they_have_left() -> (

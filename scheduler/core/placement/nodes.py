@@ -31,9 +31,13 @@ Shares, like pods without GPUs, are ranked over the snapshot's share index (snap
 nodes grouped by their usable cards' state and cpu left), not node by node: what fits and how
 it ranks is worked out once per group, and the filter chain is asked only about the names of
 the best groups, in the order the rule ranks them, until one passes. With a target workload
-(and no preference to score first) a group is ranked only when it comes up: each is filed under
-the highest rank a placement on its pool can reach (Target.ceiling), most reach it, and the
-first ranked at it with a name the chain accepts is the best (``_best_bounded``).
+(and no preference to score first) a candidate is ranked only when it could still win: the
+highest rank a placement can reach on its node (Target.within: the pool's Target.ceiling made
+tighter by the node's cpu left and cards) bounds it. A share reads the nodes in the order the
+ties go (untouched, then name) and stops at the first that ranks at the highest ceiling with
+a name the chain accepts (``_walk``); when a node per group is read without one, or for a pod
+without GPUs, every candidate is filed under its bound and ranked only when it comes up, and
+the first ranked at its own key with a name the chain accepts is the best (``_best_bounded``).
 
 Rule 5. When nothing fits, every node is counted under the first filter it failed (the GPU reason
 of a node the chain accepts is phrased once per share group or node class) and the counts
@@ -461,9 +465,8 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) 
         # Filed under their ceilings and ranked as they come up, as shares are (place_shared):
         # a node whose cpu left feeds every class after the pod's ranks at the ceiling.
         pending: list[_Pending] = []
-        ceilings: dict[Pool, int] = {}
         for group in state.node_index.shares.groups():
-            _file(pending, ceilings, target, group, (cpu, 0, asked), [], [])
+            _file(pending, target, group, (cpu, 0, asked), [], [])
         found = _best_bounded(state, target, pending, cpu, None, filters)
     else:
         for group in state.node_index.shares.groups():
@@ -582,9 +585,24 @@ def place_shared(
     # rank it can reach at most, and ranked only when it comes up (_best_bounded).
     bounded = target is not None and not filters.has_preferences
     pending: list[_Pending] = []
-    ceilings: dict[Pool, int] = {}
     core, count = shared.core, shared.cards
-    for group in state.node_index.shares.groups(shared.vendor, core):
+    index = state.node_index.shares
+    known: _Known = {}
+    if bounded:
+        assert target is not None
+        read, walked = _walk(
+            state,
+            target,
+            (cpu, core * count, asked),
+            shared,
+            spread_cards,
+            filters,
+            index.group_count(shared.vendor, core),
+            known,
+        )
+        if read:
+            return None if walked is None else _share_placement(pod, shared, *walked)
+    for group in index.groups(shared.vendor, core):
         free = group.free
         # Fewer than ``count`` cards with ``core`` free: too few fit (known without asking the
         # memo, which most groups of a full cluster would answer so). ``free`` leaves out the
@@ -597,7 +615,9 @@ def place_shared(
         distinct, chosen = found
         if bounded:
             assert target is not None
-            _file(pending, ceilings, target, group, (cpu, core * count, asked), distinct, chosen)
+            asks = (cpu, core * count, asked)
+            span = _card_span(distinct, shared)
+            _file(pending, target, group, asks, distinct, chosen, span, known)
             continue
         rest = (0, 0)
         if target is None:
@@ -628,7 +648,12 @@ def place_shared(
         best = _best_ranked(state, ranked, filters)
     if best is None:
         return None
-    node, cards = best
+    return _share_placement(pod, shared, *best)
+
+
+def _share_placement(
+    pod: PodInput, shared: SharedRequest, node: NodeState, cards: list[_Fit]
+) -> Placement:
     assert node.inventory is not None
     shares = tuple(
         Share(
@@ -670,30 +695,132 @@ def _best_ranked(
 # at stage 0 the rank is the ceiling and the name the candidate's first, at stage 1 the rank is
 # the candidate's own, at stage 2 the name is the first its chain accepts.
 _Pending = tuple[tuple[int, int, str], int, int, Shape, NameSet, list[_Fit], list[_Fit]]
+# What _walk ranked: per (group, by id, and cpu left), its rank and the cards it takes.
+_Known = dict[tuple[int, int], tuple[int, list[_Fit]]]
 
 
 def _file(
     pending: list[_Pending],
-    ceilings: dict[Pool, int],
     target: Target,
     group: CardGroup,
     asks: tuple[int, int, int],
     fits: list[_Fit],
     busiest: list[_Fit],
+    span: tuple[int, int] = (0, 0),
+    known: _Known | None = None,
 ) -> None:
-    """File ``group``'s candidates for _best_bounded under its pool's ceiling (remembered in
-    ``ceilings``): one per cpu left the pod's cpu request fits in. ``asks``: (the pod's cpu as
-    the measure weighs it, the card percent it takes, its cpu request as the chain checks it)."""
+    """File ``group``'s candidates for _best_bounded under the highest rank each can reach
+    (Target.within): one per cpu left the pod's cpu request fits in; one ``known`` ranks (_walk
+    ranked it) is filed ranked. ``asks``: (the pod's cpu as the measure weighs it, the card
+    percent it takes, its cpu request as the chain checks it)."""
     cpu, taken, asked = asks
     pool = group.pool
-    ceiling = ceilings.get(pool)
-    if ceiling is None:
-        ceiling = ceilings[pool] = -target.ceiling(pool, cpu, taken, asked < cpu)
-    untouched, free = int(group.untouched), group.free
+    untouched, free, at = int(group.untouched), group.free, id(group)
     for left, names in group.by_cpu.items():
-        if not asked > left >= 0:
-            key = (ceiling, untouched, names.first())
-            pending.append((key, 0, len(pending), (left, free, pool), names, fits, busiest))
+        if asked > left >= 0:
+            continue
+        shape = (left, free, pool)
+        ranked = None if known is None else known.get((at, left))
+        if ranked is None:
+            key = (-target.within(shape, cpu, taken, span), untouched, names.first())
+            pending.append((key, 0, len(pending), shape, names, fits, busiest))
+        else:
+            key = (-ranked[0], untouched, names.first())
+            pending.append((key, 1, len(pending), shape, names, ranked[1], busiest))
+
+
+def _walk(
+    state: ClusterState,
+    target: Target,
+    asks: tuple[int, int, int],
+    shared: SharedRequest,
+    spread_cards: bool,
+    filters: Filter,
+    budget: int,
+    ranked: _Known,
+) -> tuple[bool, tuple[NodeState, list[_Fit]] | None]:
+    """What _best_bounded finds for a share, read node by node in the order its keys tie in,
+    while that is cheaper than filing every candidate: (True, the best) when the nodes read
+    decide it, else (False, None) after ``budget`` nodes (what filing reads: a group each).
+
+    A candidate's key is (minus its rank, untouched, name), its rank at most its pool's ceiling
+    (Target.ceiling), and a small share's candidates mostly tie at the highest ceiling (issue
+    32: at 5,000 nodes a share of a tenth of a card filed some 1,600, and filing alone cost
+    several times the millisecond a share may take). Read in (untouched, name) order
+    (ShareIndex.in_name_order), a node can only beat the best so far with a higher rank, so
+    one whose pool's ceiling is no higher is passed over unranked, one that ranks no higher is
+    not asked about, and once the best reaches the highest ceiling no node still to read can
+    beat it. A share of much of a card seldom reaches it (the ceiling counts every class as
+    losing the percent taken, and a card that much is free is one many classes could use):
+    its few candidates are filed after ``budget`` nodes, those it ranked with their ranks
+    (``ranked``, filled). ``asks`` as _file's."""
+    cpu, taken, asked = asks
+    index = state.node_index.shares
+    short = asked < cpu
+    ceilings = {pool: target.ceiling(pool, cpu, taken, short) for pool in index.pools()}
+    if not ceilings:
+        return True, None
+    top = max(ceilings.values())
+    best: tuple[int, str, list[_Fit]] | None = None
+    # Per group read (by id: a group lives through the decision), its pool's ceiling and the
+    # cards it offers, or None when too few fit.
+    groups: dict[int, tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None] = {}
+    for name, group, left in index.in_name_order():
+        budget -= 1
+        if budget < 0:
+            return False, None
+        if asked > left >= 0:
+            continue
+        at = id(group)
+        if at in groups:
+            offer = groups[at]
+        else:
+            offer = groups[at] = _offer(group, shared, spread_cards, ceilings)
+        if offer is None or (best is not None and offer[0] <= best[0]):
+            continue
+        known = ranked.get((at, left))
+        if known is None:
+            shape = (left, group.free, group.pool)
+            if best is not None and target.within(shape, cpu, taken, offer[3]) <= best[0]:
+                continue
+            frag, cards = _least_fragmenting(target, shape, cpu, shared, offer[1], offer[2])
+            known = ranked[(at, left)] = (-frag, cards)
+        rank, cards = known
+        if (best is not None and rank <= best[0]) or filters.check(state.nodes[name]):
+            continue
+        best = (rank, name, cards)
+        if rank >= top:
+            break
+    return True, None if best is None else (state.nodes[best[1]], best[2])
+
+
+def _offer(
+    group: CardGroup, shared: SharedRequest, spread_cards: bool, ceilings: dict[Pool, int]
+) -> tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None:
+    """For _walk: ``group``'s pool's ceiling, the cards it offers ``shared`` (those the
+    measure ranks, the busiest) and _card_span of them, or None when too few of its cards
+    fit (as place_shared skips a group)."""
+    free, core, count = group.free, shared.core, shared.cards
+    if shared.vendor is not None and group.key[0] != shared.vendor:
+        return None
+    if core and (len(free) < count or free[count - 1] < core):
+        return None
+    fits = _fitting_cards(group, shared, spread_cards)
+    if fits is None:
+        return None
+    distinct, busiest = fits
+    return ceilings[group.pool], distinct, busiest, _card_span(distinct, shared)
+
+
+def _card_span(fits: list[_Fit], shared: SharedRequest) -> tuple[int, int]:
+    """The least and the most free percent (before) of the cards among ``fits`` a one-card
+    share could take from: what Target.within bounds its gain by; (0, 0) for a share of
+    several cards."""
+    if shared.cards != 1:
+        return 0, 0
+    # In busiest-first order, or idlest-first for a spread policy (_fitting_cards).
+    first, last = fits[0][0] + shared.core, fits[-1][0] + shared.core
+    return min(first, last), max(first, last)
 
 
 def _best_bounded(

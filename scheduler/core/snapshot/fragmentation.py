@@ -114,11 +114,13 @@ class Target:
         "afters",
         "asks",
         "before",
+        "capped",
         "classes",
         "contest",
         "cpu_cap",
         "cpu_per",
         "delta",
+        "kept",
         "key",
         "levels",
         "memo",
@@ -198,6 +200,10 @@ class Target:
         # out, the GPU classes it covers and that can run there summed by (cards, percent):
         # (cards, percent, weight), built when first asked for.
         self.levels: dict[tuple[int, frozenset[Reach]], list[tuple[int, int, int]]] = {}
+        # Per (cpu level, blocked reaches, the least a card has free, the most less the percent
+        # taken): _kept; per _capped's arguments: its rank (within).
+        self.kept: dict[tuple[int, frozenset[Reach], int, int], tuple[int, int]] = {}
+        self.capped: dict[tuple[frozenset[Reach], int, int, int, int], int] = {}
         self.weight = sum(weight for _, weight in key)
         # Per reaches that leave a contested pool out, what a free GPU percent of it counts
         # (subtracted) in frag(). A pool's contest is the sum of what the pinned classes that
@@ -266,15 +272,85 @@ class Target:
         falls by at most ``taken`` less what ``cpu`` feeds at the workload's rate (all of
         ``taken`` on a node left with none), and the stranded and contest terms are linear
         in that fall (``rank``)."""
-        blocked = self.views.blocked(pool)
-        unreached = self._unreached(blocked)
-        reserve = self.reserve.get(blocked, 0)
         fall = 0
         if self.cpu_per:
             fall = taken if short else max(0, taken - cpu * self.per_cpu // self.cpu_per)
-        classes = self.weight + self.strand * unreached - reserve
+        return self._capped(self.views.blocked(pool), taken, fall)
+
+    def within(self, shape: Shape, cpu: int, taken: int, span: tuple[int, int] = (0, 0)) -> int:
+        """The highest ``rank`` a placement taking ``taken`` percent of cards (``cpu``
+        millicores) can have on a node of ``shape``, worked out as ``ceiling`` but from the
+        node: the stranded percent falls by what its cpu left makes it fall (``rank``'s cut);
+        and, for a placement on one card with between ``span`` percent free ((0, 0): several
+        cards), a class fed there that asks one card of at most the least of them counts no
+        less after, and one such class that no card of the span leaves usable counts at
+        least the least less the percent taken less (``_kept``). Cheap (no shape is
+        measured; a lookup when the memos know the answer), and tighter than the ceiling
+        wherever the node's cpu left feeds its free cards before and after, or the card is
+        one many classes use (issue 32: the nodes a share's search reads first, and the
+        shares of much of a card, which seldom reach the ceiling; on bench-core's
+        share-heavy workload it is the rank itself for most nodes)."""
+        left, cards, pool = shape
+        blocked = self.views.blocked(pool)
+        cut, level = 0, len(self.asks)
+        if left >= 0:
+            level = bisect.bisect_right(self.asks, left)
+            if self.cpu_per:
+                idle, then, per, rate = sum(cards), max(0, left - cpu), self.per_cpu, self.cpu_per
+                cut = max(0, idle - left * per // rate) - max(0, idle - taken - then * per // rate)
+        kept = lost = 0
+        least, most = span
+        if least:
+            key = (level, blocked, least, most - taken)
+            found = self.kept.get(key)
+            kept, lost = self._kept(*key) if found is None else found
+            lost *= least - taken
+        capped = (blocked, taken, cut, kept, lost)
+        ranked = self.capped.get(capped)
+        if ranked is None:
+            if len(self.capped) >= self.memo_limit:
+                _forget_oldest(self.capped)
+            ranked = self.capped[capped] = self._capped(*capped)
+        return ranked
+
+    def _kept(
+        self, level: int, blocked: frozenset[Reach], least: int, over: int
+    ) -> tuple[int, int]:
+        """(the weight of the one-card classes asking at most ``least`` percent that a cpu
+        left covering the first ``level`` of ``asks`` feeds on a node ``blocked`` leaves them
+        in, the weight of those of them asking more than ``over`` percent). Taking part of
+        a card with at least ``least`` percent free, each of them counts no more after than
+        before: the card stays usable to it (no change); or it becomes a sliver, and the
+        class loses its room (it counted none of the card, and counts what is left of it),
+        or stops fitting or being fed (it counts all the idle percent after, at most what
+        it counted before plus the card it could use, less the percent taken). One asking
+        more than what is left of any card of the span (``over``) is of the second kind:
+        it counts at least what is left of the card more."""
+        key = (level, blocked, least, over)
+        if len(self.kept) >= self.memo_limit:
+            _forget_oldest(self.kept)
+        groups = self.levels.get((level, blocked))
+        if groups is None:
+            groups = self.levels[(level, blocked)] = self._level(level, blocked)
+        ones = [(core, w) for k, core, w in groups if k == 1 and core <= least]
+        found = self.kept[key] = (
+            sum(w for _, w in ones),
+            sum(w for core, w in ones if core > over),
+        )
+        return found
+
+    def _capped(
+        self, blocked: frozenset[Reach], taken: int, fall: int, kept: int = 0, lost: int = 0
+    ) -> int:
+        """The rank of the most a placement taking ``taken`` percent on a node the reaches
+        ``blocked`` leave out can gain when the stranded percent falls by ``fall``: every
+        class but those weighing ``kept`` counting ``taken`` less, less ``lost`` (what some
+        of those count more at least)."""
+        unreached = self._unreached(blocked)
+        reserve = self.reserve.get(blocked, 0)
+        classes = self.weight - kept + self.strand * unreached - reserve
         stranded = self.strand * (self.weight - unreached) + reserve
-        return gain_rank(classes * taken + stranded * fall, self.parts)
+        return gain_rank(classes * taken + stranded * fall - lost, self.parts)
 
     def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
         """The cpu left from which up a placement asking for ``cpu`` millicores ranks the same

@@ -17,6 +17,10 @@ group only in the order the rank gives (issue 32: the chain ran on every node fo
   alone (which cards fit).
 - within a group, the nodes by cpu left (-1: the status says nothing of cpu), one ``NameSet``
   each: the shape is (cpu left, the group's free cards).
+- every node by (untouched, name) (``in_name_order``): the order the candidates of a share, or
+  of a pod without GPUs, come up in when their ceilings tie (placement/nodes._walk), so a
+  decision reads them from the first instead of filing every one; and the pools its groups are
+  of (``pools``), whose ceilings bound what any node still to read can rank.
 - per node, what a refused pod's reason derives of it and its group (``counted``: what it has
   left of the resources pods ask for; placement/nodes.unschedulable_reason), dropped when the
   node is (a node whose records, status or cards change is refiled, so what is kept is always
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ..model.names import CORES_PER_CARD
 from .fragmentation import Pool, free_cards
@@ -83,6 +87,9 @@ class ShareIndex:
         "_by_top",
         "_by_vendor",
         "_lefts",
+        "_order",
+        "_ordered",
+        "_pools",
         "_read_ids",
         "_where",
         "by_left",
@@ -100,6 +107,14 @@ class ShareIndex:
         # reading them (issue 32: some 1,400 groups a share at 5,000 nodes, most of them full).
         self._by_top: dict[str, dict[int, dict[CardKey, CardGroup]]] = {}
         self._where: dict[str, tuple[CardGroup, int]] = {}
+        # Every node filed as (untouched, name), ascending, and the entry each node has now. A
+        # node whose untouched flag changes gets a second entry, and the first stays (passed
+        # over by ``in_name_order``) until the list holds twice the nodes and is rebuilt, so a
+        # refiling costs a dict lookup, not a list edit (a node is refiled on every charge).
+        self._order: list[tuple[int, str]] = []
+        self._ordered: dict[str, int] = {}
+        # Per pool (fragmentation.Pool), how many groups are of it.
+        self._pools: dict[Pool, int] = {}
         # What the reason code derives per node, while the node stays where it is filed, and
         # the nodes filed that it has not derived anything of yet.
         self.counted: dict[str, object] = {}
@@ -130,12 +145,23 @@ class ShareIndex:
             group = groups[key] = CardGroup(key)
             tops = self._by_top.setdefault(key[0], {})
             tops.setdefault(group.top, {})[key] = group
+            self._pools[key[5]] = self._pools.get(key[5], 0) + 1
         names = group.by_cpu.get(left)
         if names is None:
             names = group.by_cpu[left] = NameSet()
         names.add(name)
         self._where[name] = (group, left)
         self.uncounted[name] = group
+        untouched = int(key[3])
+        if self._ordered.get(name) != untouched:
+            self._ordered[name] = untouched
+            order, entry = self._order, (untouched, name)
+            at = bisect.bisect_left(order, entry)
+            if at == len(order) or order[at] != entry:
+                order.insert(at, entry)
+            if len(order) > 2 * len(self._where) + 64:
+                self._order = sorted((int(g.key[3]), n) for n, (g, _) in self._where.items())
+                self._ordered = {n: u for u, n in self._order}
 
     def drop(self, name: str) -> None:
         """The node leaves its group (before a change to its cards or cpu, or for good)."""
@@ -160,6 +186,10 @@ class ShareIndex:
         del tops[group.top][group.key]
         if not tops[group.top]:
             del tops[group.top]
+        pool = group.key[5]
+        self._pools[pool] -= 1
+        if not self._pools[pool]:
+            del self._pools[pool]
         if not groups:
             del self._by_vendor[vendor]
             del self._by_top[vendor]
@@ -220,3 +250,26 @@ class ShareIndex:
         return itertools.chain.from_iterable(
             groups.values() for by_top in tops for top, groups in by_top.items() if top >= least
         )
+
+    def group_count(self, vendor: str | None = None, least: int = 0) -> int:
+        """How many groups ``groups`` yields for these arguments, without reading them."""
+        if vendor is not None:
+            vendors = [self._by_top.get(vendor, {})]
+        else:
+            vendors = list(self._by_top.values())
+        return sum(
+            len(groups) for by_top in vendors for top, groups in by_top.items() if top >= least
+        )
+
+    def pools(self) -> Iterable[Pool]:
+        """The pools of the nodes filed."""
+        return self._pools.keys()
+
+    def in_name_order(self) -> Iterator[tuple[str, CardGroup, int]]:
+        """Every node filed, as (name, group, cpu left), the touched before the untouched, each
+        in name order."""
+        where = self._where
+        for untouched, name in self._order:
+            found = where.get(name)
+            if found is not None and found[0].key[3] == untouched:
+                yield name, found[0], found[1]
