@@ -32,6 +32,7 @@ from scheduler.core.model.names import (
     GPUS_ANNOTATION,
     MEMORY_RESOURCE,
     NODE_POLICY_ANNOTATION,
+    SGPU_RESOURCE,
 )
 from scheduler.core.model.objects import (
     Affinity,
@@ -308,11 +309,50 @@ def test_shares_choose_as_the_walk_on_clusters_of_many_alike_nodes(seed: int) ->
     assert _compared(rng, state)
 
 
-def _compared(rng: random.Random, state: ClusterState) -> int:
-    """Place and refuse random pods on ``state``, each as the walks do; how many were shares."""
+@pytest.mark.parametrize("seed", range(40))
+def test_shares_of_two_vendors_choose_as_the_walk(seed: int) -> None:
+    """NVIDIA and MetaX nodes, and sGPU shares only MetaX cards take: the highest ceiling a
+    share's read stops at is of its own vendor's pools (a pool's ceiling counts its vendor's
+    pods' classes as unable to run there), and every share still chooses as the walk over
+    every node."""
+    rng = random.Random(seed)
+    state = ClusterState()
+    kinds = [_node(rng, i) for i in range(rng.randrange(1, 3))]
+    kinds += [_metax_node(rng, 100 + i) for i in range(rng.randrange(1, 3))]
+    for i in range(rng.randrange(20, 60)):
+        state.set_node(msgspec.structs.replace(rng.choice(kinds), name=f"n{i:03d}"))
+    assert _compared(rng, state, sgpu=0.3)
+
+
+def _metax_node(rng: random.Random, i: int) -> NodeInput:
+    gpus = rng.choice((1, 2, 4))
+    devices = [
+        {"index": d, "uuid": f"MX-{i}-{d}", "memoryMiB": 65536, "healthy": True}
+        for d in range(gpus)
+    ]
+    inventory = {"vendor": "metax", "devices": devices, "sgpuPerCard": rng.choice((4, 8))}
+    return NodeInput(
+        f"m{i:03d}",
+        labels={MODEL: "mx"},
+        annotations={GPUS_ANNOTATION: json.dumps(inventory)},
+        allocatable={"cpu": f"{rng.choice((8000, 32000))}m", "memory": "262144Mi", "pods": "110"},
+    )
+
+
+def _compared(rng: random.Random, state: ClusterState, sgpu: float = 0.0) -> int:
+    """Place and refuse random pods on ``state``, each as the walks do (``sgpu``: the part of
+    the shares that ask for a MetaX sGPU slot instead); how many were shares."""
     compared = 0
     for i in range(rng.randrange(40, 160)):
-        pod = _pod(rng, i, share=rng.random() < 0.5)
+        share = rng.random() < 0.5
+        pod = _pod(rng, i, share=share)
+        if share and rng.random() < sgpu:
+            main = pod.containers[0]
+            limits = {k: v for k, v in main.limits.items() if k != CORE_RESOURCE}
+            limits[SGPU_RESOURCE] = "1"
+            pod = msgspec.structs.replace(
+                pod, containers=(msgspec.structs.replace(main, limits=limits),)
+            )
         req = parse_request(pod, state.settings, state.memos.asks)
         filters = PodFilters(state, pod)
         if req.shared is not None:

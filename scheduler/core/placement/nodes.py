@@ -69,7 +69,7 @@ from ..resources.gpusets import SetChoice
 from ..resources.inventory import Inventory
 from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
 from ..snapshot.cluster import ClusterState
-from ..snapshot.fragmentation import Pool, Shape, Target
+from ..snapshot.fragmentation import PoolViews, Reach, Shape, Target
 from ..snapshot.names import NameSet
 from ..snapshot.nodes import ClassKey, Demand, NodeClass, NodeState, ShapeGroup
 from ..snapshot.shares import CardGroup, CardUseKey, ShareIndex
@@ -462,8 +462,8 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) 
     asked = _asked_cpu(filters)
     ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
     if target is not None and not filters.has_preferences:
-        # Filed under their ceilings and ranked as they come up, as shares are (place_shared):
-        # a node whose cpu left feeds every class after the pod's ranks at the ceiling.
+        # Filed under their bounds and ranked as they come up, as shares are (place_shared):
+        # a node whose cpu left feeds every class after the pod's ranks at the bound, 50.
         pending: list[_Pending] = []
         for group in state.node_index.shares.groups():
             _file(pending, target, group, (cpu, 0, asked), [], [])
@@ -588,12 +588,13 @@ def place_shared(
     core, count = shared.core, shared.cards
     index = state.node_index.shares
     known: _Known = {}
+    asks = (cpu, core * count, asked)
     if bounded:
         assert target is not None
         read, walked = _walk(
             state,
             target,
-            (cpu, core * count, asked),
+            asks,
             shared,
             spread_cards,
             filters,
@@ -615,7 +616,6 @@ def place_shared(
         distinct, chosen = found
         if bounded:
             assert target is not None
-            asks = (cpu, core * count, asked)
             span = _card_span(distinct, shared)
             _file(pending, target, group, asks, distinct, chosen, span, known)
             continue
@@ -743,21 +743,28 @@ def _walk(
     while that is cheaper than filing every candidate: (True, the best) when the nodes read
     decide it, else (False, None) after ``budget`` nodes (what filing reads: a group each).
 
-    A candidate's key is (minus its rank, untouched, name), its rank at most its pool's ceiling
-    (Target.ceiling), and a small share's candidates mostly tie at the highest ceiling (issue
-    32: at 5,000 nodes a share of a tenth of a card filed some 1,600, and filing alone cost
-    several times the millisecond a share may take). Read in (untouched, name) order
-    (ShareIndex.in_name_order), a node can only beat the best so far with a higher rank, so
-    one whose pool's ceiling is no higher is passed over unranked, one that ranks no higher is
-    not asked about, and once the best reaches the highest ceiling no node still to read can
-    beat it. A share of much of a card seldom reaches it (the ceiling counts every class as
-    losing the percent taken, and a card that much is free is one many classes could use):
-    its few candidates are filed after ``budget`` nodes, those it ranked with their ranks
-    (``ranked``, filled). ``asks`` as _file's."""
+    A candidate's key is (minus its rank, untouched, name), its rank at most its node's bound
+    (Target.within), that at most its pool's ceiling (Target.ceiling), and a small share's
+    candidates mostly tie at the highest ceiling (issue 32: at 5,000 nodes a share of a tenth
+    of a card filed some 1,600, and filing alone cost several times the millisecond a share
+    may take). Read in (untouched, name) order (ShareIndex.in_name_order), a node can only
+    beat the best so far with a higher rank, so one whose pool's ceiling or own bound is no
+    higher is passed over unranked, one that ranks no higher is not asked about, and once the
+    best reaches the highest ceiling of the share's vendor's pools no node still to read can
+    beat it. A share of much of a card seldom reaches it (placing most of a card takes it from
+    classes that could use it): its candidates are filed after ``budget`` nodes, those it
+    ranked with their ranks (``ranked``, filled). ``asks`` as _file's."""
     cpu, taken, asked = asks
     index = state.node_index.shares
     short = asked < cpu
-    ceilings = {pool: target.ceiling(pool, cpu, taken, short) for pool in index.pools()}
+    # Per the reaches that leave a pool out (what a pool's ceiling reads of it), the ceiling:
+    # nodes with a taint each are a pool each (issue 32's review: 5,000 ceilings a share).
+    views = target.views
+    ceilings: dict[frozenset[Reach], int] = {}
+    for pool in index.pools():
+        blocked = views.blocked(pool)
+        if blocked not in ceilings and (shared.vendor is None or pool[0] == shared.vendor):
+            ceilings[blocked] = target.ceiling(pool, cpu, taken, short)
     if not ceilings:
         return True, None
     top = max(ceilings.values())
@@ -775,7 +782,7 @@ def _walk(
         if at in groups:
             offer = groups[at]
         else:
-            offer = groups[at] = _offer(group, shared, spread_cards, ceilings)
+            offer = groups[at] = _offer(group, shared, spread_cards, views, ceilings)
         if offer is None or (best is not None and offer[0] <= best[0]):
             continue
         known = ranked.get((at, left))
@@ -795,7 +802,11 @@ def _walk(
 
 
 def _offer(
-    group: CardGroup, shared: SharedRequest, spread_cards: bool, ceilings: dict[Pool, int]
+    group: CardGroup,
+    shared: SharedRequest,
+    spread_cards: bool,
+    views: PoolViews,
+    ceilings: dict[frozenset[Reach], int],
 ) -> tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None:
     """For _walk: ``group``'s pool's ceiling, the cards it offers ``shared`` (those the
     measure ranks, the busiest) and _card_span of them, or None when too few of its cards
@@ -809,7 +820,7 @@ def _offer(
     if fits is None:
         return None
     distinct, busiest = fits
-    return ceilings[group.pool], distinct, busiest, _card_span(distinct, shared)
+    return ceilings[views.blocked(group.pool)], distinct, busiest, _card_span(distinct, shared)
 
 
 def _card_span(fits: list[_Fit], shared: SharedRequest) -> tuple[int, int]:
@@ -833,12 +844,12 @@ def _best_bounded(
 ) -> tuple[NodeState, list[_Fit]] | None:
     """The smallest (minus the rank, untouched, name) the chain accepts, as _best_ranked finds
     it, without ranking every candidate: each key is at most what the candidate can come to
-    (its ceiling, Target.ceiling, and its first name), so the first candidate that comes up
-    with its own rank and a name the chain accepts is the best. Most of a share's candidates
-    tie at the ceiling (some 1,000-2,800 of them for a share of a fifth of a card at 5,000
-    nodes, 70% at the best rank: issue 32), and a pod without GPUs ranks the ceiling on every
-    node its cpu leaves room on, so most decisions rank a few dozen. ``shared`` None: a pod
-    without GPUs (no cards taken)."""
+    (its bound, Target.within, or its rank when _walk worked it out, and its first name), so
+    the first candidate that comes up with its own rank and a name the chain accepts is the
+    best. Most of a share's candidates have a bound below the best rank (on bench-core's
+    share-heavy workload the bound is the rank itself on most nodes: issue 32), and a pod
+    without GPUs ranks its bound, the ceiling of 50, on every node its cpu leaves room on, so
+    most decisions rank a few dozen. ``shared`` None: a pod without GPUs (no cards taken)."""
     heapq.heapify(pending)
     while pending:
         key, stage, position, shape, names, fits, busiest = heapq.heappop(pending)

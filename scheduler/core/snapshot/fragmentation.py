@@ -283,8 +283,8 @@ class Target:
         node: the stranded percent falls by what its cpu left makes it fall (``rank``'s cut);
         and, for a placement on one card with between ``span`` percent free ((0, 0): several
         cards), a class fed there that asks one card of at most the least of them counts no
-        less after, and one such class that no card of the span leaves usable counts at
-        least the least less the percent taken less (``_kept``). Cheap (no shape is
+        less after than before, and one of those that no card of the span leaves usable counts
+        at least the least less the percent taken more (``_kept``). Cheap (no shape is
         measured; a lookup when the memos know the answer), and tighter than the ceiling
         wherever the node's cpu left feeds its free cards before and after, or the card is
         one many classes use (issue 32: the nodes a share's search reads first, and the
@@ -319,13 +319,13 @@ class Target:
         """(the weight of the one-card classes asking at most ``least`` percent that a cpu
         left covering the first ``level`` of ``asks`` feeds on a node ``blocked`` leaves them
         in, the weight of those of them asking more than ``over`` percent). Taking part of
-        a card with at least ``least`` percent free, each of them counts no more after than
+        a card with at least ``least`` percent free, each of them counts no less after than
         before: the card stays usable to it (no change); or it becomes a sliver, and the
-        class loses its room (it counted none of the card, and counts what is left of it),
-        or stops fitting or being fed (it counts all the idle percent after, at most what
-        it counted before plus the card it could use, less the percent taken). One asking
-        more than what is left of any card of the span (``over``) is of the second kind:
-        it counts at least what is left of the card more."""
+        class counts what is left of the card (it counted none of it), or it stops fitting
+        or being fed and counts all the idle percent after (at least what it counted before
+        plus the card it could use, less the percent taken). One asking more than what is
+        left of any card of the span (``over``) is of the second kind: it counts at least
+        the least less the percent taken more."""
         key = (level, blocked, least, over)
         if len(self.kept) >= self.memo_limit:
             _forget_oldest(self.kept)

@@ -17,10 +17,10 @@ group only in the order the rank gives (issue 32: the chain ran on every node fo
   alone (which cards fit).
 - within a group, the nodes by cpu left (-1: the status says nothing of cpu), one ``NameSet``
   each: the shape is (cpu left, the group's free cards).
-- every node by (untouched, name) (``in_name_order``): the order the candidates of a share, or
-  of a pod without GPUs, come up in when their ceilings tie (placement/nodes._walk), so a
-  decision reads them from the first instead of filing every one; and the pools its groups are
-  of (``pools``), whose ceilings bound what any node still to read can rank.
+- every node by (untouched, name) (``in_name_order``): the order a share's candidates come
+  up in when their bounds tie (placement/nodes._walk), so a decision reads them from the first
+  instead of filing every one; and the pools its groups are of (``pools``), whose ceilings
+  bound what any node still to read can rank.
 - per node, what a refused pod's reason derives of it and its group (``counted``: what it has
   left of the resources pods ask for; placement/nodes.unschedulable_reason), dropped when the
   node is (a node whose records, status or cards change is refiled, so what is kept is always
@@ -159,9 +159,7 @@ class ShareIndex:
             at = bisect.bisect_left(order, entry)
             if at == len(order) or order[at] != entry:
                 order.insert(at, entry)
-            if len(order) > 2 * len(self._where) + 64:
-                self._order = sorted((int(g.key[3]), n) for n, (g, _) in self._where.items())
-                self._ordered = {n: u for u, n in self._order}
+            self._reorder()
 
     def drop(self, name: str) -> None:
         """The node leaves its group (before a change to its cards or cpu, or for good)."""
@@ -172,6 +170,7 @@ class ShareIndex:
             self._uncount(name)
         self.uncounted.pop(name, None)
         group, left = found
+        self._reorder()
         names = group.by_cpu[left]
         names.names.discard(name)
         if names.names:
@@ -193,6 +192,13 @@ class ShareIndex:
         if not groups:
             del self._by_vendor[vendor]
             del self._by_top[vendor]
+
+    def _reorder(self) -> None:
+        """Rebuild ``_order`` from the nodes filed once it holds more than twice as many
+        entries (a node's old entries, and those of nodes gone)."""
+        if len(self._order) > 2 * len(self._where) + 64:
+            self._order = sorted((int(g.key[3]), n) for n, (g, _) in self._where.items())
+            self._ordered = {n: u for u, n in self._order}
 
     def count(self, name: str, row: object, lefts: tuple[int, ...] | None) -> None:
         """What the reason code derived of an uncounted node (``row``), and what the node has
@@ -253,10 +259,7 @@ class ShareIndex:
 
     def group_count(self, vendor: str | None = None, least: int = 0) -> int:
         """How many groups ``groups`` yields for these arguments, without reading them."""
-        if vendor is not None:
-            vendors = [self._by_top.get(vendor, {})]
-        else:
-            vendors = list(self._by_top.values())
+        vendors = [self._by_top.get(vendor, {})] if vendor is not None else self._by_top.values()
         return sum(
             len(groups) for by_top in vendors for top, groups in by_top.items() if top >= least
         )
