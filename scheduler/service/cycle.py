@@ -172,11 +172,6 @@ class Cycle:
             for p in unit.pods:
                 self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
             return None
-        if (rereading := self._rereading(unit)) is not None:
-            log.info("waiting for a gang member's read-back", pod=key, member=rereading)
-            for p in unit.pods:
-                self.effects.dispatch(p.key, p.uid, Event.NOT_READY)
-            return None
         if unit.gang is not None and (held := self.book.gang_members(unit.gang, _UNSETTLED)):
             # A member is held where a previous leader decided, its Binding maybe still
             # landing: deciding the others now, without it, could split the gang (it lands
@@ -227,6 +222,8 @@ class Cycle:
             # may be gone already (a restart's deletions not delivered yet), and counted they
             # would make these members surplus, bound one at a time (intake.bound_view_covers).
             return "gang's bound members not confirmed yet: bound watch behind"
+        if (member := self._rereading(unit)) is not None:
+            return f"waiting for gang member {member}'s read-back"
         return None
 
     def _summarize(self, attempt: _Attempt, result: str) -> None:

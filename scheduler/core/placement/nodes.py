@@ -540,6 +540,12 @@ _Fits = tuple[list[_Fit], list[_Fit]] | None
 def _fitting_cards(group: CardGroup, shared: SharedRequest, spread_cards: bool) -> _Fits:
     """What ``group``'s nodes offer ``shared`` (None: too few cards fit), remembered by the
     group: it depends on the group's key alone."""
+    free, core = group.free, shared.core
+    # Fewer than ``count`` cards with ``core`` free: too few fit (known without asking the
+    # memo, which most groups of a full cluster would answer so). ``free`` leaves out the cards
+    # with none free, which a share asking for no core could still use.
+    if core and (len(free) < shared.cards or free[shared.cards - 1] < core):
+        return None
     memo_key = (shared, spread_cards)
     if memo_key in group.memo:
         return group.memo[memo_key]  # type: ignore[return-value]
@@ -604,12 +610,6 @@ def place_shared(
         if read:
             return None if walked is None else _share_placement(pod, shared, *walked)
     for group in index.groups(shared.vendor, core):
-        free = group.free
-        # Fewer than ``count`` cards with ``core`` free: too few fit (known without asking the
-        # memo, which most groups of a full cluster would answer so). ``free`` leaves out the
-        # cards with none free, which a share asking for no core could still use.
-        if core and (len(free) < count or free[count - 1] < core):
-            continue
         found = _fitting_cards(group, shared, spread_cards)
         if found is None:
             continue
@@ -626,7 +626,7 @@ def place_shared(
             rest = (-free_after if spread_nodes else free_after, group.idle)
         # Read once a group, not once per cpu left (some 1,700 candidates a share right after
         # the target changed: issue 32).
-        pool, untouched = group.pool, int(group.untouched)
+        pool, untouched, free = group.pool, int(group.untouched), group.free
         for left, names in group.by_cpu.items():
             if asked > left >= 0:
                 continue
@@ -811,10 +811,7 @@ def _offer(
     """For _walk: ``group``'s pool's ceiling, the cards it offers ``shared`` (those the
     measure ranks, the busiest) and _card_span of them, or None when too few of its cards
     fit (as place_shared skips a group)."""
-    free, core, count = group.free, shared.core, shared.cards
     if shared.vendor is not None and group.key[0] != shared.vendor:
-        return None
-    if core and (len(free) < count or free[count - 1] < core):
         return None
     fits = _fitting_cards(group, shared, spread_cards)
     if fits is None:
