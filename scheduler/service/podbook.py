@@ -612,6 +612,10 @@ class Entry:
     # The book's era its placement was decided in: its Bindings are sent in that era only
     # (effects.py's ``_bind``).
     era: int = 0
+    # Which decision its placement is (PodBook.decide: the book's count, never reused): a
+    # Binding's outcome is told to the entry only while it holds the decision that Binding
+    # was of (effects.py's ``_outcome``).
+    decision: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
     # The reason the pod shows (None: none), as its last pending news or re-read showed it or
     # as this replica last wrote it; a decision's reason is written when it differs, and the
@@ -682,6 +686,8 @@ class PodBook:
     newest: int = 0
     # How many eras began (``new_era``): a Binding's answer is of the era it was sent in.
     era: int = 0
+    # How many placements were decided (``decide``): each entry's is its own number.
+    decisions: int = 0
     # How many bound LISTs began (intake's ``bound_list_begin``): a 201 for a Binding during
     # which one began may be older than that LIST, which may not show it (effects.py's
     # ``_outcome``: it is re-read).
@@ -788,6 +794,20 @@ class PodBook:
             entry.version = 0
         self.newest = version
         self.era += 1
+
+    def decide(self, entry: Entry) -> None:
+        """The entry's placement was decided now, in this era: a number no other decision had."""
+        self.decisions += 1
+        entry.decision = self.decisions
+        entry.era = self.era
+
+    def decided_since(self, key: str, uid: str, decision: int) -> bool:
+        """Whether the pod's entry holds a decision other than ``decision``: decided again
+        since (after an etcd restore made it pending), or a new entry that was not."""
+        entry = self.entries.get(key)
+        if entry is None or (uid and entry.uid and entry.uid != uid):
+            return False  # not this pod's entry: the GONE rows of the table
+        return entry.decision != decision
 
     def in_stages(self, stages: frozenset[Stage]) -> list[Entry]:
         return [e for e in self.entries.values() if e.stage in stages]
