@@ -360,9 +360,14 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # reason decided again was never written (sim seed 30598).
     (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, (F.KEEP_POD, F.SHOWN)),
     (S.RESERVING, E.PENDING_SAME): (S.RESERVING, (F.SHOWN,)),
-    (S.RESERVING, E.PENDING_LEFT): (S.RESERVING, _),  # the bind will tell (404: BIND_GONE)
     # Gone: the assumption goes; the store's answer for a pod no longer in the book (GONE,
-    # RESERVE_OK) releases whatever the reservation wrote.
+    # RESERVE_OK) releases whatever the reservation wrote. Left the pending watch (deleted, or
+    # bound by someone else: the bound watch then shows it) is gone as from PENDING: no Binding
+    # of ours was sent. Held on for the Binding's 404, it stayed in the book when the
+    # reservation failed instead, pending again for good (an etcd restore to before the pod
+    # was created: the new era's LIST lacked it), and preempted pods for a gang that no longer
+    # existed while another pod waited beside a free GPU it held nominated (soak seed 50161).
+    (S.RESERVING, E.PENDING_LEFT): (S.GONE, _LEFT),
     (S.RESERVING, E.PENDING_ENDED): (S.GONE, _LEFT),
     (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
     (S.RESERVING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),

@@ -687,6 +687,12 @@ def _earlier_decision_told() -> list[Patch]:
     return [(PodBook, "decided_since", decided_since)]
 
 
+def _reserving_left_held() -> list[Patch]:
+    """Soak seed 50161: a pod that left the pending watch while its reservation was written is
+    held for the Binding's 404, and a failed reservation makes it pending again for good."""
+    return [(TABLE, (S.RESERVING, E.PENDING_LEFT), (S.RESERVING, ()))]
+
+
 def _gang_member_refused_freed() -> list[Patch]:
     """Sim seed 629: a gang member refused while its gang is below its minimum with members
     bound lets its GPUs go (as any refused pod does)."""
@@ -1207,6 +1213,11 @@ MUTANTS: dict[str, Mutant] = {
         "a Binding's outcome is told to a pod decided again while it was retried",
         _earlier_decision_told,
         timeline="sim51148-outcome-of-an-earlier-decision",
+    ),
+    "sim50161-reserving-left-held": Mutant(
+        "a pod that left while its reservation was written is pending again if it fails",
+        _reserving_left_held,
+        timeline="sim50161-reserving-pod-left",
     ),
 }
 
