@@ -203,7 +203,7 @@ class Effects:
         assert ctx.placement is not None and t.entry is not None and ctx.pod is not None
         assume(self.state, ctx.placement, ctx.pod)
         t.entry.placement = ctx.placement
-        t.entry.era = self.book.era  # decided now (PLACED follows the decision at once)
+        self.book.decide(t.entry)  # decided now (PLACED follows the decision at once)
 
     def _forget(self, t: Transition, ctx: Ctx) -> None:
         if t.key in self.state.holdings:
@@ -246,7 +246,7 @@ class Effects:
 
     def _rebind_effect(self, t: Transition, ctx: Ctx) -> None:
         assert ctx.pod is not None and ctx.placement is not None and t.entry is not None
-        self.tasks.spawn(self._rebind(t.key, _uid(t), ctx.pod, ctx.placement, t.entry.era))
+        self.tasks.spawn(self._rebind(t.key, _uid(t), ctx.pod, ctx.placement, t.entry))
 
     def _check_effect(self, t: Transition, ctx: Ctx) -> None:
         assert t.entry is not None
@@ -356,19 +356,30 @@ class Effects:
         moved to binding (effect BIND) are bound together, off the scheduling cycle, and their
         outcomes come back together (kube-scheduler's binding cycle, one per unit)."""
         if pods:
-            decided = self.book.entries[pods[0][0].key].era  # a unit is decided at once
-            self.tasks.spawn(self._bind(pods, uncertain=False, decided=decided))
+            entries = [self.book.entries[pod.key] for pod, _ in pods]
+            self.tasks.spawn(
+                self._bind(
+                    pods,
+                    uncertain=False,
+                    decided=entries[0].era,  # a unit is decided at once
+                    decisions=[e.decision for e in entries],
+                )
+            )
 
     async def _bind(
-        self, pods: list[tuple[PodInput, Placement]], uncertain: bool, decided: int
+        self,
+        pods: list[tuple[PodInput, Placement]],
+        uncertain: bool,
+        decided: int,
+        decisions: list[int],
     ) -> None:
-        """Bind ``pods``, decided in the book's era ``decided``: the binder sends their
-        Bindings in that era only. Decided before an etcd restore, a re-send after it
-        (``uncertain``: the last one's answer was lost, or it waited in an etcd stall the
-        restore failed) landed on GPUs the restore gave back to the pods bound there before
-        it, beside them (issue 30, soak seed 3090). Such a pod is read back instead, held
-        while a Binding of it may land, and decided afresh in the new era (binder.py's
-        ``Era``)."""
+        """Bind ``pods``, decided in the book's era ``decided`` (each its decision of
+        ``decisions``): the binder sends their Bindings in that era only. Decided before an
+        etcd restore, a re-send after it (``uncertain``: the last one's answer was lost, or it
+        waited in an etcd stall the restore failed) landed on GPUs the restore gave back to
+        the pods bound there before it, beside them (issue 30, soak seed 3090). Such a pod is
+        read back instead, held while a Binding of it may land, and decided afresh in the new
+        era (binder.py's ``Era``)."""
         sent_in = self.book.era, self.book.bound_lists
         outcomes = await self.binder.bind_all(
             pods, uncertain, era=Era(lambda: self.book.era == decided, self.book.watching)
@@ -378,9 +389,21 @@ class Effects:
         if gang and not uncertain and all(o.event is Event.BIND_OK for o in outcomes):
             seen = [e.first_seen for o in outcomes if (e := self.book.get(o.pod.key)) is not None]
             self.metrics.gang_wait.observe(max(0.0, now - min(seen, default=now)))
-        refused = {o.pod.key for o in outcomes if o.event is Event.BIND_FAILED}
-        for o in outcomes:
-            self._outcome(o, refused, stale=sent_in != (self.book.era, self.book.bound_lists))
+        # The pod may have been decided again while its Binding was under way (an etcd restore
+        # made it pending in between, and the Binding, answered 500 while it committed, was
+        # still being retried): that outcome is not the new decision's. Told to it, an old
+        # Binding's refusal forgot the GPU the new one was landing on, and another pod was
+        # bound there (soak seed 51148). The watches tell whatever the old Binding did.
+        current = []
+        for o, decision in zip(outcomes, decisions, strict=True):
+            if self.book.decided_since(o.pod.key, o.pod.uid, decision):
+                log.info("outcome of an earlier decision", pod=o.pod.key, outcome=o.event.value)
+            else:
+                current.append(o)
+        refused = {o.pod.key for o in current if o.event is Event.BIND_FAILED}
+        stale = sent_in != (self.book.era, self.book.bound_lists)
+        for o in current:
+            self._outcome(o, refused, stale)
         self.tasks.wake()
 
     def _outcome(self, o: Outcome, refused: set[str], stale: bool) -> None:
@@ -439,14 +462,21 @@ class Effects:
         return 0 < len(committed) < gang_minimum(self.state, o.pod)
 
     async def _rebind(
-        self, key: str, uid: str, pod: PodInput, placement: Placement, decided: int
+        self, key: str, uid: str, pod: PodInput, placement: Placement, entry: Entry
     ) -> None:
         """Send the same Binding again (same node, same annotations) while its pod is still
-        binding: the last one may yet commit, so only an answer settles it (binder.py). Only
-        in the era it was ``decided`` in (``_bind``)."""
+        binding in the same decision: the last one may yet commit, so only an answer settles
+        it (binder.py). Only in the era it was decided in (``_bind``)."""
+        decided, decision = entry.era, entry.decision
         await asyncio.sleep(self.rebind_s)
-        if self.accepting and self.book.stage(key, uid) is Stage.BINDING:
-            await self._bind([(pod, placement)], uncertain=True, decided=decided)
+        if (
+            self.accepting
+            and self.book.stage(key, uid) is Stage.BINDING
+            and not self.book.decided_since(key, uid, decision)
+        ):
+            await self._bind(
+                [(pod, placement)], uncertain=True, decided=decided, decisions=[decision]
+            )
 
     # ---- a previous leader's Bindings --------------------------------------------------------
 

@@ -360,9 +360,14 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # reason decided again was never written (sim seed 30598).
     (S.RESERVING, E.PENDING_SEEN): (S.RESERVING, (F.KEEP_POD, F.SHOWN)),
     (S.RESERVING, E.PENDING_SAME): (S.RESERVING, (F.SHOWN,)),
-    (S.RESERVING, E.PENDING_LEFT): (S.RESERVING, _),  # the bind will tell (404: BIND_GONE)
     # Gone: the assumption goes; the store's answer for a pod no longer in the book (GONE,
-    # RESERVE_OK) releases whatever the reservation wrote.
+    # RESERVE_OK) releases whatever the reservation wrote. Left the pending watch (deleted, or
+    # bound by someone else: the bound watch then shows it) is gone as from PENDING: no Binding
+    # of ours was sent. Held on for the Binding's 404, it stayed in the book when the
+    # reservation failed instead, pending again for good (an etcd restore to before the pod
+    # was created: the new era's LIST lacked it), and preempted pods for a gang that no longer
+    # existed while another pod waited beside a free GPU it held nominated (soak seed 50161).
+    (S.RESERVING, E.PENDING_LEFT): (S.GONE, _LEFT),
     (S.RESERVING, E.PENDING_ENDED): (S.GONE, _LEFT),
     (S.RESERVING, E.BOUND_SEEN): (S.BOUND, (F.GROUP_COUNT, F.DEQUEUE, F.END_NOMINATION, F.WAKE)),
     (S.RESERVING, E.BOUND_ENDED): (S.GONE, (F.GROUP_DROP, *_LEFT)),
@@ -612,6 +617,10 @@ class Entry:
     # The book's era its placement was decided in: its Bindings are sent in that era only
     # (effects.py's ``_bind``).
     era: int = 0
+    # Which decision its placement is (PodBook.decide: the book's count, never reused): a
+    # Binding's outcome is told to the entry only while it holds the decision that Binding
+    # was of (effects.py's ``_outcome``).
+    decision: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
     # The reason the pod shows (None: none), as its last pending news or re-read showed it or
     # as this replica last wrote it; a decision's reason is written when it differs, and the
@@ -682,6 +691,8 @@ class PodBook:
     newest: int = 0
     # How many eras began (``new_era``): a Binding's answer is of the era it was sent in.
     era: int = 0
+    # How many placements were decided (``decide``): each entry's is its own number.
+    decisions: int = 0
     # How many bound LISTs began (intake's ``bound_list_begin``): a 201 for a Binding during
     # which one began may be older than that LIST, which may not show it (effects.py's
     # ``_outcome``: it is re-read).
@@ -788,6 +799,20 @@ class PodBook:
             entry.version = 0
         self.newest = version
         self.era += 1
+
+    def decide(self, entry: Entry) -> None:
+        """The entry's placement was decided now, in this era: a number no other decision had."""
+        self.decisions += 1
+        entry.decision = self.decisions
+        entry.era = self.era
+
+    def decided_since(self, key: str, uid: str, decision: int) -> bool:
+        """Whether the pod's entry holds a decision other than ``decision``: decided again
+        since (after an etcd restore made it pending), or a new entry that was not."""
+        entry = self.entries.get(key)
+        if entry is None or (uid and entry.uid and entry.uid != uid):
+            return False  # not this pod's entry: the GONE rows of the table
+        return entry.decision != decision
 
     def in_stages(self, stages: frozenset[Stage]) -> list[Entry]:
         return [e for e in self.entries.values() if e.stage in stages]

@@ -80,7 +80,7 @@ from scheduler.service.binder import Binder, Era, Outcome
 from scheduler.service.cycle import Cycle
 from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
-from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Stage, Transition
+from scheduler.service.podbook import TABLE, Ctx, Effect, Event, PodBook, Stage, Transition
 from scheduler.service.preemption import Preemptions
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
@@ -677,6 +677,22 @@ def _rereading_member_decided() -> list[Patch]:
     return [(Cycle, "_rereading", rereading)]
 
 
+def _earlier_decision_told() -> list[Patch]:
+    """Soak seed 51148: a Binding's outcome is told to its pod's entry though the pod was
+    decided again meanwhile (an etcd restore made it pending while the binder retried)."""
+
+    def decided_since(self: PodBook, key: str, uid: str, decision: int) -> bool:
+        return False
+
+    return [(PodBook, "decided_since", decided_since)]
+
+
+def _reserving_left_held() -> list[Patch]:
+    """Soak seed 50161: a pod that left the pending watch while its reservation was written is
+    held for the Binding's 404, and a failed reservation makes it pending again for good."""
+    return [(TABLE, (S.RESERVING, E.PENDING_LEFT), (S.RESERVING, ()))]
+
+
 def _gang_member_refused_freed() -> list[Patch]:
     """Sim seed 629: a gang member refused while its gang is below its minimum with members
     bound lets its GPUs go (as any refused pod does)."""
@@ -1192,6 +1208,16 @@ MUTANTS: dict[str, Mutant] = {
         "a gang is decided while a member that may be gone is being read back",
         _rereading_member_decided,
         timeline="sim35133-gang-member-gone-while-refused",
+    ),
+    "sim51148-earlier-decision-told": Mutant(
+        "a Binding's outcome is told to a pod decided again while it was retried",
+        _earlier_decision_told,
+        timeline="sim51148-outcome-of-an-earlier-decision",
+    ),
+    "sim50161-reserving-left-held": Mutant(
+        "a pod that left while its reservation was written is pending again if it fails",
+        _reserving_left_held,
+        timeline="sim50161-reserving-pod-left",
     ),
 }
 

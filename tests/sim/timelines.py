@@ -1327,6 +1327,95 @@ def gang_member_gone_while_refused(m: SimMachine) -> None:
     m.quiesce()
 
 
+def outcome_of_an_earlier_decision(m: SimMachine) -> None:
+    """Soak seed 51148, shrunk: Kueue gangs j1 and k2 (2 each) are created during the first
+    leader's wait and etcd is backed up; p (high priority) comes, and both gangs are scaled
+    down to 1 (j1-1 and k2-1 deleted). Past the wait, j1-0 is decided onto n1/1 and its
+    Binding commits but is answered 500; its retries are refused 403, the binder waiting
+    between them. etcd is restored from the backup (both gangs of 2 again, j1-0 pending): j1
+    is decided afresh, j1-0 onto n1/1 again, and its new Bindings are refused twice. Then the
+    first Binding's last retry, of the era before, fails: told to the book as the new
+    decision's, that refusal forgot n1/1 while the new Binding was still being sent; k2 was
+    decided onto it, and both j1-0 and k2-1 were bound on n1/1."""
+    m.tick(16.1)
+    m.tick(0.5)
+    m.create_gang_from("j", 2, "Kueue")
+    m.tick(0.2)
+    m.create_gang_from("k", 2, "Kueue")
+    m.tick(0.2)
+    m.etcd_restore(False)
+    m.tick(5.0)
+    m.bind_fault("403")
+    m.tick(0.5)
+    m.bind_fault("500-committed")
+    m.tick(16.0)
+    m.create_high("p", 1, 0, "labels")
+    m.tick(16.0)
+    m.shrink_gang(2, 1, True)  # k2: the third gang member by name
+    m.bind_fault("403")
+    m.shrink_gang(0, 1, True)  # j1
+    m.bind_fault("403")
+    m.tick(2.0)
+    for _ in range(4):
+        m.bind_fault("403")
+    m.tick(0.3)
+    m.bind_fault("403")
+    m.tick(16.0)
+    m.tick(0.5)
+    for _ in range(4):
+        m.bind_fault("403")
+    m.etcd_restore(True)
+    m.tick(2.0)
+    m.quiesce()
+
+
+def reserving_pod_left(m: SimMachine) -> None:
+    """Soak seed 50161, shrunk: e (with a ResourceClaim) and a are bound on n1, j1-0 on n2;
+    the store fails over and is flushed again and again while b is created, and etcd is backed
+    up (b pending). b is bound on n2/1; gang h2 (high priority) preempts a, b and e, is scaled
+    down and deleted, p (high priority) is bound on n1, and a rolling update makes r3 leader.
+    The store answers 12 s late; p is recreated and gang h3 (high priority) created, decided at
+    once, its reservation waiting for the store; etcd is restored from the backup (no h3, a
+    and e bound on n1, b pending). The new era's pending LIST lacked h3's members, and the book
+    held them reserving for the Binding's 404; the reservation then failed (the store failed
+    over meanwhile), and h3's members were pending again in the book for good: the ghost gang
+    preempted a and held n2/1 nominated while b waited beside it."""
+    m.bind_fault("403")
+    m.create_pod("e", 1, True)
+    m.witness_fault("read", 0.0)
+    m.create_pod("a", 1, False)
+    m.reads_fail(1.0)
+    m.quiesce()
+    m.create_gang("j", 3, False)
+    m.shrink_gang(0, 2, True)
+    m.failover(False, 0.0)
+    for _ in range(4):
+        m.flush_store()
+    m.create_pod("b", 1, False)
+    m.flush_store()
+    m.etcd_restore(False)
+    m.tick(2.0)
+    m.quiesce()
+    m.create_high("p", 1, 3, "labels")  # gang h2 of 3
+    m.bind_fault("403")
+    m.tick(0.5)
+    for _ in range(3):
+        m.flush_store()
+    m.shrink_gang(0, 1, True)  # h2: 3 -> 2, h2-2 deleted
+    m.delete_pod(0, False)  # h2-0
+    m.create_high("p", 2, 0, "labels")
+    m.handover()
+    m.quiesce()
+    m.delete_pod(0, False)  # h2-1
+    m.store_fault(True, 12.0)
+    m.recreate_pod(0, 1)  # p
+    m.create_high("p", 1, 2, "labels")  # gang h3 of 2
+    m.store_fault(True, 3.0)
+    m.etcd_restore(True)
+    m.failover(False, 0.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1387,6 +1476,8 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim11505-surplus-beside-bindings-in-flight": surplus_beside_bindings_in_flight,
     "sim25470-restored-binding-shows-no-reason": restored_binding_shows_no_reason,
     "sim30598-restore-while-reserving": restore_while_reserving,
+    "sim51148-outcome-of-an-earlier-decision": outcome_of_an_earlier_decision,
+    "sim50161-reserving-pod-left": reserving_pod_left,
 }
 
 
