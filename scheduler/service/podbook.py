@@ -243,6 +243,9 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.GONE, E.CHECKED_PENDING): (S.GONE, _),
     (S.GONE, E.CHECKED_BOUND): (S.GONE, _),
     (S.GONE, E.CHECKED_GONE): (S.GONE, _),
+    # Not placed, and it left while the decision waited for the apiserver (a preemption's
+    # evictions): nothing of it is left to park.
+    (S.GONE, E.NOT_PLACED): (S.GONE, _),
     (S.GONE, E.CRASHED): (S.GONE, _),
     (S.GONE, E.VICTIMS_GONE): (S.GONE, _),
     # ---- pending, holding nothing ----------------------------------------------------------
@@ -265,6 +268,12 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     # A member still held where a previous leader decided may yet be bound there: the others
     # wait for it (decided now, without it, the gang could be split); its settling wakes them.
     (S.PENDING, E.GANG_UNSETTLED): (S.PENDING, (F.PARK,)),
+    # The answer to a reservation written for the pod before it left the pending watch and
+    # came back under the same UID (an etcd restore to before it left): that decision was let
+    # go when it left, so what the reservation wrote goes too; the pod is decided afresh.
+    (S.PENDING, E.RESERVE_OK): (S.PENDING, (F.RELEASE_STORE,)),
+    (S.PENDING, E.RESERVE_FAILED): (S.PENDING, _),
+    (S.PENDING, E.RESERVE_FENCED): (S.PENDING, _),
     (S.PENDING, E.CHECKED_PENDING): (S.PENDING, (F.SHOWN,)),
     # A re-read after a failed Binding found it bound (a Binding of ours whose answer was lost
     # landed): the truth is charged now, not when the bound watch says so (issue 30, 1b).
@@ -490,6 +499,7 @@ TABLE: dict[tuple[Stage, Event], tuple[Stage, tuple[Effect, ...]]] = {
     (S.BOUND, E.RESERVE_OK): (S.BOUND, (F.RECONCILE,)),
     (S.BOUND, E.RESERVE_FAILED): (S.BOUND, _),
     (S.BOUND, E.RESERVE_FENCED): (S.BOUND, _),
+    (S.BOUND, E.NOT_PLACED): (S.BOUND, _),  # bound by someone else while it was decided
     (S.BOUND, E.CHECKED_PENDING): (S.BOUND, _),
     (S.BOUND, E.CHECKED_BOUND): (S.BOUND, _),
     (S.BOUND, E.CHECKED_GONE): (S.BOUND, _),  # the bound watch says when it ends

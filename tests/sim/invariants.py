@@ -172,6 +172,19 @@ def own_refusals(refused: list[tuple[list[Claim], str]]) -> list[str]:
     return out
 
 
+def table_gaps(replica: SimReplica) -> list[str]:
+    """No event met a stage the pod book's table has no cell for (PodBook.handle logs and
+    counts it, and does nothing): every pair a run reaches has a transition someone decided
+    on, not a silent drop."""
+    return [
+        f"{replica.name}'s pod book has no transition for {event.value} in stage {stage.value}"
+        f" ({count} times)"
+        for (stage, event), count in sorted(
+            replica.s.book.unexpected.items(), key=lambda item: (item[0][0].value, item[0][1].value)
+        )
+    ]
+
+
 def partial_gangs(api: SimApiserver, minimums: dict[str, int], disturbed: set[str]) -> list[str]:
     """``minimums``: each gang generation's minimum (a generation: the pods created together,
     named ``<generation>-<i>``); ``disturbed``: generations a member of which the world deleted

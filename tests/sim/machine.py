@@ -721,12 +721,13 @@ class SimMachine(RuleBasedStateMachine):
 
     @invariant()
     def safe(self) -> None:
-        type(self).stats.checks += 4
+        type(self).stats.checks += 5
         self._fail(
             invariants.double_gpus(self.api)
             + invariants.shared_gpus(self.api)
             + invariants.fencing(self.api.landed)
             + invariants.own_refusals(self.world.refused)
+            + [gap for r in self.world.running() for gap in invariants.table_gaps(r)]
         )
 
     def _quiet_checks(self) -> None:
