@@ -790,11 +790,18 @@ def _walk(
             shape = (left, group.free, group.pool)
             if best is not None and target.within(shape, cpu, taken, offer[3]) <= best[0]:
                 continue
+            # The chain before the rank: most nodes it refuses here are short of memory, and a
+            # rank costs several checks (issue 32: some 19 of the 23 ranks of the slowest
+            # shares were of nodes the chain then refused).
+            if filters.check(state.nodes[name]):
+                continue
             frag, cards = _least_fragmenting(target, shape, cpu, shared, offer[1], offer[2])
             known = ranked[(at, left)] = (-frag, cards)
-        rank, cards = known
-        if (best is not None and rank <= best[0]) or filters.check(state.nodes[name]):
+            if best is not None and -frag <= best[0]:
+                continue
+        elif (best is not None and known[0] <= best[0]) or filters.check(state.nodes[name]):
             continue
+        rank, cards = known
         best = (rank, name, cards)
         if rank >= top:
             break
