@@ -124,6 +124,12 @@ class StoreSync:
         # Set while no release is queued or in flight (``released`` waits for it).
         self._idle = asyncio.Event()
         self._idle.set()
+        # Set while no mark or release is in flight (``reconcile`` waits for it): sent before a
+        # reconcile and landing after it on a slow store, a release removed the record the
+        # reconcile had just written of a pod an etcd restore brought back bound (sim seed
+        # 1019). With ``_reconciled``, the two never overlap.
+        self._unwritten = asyncio.Event()
+        self._unwritten.set()
 
     def request(self) -> None:
         self.needed = True
@@ -228,11 +234,14 @@ class StoreSync:
             self.needed = True
             log.info(f"store {what} skipped: the lease lapsed", uids=uids[:20], epoch=epoch)
             return
+        self._unwritten.clear()  # one flush at a time: one write in flight at most
         try:
             await call(self.leadership.holder, epoch, uids)
         except StoreError as exc:
             self.needed = True
             log.warning(f"store {what} failed", uids=uids[:20], error=str(exc))
+        finally:
+            self._unwritten.set()
 
     async def reserve_again(self, holding: Holding) -> None:
         """The store's record of ``holding`` becomes a reservation again: an inherited record,
@@ -282,6 +291,7 @@ class StoreSync:
         self.last = self.clock()
         self._reconciled.clear()
         try:
+            await self._unwritten.wait()  # a mark or release in flight lands first
             await self._write_truth(epoch, elected)
         except BaseException:
             self.needed = True

@@ -603,7 +603,6 @@ class SimMachine(RuleBasedStateMachine):
         elif self.saved is not None:
             self._act("etcd restored from the backup: resourceVersions go back")
             self.api.restore(self.saved)
-            self.store_cut_at = self.loop.time()  # seed 17: open (``_store_found``)
             self.disturbed.update(self.minimums)  # gangs may be cut in two by the restore
         self._advance(STEP_S)
 
@@ -774,11 +773,11 @@ class SimMachine(RuleBasedStateMachine):
         since the store last lost writes: one that leads on through a failover that lost them
         (its lease was in the promoted copy) never reconciles, so the store lacks its last
         marks and reservations and keeps records it released, until the next election or
-        conflict (found by this check, open on main: seeds 12, 21, 29, 33, 41, 47). Nor across
-        an etcd restore: a restore now asks for a reconcile (sim seed 10), but seed 17 (a pod
-        recreated and bound thrice, then a restore to before it existed while the store
-        answers 3 s late) still left a bound record of the pod the restore removed (open, not
-        reproduced by hand yet)."""
+        conflict (found by this check, open on main: seeds 12, 21, 29, 33, 41, 47). Across an
+        etcd restore it checks (a restore asks for a reconcile: sim seed 10; a release in
+        flight lands before a reconcile begins: seed 1019's shrunk schedule); seed 1019 itself,
+        unshrunk, still ends with a bound pod the store has no record of after restores on a
+        slow store (open; its shrinks reach the fixed schedule or no failure)."""
         leader = self.world.leader()
         if leader is None or leader.leadership.epoch is None:
             return []

@@ -693,6 +693,26 @@ def _reserving_left_held() -> list[Patch]:
     return [(TABLE, (S.RESERVING, E.PENDING_LEFT), (S.RESERVING, ()))]
 
 
+def _release_over_reconcile() -> list[Patch]:
+    """Sim seed 1019: a reconcile begins while a release is in flight on a slow store, and the
+    release lands after it, removing the record the reconcile wrote of a pod an etcd restore
+    brought back bound."""
+
+    async def reconcile(self: StoreSync, epoch: int, elected: bool = False) -> None:
+        self.needed = False
+        self.last = self.clock()
+        self._reconciled.clear()
+        try:
+            await self._write_truth(epoch, elected)
+        except BaseException:
+            self.needed = True
+            raise
+        finally:
+            self._reconciled.set()
+
+    return [(StoreSync, "reconcile", reconcile)]
+
+
 def _gang_member_refused_freed() -> list[Patch]:
     """Sim seed 629: a gang member refused while its gang is below its minimum with members
     bound lets its GPUs go (as any refused pod does)."""
@@ -1218,6 +1238,11 @@ MUTANTS: dict[str, Mutant] = {
         "a pod that left while its reservation was written is pending again if it fails",
         _reserving_left_held,
         timeline="sim50161-reserving-pod-left",
+    ),
+    "sim1019-release-over-reconcile": Mutant(
+        "a release in flight on a slow store lands after a reconcile and undoes it",
+        _release_over_reconcile,
+        timeline="sim1019-release-over-reconcile",
     ),
 }
 

@@ -1416,6 +1416,41 @@ def reserving_pod_left(m: SimMachine) -> None:
     m.quiesce()
 
 
+def release_over_reconcile(m: SimMachine) -> None:
+    """Sim seed 1019, shrunk: gang k1 (a PodGroup of 2) is bound on n1 and etcd backed up; etcd
+    is restored from that backup (k1 still bound), k1 is scaled down to 1 and k1-1 ends: its
+    record's release is sent as the store starts answering 3 s late, and etcd is restored from
+    the backup again, k1-1 bound again. The restore's reconcile wrote k1-1's record back; the
+    release, sent before it, landed after it: k1-1 bound with no record. (The store is checked
+    across etcd restores since this fix: ``machine._store_found``.)"""
+    m.relist(0, "pending")
+    m.bind_fault("403")
+    m.store_fault(False, 3.0)
+    m.kill()
+    m.etcd_restore(False)
+    m.create_shared("s", 30, 0, 1)
+    m.bind_fault("403")
+    m.quiesce()
+    m.delete_pod(0, False)
+    m.etcd_restore(False)
+    m.tick(2.0)
+    m.create_gang("k", 2, True)
+    m.etcd_restore(False)
+    m.relist(1, "pending")
+    m.tick(5.0)
+    m.create_gang("j", 2, False)
+    m.delete_pod(1, True)
+    m.create_shared("s", 30, 0, 1)
+    m.quiesce()
+    m.etcd_restore(True)
+    m.bind_fault("403")
+    m.shrink_gang(0, 1, True)  # k1: 2 -> 1, k1-1 deleted
+    m.reap()
+    m.store_fault(True, 3.0)
+    m.etcd_restore(True)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1478,6 +1513,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim30598-restore-while-reserving": restore_while_reserving,
     "sim51148-outcome-of-an-earlier-decision": outcome_of_an_earlier_decision,
     "sim50161-reserving-pod-left": reserving_pod_left,
+    "sim1019-release-over-reconcile": release_over_reconcile,
 }
 
 

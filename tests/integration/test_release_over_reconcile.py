@@ -1,0 +1,64 @@
+"""Found by the simulation once it checked the store across etcd restores (sim seed 1019): a
+release sent before a reconcile and landing after it removed the record the reconcile had
+written. Stepped by hand on BOTH stores (the ``backend`` fixture of test_pod_lifecycle.py: the
+memory store and the real Redis store), against the fake apiserver of tests/lifecycle.py.
+
+On the code before the fix a, bound, had no record in the store at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from scheduler.service.podbook import Stage
+from tests.builders import MakePod
+from tests.integration import test_pod_lifecycle as lifecycle_tests
+from tests.integration.test_pod_lifecycle import Backend, run
+from tests.lifecycle import node, until
+
+# The stores of test_pod_lifecycle.py: memory, and the session's real redis-server.
+redis_url = lifecycle_tests.redis_url
+backend = lifecycle_tests.backend
+
+
+async def test_a_release_in_flight_lands_before_a_reconcile_begins(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a is bound on n/0 and recorded. Its deletion is told (the store's release of its record
+    is sent and waits on a slow store), then a is told bound again (an etcd restore brought it
+    back) and a reconcile begins. The reconcile waits for the release to land, then writes a's
+    record: the store ends with a recorded bound. Before, the reconcile wrote it first and the
+    release, landing after, removed it."""
+    r = backend.live()
+    api = r.api
+    await r.elect([node(2)])
+    a = r.pending(MakePod().Name("a").Req(1).Obj())
+    await run(r)
+    r.bound_seen(a.key)
+    await r.settle()
+    assert (await r.records())[a.key].startswith("bound")
+    release = backend.store.release
+    sent, landing = asyncio.Event(), asyncio.Event()
+
+    async def slow_release(*args: object, **kw: object) -> None:
+        sent.set()
+        await landing.wait()
+        await release(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend.store, "release", slow_release)
+    r.s.intake.bound_event("DELETED", api.stamp(api.pods[a.key]))
+    assert r.s.book.get(a.key) is None
+    await until(sent.is_set)
+    back = api.pods[a.key] = api.stamp(api.pods[a.key])
+    r.s.intake.bound_event("ADDED", back)  # the restore: a bound again
+    assert r.s.book.stage(a.key) is Stage.BOUND
+    assert r.leadership.epoch is not None
+    reconcile = asyncio.create_task(r.s.sync.reconcile(r.leadership.epoch))
+    await asyncio.sleep(0.01)
+    landing.set()
+    await reconcile
+    await r.settle()
+    assert (await r.records()).get(a.key, "").startswith("bound"), await r.records()
+    assert await r.owners() == {0: a.key}
