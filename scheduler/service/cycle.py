@@ -334,6 +334,12 @@ class Cycle:
                 self.effects.bind(binding)  # the unit's binding cycle: its Bindings together
 
     async def _reserve_each(self, epoch: int, batch: list[_Attempt]) -> list[Event]:
+        # A pod decided again right after its reservation's release was queued (an etcd
+        # restore undid its Binding, read back pending) is reserved once that release landed:
+        # on a slow store the release, sent just before, landed after the new reservation and
+        # removed it, and the pod was bound with no record (sim seed 1019).
+        if self.sync.releasing([c.uid for a in batch for c in a.claims]):
+            await self.sync.released()
         try:
             answers = await self.store.reserve_each(
                 self.leadership.holder, epoch, [a.claims for a in batch]

@@ -117,6 +117,7 @@ class StoreSync:
         # left (mark_bound_soon, release_soon).
         self._marks: list[str] = []
         self._releases: dict[str, str] = {}  # uid -> pod key
+        self._sending: frozenset[str] = frozenset()  # the UIDs of the release in flight
         self._flushing = False
         # Set while no reconcile is under way (``flush`` waits for it before a release).
         self._reconciled = asyncio.Event()
@@ -191,7 +192,11 @@ class StoreSync:
                 await self._reconciled.wait()
                 uids = [u for u, k in batch if self.book.stage(k, u) in _RELEASABLE]
                 if uids:
-                    await self.release(uids)
+                    self._sending = frozenset(uids)
+                    try:
+                        await self.release(uids)
+                    finally:
+                        self._sending = frozenset()
         finally:
             self._flushing = False
             if not self._marks and not self._releases:
@@ -206,6 +211,11 @@ class StoreSync:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.mark_delay_s):
                 await self._hurry.wait()
+
+    def releasing(self, uids: list[str]) -> bool:
+        """Whether a release of one of ``uids`` is queued or in flight: a reservation of the
+        pod sent meanwhile may land before it, and be removed by it (``Cycle._reserve``)."""
+        return any(u in self._releases or u in self._sending for u in uids)
 
     async def released(self) -> None:
         """Until every release queued so far has been sent (or failed: then a reconcile

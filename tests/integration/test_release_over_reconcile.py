@@ -62,3 +62,45 @@ async def test_a_release_in_flight_lands_before_a_reconcile_begins(
     await r.settle()
     assert (await r.records()).get(a.key, "").startswith("bound"), await r.records()
     assert await r.owners() == {0: a.key}
+
+
+async def test_a_reservation_waits_for_its_pods_release_in_flight(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a is bound on n/0 and recorded; its deletion is told (the release of its record is sent
+    and waits on a slow store), then a is told pending again under its UID (an etcd restore to
+    before its Binding) and decided again. Its reservation waits for the release to land:
+    the store ends with a recorded bound once its Binding lands. Before, the reservation landed
+    first and the release removed it: a bound with no record (sim seed 1019)."""
+    r = backend.live()
+    api = r.api
+    await r.elect([node(2)])
+    a = r.pending(MakePod().Name("a").Req(1).Obj())
+    before = api.pods[a.key]
+    await run(r)
+    r.bound_seen(a.key)
+    await r.settle()
+    release = backend.store.release
+    sent, landing = asyncio.Event(), asyncio.Event()
+
+    async def slow_release(*args: object, **kw: object) -> None:
+        sent.set()
+        await landing.wait()
+        await release(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend.store, "release", slow_release)
+    r.s.intake.bound_event("DELETED", api.stamp(api.pods[a.key]))
+    await until(sent.is_set)
+    api.pods[a.key] = api.stamp(before)  # pending again, its UID
+    r.s.intake.pending_event("ADDED", api.pods[a.key])
+    assert r.s.book.stage(a.key) is Stage.PENDING
+    step = asyncio.create_task(r.step())
+    await asyncio.sleep(0.01)
+    assert r.s.book.stage(a.key) is Stage.RESERVING  # waiting for the release
+    landing.set()
+    await step
+    await r.settle()
+    assert api.pods[a.key].node_name == "n"
+    r.bound_seen(a.key)
+    await r.settle()
+    assert (await r.records()).get(a.key, "").startswith("bound"), await r.records()

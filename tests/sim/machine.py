@@ -775,9 +775,8 @@ class SimMachine(RuleBasedStateMachine):
         marks and reservations and keeps records it released, until the next election or
         conflict (found by this check, open on main: seeds 12, 21, 29, 33, 41, 47). Across an
         etcd restore it checks (a restore asks for a reconcile: sim seed 10; a release in
-        flight lands before a reconcile begins: seed 1019's shrunk schedule); seed 1019 itself,
-        unshrunk, still ends with a bound pod the store has no record of after restores on a
-        slow store (open; its shrinks reach the fixed schedule or no failure)."""
+        flight lands before a reconcile begins, and before a reservation of its pod is sent:
+        seed 1019)."""
         leader = self.world.leader()
         if leader is None or leader.leadership.epoch is None:
             return []

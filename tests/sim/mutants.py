@@ -713,6 +713,16 @@ def _release_over_reconcile() -> list[Patch]:
     return [(StoreSync, "reconcile", reconcile)]
 
 
+def _reserved_under_release() -> list[Patch]:
+    """Sim seed 1019 (unshrunk): a pod decided again while the release of its last
+    reservation is in flight is reserved at once, and the release lands after it."""
+
+    def releasing(self: StoreSync, uids: list[str]) -> bool:
+        return False
+
+    return [(StoreSync, "releasing", releasing)]
+
+
 def _gang_member_refused_freed() -> list[Patch]:
     """Sim seed 629: a gang member refused while its gang is below its minimum with members
     bound lets its GPUs go (as any refused pod does)."""
@@ -1243,6 +1253,11 @@ MUTANTS: dict[str, Mutant] = {
         "a release in flight on a slow store lands after a reconcile and undoes it",
         _release_over_reconcile,
         timeline="sim1019-release-over-reconcile",
+    ),
+    "sim1019-reserved-under-release": Mutant(
+        "a pod decided again is reserved while its last reservation's release is in flight",
+        _reserved_under_release,
+        timeline="sim1019-reserved-under-release",
     ),
 }
 

@@ -1451,6 +1451,34 @@ def release_over_reconcile(m: SimMachine) -> None:
     m.quiesce()
 
 
+def reserved_under_release(m: SimMachine) -> None:
+    """Sim seed 1019, unshrunk, once the release was ordered before a reconcile: gang j1 (2,
+    labels) is created during r3's first wait and etcd backed up; past the wait j1 is bound on
+    n1, and etcd is restored from the backup twice (j1 pending again), the store then
+    answering 3 s late. Read back pending, j1 let its reservations go (the releases sent) and
+    was decided again at once: its new reservations, sent while the releases were on their
+    way, landed before them and were removed, and j1 was bound with no record."""
+    m.relist(0, "pending")
+    m.bind_fault("403")
+    m.bind_fault("403")
+    m.quiesce()
+    m.relist(0, "pending")
+    m.relist(0, "pending")
+    m.kill()
+    m.bind_fault("403")
+    m.relist(1, "pending")
+    m.create_gang("j", 2, False)
+    m.bind_fault("403")
+    m.etcd_restore(False)
+    m.tick(16.0)
+    m.create_pod("a", 1, False)
+    m.etcd_restore(True)
+    m.etcd_restore(False)
+    m.etcd_restore(True)
+    m.store_fault(True, 3.0)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1514,6 +1542,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim51148-outcome-of-an-earlier-decision": outcome_of_an_earlier_decision,
     "sim50161-reserving-pod-left": reserving_pod_left,
     "sim1019-release-over-reconcile": release_over_reconcile,
+    "sim1019-reserved-under-release": reserved_under_release,
 }
 
 

@@ -5,6 +5,8 @@ is not sent: the pod keeps its new reservation."""
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 
 from scheduler.service.podbook import Stage
@@ -59,10 +61,14 @@ async def test_a_queued_release_of_a_pod_reserved_again_is_not_sent() -> None:
     assert sync.release_soon("default/x", "uid-x")  # the caller starts the flush
     assert not sync.release_soon(a.key, a.uid)  # a flush is under way: queued for it
     assert not sync.release_soon(b.key, b.uid)
-    # Meanwhile a is decided and reserved again (its earlier bind had failed, say).
-    assert await r.step() == a.key
-    assert r.s.book.stage(a.key) is Stage.BINDING
+    # Meanwhile a is decided again (its earlier bind had failed, say); its reservation waits
+    # for the release queued (sent after it, the release would remove it: sim seed 1019).
+    step = asyncio.create_task(r.step())
+    while r.s.book.stage(a.key) is not Stage.RESERVING:
+        await asyncio.sleep(0)
     await sync.flush()
+    assert await step == a.key
+    assert r.s.book.stage(a.key) is Stage.BINDING
     assert store.releases == [["uid-x", b.uid]]  # b is pending: its release goes
     await r.settle()
     assert (await r.records())[a.key] == "bound:(0,)"
