@@ -23,6 +23,23 @@ redis_url = lifecycle_tests.redis_url
 backend = lifecycle_tests.backend
 
 
+def slow_releases(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """The store's releases from now on: ``sent`` is set when one is sent, and it lands once
+    ``landing`` is set (a slow store)."""
+    release = backend.store.release
+    sent, landing = asyncio.Event(), asyncio.Event()
+
+    async def slow_release(*args: object, **kw: object) -> None:
+        sent.set()
+        await landing.wait()
+        await release(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend.store, "release", slow_release)
+    return sent, landing
+
+
 async def test_a_release_in_flight_lands_before_a_reconcile_begins(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -39,15 +56,7 @@ async def test_a_release_in_flight_lands_before_a_reconcile_begins(
     r.bound_seen(a.key)
     await r.settle()
     assert (await r.records())[a.key].startswith("bound")
-    release = backend.store.release
-    sent, landing = asyncio.Event(), asyncio.Event()
-
-    async def slow_release(*args: object, **kw: object) -> None:
-        sent.set()
-        await landing.wait()
-        await release(*args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(backend.store, "release", slow_release)
+    sent, landing = slow_releases(backend, monkeypatch)
     r.s.intake.bound_event("DELETED", api.stamp(api.pods[a.key]))
     assert r.s.book.get(a.key) is None
     await until(sent.is_set)
@@ -80,15 +89,7 @@ async def test_a_reservation_waits_for_its_pods_release_in_flight(
     await run(r)
     r.bound_seen(a.key)
     await r.settle()
-    release = backend.store.release
-    sent, landing = asyncio.Event(), asyncio.Event()
-
-    async def slow_release(*args: object, **kw: object) -> None:
-        sent.set()
-        await landing.wait()
-        await release(*args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(backend.store, "release", slow_release)
+    sent, landing = slow_releases(backend, monkeypatch)
     r.s.intake.bound_event("DELETED", api.stamp(api.pods[a.key]))
     await until(sent.is_set)
     api.pods[a.key] = api.stamp(before)  # pending again, its UID
