@@ -629,7 +629,7 @@ class Entry:
     era: int = 0
     # Which decision its placement is (PodBook.decide: the book's count, never reused): a
     # Binding's outcome is told to the entry only while it holds the decision that Binding
-    # was of (effects.py's ``_outcome``).
+    # was of (effects.py's ``_bind``).
     decision: int = 0
     reported: str | None = None  # the reason the pod is to show (written, or to be written)
     # The reason the pod shows (None: none), as its last pending news or re-read showed it or

@@ -214,7 +214,7 @@ class StoreSync:
 
     def releasing(self, uids: list[str]) -> bool:
         """Whether a release of one of ``uids`` is queued or in flight: a reservation of the
-        pod sent meanwhile may land before it, and be removed by it (``Cycle._reserve``)."""
+        pod sent meanwhile may land before it, and be removed by it (``Cycle._reserve_each``)."""
         return any(u in self._releases or u in self._sending for u in uids)
 
     async def released(self) -> None:
