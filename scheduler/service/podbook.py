@@ -707,6 +707,9 @@ class PodBook:
     # which one began may be older than that LIST, which may not show it (effects.py's
     # ``_outcome``: it is re-read).
     bound_lists: int = 0
+    # Which of them (its number among ``bound_lists``) is the last that ended: a pod it shows
+    # running was running when it was asked for (preemption.py's ``_undone``).
+    bound_listed: int = 0
     # The pod watches whose LIST is under way (intake's ``*_list_begin`` to ``*_list_end``),
     # and ``watching``: clear while both are, when no Binding is sent (binder.py's
     # ``_current``). Both pod watches re-listing at once is what a restart of the apiserver

@@ -35,8 +35,8 @@ retried each time a pod leaves. Its nomination ends when it is placed (the core 
 ``apply``; the store's is dropped), when it leaves, when it expires, when an eviction for it is
 refused, when a preemptor of higher priority plans over its GPUs (kube-scheduler clears the
 lower nominations on the node it preempts on), or when a pod it waits for is seen running again
-in a later era (an etcd restore undid the eviction: ``_undone``; it plans again); then its
-nominatedNodeName is cleared, and the GPUs go back to everyone. A new leader reloads the store's
+in a view later than its eviction (an etcd restore undid it: ``_undone``; it plans again); then
+its nominatedNodeName is cleared, and the GPUs go back to everyone. A new leader reloads the store's
 live nominations for the pods still pending, so a failover keeps the GPUs held for them, and
 clears the nominatedNodeName of a pending pod that no live nomination backs (one that expired
 while nobody led).
@@ -134,6 +134,11 @@ class Preemptions:
         self.evictions = evictions  # scheduler_evictions{reason, outcome}
         # Victim UID -> its refused eviction, while it stands.
         self.refused: dict[str, Refusal] = {}
+        # Victim UID -> how many bound LISTs had begun (the book's ``bound_lists``) when it was
+        # known to be leaving: its eviction answered, or, for a pod a plan counts on, seen
+        # terminating. A bound LIST begun after that shows it terminating or not at all, unless
+        # etcd went back (``_undone``). Kept while a nomination waits for it (``tick``).
+        self.leaving: dict[str, int] = {}
         # A nomination let its GPUs go (effect END_NOMINATION), or a budget
         # changed: waiting pods retry at the loop's next turn (``tick``).
         self._ended = False
@@ -178,6 +183,7 @@ class Preemptions:
             record = self.state.index.records.get(key)
             if record is not None:
                 victims[key] = record.uid
+                self.leaving[record.uid] = self.book.bound_lists
         for nominated in result.nominations:
             holds = Ctx(nomination=Held(nominated, deadline, dict(victims), self.book.era))
             self.dispatch(nominated.pod, nominated.uid, Event.NOMINATED, holds)
@@ -206,26 +212,34 @@ class Preemptions:
         return None
 
     def _undone(self, held: Held) -> str | None:
-        """A pod the nomination waits for that is bound and not terminating in an era after
-        the one it was held in, or None.
+        """A pod the nomination waits for that an etcd restore brought back running, or None:
+        one bound and not terminating in an era after the one the nomination was held in, or
+        in a bound LIST begun after it was known to be leaving (``leaving``).
 
         A deletionTimestamp is never taken back: a victim seen running again after its
-        eviction was brought back by an etcd restore from a backup taken before the eviction
-        (a new era, PodBook.new_era). Its plan waits on a pod that will not leave: kept, the
-        preemptor waited out the whole hold (5 minutes) beside GPUs that its nomination kept
-        from every pod of lower priority (issue 30, soak seed 1326). kube-scheduler never
-        waits on its victims as such: a nominated pod waits only while a pod of lower
-        priority on its node is terminating, and otherwise preempts again in its next cycle
-        (PodEligibleToPreemptOthers). Here a victim of the plan's own era may be seen running
-        while its eviction is on its way (sent off the cycle's path, and answered before the
-        watch tells of it), so only a later era's view ends the plan (``tick``: it plans
-        again at its next attempt, which the nomination's end makes the loop's next turn)."""
-        if held.era == self.book.era:
-            return None
+        eviction was brought back by an etcd restore from a backup taken before the eviction.
+        Its plan waits on a pod that will not leave: kept, the preemptor waited out the whole
+        hold (5 minutes) beside GPUs that its nomination kept from every pod of lower priority
+        (issue 30, soak seed 1326). kube-scheduler never waits on its victims as such: a
+        nominated pod waits only while a pod of lower priority on its node is terminating, and
+        otherwise preempts again in its next cycle (PodEligibleToPreemptOthers). Here a victim
+        may be seen running while its eviction is on its way (sent off the cycle's path, and
+        answered before the watch tells of it), so only a view that must be later than the
+        eviction ends the plan (``tick``: it plans again at its next attempt, which the
+        nomination's end makes the loop's next turn). A new era's (PodBook.new_era) is one. A
+        bound LIST begun after the eviction was answered is the other: a LIST is read at least
+        as late as anything answered before it was asked for. A restore need not begin an era:
+        a second one from the same backup, before the watches told the leader of any version
+        the first's history reached, looks like none; it brought back the victims that the
+        plans of the era the first began had evicted, and those plans waited for them for good
+        (issue 30, soak seed 56736)."""
         records = self.state.index.records
+        later_era = held.era != self.book.era
         for key, uid in held.victims.items():
             record = records.get(key)
-            if record is not None and record.uid == uid and not record.terminating:
+            if record is None or record.uid != uid or record.terminating:
+                continue
+            if later_era or self.book.bound_listed > self.leaving.get(uid, self.book.bound_lists):
                 return key
         return None
 
@@ -332,6 +346,7 @@ class Preemptions:
         self.evictions.labels(reason="preemption", outcome=outcome.outcome.value).inc()
         log.info("preemption victim", pod=pod, outcome=outcome.outcome.value)
         if outcome.outcome is Eviction.EVICTED:
+            self.leaving[uid] = self.book.bound_lists
             message = f"Preempted by {preemptor} (priority {priority}) on node {node}"
             await self.report(pod, uid, "Preempted", message, "Normal")
         elif outcome.outcome is Eviction.BLOCKED:
@@ -388,6 +403,14 @@ class Preemptions:
         """A nomination let its GPUs go (effect END_NOMINATION, whatever ended it): waiting pods
         retry at the loop's next turn."""
         self._ended = True
+        self._forget_leaving()
+
+    def _forget_leaving(self) -> None:
+        """``leaving`` keeps only the pods a nomination still waits for."""
+        if self.leaving:
+            awaited = {uid for _, held in self._held() for uid in held.victims.values()}
+            for uid in self.leaving.keys() - awaited:
+                del self.leaving[uid]
 
     def tick(self) -> bool:
         """End the nominations that expired, and those a pod they wait for is back from
@@ -395,6 +418,7 @@ class Preemptions:
         budget changed (waiting pods may retry)."""
         self._standing()  # refusals leave with their pods
         now = self.clock()
+        self._forget_leaving()
         for key, held in self._held():
             if now >= held.deadline:
                 log.info("nomination expired", pod=key)
@@ -512,4 +536,8 @@ class Preemptions:
         return out
 
     def sizes(self) -> dict[str, int]:
-        return {"held": len(self.book.nominated), "refused": len(self.refused)}
+        return {
+            "held": len(self.book.nominated),
+            "refused": len(self.refused),
+            "leaving": len(self.leaving),
+        }

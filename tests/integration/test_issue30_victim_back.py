@@ -1,9 +1,9 @@
-"""Issue 30, found by the simulation's soak (seed 1326): a preemptor's victim that an etcd
-restore brought back running after its eviction. Stepped by hand through the live scheduler's
+"""Issue 30, found by the simulation's soak (seeds 1326 and 56736): a preemptor's victim that an
+etcd restore brought back running after its eviction. Stepped by hand through the live scheduler's
 own parts on BOTH stores (the ``backend`` fixture of test_pod_lifecycle.py: the memory store and
 the real Redis store), against the fake apiserver of tests/lifecycle.py.
 
-On the code before the fix the preemptor waited for the victim to leave, which it never would,
+On the code before each fix the preemptor waited for the victim to leave, which it never would,
 until its nomination's hold ran out (preemption.holdSeconds, 5 minutes), and the GPUs the
 nomination held were kept from every pod of lower priority meanwhile.
 """
@@ -72,3 +72,50 @@ async def test_a_victim_an_etcd_restore_brought_back_is_preempted_again(
     await run(r)
     assert api.pods[p.key].node_name == "n"
     assert r.s.book.stage(p.key) in (Stage.ASSUMED, Stage.BOUND)
+
+
+async def test_a_victim_a_second_restore_from_the_same_backup_brought_back_is_preempted_again(
+    backend: Backend,
+) -> None:
+    """Soak seed 56736. As above, the first restore begins a new era and p evicts v again, its
+    eviction answered; 0.2 s later etcd is restored again from the same backup, before the
+    watches told the leader of any version the first restore's history reached (v's eviction,
+    p's nominatedNodeName): the LISTs are at the backup's version, no lower than the book's
+    newest, so the second restore begins no era, and v is running again. A bound LIST begun
+    after v's eviction was answered shows v running: it was brought back, and p evicts it a
+    third time. Before the fix p waited for v until its hold ran out."""
+    r = backend.live()
+    api = r.api
+    api.version = 1000
+    v = api.create(MakePod().Name("v").Req(1).Bound("n", "0").Obj())
+    await r.elect([node(1)], [v])
+    p = r.pending(MakePod().Name("p").Req(1).Priority(1000).Obj())
+    backup = dict(api.pods), api.version  # v running, p pending
+    await run(r)
+    r.s.intake.bound_event("MODIFIED", api.pods[v.key])  # v terminating
+    await run(r)
+
+    def restore() -> None:
+        api.pods, api.version = dict(backup[0]), backup[1]
+        api.nominated.clear()
+        r.s.intake.replace_pending([api.pods[p.key]], api.version)
+        r.s.intake.replace_bound(*r.bound_list())
+
+    restore()  # below the book's newest: a new era, and p evicts v again
+    await turn(r)
+    assert api.evictions == [v.key, v.key] and r.s.book.era == 1
+    restore()  # the watches told nothing since: no new era
+    assert r.s.book.era == 1 and not r.s.intake.between_eras
+    await turn(r)
+    assert api.evictions == [v.key, v.key, v.key]
+    entry = r.s.book.get(p.key)
+    assert entry is not None and entry.nomination is not None
+    assert api.nominated == {p.key: "n"}
+    # v ends; p binds on the GPU its third nomination held.
+    api.pods[v.key] = api.stamp(msgspec.structs.replace(api.pods[v.key], deleting=True))
+    r.s.intake.bound_event("MODIFIED", api.pods[v.key])
+    r.s.intake.bound_event("DELETED", api.stamp(api.pods.pop(v.key)))
+    await r.settle()
+    await run(r)
+    assert api.pods[p.key].node_name == "n"
+    assert r.s.sizes()["preemptions"]["leaving"] == 0

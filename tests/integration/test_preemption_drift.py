@@ -139,7 +139,7 @@ async def test_a_refused_victim_on_a_is_passed_over_for_an_evictable_one_on_b(li
     await run(r)
     assert r.api.binds == [("default/p", "b", "0")]
     assert blocked(r) == 1  # va was never tried again
-    assert r.s.sizes()["preemptions"] == {"held": 0, "refused": 1}
+    assert r.s.sizes()["preemptions"] == {"held": 0, "refused": 1, "leaving": 0}
     await leaves(r, "default/va")
     r.s.preemptions.tick()
     assert r.s.sizes()["preemptions"]["refused"] == 0  # the refusal left with its pod

@@ -80,7 +80,7 @@ from scheduler.service.binder import Binder, Era, Outcome
 from scheduler.service.cycle import Cycle
 from scheduler.service.effects import Effects
 from scheduler.service.intake import Intake
-from scheduler.service.podbook import TABLE, Ctx, Effect, Event, PodBook, Stage, Transition
+from scheduler.service.podbook import TABLE, Ctx, Effect, Event, Held, PodBook, Stage, Transition
 from scheduler.service.preemption import Preemptions
 from scheduler.service.queue import SchedulingQueue
 from scheduler.service.scheduler import Scheduler
@@ -843,6 +843,22 @@ def _victim_back_awaited() -> list[Patch]:
     return [(Preemptions, "_undone", lambda self, held: None)]
 
 
+def _second_restore_awaited() -> list[Patch]:
+    """Soak seed 56736: only a later era tells a nomination that a restore brought its victims
+    back running; a second restore from the same backup begins none."""
+
+    def _undone(self: Preemptions, held: Held) -> str | None:
+        if held.era == self.book.era:
+            return None
+        for key, uid in held.victims.items():
+            record = self.state.index.records.get(key)
+            if record is not None and record.uid == uid and not record.terminating:
+                return key
+        return None
+
+    return [(Preemptions, "_undone", _undone)]
+
+
 def _gone_before_restore_trusted() -> list[Patch]:
     """Soak seed 1326: a Binding's "gone" told after an etcd restore began a new era takes the
     pod out of the book, though the new era's LIST showed it pending."""
@@ -1258,6 +1274,11 @@ MUTANTS: dict[str, Mutant] = {
         "a pod decided again is reserved while its last reservation's release is in flight",
         _reserved_under_release,
         timeline="sim1019-reserved-under-release",
+    ),
+    "sim56736-second-restore-awaited": Mutant(
+        "a nomination waits for victims a second restore from one backup brought back running",
+        _second_restore_awaited,
+        timeline="sim56736-restored-twice-from-one-backup",
     ),
 }
 

@@ -1479,6 +1479,35 @@ def reserved_under_release(m: SimMachine) -> None:
     m.quiesce()
 
 
+def restored_twice_from_one_backup(m: SimMachine) -> None:
+    """Soak seed 56736, shrunk: gang j1 (2 x 1 GPU) runs on n2 and p (2 GPUs) on n1, which
+    ends; d (1 GPU) and gang h2 (3 x 1 GPU, high priority) come, and etcd is backed up. h2
+    preempts j1 and is bound with d. etcd is restored from the backup: a new era, h2 pending
+    again preempts j1 again, its evictions answered; 0.2 s later etcd is restored again from
+    the same backup, before the watches told the leader of any version the first restore's
+    history reached: no new era, and j1 runs again. h2's nomination waited for j1 for good,
+    holding n1's GPUs from d: d pending beside 2 free GPUs."""
+    m.create_high("p", 2, 0, "labels")
+    m.kill()
+    m.create_gang("j", 2, False)
+    m.quiesce()
+    m.etcd_restore(False)
+    m.failover(False, 0.0)
+    m.kill()
+    m.finish_pod(2)
+    m.create_pod("d", 1, False)
+    m.tick(0.5)
+    m.tick(0.5)
+    m.create_high("p", 1, 3, "labels")
+    m.etcd_restore(False)
+    m.quiesce()
+    m.create_pod("a", 1, False)
+    m.etcd_restore(True)
+    m.create_pod("c", 1, False)
+    m.etcd_restore(True)
+    m.quiesce()
+
+
 TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim1992-finished-pod-read-back": finished_pod_read_back,
     "sim3090-restore-under-a-stalled-binding": restore_under_a_stalled_binding,
@@ -1543,6 +1572,7 @@ TIMELINES: dict[str, Callable[[SimMachine], None]] = {
     "sim50161-reserving-pod-left": reserving_pod_left,
     "sim1019-release-over-reconcile": release_over_reconcile,
     "sim1019-reserved-under-release": reserved_under_release,
+    "sim56736-restored-twice-from-one-backup": restored_twice_from_one_backup,
 }
 
 

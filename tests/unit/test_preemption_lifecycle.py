@@ -116,7 +116,7 @@ async def test_a_high_priority_pod_evicts_the_whole_low_gang_and_binds_once_it_i
     assert await r.store.nominations(0) == {}
     assert r.s.state.nominations == {}
     # sneak (priority 10) never weighed preemption: no pod had a lower priority.
-    assert r.s.sizes()["preemptions"] == {"held": 0, "refused": 0}
+    assert r.s.sizes()["preemptions"] == {"held": 0, "refused": 0, "leaving": 0}
 
 
 async def test_a_new_leader_keeps_the_gpus_held_for_the_preemptor() -> None:
@@ -202,7 +202,7 @@ async def test_a_search_that_found_nothing_is_not_repeated_for_a_while() -> None
     assert entry is not None and entry.searched is not None  # kept in the pod's entry
     r.s.intake.pending_event("DELETED", r.api.delete("default/huge"))
     assert r.s.book.get("default/huge") is None  # it went with the pod
-    assert r.s.sizes()["preemptions"] == {"held": 0, "refused": 0}
+    assert r.s.sizes()["preemptions"] == {"held": 0, "refused": 0, "leaving": 0}
 
 
 async def test_equal_priority_evicts_nothing() -> None:
