@@ -32,6 +32,13 @@ DEV_ONLY = {"pytest", "mypy", "ruff", "hypothesis", "import-linter", "grpcio-too
 NOT_RUNTIME = {".py", ".pyi", ".proto"}
 
 
+def _clean_env() -> dict[str, str]:
+    """The environment without the caller's PYTHONPATH and virtualenv: with PYTHONPATH=. in a
+    checkout that holds topo_scheduler.egg-info (an editable install's), pip in the fresh venv
+    took topo-scheduler as installed already and left it out."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def _pip(
     python: Path | str, *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -40,6 +47,7 @@ def _pip(
         capture_output=True,
         text=True,
         cwd=cwd,
+        env=_clean_env(),
     )
 
 
@@ -110,7 +118,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path
 
 
 def _run(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _clean_env()
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(list(args), capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
 
