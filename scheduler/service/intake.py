@@ -99,7 +99,6 @@ class Intake:
         self._listed: dict[str, str] = {}
         self._stale: list[PodInput] = []
         self._bound_since = 0
-        self._bound_number = 0  # its number among the book's ``bound_lists``
         # How far the bound pods' view reaches: the resourceVersion up to which the bound
         # watch has delivered everything (0: unknown; ``bound_view_covers``).
         self.bound_version = 0
@@ -274,7 +273,6 @@ class Intake:
         self.book.list_begun("bound-pods")
         self._listed, self._stale = {}, []
         self.book.bound_lists += 1
-        self._bound_number = self.book.bound_lists
         self._bound_since = self.book.newest
         self._bound_era = self._eras
         self._asked += 1
@@ -313,7 +311,7 @@ class Intake:
             self._unbound(entry.key, entry.uid)
         self.bound_synced = True
         self.bound_version = version  # the LIST's view (0: unknown), even below the last
-        self.book.bound_listed = self._bound_number
+        self.book.bound_listed = self.book.bound_lists  # the last begun: only one at a time
         self.book.list_ended("bound-pods")
 
     def bound_progress(self, version: int) -> None:

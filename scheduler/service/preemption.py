@@ -239,7 +239,8 @@ class Preemptions:
             record = records.get(key)
             if record is None or record.uid != uid or record.terminating:
                 continue
-            if later_era or self.book.bound_listed > self.leaving.get(uid, self.book.bound_lists):
+            since = self.leaving.get(uid)
+            if later_era or (since is not None and self.book.bound_listed > since):
                 return key
         return None
 
