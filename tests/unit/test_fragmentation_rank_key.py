@@ -103,3 +103,41 @@ def test_no_placement_ranks_above_its_pools_ceiling_or_its_nodes_bound() -> None
             met += rank == within
     assert reached  # the ceiling is reached: a share on a sliver no class can use
     assert tighter > 1000 and met > 1000
+
+
+def test_a_node_whose_cut_is_below_the_floor_ranks_no_higher_than_the_floors_rank() -> None:
+    """Target.cut_beyond: the least cut with which a node's bound can be above a rank, so a
+    share's walk passes over a node below it without its bound (issue 32): every bound above
+    the rank has a cut of at least it, and the floor is met by some bound above the rank."""
+    rng = random.Random(12)
+    classes = (
+        ((4000, 1, 30, ANYWHERE), 300),
+        ((8000, 2, 100, ANYWHERE), 200),
+        ((2000, 1, 100, ON_T4), 250),
+        ((0, 0, 0, ANYWHERE), 150),
+        ((1000, 1, 10, ANYWHERE), 100),
+    )
+    above = met = 0
+    for contest in ((), ((T4, 40),)):
+        target = Target(classes, DEFAULTS, contest=contest)
+        for _ in range(3000):
+            cards = free_cards(
+                rng.choice((0, 5, 10, 40, 60, 100)) for _ in range(rng.randint(1, 4))
+            )
+            pool = rng.choice((POOL, T4, A100))
+            left = rng.choice(range(0, 40_000, 500))
+            cpu = rng.choice((0, 1000, 2000, 3000, 8000))
+            core = rng.choice((5, 20, 30))
+            fits = [f for f in cards if f >= core]
+            if not fits:
+                continue
+            least, most = min(fits), max(fits)
+            within = target.within((left, cards, pool), cpu, core, (least, most))
+            cut = target.cut(left, sum(cards), cpu, core)
+            for rank in (within - 5, within - 1, within):
+                floor = target.cut_beyond(pool, cpu, core, 0 <= left < cpu, rank)
+                if within > rank:
+                    assert cut >= floor, (left, cards, pool, cpu, core, rank)
+                    above += 1
+                    met += cut == floor
+    assert above > 1000 and met > 50

@@ -69,7 +69,7 @@ from ..resources.gpusets import SetChoice
 from ..resources.inventory import Inventory
 from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
 from ..snapshot.cluster import ClusterState
-from ..snapshot.fragmentation import PoolViews, Reach, Shape, Target
+from ..snapshot.fragmentation import Pool, PoolViews, Reach, Shape, Target
 from ..snapshot.names import NameSet
 from ..snapshot.nodes import ClassKey, Demand, NodeClass, NodeState, ShapeGroup
 from ..snapshot.shares import CardGroup, CardUseKey, ShareIndex
@@ -761,14 +761,19 @@ def _walk(
     # nodes with a taint each are a pool each (issue 32's review: 5,000 ceilings a share).
     views = target.views
     ceilings: dict[frozenset[Reach], int] = {}
+    pools: list[Pool] = []
     for pool in index.pools():
         blocked = views.blocked(pool)
         if blocked not in ceilings and (shared.vendor is None or pool[0] == shared.vendor):
             ceilings[blocked] = target.ceiling(pool, cpu, taken, short)
+            pools.append(pool)
     if not ceilings:
         return True, None
     top = max(ceilings.values())
     best: tuple[int, str, list[_Fit]] | None = None
+    # The least cut (Target.cut) of a node that can rank above the best so far: a node of
+    # known cpu left below it is passed over without its bound (Target.cut_beyond).
+    floor = 0
     # Per group read (by id: a group lives through the decision), its pool's ceiling and the
     # cards it offers, or None when too few fit.
     groups: dict[int, tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None] = {}
@@ -788,7 +793,10 @@ def _walk(
         known = ranked.get((at, left))
         if known is None:
             shape = (left, group.free, group.pool)
-            if best is not None and target.within(shape, cpu, taken, offer[3]) <= best[0]:
+            if best is not None and (
+                (left >= 0 and target.cut(left, group.free_sum, cpu, taken) < floor)
+                or target.within(shape, cpu, taken, offer[3]) <= best[0]
+            ):
                 continue
             # The chain before the rank: most nodes it refuses here are short of memory, and a
             # rank costs several checks (issue 32: some 19 of the 23 ranks of the slowest
@@ -805,6 +813,7 @@ def _walk(
         best = (rank, name, cards)
         if rank >= top:
             break
+        floor = min(target.cut_beyond(pool, cpu, taken, short, rank) for pool in pools)
     return True, None if best is None else (state.nodes[best[1]], best[2])
 
 

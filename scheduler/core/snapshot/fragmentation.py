@@ -114,6 +114,7 @@ class Target:
         "afters",
         "asks",
         "before",
+        "beyond",
         "capped",
         "classes",
         "contest",
@@ -204,6 +205,8 @@ class Target:
         # taken): _kept; per _capped's arguments: its rank (within).
         self.kept: dict[tuple[int, frozenset[Reach], int, int], tuple[int, int]] = {}
         self.capped: dict[tuple[frozenset[Reach], int, int, int, int], int] = {}
+        # Per (blocked reaches, percent taken, the ceiling's fall, a rank): cut_beyond.
+        self.beyond: dict[tuple[frozenset[Reach], int, int, int], int] = {}
         self.weight = sum(weight for _, weight in key)
         # Per reaches that leave a contested pool out, what a free GPU percent of it counts
         # (subtracted) in frag(). A pool's contest is the sum of what the pinned classes that
@@ -272,10 +275,12 @@ class Target:
         falls by at most ``taken`` less what ``cpu`` feeds at the workload's rate (all of
         ``taken`` on a node left with none), and the stranded and contest terms are linear
         in that fall (``rank``)."""
-        fall = 0
-        if self.cpu_per:
-            fall = taken if short else max(0, taken - cpu * self.per_cpu // self.cpu_per)
-        return self._capped(self.views.blocked(pool), taken, fall)
+        return self._capped(self.views.blocked(pool), taken, self._fall(cpu, taken, short))
+
+    def _fall(self, cpu: int, taken: int, short: bool) -> int:
+        if not self.cpu_per:
+            return 0
+        return taken if short else max(0, taken - cpu * self.per_cpu // self.cpu_per)
 
     def within(self, shape: Shape, cpu: int, taken: int, span: tuple[int, int] = (0, 0)) -> int:
         """The highest ``rank`` a placement taking ``taken`` percent of cards (``cpu``
@@ -295,9 +300,7 @@ class Target:
         cut, level = 0, len(self.asks)
         if left >= 0:
             level = bisect.bisect_right(self.asks, left)
-            if self.cpu_per:
-                idle, then, per, rate = sum(cards), max(0, left - cpu), self.per_cpu, self.cpu_per
-                cut = max(0, idle - left * per // rate) - max(0, idle - taken - then * per // rate)
+            cut = self.cut(left, sum(cards), cpu, taken)
         kept = lost = 0
         least, most = span
         if least:
@@ -312,6 +315,46 @@ class Target:
                 _forget_oldest(self.capped)
             ranked = self.capped[capped] = self._capped(*capped)
         return ranked
+
+    def cut(self, left: int, idle: int, cpu: int, taken: int) -> int:
+        """How much a placement taking ``taken`` percent of cards and ``cpu`` millicores lowers
+        the stranded percent of a node with ``left`` cpu (known) and ``idle`` free card
+        percent (``within``'s, and its only part that reads the node's cpu left)."""
+        if not self.cpu_per:
+            return 0
+        per, rate = self.per_cpu, self.cpu_per
+        then = max(0, left - cpu)
+        return max(0, idle - left * per // rate) - max(0, idle - taken - then * per // rate)
+
+    def cut_beyond(self, pool: Pool, cpu: int, taken: int, short: bool, rank: int) -> int:
+        """The least ``cut`` with which ``within`` can be above ``rank`` on a node of ``pool``
+        (as ``ceiling``: the classes' part at its most): a node whose cut is lower cannot
+        rank above ``rank`` (issue 32: the nodes a share's search passes over, told so by two
+        products instead of the whole bound). Above ``ceiling``'s fall when no node can."""
+        blocked = self.views.blocked(pool)
+        high = self._fall(cpu, taken, short)
+        key = (blocked, taken, high, rank)
+        found = self.beyond.get(key)
+        if found is None:
+            if len(self.beyond) >= self.memo_limit:
+                _forget_oldest(self.beyond)
+            found = self.beyond[key] = self._beyond(blocked, taken, high, rank)
+        return found
+
+    def _beyond(self, blocked: frozenset[Reach], taken: int, high: int, rank: int) -> int:
+        if self._capped(blocked, taken, high) <= rank:
+            return high + 1
+        # The rank grows with the cut: halved between a cut that does and one that does not.
+        low = -_LOW_CUT
+        if self._capped(blocked, taken, low) > rank:
+            return NO_CUT  # (a node with 16 cards idle) any node may
+        while low + 1 < high:
+            middle = (low + high) // 2
+            if self._capped(blocked, taken, middle) > rank:
+                high = middle
+            else:
+                low = middle
+        return high
 
     def _kept(
         self, level: int, blocked: frozenset[Reach], least: int, over: int
@@ -481,6 +524,10 @@ class Target:
         return [(k, core, weight) for (k, core), weight in sorted(summed.items())]
 
 
+# Below any node's cut (Target.cut): no floor.
+NO_CUT = -(1 << 62)
+# Where Target.cut_beyond starts looking (a cut is at least minus the node's idle percent).
+_LOW_CUT = 16 * CORES_PER_CARD
 # More cpu than any class asks (the node's status says nothing of cpu: it covers every class).
 _ANY_CPU = 1 << 62
 # What a placement's rank is remembered by (Target.rank): (cards, what it takes of them, the
@@ -860,7 +907,10 @@ def gain_rank(value: int, parts: int) -> int:
     a whole number, so nodes whose gains differ by less than about 2% of a GPU tie and the rules
     after it decide between them (FGD's 1,000: bench-frag left 0.06 points more of openb's GPUs
     idle)."""
-    return int(100 / (1 + math.exp(-value / (50 * parts))))
+    scaled = -value / (50 * parts)
+    if scaled > 700:  # past what exp() can hold: the sigmoid is 0 there
+        return 0
+    return int(100 / (1 + math.exp(scaled)))
 
 
 def free_cards(free: Iterable[int]) -> tuple[int, ...]:

@@ -55,7 +55,7 @@ CardKey = tuple[str, int, bool, bool, tuple[CardState, ...], Pool]
 class CardGroup:
     """The nodes of one CardKey, by cpu left."""
 
-    __slots__ = ("by_cpu", "free", "idle", "key", "memo", "top")
+    __slots__ = ("by_cpu", "free", "free_sum", "idle", "key", "memo", "top")
 
     def __init__(self, key: CardKey) -> None:
         self.key = key
@@ -64,6 +64,7 @@ class CardGroup:
         # pod could take: the node's free GPU count).
         self.free = free_cards(CORES_PER_CARD - (u[0] if u else 0) for _, _, u in cards)
         self.idle = sum(1 for _, _, u in cards if u is None)
+        self.free_sum = sum(self.free)
         # The free percent of its idlest card (0: none has any).
         self.top = self.free[0] if self.free else 0
         self.by_cpu: dict[int, NameSet] = {}
