@@ -8,6 +8,7 @@ the memo or not, is the gain worked out from scratch on a fresh target."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 from scheduler.core.snapshot.fragmentation import (
     ANYWHERE,
@@ -65,18 +66,25 @@ def test_every_rank_is_the_gain_worked_out_afresh() -> None:
         assert len(target.ranks) < 3000  # answers were shared
 
 
-def test_no_placement_ranks_above_its_pools_ceiling_or_its_nodes_bound() -> None:
-    rng = random.Random(11)
-    classes = (
-        ((4000, 1, 30, ANYWHERE), 300),
-        ((8000, 2, 100, ANYWHERE), 200),
-        ((2000, 1, 100, ON_T4), 250),
-        ((0, 0, 0, ANYWHERE), 150),
-        ((1000, 1, 10, ANYWHERE), 100),
-    )
-    reached = tighter = met = 0
+# The classes the bounds are checked under: one-card shares of 10 and 30%, whole cards (one
+# pinned to T4), two-card pods and pods without GPUs.
+BOUNDED = (
+    ((4000, 1, 30, ANYWHERE), 300),
+    ((8000, 2, 100, ANYWHERE), 200),
+    ((2000, 1, 100, ON_T4), 250),
+    ((0, 0, 0, ANYWHERE), 150),
+    ((1000, 1, 10, ANYWHERE), 100),
+)
+# A random one-card placement: the target, the node's (cpu left, cards, pool), the pod's cpu,
+# the percent taken, and the node's cards that fit it.
+Drawn = tuple[Target, int, tuple[int, ...], Pool, int, int, list[int]]
+
+
+def _placements(seed: int) -> Iterator[Drawn]:
+    """3,000 random one-card placements under BOUNDED, without and with a contest for T4."""
+    rng = random.Random(seed)
     for contest in ((), ((T4, 40),)):
-        target = Target(classes, DEFAULTS, contest=contest)
+        target = Target(BOUNDED, DEFAULTS, contest=contest)
         for _ in range(3000):
             cards = free_cards(
                 rng.choice((0, 5, 10, 40, 60, 100)) for _ in range(rng.randint(1, 4))
@@ -86,21 +94,27 @@ def test_no_placement_ranks_above_its_pools_ceiling_or_its_nodes_bound() -> None
             cpu = rng.choice((0, 1000, 2000, 3000, 8000))
             core = rng.choice((0, 5, 20, 30))
             fits = [f for f in cards if f >= core]
-            if not fits:
-                continue
-            card = rng.choice(fits)
-            rank = target.rank((left, cards, pool), cpu, ((card, core),))
-            ceiling = target.ceiling(pool, cpu, core, 0 <= left < cpu)
-            assert rank <= ceiling, (left, cards, pool, cpu, core)
-            reached += rank == ceiling
-            # The node's own bound: no higher than the ceiling, no lower than the rank, for
-            # any span of cards the one taken is in.
-            least = rng.choice([f for f in fits if f <= card])
-            most = rng.choice([f for f in fits if f >= card])
-            within = target.within((left, cards, pool), cpu, core, (least, most))
-            assert rank <= within <= ceiling, (left, cards, pool, cpu, core, least)
-            tighter += within < ceiling
-            met += rank == within
+            if fits:
+                yield target, left, cards, pool, cpu, core, fits
+
+
+def test_no_placement_ranks_above_its_pools_ceiling_or_its_nodes_bound() -> None:
+    rng = random.Random(11)
+    reached = tighter = met = 0
+    for target, left, cards, pool, cpu, core, fits in _placements(11):
+        card = rng.choice(fits)
+        rank = target.rank((left, cards, pool), cpu, ((card, core),))
+        ceiling = target.ceiling(pool, cpu, core, 0 <= left < cpu)
+        assert rank <= ceiling, (left, cards, pool, cpu, core)
+        reached += rank == ceiling
+        # The node's own bound: no higher than the ceiling, no lower than the rank, for any
+        # span of cards the one taken is in.
+        least = rng.choice([f for f in fits if f <= card])
+        most = rng.choice([f for f in fits if f >= card])
+        within = target.within((left, cards, pool), cpu, core, (least, most))
+        assert rank <= within <= ceiling, (left, cards, pool, cpu, core, least)
+        tighter += within < ceiling
+        met += rank == within
     assert reached  # the ceiling is reached: a share on a sliver no class can use
     assert tighter > 1000 and met > 1000
 
@@ -109,35 +123,16 @@ def test_a_node_whose_cut_is_below_the_floor_ranks_no_higher_than_the_floors_ran
     """Target.cut_beyond: the least cut with which a node's bound can be above a rank, so a
     share's walk passes over a node below it without its bound (issue 32): every bound above
     the rank has a cut of at least it, and the floor is met by some bound above the rank."""
-    rng = random.Random(12)
-    classes = (
-        ((4000, 1, 30, ANYWHERE), 300),
-        ((8000, 2, 100, ANYWHERE), 200),
-        ((2000, 1, 100, ON_T4), 250),
-        ((0, 0, 0, ANYWHERE), 150),
-        ((1000, 1, 10, ANYWHERE), 100),
-    )
     above = met = 0
-    for contest in ((), ((T4, 40),)):
-        target = Target(classes, DEFAULTS, contest=contest)
-        for _ in range(3000):
-            cards = free_cards(
-                rng.choice((0, 5, 10, 40, 60, 100)) for _ in range(rng.randint(1, 4))
-            )
-            pool = rng.choice((POOL, T4, A100))
-            left = rng.choice(range(0, 40_000, 500))
-            cpu = rng.choice((0, 1000, 2000, 3000, 8000))
-            core = rng.choice((5, 20, 30))
-            fits = [f for f in cards if f >= core]
-            if not fits:
-                continue
-            least, most = min(fits), max(fits)
-            within = target.within((left, cards, pool), cpu, core, (least, most))
-            cut = target.cut(left, sum(cards), cpu, core)
-            for rank in (within - 5, within - 1, within):
-                floor = target.cut_beyond(pool, cpu, core, 0 <= left < cpu, rank)
-                if within > rank:
-                    assert cut >= floor, (left, cards, pool, cpu, core, rank)
-                    above += 1
-                    met += cut == floor
+    for target, left, cards, pool, cpu, core, fits in _placements(12):
+        if left < 0:
+            continue  # no cut: the walk reads a node whose status says nothing of cpu
+        within = target.within((left, cards, pool), cpu, core, (min(fits), max(fits)))
+        cut = target.cut(left, sum(cards), cpu, core)
+        for rank in (within - 5, within - 1, within):
+            floor = target.cut_beyond(pool, cpu, core, left < cpu, rank)
+            if within > rank:
+                assert cut >= floor, (left, cards, pool, cpu, core, rank)
+                above += 1
+                met += cut == floor
     assert above > 1000 and met > 50
