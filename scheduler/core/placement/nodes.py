@@ -749,11 +749,13 @@ def _walk(
     of a card filed some 1,600, and filing alone cost several times the millisecond a share
     may take). Read in (untouched, name) order (ShareIndex.in_name_order), a node can only
     beat the best so far with a higher rank, so one whose pool's ceiling or own bound is no
-    higher is passed over unranked, one that ranks no higher is not asked about, and once the
-    best reaches the highest ceiling of the share's vendor's pools no node still to read can
-    beat it. A share of much of a card seldom reaches it (placing most of a card takes it from
-    classes that could use it): its candidates are filed after ``budget`` nodes, those it
-    ranked with their ranks (``ranked``, filled). ``asks`` as _file's."""
+    higher is passed over unranked (most of them told by their cut alone, below the least
+    that could still beat it: Target.cut_beyond), one that ranks no higher is not asked
+    about, and once the best reaches the highest ceiling of the share's vendor's pools no
+    node still to read can beat it. A share of much of a card seldom reaches it (placing
+    most of a card takes it from classes that could use it): its candidates are filed after
+    ``budget`` nodes, those it ranked with their ranks (``ranked``, filled). ``asks`` as
+    _file's."""
     cpu, taken, asked = asks
     index = state.node_index.shares
     short = asked < cpu
