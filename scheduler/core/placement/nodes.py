@@ -69,7 +69,7 @@ from ..resources.gpusets import SetChoice
 from ..resources.inventory import Inventory
 from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
 from ..snapshot.cluster import ClusterState
-from ..snapshot.fragmentation import Pool, PoolViews, Reach, Shape, Target
+from ..snapshot.fragmentation import NO_CUT, Pool, PoolViews, Reach, Shape, Target
 from ..snapshot.names import NameSet
 from ..snapshot.nodes import ClassKey, Demand, NodeClass, NodeState, ShapeGroup
 from ..snapshot.shares import CardGroup, CardUseKey, ShareIndex
@@ -774,8 +774,9 @@ def _walk(
     top = max(ceilings.values())
     best: tuple[int, str, list[_Fit]] | None = None
     # The least cut (Target.cut) of a node that can rank above the best so far: a node of
-    # known cpu left below it is passed over without its bound (Target.cut_beyond).
-    floor = 0
+    # known cpu left below it is passed over without its bound (Target.cut_beyond). No floor
+    # before there is a best.
+    floor = NO_CUT
     # Per group read (by id: a group lives through the decision), its pool's ceiling and the
     # cards it offers, or None when too few fit.
     groups: dict[int, tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None] = {}
