@@ -747,15 +747,18 @@ def _walk(
     (Target.within), that at most its pool's ceiling (Target.ceiling), and a small share's
     candidates mostly tie at the highest ceiling (issue 32: at 5,000 nodes a share of a tenth
     of a card filed some 1,600, and filing alone cost several times the millisecond a share
-    may take). Read in (untouched, name) order (ShareIndex.in_name_order), a node can only
-    beat the best so far with a higher rank, so one whose pool's ceiling or own bound is no
-    higher is passed over unranked (most of them told by their cut alone, below the least
-    that could still beat it: Target.cut_beyond), one that ranks no higher is not asked
-    about, and once the best reaches the highest ceiling of the share's vendor's pools no
-    node still to read can beat it. A share of much of a card seldom reaches it (placing
-    most of a card takes it from classes that could use it): its candidates are filed after
-    ``budget`` nodes, those it ranked with their ranks (``ranked``, filled). ``asks`` as
-    _file's."""
+    may take). Read in (untouched, name) order, a node can only beat the best so far with a
+    higher rank, so one whose pool's ceiling or own bound is no higher is passed over
+    unranked (most of them told by their cut alone, below the least that could still beat
+    it: Target.cut_beyond, before their cards are read), one that ranks no higher is not
+    asked about, and once the best reaches the highest ceiling of the share's vendor's pools
+    no node still to read can beat it. The nodes short of the share's cpu or with no card
+    its percent free are not read at all (ShareIndex.candidates: on a full cluster, eight
+    in ten of those before the first that reaches the ceiling), but count against the
+    budget as if they were, so a share files exactly when it would have. A share of much of
+    a card seldom reaches it (placing most of a card takes it from classes that could use
+    it): its candidates are filed after ``budget`` nodes, those it ranked with their ranks
+    (``ranked``, filled). ``asks`` as _file's."""
     cpu, taken, asked = asks
     index = state.node_index.shares
     short = asked < cpu
@@ -780,11 +783,12 @@ def _walk(
     # Per group read (by id: a group lives through the decision), its pool's ceiling and the
     # cards it offers, or None when too few fit.
     groups: dict[int, tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None] = {}
-    for name, group, left in index.in_name_order():
-        budget -= 1
-        if budget < 0:
-            return False, None
+    nodes, over = index.candidates(shared.vendor, asked, shared.core, budget)
+    for name, group, left in nodes:
         if asked > left >= 0:
+            continue
+        # Told by its cut alone, before its cards are read (most nodes passed over are).
+        if best is not None and left >= 0 and target.cut(left, group.free_sum, cpu, taken) < floor:
             continue
         at = id(group)
         if at in groups:
@@ -796,10 +800,7 @@ def _walk(
         known = ranked.get((at, left))
         if known is None:
             shape = (left, group.free, group.pool)
-            if best is not None and (
-                (left >= 0 and target.cut(left, group.free_sum, cpu, taken) < floor)
-                or target.within(shape, cpu, taken, offer[3]) <= best[0]
-            ):
+            if best is not None and target.within(shape, cpu, taken, offer[3]) <= best[0]:
                 continue
             # The chain before the rank: most nodes it refuses here are short of memory, and a
             # rank costs several checks (issue 32: some 19 of the 23 ranks of the slowest
@@ -817,6 +818,9 @@ def _walk(
         if rank >= top:
             break
         floor = min(target.cut_beyond(pool, cpu, taken, short, rank) for pool in pools)
+    else:
+        if over:  # the budget ran out before the order did
+            return False, None
     return True, None if best is None else (state.nodes[best[1]], best[2])
 
 

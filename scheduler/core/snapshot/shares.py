@@ -17,10 +17,11 @@ group only in the order the rank gives (issue 32: the chain ran on every node fo
   alone (which cards fit).
 - within a group, the nodes by cpu left (-1: the status says nothing of cpu), one ``NameSet``
   each: the shape is (cpu left, the group's free cards).
-- every node by (untouched, name) (``in_name_order``): the order a share's candidates come
-  up in when their bounds tie (placement/nodes._walk), so a decision reads them from the first
-  instead of filing every one; and the pools its groups are of (``pools``), whose ceilings
-  bound what any node still to read can rank.
+- every node by (untouched, name) (``candidates``, snapshot/nameorder.py): the order a
+  share's candidates come up in when their bounds tie (placement/nodes._walk), so a decision
+  reads them from the first instead of filing every one, only those with the cpu and a card
+  it asks for; and the pools its groups are of (``pools``), whose ceilings bound what any
+  node still to read can rank.
 - per node, what a refused pod's reason derives of it and its group (``counted``: what it has
   left of the resources pods ask for; placement/nodes.unschedulable_reason), dropped when the
   node is (a node whose records, status or cards change is refiled, so what is kept is always
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Iterator
 
 from ..model.names import CORES_PER_CARD
 from .fragmentation import Pool, free_cards
+from .nameorder import NameOrder
 from .names import NameSet
 
 # (core, memory MiB, sGPU slots, QoS) of one card's shared use.
@@ -89,7 +91,6 @@ class ShareIndex:
         "_by_vendor",
         "_lefts",
         "_order",
-        "_ordered",
         "_pools",
         "_read_ids",
         "_where",
@@ -108,12 +109,8 @@ class ShareIndex:
         # reading them (issue 32: some 1,400 groups a share at 5,000 nodes, most of them full).
         self._by_top: dict[str, dict[int, dict[CardKey, CardGroup]]] = {}
         self._where: dict[str, tuple[CardGroup, int]] = {}
-        # Every node filed as (untouched, name), ascending, and the entry each node has now. A
-        # node whose untouched flag changes gets a second entry, and the first stays (passed
-        # over by ``in_name_order``) until the list holds twice the nodes and is rebuilt, so a
-        # refiling costs a dict lookup, not a list edit (a node is refiled on every charge).
-        self._order: list[tuple[int, str]] = []
-        self._ordered: dict[str, int] = {}
+        # Every node filed, in the order a share reads them.
+        self._order = NameOrder()
         # Per pool (fragmentation.Pool), how many groups are of it.
         self._pools: dict[Pool, int] = {}
         # What the reason code derives per node, while the node stays where it is filed, and
@@ -153,14 +150,7 @@ class ShareIndex:
         names.add(name)
         self._where[name] = (group, left)
         self.uncounted[name] = group
-        untouched = int(key[3])
-        if self._ordered.get(name) != untouched:
-            self._ordered[name] = untouched
-            order, entry = self._order, (untouched, name)
-            at = bisect.bisect_left(order, entry)
-            if at == len(order) or order[at] != entry:
-                order.insert(at, entry)
-            self._reorder()
+        self._order.put(name, key[3], key[0], left, group.top)
 
     def drop(self, name: str) -> None:
         """The node leaves its group (before a change to its cards or cpu, or for good)."""
@@ -171,7 +161,7 @@ class ShareIndex:
             self._uncount(name)
         self.uncounted.pop(name, None)
         group, left = found
-        self._reorder()
+        self._order.remove(name)
         names = group.by_cpu[left]
         names.names.discard(name)
         if names.names:
@@ -193,13 +183,6 @@ class ShareIndex:
         if not groups:
             del self._by_vendor[vendor]
             del self._by_top[vendor]
-
-    def _reorder(self) -> None:
-        """Rebuild ``_order`` from the nodes filed once it holds more than twice as many
-        entries (a node's old entries, and those of nodes gone)."""
-        if len(self._order) > 2 * len(self._where) + 64:
-            self._order = sorted((int(g.key[3]), n) for n, (g, _) in self._where.items())
-            self._ordered = {n: u for u, n in self._order}
 
     def count(self, name: str, row: object, lefts: tuple[int, ...] | None) -> None:
         """What the reason code derived of an uncounted node (``row``), and what the node has
@@ -269,11 +252,13 @@ class ShareIndex:
         """The pools of the nodes filed."""
         return self._pools.keys()
 
-    def in_name_order(self) -> Iterator[tuple[str, CardGroup, int]]:
-        """Every node filed, as (name, group, cpu left), the touched before the untouched, each
-        in name order."""
+    def candidates(
+        self, vendor: str | None, cpu: int, percent: int, budget: int
+    ) -> tuple[Iterator[tuple[str, CardGroup, int]], bool]:
+        """The nodes a share of ``vendor``'s cards (None: any) asking for ``cpu`` millicores and
+        a card ``percent`` free could go to, as (name, group, cpu left), the touched before
+        the untouched, each in name order, up to the ``budget``-th node filed in that order
+        (with some that cannot: NameOrder.candidates); and whether more nodes are filed."""
+        names, over = self._order.candidates(vendor, cpu, percent, budget)
         where = self._where
-        for untouched, name in self._order:
-            found = where.get(name)
-            if found is not None and found[0].key[3] == untouched:
-                yield name, found[0], found[1]
+        return ((name, *where[name]) for name in names), over
