@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import collections
 import contextlib
 import ctypes
 import json
@@ -126,6 +127,11 @@ def _ephemeral_low() -> int:
     return 32_768  # Linux's default
 
 
+# The ports free_port handed out lately, which it does not hand out again: each is free when
+# drawn and taken only when its server binds it a moment later.
+_handed: collections.deque[int] = collections.deque(maxlen=1_000)
+
+
 def free_port() -> int:
     """A loopback port nobody listens on, for a server started a moment later.
 
@@ -133,7 +139,9 @@ def free_port() -> int:
     range, so any outgoing connection on the machine (a client of another test, a Redis replica
     dialling its master) could take it as its source port before our server binds it, and the
     server then fails with "Address already in use". Below the range only another free_port
-    caller can collide, and a random draw over ~20,000 ports makes that unlikely."""
+    caller can collide, and a random draw over ~20,000 ports makes that unlikely; within this
+    process not at all: a port handed out lately is not drawn again (a Sentinel set draws six
+    before it starts any, and CI once saw a Sentinel given its master's port)."""
     high = _ephemeral_low()
     draw = random.Random()
     for _ in range(100):
@@ -143,7 +151,11 @@ def free_port() -> int:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return int(s.getsockname()[1])
+            port = int(s.getsockname()[1])
+        if port in _handed:
+            continue
+        _handed.append(port)
+        return port
     raise ControlPlaneError("no free loopback port below the ephemeral range after 100 draws")
 
 
