@@ -18,4 +18,9 @@ functions; placement and the filters only read it). No filter here.
 - ``fragmentation``: the held pods' request classes (the profile), the target workload they make
   and the fragmentation measure over node shapes.
 - ``nodesums``: what each node holds, summed as the drift auditor compares it.
+- ``shares``: GPU nodes grouped by what a share's decision reads of their cards and cpu (and
+  what a refused pod's reason counts of each); ``nameorder``: the order a share's search reads
+  them in, as bitsets; ``names``: a set of node names with the smallest at hand.
+- ``topocounts``: matching pods per topology domain, for spread and inter-pod affinity.
+- ``devices``: DRA's part: the devices every claim holds, the slices by node and pool.
 """
