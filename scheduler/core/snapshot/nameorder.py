@@ -56,7 +56,6 @@ class NameOrder:
         "_bit",
         "_cards",
         "_cpu",
-        "_holes",
         "_names",
         "_places",
         "_renumber",
@@ -70,7 +69,6 @@ class NameOrder:
         self._bit: dict[str, int] = {}
         self._names: list[str] = []
         self._renumber = False
-        self._holes = 0
         self._touched = 0
         self._untouched = 0
         self._vendors: dict[str, int] = {}
@@ -93,8 +91,6 @@ class NameOrder:
             return
         if before is not None:
             self._flip(before, 1 << bit)
-        else:
-            self._holes -= 1
         self._flip(place, 1 << bit)
 
     def remove(self, name: str) -> None:
@@ -102,8 +98,9 @@ class NameOrder:
         if before is None or self._renumber:
             return
         self._flip(before, 1 << self._bit[name])
-        self._holes += 1
-        if self._holes > len(self._places) + 64:
+        # Numbered and gone (every node filed has a bit while nothing is to renumber).
+        holes = len(self._bit) - len(self._places)
+        if holes > len(self._places) + 64:
             self._renumber = True
 
     def _flip(self, place: _Place, bit: int) -> None:
@@ -122,7 +119,6 @@ class NameOrder:
         """Rank every node filed by name, and build the sets afresh."""
         self._names = sorted(self._places)
         self._bit = {name: bit for bit, name in enumerate(self._names)}
-        self._holes = 0
         self._touched = self._untouched = 0
         self._vendors, self._cpu, self._cards = {}, [], []
         for bit, name in enumerate(self._names):
