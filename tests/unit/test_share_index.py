@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from typing import Any
 
 import msgspec
 import pytest
@@ -44,6 +45,7 @@ from scheduler.core.model.objects import (
     Requirement,
     Taint,
 )
+from scheduler.core.placement import nodes
 from scheduler.core.placement.nodes import (
     Reason,
     _before_nodes,
@@ -307,6 +309,49 @@ def test_shares_choose_as_the_walk_on_clusters_of_many_alike_nodes(seed: int) ->
     for i in range(rng.randrange(20, 80)):
         state.set_node(msgspec.structs.replace(rng.choice(kinds), name=f"n{i:03d}"))
     assert _compared(rng, state)
+
+
+def test_a_walk_that_ran_out_bounds_the_filing_and_shares_still_choose_as_the_walk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A share whose read runs out of its budget with a best already found files only the
+    candidates that could rank above it (placement/nodes._Walked: not one whose cut, at its
+    cpu left's level, or bound is too low). On clusters of many alike nodes (as above) some
+    reads run out so, each share still chooses as the walk over every node, and the filing
+    after them leaves most candidates out."""
+    ran_out = 0
+    filed = [0, 0]  # (with the walk's best to beat, without)
+    walk_, file_ = nodes._walk, nodes._file
+
+    def walk_counted(*args: Any) -> nodes._Walked:
+        nonlocal ran_out
+        found = walk_(*args)
+        ran_out += not found.decided and found.best is not None
+        return found
+
+    def file_counted(pending: list[Any], *args: Any) -> None:
+        walked = args[7] if len(args) > 7 else None
+        if walked is not None and walked.best is not None:
+            alone: list[Any] = []
+            file_(alone, *args[:7], None)
+            before = len(pending)
+            file_(pending, *args)
+            filed[0] += len(pending) - before
+            filed[1] += len(alone)
+        else:
+            file_(pending, *args)
+
+    monkeypatch.setattr(nodes, "_walk", walk_counted)
+    monkeypatch.setattr(nodes, "_file", file_counted)
+    for seed in range(60):
+        rng = random.Random(seed)
+        state = ClusterState()
+        kinds = [_node(rng, i) for i in range(rng.randrange(1, 4))]
+        for i in range(rng.randrange(20, 80)):
+            state.set_node(msgspec.structs.replace(rng.choice(kinds), name=f"n{i:03d}"))
+        assert _compared(rng, state)
+    assert ran_out >= 100
+    assert 2 * filed[0] < filed[1]
 
 
 @pytest.mark.parametrize("seed", range(40))

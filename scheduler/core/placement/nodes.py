@@ -533,8 +533,9 @@ def _card_fit(
 _Fit = tuple[int, int, int]
 # A group's answer for one request: the fitting cards a one-card share ranks by the measure (in
 # busiest-first order, spread: idlest, the first of each free percent: the others rank the same
-# and lose the tie to it), and the cards the rules before the measure take.
-_Fits = tuple[list[_Fit], list[_Fit]] | None
+# and lose the tie to it), the cards the rules before the measure take, and the span of free
+# percents the first bound the measure by (_card_span).
+_Fits = tuple[list[_Fit], list[_Fit], tuple[int, int]] | None
 
 
 def _fitting_cards(group: CardGroup, shared: SharedRequest, spread_cards: bool) -> _Fits:
@@ -559,7 +560,7 @@ def _fitting_cards(group: CardGroup, shared: SharedRequest, spread_cards: bool) 
     if len(fits) >= shared.cards:
         fits.sort(key=lambda f: (-f[0] if spread_cards else f[0], f[1]))
         distinct = [f for i, f in enumerate(fits) if not i or f[0] != fits[i - 1][0]]
-        found = (distinct, fits[: shared.cards])
+        found = (distinct, fits[: shared.cards], _card_span(distinct, shared))
     group.memo[memo_key] = found
     return found
 
@@ -595,9 +596,10 @@ def place_shared(
     index = state.node_index.shares
     known: _Known = {}
     asks = (cpu, core * count, asked)
+    walked: _Walked | None = None
     if bounded:
         assert target is not None
-        read, walked = _walk(
+        walked = _walk(
             state,
             target,
             asks,
@@ -607,17 +609,20 @@ def place_shared(
             index.group_count(shared.vendor, core),
             known,
         )
-        if read:
-            return None if walked is None else _share_placement(pod, shared, *walked)
+        if walked.decided:
+            best = walked.best
+            return None if best is None else _share_placement(pod, shared, *best)
+        if walked.filed is not None:
+            # Only a candidate ranking above the walk's best can beat it (_Walked).
+            pending.append(walked.filed)
     for group in index.groups(shared.vendor, core):
         found = _fitting_cards(group, shared, spread_cards)
         if found is None:
             continue
-        distinct, chosen = found
+        distinct, chosen, span = found
         if bounded:
             assert target is not None
-            span = _card_span(distinct, shared)
-            _file(pending, target, group, asks, distinct, chosen, span, known)
+            _file(pending, target, group, asks, distinct, chosen, span, known, walked)
             continue
         rest = (0, 0)
         if target is None:
@@ -708,25 +713,99 @@ def _file(
     busiest: list[_Fit],
     span: tuple[int, int] = (0, 0),
     known: _Known | None = None,
+    walked: _Walked | None = None,
 ) -> None:
     """File ``group``'s candidates for _best_bounded under the highest rank each can reach
     (Target.within): one per cpu left the pod's cpu request fits in; one ``known`` ranks (_walk
-    ranked it) is filed ranked. ``asks``: (the pod's cpu as the measure weighs it, the card
-    percent it takes, its cpu request as the chain checks it)."""
+    ranked it) is filed ranked; with what a walk that ran out of its budget found
+    (``walked``), only those that could rank above it. ``asks``: (the pod's cpu as the
+    measure weighs it, the card percent it takes, its cpu request as the chain checks it)."""
     cpu, taken, asked = asks
     pool = group.pool
     untouched, free, at = int(group.untouched), group.free, id(group)
+    # A candidate of known cpu left whose cut is below ``floor`` cannot rank above ``least``;
+    # for a one-card share, nor one below the floor of its cpu left's level (_Walked.floor_at).
+    floor, least = NO_CUT, None
+    if walked is not None and walked.best is not None:
+        floor, least = walked.floor, walked.rank
+    by_level = least is not None and span[0] > 0
     for left, names in group.by_cpu.items():
         if asked > left >= 0:
             continue
+        if left >= 0:
+            cut = target.cut(left, group.free_sum, cpu, taken)
+            if cut < floor:
+                continue
+            if by_level:
+                assert walked is not None
+                if cut < walked.floor_at(target, pool, span, left, asks):
+                    continue
         shape = (left, free, pool)
         ranked = None if known is None else known.get((at, left))
         if ranked is None:
-            key = (-target.within(shape, cpu, taken, span), untouched, names.first())
+            bound = target.within(shape, cpu, taken, span)
+            if least is not None and bound <= least:
+                continue
+            key = (-bound, untouched, names.first())
             pending.append((key, 0, len(pending), shape, names, fits, busiest))
-        else:
+        else:  # (a few: the walk's own ranks; one no higher than the best loses to it)
             key = (-ranked[0], untouched, names.first())
             pending.append((key, 1, len(pending), shape, names, ranked[1], busiest))
+
+
+class _Walked:
+    """What _walk found: whether the nodes it read decide the share (``decided``), and the
+    best node the chain accepts among them with the cards it takes (``best``; None: none).
+
+    A walk that ran out of its budget before it decided still bounds the search that follows
+    (place_shared files the rest): every node it read ranks no higher than ``best`` or was
+    refused, and every node it did not read comes after ``best`` in the (untouched, name)
+    order ties go by, so only a candidate ranking strictly above ``rank`` can beat it: not
+    one of known cpu left whose cut is below ``floor`` (Target.cut_beyond) or, for a
+    one-card share, below the floor of its cpu left's level (``floor_at``), nor one whose
+    bound is no higher. ``best`` is filed as _best_bounded files a candidate the chain
+    accepted (``filed``)."""
+
+    __slots__ = ("best", "decided", "filed", "floor", "floors", "rank")
+
+    def __init__(
+        self,
+        decided: bool,
+        found: tuple[int, NodeState, CardGroup, int, list[_Fit]] | None = None,
+        floor: int = NO_CUT,
+    ) -> None:
+        self.decided = decided
+        self.best: tuple[NodeState, list[_Fit]] | None = None
+        self.rank = 0
+        self.filed: _Pending | None = None
+        if found is not None:
+            rank, node, group, left, cards = found
+            self.best, self.rank = (node, cards), rank
+            key = (-rank, int(group.untouched), node.name)
+            self.filed = (key, 2, -1, (left, group.free, group.pool), NameSet(), cards, [])
+        self.floor = floor
+        self.floors: dict[tuple[Pool, tuple[int, int], int], int] = {}
+
+    def floor_at(
+        self,
+        target: Target,
+        pool: Pool,
+        span: tuple[int, int],
+        left: int,
+        asks: tuple[int, int, int],
+    ) -> int:
+        """The least cut with which a one-card share's bound (its cards' ``span``) on a node of
+        ``pool`` with ``left`` cpu can be above the best (Target.cut_beyond at the level of
+        ``left``), remembered through the decision: groups of one pool and span share it."""
+        level = bisect.bisect_right(target.asks, left)
+        key = (pool, span, level)
+        found = self.floors.get(key)
+        if found is None:
+            cpu, taken, asked = asks
+            found = self.floors[key] = target.cut_beyond(
+                pool, cpu, taken, asked < cpu, self.rank, level, span
+            )
+        return found
 
 
 def _walk(
@@ -738,10 +817,11 @@ def _walk(
     filters: Filter,
     budget: int,
     ranked: _Known,
-) -> tuple[bool, tuple[NodeState, list[_Fit]] | None]:
+) -> _Walked:
     """What _best_bounded finds for a share, read node by node in the order its keys tie in,
-    while that is cheaper than filing every candidate: (True, the best) when the nodes read
-    decide it, else (False, None) after ``budget`` nodes (what filing reads: a group each).
+    while that is cheaper than filing every candidate: decided when the nodes read decide
+    it, else after ``budget`` nodes (what filing reads: a group each) the best of those read,
+    which bounds the filing that follows (_Walked).
 
     A candidate's key is (minus its rank, untouched, name), its rank at most its node's bound
     (Target.within), that at most its pool's ceiling (Target.ceiling), and a small share's
@@ -757,8 +837,8 @@ def _walk(
     in ten of those before the first that reaches the ceiling), but count against the
     budget as if they were, so a share files exactly when it would have. A share of much of
     a card seldom reaches it (placing most of a card takes it from classes that could use
-    it): its candidates are filed after ``budget`` nodes, those it ranked with their ranks
-    (``ranked``, filled). ``asks`` as _file's."""
+    it): its candidates that could still beat the best so far are filed after ``budget``
+    nodes, those it ranked with their ranks (``ranked``, filled). ``asks`` as _file's."""
     cpu, taken, asked = asks
     index = state.node_index.shares
     short = asked < cpu
@@ -773,9 +853,10 @@ def _walk(
             ceilings[blocked] = target.ceiling(pool, cpu, taken, short)
             pools.append(pool)
     if not ceilings:
-        return True, None
+        return _Walked(True)
     top = max(ceilings.values())
-    best: tuple[int, str, list[_Fit]] | None = None
+    best: tuple[int, str, CardGroup, int, list[_Fit]] | None = None
+    decided = True
     # The least cut (Target.cut) of a node that can rank above the best so far: a node of
     # known cpu left below it is passed over without its bound (Target.cut_beyond). No floor
     # before there is a best.
@@ -814,14 +895,15 @@ def _walk(
         elif (best is not None and known[0] <= best[0]) or filters.check(state.nodes[name]):
             continue
         rank, cards = known
-        best = (rank, name, cards)
+        best = (rank, name, group, left, cards)
         if rank >= top:
             break
         floor = min(target.cut_beyond(pool, cpu, taken, short, rank) for pool in pools)
     else:
         if over:  # the budget ran out before the order did
-            return False, None
-    return True, None if best is None else (state.nodes[best[1]], best[2])
+            decided = False
+    found = None if best is None else (best[0], state.nodes[best[1]], *best[2:])
+    return _Walked(decided, found, floor)
 
 
 def _offer(
@@ -839,8 +921,8 @@ def _offer(
     fits = _fitting_cards(group, shared, spread_cards)
     if fits is None:
         return None
-    distinct, busiest = fits
-    return ceilings[views.blocked(group.pool)], distinct, busiest, _card_span(distinct, shared)
+    distinct, busiest, span = fits
+    return ceilings[views.blocked(group.pool)], distinct, busiest, span
 
 
 def _card_span(fits: list[_Fit], shared: SharedRequest) -> tuple[int, int]:

@@ -205,8 +205,8 @@ class Target:
         # taken): _kept; per _capped's arguments: its rank (within).
         self.kept: dict[tuple[int, frozenset[Reach], int, int], tuple[int, int]] = {}
         self.capped: dict[tuple[frozenset[Reach], int, int, int, int], int] = {}
-        # Per (blocked reaches, percent taken, the ceiling's fall, a rank): cut_beyond.
-        self.beyond: dict[tuple[frozenset[Reach], int, int, int], int] = {}
+        # Per (blocked reaches, percent taken, the ceiling's fall, a rank, kept, lost): cut_beyond.
+        self.beyond: dict[tuple[frozenset[Reach], int, int, int, int, int], int] = {}
         self.weight = sum(weight for _, weight in key)
         # Per reaches that leave a contested pool out, what a free GPU percent of it counts
         # (subtracted) in frag(). A pool's contest is the sum of what the pinned classes that
@@ -304,9 +304,7 @@ class Target:
         kept = lost = 0
         least, most = span
         if least:
-            key = (level, blocked, least, most - taken)
-            found = self.kept.get(key)
-            kept, lost = self._kept(*key) if found is None else found
+            kept, lost = self._kept_at(level, blocked, least, most - taken)
             lost *= least - taken
         capped = (blocked, taken, cut, kept, lost)
         ranked = self.capped.get(capped)
@@ -326,35 +324,61 @@ class Target:
         then = max(0, left - cpu)
         return max(0, idle - left * per // rate) - max(0, idle - taken - then * per // rate)
 
-    def cut_beyond(self, pool: Pool, cpu: int, taken: int, short: bool, rank: int) -> int:
+    def cut_beyond(
+        self,
+        pool: Pool,
+        cpu: int,
+        taken: int,
+        short: bool,
+        rank: int,
+        level: int = 0,
+        span: tuple[int, int] = (0, 0),
+    ) -> int:
         """The least ``cut`` with which ``within`` can be above ``rank`` on a node of ``pool``
         (as ``ceiling``: the classes' part at its most): a node whose cut is lower cannot
         rank above ``rank`` (issue 32: the nodes a share's search passes over, told so by two
-        products instead of the whole bound). Above ``ceiling``'s fall when no node can."""
+        products instead of the whole bound). Above ``ceiling``'s fall when no node can.
+        With a one-card placement's ``span`` (as ``within``'s) on a node whose cpu left covers
+        the first ``level`` of ``asks``, the least with which ``within`` itself can: what the
+        classes the card is kept for count is left out too."""
         blocked = self.views.blocked(pool)
         high = self._fall(cpu, taken, short)
-        key = (blocked, taken, high, rank)
+        kept = lost = 0
+        least, most = span
+        if least:
+            kept, lost = self._kept_at(level, blocked, least, most - taken)
+            lost *= least - taken
+        key = (blocked, taken, high, rank, kept, lost)
         found = self.beyond.get(key)
         if found is None:
             if len(self.beyond) >= self.memo_limit:
                 _forget_oldest(self.beyond)
-            found = self.beyond[key] = self._beyond(blocked, taken, high, rank)
+            found = self.beyond[key] = self._beyond(blocked, taken, high, rank, kept, lost)
         return found
 
-    def _beyond(self, blocked: frozenset[Reach], taken: int, high: int, rank: int) -> int:
-        if self._capped(blocked, taken, high) <= rank:
+    def _beyond(
+        self, blocked: frozenset[Reach], taken: int, high: int, rank: int, kept: int, lost: int
+    ) -> int:
+        if self._capped(blocked, taken, high, kept, lost) <= rank:
             return high + 1
         # The rank grows with the cut: halved between a cut that does and one that does not.
         low = -_LOW_CUT
-        if self._capped(blocked, taken, low) > rank:
+        if self._capped(blocked, taken, low, kept, lost) > rank:
             return NO_CUT  # (a node with 16 cards idle) any node may
         while low + 1 < high:
             middle = (low + high) // 2
-            if self._capped(blocked, taken, middle) > rank:
+            if self._capped(blocked, taken, middle, kept, lost) > rank:
                 high = middle
             else:
                 low = middle
         return high
+
+    def _kept_at(
+        self, level: int, blocked: frozenset[Reach], least: int, over: int
+    ) -> tuple[int, int]:
+        """``_kept``, remembered."""
+        found = self.kept.get((level, blocked, least, over))
+        return self._kept(level, blocked, least, over) if found is None else found
 
     def _kept(
         self, level: int, blocked: frozenset[Reach], least: int, over: int
