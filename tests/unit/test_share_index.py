@@ -304,11 +304,16 @@ def test_shares_choose_as_the_walk_on_clusters_of_many_alike_nodes(seed: int) ->
     group) part of the time and files the groups then, and decides alone the rest: both must
     choose as the walk over every node."""
     rng = random.Random(seed)
+    assert _compared(rng, _alike_nodes(rng))
+
+
+def _alike_nodes(rng: random.Random) -> ClusterState:
+    """20 to 80 nodes of one to three kinds."""
     state = ClusterState()
     kinds = [_node(rng, i) for i in range(rng.randrange(1, 4))]
     for i in range(rng.randrange(20, 80)):
         state.set_node(msgspec.structs.replace(rng.choice(kinds), name=f"n{i:03d}"))
-    assert _compared(rng, state)
+    return state
 
 
 def test_a_walk_that_ran_out_bounds_the_filing_and_shares_still_choose_as_the_walk(
@@ -345,11 +350,7 @@ def test_a_walk_that_ran_out_bounds_the_filing_and_shares_still_choose_as_the_wa
     monkeypatch.setattr(nodes, "_file", file_counted)
     for seed in range(60):
         rng = random.Random(seed)
-        state = ClusterState()
-        kinds = [_node(rng, i) for i in range(rng.randrange(1, 4))]
-        for i in range(rng.randrange(20, 80)):
-            state.set_node(msgspec.structs.replace(rng.choice(kinds), name=f"n{i:03d}"))
-        assert _compared(rng, state)
+        assert _compared(rng, _alike_nodes(rng))
     assert ran_out >= 100
     assert 2 * filed[0] < filed[1]
 
