@@ -7,11 +7,13 @@ the memo or not, is the gain worked out from scratch on a fresh target."""
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Iterator
 
 from scheduler.core.snapshot.fragmentation import (
     ANYWHERE,
+    NO_CUT,
     Pool,
     Target,
     free_cards,
@@ -130,9 +132,34 @@ def test_a_node_whose_cut_is_below_the_floor_ranks_no_higher_than_the_floors_ran
         within = target.within((left, cards, pool), cpu, core, (min(fits), max(fits)))
         cut = target.cut(left, sum(cards), cpu, core)
         for rank in (within - 5, within - 1, within):
-            floor = target.cut_beyond(pool, cpu, core, left < cpu, rank)
+            floor = target.cut_beyond(target.views.blocked(pool), cpu, core, left < cpu, rank)
             if within > rank:
                 assert cut >= floor, (left, cards, pool, cpu, core, rank)
                 above += 1
                 met += cut == floor
     assert above > 1000 and met > 50
+
+
+def test_the_floor_is_the_least_cut_whose_bound_ranks_above() -> None:
+    """Target.cut_beyond finds its floor from the sigmoid's inverse first (floating point,
+    checked) and halves the rest: either way it is exactly the least cut whose bound
+    (Target.bound) ranks above the rank, for any pool, level and span of cards, or the
+    ceiling's fall plus one when not even the ceiling does."""
+    rng = random.Random(13)
+    exact = 0
+    for target, left, _cards, pool, cpu, core, fits in _placements(13):
+        blocked = target.views.blocked(pool)
+        short = 0 <= left < cpu
+        level = bisect.bisect_right(target.asks, left) if left >= 0 else len(target.asks)
+        span = rng.choice(((0, 0), (min(fits), max(fits))))
+        ceiling = target.ceiling(pool, cpu, core, short)
+        for rank in range(0, ceiling + 1, 7):
+            floor = target.cut_beyond(blocked, cpu, core, short, rank, level, span)
+            if floor == NO_CUT:
+                continue
+            assert target.bound(blocked, level, floor - 1, core, span) <= rank
+            if target.bound(blocked, level, floor, core, span) > rank:
+                exact += 1
+            elif span == (0, 0):  # the ceiling's fall plus one: not even the ceiling is above
+                assert ceiling <= rank
+    assert exact > 1000

@@ -9,6 +9,7 @@ target, and decide the same. Stepped by hand on the profile and on the snapshot.
 from __future__ import annotations
 
 import itertools
+import random
 
 from scheduler.core.cycle import Unit, decide
 from scheduler.core.model.decisions import Placed
@@ -135,3 +136,54 @@ def test_a_restarted_scheduler_decides_as_the_running_one() -> None:
     # Before issue 32 the running scheduler still weighed by the 40 one-GPU pods' target and
     # put the probe on a; the restarted one put it on b.
     assert probe(running) == probe(restarted) == "b"
+
+
+def test_classes_kept_in_order_as_pods_come_and_go_make_the_target_a_fresh_count_makes() -> None:
+    """The profile keeps its classes ranked as each charge moves one count (Profile._count),
+    instead of sorting them for every target: after any history of pods coming, going and
+    changing class, with counts tying often, the target is the one a profile charged with
+    the pods held alone makes."""
+    rng = random.Random(5)
+    classes: list[RequestClass] = [
+        (1000 * rng.randrange(1, 9), rng.choice((1, 2)), rng.choice((30, 100)), NVIDIA)
+        for _ in range(12)
+    ]
+    profile = Profile(DEFAULTS)
+    held: dict[str, RequestClass] = {}
+    changed = 0
+    for step in range(3000):
+        pod = f"p{rng.randrange(150)}"
+        request = rng.choice(classes) if rng.random() < 0.7 else None
+        profile.charge(pod, request)
+        if request is None:
+            held.pop(pod, None)
+        else:
+            held[pod] = request
+        if step % 7 == 0:
+            fresh = Profile(DEFAULTS)
+            for name in sorted(held):
+                fresh.charge(name, held[name])
+            now, expected = profile.target(), fresh.target()
+            assert (now and now.key) == (expected and expected.key), step
+            changed += now is not None and now.key != KEY
+    assert changed > 100
+
+
+def test_a_new_target_of_the_same_reaches_keeps_what_the_one_before_read_of_each_pool() -> None:
+    """A target whose classes only weigh anew keeps the one before's views (what each pool's
+    reaches leave out, worked out once per pool); one with a reach the one before did not
+    have builds its own."""
+    pinned: Reach = ("nvidia", ((("pool", "In", ("fill",)),),), ())
+    profile = charged(histories()["ones first"], ask_every=False)
+    first = profile.target()
+    assert first is not None
+    first.views.blocked(("nvidia", (("pool", "fill"),), ()))
+    profile.charge("z", TWO)  # weights change, reaches do not
+    second = profile.target()
+    assert second is not None and second is not first
+    assert second.views is first.views
+    for i in range(20):
+        profile.charge(f"w{i}", (8000, 1, 100, pinned))
+    third = profile.target()
+    assert third is not None and third.views is not second.views
+    assert pinned in third.views.reaches

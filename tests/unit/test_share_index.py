@@ -334,17 +334,26 @@ def test_a_walk_that_ran_out_bounds_the_filing_and_shares_still_choose_as_the_wa
         ran_out += not found.decided and found.best is not None
         return found
 
-    def file_counted(pending: list[Any], *args: Any) -> None:
-        walked = args[7] if len(args) > 7 else None
+    def file_counted(
+        pending: list[Any],
+        target: Any,
+        groups: Any,
+        asks: Any,
+        shared: Any = None,
+        spread_cards: bool = False,
+        known: Any = None,
+        walked: nodes._Walked | None = None,
+    ) -> None:
+        groups = list(groups)  # read twice
         if walked is not None and walked.best is not None:
             alone: list[Any] = []
-            file_(alone, *args[:7], None)
+            file_(alone, target, groups, asks, shared, spread_cards, known, None)
             before = len(pending)
-            file_(pending, *args)
+            file_(pending, target, groups, asks, shared, spread_cards, known, walked)
             filed[0] += len(pending) - before
             filed[1] += len(alone)
         else:
-            file_(pending, *args)
+            file_(pending, target, groups, asks, shared, spread_cards, known, walked)
 
     monkeypatch.setattr(nodes, "_walk", walk_counted)
     monkeypatch.setattr(nodes, "_file", file_counted)

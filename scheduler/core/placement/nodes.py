@@ -69,7 +69,7 @@ from ..resources.gpusets import SetChoice
 from ..resources.inventory import Inventory
 from ..resources.requests import PodRequest, RequestError, SharedRequest, parse_request
 from ..snapshot.cluster import ClusterState
-from ..snapshot.fragmentation import NO_CUT, Pool, PoolViews, Reach, Shape, Target
+from ..snapshot.fragmentation import NO_CUT, PoolViews, Reach, Shape, Target
 from ..snapshot.names import NameSet
 from ..snapshot.nodes import ClassKey, Demand, NodeClass, NodeState, ShapeGroup
 from ..snapshot.shares import CardGroup, CardUseKey, ShareIndex
@@ -465,8 +465,7 @@ def place_without_gpus(state: ClusterState, pod: PodInput, filters: PodFilters) 
         # Filed under their bounds and ranked as they come up, as shares are (place_shared):
         # a node whose cpu left feeds every class after the pod's ranks at the bound, 50.
         pending: list[_Pending] = []
-        for group in state.node_index.shares.groups():
-            _file(pending, target, group, (cpu, 0, asked), [], [])
+        _file(pending, target, state.node_index.shares.groups(), (cpu, 0, asked))
         found = _best_bounded(state, target, pending, cpu, None, filters)
     else:
         for group in state.node_index.shares.groups():
@@ -529,6 +528,8 @@ def _card_fit(
     return CORES_PER_CARD - core - req.core, memory
 
 
+# What a memo holds no answer for yet (None is an answer: too few cards fit).
+_UNKNOWN = object()
 # (free cores after, card index, memory MiB to charge) of a card that fits a share.
 _Fit = tuple[int, int, int]
 # A group's answer for one request: the fitting cards a one-card share ranks by the measure (in
@@ -586,19 +587,13 @@ def place_shared(
     target = ranked_by(state, spread_cards or spread_nodes)
     cpu = _cpu(state, pod)
     asked = _asked_cpu(filters)
-    # (key, position, names, cards): the key is the node key's part before the name.
-    ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
-    # Ranked by the measure with no preference to score first: each candidate filed under the
-    # rank it can reach at most, and ranked only when it comes up (_best_bounded).
-    bounded = target is not None and not filters.has_preferences
-    pending: list[_Pending] = []
     core, count = shared.core, shared.cards
     index = state.node_index.shares
-    known: _Known = {}
-    asks = (cpu, core * count, asked)
-    walked: _Walked | None = None
-    if bounded:
-        assert target is not None
+    # Ranked by the measure with no preference to score first: each candidate filed under the
+    # rank it can reach at most, and ranked only when it comes up (_best_bounded).
+    if target is not None and not filters.has_preferences:
+        asks = (cpu, core * count, asked)
+        known: _Known = {}
         walked = _walk(
             state,
             target,
@@ -612,18 +607,21 @@ def place_shared(
         if walked.decided:
             best = walked.best
             return None if best is None else _share_placement(pod, shared, *best)
+        pending: list[_Pending] = []
         if walked.filed is not None:
             # Only a candidate ranking above the walk's best can beat it (_Walked).
             pending.append(walked.filed)
+        groups = index.groups(shared.vendor, core)
+        _file(pending, target, groups, asks, shared, spread_cards, known, walked)
+        best = _best_bounded(state, target, pending, cpu, shared, filters)
+        return None if best is None else _share_placement(pod, shared, *best)
+    # (key, position, names, cards): the key is the node key's part before the name.
+    ranked: list[tuple[tuple[int, int, int], int, NameSet, list[_Fit]]] = []
     for group in index.groups(shared.vendor, core):
         found = _fitting_cards(group, shared, spread_cards)
         if found is None:
             continue
-        distinct, chosen, span = found
-        if bounded:
-            assert target is not None
-            _file(pending, target, group, asks, distinct, chosen, span, known, walked)
-            continue
+        distinct, chosen, _span = found
         rest = (0, 0)
         if target is None:
             free_after = sum(f[0] for f in chosen)
@@ -644,16 +642,11 @@ def place_shared(
             # The measure weighs what the free counts would; its ties go to a node some GPU pod
             # uses already, then by name (bench-frag: any finer order leaves more idle).
             ranked.append(((frag, untouched, 0), len(ranked), names, cards))
-    if bounded:
-        assert target is not None
-        best = _best_bounded(state, target, pending, cpu, shared, filters)
-    elif filters.has_preferences:
+    if filters.has_preferences:
         best = _best_scored(state, ranked, filters)
     else:
         best = _best_ranked(state, ranked, filters)
-    if best is None:
-        return None
-    return _share_placement(pod, shared, *best)
+    return None if best is None else _share_placement(pod, shared, *best)
 
 
 def _share_placement(
@@ -707,50 +700,78 @@ _Known = dict[tuple[int, int], tuple[int, list[_Fit]]]
 def _file(
     pending: list[_Pending],
     target: Target,
-    group: CardGroup,
+    groups: Iterable[CardGroup],
     asks: tuple[int, int, int],
-    fits: list[_Fit],
-    busiest: list[_Fit],
-    span: tuple[int, int] = (0, 0),
+    shared: SharedRequest | None = None,
+    spread_cards: bool = False,
     known: _Known | None = None,
     walked: _Walked | None = None,
 ) -> None:
-    """File ``group``'s candidates for _best_bounded under the highest rank each can reach
-    (Target.within): one per cpu left the pod's cpu request fits in; one ``known`` ranks (_walk
-    ranked it) is filed ranked; with what a walk that ran out of its budget found
+    """File the candidates of ``groups`` for _best_bounded under the highest rank each can
+    reach (Target.within): one per cpu left the pod's cpu request fits in, of the groups
+    whose cards fit ``shared`` (None: a pod without GPUs, which takes no card); one ``known``
+    ranks (_walk ranked it) is filed ranked; with what a walk that ran out of its budget found
     (``walked``), only those that could rank above it. ``asks``: (the pod's cpu as the
-    measure weighs it, the card percent it takes, its cpu request as the chain checks it)."""
+    measure weighs it, the card percent it takes, its cpu request as the chain checks it).
+    One call a decision, the loop over groups inside it: a share files some hundred groups,
+    and what the loop reads per candidate is a few products (issue 32's tail)."""
     cpu, taken, asked = asks
-    pool = group.pool
-    untouched, free, at = int(group.untouched), group.free, id(group)
     # A candidate of known cpu left whose cut is below ``floor`` cannot rank above ``least``;
     # for a one-card share, nor one below the floor of its cpu left's level (_Walked.floor_at).
-    floor, least = NO_CUT, None
+    # No bound is below 0: with no best to beat, ``least`` -1 leaves nothing out.
+    floor, least = NO_CUT, -1
+    floors: dict[tuple[frozenset[Reach], tuple[int, int], int], int] = {}
     if walked is not None and walked.best is not None:
-        floor, least = walked.floor, walked.rank
-    by_level = least is not None and span[0] > 0
-    for left, names in group.by_cpu.items():
-        if asked > left >= 0:
-            continue
-        if left >= 0:
-            cut = target.cut(left, group.free_sum, cpu, taken)
-            if cut < floor:
+        floor, least, floors = walked.floor, walked.rank, walked.floors
+    views, cut, bound, levels = target.views, target.cut, target.bound, target.asks
+    unknown = len(levels)  # the level of a node whose cpu left is not known: every class fed
+    fits: list[_Fit] = []
+    busiest: list[_Fit] = []
+    span = (0, 0)
+    memo_key = (shared, spread_cards)
+    for group in groups:
+        if shared is not None:
+            # _fitting_cards's memo read inline: this loop runs over every group for every share.
+            found = cast(_Fits, group.memo.get(memo_key, _UNKNOWN))
+            if found is _UNKNOWN:
+                found = _fitting_cards(group, shared, spread_cards)
+            if found is None:
                 continue
-            if by_level:
-                assert walked is not None
-                if cut < walked.floor_at(target, pool, span, left, asks):
+            fits, busiest, span = found
+        idle = group.free_sum
+        by_level = least >= 0 and span[0] > 0
+        blocked: frozenset[Reach] | None = None
+        for left, names in group.by_cpu.items():
+            each, level = 0, unknown
+            if left >= 0:
+                if asked > left:
                     continue
-        shape = (left, free, pool)
-        ranked = None if known is None else known.get((at, left))
-        if ranked is None:
-            bound = target.within(shape, cpu, taken, span)
-            if least is not None and bound <= least:
-                continue
-            key = (-bound, untouched, names.first())
-            pending.append((key, 0, len(pending), shape, names, fits, busiest))
-        else:  # (a few: the walk's own ranks; one no higher than the best loses to it)
-            key = (-ranked[0], untouched, names.first())
-            pending.append((key, 1, len(pending), shape, names, ranked[1], busiest))
+                each = cut(left, idle, cpu, taken)
+                if each < floor:
+                    continue
+                level = bisect.bisect_right(levels, left)
+            if blocked is None:
+                blocked = views.blocked(group.pool)
+            if by_level and left >= 0:
+                assert walked is not None
+                # (floor_at's memo read inline)
+                low = floors.get((blocked, span, level))
+                if low is None:
+                    low = walked.floor_at(target, blocked, span, level, asks)
+                if each < low:
+                    continue
+            ranked = known.get((id(group), left)) if known else None
+            if ranked is None:
+                high = bound(blocked, level, each, taken, span)
+                if high <= least:
+                    continue
+                key = (-high, int(group.untouched), names.first())
+                shape = (left, group.free, group.pool)
+                pending.append((key, 0, len(pending), shape, names, fits, busiest))
+            else:  # (a few: the walk's own ranks; one no higher than the best loses to it)
+                key = (-ranked[0], int(group.untouched), names.first())
+                shape = (left, group.free, group.pool)
+                pending.append((key, 1, len(pending), shape, names, ranked[1], busiest))
 
 
 class _Walked:
@@ -784,26 +805,26 @@ class _Walked:
             key = (-rank, int(group.untouched), node.name)
             self.filed = (key, 2, -1, (left, group.free, group.pool), NameSet(), cards, [])
         self.floor = floor
-        self.floors: dict[tuple[Pool, tuple[int, int], int], int] = {}
+        self.floors: dict[tuple[frozenset[Reach], tuple[int, int], int], int] = {}
 
     def floor_at(
         self,
         target: Target,
-        pool: Pool,
+        blocked: frozenset[Reach],
         span: tuple[int, int],
-        left: int,
+        level: int,
         asks: tuple[int, int, int],
     ) -> int:
-        """The least cut with which a one-card share's bound (its cards' ``span``) on a node of
-        ``pool`` with ``left`` cpu can be above the best (Target.cut_beyond at the level of
-        ``left``), remembered through the decision: groups of one pool and span share it."""
-        level = bisect.bisect_right(target.asks, left)
-        key = (pool, span, level)
+        """The least cut with which a one-card share's bound (its cards' ``span``) on a node
+        whose pool's views.blocked is ``blocked`` and whose cpu left covers the first
+        ``level`` of the target's asks can be above the best (Target.cut_beyond at that
+        level), remembered through the decision: groups alike in all three share it."""
+        key = (blocked, span, level)
         found = self.floors.get(key)
         if found is None:
             cpu, taken, asked = asks
             found = self.floors[key] = target.cut_beyond(
-                pool, cpu, taken, asked < cpu, self.rank, level, span
+                blocked, cpu, taken, asked < cpu, self.rank, level, span
             )
         return found
 
@@ -846,12 +867,10 @@ def _walk(
     # nodes with a taint each are a pool each (issue 32's review: 5,000 ceilings a share).
     views = target.views
     ceilings: dict[frozenset[Reach], int] = {}
-    pools: list[Pool] = []
     for pool in index.pools():
         blocked = views.blocked(pool)
         if blocked not in ceilings and (shared.vendor is None or pool[0] == shared.vendor):
             ceilings[blocked] = target.ceiling(pool, cpu, taken, short)
-            pools.append(pool)
     if not ceilings:
         return _Walked(True)
     top = max(ceilings.values())
@@ -863,14 +882,19 @@ def _walk(
     floor = NO_CUT
     # Per group read (by id: a group lives through the decision), its pool's ceiling and the
     # cards it offers, or None when too few fit.
-    groups: dict[int, tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None] = {}
+    groups: dict[int, _Offer | None] = {}
+    cut, bound, levels = target.cut, target.bound, target.asks
     nodes, over = index.candidates(shared.vendor, asked, shared.core, budget)
     for name, group, left in nodes:
-        if asked > left >= 0:
-            continue
-        # Told by its cut alone, before its cards are read (most nodes passed over are).
-        if best is not None and left >= 0 and target.cut(left, group.free_sum, cpu, taken) < floor:
-            continue
+        each = 0
+        if left >= 0:
+            if asked > left:
+                continue
+            # Told by its cut alone, before its cards are read (most nodes passed over are).
+            if best is not None:
+                each = cut(left, group.free_sum, cpu, taken)
+                if each < floor:
+                    continue
         at = id(group)
         if at in groups:
             offer = groups[at]
@@ -880,9 +904,11 @@ def _walk(
             continue
         known = ranked.get((at, left))
         if known is None:
+            if best is not None:
+                level = bisect.bisect_right(levels, left) if left >= 0 else len(levels)
+                if bound(offer[4], level, each, taken, offer[3]) <= best[0]:
+                    continue
             shape = (left, group.free, group.pool)
-            if best is not None and target.within(shape, cpu, taken, offer[3]) <= best[0]:
-                continue
             # The chain before the rank: most nodes it refuses here are short of memory, and a
             # rank costs several checks (issue 32: some 19 of the 23 ranks of the slowest
             # shares were of nodes the chain then refused).
@@ -898,12 +924,17 @@ def _walk(
         best = (rank, name, group, left, cards)
         if rank >= top:
             break
-        floor = min(target.cut_beyond(pool, cpu, taken, short, rank) for pool in pools)
+        floor = min(target.cut_beyond(blocked, cpu, taken, short, rank) for blocked in ceilings)
     else:
         if over:  # the budget ran out before the order did
             decided = False
     found = None if best is None else (best[0], state.nodes[best[1]], *best[2:])
     return _Walked(decided, found, floor)
+
+
+# What _offer finds of a group: (its pool's ceiling, the cards the measure ranks, the busiest,
+# their span, its pool's views.blocked).
+_Offer = tuple[int, list[_Fit], list[_Fit], tuple[int, int], frozenset[Reach]]
 
 
 def _offer(
@@ -912,17 +943,18 @@ def _offer(
     spread_cards: bool,
     views: PoolViews,
     ceilings: dict[frozenset[Reach], int],
-) -> tuple[int, list[_Fit], list[_Fit], tuple[int, int]] | None:
+) -> _Offer | None:
     """For _walk: ``group``'s pool's ceiling, the cards it offers ``shared`` (those the
-    measure ranks, the busiest) and _card_span of them, or None when too few of its cards
-    fit (as place_shared skips a group)."""
+    measure ranks, the busiest), _card_span of them and its pool's views.blocked, or None
+    when too few of its cards fit (as place_shared skips a group)."""
     if shared.vendor is not None and group.key[0] != shared.vendor:
         return None
     fits = _fitting_cards(group, shared, spread_cards)
     if fits is None:
         return None
     distinct, busiest, span = fits
-    return ceilings[views.blocked(group.pool)], distinct, busiest, span
+    blocked = views.blocked(group.pool)
+    return ceilings[blocked], distinct, busiest, span, blocked
 
 
 def _card_span(fits: list[_Fit], shared: SharedRequest) -> tuple[int, int]:

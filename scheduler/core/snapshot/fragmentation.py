@@ -150,7 +150,14 @@ class Target:
         # No class asks for more cpu: above it, nodes differing in cpu left measure the same.
         self.cpu_cap = max((request[0] for request, _ in key), default=0)
         # The pools as the classes' reaches tell them apart: ranks are remembered per view.
-        self.views = PoolViews(request[3] for request, _ in key)
+        # The one before's when the reaches are the same (most new targets only weigh the
+        # classes anew), with what it worked out per pool.
+        reaches = frozenset(request[3] for request, _ in key)
+        self.views: PoolViews = (
+            before.views
+            if before is not None and before.views.reaches == reaches
+            else PoolViews(reaches)
+        )
         # Per set of blocked reaches, the weight of the classes they are the reaches of.
         self.unreached: dict[frozenset[Reach], int] = {}
         # The cpu the classes ask for, ascending: which of them a cpu left covers.
@@ -296,11 +303,19 @@ class Target:
         shares of much of a card, which seldom reach the ceiling; on bench-core's
         share-heavy workload it is the rank itself for most nodes)."""
         left, cards, pool = shape
-        blocked = self.views.blocked(pool)
         cut, level = 0, len(self.asks)
         if left >= 0:
             level = bisect.bisect_right(self.asks, left)
             cut = self.cut(left, sum(cards), cpu, taken)
+        return self.bound(self.views.blocked(pool), level, cut, taken, span)
+
+    def bound(
+        self, blocked: frozenset[Reach], level: int, cut: int, taken: int, span: tuple[int, int]
+    ) -> int:
+        """``within`` from its parts: the node's pool's views.blocked, its cpu left's level
+        (how many of ``asks`` it covers; all for a cpu left not known) and ``cut`` (0 then),
+        for a caller that has them already (placement/nodes._file: a share files some hundred
+        candidates, each told by its cut first)."""
         kept = lost = 0
         least, most = span
         if least:
@@ -321,12 +336,15 @@ class Target:
         if not self.cpu_per:
             return 0
         per, rate = self.per_cpu, self.cpu_per
-        then = max(0, left - cpu)
-        return max(0, idle - left * per // rate) - max(0, idle - taken - then * per // rate)
+        # Conditionals, not max(): a share asks this of some 300 nodes (issue 32's tail).
+        then = left - cpu if left > cpu else 0
+        before = idle - left * per // rate
+        after = idle - taken - then * per // rate
+        return (before if before > 0 else 0) - (after if after > 0 else 0)
 
     def cut_beyond(
         self,
-        pool: Pool,
+        blocked: frozenset[Reach],
         cpu: int,
         taken: int,
         short: bool,
@@ -334,14 +352,14 @@ class Target:
         level: int = 0,
         span: tuple[int, int] = (0, 0),
     ) -> int:
-        """The least ``cut`` with which ``within`` can be above ``rank`` on a node of ``pool``
-        (as ``ceiling``: the classes' part at its most): a node whose cut is lower cannot
-        rank above ``rank`` (issue 32: the nodes a share's search passes over, told so by two
-        products instead of the whole bound). Above ``ceiling``'s fall when no node can.
-        With a one-card placement's ``span`` (as ``within``'s) on a node whose cpu left covers
-        the first ``level`` of ``asks``, the least with which ``within`` itself can: what the
-        classes the card is kept for count is left out too."""
-        blocked = self.views.blocked(pool)
+        """The least ``cut`` with which ``within`` can be above ``rank`` on a node of a pool
+        whose views.blocked is ``blocked`` (as ``ceiling``: the classes' part at its most): a
+        node whose cut is lower cannot rank above ``rank`` (issue 32: the nodes a share's
+        search passes over, told so by two products instead of the whole bound). Above
+        ``ceiling``'s fall when no node can. With a one-card placement's ``span`` (as
+        ``within``'s) on a node whose cpu left covers the first ``level`` of ``asks``, the
+        least with which ``within`` itself can: what the classes the card is kept for count
+        is left out too."""
         high = self._fall(cpu, taken, short)
         kept = lost = 0
         least, most = span
@@ -359,15 +377,30 @@ class Target:
     def _beyond(
         self, blocked: frozenset[Reach], taken: int, high: int, rank: int, kept: int, lost: int
     ) -> int:
-        if self._capped(blocked, taken, high, kept, lost) <= rank:
+        classes, stranded = self._slopes(blocked, kept)
+        base, parts = classes * taken - lost, self.parts
+        if gain_rank(base + stranded * high, parts) <= rank:
             return high + 1
-        # The rank grows with the cut: halved between a cut that does and one that does not.
         low = -_LOW_CUT
-        if self._capped(blocked, taken, low, kept, lost) > rank:
+        if gain_rank(base + stranded * low, parts) > rank:
             return NO_CUT  # (a node with 16 cards idle) any node may
+        # The rank grows with the cut (``stranded`` is above 0 here): the answer is the cut
+        # that ranks above ``rank`` after one that does not. First the cut the sigmoid's
+        # inverse says (gain_rank; floating point, so checked: usually it is the answer),
+        # then halving what is left between a cut that does and one that does not.
+        if rank < 99:
+            value = -50 * parts * math.log(100 / (rank + 1) - 1)
+            guess = math.ceil((value - base) / stranded)
+            if low < guess < high:
+                if gain_rank(base + stranded * guess, parts) > rank:
+                    high = guess
+                else:
+                    low = guess
+                if low + 1 < high and gain_rank(base + stranded * (high - 1), parts) <= rank:
+                    low = high - 1
         while low + 1 < high:
             middle = (low + high) // 2
-            if self._capped(blocked, taken, middle, kept, lost) > rank:
+            if gain_rank(base + stranded * middle, parts) > rank:
                 high = middle
             else:
                 low = middle
@@ -413,11 +446,16 @@ class Target:
         ``blocked`` leave out can gain when the stranded percent falls by ``fall``: every
         class but those weighing ``kept`` counting ``taken`` less, less ``lost`` (what some
         of those count more at least)."""
+        classes, stranded = self._slopes(blocked, kept)
+        return gain_rank(classes * taken + stranded * fall - lost, self.parts)
+
+    def _slopes(self, blocked: frozenset[Reach], kept: int) -> tuple[int, int]:
+        """What ``_capped``'s gain counts per percent taken and per percent the stranded
+        percent falls."""
         unreached = self._unreached(blocked)
         reserve = self.reserve.get(blocked, 0)
         classes = self.weight - kept + self.strand * unreached - reserve
-        stranded = self.strand * (self.weight - unreached) + reserve
-        return gain_rank(classes * taken + stranded * fall - lost, self.parts)
+        return classes, self.strand * (self.weight - unreached) + reserve
 
     def roomy(self, cards: tuple[int, ...], cpu: int) -> int:
         """The cpu left from which up a placement asking for ``cpu`` millicores ranks the same
@@ -645,6 +683,8 @@ class Profile:
         "_gpu_pods",
         "_nodes",
         "_pods",
+        "_pools_changed",
+        "_ranked",
         "_runs",
         "_settings",
         "_supply",
@@ -655,6 +695,10 @@ class Profile:
         self._settings = settings
         self._pods: dict[str, RequestClass] = {}
         self._counts: dict[RequestClass, int] = {}
+        # The classes as _key reads them, most common first (ties by class): (minus the count,
+        # the class), kept in order as charges move one count at a time (issue 32: sorted
+        # afresh, the ninety-odd classes of openb's mix cost every decision after a charge).
+        self._ranked: list[tuple[int, RequestClass]] = []
         self._gpu_pods = 0  # entries with cards: only these make a target exist
         self._target: Target | None = None
         # A charge (or a node counted) changed what ``_target`` was worked out from.
@@ -664,6 +708,8 @@ class Profile:
         self._nodes: dict[str, tuple[Pool, int]] = {}
         self._supply: dict[Pool, int] = {}
         self._runs: dict[Reach, tuple[Pool, ...]] = {}
+        # A node counted changed the pools' supply since the contest was last worked out.
+        self._pools_changed = True
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -673,17 +719,27 @@ class Profile:
         previous = self._pods.pop(pod, None)
         if previous is not None:
             self._gpu_pods -= previous[1] > 0
-            left = self._counts[previous] - 1
-            if left:
-                self._counts[previous] = left
-            else:
-                del self._counts[previous]
+            self._count(previous, -1)
         if request is not None:
             self._gpu_pods += request[1] > 0
             self._pods[pod] = request
-            self._counts[request] = self._counts.get(request, 0) + 1
+            self._count(request, 1)
         # A node refreshed charges its pods again with the classes they had: nothing changed.
         self._changed |= previous != request
+
+    def _count(self, request: RequestClass, change: int) -> None:
+        """One pod more (``change`` 1) or fewer (-1) of class ``request``."""
+        ranked = self._ranked
+        was = self._counts.get(request, 0)
+        if was:
+            at = bisect.bisect_left(ranked, (-was, request))
+            del ranked[at]
+        now = was + change
+        if now:
+            self._counts[request] = now
+            bisect.insort(ranked, (-now, request))
+        else:
+            del self._counts[request]
 
     def count_node(self, name: str, pool: Pool | None, gpus: int) -> None:
         """Node ``name`` is of ``pool`` with ``gpus`` healthy GPUs now (None or 0: it counts no
@@ -705,7 +761,7 @@ class Profile:
             if now[0] not in self._supply:
                 self._runs.clear()
             self._supply[now[0]] = self._supply.get(now[0], 0) + now[1]
-        self._changed = True
+        self._changed = self._pools_changed = True
 
     def target(self) -> Target | None:
         """M for the pods held now; None while fewer than ``min_pods`` of them hold GPUs (too few
@@ -715,16 +771,23 @@ class Profile:
         Worked out from the counts of the pods held on the first call after a charge changed
         them, so it is what the pods held make whenever it is asked for. The same Target object
         (and its memo of ranks) as long as the classes and their weights in parts stay the
-        same: most charges of a large cluster change neither."""
+        same: most charges of a large cluster change neither. The pools' contest is a
+        function of the classes and the nodes counted: worked out again only when either
+        changed."""
         if self._gpu_pods < self._settings.min_pods:
             return None
         if self._changed:
             self._changed = False
             key = self._key()
-            contest = self._contest(key)
             target = self._target
-            if target is None or target.key != key or target.contest != contest:
-                self._target = Target(key, self._settings, target, contest)
+            if target is None or target.key != key or self._pools_changed:
+                self._pools_changed = False
+                contest = self._contest(key)
+                if target is None or target.key != key or target.contest != contest:
+                    self._target = Target(key, self._settings, target, contest)
+                    # Its views may be the one before's (Target): more pools in them than GPU
+                    # nodes counted are of nodes gone.
+                    self._target.views.trim(len(self._nodes))
         return self._target
 
     def _contest(self, key: tuple[tuple[RequestClass, int], ...]) -> Contest:
@@ -773,12 +836,12 @@ class Profile:
         """The classes of the pods held, most common first (ties by class), until they cover
         ``coverage_percent`` of them, each weighted by its share of those kept in parts per
         ``weight_parts``, rounded (a class that rounds to 0 is left out)."""
-        ranked = sorted(self._counts.items(), key=lambda kv: (-kv[1], kv[0]))
         wanted = self._settings.coverage_percent * len(self._pods)
         kept: list[tuple[RequestClass, int]] = []
         covered = 0
         parts = self._settings.weight_parts
-        for request, n in ranked:
+        for minus, request in self._ranked:
+            n = -minus
             if 100 * covered >= wanted:
                 break
             kept.append((request, n))

@@ -57,10 +57,13 @@ CardKey = tuple[str, int, bool, bool, tuple[CardState, ...], Pool]
 class CardGroup:
     """The nodes of one CardKey, by cpu left."""
 
-    __slots__ = ("by_cpu", "free", "free_sum", "idle", "key", "memo", "top")
+    __slots__ = ("by_cpu", "free", "free_sum", "idle", "key", "memo", "pool", "top", "untouched")
 
     def __init__(self, key: CardKey) -> None:
         self.key = key
+        # Read by every share for every group (attributes: a property costs a call).
+        self.untouched = key[3]
+        self.pool: Pool = key[5]
         cards = key[4]
         # The shape's cards (free percent, largest first) and the idle cards (what a whole-GPU
         # pod could take: the node's free GPU count).
@@ -73,14 +76,6 @@ class CardGroup:
         # What placement derives per request from the key alone (the cards that fit), kept
         # while the group lives: a node whose cards change moves to another group.
         self.memo: dict[object, object] = {}
-
-    @property
-    def untouched(self) -> bool:
-        return self.key[3]
-
-    @property
-    def pool(self) -> Pool:
-        return self.key[5]
 
 
 class ShareIndex:
