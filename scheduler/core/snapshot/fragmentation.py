@@ -316,11 +316,7 @@ class Target:
         (how many of ``asks`` it covers; all for a cpu left not known) and ``cut`` (0 then),
         for a caller that has them already (placement/nodes._file: a share files some hundred
         candidates, each told by its cut first)."""
-        kept = lost = 0
-        least, most = span
-        if least:
-            kept, lost = self._kept_at(level, blocked, least, most - taken)
-            lost *= least - taken
+        kept, lost = self._kept_for(level, blocked, taken, span)
         capped = (blocked, taken, cut, kept, lost)
         ranked = self.capped.get(capped)
         if ranked is None:
@@ -361,11 +357,7 @@ class Target:
         least with which ``within`` itself can: what the classes the card is kept for count
         is left out too."""
         high = self._fall(cpu, taken, short)
-        kept = lost = 0
-        least, most = span
-        if least:
-            kept, lost = self._kept_at(level, blocked, least, most - taken)
-            lost *= least - taken
+        kept, lost = self._kept_for(level, blocked, taken, span)
         key = (blocked, taken, high, rank, kept, lost)
         found = self.beyond.get(key)
         if found is None:
@@ -406,12 +398,20 @@ class Target:
                 low = middle
         return high
 
-    def _kept_at(
-        self, level: int, blocked: frozenset[Reach], least: int, over: int
+    def _kept_for(
+        self, level: int, blocked: frozenset[Reach], taken: int, span: tuple[int, int]
     ) -> tuple[int, int]:
-        """``_kept``, remembered."""
-        found = self.kept.get((level, blocked, least, over))
-        return self._kept(level, blocked, least, over) if found is None else found
+        """What ``bound`` and ``cut_beyond`` leave out for a one-card placement taking
+        ``taken`` percent of a card with between ``span`` percent free ((0, 0): several
+        cards, nothing): (the weight of the classes the card is kept for, what some of them
+        count more at least), from ``_kept``, remembered."""
+        least, most = span
+        if not least:
+            return 0, 0
+        key = (level, blocked, least, most - taken)
+        found = self.kept.get(key)
+        kept, lost = self._kept(*key) if found is None else found
+        return kept, lost * (least - taken)
 
     def _kept(
         self, level: int, blocked: frozenset[Reach], least: int, over: int
